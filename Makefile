@@ -1,0 +1,43 @@
+# Convenience wrapper around CMake; the README's two set-up commands are
+# `make run` and `make test`.  Each installs what is missing (scripts/deps.sh).
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build run test test-gpu test-asan bench install clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: a GLM-5 EP8-shaped NVFP4 MoE layer on the best backend present
+# (CUDA if there is a GPU, else the fast CPU path), checked against the reference.
+run: build
+	./$(BUILD)/fp4moe run --check
+
+# CPU tests (GPU tests are labelled "gpu" and skip without a device).
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-gpu: build
+	cd $(BUILD) && ctest --output-on-failure -L gpu
+
+# The CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFM_SANITIZE=ON -DFM_WITH_CUDA=OFF \
+	    -DFM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    FM_ASAN=1 ctest --output-on-failure -j $(JOBS) -L cpu
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

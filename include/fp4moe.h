@@ -1,0 +1,49 @@
+/* fp4moe.h - the public interface of fp4moe: mixture-of-experts layers with 4-bit
+ * block-scaled weights (NVFP4, MXFP4) on NVIDIA GPUs and the CPU, with a
+ * shared-memory planner that proves a GPU tile fits before it is launched.
+ *
+ * Include this header only; it pulls in the parts:
+ *   fp4moe/status.h  statuses and per-call error detail
+ *   fp4moe/format.h  E2M1/E4M3/UE8M0/BF16/FP16 codecs, NVFP4/MXFP4 quantization, scale layouts
+ *   fp4moe/moe.h     layer configuration, routing, permutation, CPU reference
+ *   fp4moe/layer.h   backends (cpu-ref, cpu, cuda) and running a layer
+ *   fp4moe/arch.h    architectures and GPUs as data               (planner)
+ *   fp4moe/plan.h    shared-memory model, can-implement, candidates (planner)
+ *   fp4moe/io.h      safetensors checkpoints                      (loading)
+ *   fp4moe/sim.h     decode batching simulator
+ * Every function that can fail returns fm_status; fm_last_error() has the detail.
+ */
+#ifndef FP4MOE_H
+#define FP4MOE_H
+
+#define FP4MOE_VERSION_MAJOR 0
+#define FP4MOE_VERSION_MINOR 1
+#define FP4MOE_VERSION_PATCH 0
+
+#include "fp4moe/status.h"
+#include "fp4moe/format.h"
+#include "fp4moe/moe.h"
+#include "fp4moe/layer.h"
+#if __has_include("fp4moe/arch.h")
+#include "fp4moe/arch.h"
+#endif
+#if __has_include("fp4moe/plan.h")
+#include "fp4moe/plan.h"
+#endif
+#if __has_include("fp4moe/io.h")
+#include "fp4moe/io.h"
+#endif
+#if __has_include("fp4moe/sim.h")
+#include "fp4moe/sim.h"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* "0.1.0" */
+const char *fm_version(void);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,92 @@
+/* fp4moe/moe.h - the mixture-of-experts layer: configuration, weights, routing,
+ * permutation and the CPU reference forward pass (the oracle for every backend).
+ *
+ * The layer, for T tokens x[T][hidden] (BF16):
+ *   logits = x . router_w^T                        (FP32, [T][E])
+ *   scores = softmax(logits) or sigmoid(logits)
+ *   choose top_k experts per token on (scores + router_bias) (bias only ranks;
+ *     optional group limit: keep the topk_group best of n_group groups, a group
+ *     scored by the sum of its top-2 biased scores, as DeepSeek-V3/GLM do)
+ *   weights = scores of the chosen experts (unbiased), renormalised to sum 1 if
+ *     `renormalize`, times routed_scale
+ *   per expert e and routed row r: h = SwiGLU(x_r . W13_e^T) where W13_e has the
+ *     gate rows [0, inter) then the up rows [inter, 2*inter); SwiGLU = silu(g) * u
+ *   y_r = h . W2_e^T ([hidden]); out[t] = sum over t's slots of weight * y_r
+ *   plus, if shared_inter > 0, the BF16 shared expert's SwiGLU MLP of x[t].
+ * With act_nvfp4 the inputs of FC1 and FC2 are quantized to NVFP4 (per-expert
+ * input global scale from a1_scale / a2_scale when given, else dynamic per row
+ * block amax) before the GEMM: W4A4 numerics as Blackwell runs them.
+ */
+#ifndef FP4MOE_MOE_H
+#define FP4MOE_MOE_H
+
+#include <stdint.h>
+
+#include "fp4moe/format.h"
+#include "fp4moe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FM_SCORE_SOFTMAX = 0, FM_SCORE_SIGMOID = 1 } fm_score_func;
+
+typedef struct {
+    int           n_experts;    /* routed experts held by this layer (E) */
+    int           top_k;        /* experts per token, 1..n_experts */
+    int           hidden;       /* model dimension (K of FC1, N of FC2) */
+    int           inter;        /* expert intermediate size (FC1 N = 2*inter) */
+    fm_score_func score;
+    int           n_group;      /* expert groups for group-limited routing; 0 or 1 = off */
+    int           topk_group;   /* groups kept when n_group > 1 */
+    int           renormalize;  /* 1: top-k weights renormalised to sum 1 */
+    float         routed_scale; /* routed scaling factor (GLM-5: 2.5) */
+    int           shared_inter; /* shared expert intermediate size; 0 = none */
+    fm_format     wfmt;         /* routed-expert weight format */
+    int           act_nvfp4;    /* 1: quantize FC1/FC2 inputs to NVFP4 (W4A4) */
+} fm_moe_config;
+
+/* GLM-5 EP8 shard defaults: 32 experts, top-8, hidden 6144, inter 2048, sigmoid,
+ * renormalize, routed_scale 2.5, no groups, no shared expert, NVFP4 weights. */
+void fm_moe_config_default(fm_moe_config *cfg);
+
+/* Check a configuration. FM_OK, FM_ERR_INVALID_ARG (NULL, top_k > n_experts,
+ * bad group settings), FM_ERR_BAD_SHAPE (sizes <= 0 or K not a multiple of the
+ * format's block), FM_ERR_FORMAT (bad wfmt). */
+fm_status fm_moe_config_check(const fm_moe_config *cfg);
+
+/* The layer's weights, host memory, not owned. */
+typedef struct {
+    const float    *router_w;    /* [n_experts][hidden] FP32 */
+    const float    *router_bias; /* [n_experts] score-correction bias, or NULL */
+    const fm_qtensor *w13;       /* [n_experts] each [2*inter][hidden], gate rows then up rows */
+    const fm_qtensor *w2;        /* [n_experts] each [hidden][inter] */
+    const float    *a1_scale;    /* [n_experts] NVFP4 input global scale of FC1, or NULL (dynamic) */
+    const float    *a2_scale;    /* [n_experts] same for FC2, or NULL */
+    const uint16_t *shared_w13;  /* BF16 [2*shared_inter][hidden], or NULL */
+    const uint16_t *shared_w2;   /* BF16 [hidden][shared_inter], or NULL */
+} fm_moe_weights;
+
+/* Route T tokens given logits[T][n_experts]: ids[T][top_k] (descending biased
+ * score, ties to the lower expert id) and weights[T][top_k].
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NONFINITE (NaN/Inf logit). */
+fm_status fm_moe_route(const fm_moe_config *cfg, const float *router_bias, const float *logits, int T,
+                       int32_t *ids, float *weights);
+
+/* Stable permutation of the T*top_k routed rows into expert order.
+ * offsets[n_experts+1]: rows of expert e are [offsets[e], offsets[e+1]).
+ * perm[T*top_k]: permuted row p came from routed slot perm[p] = t*top_k + j;
+ * within an expert, slots ascend. Returns FM_OK, FM_ERR_INVALID_ARG,
+ * FM_ERR_OUT_OF_RANGE (an id outside [0, n_experts); nothing written). */
+fm_status fm_moe_permute(const int32_t *ids, int T, int top_k, int n_experts, int32_t *offsets, int32_t *perm);
+
+/* The reference forward pass, FP32 accumulation, simple loops: out[T][hidden].
+ * Validates everything before writing out. Returns FM_OK, FM_ERR_INVALID_ARG,
+ * FM_ERR_BAD_SHAPE (a weight tensor whose rows/cols/fmt disagree with cfg),
+ * FM_ERR_FORMAT, FM_ERR_NONFINITE (NaN/Inf in x: policy is to reject), FM_ERR_OOM. */
+fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

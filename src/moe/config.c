@@ -1,0 +1,61 @@
+/* config.c - MoE layer configuration: GLM-5 defaults and validation. */
+#include "fm_internal.h"
+
+void fm_moe_config_default(fm_moe_config *cfg)
+{
+    if (!cfg) return;
+    *cfg = (fm_moe_config){
+        .n_experts = 32, /* GLM-5 EP8 shard: 256 routed experts / 8 GPUs */
+        .top_k = 8,
+        .hidden = 6144,
+        .inter = 2048,
+        .score = FM_SCORE_SIGMOID,
+        .n_group = 0,
+        .topk_group = 0,
+        .renormalize = 1,
+        .routed_scale = 2.5f,
+        .shared_inter = 0,
+        .wfmt = FM_FORMAT_NVFP4,
+        .act_nvfp4 = 0,
+    };
+}
+
+fm_status fm_moe_config_check(const fm_moe_config *c)
+{
+    if (!c) return fm_fail(FM_ERR_INVALID_ARG, "config is NULL");
+    const fm_format_traits *tr = fm_format_traits_get(c->wfmt);
+    if (!tr) return fm_fail(FM_ERR_FORMAT, "config: unknown weight format %d", (int)c->wfmt);
+    if (c->n_experts < 1 || c->hidden < 1 || c->inter < 1)
+        return fm_fail(FM_ERR_BAD_SHAPE, "config: n_experts=%d hidden=%d inter=%d must all be >= 1", c->n_experts,
+                       c->hidden, c->inter);
+    if (c->top_k < 1 || c->top_k > c->n_experts)
+        return fm_fail(FM_ERR_INVALID_ARG, "config: top_k=%d must be in [1, n_experts=%d]", c->top_k, c->n_experts);
+    if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID)
+        return fm_fail(FM_ERR_INVALID_ARG, "config: unknown score function %d", (int)c->score);
+    if (!(c->routed_scale > 0.0f && c->routed_scale < 1e30f))
+        return fm_fail(FM_ERR_INVALID_ARG, "config: routed_scale=%g must be finite and > 0", (double)c->routed_scale);
+    if (c->shared_inter < 0) return fm_fail(FM_ERR_BAD_SHAPE, "config: shared_inter=%d < 0", c->shared_inter);
+    if (c->n_group > 1) {
+        if (c->n_experts % c->n_group)
+            return fm_fail(FM_ERR_INVALID_ARG, "config: n_group=%d does not divide n_experts=%d", c->n_group,
+                           c->n_experts);
+        if (c->topk_group < 1 || c->topk_group > c->n_group)
+            return fm_fail(FM_ERR_INVALID_ARG, "config: topk_group=%d must be in [1, n_group=%d]", c->topk_group,
+                           c->n_group);
+        if (c->top_k > c->topk_group * (c->n_experts / c->n_group))
+            return fm_fail(FM_ERR_INVALID_ARG, "config: top_k=%d exceeds the %d experts in the %d kept groups",
+                           c->top_k, c->topk_group * (c->n_experts / c->n_group), c->topk_group);
+    } else if (c->n_group < 0) {
+        return fm_fail(FM_ERR_INVALID_ARG, "config: n_group=%d < 0", c->n_group);
+    }
+    /* K of FC1 is hidden, K of FC2 is inter: both must be whole blocks. */
+    int blk = tr->block ? tr->block : 1;
+    if (c->hidden % blk || c->inter % blk)
+        return fm_fail(FM_ERR_BAD_SHAPE, "config: hidden=%d and inter=%d must be multiples of the %s block (%d)",
+                       c->hidden, c->inter, tr->name, blk);
+    if (c->act_nvfp4 && (c->hidden % 16 || c->inter % 16))
+        return fm_fail(FM_ERR_BAD_SHAPE, "config: act_nvfp4 needs hidden and inter multiples of 16");
+    if (c->shared_inter % 16 && c->shared_inter)
+        return fm_fail(FM_ERR_BAD_SHAPE, "config: shared_inter=%d must be a multiple of 16", c->shared_inter);
+    return FM_OK;
+}
