@@ -24,6 +24,7 @@
 #include "fp4moe/format.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/layer.h"
+#include "fp4moe/smem.h"
 #if __has_include("fp4moe/arch.h")
 #include "fp4moe/arch.h"
 #endif
