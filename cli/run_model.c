@@ -1,0 +1,213 @@
+/* run_model.c - random GLM-5-shaped layers for `fp4moe run`.
+ *
+ * Weights are Gaussian with sigma 1/sqrt(K) per matrix, drawn per expert from a
+ * seeded xoshiro stream and quantized with fm_quantize (so every backend sees
+ * exactly the checkpoint-layout tensors a ModelOpt file would hold). Experts are
+ * generated in parallel (one RNG stream per expert: the result does not depend
+ * on the thread count).
+ */
+#include "run_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void fm_run_opts_default(fm_run_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    fm_moe_config_default(&o->cfg);
+    o->backend = FM_BACKEND_AUTO;
+    o->tokens = 4;
+    o->iters = 5;
+    o->seed = 1;
+    o->layer = -1;
+}
+
+typedef struct { uint64_t s[4]; } rng_t;
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static void rng_init(rng_t *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
+}
+static uint64_t rng_next(rng_t *r)
+{
+    uint64_t *s = r->s, res = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
+    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3], s[2] ^= t, s[3] = s[3] << 45 | s[3] >> 19;
+    return res;
+}
+/* Approximately normal: sum of 4 uniforms, rescaled (cheap; tails are not needed). */
+static float rng_normal(rng_t *r)
+{
+    uint64_t a = rng_next(r), b = rng_next(r);
+    float u = (float)(a & 0xffffffffu) + (float)(a >> 32) + (float)(b & 0xffffffffu) + (float)(b >> 32);
+    return (u * (1.0f / 4294967296.0f) - 2.0f) * 1.7320508f; /* var of U(0,1) sum of 4 = 1/3 */
+}
+static void fill_normal(rng_t *r, float *x, size_t n, float sigma)
+{
+    for (size_t i = 0; i < n; i++) x[i] = sigma * rng_normal(r);
+}
+
+static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
+{
+    const fm_moe_config *c = &m->cfg;
+    int E = c->n_experts, H = c->hidden, I = c->inter;
+    size_t d13, s13, d2, s2;
+    FM_CHECK(fm_qtensor_bytes(c->wfmt, 2LL * I, H, &d13, &s13));
+    FM_CHECK(fm_qtensor_bytes(c->wfmt, H, I, &d2, &s2));
+    size_t per = d13 + s13 + d2 + s2;
+    m->blob = malloc(per * (size_t)E);
+    m->w13 = calloc((size_t)E, sizeof *m->w13);
+    m->w2 = calloc((size_t)E, sizeof *m->w2);
+    m->router_w = malloc((size_t)E * H * sizeof(float));
+    m->router_bias = malloc((size_t)E * sizeof(float));
+    if (!m->blob || !m->w13 || !m->w2 || !m->router_w || !m->router_bias)
+        return fm_fail(FM_ERR_OOM, "not enough host memory for %d experts (%.1f GB)", E, per * (double)E / 1e9);
+    fm_status err = FM_OK;
+    int done = 0;
+#pragma omp parallel
+    {
+        size_t big = (size_t)2 * I * H;
+        float *tmp = malloc(big * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int e = 0; e < E; e++) {
+            if (!tmp) {
+#pragma omp critical
+                err = FM_ERR_OOM;
+                continue;
+            }
+            uint8_t *base = (uint8_t *)m->blob + per * (size_t)e;
+            m->w13[e] = (fm_qtensor){c->wfmt, 2LL * I, H, base, s13 ? base + d13 : NULL, 1.0f};
+            m->w2[e] = (fm_qtensor){c->wfmt, H, I, base + d13 + s13, s2 ? base + d13 + s13 + d2 : NULL, 1.0f};
+            rng_t r;
+            rng_init(&r, o->seed * 1000003u + (uint64_t)e + 1);
+            fill_normal(&r, tmp, big, 1.0f / sqrtf((float)H));
+            fm_status s1 = fm_quantize(tmp, NULL, &m->w13[e]);
+            fill_normal(&r, tmp, (size_t)H * I, 1.0f / sqrtf((float)I));
+            fm_status s2_ = fm_quantize(tmp, NULL, &m->w2[e]);
+            if (s1 != FM_OK || s2_ != FM_OK) {
+#pragma omp critical
+                err = s1 != FM_OK ? s1 : s2_;
+            }
+#pragma omp atomic
+            done++;
+            fm_cli_progress("\rfp4moe run: quantizing expert weights %d/%d", done, E);
+        }
+        free(tmp);
+    }
+    fm_cli_progress("\n");
+    if (err != FM_OK) return err == FM_ERR_OOM ? fm_fail(err, "out of host memory while quantizing") : err;
+
+    rng_t r;
+    rng_init(&r, o->seed ^ 0x5eedull);
+    fill_normal(&r, m->router_w, (size_t)E * H, 1.0f / sqrtf((float)H));
+    fill_normal(&r, m->router_bias, (size_t)E, 0.01f);
+    if (c->shared_inter > 0) {
+        size_t n = (size_t)2 * c->shared_inter * H;
+        m->shared_w13 = malloc(n * sizeof(uint16_t));
+        m->shared_w2 = malloc((size_t)H * c->shared_inter * sizeof(uint16_t));
+        if (!m->shared_w13 || !m->shared_w2) return fm_fail(FM_ERR_OOM, "out of host memory (shared expert)");
+        for (size_t i = 0; i < n; i++) m->shared_w13[i] = fm_bf16_encode(rng_normal(&r) / sqrtf((float)H));
+        for (size_t i = 0; i < (size_t)H * c->shared_inter; i++)
+            m->shared_w2[i] = fm_bf16_encode(rng_normal(&r) / sqrtf((float)c->shared_inter));
+    }
+    m->w = (fm_moe_weights){.router_w = m->router_w, .router_bias = m->router_bias, .w13 = m->w13, .w2 = m->w2,
+                            .shared_w13 = m->shared_w13, .shared_w2 = m->shared_w2};
+    return FM_OK;
+}
+
+static fm_status count_active(fm_run_model *m, int T)
+{
+    const fm_moe_config *c = &m->cfg;
+    int E = c->n_experts, H = c->hidden, K = c->top_k;
+    float *logits = malloc((size_t)T * E * sizeof(float));
+    float *wts = malloc((size_t)T * K * sizeof(float));
+    int32_t *ids = malloc((size_t)T * K * sizeof(int32_t));
+    fm_status s = FM_OK;
+    if (!logits || !wts || !ids) s = fm_fail(FM_ERR_OOM, "out of host memory (routing)");
+    for (int t = 0; s == FM_OK && t < T; t++)
+        for (int e = 0; e < E; e++) {
+            double acc = 0;
+            for (int k = 0; k < H; k++) acc += (double)fm_bf16_decode(m->x[(size_t)t * H + k]) * m->w.router_w[(size_t)e * H + k];
+            logits[(size_t)t * E + e] = (float)acc;
+        }
+    if (s == FM_OK) s = fm_moe_route(c, m->w.router_bias, logits, T, ids, wts);
+    if (s == FM_OK) {
+        char *seen = calloc((size_t)E, 1);
+        m->active_experts = 0;
+        for (int i = 0; seen && i < T * K; i++)
+            if (!seen[ids[i]]) seen[ids[i]] = 1, m->active_experts++;
+        free(seen);
+    }
+    free(logits);
+    free(wts);
+    free(ids);
+    return s;
+}
+
+fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = o->cfg;
+    fm_status s;
+    if (o->weights_path) {
+        s = fm_fail(FM_ERR_UNSUPPORTED, "--weights: checkpoint loading is not in this build yet");
+    } else {
+        s = fm_moe_config_check(&m->cfg);
+        if (s == FM_OK) s = build_random(o, m);
+    }
+    if (s == FM_OK) {
+        size_t n = (size_t)o->tokens * m->cfg.hidden;
+        m->x = malloc(n * sizeof *m->x);
+        if (!m->x) s = fm_fail(FM_ERR_OOM, "out of host memory (input)");
+        rng_t r;
+        rng_init(&r, o->seed ^ 0xabcdefull);
+        for (size_t i = 0; s == FM_OK && i < n; i++) m->x[i] = fm_bf16_encode(rng_normal(&r));
+    }
+    if (s == FM_OK) s = count_active(m, o->tokens);
+    if (s != FM_OK) fm_run_model_free(m);
+    return s;
+}
+
+void fm_run_model_free(fm_run_model *m)
+{
+    free(m->blob);
+    free(m->w13);
+    free(m->w2);
+    free(m->router_w);
+    free(m->router_bias);
+    free(m->shared_w13);
+    free(m->shared_w2);
+    free(m->x);
+    memset(m, 0, sizeof *m);
+}
+
+double fm_run_model_bytes(const fm_run_model *m, int T)
+{
+    const fm_moe_config *c = &m->cfg;
+    size_t d13 = 0, s13 = 0, d2 = 0, s2 = 0;
+    fm_qtensor_bytes(c->wfmt, 2LL * c->inter, c->hidden, &d13, &s13);
+    fm_qtensor_bytes(c->wfmt, c->hidden, c->inter, &d2, &s2);
+    double b = (double)m->active_experts * (double)(d13 + s13 + d2 + s2);
+    b += (double)c->n_experts * c->hidden * 4.0;                 /* router (FP32) */
+    b += 3.0 * c->shared_inter * (double)c->hidden * 2.0;         /* shared expert (BF16) */
+    b += (double)T * c->hidden * (2.0 + 4.0);                     /* x (BF16) in, out (FP32) */
+    return b;
+}
+
+double fm_run_model_flops(const fm_run_model *m, int T)
+{
+    const fm_moe_config *c = &m->cfg;
+    double routed = (double)T * c->top_k * 3.0 * c->inter * c->hidden;
+    double shared = (double)T * 3.0 * c->shared_inter * c->hidden;
+    double router = (double)T * c->n_experts * c->hidden;
+    return 2.0 * (routed + shared + router);
+}
