@@ -60,14 +60,17 @@ size_t fm_format_row_bytes(fm_format f, int64_t cols);
 size_t fm_format_row_scale_bytes(fm_format f, int64_t cols);
 
 /* ---- scalar codecs: round-to-nearest-even everywhere ---------------------
- * E2M1: values ±{0,0.5,1,1.5,2,3,4,6}; |x| > 6 saturates to ±6; ties to even
- *       (0.25 -> 0, 0.75 -> 1, 2.5 -> 2, 5 -> 4); NaN policy as ml_dtypes
- *       float4_e2m1fn (documented in docs/formats.md); fm_quantize rejects
- *       non-finite input before it gets here.
- * E4M3 (float8_e4m3fn): finite-only, max 448; |x| > 448 saturates to ±448;
- *       NaN -> 0x7F. Decoding 0x7F/0xFF gives NaN.
- * UE8M0: encode rounds log2 to the nearest power of two (RNE on the mantissa,
- *       as ml_dtypes float8_e8m0fnu); x <= 0 or NaN -> 0xFF (NaN code).
+ * E2M1: values ±{0,0.5,1,1.5,2,3,4,6}; |x| > 6 (and ±Inf) saturates to ±6; ties
+ *       to even (0.25 -> 0, 0.75 -> 1, 2.5 -> 2, 5 -> 4); NaN -> 0x0 (+0: the
+ *       format has no NaN; ml_dtypes float4_e2m1fn gives -0 for +NaN, we don't
+ *       copy that artefact); fm_quantize rejects non-finite input first.
+ * E4M3 (float8_e4m3fn): finite-only, max 448; |x| > 448 (and ±Inf) saturates
+ *       to ±448 (ml_dtypes gives NaN above 464); NaN -> 0x7F, or 0xFF when its
+ *       sign bit is set (as ml_dtypes). Decoding 0x7F/0xFF gives NaN.
+ * UE8M0 (float8_e8m0fnu, 2^(code-127)): encode rounds to the nearest power of
+ *       two on the float32 mantissa; a tie (1.5 * 2^e) rounds UP (the kept
+ *       significand is the implicit, odd, 1), as ml_dtypes; x < 2^-127 -> 0x00,
+ *       x >= 1.5 * 2^127, x <= 0, Inf and NaN -> 0xFF (the NaN code).
  * BF16, FP16: IEEE RNE; overflow -> Inf; NaN stays NaN (quiet). */
 uint8_t  fm_e2m1_encode(float x);
 float    fm_e2m1_decode(uint8_t code); /* low 4 bits used */
