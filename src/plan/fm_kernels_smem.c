@@ -1,0 +1,83 @@
+/* fm_kernels_smem.c - shared-memory model of fp4moe's CUDA kernels (see
+ * fm_kernels_smem.h for the layout each formula describes). Plain C, no CUDA:
+ * the planner uses it on machines without a GPU, the launcher before each launch.
+ */
+#include "plan/fm_kernels_smem.h"
+
+#include <stdio.h>
+
+#include "fm_internal.h"
+
+/* The compiled swapab instantiations (src/cuda/gemm_swapab.cu must list the
+ * same rows: its dispatch table is checked against this one at first launch).
+ * Dynamic smem in the last column = stages * 8*nt * (2*kc + 16).
+ *   warps mt  nt  kc    stages      smem bytes  regime */
+static const fm_swapab_tile k_swapab_tiles[] = {
+    {4, 1, 1, 256, 4}, /*  16,896  1-8 rows per expert */
+    {4, 2, 1, 256, 4}, /*  16,896  1-8, SwiGLU pairs */
+    {4, 1, 2, 256, 4}, /*  33,792  9-16 */
+    {4, 2, 2, 256, 4}, /*  33,792  9-16, SwiGLU pairs */
+    {4, 1, 4, 256, 3}, /*  50,688  17-32 */
+    {4, 2, 4, 256, 3}, /*  50,688  17-32, SwiGLU pairs */
+    {4, 2, 8, 256, 3}, /* 101,376  33+ : exactly the SM120 opt-in limit */
+    {4, 4, 8, 256, 4}, /* 135,168  33+ : Hopper/A100 only */
+    {8, 2, 8, 512, 2}, /* 133,120  33+ : Hopper/A100 only */
+};
+
+const fm_swapab_tile *fm_swapab_tiles(size_t *count)
+{
+    if (count) *count = FM_ARRAY_LEN(k_swapab_tiles);
+    return k_swapab_tiles;
+}
+
+static int is_pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
+
+fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out)
+{
+    if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_swapab: NULL argument");
+    if (t->warps < 1 || t->warps > 8 || !is_pow2_upto(t->mt, 4) || !is_pow2_upto(t->nt, 8) || t->kc < 64 ||
+        t->kc > 1024 || t->kc % 64 != 0 || t->stages < 1 || t->stages > 8)
+        return fm_fail(FM_ERR_BAD_SHAPE,
+                       "fm_smem_swapab: tile warps=%d mt=%d nt=%d kc=%d stages=%d outside warps 1..8, mt 1/2/4, "
+                       "nt 1/2/4/8, kc 64..1024 step 64, stages 1..8",
+                       t->warps, t->mt, t->nt, t->kc, t->stages);
+    fm_smem_breakdown b = {0};
+    size_t rows = 8u * (size_t)t->nt;
+    b.stages = t->stages;
+    b.a = 0; /* weights go global -> registers */
+    b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc;
+    b.sf = 0; /* scales go global -> registers */
+    b.barriers = 0; /* cp.async groups + __syncthreads, no mbarriers */
+    size_t row_pad = (size_t)t->stages * rows * FM_SWAPAB_ROW_PAD;
+    b.mainloop = b.a + b.b + b.sf + b.barriers + row_pad;
+    b.epilogue = 0; /* accumulators go registers -> global */
+    b.padding = row_pad;
+    b.total = b.mainloop + b.epilogue;
+    *out = b;
+    return FM_OK;
+}
+
+fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
+{
+    FM_CHECK(fm_smem_swapab(t, out));
+    if (out->total > limit_bytes) {
+        char name[64];
+        return fm_fail(FM_ERR_SMEM_EXCEEDED,
+                       "%s needs %zu B of shared memory per block (X tiles %zu + row padding %zu, %d stages) "
+                       "but the limit is %zu B",
+                       fm_swapab_tile_name(t, name, sizeof name), out->total, out->b, out->padding, out->stages,
+                       limit_bytes);
+    }
+    return FM_OK;
+}
+
+char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
+{
+    if (!buf || n == 0) return buf;
+    if (!t) {
+        snprintf(buf, n, "swapab_(null)");
+        return buf;
+    }
+    snprintf(buf, n, "swapab_w%dm%dn%dk%ds%d", t->warps, t->mt, t->nt, t->kc, t->stages);
+    return buf;
+}

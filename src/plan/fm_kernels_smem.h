@@ -1,0 +1,68 @@
+/* fm_kernels_smem.h - shared-memory model of fp4moe's own CUDA kernels.
+ *
+ * One function per kernel family computes the fm_smem_breakdown from a tile
+ * configuration; the launcher (src/cuda/gemm_launch.c) sizes its dynamic shared
+ * memory with the same function and refuses, with FM_ERR_SMEM_EXCEEDED, a
+ * configuration over the limit, so a plan and a launch cannot disagree.
+ *
+ * Family "swapab" (src/cuda/gemm_swapab.cu): the FP4 grouped GEMM for small
+ * per-expert batches. Swap-AB: the weights are the MMA's M operand (16 output
+ * features per mma.sync m16n8k16), the tokens its N operand (8 per fragment).
+ * Weights stream from global memory straight into registers (prepacked so that
+ * one 16-byte load per lane is a whole A fragment for 64 of K), so they take no
+ * shared memory; the CTA's token tile X[8*nt rows][kc] (BF16) is staged through
+ * shared memory by cp.async in `stages` stages, each row padded by 16 bytes so
+ * that the 16-byte fragment reads are free of bank conflicts.
+ *
+ *   dynamic smem = stages * (8*nt) * (2*kc + 16)      (no static smem, no barriers)
+ */
+#ifndef FM_KERNELS_SMEM_H
+#define FM_KERNELS_SMEM_H
+
+#include <stddef.h>
+
+#include "fp4moe/smem.h"
+#include "fp4moe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tile configuration of the swapab family.
+ *   warps   warps per CTA (1..8); the CTA covers warps*mt*16 output features
+ *   mt      16-row weight tiles per warp (1, 2 or 4); with the SwiGLU epilogue
+ *           the first mt/2 are gate rows and the last mt/2 the matching up rows
+ *   nt      8-token MMA fragments per pass (1, 2, 4 or 8): 8*nt rows of an expert
+ *           per pass; more rows loop over passes
+ *   kc      K per pipeline stage, a multiple of 64 (64..1024)
+ *   stages  X staging stages (1..8) */
+typedef struct {
+    int warps;
+    int mt;
+    int nt;
+    int kc;
+    int stages;
+} fm_swapab_tile;
+
+#define FM_SWAPAB_ROW_PAD 16 /* bytes of padding per staged X row: breaks the 8-way bank conflict */
+
+/* Fill *out for tile t. Returns FM_OK, FM_ERR_INVALID_ARG (NULL) or
+ * FM_ERR_BAD_SHAPE (a field outside the ranges above; *out untouched). */
+fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
+
+/* fm_smem_swapab and a limit check: FM_ERR_SMEM_EXCEEDED (with the breakdown in
+ * the detail message, *out still filled) when out->total > limit_bytes. */
+fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
+
+/* The tile configurations compiled into the library (the planner's candidates),
+ * in the order the default heuristic prefers for small batches. *count gets the
+ * number of entries. Never NULL. */
+const fm_swapab_tile *fm_swapab_tiles(size_t *count);
+
+/* "swapab_w4m1n1k256s4" into buf (NUL-terminated, truncated to n). Returns buf. */
+char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
