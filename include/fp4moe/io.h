@@ -1,0 +1,286 @@
+/* fp4moe/io.h - safetensors checkpoints: read (memory-mapped, every offset
+ * bounds-checked), write (so tests and tools make their own), multi-file
+ * checkpoints with model.safetensors.index.json, and loading one MoE layer's
+ * experts into fm_moe_config + fm_moe_weights (see docs/checkpoints.md).
+ *
+ * Three levels:
+ *   fm_safetensors_*  one .safetensors file (or a buffer): tensors by name.
+ *   fm_checkpoint_*   a file, a folder or an index: all tensors of all shards,
+ *                     plus layer/expert discovery by name patterns.
+ *   fm_ckpt_layer_*   one MoE layer converted to fp4moe's layouts, owning its
+ *                     buffers; hand cfg/weights to fm_layer_create or
+ *                     fm_moe_forward_ref.
+ *
+ * Statuses used for bad input (the detail message names the file and tensor):
+ *   FM_ERR_IO         cannot open / stat / map / read / write a file
+ *   FM_ERR_FORMAT     not safetensors: truncated file, header length beyond the
+ *                     file, malformed JSON, missing or ill-typed fields, unknown
+ *                     dtype, duplicate names, offsets overlapping or leaving a
+ *                     gap, bad index file, unexpected dtype for a role
+ *   FM_ERR_OUT_OF_RANGE  data_offsets beyond the data section of the file
+ *   FM_ERR_BAD_SHAPE  bytes of data_offsets != dtype size x shape; a tensor
+ *                     whose shape disagrees with its role (scales vs weight,
+ *                     gate vs up, experts of different sizes)
+ *   FM_ERR_NOT_FOUND  a tensor, layer, expert or scale that must be there is not
+ *   FM_ERR_UNSUPPORTED  a valid checkpoint fp4moe cannot represent
+ *   FM_ERR_INVALID_ARG, FM_ERR_OOM as usual.
+ * Nothing the caller owns is written on failure (out pointers are set to NULL).
+ */
+#ifndef FP4MOE_IO_H
+#define FP4MOE_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4moe/format.h"
+#include "fp4moe/moe.h"
+#include "fp4moe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- dtypes ---------------------------------------------------------------
+ * Safetensors dtype strings. F4 is packed float4_e2m1fn (two per byte). */
+typedef enum {
+    FM_DTYPE_BOOL = 0,
+    FM_DTYPE_U8,
+    FM_DTYPE_I8,
+    FM_DTYPE_U16,
+    FM_DTYPE_I16,
+    FM_DTYPE_U32,
+    FM_DTYPE_I32,
+    FM_DTYPE_U64,
+    FM_DTYPE_I64,
+    FM_DTYPE_F16,
+    FM_DTYPE_BF16,
+    FM_DTYPE_F32,
+    FM_DTYPE_F64,
+    FM_DTYPE_F8_E4M3,
+    FM_DTYPE_F8_E5M2,
+    FM_DTYPE_F8_E8M0,
+    FM_DTYPE_F4,
+    FM_DTYPE_COUNT
+} fm_dtype;
+
+/* "F8_E4M3" etc.; "?" for an invalid value. */
+const char *fm_dtype_name(fm_dtype d);
+/* Bits per element (4 for F4, 8 for U8, ...); 0 for an invalid value. */
+int fm_dtype_bits(fm_dtype d);
+/* Parse a safetensors dtype string (case-sensitive, as the format defines them).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_FORMAT (unknown). */
+fm_status fm_dtype_parse(const char *s, fm_dtype *out);
+
+/* ---- one safetensors file ------------------------------------------------- */
+
+#define FM_ST_MAX_DIMS 8
+
+/* One tensor of a file: a read-only view into the mapping. */
+typedef struct {
+    const char    *name;
+    fm_dtype       dtype;
+    int            ndim;                  /* 0 = scalar */
+    int64_t        shape[FM_ST_MAX_DIMS];
+    const uint8_t *data;                  /* nbytes bytes, no alignment promised */
+    uint64_t       nbytes;
+    uint64_t       file_offset;           /* absolute offset of data in the file */
+    const char    *file;                  /* path (or label) of the file holding it */
+} fm_st_tensor;
+
+typedef struct fm_safetensors fm_safetensors;
+
+/* Map `path` read-only and parse it. The rules (those of the reference
+ * implementation): 8-byte little-endian header length N, N <= 100 MB and
+ * 8 + N <= file size; the header is a JSON object starting with '{' (trailing
+ * spaces allowed) mapping names to {"dtype", "shape", "data_offsets": [b, e]}
+ * plus an optional "__metadata__" of strings; e - b == size(dtype) x prod(shape);
+ * the tensors tile the data section exactly (no overlap, no gap, no trailing
+ * bytes); names unique.
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_FORMAT, FM_ERR_OUT_OF_RANGE,
+ * FM_ERR_BAD_SHAPE, FM_ERR_UNSUPPORTED (more than FM_ST_MAX_DIMS dimensions), FM_ERR_OOM. */
+fm_status fm_safetensors_open(const char *path, fm_safetensors **out);
+
+/* Same rules over a caller's buffer (borrowed: it must outlive the handle);
+ * `label` names it in messages. This is the parser the fuzzer drives. */
+fm_status fm_safetensors_parse(const void *buf, size_t len, const char *label, fm_safetensors **out);
+
+/* Tensors in file order of their data (ascending offsets). */
+size_t              fm_safetensors_count(const fm_safetensors *st);
+const fm_st_tensor *fm_safetensors_at(const fm_safetensors *st, size_t i); /* NULL if out of range */
+/* Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND. */
+fm_status fm_safetensors_find(const fm_safetensors *st, const char *name, const fm_st_tensor **out);
+/* "__metadata__" value for key, or NULL. */
+const char *fm_safetensors_metadata(const fm_safetensors *st, const char *key);
+/* The path (or label) given at open. */
+const char *fm_safetensors_path(const fm_safetensors *st);
+/* Size of the file / buffer in bytes. */
+uint64_t fm_safetensors_size(const fm_safetensors *st);
+void     fm_safetensors_close(fm_safetensors *st);
+
+/* ---- writing -------------------------------------------------------------- */
+
+/* What to write: name, dtype, shape and the bytes (size(dtype) x prod(shape)). */
+typedef struct {
+    const char *name;
+    fm_dtype    dtype;
+    int         ndim;
+    int64_t     shape[FM_ST_MAX_DIMS];
+    const void *data;
+} fm_st_write_item;
+
+/* Write a safetensors file: header padded with spaces to a multiple of 8 bytes,
+ * tensors in the given order. metadata: n_meta key/value pairs
+ * (keys[i], values[i]) or n_meta = 0. The file is written to path.tmp and
+ * renamed, so a failure leaves no partial file at path.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, empty or duplicate name, bad ndim,
+ * negative dim), FM_ERR_FORMAT (bad dtype), FM_ERR_IO, FM_ERR_OOM. */
+fm_status fm_safetensors_write(const char *path, const fm_st_write_item *items, size_t n, const char *const *meta_keys,
+                               const char *const *meta_values, size_t n_meta);
+
+/* Write a model.safetensors.index.json: {"metadata": {"total_size": total_size},
+ * "weight_map": {names[i]: files[i]}}. files[i] are names relative to the index's folder.
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_OOM. */
+fm_status fm_safetensors_write_index(const char *path, const char *const *names, const char *const *files, size_t n,
+                                     uint64_t total_size);
+
+/* ---- checkpoints (one file, a folder, or an index) ------------------------ */
+
+typedef struct fm_checkpoint fm_checkpoint;
+
+/* Open `path`:
+ *   a .json file       an index {"weight_map": {tensor: file}}; shards next to it
+ *   a folder           its model.safetensors.index.json if present (else the
+ *                      only *.safetensors.index.json), else every *.safetensors in it
+ *   any other file     one safetensors file
+ * Every shard is mapped and validated now. Shard names in an index must be
+ * plain file names (no '/'): a checkpoint cannot point outside its folder.
+ * Every tensor the index names must be in the file it names; a name in two
+ * shards is an error. config.json next to the shards, if any, is read for
+ * routing settings (fm_checkpoint_load_layer).
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_FORMAT, FM_ERR_OUT_OF_RANGE,
+ * FM_ERR_BAD_SHAPE, FM_ERR_NOT_FOUND (no shards, or an indexed tensor missing),
+ * FM_ERR_UNSUPPORTED, FM_ERR_OOM. */
+fm_status fm_checkpoint_open(const char *path, fm_checkpoint **out);
+void      fm_checkpoint_close(fm_checkpoint *ck);
+
+/* All tensors of all shards, sorted by name. */
+size_t              fm_checkpoint_tensor_count(const fm_checkpoint *ck);
+const fm_st_tensor *fm_checkpoint_tensor_at(const fm_checkpoint *ck, size_t i);
+/* Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND. */
+fm_status fm_checkpoint_find(const fm_checkpoint *ck, const char *name, const fm_st_tensor **out);
+size_t      fm_checkpoint_file_count(const fm_checkpoint *ck);
+const char *fm_checkpoint_file_path(const fm_checkpoint *ck, size_t i); /* NULL if out of range */
+uint64_t    fm_checkpoint_data_bytes(const fm_checkpoint *ck);           /* sum of tensor bytes */
+
+/* ---- layouts and name patterns -------------------------------------------
+ * Patterns are tensor names with placeholders: {L} layer number, {E} expert
+ * number, {P} projection name. Suffixes are fixed by the layout:
+ *   MODELOPT (NVFP4, or BF16 when there is no weight_scale):
+ *     {expert}.{weight, weight_scale, weight_scale_2, input_scale}, one per
+ *     expert E and projection P in {gate_proj, up_proj, down_proj}:
+ *     weight U8 [N][K/2] (BF16 [N][K] unquantized), weight_scale F8_E4M3 [N][K/16],
+ *     weight_scale_2 F32 [] or [1], input_scale F32 [] or [1] (optional).
+ *   GPT_OSS (MXFP4, experts fused along dimension 0):
+ *     {expert}_blocks U8 [E][N][K/32][16], {expert}_scales U8 or F8_E8M0
+ *     [E][N][K/32], {expert}_bias [E][N] (optional); P in {gate_up_proj, down_proj};
+ *     gate_up_proj rows interleave gate and up (row 2i = gate i, 2i+1 = up i).
+ */
+typedef enum { FM_LAYOUT_AUTO = 0, FM_LAYOUT_MODELOPT = 1, FM_LAYOUT_GPT_OSS = 2 } fm_ckpt_layout;
+
+/* "auto", "modelopt", "gpt-oss". */
+const char *fm_ckpt_layout_name(fm_ckpt_layout l);
+
+typedef struct {
+    fm_ckpt_layout layout;
+    const char    *expert;      /* ModelOpt "model.layers.{L}.mlp.experts.{E}.{P}",
+                                   gpt-oss  "model.layers.{L}.mlp.experts.{P}" */
+    const char    *proj_gate;   /* ModelOpt "gate_proj"; gpt-oss "gate_up_proj" (fused) */
+    const char    *proj_up;     /* ModelOpt "up_proj"; gpt-oss NULL */
+    const char    *proj_down;   /* "down_proj" */
+    const char    *router;      /* "model.layers.{L}.mlp.gate.weight" / "...mlp.router.weight" */
+    const char    *router_bias; /* ModelOpt "model.layers.{L}.mlp.gate.e_score_correction_bias"
+                                   (ranking bias, optional); NULL for gpt-oss, whose router
+                                   bias is additive on the logits */
+    const char    *shared;      /* "model.layers.{L}.mlp.shared_experts.{P}" (optional, BF16
+                                   weights, P = gate/up/down); NULL = none */
+} fm_ckpt_names;
+
+/* Default patterns of a layout (AUTO gives MODELOPT's).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL or unknown layout). */
+fm_status fm_ckpt_names_default(fm_ckpt_layout layout, fm_ckpt_names *out);
+
+/* What fm_checkpoint_scan found. */
+typedef struct {
+    fm_ckpt_layout layout;      /* detected (or the one given) */
+    fm_format      wfmt;        /* NVFP4, MXFP4 or BF16 expert weights */
+    int            n_layers;    /* layers with routed experts */
+    int           *layers;      /* [n_layers] ascending layer numbers (owned) */
+    int           *experts;     /* [n_layers] experts per layer: highest E + 1 (ModelOpt), dim 0 (gpt-oss) */
+    int           *found;       /* [n_layers] distinct experts seen; < experts[i] means some are missing */
+    uint64_t       expert_bytes;/* bytes of all expert tensors */
+} fm_ckpt_scan;
+
+/* Detect the layout (names->layout AUTO: whichever pattern matches tensors)
+ * and list the MoE layers. names NULL = defaults of the detected layout.
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (no expert tensors match),
+ * FM_ERR_FORMAT (expert weights of an unknown dtype), FM_ERR_OOM.
+ * Free with fm_ckpt_scan_free. */
+fm_status fm_checkpoint_scan(const fm_checkpoint *ck, const fm_ckpt_names *names, fm_ckpt_scan *out);
+void      fm_ckpt_scan_free(fm_ckpt_scan *s);
+
+/* ---- loading one layer ---------------------------------------------------- */
+
+typedef struct {
+    const fm_ckpt_names *names;   /* NULL: detect layout, default patterns */
+    const fm_moe_config *routing; /* NULL: from config.json next to the checkpoint
+                                     (num_experts_per_tok, scoring_func, norm_topk_prob,
+                                     routed_scaling_factor, n_group, topk_group), else
+                                     fm_moe_config_default's; top_k is clamped to the
+                                     experts loaded. When given, its top_k, score, groups,
+                                     renormalize, routed_scale and act_nvfp4 are used. */
+    int first_expert;             /* load experts [first_expert, first_expert + n_experts) */
+    int n_experts;                /* 0 = all from first_expert (an EP shard otherwise) */
+    int swizzle_scales;           /* 1: also fill w13_sf_swizzled / w2_sf_swizzled */
+} fm_ckpt_load_opts;
+
+/* One layer in fp4moe's layout; owns every buffer it points to. */
+typedef struct {
+    fm_moe_config   cfg;          /* shapes and format from the checkpoint, routing as above */
+    fm_moe_weights  w;            /* points into the arrays below; pass to fm_layer_create */
+    fm_qtensor     *w13;          /* [n_experts] [2*inter][hidden]: gate rows then up rows */
+    fm_qtensor     *w2;           /* [n_experts] [hidden][inter] */
+    float          *router_w;     /* [n_experts][hidden] FP32 (rows of the loaded experts) */
+    float          *router_bias;  /* [n_experts] or NULL */
+    float          *a1_scale;     /* [n_experts] or NULL (no input_scale in the checkpoint) */
+    float          *a2_scale;     /* [n_experts] or NULL */
+    uint16_t       *shared_w13;   /* BF16 or NULL */
+    uint16_t       *shared_w2;    /* BF16 or NULL */
+    uint8_t       **w13_sf_swizzled; /* [n_experts] 128x4-swizzled scales (fm_sf_swizzle) or NULL */
+    uint8_t       **w2_sf_swizzled;
+    int             layer;
+    int             first_expert;
+    fm_ckpt_layout  layout;
+    /* Things in the checkpoint that fp4moe's layer does not model: */
+    int             rescaled_w13; /* experts whose gate and up weight_scale_2 differed: the
+                                     smaller-global half's E4M3 block scales were re-encoded
+                                     against the larger global (lossy, as fused kernels need) */
+    int             ignored_bias; /* 1: expert biases (gpt-oss *_bias) were not loaded */
+    int             ignored_router_bias; /* 1: additive router logit bias (gpt-oss) not loaded */
+} fm_ckpt_layer;
+
+/* Load MoE layer `layer`: validate every tensor (dtype, shape, presence of
+ * every expert and scale) before allocating, convert (gate/up concatenated or
+ * de-interleaved into w13, UE8M0/E4M3 scales copied row-major, router weight to
+ * FP32, shared expert to BF16) and fill cfg/weights.
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (layer, expert, weight or
+ * scale missing), FM_ERR_FORMAT (wrong dtype), FM_ERR_BAD_SHAPE, FM_ERR_OUT_OF_RANGE
+ * (expert range beyond the layer's), FM_ERR_NONFINITE (global or input scale not
+ * finite and positive), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
+fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
+                                   fm_ckpt_layer **out);
+void fm_ckpt_layer_free(fm_ckpt_layer *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
