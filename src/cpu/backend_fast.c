@@ -1,0 +1,247 @@
+/* backend_fast.c - the "cpu" backend: the fast CPU path (OpenMP + AVX2).
+ *
+ * One forward = route -> permute -> FC1 -> SwiGLU -> FC2 -> finalize, like the
+ * reference, but each GEMM phase is a flat list of work items (one item = one
+ * expert's weight rows [n0, n1) times ALL rows routed to that expert), shared
+ * dynamically by the threads. So each active expert's FP4 weights are streamed
+ * from memory once per forward, both cores stream at once, and experts with
+ * zero rows cost nothing. The shared expert (BF16) is one more item list with
+ * all T tokens as its rows.
+ * Routing and the NVFP4 activation round trip use the same code as the
+ * reference (moe/shared.c), so only GEMM summation order differs from it; see
+ * docs/accuracy.md for the bound.
+ * Buffers are sized for max_tokens at create time; forward allocates nothing.
+ * A layer must not run two forwards at once (they share those buffers).
+ */
+#include "cpu_internal.h"
+#include "moe/moe_internal.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS_PER_ITEM = 16 }; /* weight rows per work item: ~50 KB of NVFP4 at K=6144 */
+
+typedef struct {
+    const fm_qtensor *w;
+    const float      *A;   /* M activation rows, stride lda */
+    int64_t           lda;
+    int               M;
+    float            *Y;   /* M output rows, stride ldy */
+    int64_t           ldy;
+    int64_t           n0, n1;
+} work_item;
+
+typedef struct {
+    fm_moe_config  cfg;
+    int            max_tokens, nthreads;
+    int64_t        max_k;   /* widest K of any GEMM: rowbuf length */
+    fm_cpu_weights cw;
+    fm_qtensor     sh13, sh2; /* shared expert as BF16 tensors */
+    fm_cpu_luts    L;
+    fm_cpu_gemm_fn gemm;
+    const char    *isa;
+    /* per-forward buffers, sized for max_tokens (P = max_tokens * top_k routed rows) */
+    float         *logits, *wts, *A1, *G, *Hh, *Y, *XS, *SG, *SH, *SY, *acc, *rowbufs;
+    int32_t       *ids, *offsets, *perm, *pos, *rowexp;
+    unsigned char *qscratch;
+    work_item     *items;
+    size_t         max_items;
+} fast_state;
+
+static fm_status fast_available(void) { return FM_OK; }
+
+static void fast_destroy(void *state)
+{
+    fast_state *s = state;
+    if (!s) return;
+    void *bufs[] = {s->logits, s->wts, s->A1, s->G, s->Hh, s->Y, s->XS, s->SG, s->SH, s->SY, s->acc, s->rowbufs,
+                    s->ids, s->offsets, s->perm, s->pos, s->rowexp, s->qscratch, s->items};
+    for (size_t i = 0; i < FM_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    fm_cpu_weights_free(&s->cw);
+    free(s);
+}
+
+static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, int max_tokens, void **state)
+{
+    FM_CHECK(fm_moe_weights_check_scales(c, w));
+    if ((int64_t)max_tokens * c->top_k > INT32_MAX)
+        return fm_fail(FM_ERR_BAD_SHAPE, "cpu: max_tokens=%d x top_k=%d routed rows exceed int32", max_tokens,
+                       c->top_k);
+    fast_state *s = calloc(1, sizeof *s);
+    if (!s) return fm_fail(FM_ERR_OOM, "cpu: out of memory");
+    s->cfg = *c;
+    s->max_tokens = max_tokens;
+    s->nthreads = omp_get_max_threads();
+    s->gemm = fm_cpu_gemm_select(&s->isa);
+    fm_cpu_luts_init(&s->L, c->wfmt);
+    fm_status st = fm_cpu_weights_copy(c, w, &s->cw);
+    if (st != FM_OK) {
+        free(s);
+        return st;
+    }
+    size_t T = (size_t)max_tokens, P = T * c->top_k, E = c->n_experts, H = c->hidden, I = c->inter,
+           S = c->shared_inter;
+    if (S > 0) {
+        s->sh13 = (fm_qtensor){FM_FORMAT_BF16, 2 * (int64_t)S, (int64_t)H, (void *)s->cw.w.shared_w13, NULL, 1.0f};
+        s->sh2 = (fm_qtensor){FM_FORMAT_BF16, (int64_t)H, (int64_t)S, (void *)s->cw.w.shared_w2, NULL, 1.0f};
+    }
+    size_t wide = H > I ? H : I, rows = 2 * I > H ? 2 * I : H;
+    if (S > wide) wide = S;
+    if (2 * S > rows) rows = 2 * S;
+    s->max_k = (int64_t)wide;
+    s->max_items = (E + 1) * ((rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
+    s->logits = malloc(sizeof(float) * T * E);
+    s->wts = malloc(sizeof(float) * P);
+    s->A1 = malloc(sizeof(float) * P * H);
+    s->G = malloc(sizeof(float) * P * 2 * I);
+    s->Hh = malloc(sizeof(float) * P * I);
+    s->Y = malloc(sizeof(float) * P * H);
+    s->XS = malloc(sizeof(float) * T * H);
+    s->SG = malloc(sizeof(float) * (T * 2 * S + 1));
+    s->SH = malloc(sizeof(float) * (T * S + 1));
+    s->SY = malloc(sizeof(float) * T * H);
+    s->acc = malloc(sizeof(float) * T * H);
+    s->rowbufs = malloc(sizeof(float) * wide * s->nthreads);
+    s->ids = malloc(sizeof(int32_t) * P);
+    s->offsets = malloc(sizeof(int32_t) * (E + 1));
+    s->perm = malloc(sizeof(int32_t) * P);
+    s->pos = malloc(sizeof(int32_t) * P);
+    s->rowexp = malloc(sizeof(int32_t) * P);
+    s->qscratch = malloc(fm_moe_act_quant_scratch((int)wide) * s->nthreads);
+    s->items = malloc(sizeof(work_item) * s->max_items);
+    if (!s->logits || !s->wts || !s->A1 || !s->G || !s->Hh || !s->Y || !s->XS || !s->SG || !s->SH || !s->SY ||
+        !s->acc || !s->rowbufs || !s->ids || !s->offsets || !s->perm || !s->pos || !s->rowexp || !s->qscratch ||
+        !s->items) {
+        fast_destroy(s);
+        return fm_fail(FM_ERR_OOM, "cpu: out of memory for work buffers (max_tokens=%d)", max_tokens);
+    }
+    *state = s;
+    return FM_OK;
+}
+
+/* Append the items of one GEMM: rows [0, w->rows) of w against M rows of A. */
+static size_t add_items(work_item *it, size_t n, const fm_qtensor *w, const float *A, int M, float *Y)
+{
+    for (int64_t n0 = 0; n0 < w->rows; n0 += ROWS_PER_ITEM) {
+        int64_t n1 = n0 + ROWS_PER_ITEM < w->rows ? n0 + ROWS_PER_ITEM : w->rows;
+        it[n++] = (work_item){w, A, w->cols, M, Y, w->rows, n0, n1};
+    }
+    return n;
+}
+
+static void run_items(fast_state *s, size_t n_items)
+{
+    const work_item *it = s->items;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads)
+    for (long i = 0; i < (long)n_items; i++) {
+        float *rowbuf = s->rowbufs + (size_t)omp_get_thread_num() * s->max_k;
+        s->gemm(it[i].w, &s->L, it[i].n0, it[i].n1, it[i].A, it[i].lda, it[i].M, it[i].Y, it[i].ldy, rowbuf);
+    }
+}
+
+/* NVFP4 round trip of rows [0, P) of X (width n), per-expert static scale or
+ * dynamic. Returns the first failing row or -1. */
+static long act_quant_rows(fast_state *s, float *X, int P, int n, const float *gscale)
+{
+    long bad = -1;
+    size_t scratch = fm_moe_act_quant_scratch((int)s->max_k);
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int p = 0; p < P; p++) {
+        void *q = s->qscratch + (size_t)omp_get_thread_num() * scratch;
+        const float *g = gscale ? &gscale[s->rowexp[p]] : NULL;
+        if (fm_moe_act_quant_row(X + (size_t)p * n, n, g, q, X + (size_t)p * n) != FM_OK) {
+#pragma omp critical(fm_cpu_act_bad)
+            if (bad < 0 || p < bad) bad = p;
+        }
+    }
+    return bad;
+}
+
+static fm_status fast_forward(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+{
+    fast_state *s = state;
+    const fm_moe_config *c = &s->cfg;
+    const fm_moe_weights *w = &s->cw.w;
+    const int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter, S = c->shared_inter, P = T * K;
+    double t0 = omp_get_wtime();
+
+    fm_moe_router_logits(c, w->router_w, x, T, s->logits);
+    FM_CHECK(fm_moe_route(c, w->router_bias, s->logits, T, s->ids, s->wts));
+    FM_CHECK(fm_moe_permute(s->ids, T, K, E, s->offsets, s->perm));
+    for (int e = 0; e < E; e++)
+        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
+            s->pos[s->perm[p]] = p;
+            s->rowexp[p] = e;
+        }
+
+    /* FC1 inputs: x in FP32 per token, then gathered per routed row. */
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (long i = 0; i < (long)T * H; i++) s->XS[i] = fm_bf16_decode(x[i]);
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int p = 0; p < P; p++) memcpy(s->A1 + (size_t)p * H, s->XS + (size_t)(s->perm[p] / K) * H, sizeof(float) * H);
+    if (c->act_nvfp4) {
+        long bad = act_quant_rows(s, s->A1, P, H, w->a1_scale);
+        if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
+    }
+
+    size_t n = 0;
+    for (int e = 0; e < E; e++) {
+        int M = s->offsets[e + 1] - s->offsets[e];
+        if (M) n = add_items(s->items, n, &w->w13[e], s->A1 + (size_t)s->offsets[e] * H, M,
+                             s->G + (size_t)s->offsets[e] * 2 * I);
+    }
+    if (S > 0) n = add_items(s->items, n, &s->sh13, s->XS, T, s->SG);
+    run_items(s, n);
+
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int p = 0; p < P; p++) {
+        const float *g = s->G + (size_t)p * 2 * I;
+        fm_moe_swiglu(g, g + I, I, s->Hh + (size_t)p * I);
+    }
+    for (int t = 0; t < T && S > 0; t++) fm_moe_swiglu(s->SG + (size_t)t * 2 * S, s->SG + (size_t)t * 2 * S + S, S,
+                                                       s->SH + (size_t)t * S);
+    if (c->act_nvfp4) {
+        long bad = act_quant_rows(s, s->Hh, P, I, w->a2_scale);
+        if (bad >= 0)
+            return fm_fail(FM_ERR_NONFINITE, "cpu: FC2 input row %ld overflowed (inputs too large)", bad);
+    }
+
+    n = 0;
+    for (int e = 0; e < E; e++) {
+        int M = s->offsets[e + 1] - s->offsets[e];
+        if (M) n = add_items(s->items, n, &w->w2[e], s->Hh + (size_t)s->offsets[e] * I, M,
+                             s->Y + (size_t)s->offsets[e] * H);
+    }
+    if (S > 0) n = add_items(s->items, n, &s->sh2, s->SH, T, s->SY);
+    run_items(s, n);
+
+    /* Finalize in the reference's order: slots j ascending, then the shared expert. */
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int t = 0; t < T; t++) {
+        float *o = s->acc + (size_t)t * H;
+        for (int i = 0; i < H; i++) o[i] = 0.0f;
+        for (int j = 0; j < K; j++) {
+            const float *y = s->Y + (size_t)s->pos[t * K + j] * H;
+            const float wt = s->wts[t * K + j];
+            for (int i = 0; i < H; i++) o[i] += wt * y[i];
+        }
+        if (S > 0)
+            for (int i = 0; i < H; i++) o[i] += s->SY[(size_t)t * H + i];
+    }
+    long bad = fm_moe_first_nonfinite(s->acc, (size_t)T * H);
+    if (bad >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "cpu: out[%ld][%ld] overflowed to %g (inputs too large)", bad / H, bad % H,
+                       (double)s->acc[bad]);
+    memcpy(out, s->acc, sizeof(float) * (size_t)T * H);
+    if (stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
+    return FM_OK;
+}
+
+const fm_backend_ops fm_cpu_ops = {
+    .name = "cpu",
+    .available = fast_available,
+    .create = fast_create,
+    .forward = fast_forward,
+    .destroy = fast_destroy,
+};

@@ -1,0 +1,248 @@
+/* kernels.c - the fast path's GEMM kernels: many activation rows times one
+ * weight matrix stored as NVFP4, MXFP4 or BF16, without ever materialising the
+ * dequantized matrix.
+ *
+ * Decode (1-4 tokens) is memory-bound: each weight byte must be read once and
+ * decoded faster than DRAM delivers it. Per 16-element chunk (8 bytes):
+ *   movq 8 bytes -> split nibbles (and / shift) -> interleave lo,hi (element
+ *   order: the low nibble is the even column) -> pshufb through a 16-entry
+ *   table of 2*E2M1 (all integers: 0,1,2,3,4,6,8,12 and negatives) ->
+ *   sign-extend to 2x8 int32 -> float -> times 0.5*block_scale (one 256-entry
+ *   table per scale type, built from the format codecs)
+ * then one FMA per activation row and 8 lanes. The global scale multiplies the
+ * final sum. With M <= 4 rows the decoded chunk stays in registers ("direct");
+ * with more rows the row is decoded once into a per-thread buffer (K floats,
+ * L1/L2 resident) and reused by every group of 4 rows ("buffered"), so the
+ * weights are still streamed from memory once.
+ * Lane structure: lane l of two accumulators sums elements k with k % 16 == l
+ * (and l+8), in K order, folded by a fixed tree: every output is the same
+ * whatever M, the path or the thread that computes it.
+ * The AVX2 code is compiled with target attributes and chosen at run time
+ * (__builtin_cpu_supports), so the library needs no -march flag; the scalar
+ * path is the portable fallback.
+ */
+#include "cpu_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FM_X86 1
+#include <immintrin.h>
+#endif
+
+void fm_cpu_luts_init(fm_cpu_luts *L, fm_format f)
+{
+    for (int c = 0; c < 16; c++) L->e2m1_x2[c] = (int8_t)(2.0f * fm_e2m1_decode((uint8_t)c));
+    for (int c = 0; c < 256; c++) {
+        float s = 1.0f;
+        if (f == FM_FORMAT_NVFP4) s = fm_e4m3_decode((uint8_t)c);
+        if (f == FM_FORMAT_MXFP4) s = fm_ue8m0_decode((uint8_t)c);
+        L->scale[c] = 0.5f * s; /* exact: a power-of-two step */
+    }
+}
+
+static int fmt_block(fm_format f)
+{
+    const fm_format_traits *tr = fm_format_traits_get(f);
+    return tr && tr->block ? tr->block : 1;
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16; /* BF16 is the top half of an FP32 */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- portable path ---------------------------------------------------------- */
+
+static void decode_row_scalar(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n, float *row)
+{
+    const int64_t K = w->cols;
+    if (w->fmt == FM_FORMAT_BF16) {
+        const uint16_t *d = (const uint16_t *)w->data + n * K;
+        for (int64_t k = 0; k < K; k++) row[k] = bf16_to_f32(d[k]);
+        return;
+    }
+    const int blk = fmt_block(w->fmt);
+    const uint8_t *q = (const uint8_t *)w->data + n * (K / 2), *sc = w->scales + n * (K / blk);
+    for (int64_t k = 0; k < K; k += 2) {
+        float s = L->scale[sc[k / blk]];
+        row[k] = (float)L->e2m1_x2[q[k / 2] & 15] * s;
+        row[k + 1] = (float)L->e2m1_x2[q[k / 2] >> 4] * s;
+    }
+}
+
+static void gemm_scalar(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
+                        int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf)
+{
+    const int64_t K = w->cols;
+    for (int64_t n = n0; n < n1; n++) {
+        decode_row_scalar(w, L, n, rowbuf);
+        for (int m = 0; m < M; m++) {
+            const float *a = A + m * lda;
+            float lane[16] = {0}; /* the lane structure of the vector path */
+            int64_t k = 0;
+            for (; k + 16 <= K; k += 16)
+                for (int l = 0; l < 16; l++) lane[l] += rowbuf[k + l] * a[k + l];
+            float tail = 0.0f;
+            for (; k < K; k++) tail += rowbuf[k] * a[k];
+            float s8[8];
+            for (int l = 0; l < 8; l++) s8[l] = lane[l] + lane[l + 8];
+            float sum = ((s8[0] + s8[4]) + (s8[2] + s8[6])) + ((s8[1] + s8[5]) + (s8[3] + s8[7]));
+            Y[m * ldy + n] = (sum + tail) * w->global_scale;
+        }
+    }
+}
+
+/* ---- AVX2 + FMA path -------------------------------------------------------- */
+#ifdef FM_X86
+#define FM_AVX2 __attribute__((target("avx2,fma")))
+#define FM_AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) inline
+
+/* Fixed fold of 8 lanes: (0+4, 2+6) + (1+5, 3+7), as gemm_scalar does. */
+FM_AVX2_INLINE static float hsum8(__m256 v)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l + (l+4) */
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));                                         /* (0+4)+(2+6), (1+5)+(3+7) */
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+/* 16 E2M1 codes from 8 bytes -> two vectors of 8 floats, times s. */
+FM_AVX2_INLINE static void dec16(const uint8_t *q, __m128i lut, __m256 s, __m256 *f0, __m256 *f1)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m128i b = _mm_loadl_epi64((const __m128i *)q);
+    __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+    __m128i v = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi));
+    *f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), s);
+    *f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), s);
+}
+
+/* Weight row n of an FP4 matrix against MM (1..4) activation rows, decoded
+ * chunk by chunk in registers. MM is a compile-time constant after inlining. */
+FM_AVX2_INLINE static void fp4_row_direct(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n,
+                                          const float *A, int64_t lda, const int MM, float *Y, int64_t ldy)
+{
+    const int64_t K = w->cols, nb = K / blk;
+    const int cpb = blk / 16; /* 16-element chunks per block: 1 (NVFP4) or 2 (MXFP4) */
+    const uint8_t *q = (const uint8_t *)w->data + n * (K / 2), *sc = w->scales + n * nb;
+    const __m128i lut = _mm_loadu_si128((const __m128i *)L->e2m1_x2);
+    __m256 acc0[4], acc1[4];
+    for (int m = 0; m < MM; m++) acc0[m] = acc1[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 s = _mm256_set1_ps(L->scale[sc[b]]);
+        for (int c = 0; c < cpb; c++) {
+            const int64_t k = (b * cpb + c) * 16;
+            __m256 f0, f1;
+            dec16(q + k / 2, lut, s, &f0, &f1);
+            for (int m = 0; m < MM; m++) {
+                acc0[m] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(A + m * lda + k), acc0[m]);
+                acc1[m] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(A + m * lda + k + 8), acc1[m]);
+            }
+        }
+    }
+    for (int m = 0; m < MM; m++) Y[m * ldy + n] = hsum8(_mm256_add_ps(acc0[m], acc1[m])) * w->global_scale;
+}
+
+FM_AVX2 static void decode_row_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n, float *row)
+{
+    const int64_t K = w->cols;
+    if (w->fmt == FM_FORMAT_BF16) {
+        const uint16_t *d = (const uint16_t *)w->data + n * K;
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(d + k));
+            __m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16);
+            __m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16);
+            _mm256_storeu_ps(row + k, _mm256_castsi256_ps(lo));
+            _mm256_storeu_ps(row + k + 8, _mm256_castsi256_ps(hi));
+        }
+        for (; k < K; k++) row[k] = bf16_to_f32(d[k]);
+        return;
+    }
+    const int64_t nb = K / blk;
+    const int cpb = blk / 16;
+    const uint8_t *q = (const uint8_t *)w->data + n * (K / 2), *sc = w->scales + n * nb;
+    const __m128i lut = _mm_loadu_si128((const __m128i *)L->e2m1_x2);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 s = _mm256_set1_ps(L->scale[sc[b]]);
+        for (int c = 0; c < cpb; c++) {
+            const int64_t k = (b * cpb + c) * 16;
+            __m256 f0, f1;
+            dec16(q + k / 2, lut, s, &f0, &f1);
+            _mm256_storeu_ps(row + k, f0);
+            _mm256_storeu_ps(row + k + 8, f1);
+        }
+    }
+}
+
+/* A decoded row (K floats) against MM (1..4) activation rows. */
+FM_AVX2_INLINE static void row_dot(const float *row, int64_t K, float g, int64_t n, const float *A, int64_t lda,
+                                   const int MM, float *Y, int64_t ldy)
+{
+    __m256 acc0[4], acc1[4];
+    for (int m = 0; m < MM; m++) acc0[m] = acc1[m] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        const __m256 f0 = _mm256_loadu_ps(row + k), f1 = _mm256_loadu_ps(row + k + 8);
+        for (int m = 0; m < MM; m++) {
+            acc0[m] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(A + m * lda + k), acc0[m]);
+            acc1[m] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(A + m * lda + k + 8), acc1[m]);
+        }
+    }
+    for (int m = 0; m < MM; m++) {
+        float tail = 0.0f;
+        for (int64_t j = k; j < K; j++) tail += row[j] * A[m * lda + j];
+        Y[m * ldy + n] = (hsum8(_mm256_add_ps(acc0[m], acc1[m])) + tail) * g;
+    }
+}
+
+FM_AVX2 static void gemm_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
+                              int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf)
+{
+    const int blk = fmt_block(w->fmt);
+    const int64_t K = w->cols;
+    if (w->fmt != FM_FORMAT_BF16 && M <= 4) {
+        for (int64_t n = n0; n < n1; n++) {
+            switch (M) {
+            case 1: fp4_row_direct(w, L, blk, n, A, lda, 1, Y, ldy); break;
+            case 2: fp4_row_direct(w, L, blk, n, A, lda, 2, Y, ldy); break;
+            case 3: fp4_row_direct(w, L, blk, n, A, lda, 3, Y, ldy); break;
+            default: fp4_row_direct(w, L, blk, n, A, lda, 4, Y, ldy); break;
+            }
+        }
+        return;
+    }
+    for (int64_t n = n0; n < n1; n++) {
+        decode_row_avx2(w, L, blk, n, rowbuf);
+        int m = 0;
+        for (; m + 4 <= M; m += 4) row_dot(rowbuf, K, w->global_scale, n, A + m * lda, lda, 4, Y + m * ldy, ldy);
+        switch (M - m) {
+        case 1: row_dot(rowbuf, K, w->global_scale, n, A + m * lda, lda, 1, Y + m * ldy, ldy); break;
+        case 2: row_dot(rowbuf, K, w->global_scale, n, A + m * lda, lda, 2, Y + m * ldy, ldy); break;
+        case 3: row_dot(rowbuf, K, w->global_scale, n, A + m * lda, lda, 3, Y + m * ldy, ldy); break;
+        default: break;
+        }
+    }
+}
+#endif /* FM_X86 */
+
+fm_cpu_gemm_fn fm_cpu_gemm_select(const char **name)
+{
+    const char *isa = getenv("FM_CPU_ISA");
+    int want_scalar = isa && strcmp(isa, "scalar") == 0;
+#ifdef FM_X86
+    __builtin_cpu_init();
+    if (!want_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        if (name) *name = "avx2";
+        return gemm_avx2;
+    }
+#endif
+    (void)want_scalar;
+    if (name) *name = "scalar";
+    return gemm_scalar;
+}

@@ -1,0 +1,160 @@
+/* ref.c - fm_moe_forward_ref, the oracle every backend is measured against.
+ *
+ * Simple loops, FP32 accumulation in plain K order, nothing clever:
+ *   route (shared router logits + fm_moe_route), permute (fm_moe_permute),
+ *   then for each routed row p of expert e (token t):
+ *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4
+ *     g[n] = a . W13_e[n]  for n < 2*inter   (gate rows, then up rows)
+ *     h = silu(g[0..inter)) * g[inter..2*inter), NVFP4 round trip when act_nvfp4
+ *     y_p[n] = h . W2_e[n]
+ *   out[t] = sum_j weight[t][j] * y_(slot t,j)   (j ascending)  + shared(x[t])
+ * Weights are dequantized one row at a time with fm_dequantize (the format
+ * engineer's codec, so the oracle shares no decoding code with the fast path).
+ * Everything is computed into a private buffer and copied to `out` only when
+ * the whole pass succeeded: the caller's buffer never holds a partial result.
+ * Policy: NaN/Inf in x is rejected (FM_ERR_NONFINITE); so is an output that
+ * overflowed to Inf, rather than handing back Inf silently.
+ */
+#include "backend.h"
+#include "moe/moe_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* out[n] = W[n] . a for every row n of w (one dequantized row at a time). */
+static fm_status gemv_rows(const fm_qtensor *w, const float *a, float *wrow, float *out)
+{
+    const fm_format_traits *tr = fm_format_traits_get(w->fmt);
+    size_t row_bytes = fm_format_row_bytes(w->fmt, w->cols);
+    size_t sc_bytes = tr->block ? (size_t)(w->cols / tr->block) : 0;
+    for (int64_t n = 0; n < w->rows; n++) {
+        fm_qtensor row = *w;
+        row.rows = 1;
+        row.data = (uint8_t *)w->data + (size_t)n * row_bytes;
+        row.scales = w->scales ? w->scales + (size_t)n * sc_bytes : NULL;
+        FM_CHECK(fm_dequantize(&row, wrow));
+        float acc = 0.0f;
+        for (int64_t k = 0; k < w->cols; k++) acc += wrow[k] * a[k];
+        out[n] = acc;
+    }
+    return FM_OK;
+}
+
+/* BF16 SwiGLU MLP of one token (the shared expert). */
+static fm_status shared_mlp(const fm_moe_config *cfg, const fm_moe_weights *w, const float *a, float *wrow, float *g,
+                            float *h, float *y)
+{
+    int H = cfg->hidden, S = cfg->shared_inter;
+    fm_qtensor w13 = {.fmt = FM_FORMAT_BF16, .rows = 2LL * S, .cols = H, .data = (void *)w->shared_w13,
+                      .global_scale = 1.0f};
+    fm_qtensor w2 = {.fmt = FM_FORMAT_BF16, .rows = H, .cols = S, .data = (void *)w->shared_w2, .global_scale = 1.0f};
+    FM_CHECK(gemv_rows(&w13, a, wrow, g));
+    fm_moe_swiglu(g, g + S, S, h);
+    return gemv_rows(&w2, h, wrow, y);
+}
+
+typedef struct {
+    float   *logits, *wts, *a, *g, *h, *y, *acc, *wrow, *sy;
+    int32_t *ids, *offsets, *perm;
+    void    *qscratch;
+} ref_bufs;
+
+static void bufs_free(ref_bufs *b)
+{
+    void *all[] = {b->logits, b->wts, b->a, b->g, b->h, b->y, b->acc, b->wrow, b->sy, b->ids, b->offsets, b->perm,
+                   b->qscratch};
+    for (size_t i = 0; i < FM_ARRAY_LEN(all); i++) free(all[i]);
+}
+
+static fm_status bufs_alloc(const fm_moe_config *c, int T, ref_bufs *b)
+{
+    size_t P = (size_t)T * c->top_k, H = c->hidden, I = c->inter, S = c->shared_inter;
+    size_t wide = H > 2 * I ? H : 2 * I;
+    if (2 * S > wide) wide = 2 * S;
+    memset(b, 0, sizeof *b);
+    b->logits = malloc(sizeof(float) * (size_t)T * c->n_experts);
+    b->wts = malloc(sizeof(float) * P);
+    b->a = malloc(sizeof(float) * wide);
+    b->g = malloc(sizeof(float) * wide);
+    b->h = malloc(sizeof(float) * wide);
+    b->y = malloc(sizeof(float) * P * H);
+    b->acc = malloc(sizeof(float) * (size_t)T * H);
+    b->wrow = malloc(sizeof(float) * wide);
+    b->sy = malloc(sizeof(float) * H);
+    b->ids = malloc(sizeof(int32_t) * P);
+    b->offsets = malloc(sizeof(int32_t) * ((size_t)c->n_experts + 1));
+    b->perm = malloc(sizeof(int32_t) * P);
+    b->qscratch = malloc(fm_moe_act_quant_scratch((int)wide));
+    if (!b->logits || !b->wts || !b->a || !b->g || !b->h || !b->y || !b->acc || !b->wrow || !b->sy || !b->ids ||
+        !b->offsets || !b->perm || !b->qscratch) {
+        bufs_free(b);
+        return fm_fail(FM_ERR_OOM, "fm_moe_forward_ref: out of memory for T=%d (%zu routed rows)", T, P);
+    }
+    return FM_OK;
+}
+
+static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T, ref_bufs *b)
+{
+    int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter;
+    fm_moe_router_logits(c, w->router_w, x, T, b->logits);
+    FM_CHECK(fm_moe_route(c, w->router_bias, b->logits, T, b->ids, b->wts));
+    FM_CHECK(fm_moe_permute(b->ids, T, K, E, b->offsets, b->perm));
+
+    for (int e = 0; e < E; e++) {
+        for (int32_t p = b->offsets[e]; p < b->offsets[e + 1]; p++) {
+            int t = b->perm[p] / K;
+            for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(x[(size_t)t * H + k]);
+            if (c->act_nvfp4)
+                FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
+            FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
+            fm_moe_swiglu(b->g, b->g + I, I, b->h);
+            if (c->act_nvfp4)
+                FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
+            FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, b->y + (size_t)p * H));
+        }
+    }
+
+    /* Finalize: row p of slot s sits where perm says; invert it once. */
+    int32_t *pos = b->ids; /* ids are no longer needed: reuse as slot -> row */
+    for (int32_t p = 0; p < T * K; p++) pos[b->perm[p]] = p;
+    for (int t = 0; t < T; t++) {
+        float *o = b->acc + (size_t)t * H;
+        for (int n = 0; n < H; n++) o[n] = 0.0f;
+        for (int j = 0; j < K; j++) {
+            const float *y = b->y + (size_t)pos[t * K + j] * H;
+            float wt = b->wts[t * K + j];
+            for (int n = 0; n < H; n++) o[n] += wt * y[n];
+        }
+        if (c->shared_inter > 0) {
+            for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(x[(size_t)t * H + k]);
+            FM_CHECK(shared_mlp(c, w, b->a, b->wrow, b->g, b->h, b->sy));
+            for (int n = 0; n < H; n++) o[n] += b->sy[n];
+        }
+    }
+    long bad = fm_moe_first_nonfinite(b->acc, (size_t)T * H);
+    if (bad >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "fm_moe_forward_ref: out[%ld][%ld] overflowed to %g (inputs too large)",
+                       bad / H, bad % H, (double)b->acc[bad]);
+    return FM_OK;
+}
+
+fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T, float *out)
+{
+    fm_clear_error();
+    if (!cfg || !w || !x || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_moe_forward_ref: NULL cfg, w, x or out");
+    FM_CHECK(fm_moe_config_check(cfg));
+    if (T < 1) return fm_fail(FM_ERR_BAD_SHAPE, "fm_moe_forward_ref: T=%d < 1", T);
+    FM_CHECK(fm_moe_weights_check(cfg, w));
+    FM_CHECK(fm_moe_weights_check_scales(cfg, w));
+    size_t n = (size_t)T * cfg->hidden;
+    for (size_t i = 0; i < n; i++)
+        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+            return fm_fail(FM_ERR_NONFINITE, "fm_moe_forward_ref: x[%zu][%zu] is NaN or Inf (policy: reject)",
+                           i / cfg->hidden, i % cfg->hidden);
+    ref_bufs b;
+    FM_CHECK(bufs_alloc(cfg, T, &b));
+    fm_status s = forward(cfg, w, x, T, &b);
+    if (s == FM_OK) memcpy(out, b.acc, sizeof(float) * n);
+    bufs_free(&b);
+    return s;
+}

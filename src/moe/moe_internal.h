@@ -1,0 +1,41 @@
+/* moe_internal.h - pieces of the MoE layer that every CPU backend shares (not
+ * installed).
+ *
+ * Why shared: a backend is compared with the reference by NMSE, and routing is
+ * discontinuous (a 1-ulp change in a logit can swap the 8th and 9th expert), so
+ * every CPU backend computes the router logits with the SAME function, in the
+ * same summation order, whatever the thread count; likewise the NVFP4
+ * activation quantization (W4A4) goes through the format codecs in one place.
+ * The GEMMs are where backends differ, and only in FP32 summation order.
+ */
+#ifndef FM_MOE_INTERNAL_H
+#define FM_MOE_INTERNAL_H
+
+#include "fm_internal.h"
+
+/* logits[T][E] = x[T][hidden] (BF16) . router_w[E][hidden]^T, FP32.
+ * Each logit is one thread's fixed-order dot product (8 interleaved partial
+ * sums folded in a fixed tree), so the result does not depend on threads.
+ * No checks: callers have validated shapes. */
+void fm_moe_router_logits(const fm_moe_config *cfg, const float *router_w, const uint16_t *x, int T, float *logits);
+
+/* Bytes of scratch fm_moe_act_quant_row needs for a row of n elements. */
+size_t fm_moe_act_quant_scratch(int n);
+
+/* W4A4: dst[n] = dequant(NVFP4(src[n])), one row of n (a multiple of 16)
+ * quantized with global scale *gscale, or dynamically (amax/(6*448) of the
+ * row) when gscale is NULL. src and dst may alias. scratch: see above.
+ * Returns FM_OK or FM_ERR_NONFINITE (NaN/Inf in src; dst untouched). */
+fm_status fm_moe_act_quant_row(const float *src, int n, const float *gscale, void *scratch, float *dst);
+
+/* NaN scale codes (E4M3 0x7F/0xFF, UE8M0 0xFF) in any expert weight:
+ * FM_ERR_NONFINITE naming the first one, else FM_OK. */
+fm_status fm_moe_weights_check_scales(const fm_moe_config *cfg, const fm_moe_weights *w);
+
+/* SwiGLU of one row: h[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)). */
+void fm_moe_swiglu(const float *gate, const float *up, int n, float *h);
+
+/* First index of a NaN/Inf in x[n], or -1. */
+long fm_moe_first_nonfinite(const float *x, size_t n);
+
+#endif

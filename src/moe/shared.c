@@ -1,0 +1,72 @@
+/* shared.c - the pieces every CPU backend computes identically (see
+ * moe_internal.h for why): router logits, the NVFP4 activation round trip,
+ * SwiGLU and the weight scale scan. */
+#include "moe_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+void fm_moe_router_logits(const fm_moe_config *cfg, const float *router_w, const uint16_t *x, int T, float *logits)
+{
+    const int E = cfg->n_experts, H = cfg->hidden;
+    /* One (token, expert) dot per iteration: each logit is summed by a single
+     * thread in a fixed order, so threads never change the routing. */
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)T * E; i++) {
+        const uint16_t *xt = x + (size_t)(i / E) * H;
+        const float *we = router_w + (size_t)(i % E) * H;
+        float part[8] = {0}; /* 8 interleaved partial sums: FMA latency, not order, is the limit */
+        int k = 0;
+        for (; k + 8 <= H; k += 8)
+            for (int l = 0; l < 8; l++) part[l] += fm_bf16_decode(xt[k + l]) * we[k + l];
+        for (; k < H; k++) part[k % 8] += fm_bf16_decode(xt[k]) * we[k];
+        logits[i] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+}
+
+size_t fm_moe_act_quant_scratch(int n) { return (size_t)n / 2 + (size_t)n / 16; }
+
+fm_status fm_moe_act_quant_row(const float *src, int n, const float *gscale, void *scratch, float *dst)
+{
+    fm_qtensor q = {.fmt = FM_FORMAT_NVFP4,
+                    .rows = 1,
+                    .cols = n,
+                    .data = scratch,
+                    .scales = (uint8_t *)scratch + n / 2,
+                    .global_scale = 1.0f};
+    FM_CHECK(fm_quantize(src, gscale, &q)); /* nothing written on failure */
+    return fm_dequantize(&q, dst);
+}
+
+fm_status fm_moe_weights_check_scales(const fm_moe_config *cfg, const fm_moe_weights *w)
+{
+    const fm_format_traits *tr = fm_format_traits_get(cfg->wfmt);
+    if (!tr || tr->scale_type == FM_SCALE_NONE) return FM_OK;
+    for (int e = 0; e < cfg->n_experts; e++) {
+        const fm_qtensor *ts[2] = {&w->w13[e], &w->w2[e]};
+        for (int j = 0; j < 2; j++) {
+            size_t n = (size_t)ts[j]->rows * (size_t)(ts[j]->cols / tr->block);
+            const uint8_t *s = ts[j]->scales;
+            for (size_t i = 0; i < n; i++) {
+                int nan = tr->scale_type == FM_SCALE_E4M3 ? (s[i] & 0x7f) == 0x7f : s[i] == 0xff;
+                if (nan)
+                    return fm_fail(FM_ERR_NONFINITE, "%s[%d]: block scale [%zu][%zu] is a NaN code (0x%02x)",
+                                   j ? "w2" : "w13", e, i / (size_t)(ts[j]->cols / tr->block),
+                                   i % (size_t)(ts[j]->cols / tr->block), s[i]);
+            }
+        }
+    }
+    return FM_OK;
+}
+
+void fm_moe_swiglu(const float *gate, const float *up, int n, float *h)
+{
+    for (int i = 0; i < n; i++) h[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+long fm_moe_first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (long)i;
+    return -1;
+}
