@@ -1,0 +1,205 @@
+/* fp4moe/sim.h - the decode batching simulator: from server settings to rows per
+ * expert, grouped-GEMM time, kernel efficiency and a tokens/s ceiling.
+ *
+ * Why: during decode each expert sees about batch * top_k / experts rows per
+ * step, so a 128-row tile mostly multiplies padding.  Server settings (max
+ * running requests, MTP/speculative tokens per step, continuous decode steps)
+ * change that; this module says in advance what a setting buys.
+ *
+ * Model (docs/simulate.md has the derivations):
+ *  - one decode step carries T = max_running * tokens_per_step tokens; each
+ *    token picks top_k distinct experts.  Expert i is picked by a token with
+ *    probability pi_i (top_k / E for uniform routing), independently across
+ *    tokens, so its row count is exactly Binomial(T, pi_i).  With skew > 0 the
+ *    popularity is Zipf-like (weight 1/rank^skew, ranks assigned to experts by a
+ *    seeded permutation) and tokens pick experts by weighted sampling without
+ *    replacement (top-k of popularity + Gumbel noise, as a noisy router does);
+ *    pi_i is then estimated once by Monte-Carlo from the seed.
+ *  - EP over G GPUs: GPU g holds experts [g*E/G, (g+1)*E/G) with full shapes;
+ *    TP: every GPU holds all experts with FC1 N and FC2 K sliced by G (rounded
+ *    up to the format's block, as servers pad).  The slowest GPU sets the time.
+ *  - per GPU and GEMM: weight bytes of the active experts + activation bytes
+ *    against the GPU's bandwidth, issued FLOPs (rows padded to the tile height)
+ *    against its tensor rate (native FP4 where the GPU has it, else BF16: the
+ *    weights are dequantized); or the measured table when one matches.
+ * Nothing here needs a GPU.
+ */
+#ifndef FP4MOE_SIM_H
+#define FP4MOE_SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fp4moe/arch.h"
+#include "fp4moe/format.h"
+#include "fp4moe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FM_PARALLEL_EP = 0, FM_PARALLEL_TP = 1 } fm_parallel;
+
+/* The MoE part of a model. Figures of the presets and their sources: docs/simulate.md. */
+typedef struct {
+    char        name[32];
+    int         n_experts;      /* routed experts per MoE layer (whole model, before sharding) */
+    int         top_k;          /* routed experts per token */
+    int         hidden;         /* model dimension: FC1 K, FC2 N */
+    int         inter;          /* expert intermediate size: FC1 N = 2*inter, FC2 K = inter */
+    int         moe_layers;     /* layers with a routed MoE block */
+    int         shared_experts; /* always-on shared experts per MoE layer (BF16) */
+    int         shared_inter;   /* intermediate size of each shared expert */
+    fm_format   wfmt;           /* routed-expert weight format */
+    const char *source;         /* where the figures come from; NULL for a custom model */
+} fm_sim_model;
+
+/* Presets: glm5, deepseek-v3, qwen3-235b, gpt-oss-120b. */
+int                 fm_sim_model_count(void);
+const fm_sim_model *fm_sim_model_at(int i); /* NULL when i is out of range */
+/* Copy a preset by name (case-insensitive). FM_OK, FM_ERR_INVALID_ARG (NULL),
+ * FM_ERR_NOT_FOUND (detail lists the presets). *out untouched on failure. */
+fm_status fm_sim_model_find(const char *name, fm_sim_model *out);
+
+/* Measured grouped-GEMM times (CSV, format in docs/simulate.md):
+ *   gpu,format,gemm,experts,n,k,rows_per_expert,us
+ * one row = one grouped GEMM over `experts` experts of shape N x K, each given
+ * rows_per_expert rows, taking `us` microseconds. */
+typedef struct fm_sim_measured fm_sim_measured;
+
+/* Load a CSV. FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_IO (cannot open/read),
+ * FM_ERR_FORMAT (bad header or row; the detail names file:line),
+ * FM_ERR_OOM. *out untouched on failure. */
+fm_status fm_sim_measured_load(const char *path, fm_sim_measured **out);
+void      fm_sim_measured_free(fm_sim_measured *m);
+/* Rows loaded (0 for NULL). */
+int fm_sim_measured_rows(const fm_sim_measured *m);
+/* Time per expert of one grouped GEMM with `rows` rows (>= 0) on `gpu`/`fmt`/N/K:
+ * us / experts, linear in rows between measured points, extended beyond the
+ * last point along the last two. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND
+ * (no rows for that gpu, format and shape). */
+fm_status fm_sim_measured_us(const fm_sim_measured *m, const char *gpu, fm_format fmt, int n, int k, double rows,
+                             double *us_per_expert);
+
+typedef struct {
+    fm_sim_model model;
+    fm_gpu_info  gpu;             /* a row of the planner's GPU table (fm_gpu_find), copied */
+    int          gpus;            /* GPUs the MoE layer is spread over, >= 1 */
+    fm_parallel  parallel;        /* FM_PARALLEL_EP or FM_PARALLEL_TP */
+    int          max_running;     /* concurrent requests decoded each step, >= 1 */
+    int          tokens_per_step; /* tokens per request per step: 1 + MTP/speculative draft tokens */
+    double       accepted;        /* tokens a request keeps per step (<= tokens_per_step); 0 = all */
+    int          decode_steps;    /* decode steps per scheduler round (continuous decode), >= 1 */
+    double       round_us;        /* CPU/scheduler overhead per round, amortised over decode_steps */
+    double       skew;            /* Zipf exponent of expert popularity, 0 (uniform) .. 2 */
+    uint64_t     seed;            /* popularity permutation and Monte-Carlo */
+    int          mc_steps;        /* Monte-Carlo decode steps for the straggler time; 0 = off */
+    int          tile_m;          /* tile rows; 0 = the planner's pick (128 without a planner) */
+    double       bw_eff;          /* achieved / listed memory bandwidth, (0, 1] */
+    double       compute_eff;     /* achieved / listed tensor rate, (0, 1] */
+    double       launch_us;       /* fixed cost per grouped-GEMM launch */
+    const fm_sim_measured *measured; /* measured times, or NULL for the roofline only */
+} fm_sim_config;
+
+/* glm5 on 8x H200 (when the GPU table has it), EP, 64 requests, 1 token/step,
+ * 1 decode step, uniform routing, seed 1, no Monte-Carlo, planner tile,
+ * bw_eff 0.85, compute_eff 0.70, launch 5 us (docs/simulate.md says why). */
+void fm_sim_config_default(fm_sim_config *c);
+
+/* Validate settings. FM_OK, FM_ERR_INVALID_ARG (NULL; top_k > experts; zero
+ * GPUs; EP degree not dividing the experts; max_running/tokens/steps < 1 or
+ * too large; skew, efficiencies or overheads out of range; accepted >
+ * tokens_per_step; a GPU with no bandwidth or rate), FM_ERR_BAD_SHAPE
+ * (hidden/inter/layers < 1, hidden not a multiple of the format's block),
+ * FM_ERR_FORMAT (unknown weight format). */
+fm_status fm_sim_config_check(const fm_sim_config *c);
+
+#define FM_SIM_HIST 9 /* rows-per-expert buckets: 0, 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64-127, 128+ */
+
+typedef enum { FM_SIM_BW_BOUND = 0, FM_SIM_COMPUTE_BOUND = 1 } fm_sim_bound;
+
+/* One operating point; per MoE layer on the slowest GPU unless said otherwise. */
+typedef struct {
+    int    max_running, tokens;          /* requests, tokens in the step (T) */
+    int    local_experts;                /* experts held per GPU */
+    int    fc1_n, fc1_k, fc2_n, fc2_k;   /* per-GPU per-expert GEMM shapes */
+    int    tile_m, tile_n, tile_k;       /* tile used for padding (n, k: 0 when not from the planner) */
+    int    tile_from_planner;            /* 1: the planner picked tile_m */
+    int    straggler;                    /* index of the slowest GPU (EP) */
+    double rows_per_expert;              /* expected rows per local expert, idle ones included */
+    double rows_per_active;              /* expected rows per active expert */
+    double active_experts;               /* expected active experts on the slowest GPU */
+    int    rows_p50, rows_p90, rows_p99; /* percentiles of an active expert's rows */
+    double hist[FM_SIM_HIST];            /* share of local experts per rows bucket */
+    double waste;                        /* share of issued tile rows that are padding */
+    double weight_mb, act_mb;            /* bytes moved by the routed GEMMs, MB (1e6) */
+    double gflop_useful, gflop_issued;   /* routed GEMM work, GFLOP */
+    double mem_us, compute_us;           /* roofline terms of the routed GEMMs (FC1 + FC2) */
+    fm_sim_bound bound;                  /* which roofline term is larger */
+    double peak_tflops;                  /* tensor rate used (FP4 native, else BF16) */
+    double fc1_us, fc2_us, shared_us;    /* predicted times */
+    double layer_us;                     /* fc1 + fc2 + shared on the slowest GPU */
+    double imbalance;                    /* slowest / mean GPU routed time (1 = balanced) */
+    int    measured;                     /* 1: FC1/FC2 from the measured table */
+    int    mc;                           /* 1: layer time is the Monte-Carlo expected max over GPUs */
+    double tflops;                       /* useful routed FLOPs / routed time */
+    double efficiency;                   /* tflops / peak_tflops */
+    double bw_util;                      /* routed bytes / routed time / listed bandwidth */
+    double step_us;                      /* MoE part of one decode step (all layers + overhead) */
+    double tokens_per_s;                 /* ceiling: requests * accepted tokens / step */
+} fm_sim_result;
+
+/* Simulate one operating point. FM_OK, the statuses of fm_sim_config_check,
+ * FM_ERR_NOT_FOUND (the measured table lacks the GPU's shapes: the detail says
+ * which; use no table or measure them), FM_ERR_OOM. *out untouched on failure. */
+fm_status fm_sim_run(const fm_sim_config *c, fm_sim_result *out);
+
+/* The same at each of n values of max_running (each >= 1): out[n].
+ * Statuses as fm_sim_run (FM_ERR_INVALID_ARG for a NULL array or bad value). */
+fm_status fm_sim_sweep(const fm_sim_config *c, const int *max_running, int n, fm_sim_result *out);
+
+/* Smallest max_running in [1, hi] where the expected rows per active expert
+ * reach 8, 16, 32, 64 and where the routed GEMMs turn compute-bound; 0 = not
+ * reached. */
+typedef struct {
+    int rows_at[4];       /* for 8, 16, 32, 64 rows per active expert */
+    int compute_bound_at; /* first max_running with compute_us > mem_us */
+} fm_sim_crossings;
+/* Statuses as fm_sim_run; FM_ERR_INVALID_ARG for hi < 1. */
+fm_status fm_sim_find_crossings(const fm_sim_config *c, int hi, fm_sim_crossings *out);
+
+/* Per-token probability that each expert is picked: pi[n_experts], summing to
+ * top_k (exact k/E when skew = 0; seeded Monte-Carlo estimate otherwise).
+ * FM_OK, fm_sim_config_check's statuses, FM_ERR_OOM. */
+fm_status fm_sim_expert_probs(const fm_sim_config *c, double *pi);
+
+/* Sample `steps` decode steps of routing (T tokens each, top_k distinct experts
+ * per token) from `seed`: counts[steps][n_experts] rows per expert.
+ * FM_OK, fm_sim_config_check's statuses, FM_ERR_INVALID_ARG (steps < 1, NULL),
+ * FM_ERR_OOM. counts untouched on failure. */
+fm_status fm_sim_sample_counts(const fm_sim_config *c, int steps, uint64_t seed, int32_t *counts);
+
+/* ---- reports ---------------------------------------------------------------- */
+
+/* Human-readable description of the settings and one point (with crossings when
+ * x != NULL). FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO (write failed). */
+fm_status fm_sim_write_text(FILE *f, const fm_sim_config *c, const fm_sim_result *r, const fm_sim_crossings *x);
+/* A table of sweep points. Same statuses. */
+fm_status fm_sim_write_sweep_text(FILE *f, const fm_sim_result *r, int n);
+/* CSV: a header, then one line per point. Same statuses. */
+fm_status fm_sim_write_csv(FILE *f, const fm_sim_result *r, int n);
+/* JSON: {"config":{...}, "points":[...], "crossings":{...}} (x may be NULL).
+ * Same statuses plus FM_ERR_OOM. */
+fm_status fm_sim_write_json(FILE *f, const fm_sim_config *c, const fm_sim_result *r, int n,
+                            const fm_sim_crossings *x);
+/* Plot rows per active expert, efficiency and waste against max_running with
+ * gnuplot into a PNG. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (gnuplot is
+ * not installed: the detail says how to get it), FM_ERR_IO (gnuplot failed or
+ * wrote nothing). */
+fm_status fm_sim_plot(const char *png_path, const fm_sim_config *c, const fm_sim_result *r, int n,
+                      const fm_sim_crossings *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
