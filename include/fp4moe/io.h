@@ -266,6 +266,7 @@ typedef struct {
                                      against the larger global (lossy, as fused kernels need) */
     int             ignored_bias; /* 1: expert biases (gpt-oss *_bias) were not loaded */
     int             ignored_router_bias; /* 1: additive router logit bias (gpt-oss) not loaded */
+    void           *owned_;       /* internal: the allocation holding expert data */
 } fm_ckpt_layer;
 
 /* Load MoE layer `layer`: validate every tensor (dtype, shape, presence of

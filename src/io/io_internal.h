@@ -48,4 +48,37 @@ const char *fm_checkpoint_dir(const fm_checkpoint *ck);
  * Returns FM_OK or FM_ERR_FORMAT (other dtype) naming file and tensor. */
 fm_status fm_st_to_f32(const fm_st_tensor *t, float *dst, int64_t n);
 
+/* ---- layer loading, shared by load.c and the per-layout files ------------ */
+
+/* What load.c knows before the layout-specific part runs. */
+typedef struct {
+    const fm_checkpoint *ck;
+    fm_ckpt_names        nm;
+    int                  layer;
+    int                  first, n; /* experts [first, first + n) of n_total */
+    int                  n_total;
+    int                  hidden;   /* from the router weight */
+} fm_load_ctx;
+
+/* Validate every expert tensor of the layout, then allocate one block (owned_)
+ * and fill l->w13, l->w2, l->a1_scale, l->a2_scale, l->cfg.inter, l->cfg.wfmt,
+ * l->rescaled_w13, l->ignored_bias. On failure l may hold partial allocations
+ * that fm_ckpt_layer_free releases. */
+fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l);
+fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l);
+
+/* FM_ERR_NONFINITE naming t and the position if any of the n scale bytes is a
+ * NaN code (E4M3: 0x7F/0xFF; UE8M0: 0xFF). */
+fm_status fm_load_check_scale_codes(const fm_st_tensor *t, const uint8_t *s, size_t n, fm_scale_type st);
+
+/* Find pattern(L, E, P) + suffix; FM_ERR_NOT_FOUND names the layer, expert and tensor. */
+fm_status fm_load_find(const fm_load_ctx *c, const char *pat, int expert, const char *proj, const char *suffix,
+                       const fm_st_tensor **out);
+/* Exactly one element (shape [] or [1]) of F32/BF16/F16, finite and > 0
+ * (FM_ERR_NONFINITE otherwise), as weight_scale_2 / input_scale. */
+fm_status fm_load_scalar(const fm_st_tensor *t, float *out);
+/* Is t of dtype d (or d2 when d2 >= 0) with exactly this shape? FM_ERR_FORMAT
+ * (dtype) or FM_ERR_BAD_SHAPE otherwise, naming file, tensor and expectation. */
+fm_status fm_load_expect(const fm_st_tensor *t, fm_dtype d, int d2, int ndim, const int64_t *shape);
+
 #endif

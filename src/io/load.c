@@ -1,0 +1,278 @@
+/* load.c - fm_checkpoint_load_layer: the parts every layout shares.
+ *
+ * Order of work: resolve names; take the expert count and hidden size from the
+ * router weight (the one tensor every MoE layer has, [n_total][hidden]); check
+ * the expert range; let the layout file validate and convert the experts;
+ * then the router rows, the optional ranking bias and shared expert; routing
+ * settings from the caller, config.json or defaults; optional 128x4 swizzled
+ * scales; finally fm_moe_config_check + fm_moe_weights_check, so what is handed
+ * out is a layer fm_layer_create accepts.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "io_internal.h"
+
+#include "backend.h" /* fm_moe_weights_check */
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fm_status fm_load_find(const fm_load_ctx *c, const char *pat, int expert, const char *proj, const char *suffix,
+                       const fm_st_tensor **out)
+{
+    char name[512];
+    if (!fm_pat_format(name, sizeof name, pat, c->layer, expert, proj, suffix))
+        return fm_fail(FM_ERR_INVALID_ARG, "tensor name from pattern '%s' is too long", pat);
+    if (fm_checkpoint_find(c->ck, name, out) == FM_OK) return FM_OK;
+    if (expert >= 0)
+        return fm_fail(FM_ERR_NOT_FOUND, "layer %d expert %d: no tensor '%s' in the checkpoint", c->layer, expert,
+                       name);
+    return fm_fail(FM_ERR_NOT_FOUND, "layer %d: no tensor '%s' in the checkpoint", c->layer, name);
+}
+
+fm_status fm_load_scalar(const fm_st_tensor *t, float *out)
+{
+    if (fm_st_numel(t->ndim, t->shape) != 1 || t->ndim > 1)
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' should be a scalar ([] or [1])", t->file, t->name);
+    FM_CHECK(fm_st_to_f32(t, out, 1));
+    if (!isfinite(*out) || *out <= 0.0f)
+        return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s' = %g, must be finite and > 0", t->file, t->name,
+                       (double)*out);
+    return FM_OK;
+}
+
+fm_status fm_load_expect(const fm_st_tensor *t, fm_dtype d, int d2, int ndim, const int64_t *shape)
+{
+    if (t->dtype != d && (d2 < 0 || t->dtype != (fm_dtype)d2))
+        return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected %s%s%s", t->file, t->name,
+                       fm_dtype_name(t->dtype), fm_dtype_name(d), d2 >= 0 ? " or " : "",
+                       d2 >= 0 ? fm_dtype_name((fm_dtype)d2) : "");
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char got[160], want[160];
+        fm_st_tensor w = {.ndim = ndim};
+        memcpy(w.shape, shape, (size_t)ndim * sizeof *shape);
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' has shape %s, expected %s", t->file, t->name,
+                       fm_st_shape_str(t, got, sizeof got), fm_st_shape_str(&w, want, sizeof want));
+    }
+    return FM_OK;
+}
+
+void fm_ckpt_layer_free(fm_ckpt_layer *l)
+{
+    if (!l) return;
+    int n = l->cfg.n_experts;
+    for (int e = 0; l->w13_sf_swizzled && e < n; e++) free(l->w13_sf_swizzled[e]);
+    for (int e = 0; l->w2_sf_swizzled && e < n; e++) free(l->w2_sf_swizzled[e]);
+    free(l->w13_sf_swizzled);
+    free(l->w2_sf_swizzled);
+    free(l->owned_);
+    free(l->w13);
+    free(l->w2);
+    free(l->router_w);
+    free(l->router_bias);
+    free(l->a1_scale);
+    free(l->a2_scale);
+    free(l->shared_w13);
+    free(l->shared_w2);
+    free(l);
+}
+
+/* Routing settings from config.json (or its "text_config"), when present. */
+static void routing_from_config_json(const fm_checkpoint *ck, fm_moe_config *cfg)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", fm_checkpoint_dir(ck)) >= (int)sizeof path) return;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char *buf = malloc(1 << 20); /* config.json files are a few KB */
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!buf) return;
+    cJSON *root = cJSON_ParseWithLength(buf, n);
+    free(buf);
+    if (!root) return;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (!cJSON_IsObject(c)) c = root;
+    const cJSON *v;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "num_experts_per_tok")) && v->valuedouble >= 1)
+        cfg->top_k = v->valueint;
+    else if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "experts_per_token")) && v->valuedouble >= 1)
+        cfg->top_k = v->valueint;
+    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "scoring_func")))
+        cfg->score = strcmp(v->valuestring, "sigmoid") ? FM_SCORE_SOFTMAX : FM_SCORE_SIGMOID;
+    if (cJSON_IsBool(v = cJSON_GetObjectItemCaseSensitive(c, "norm_topk_prob"))) cfg->renormalize = cJSON_IsTrue(v);
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "routed_scaling_factor")) && v->valuedouble > 0)
+        cfg->routed_scale = (float)v->valuedouble;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "n_group")) && v->valuedouble >= 0)
+        cfg->n_group = v->valueint;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "topk_group")) && v->valuedouble >= 0)
+        cfg->topk_group = v->valueint;
+    cJSON_Delete(root);
+}
+
+static void set_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_moe_config *cfg)
+{
+    fm_moe_config r;
+    fm_moe_config_default(&r);
+    if (c->nm.layout == FM_LAYOUT_GPT_OSS) { /* gpt-oss: softmax over the top-4 logits */
+        r.score = FM_SCORE_SOFTMAX;
+        r.top_k = 4;
+        r.routed_scale = 1.0f;
+    }
+    if (o && o->routing) r = *o->routing;
+    else routing_from_config_json(c->ck, &r);
+    cfg->top_k = r.top_k < c->n ? r.top_k : c->n;
+    cfg->score = r.score;
+    cfg->renormalize = r.renormalize;
+    cfg->routed_scale = r.routed_scale;
+    cfg->act_nvfp4 = o && o->routing ? r.act_nvfp4 : 0;
+    /* Group-limited routing is defined over all experts; an EP shard routes
+     * among its own experts only, so groups are dropped there. */
+    int full = c->n == c->n_total;
+    cfg->n_group = full && r.n_group > 1 ? r.n_group : 0;
+    cfg->topk_group = cfg->n_group ? r.topk_group : 0;
+}
+
+static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
+{
+    const fm_st_tensor *t;
+    FM_CHECK(fm_load_find(c, c->nm.router, -1, NULL, NULL, &t));
+    size_t rows = (size_t)c->n, H = (size_t)c->hidden;
+    l->router_w = malloc(rows * H * sizeof *l->router_w);
+    if (!l->router_w) return fm_fail(FM_ERR_OOM, "router weight: out of memory");
+    fm_st_tensor sub = *t; /* the rows of the loaded experts */
+    sub.data = t->data + (size_t)c->first * H * (size_t)fm_dtype_bits(t->dtype) / 8;
+    FM_CHECK(fm_st_to_f32(&sub, l->router_w, (int64_t)(rows * H)));
+    if (!c->nm.router_bias) return FM_OK;
+    if (fm_load_find(c, c->nm.router_bias, -1, NULL, NULL, &t) != FM_OK) return FM_OK; /* optional */
+    int64_t shape[1] = {c->n_total};
+    fm_status s = fm_load_expect(t, FM_DTYPE_F32, FM_DTYPE_BF16, 1, shape);
+    if (s == FM_ERR_FORMAT) s = fm_load_expect(t, FM_DTYPE_F16, -1, 1, shape);
+    FM_CHECK(s);
+    if (!(l->router_bias = malloc(rows * sizeof *l->router_bias))) return fm_fail(FM_ERR_OOM, "out of memory");
+    sub = *t;
+    sub.data = t->data + (size_t)c->first * (size_t)fm_dtype_bits(t->dtype) / 8;
+    return fm_st_to_f32(&sub, l->router_bias, (int64_t)rows);
+}
+
+/* Shared expert: BF16 gate/up/down weights, optional. */
+static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
+{
+    if (!c->nm.shared) return FM_OK;
+    const char *p[3] = {c->nm.proj_gate, c->nm.proj_up ? c->nm.proj_up : "up_proj", c->nm.proj_down};
+    const fm_st_tensor *t[3];
+    if (fm_load_find(c, c->nm.shared, -1, p[0], ".weight", &t[0]) != FM_OK) return FM_OK; /* none */
+    for (int i = 1; i < 3; i++) FM_CHECK(fm_load_find(c, c->nm.shared, -1, p[i], ".weight", &t[i]));
+    if (t[0]->dtype != FM_DTYPE_BF16 || t[0]->ndim != 2)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: shared expert '%s' is %s with %d dims: only BF16 [N][K] is supported",
+                       t[0]->file, t[0]->name, fm_dtype_name(t[0]->dtype), t[0]->ndim);
+    int64_t si = t[0]->shape[0], H = c->hidden;
+    int64_t s_gu[2] = {si, H}, s_d[2] = {H, si};
+    FM_CHECK(fm_load_expect(t[0], FM_DTYPE_BF16, -1, 2, s_gu));
+    FM_CHECK(fm_load_expect(t[1], FM_DTYPE_BF16, -1, 2, s_gu));
+    FM_CHECK(fm_load_expect(t[2], FM_DTYPE_BF16, -1, 2, s_d));
+    if (si < 1 || si > (1 << 20)) return fm_fail(FM_ERR_BAD_SHAPE, "%s: shared inter %lld", t[0]->name, (long long)si);
+    size_t half = (size_t)(si * H);
+    l->shared_w13 = malloc(2 * half * sizeof *l->shared_w13);
+    l->shared_w2 = malloc(half * sizeof *l->shared_w2);
+    if (!l->shared_w13 || !l->shared_w2) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
+    memcpy(l->shared_w13, t[0]->data, half * 2); /* gate rows */
+    memcpy(l->shared_w13 + half, t[1]->data, half * 2); /* then up rows */
+    memcpy(l->shared_w2, t[2]->data, half * 2);
+    l->cfg.shared_inter = (int)si;
+    return FM_OK;
+}
+
+static fm_status swizzle_all(fm_ckpt_layer *l)
+{
+    int n = l->cfg.n_experts;
+    if (l->cfg.wfmt == FM_FORMAT_BF16) return FM_OK; /* no block scales */
+    l->w13_sf_swizzled = calloc((size_t)n, sizeof *l->w13_sf_swizzled);
+    l->w2_sf_swizzled = calloc((size_t)n, sizeof *l->w2_sf_swizzled);
+    if (!l->w13_sf_swizzled || !l->w2_sf_swizzled) return fm_fail(FM_ERR_OOM, "swizzled scales: out of memory");
+    int blk = fm_format_traits_get(l->cfg.wfmt)->block;
+    for (int e = 0; e < n; e++) {
+        const fm_qtensor *q[2] = {&l->w13[e], &l->w2[e]};
+        uint8_t **dst[2] = {&l->w13_sf_swizzled[e], &l->w2_sf_swizzled[e]};
+        for (int k = 0; k < 2; k++) {
+            size_t bytes = fm_sf_swizzled_bytes(q[k]->rows, q[k]->cols / blk);
+            if (!bytes || !(*dst[k] = malloc(bytes))) return fm_fail(FM_ERR_OOM, "swizzled scales: out of memory");
+            FM_CHECK(fm_sf_swizzle(q[k]->scales, q[k]->rows, q[k]->cols / blk, *dst[k]));
+        }
+    }
+    return FM_OK;
+}
+
+static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_ckpt_layer *l)
+{
+    l->layer = c->layer;
+    l->first_expert = c->first;
+    l->layout = c->nm.layout;
+    l->cfg.n_experts = c->n;
+    l->cfg.hidden = c->hidden;
+    if (c->nm.layout == FM_LAYOUT_GPT_OSS) FM_CHECK(fm_load_gptoss(c, l));
+    else FM_CHECK(fm_load_modelopt(c, l));
+    FM_CHECK(load_router(c, l));
+    FM_CHECK(load_shared(c, l));
+    set_routing(c, o, &l->cfg);
+    l->w = (fm_moe_weights){.router_w = l->router_w, .router_bias = l->router_bias, .w13 = l->w13, .w2 = l->w2,
+                            .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
+                            .shared_w2 = l->shared_w2};
+    if (o && o->swizzle_scales) FM_CHECK(swizzle_all(l));
+    fm_status s = fm_moe_config_check(&l->cfg);
+    if (s != FM_OK)
+        return fm_fail(s, "layer %d: the loaded configuration is invalid: %s", c->layer, fm_last_error());
+    return fm_moe_weights_check(&l->cfg, &l->w);
+}
+
+fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
+                                   fm_ckpt_layer **out)
+{
+    fm_clear_error();
+    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: out is NULL");
+    *out = NULL;
+    if (!ck) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: checkpoint is NULL");
+    if (layer < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: layer %d < 0", layer);
+    fm_load_ctx c = {.ck = ck, .layer = layer};
+    FM_CHECK(fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm));
+    const fm_st_tensor *r;
+    if (fm_load_find(&c, c.nm.router, -1, NULL, NULL, &r) != FM_OK)
+        return fm_fail(FM_ERR_NOT_FOUND, "layer %d: no router weight (%s, layout %s): not a MoE layer of this checkpoint",
+                       layer, c.nm.router, fm_ckpt_layout_name(c.nm.layout));
+    if (r->ndim != 2 || r->shape[0] < 1 || r->shape[1] < 1 || r->shape[0] > (1 << 20) || r->shape[1] > (1 << 24))
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: router '%s' should be [n_experts][hidden]", r->file, r->name);
+    if (r->dtype != FM_DTYPE_BF16 && r->dtype != FM_DTYPE_F32 && r->dtype != FM_DTYPE_F16)
+        return fm_fail(FM_ERR_FORMAT, "%s: router '%s' has dtype %s, expected BF16, F16 or F32", r->file, r->name,
+                       fm_dtype_name(r->dtype));
+    c.n_total = (int)r->shape[0];
+    c.hidden = (int)r->shape[1];
+    c.first = opts ? opts->first_expert : 0;
+    c.n = opts && opts->n_experts ? opts->n_experts : c.n_total - c.first;
+    if (c.first < 0 || c.n < 1 || c.first > c.n_total - c.n)
+        return fm_fail(FM_ERR_OUT_OF_RANGE, "layer %d: experts [%d, %d) outside the layer's [0, %d)", layer, c.first,
+                       c.first + c.n, c.n_total);
+    fm_ckpt_layer *l = calloc(1, sizeof *l);
+    if (!l) return fm_fail(FM_ERR_OOM, "out of memory");
+    fm_status s = load_into(&c, opts, l);
+    if (s != FM_OK) {
+        fm_ckpt_layer_free(l);
+        return s;
+    }
+    *out = l;
+    return FM_OK;
+}
+
+fm_status fm_load_check_scale_codes(const fm_st_tensor *t, const uint8_t *s, size_t n, fm_scale_type st)
+{
+    for (size_t i = 0; i < n; i++) {
+        int nan = st == FM_SCALE_E4M3 ? (s[i] & 0x7f) == 0x7f : s[i] == 0xff;
+        if (nan)
+            return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s': scale byte %zu is a NaN code (0x%02x)", t->file, t->name,
+                           i, s[i]);
+    }
+    return FM_OK;
+}

@@ -1,0 +1,104 @@
+/* load_gptoss.c - experts in the gpt-oss MXFP4 layout (openai/gpt-oss-*,
+ * transformers GptOssExperts): every projection is one tensor fused over the
+ * layer's experts,
+ *
+ *   tensor                 dtype          shape             meaning
+ *   gate_up_proj_blocks    U8             [E][2I][H/32][16] 32 E2M1 per 16 bytes, low nibble first
+ *   gate_up_proj_scales    U8 / F8_E8M0   [E][2I][H/32]     UE8M0 block scales, 2^(code-127)
+ *   gate_up_proj_bias      BF16/F32       [E][2I]           (optional)
+ *   down_proj_blocks       U8             [E][H][I/32][16]
+ *   down_proj_scales       U8 / F8_E8M0   [E][H][I/32]
+ *   down_proj_bias         BF16/F32       [E][H]            (optional)
+ *
+ * Row n of an expert is output feature n and [K/32][16] bytes are exactly a
+ * row-major [K/2] FP4 row, so data and scales copy straight into fm_qtensor.
+ * gate_up rows INTERLEAVE gate and up (row 2i = gate i, row 2i+1 = up i: the
+ * model splits its output as gate_up[..., ::2], gate_up[..., 1::2]); fp4moe's
+ * w13 wants gate rows then up rows, so rows are de-interleaved here.
+ * The biases and gpt-oss's clamped SwiGLU (alpha 1.702, limit 7) are outside
+ * fp4moe's layer: biases are reported (ignored_bias), not loaded.
+ */
+#include "io_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const fm_st_tensor *b, *s; /* _blocks, _scales */
+} fused_src;
+
+static fm_status find_fused(const fm_load_ctx *c, const char *proj, int64_t N, int64_t K, fused_src *fs,
+                            int *has_bias)
+{
+    FM_CHECK(fm_load_find(c, c->nm.expert, -1, proj, "_blocks", &fs->b));
+    FM_CHECK(fm_load_find(c, c->nm.expert, -1, proj, "_scales", &fs->s));
+    int64_t bs[4] = {c->n_total, N, K / 32, 16}, ss[3] = {c->n_total, N, K / 32};
+    FM_CHECK(fm_load_expect(fs->b, FM_DTYPE_U8, -1, 4, bs));
+    FM_CHECK(fm_load_expect(fs->s, FM_DTYPE_U8, FM_DTYPE_F8_E8M0, 3, ss));
+    const fm_st_tensor *bias;
+    if (fm_load_find(c, c->nm.expert, -1, proj, "_bias", &bias) == FM_OK) *has_bias = 1;
+    fm_clear_error();
+    return FM_OK;
+}
+
+fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
+{
+    if (c->nm.proj_up)
+        return fm_fail(FM_ERR_INVALID_ARG, "gpt-oss layout: gate and up are fused in proj_gate; proj_up must be NULL");
+    const fm_st_tensor *gb;
+    FM_CHECK(fm_load_find(c, c->nm.expert, -1, c->nm.proj_gate, "_blocks", &gb));
+    if (gb->ndim != 4 || gb->shape[1] < 2 || gb->shape[1] % 2 || gb->shape[1] > (1 << 24))
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' should be [E][2*inter][hidden/32][16]", gb->file, gb->name);
+    const int64_t I = gb->shape[1] / 2, H = c->hidden;
+    if (H % 32 || I % 32)
+        return fm_fail(FM_ERR_BAD_SHAPE, "layer %d: hidden=%lld and inter=%lld must be multiples of the MXFP4 block (32)",
+                       c->layer, (long long)H, (long long)I);
+    fused_src gu, dn;
+    int has_bias = 0;
+    FM_CHECK(find_fused(c, c->nm.proj_gate, 2 * I, H, &gu, &has_bias));
+    FM_CHECK(find_fused(c, c->nm.proj_down, H, I, &dn, &has_bias));
+
+    const int n = c->n;
+    const fm_format f = FM_FORMAT_MXFP4;
+    size_t d13, s13, d2, s2;
+    FM_CHECK(fm_qtensor_bytes(f, 2 * I, H, &d13, &s13));
+    FM_CHECK(fm_qtensor_bytes(f, H, I, &d2, &s2));
+    size_t per = d13 + s13 + d2 + s2;
+    l->w13 = calloc((size_t)n, sizeof *l->w13);
+    l->w2 = calloc((size_t)n, sizeof *l->w2);
+    if (per > SIZE_MAX / (size_t)n || !l->w13 || !l->w2 || !(l->owned_ = malloc(per * (size_t)n)))
+        return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d experts (%zu bytes each)", c->layer, n, per);
+    const size_t rb13 = (size_t)H / 2, sb13 = (size_t)H / 32; /* bytes per w13 row: data, scales */
+    uint8_t *base = l->owned_;
+    for (int i = 0; i < n; i++) {
+        const size_t e = (size_t)(c->first + i);
+        uint8_t *p = base + (size_t)i * per;
+        l->w13[i] = (fm_qtensor){.fmt = f, .rows = 2 * I, .cols = H, .data = p, .scales = p + d13, .global_scale = 1.0f};
+        l->w2[i] = (fm_qtensor){.fmt = f, .rows = H, .cols = I, .data = p + d13 + s13, .scales = p + d13 + s13 + d2,
+                                .global_scale = 1.0f};
+        const uint8_t *gd = gu.b->data + e * d13, *gs = gu.s->data + e * s13;
+        FM_CHECK(fm_load_check_scale_codes(gu.s, gs, s13, FM_SCALE_UE8M0)); /* byte index within expert e */
+        for (int64_t r = 0; r < 2 * I; r++) { /* source row r -> gate row r/2 or up row I + r/2 */
+            int64_t dst = (r & 1) ? I + r / 2 : r / 2;
+            memcpy((uint8_t *)l->w13[i].data + (size_t)dst * rb13, gd + (size_t)r * rb13, rb13);
+            memcpy(l->w13[i].scales + (size_t)dst * sb13, gs + (size_t)r * sb13, sb13);
+        }
+        FM_CHECK(fm_load_check_scale_codes(dn.s, dn.s->data + e * s2, s2, FM_SCALE_UE8M0));
+        memcpy(l->w2[i].data, dn.b->data + e * d2, d2);
+        memcpy(l->w2[i].scales, dn.s->data + e * s2, s2);
+    }
+    /* gpt-oss's router has an additive logit bias: not a ranking-only bias. */
+    char rb[512];
+    const fm_st_tensor *t;
+    size_t rl = strlen(c->nm.router);
+    if (rl > 7 && !strcmp(c->nm.router + rl - 7, ".weight") && rl < sizeof rb) {
+        memcpy(rb, c->nm.router, rl - 7);
+        strcpy(rb + rl - 7, ".bias");
+        if (fm_load_find(c, rb, -1, NULL, NULL, &t) == FM_OK) l->ignored_router_bias = 1;
+        fm_clear_error();
+    }
+    l->ignored_bias = has_bias;
+    l->cfg.inter = (int)I;
+    l->cfg.wfmt = f;
+    return FM_OK;
+}

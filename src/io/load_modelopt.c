@@ -1,0 +1,148 @@
+/* load_modelopt.c - experts in the NVIDIA Model Optimizer (ModelOpt) layout:
+ * one tensor set per expert E and projection P (gate_proj, up_proj, down_proj):
+ *
+ *   tensor          dtype    shape        meaning
+ *   weight          U8       [N][K/2]     two E2M1 codes per byte, low nibble = even k
+ *   weight_scale    F8_E4M3  [N][K/16]    block scales (U8 accepted: same bytes)
+ *   weight_scale_2  F32      [] or [1]    per-tensor global scale
+ *   input_scale     F32      [] or [1]    activation global scale (optional)
+ * or, unquantized, a BF16 weight [N][K] alone.
+ *
+ * fp4moe fuses gate and up into w13 = [gate rows; up rows] with ONE global
+ * scale. ModelOpt exports gate and up with the same weight_scale_2 when it
+ * knows they are fused; when they differ, the half with the smaller global is
+ * re-expressed against the larger one (its E4M3 block scales multiplied by
+ * g_half / g, re-rounded), as fused-MoE loaders must; the count is reported
+ * in rescaled_w13. a1_scale = max(gate, up) input_scale, a2_scale = down's.
+ * Everything is validated before anything is allocated.
+ */
+#include "io_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { P_GATE, P_UP, P_DOWN, P_COUNT };
+
+typedef struct {
+    const fm_st_tensor *w, *s; /* weight, weight_scale (NULL for BF16) */
+    float               g, in; /* weight_scale_2 (1 for BF16), input_scale (0 if absent) */
+} proj_src;
+
+static fm_status find_proj(const fm_load_ctx *c, int e, const char *proj, fm_format f, int has_in, int64_t N,
+                           int64_t K, proj_src *ps)
+{
+    const char *pat = c->nm.expert;
+    FM_CHECK(fm_load_find(c, pat, e, proj, ".weight", &ps->w));
+    int64_t ws[2] = {N, f == FM_FORMAT_NVFP4 ? K / 2 : K};
+    FM_CHECK(fm_load_expect(ps->w, f == FM_FORMAT_NVFP4 ? FM_DTYPE_U8 : FM_DTYPE_BF16, -1, 2, ws));
+    ps->g = 1.0f;
+    ps->in = 0.0f;
+    if (f == FM_FORMAT_NVFP4) {
+        const fm_st_tensor *g;
+        int64_t ss[2] = {N, K / 16};
+        FM_CHECK(fm_load_find(c, pat, e, proj, ".weight_scale", &ps->s));
+        FM_CHECK(fm_load_expect(ps->s, FM_DTYPE_F8_E4M3, FM_DTYPE_U8, 2, ss));
+        FM_CHECK(fm_load_find(c, pat, e, proj, ".weight_scale_2", &g));
+        FM_CHECK(fm_load_scalar(g, &ps->g));
+    }
+    if (has_in) {
+        const fm_st_tensor *in;
+        FM_CHECK(fm_load_find(c, pat, e, proj, ".input_scale", &in));
+        FM_CHECK(fm_load_scalar(in, &ps->in));
+    }
+    return FM_OK;
+}
+
+/* Copy rows of one projection (data + scales) into a qtensor at row offset r0. */
+static fm_status copy_proj(const proj_src *ps, fm_qtensor *q, int64_t r0, float g_target)
+{
+    size_t rb = fm_format_row_bytes(q->fmt, q->cols), sb = fm_format_row_scale_bytes(q->fmt, q->cols);
+    size_t rows = (size_t)ps->w->shape[0];
+    memcpy((uint8_t *)q->data + (size_t)r0 * rb, ps->w->data, rows * rb);
+    if (!ps->s) return FM_OK;
+    uint8_t *dst = q->scales + (size_t)r0 * sb;
+    FM_CHECK(fm_load_check_scale_codes(ps->s, ps->s->data, rows * sb, FM_SCALE_E4M3));
+    if (ps->g == g_target) {
+        memcpy(dst, ps->s->data, rows * sb);
+        return FM_OK;
+    }
+    float ratio = ps->g / g_target; /* < 1: this half had the smaller global */
+    for (size_t i = 0; i < rows * sb; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(ps->s->data[i]) * ratio);
+    return FM_OK;
+}
+
+fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
+{
+    const char *pn[P_COUNT] = {c->nm.proj_gate, c->nm.proj_up, c->nm.proj_down};
+    const fm_st_tensor *g0;
+    FM_CHECK(fm_load_find(c, c->nm.expert, c->first, pn[P_GATE], ".weight", &g0));
+    fm_format f;
+    if (g0->dtype == FM_DTYPE_U8) f = FM_FORMAT_NVFP4;
+    else if (g0->dtype == FM_DTYPE_BF16) f = FM_FORMAT_BF16;
+    else
+        return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected U8 (NVFP4) or BF16", g0->file, g0->name,
+                       fm_dtype_name(g0->dtype));
+    if (g0->ndim != 2 || g0->shape[0] < 1 || g0->shape[0] > (1 << 24))
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' should be 2-D [inter][hidden%s]", g0->file, g0->name,
+                       f == FM_FORMAT_NVFP4 ? "/2" : "");
+    const int64_t I = g0->shape[0], H = c->hidden;
+    if (f == FM_FORMAT_NVFP4 && (H % 16 || I % 16))
+        return fm_fail(FM_ERR_BAD_SHAPE, "layer %d: hidden=%lld and inter=%lld must be multiples of the NVFP4 block (16)",
+                       c->layer, (long long)H, (long long)I);
+    const fm_st_tensor *probe;
+    int has_in = fm_load_find(c, c->nm.expert, c->first, pn[P_GATE], ".input_scale", &probe) == FM_OK;
+    fm_clear_error();
+
+    const int n = c->n;
+    proj_src *src = calloc((size_t)n * P_COUNT, sizeof *src);
+    if (!src) return fm_fail(FM_ERR_OOM, "out of memory");
+    fm_status s = FM_OK;
+    for (int i = 0; i < n && s == FM_OK; i++)
+        for (int p = 0; p < P_COUNT && s == FM_OK; p++)
+            s = find_proj(c, c->first + i, pn[p], f, has_in, p == P_DOWN ? H : I, p == P_DOWN ? I : H,
+                          &src[i * P_COUNT + p]);
+    if (s != FM_OK) {
+        free(src);
+        return s;
+    }
+
+    /* Everything is valid: one allocation for all experts' data and scales. */
+    size_t d13, s13, d2, s2;
+    FM_CHECK(fm_qtensor_bytes(f, 2 * I, H, &d13, &s13));
+    FM_CHECK(fm_qtensor_bytes(f, H, I, &d2, &s2));
+    size_t per = d13 + s13 + d2 + s2;
+    l->w13 = calloc((size_t)n, sizeof *l->w13);
+    l->w2 = calloc((size_t)n, sizeof *l->w2);
+    if (has_in) {
+        l->a1_scale = malloc((size_t)n * sizeof *l->a1_scale);
+        l->a2_scale = malloc((size_t)n * sizeof *l->a2_scale);
+    }
+    if (per > SIZE_MAX / (size_t)n || !l->w13 || !l->w2 || (has_in && (!l->a1_scale || !l->a2_scale)) ||
+        !(l->owned_ = malloc(per * (size_t)n))) {
+        free(src);
+        return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d experts (%zu bytes each)", c->layer, n, per);
+    }
+    uint8_t *base = l->owned_;
+    for (int i = 0; i < n && s == FM_OK; i++) {
+        const proj_src *ps = &src[i * P_COUNT];
+        uint8_t *p = base + (size_t)i * per;
+        float g13 = ps[P_GATE].g > ps[P_UP].g ? ps[P_GATE].g : ps[P_UP].g;
+        l->w13[i] = (fm_qtensor){.fmt = f, .rows = 2 * I, .cols = H, .data = p, .scales = s13 ? p + d13 : NULL,
+                                 .global_scale = g13};
+        l->w2[i] = (fm_qtensor){.fmt = f, .rows = H, .cols = I, .data = p + d13 + s13,
+                                .scales = s2 ? p + d13 + s13 + d2 : NULL, .global_scale = ps[P_DOWN].g};
+        if (ps[P_GATE].g != ps[P_UP].g) l->rescaled_w13++;
+        s = copy_proj(&ps[P_GATE], &l->w13[i], 0, g13);
+        if (s == FM_OK) s = copy_proj(&ps[P_UP], &l->w13[i], I, g13);
+        if (s == FM_OK) s = copy_proj(&ps[P_DOWN], &l->w2[i], 0, ps[P_DOWN].g);
+        if (has_in) {
+            l->a1_scale[i] = ps[P_GATE].in > ps[P_UP].in ? ps[P_GATE].in : ps[P_UP].in;
+            l->a2_scale[i] = ps[P_DOWN].in;
+        }
+    }
+    free(src);
+    if (s != FM_OK) return s;
+    l->cfg.inter = (int)I;
+    l->cfg.wfmt = f;
+    return FM_OK;
+}
