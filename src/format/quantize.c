@@ -115,7 +115,7 @@ fm_status fm_quantize(const float *src, const float *global_scale_in, fm_qtensor
         float a = fabsf(v);
         if (a > amax) amax = a;
     }
-    if (dst->fmt == FM_FORMAT_BF16 && amax >= 0x1.fffep+127f) /* rounds up to Inf in BF16 */
+    if (dst->fmt == FM_FORMAT_BF16 && isinf(fm_bf16_decode(fm_bf16_encode(amax)))) /* >= 0x1.ffp127 */
         return fm_fail(FM_ERR_NONFINITE, "fm_quantize: |x| = %g overflows BF16", (double)amax);
 
     float g = 1.0f;

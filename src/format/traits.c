@@ -62,7 +62,8 @@ size_t fm_format_row_bytes(fm_format f, int64_t cols)
 {
     const fm_format_traits *t = fm_format_traits_get(f);
     if (!t || !cols_ok(t, cols)) return 0;
-    return (size_t)cols * (size_t)t->elem_bits / 8u;
+    /* cols / 8 first: no overflow for any int64_t cols */
+    return (size_t)(cols / 8) * (size_t)t->elem_bits + (size_t)(cols % 8) * (size_t)t->elem_bits / 8u;
 }
 
 size_t fm_format_row_scale_bytes(fm_format f, int64_t cols)
