@@ -94,7 +94,10 @@ static int do_quant(const char *fmtname, int64_t rows, int64_t cols, const char 
     if (!src || nbytes != (size_t)(rows * cols) * 4) return 2;
     size_t db = 0, sb = 0;
     int32_t st = fm_qtensor_bytes(f, rows, cols, &db, &sb);
-    if (st != FM_OK) return put(&st, 4);
+    if (st != FM_OK) {
+        free(src);
+        return put(&st, 4);
+    }
     fm_qtensor t = {.fmt = f, .rows = rows, .cols = cols, .data = malloc(db), .scales = malloc(sb + 1)};
     float *dq = malloc((size_t)(rows * cols) * 4);
     if (!t.data || !t.scales || !dq) return 2;

@@ -219,8 +219,9 @@ static void test_zero_blocks(void **state)
 
 /* One huge value.  It sets the NVFP4 global scale, and the E4M3 block scale's
  * dynamic range (448 / 2^-9, about 2^17.8) then flushes blocks whose amax is
- * below ~amax / 2.3e5 to zero: a property of NVFP4 itself, checked here so it
- * stays documented.  MXFP4 has no global scale: other blocks are unaffected. */
+ * at most amax / (448 * 1024), about amax / 4.6e5, to zero (their scale
+ * 448 * amax_b / amax rounds to E4M3 0): a property of NVFP4 itself, checked
+ * here so it stays documented.  MXFP4 has no global scale: other blocks are unaffected. */
 static void test_single_huge_value(void **state)
 {
     (void)state;
