@@ -59,7 +59,9 @@ size_t fm_format_row_bytes(fm_format f, int64_t cols);
 /* Scale bytes per row (cols / block), 0 for BF16 or a bad cols. */
 size_t fm_format_row_scale_bytes(fm_format f, int64_t cols);
 
-/* ---- scalar codecs: round-to-nearest-even everywhere ---------------------
+/* ---- scalar codecs: round-to-nearest-even (integer arithmetic on the float32
+ * bits, independent of the FPU rounding mode); exact decoding of every code.
+ * Oracle: ml_dtypes (tests/py/codec_oracle.py); policies in docs/formats.md.
  * E2M1: values ±{0,0.5,1,1.5,2,3,4,6}; |x| > 6 (and ±Inf) saturates to ±6; ties
  *       to even (0.25 -> 0, 0.75 -> 1, 2.5 -> 2, 5 -> 4); NaN -> 0x0 (+0: the
  *       format has no NaN; ml_dtypes float4_e2m1fn gives -0 for +NaN, we don't
@@ -92,37 +94,58 @@ typedef struct {
     int64_t   cols;         /* K, a multiple of the format's block */
     void     *data;         /* BF16: uint16_t[rows][cols]; FP4: uint8_t[rows][cols/2] */
     uint8_t  *scales;       /* [rows][cols/block] row-major; NULL for BF16 */
-    float     global_scale; /* NVFP4: weight_scale_2; 1.0f otherwise */
+    float     global_scale; /* NVFP4: weight_scale_2; 1.0f otherwise (fm_quantize sets it) */
 } fm_qtensor;
 
-/* Bytes needed for data and scales of a rows x cols matrix in format f.
- * Returns FM_OK, FM_ERR_FORMAT, FM_ERR_BAD_SHAPE (rows/cols <= 0, cols not a multiple of block). */
+/* Bytes needed for data and scales of a rows x cols matrix in format f
+ * (scale bytes 0 for BF16). Either output pointer may be NULL; outputs are
+ * written only on FM_OK.
+ * Returns FM_OK, FM_ERR_FORMAT, FM_ERR_BAD_SHAPE (rows/cols <= 0, cols not a
+ * multiple of block, or a size that overflows size_t). */
 fm_status fm_qtensor_bytes(fm_format f, int64_t rows, int64_t cols, size_t *data_bytes, size_t *scale_bytes);
 
 /* Quantize src[rows][cols] (FP32) into dst, whose fmt/rows/cols/data/scales the
  * caller has set (buffers sized by fm_qtensor_bytes).
  *  NVFP4 (ModelOpt): global = amax / (6*448) (or *global_scale_in if not NULL;
  *    amax == 0 gives global = 1), block scale = E4M3(amax_block / (6*global)),
- *    element = E2M1(x / (decoded_block_scale * global)) (0 when the block scale is 0).
+ *    element = E2M1(x / (decoded_block_scale * global)) (0 when the block scale is 0);
+ *    all float32, in this order. A derived global below FLT_MIN is raised to FLT_MIN.
+ *    *global_scale_in must be finite, normal and positive.
  *  MXFP4 (OCP MX v1.0): scale = 2^(floor(log2(amax_block)) - 2) as UE8M0 (2^-127 for
- *    an all-zero block), element = E2M1(x / scale).
- *  BF16: element = bf16(x).
- * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers), FM_ERR_FORMAT, FM_ERR_BAD_SHAPE,
- * FM_ERR_NONFINITE (NaN/Inf in src: nothing written). */
+ *    an all-zero block; exponent clamped to [-127, 127]), element = E2M1(x / scale).
+ *  BF16: element = bf16(x). global_scale_in is ignored except for NVFP4.
+ * dst->global_scale is set (1.0f for BF16 / MXFP4). Everything is validated
+ * before the first write: on failure no byte of dst's buffers changes.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL src/dst/data, NULL scales for FP4, bad
+ * *global_scale_in), FM_ERR_FORMAT (unknown dst->fmt), FM_ERR_BAD_SHAPE,
+ * FM_ERR_NONFINITE (NaN/Inf in src, or a finite value that overflows BF16). */
 fm_status fm_quantize(const float *src, const float *global_scale_in, fm_qtensor *dst);
 
-/* Dequantize src into dst[rows][cols] FP32. Same statuses as fm_quantize
- * (FM_ERR_NONFINITE when a scale decodes to NaN). */
+/* Dequantize src into dst[rows][cols] FP32: (e2m1 * block_scale) * global.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL src/dst/data, NULL scales for FP4),
+ * FM_ERR_FORMAT, FM_ERR_BAD_SHAPE, FM_ERR_NONFINITE (a scale code that decodes
+ * to NaN: E4M3 0x7F/0xFF, UE8M0 0xFF; or a non-finite NVFP4 global scale);
+ * nothing is written on failure. (MXFP4 scales >= 2^126, which fm_quantize
+ * never produces, can dequantize to +-Inf.) */
 fm_status fm_dequantize(const fm_qtensor *src, float *dst);
 
 /* ---- scale-factor layouts -------------------------------------------------
  * The "128x4" swizzled layout of CUTLASS's block-scaled kernels (SM100/SM120,
- * cute::Sm1xxBlockScaledConfig): the scale matrix [rows][sf_cols] is padded to
- * rows % 128 == 0 and sf_cols % 4 == 0 and cut into 128x4 atoms of 512 bytes;
- * atoms are stored column-of-atoms-major along K within a 128-row band; inside
- * an atom, scale (r, c) sits at byte (r % 32) * 16 + (r / 32) * 4 + c.
+ * cutlass::detail::Sm1xxBlockScaledConfig, K-major SfKMajorAtom): the scale
+ * matrix [rows][sf_cols] is padded to Rp = ceil(rows/128)*128 rows and
+ * Kp = ceil(sf_cols/4)*4 columns and cut into 128x4 atoms of 512 bytes; the
+ * atoms of one 128-row band are consecutive along K.  Scale (r, c) sits at
+ *     ((r / 128) * (Kp / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4
+ * (the same as vLLM/SGLang's host "interleave":
+ *  reshape(Rp/128, 4, 32, Kp/4, 4).permute(0, 3, 2, 1, 4)).
  * Padding bytes are written as 0. */
+
+/* Rp * Kp bytes; 0 when rows or sf_cols is outside [1, 2^31]. */
 size_t    fm_sf_swizzled_bytes(int64_t rows, int64_t sf_cols);
+/* Row-major [rows][sf_cols] -> swizzled (fm_sf_swizzled_bytes bytes, padding 0);
+ * fm_sf_unswizzle is the inverse (reads only the non-padding bytes).
+ * Return FM_OK, FM_ERR_INVALID_ARG (NULL buffer), FM_ERR_BAD_SHAPE (rows or
+ * sf_cols outside [1, 2^31]); nothing is written on failure. */
 fm_status fm_sf_swizzle(const uint8_t *row_major, int64_t rows, int64_t sf_cols, uint8_t *swizzled);
 fm_status fm_sf_unswizzle(const uint8_t *swizzled, int64_t rows, int64_t sf_cols, uint8_t *row_major);
 
