@@ -1,0 +1,109 @@
+/* fp4moe/cuda.h - the GPU grouped GEMM with FP4 weights (present when the
+ * library is built with nvcc: FM_HAVE_CUDA).
+ *
+ * For every expert e:  Y_e[m_e x N] = X_e[m_e x K] . W_e^T
+ *   X   BF16, the rows of all experts contiguous in expert order; expert e owns
+ *       rows [offsets[e], offsets[e+1]) where `offsets` lives in DEVICE memory
+ *       (the host never needs the counts: a launch is CUDA-graph capturable);
+ *   W   NVFP4 or MXFP4, prepacked once by fm_cuda_weights_create;
+ *   FP32 accumulation; the epilogue chooses the output:
+ *     FM_CUDA_EPI_NONE      y: BF16 [rows][N]
+ *     FM_CUDA_EPI_SWIGLU    y: BF16 [rows][N/2] = silu(gate) * up, gate = features
+ *                      [0, N/2), up = [N/2, N) (FC1 of an MoE expert)
+ *     FM_CUDA_EPI_FINALIZE  y: FP32 [n_tokens][N]; out[row_token[r]] += row_weight[r] * Y[r],
+ *                      by atomicAdd (the summation order varies run to run)
+ *     FM_CUDA_EPI_FINALIZE_DET  same sum, deterministic: Y rows go to `scratch`
+ *                      (FP32 [rows][N]) and a second kernel adds, for each token,
+ *                      its slots in ascending slot order (token_slots).
+ *
+ * Prepacked weight layout (documented in src/cuda/prepack.c, tested by
+ * tests/gpu/test_cuda_prepack.c): per expert, per 16-row band, per 64-column
+ * chunk, 512 bytes = 32 lanes x 16 bytes, each lane's 16 bytes being exactly its
+ * mma.sync A fragments for that chunk; K is zero-padded to a multiple of 64.
+ * Scales become one byte each in an exponent-offset code that the kernel turns
+ * into a BF16 multiplier with one integer multiply-add.
+ */
+#ifndef FP4MOE_CUDA_H
+#define FP4MOE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4moe/format.h"
+#include "fp4moe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tile configuration of the small-batch kernel family (see src/plan/fm_kernels_smem.h). */
+typedef struct {
+    int warps, mt, nt, kc, stages;
+} fm_cuda_tile;
+
+typedef enum {
+    FM_CUDA_EPI_NONE = 0,
+    FM_CUDA_EPI_SWIGLU = 1,
+    FM_CUDA_EPI_FINALIZE = 2,
+    FM_CUDA_EPI_FINALIZE_DET = 3,
+} fm_cuda_epilogue;
+
+/* Prepacked device weights of n_experts experts, each [N][K]. */
+typedef struct fm_cuda_weights fm_cuda_weights;
+
+/* Prepack w[0..n_experts) (host fm_qtensor, all NVFP4 or all MXFP4, same N and K,
+ * K a multiple of 16 (NVFP4) or 32 (MXFP4)) and upload them to the current device.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, n_experts < 1), FM_ERR_FORMAT (BF16 or
+ * mixed formats, a negative block scale), FM_ERR_BAD_SHAPE (N not a multiple of 16,
+ * shapes differ), FM_ERR_NONFINITE (a NaN scale code or global scale),
+ * FM_ERR_UNSUPPORTED (MXFP4 scales of one expert spanning more than 2^120),
+ * FM_ERR_NO_DEVICE, FM_ERR_OOM, FM_ERR_CUDA. *out is NULL on failure. */
+fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_weights **out);
+void      fm_cuda_weights_destroy(fm_cuda_weights *w);
+/* Shape of prepacked weights (any pointer may be NULL). */
+void fm_cuda_weights_shape(const fm_cuda_weights *w, int *n_experts, int *n, int *k, fm_format *fmt);
+/* Bytes the kernel streams per full pass: FP4 data + scale bytes, padded K. */
+size_t fm_cuda_weights_bytes(const fm_cuda_weights *w);
+
+typedef struct {
+    const fm_cuda_weights *w;
+    const uint16_t *x;         /* device BF16 [rows][K] (16-byte aligned, K as in w) */
+    const int32_t  *offsets;   /* device [n_experts+1], offsets[0] = 0, non-decreasing */
+    int             max_rows;  /* rows the buffers hold: offsets[E] <= max_rows (checked on device: rows past it are skipped) */
+    fm_cuda_epilogue     epi;
+    void           *y;         /* device output, see the epilogue table */
+    /* FINALIZE / FINALIZE_DET */
+    const float    *row_weight;  /* device [rows] router weight of each permuted row */
+    const int32_t  *row_token;   /* device [rows] token of each permuted row (FINALIZE) */
+    int             n_tokens;    /* tokens in y */
+    int             top_k;       /* FINALIZE_DET: slots per token */
+    const int32_t  *token_slots; /* FINALIZE_DET: device [n_tokens*top_k] permuted row of each slot */
+    float          *scratch;     /* FINALIZE_DET: device FP32 [max_rows][N] */
+    /* tile: NULL picks the default for expected_rows rows per expert */
+    const fm_cuda_tile *tile;
+    int             expected_rows; /* average rows per expert, for the default tile (>= 1) */
+    size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
+    void           *stream;        /* cudaStream_t, NULL = default stream */
+} fm_cuda_gemm_args;
+
+/* Launch the grouped GEMM (asynchronous on a->stream).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
+ * N odd for SwiGLU), FM_ERR_MISALIGNED (x not 16-byte aligned),
+ * FM_ERR_UNSUPPORTED (a tile that is not compiled in, SwiGLU with an odd mt or
+ * N/2 not a multiple of the tile's features), FM_ERR_SMEM_EXCEEDED (the tile's
+ * shared memory, from fm_smem_swapab, exceeds the limit; nothing launched),
+ * FM_ERR_NO_DEVICE, FM_ERR_CUDA (launch failure). */
+fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a);
+
+/* The tile fm_cuda_gemm picks when a->tile is NULL. */
+fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n);
+
+/* Shared memory the compiled kernel of `t` was given at its last launch and its
+ * static size, from cudaFuncGetAttributes (for the planner conformance test).
+ * Returns FM_OK, FM_ERR_UNSUPPORTED (not compiled in), FM_ERR_CUDA. */
+fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *static_smem, size_t *max_dynamic_smem);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

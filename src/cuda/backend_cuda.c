@@ -1,0 +1,195 @@
+/* backend_cuda.c - the "cuda" backend: the routed MoE layer on the GPU.
+ *
+ * forward(x[T][H]):
+ *   1. router logits on the GPU (moe_kernels.cu), copied back (T x E floats);
+ *   2. routing (fm_moe_route) and the stable permutation (fm_moe_permute) on the
+ *      host, with the library's own functions, so that ties break exactly as in
+ *      the reference; offsets, permutation, row weights and tokens go up;
+ *   3. gather the routed rows into expert order (GPU);
+ *   4. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16;
+ *   5. FC2 + FINALIZE_DET: out[t] = sum over t's slots of weight * (h . W2^T),
+ *      deterministic slot order;
+ *   6. out copied back. The kernels' time (CUDA events) goes into stats.
+ * Not done yet: routing on the device (step 2), the BF16 shared expert and
+ * act_nvfp4 (create returns FM_ERR_UNSUPPORTED for those configurations).
+ */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda/cuda_internal.h"
+#include "cuda/moe_kernels.h"
+
+typedef struct {
+    fm_moe_config    cfg;
+    int              max_tokens;
+    fm_cuda_weights *w13, *w2;
+    float           *router_bias; /* host copy or NULL */
+    float           *d_router;
+    uint16_t        *d_x, *d_xp, *d_h;
+    float           *d_logits, *d_out, *d_scratch, *d_rw;
+    int32_t         *d_off, *d_tok, *d_slots;
+    /* host scratch */
+    float   *logits, *weights, *rw;
+    int32_t *ids, *off, *perm, *tok, *slots;
+    cudaEvent_t ev0, ev1;
+} cuda_state;
+
+static fm_status cu_err(cudaError_t e, const char *what)
+{
+    if (e == cudaErrorMemoryAllocation) return fm_fail(FM_ERR_OOM, "cuda backend: %s: %s", what, cudaGetErrorString(e));
+    return fm_fail(FM_ERR_CUDA, "cuda backend: %s: %s", what, cudaGetErrorString(e));
+}
+
+static fm_status cuda_available(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "cuda backend: no usable CUDA device (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    return FM_OK;
+}
+
+static void cuda_destroy(void *p)
+{
+    cuda_state *s = p;
+    if (!s) return;
+    fm_cuda_weights_destroy(s->w13);
+    fm_cuda_weights_destroy(s->w2);
+    void *dev[] = {s->d_router, s->d_x, s->d_xp, s->d_h, s->d_logits, s->d_out, s->d_scratch, s->d_rw,
+                   s->d_off, s->d_tok, s->d_slots};
+    for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
+    if (s->ev0) cudaEventDestroy(s->ev0);
+    if (s->ev1) cudaEventDestroy(s->ev1);
+    free(s->router_bias);
+    free(s->logits);
+    free(s->weights);
+    free(s->rw);
+    free(s->ids);
+    free(s->off);
+    free(s->perm);
+    free(s->tok);
+    free(s->slots);
+    free(s);
+}
+
+static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens, void **state)
+{
+    if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
+    if (cfg->shared_inter > 0)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: the BF16 shared expert is not implemented yet");
+    if (cfg->wfmt == FM_FORMAT_BF16)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: BF16 routed experts are not supported (FP4 only)");
+    if (cfg->hidden % 16 || cfg->inter % 16)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: hidden=%d and inter=%d must be multiples of 16", cfg->hidden,
+                       cfg->inter);
+    FM_CHECK(cuda_available());
+    cuda_state *s = calloc(1, sizeof *s);
+    if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
+    s->cfg = *cfg;
+    s->max_tokens = max_tokens;
+    const int    E = cfg->n_experts, H = cfg->hidden, I = cfg->inter, R = max_tokens * cfg->top_k;
+    fm_status    st = FM_OK;
+    cudaError_t  e = cudaSuccess;
+    if ((st = fm_cuda_weights_create(w->w13, E, &s->w13)) != FM_OK) goto fail;
+    if ((st = fm_cuda_weights_create(w->w2, E, &s->w2)) != FM_OK) goto fail;
+#define DALLOC(ptr, bytes) \
+    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) goto cuda_fail
+    DALLOC(s->d_router, sizeof(float) * (size_t)E * H);
+    DALLOC(s->d_x, sizeof(uint16_t) * (size_t)max_tokens * H);
+    DALLOC(s->d_xp, sizeof(uint16_t) * (size_t)R * H);
+    DALLOC(s->d_h, sizeof(uint16_t) * (size_t)R * I);
+    DALLOC(s->d_logits, sizeof(float) * (size_t)max_tokens * E);
+    DALLOC(s->d_out, sizeof(float) * (size_t)max_tokens * H);
+    DALLOC(s->d_scratch, sizeof(float) * (size_t)R * H);
+    DALLOC(s->d_rw, sizeof(float) * (size_t)R);
+    DALLOC(s->d_off, sizeof(int32_t) * (size_t)(E + 1));
+    DALLOC(s->d_tok, sizeof(int32_t) * (size_t)R);
+    DALLOC(s->d_slots, sizeof(int32_t) * (size_t)R);
+#undef DALLOC
+    if ((e = cudaMemcpy(s->d_router, w->router_w, sizeof(float) * (size_t)E * H, cudaMemcpyHostToDevice)) != cudaSuccess)
+        goto cuda_fail;
+    if ((e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess) goto cuda_fail;
+    if (w->router_bias) {
+        s->router_bias = malloc(sizeof(float) * E);
+        if (s->router_bias) memcpy(s->router_bias, w->router_bias, sizeof(float) * E);
+    }
+    s->logits = malloc(sizeof(float) * (size_t)max_tokens * E);
+    s->weights = malloc(sizeof(float) * (size_t)R);
+    s->rw = malloc(sizeof(float) * (size_t)R);
+    s->ids = malloc(sizeof(int32_t) * (size_t)R);
+    s->off = malloc(sizeof(int32_t) * (size_t)(E + 1));
+    s->perm = malloc(sizeof(int32_t) * (size_t)R);
+    s->tok = malloc(sizeof(int32_t) * (size_t)R);
+    s->slots = malloc(sizeof(int32_t) * (size_t)R);
+    if (!s->logits || !s->weights || !s->rw || !s->ids || !s->off || !s->perm || !s->tok || !s->slots ||
+        (w->router_bias && !s->router_bias)) {
+        st = fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
+        goto fail;
+    }
+    *state = s;
+    return FM_OK;
+cuda_fail:
+    st = cu_err(e, "create");
+fail:
+    cuda_destroy(s);
+    return st;
+}
+
+static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+{
+    cuda_state          *s = p;
+    const fm_moe_config *c = &s->cfg;
+    const int            E = c->n_experts, H = c->hidden, K = c->top_k, R = T * K;
+    cudaError_t          e;
+    int                  le;
+    if ((e = cudaMemcpy(s->d_x, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice)) != cudaSuccess)
+        return cu_err(e, "upload x");
+    cudaEventRecord(s->ev0, 0);
+    if ((le = fm_moe_router_logits_launch(s->d_x, s->d_router, T, E, H, s->d_logits, NULL)) != 0)
+        return cu_err((cudaError_t)le, "router logits");
+    if ((e = cudaMemcpy(s->logits, s->d_logits, sizeof(float) * (size_t)T * E, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return cu_err(e, "download logits");
+    FM_CHECK(fm_moe_route(c, s->router_bias, s->logits, T, s->ids, s->weights));
+    FM_CHECK(fm_moe_permute(s->ids, T, K, E, s->off, s->perm));
+    for (int q = 0; q < R; q++) { /* permuted row q <- slot perm[q] = t*K + j */
+        s->rw[q] = s->weights[s->perm[q]];
+        s->tok[q] = s->perm[q] / K;
+        s->slots[s->perm[q]] = q;
+    }
+    if ((e = cudaMemcpy(s->d_off, s->off, sizeof(int32_t) * (E + 1), cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(s->d_rw, s->rw, sizeof(float) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(s->d_tok, s->perm, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(s->d_slots, s->slots, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
+        return cu_err(e, "upload routing");
+    if ((le = fm_moe_gather_launch(s->d_x, s->d_tok, R, K, H, s->d_xp, NULL)) != 0)
+        return cu_err((cudaError_t)le, "gather");
+    int               avg = (R + E - 1) / E;
+    fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
+                            .y = s->d_h, .expected_rows = avg};
+    FM_CHECK(fm_cuda_gemm(&a1));
+    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
+                            .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
+                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg};
+    FM_CHECK(fm_cuda_gemm(&a2));
+    cudaEventRecord(s->ev1, 0);
+    if ((e = cudaEventSynchronize(s->ev1)) != cudaSuccess) return cu_err(e, "forward");
+    /* copy out only now: `out` stays untouched on every failure above */
+    if ((e = cudaMemcpy(out, s->d_out, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return cu_err(e, "download out");
+    if (stats) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, s->ev0, s->ev1);
+        stats->ms = ms;
+    }
+    return FM_OK;
+}
+
+const fm_backend_ops fm_cuda_ops = {
+    .name = "cuda", .available = cuda_available, .create = cuda_create, .forward = cuda_forward,
+    .destroy = cuda_destroy};

@@ -1,0 +1,74 @@
+/* cuda_internal.h - what the CUDA parts of fp4moe share (not installed): the
+ * prepacked weight object, the host-side prepacker (plain C, testable without a
+ * GPU) and the extern "C" launchers of the .cu files. */
+#ifndef FM_CUDA_INTERNAL_H
+#define FM_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4moe/cuda.h"
+#include "plan/fm_kernels_smem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FM_PACK_KCHUNK 64   /* K per prepacked chunk: 4 mma k16 steps */
+#define FM_PACK_BAND 16     /* output features per band: the mma M */
+#define FM_PACK_CHUNK_BYTES 512 /* 32 lanes x 16 bytes of FP4 codes */
+#define FM_PACK_SCALE_BYTES 64  /* 32 lanes x 2 scale bytes */
+
+/* Scale-code decoders, passed to the kernel: bf16x2 = code * mul + add (both halves). */
+#define FM_PACK_NV_MUL 0x00100010u /* E5M3 exponent-offset code << 4 */
+#define FM_PACK_NV_ADD 0x76007600u /* + (127 + 119 - 10) << 7 */
+#define FM_PACK_MX_MUL 0x00800080u /* biased exponent code << 7 */
+#define FM_PACK_MX_ADD 0x3F803F80u /* + 127 << 7 */
+
+struct fm_cuda_weights {
+    fm_format fmt;
+    int       n_experts, n, k, kp; /* kp = K padded to a multiple of 64 */
+    void     *d_data;   /* device [E][N/16][kp/64][32][16 B] */
+    void     *d_scale;  /* device [E][N/16][kp/64][32][2 B] */
+    float    *d_oscale; /* device [E] FP32 output multiplier (global scale x code folds) */
+    size_t    data_bytes, scale_bytes; /* per expert */
+};
+
+/* Prepack one expert on the host: data[n/16 * kp/64 * 512], scale[n/16 * kp/64 * 64],
+ * *oscale. w is NVFP4 or MXFP4, rows % 16 == 0. Statuses as fm_cuda_weights_create. */
+fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, float *oscale);
+/* Bytes fm_cuda_prepack writes for an n x k matrix. */
+void fm_cuda_prepack_sizes(int64_t n, int64_t k, size_t *data_bytes, size_t *scale_bytes);
+/* Decode a prepacked expert back to dst[n][k] FP32 exactly the way the kernel
+ * does (bit extraction, BF16 scale multiply, output multiplier): the layout's test. */
+void fm_cuda_unpack(const uint8_t *data, const uint8_t *scale, float oscale, fm_format fmt, int64_t n, int64_t k,
+                    float *dst);
+
+/* ---- launchers (gemm_swapab.cu) ---- */
+typedef struct {
+    const void     *wdata, *wscale;
+    const float    *oscale;
+    const uint16_t *x;
+    const int32_t  *offsets;
+    int             max_rows, n_experts, n, k, kp;
+    unsigned        sc_mul, sc_add;
+    int             epi;
+    void           *y;
+    const float    *row_weight;
+    const int32_t  *row_token;
+    float          *scratch;
+} fm_swapab_params;
+
+/* Index of t in fm_swapab_tiles(), or -1. */
+int fm_swapab_find(const fm_cuda_tile *t);
+/* Launch compiled tile `idx` with `smem` dynamic bytes. Returns a cudaError_t as int. */
+int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
+/* out[t][n] += sum_j scratch[token_slots[t*top_k+j]][n] in j order. */
+int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k, int n,
+                              int max_rows, float *out, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

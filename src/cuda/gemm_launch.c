@@ -1,0 +1,194 @@
+/* gemm_launch.c - the public GPU grouped GEMM API (fp4moe/cuda.h): weight
+ * prepack + upload, argument validation, tile choice, and the launch, whose
+ * dynamic shared memory is computed by the planner's model fm_smem_swapab and
+ * refused with FM_ERR_SMEM_EXCEEDED above the limit (nothing launched then). */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+#include "fm_internal.h"
+
+_Static_assert(sizeof(fm_cuda_tile) == sizeof(fm_swapab_tile), "fm_cuda_tile mirrors fm_swapab_tile");
+
+static fm_status cuda_fail(cudaError_t err, const char *what)
+{
+    if (err == cudaErrorMemoryAllocation) return fm_fail(FM_ERR_OOM, "%s: %s", what, cudaGetErrorString(err));
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+        return fm_fail(FM_ERR_NO_DEVICE, "%s: %s", what, cudaGetErrorString(err));
+    return fm_fail(FM_ERR_CUDA, "%s: %s", what, cudaGetErrorString(err));
+}
+
+void fm_cuda_weights_destroy(fm_cuda_weights *w)
+{
+    if (!w) return;
+    cudaFree(w->d_data);
+    cudaFree(w->d_scale);
+    cudaFree(w->d_oscale);
+    free(w);
+}
+
+fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_weights **out)
+{
+    fm_clear_error();
+    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_weights_create: out is NULL");
+    *out = NULL;
+    if (!w || n_experts < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_weights_create: no weights (n_experts=%d)", n_experts);
+    for (int e = 0; e < n_experts; e++) {
+        if (w[e].fmt != w[0].fmt)
+            return fm_fail(FM_ERR_FORMAT, "fm_cuda_weights_create: expert %d has format %d, expert 0 has %d", e,
+                           (int)w[e].fmt, (int)w[0].fmt);
+        if (w[e].rows != w[0].rows || w[e].cols != w[0].cols)
+            return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_weights_create: expert %d is [%lld x %lld], expert 0 [%lld x %lld]",
+                           e, (long long)w[e].rows, (long long)w[e].cols, (long long)w[0].rows, (long long)w[0].cols);
+    }
+    if (w[0].rows > (1 << 24) || w[0].cols > (1 << 24))
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_weights_create: [%lld x %lld] too large", (long long)w[0].rows,
+                       (long long)w[0].cols);
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count < 1) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_weights_create: no CUDA device");
+    }
+    size_t db, sb;
+    fm_cuda_prepack_sizes(w[0].rows, w[0].cols, &db, &sb);
+    uint8_t *hd = malloc(db), *hs = malloc(sb);
+    float   *hos = malloc(sizeof(float) * (size_t)n_experts);
+    fm_cuda_weights *cw = calloc(1, sizeof *cw);
+    fm_status st = FM_OK;
+    if (!hd || !hs || !hos || !cw) {
+        st = fm_fail(FM_ERR_OOM, "fm_cuda_weights_create: out of host memory");
+        goto done;
+    }
+    cw->fmt = w[0].fmt;
+    cw->n_experts = n_experts;
+    cw->n = (int)w[0].rows;
+    cw->k = (int)w[0].cols;
+    cw->kp = (cw->k + FM_PACK_KCHUNK - 1) / FM_PACK_KCHUNK * FM_PACK_KCHUNK;
+    cw->data_bytes = db;
+    cw->scale_bytes = sb;
+    cudaError_t err;
+    if ((err = cudaMalloc(&cw->d_data, db * n_experts)) != cudaSuccess ||
+        (err = cudaMalloc(&cw->d_scale, sb * n_experts)) != cudaSuccess ||
+        (err = cudaMalloc((void **)&cw->d_oscale, sizeof(float) * n_experts)) != cudaSuccess) {
+        st = cuda_fail(err, "fm_cuda_weights_create: cudaMalloc");
+        goto done;
+    }
+    for (int e = 0; e < n_experts; e++) {
+        if ((st = fm_cuda_prepack(&w[e], hd, hs, &hos[e])) != FM_OK) goto done;
+        if ((err = cudaMemcpy((uint8_t *)cw->d_data + db * e, hd, db, cudaMemcpyHostToDevice)) != cudaSuccess ||
+            (err = cudaMemcpy((uint8_t *)cw->d_scale + sb * e, hs, sb, cudaMemcpyHostToDevice)) != cudaSuccess) {
+            st = cuda_fail(err, "fm_cuda_weights_create: upload");
+            goto done;
+        }
+    }
+    if ((err = cudaMemcpy(cw->d_oscale, hos, sizeof(float) * n_experts, cudaMemcpyHostToDevice)) != cudaSuccess)
+        st = cuda_fail(err, "fm_cuda_weights_create: upload");
+done:
+    free(hd);
+    free(hs);
+    free(hos);
+    if (st != FM_OK) {
+        fm_cuda_weights_destroy(cw);
+        return st;
+    }
+    *out = cw;
+    return FM_OK;
+}
+
+void fm_cuda_weights_shape(const fm_cuda_weights *w, int *n_experts, int *n, int *k, fm_format *fmt)
+{
+    if (!w) return;
+    if (n_experts) *n_experts = w->n_experts;
+    if (n) *n = w->n;
+    if (k) *k = w->k;
+    if (fmt) *fmt = w->fmt;
+}
+
+size_t fm_cuda_weights_bytes(const fm_cuda_weights *w)
+{
+    return w ? (w->data_bytes + w->scale_bytes) * (size_t)w->n_experts : 0;
+}
+
+fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n)
+{
+    int          pair = epi == FM_CUDA_EPI_SWIGLU ? 2 : 1;
+    fm_cuda_tile t = {4, pair, 1, 256, 4};
+    if (expected_rows > 8) t = (fm_cuda_tile){4, pair, 2, 256, 4};
+    if (expected_rows > 16) t = (fm_cuda_tile){4, pair, 4, 256, 3};
+    if (expected_rows > 32) t = (fm_cuda_tile){4, 2, 8, 256, 3};
+    (void)n;
+    return t;
+}
+
+static size_t device_smem_limit(int *dev_out)
+{
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    if (dev_out) *dev_out = dev;
+    return (size_t)v;
+}
+
+fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
+{
+    fm_clear_error();
+    if (!a || !a->w || !a->x || !a->offsets || !a->y)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: NULL args, w, x, offsets or y");
+    const fm_cuda_weights *w = a->w;
+    if (a->max_rows < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: max_rows=%d < 0", a->max_rows);
+    if ((uintptr_t)a->x % 16) return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: x is not 16-byte aligned");
+    if ((int)a->epi < FM_CUDA_EPI_NONE || a->epi > FM_CUDA_EPI_FINALIZE_DET)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown epilogue %d", (int)a->epi);
+    if (a->epi == FM_CUDA_EPI_FINALIZE && (!a->row_weight || !a->row_token || a->n_tokens < 0))
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: FINALIZE needs row_weight and row_token");
+    if (a->epi == FM_CUDA_EPI_FINALIZE_DET &&
+        (!a->row_weight || !a->token_slots || !a->scratch || a->top_k < 1 || a->n_tokens < 0))
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: FINALIZE_DET needs row_weight, token_slots, scratch, top_k");
+    if (a->epi == FM_CUDA_EPI_FINALIZE_DET && (uintptr_t)a->y % 16)
+        return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: FINALIZE_DET output is not 16-byte aligned");
+    fm_cuda_tile t = a->tile ? *a->tile : fm_cuda_gemm_default_tile(a->expected_rows, a->epi, w->n);
+    fm_swapab_tile st = {t.warps, t.mt, t.nt, t.kc, t.stages};
+    int            idx = fm_swapab_find(&t);
+    char           name[64];
+    if (idx < 0)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see fm_swapab_tiles)",
+                       fm_swapab_tile_name(&st, name, sizeof name));
+    if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
+                       fm_swapab_tile_name(&st, name, sizeof name), w->n);
+    int    dev = 0;
+    size_t limit = device_smem_limit(&dev);
+    if (limit == 0) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
+    }
+    if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
+    fm_smem_breakdown bd;
+    FM_CHECK(fm_smem_swapab_check(&st, limit, &bd));
+    fm_swapab_params p = {
+        .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
+        .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,
+        .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,
+        .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi, .y = a->y,
+        .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch};
+    int err = fm_swapab_launch(idx, &p, bd.total, a->stream);
+    if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
+    if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
+        err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,
+                                        (float *)a->y, a->stream);
+        if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: finalize reduce launch");
+    }
+    return FM_OK;
+}
+
+fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *static_smem, size_t *max_dynamic_smem)
+{
+    fm_clear_error();
+    (void)fmt; /* one kernel serves both formats (scale decode constants are parameters) */
+    int idx = fm_swapab_find(t);
+    if (idx < 0) return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_tile_attributes: tile not compiled in");
+    int err = fm_swapab_attributes(idx, static_smem, max_dynamic_smem);
+    if (err) return cuda_fail((cudaError_t)err, "fm_cuda_tile_attributes");
+    return FM_OK;
+}

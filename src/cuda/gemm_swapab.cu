@@ -1,0 +1,345 @@
+/* gemm_swapab.cu - grouped GEMM with FP4 weights for small per-expert batches.
+ *
+ * Y_e = X_e . W_e^T for every expert e, rows of expert e = [offsets[e], offsets[e+1])
+ * read on the device. At 1-32 rows per expert the job is streaming each expert's
+ * FP4 weights once, so the kernel is built around that stream:
+ *  - swap-AB: the weights are the A operand of mma.sync.m16n8k16 (16 output
+ *    features = M), the tokens its B operand (8 per fragment = N); no token padding
+ *    to 64/128 rows;
+ *  - weights go global -> registers: one coalesced 16-byte load per lane is a whole
+ *    A fragment for 64 of K (src/cuda/prepack.c), the next K stage is prefetched
+ *    into registers while the current one is multiplied;
+ *  - E2M1 -> BF16 by bit placement (1-6 integer ops per pair) and one BF16x2
+ *    multiply by the block scale, decoded from its byte with one integer
+ *    multiply-add; products are exact, so only FP32 accumulation order differs
+ *    from the reference;
+ *  - the token tile X[8*NT][KC] is staged in shared memory by cp.async, STAGES
+ *    deep, rows padded by 16 B (conflict-free 16-byte fragment reads); rows past
+ *    the expert's count and columns past K are zero-filled by cp.async;
+ *  - grid (feature blocks, experts); a CTA of an expert with no rows exits at once;
+ *    an expert with more than 8*NT rows loops over passes.
+ * Shared memory = fm_smem_swapab(tile) (src/plan/fm_kernels_smem.c), all dynamic.
+ * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on
+ * SM120 within its 99 KB), nothing here needs wgmma.
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/cuda_internal.h"
+
+namespace {
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    /* fma with -0 addend: exact product, subnormal a supported (sm_80+) */
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ uint4 ldg_stream(const void *p)
+{
+    uint4 v;
+    /* weights are read once: do not keep them in L1 */
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldg_u16(const void *p)
+{
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+/* The four A registers of one mma step from prepacked word w (see prepack.c). */
+__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t s_hi, uint32_t (&a)[4])
+{
+    const uint32_t M = 0x81C081C0u;
+    a[0] = bf16x2_mul(w & M, s_lo);
+    a[1] = bf16x2_mul((w << 3) & M, s_hi);
+    a[2] = bf16x2_mul((w << 6) & M, s_lo);
+    a[3] = bf16x2_mul(((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u), s_hi);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_params p)
+{
+    constexpr int TOK = 8 * NT;           /* tokens per pass */
+    constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
+    constexpr int ROWB = 2 * KC + FM_SWAPAB_ROW_PAD; /* bytes per staged X row */
+    constexpr int SEGS = TOK * (KC / 8);  /* 16-byte segments per stage */
+    constexpr bool PREFETCH = MT * CPS <= 8; /* register double buffer only when it fits */
+    extern __shared__ __align__(16) unsigned char smem[];
+
+    const int e = blockIdx.y;
+    int       row0 = p.offsets[e], row1 = p.offsets[e + 1];
+    if (row1 > p.max_rows) row1 = p.max_rows;
+    const int m = row1 - row0;
+    if (m <= 0 || row0 < 0) return;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
+    const int nbands = p.n / 16;
+    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+    /* bands of this warp's tiles */
+    int  band[MT];
+    bool wvalid = true;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        if (swiglu) {
+            constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* launcher refuses SwiGLU with MT == 1 */
+            int           gb = (blockIdx.x * WARPS + warp) * HALF + (i % HALF);
+            band[i] = gb + (i >= HALF ? nbands / 2 : 0);
+            if (gb >= nbands / 2) wvalid = false;
+        } else {
+            band[i] = (blockIdx.x * WARPS + warp) * MT + i;
+            if (band[i] >= nbands) wvalid = false;
+        }
+    }
+    const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
+    const uint16_t *ws = (const uint16_t *)p.wscale + (size_t)e * nbands * KB * 32;
+    const float     osc = p.oscale[e];
+
+    for (int pass0 = 0; pass0 < m; pass0 += TOK) {
+        const int rows = min(TOK, m - pass0);
+        const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
+
+        auto load_x = [&](int ks) {
+            unsigned char *buf = smem + (ks % STAGES) * TOK * ROWB;
+            for (int sgi = threadIdx.x; sgi < SEGS; sgi += WARPS * 32) {
+                int r = sgi / (KC / 8), c8 = (sgi % (KC / 8)) * 8;
+                int k = ks * KC + c8;
+                bool ok = r < rows && k < p.k;
+                const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
+                cp_async16(buf + r * ROWB + c8 * 2, src, ok ? 16 : 0);
+            }
+        };
+        uint4    wcur[CPS][MT], wnxt[CPS][MT];
+        uint32_t scur[CPS][MT], snxt[CPS][MT];
+        auto load_w = [&](int ks, uint4 (&wv)[CPS][MT], uint32_t (&sv)[CPS][MT]) {
+#pragma unroll
+            for (int c = 0; c < CPS; c++) {
+                int kb = ks * CPS + c;
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    if (wvalid && kb < KB) {
+                        size_t off = ((size_t)band[i] * KB + kb) * 32 + lane;
+                        wv[c][i] = ldg_stream(wd + off);
+                        sv[c][i] = ldg_u16(ws + off);
+                    } else {
+                        wv[c][i] = make_uint4(0, 0, 0, 0);
+                        sv[c][i] = 0;
+                    }
+                }
+            }
+        };
+
+        float acc[MT][NT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
+
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < nks) load_x(s);
+            cp_async_commit();
+        }
+        if (PREFETCH) load_w(0, wcur, scur);
+
+        for (int ks = 0; ks < nks; ks++) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            if (ks + STAGES - 1 < nks) load_x(ks + STAGES - 1);
+            cp_async_commit();
+            if (PREFETCH) {
+                if (ks + 1 < nks) load_w(ks + 1, wnxt, snxt);
+            } else {
+                load_w(ks, wcur, scur);
+            }
+            const unsigned char *buf = smem + (ks % STAGES) * TOK * ROWB;
+            if (wvalid) {
+#pragma unroll
+                for (int c = 0; c < CPS; c++) {
+                    uint4 xb[NT][2];
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
+                        xb[n][0] = src[0];
+                        xb[n][1] = src[1];
+                    }
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        uint32_t sc = scur[c][i];
+                        uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+                        uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+                        uint32_t wv[4] = {wcur[c][i].x, wcur[c][i].y, wcur[c][i].z, wcur[c][i].w};
+#pragma unroll
+                        for (int s = 0; s < 4; s++) {
+                            uint32_t a[4];
+                            dequant_step(wv[s], s_lo, s_hi, a);
+#pragma unroll
+                            for (int n = 0; n < NT; n++) {
+                                const uint4 &q = xb[n][s >> 1];
+                                uint32_t     b0 = (s & 1) ? q.z : q.x, b1 = (s & 1) ? q.w : q.y;
+                                mma_bf16(acc[i][n], a, b0, b1);
+                            }
+                        }
+                    }
+                }
+            }
+            if (PREFETCH) {
+#pragma unroll
+                for (int c = 0; c < CPS; c++)
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        wcur[c][i] = wnxt[c][i];
+                        scur[c][i] = snxt[c][i];
+                    }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads(); /* the next pass overwrites the stages */
+
+        if (!wvalid) continue;
+        /* epilogue: acc[i][n] = {(f g, tok 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)} */
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int tok = n * 8 + 2 * t + (q & 1);
+                if (tok >= rows) continue;
+                int r = row0 + pass0 + tok;
+                int fo = g + 8 * (q >> 1);
+                if (swiglu) {
+                    __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * (p.n / 2);
+#pragma unroll
+                    for (int i = 0; i < MT / 2; i++) {
+                        float gv = acc[i][n][q] * osc, uv = acc[i + MT / 2][n][q] * osc;
+                        y[band[i] * 16 + fo] = __float2bfloat16(silu(gv) * uv);
+                    }
+                } else if (p.epi == FM_CUDA_EPI_NONE) {
+                    __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * p.n;
+#pragma unroll
+                    for (int i = 0; i < MT; i++) y[band[i] * 16 + fo] = __float2bfloat16(acc[i][n][q] * osc);
+                } else if (p.epi == FM_CUDA_EPI_FINALIZE) {
+                    float *y = (float *)p.y + (size_t)p.row_token[r] * p.n;
+                    float  rw = p.row_weight[r] * osc;
+#pragma unroll
+                    for (int i = 0; i < MT; i++) atomicAdd(&y[band[i] * 16 + fo], acc[i][n][q] * rw);
+                } else { /* FINALIZE_DET: weighted rows to scratch, reduced in slot order later */
+                    float *y = p.scratch + (size_t)r * p.n;
+                    float  rw = p.row_weight[r] * osc;
+#pragma unroll
+                    for (int i = 0; i < MT; i++) y[band[i] * 16 + fo] = acc[i][n][q] * rw;
+                }
+            }
+    }
+}
+
+__global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
+                                       int n, int max_rows, float *out)
+{
+    int tkn = blockIdx.y;
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (tkn >= n_tokens || c >= n) return;
+    float4 acc = *(float4 *)(out + (size_t)tkn * n + c);
+    for (int j = 0; j < top_k; j++) { /* fixed slot order: deterministic */
+        int r = token_slots[tkn * top_k + j];
+        if (r < 0 || r >= max_rows) continue;
+        float4 v = *(const float4 *)(scratch + (size_t)r * n + c);
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
+    }
+    *(float4 *)(out + (size_t)tkn * n + c) = acc;
+}
+
+typedef void (*kernel_fn)(const fm_swapab_params);
+
+/* Same rows, same order as k_swapab_tiles in src/plan/fm_kernels_smem.c. */
+struct entry {
+    int       warps, mt, nt, kc, stages;
+    kernel_fn fn;
+};
+#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st>}
+const entry k_entries[] = {
+    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
+    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4), FM_SWAPAB_ENTRY(4, 1, 4, 256, 3), FM_SWAPAB_ENTRY(4, 2, 4, 256, 3),
+    FM_SWAPAB_ENTRY(4, 2, 8, 256, 3), FM_SWAPAB_ENTRY(4, 4, 8, 256, 4), FM_SWAPAB_ENTRY(8, 2, 8, 512, 2),
+};
+const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
+size_t    k_dyn_set[sizeof(k_entries) / sizeof(k_entries[0])]; /* dynamic smem attribute already set */
+
+} // namespace
+
+extern "C" int fm_swapab_find(const fm_cuda_tile *t)
+{
+    if (!t) return -1;
+    for (int i = 0; i < k_n_entries; i++) {
+        const entry &x = k_entries[i];
+        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages) return i;
+    }
+    return -1;
+}
+
+extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
+{
+    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
+    const entry &x = k_entries[idx];
+    if (smem > k_dyn_set[idx]) {
+        cudaError_t err = cudaFuncSetAttribute(x.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return (int)err;
+        k_dyn_set[idx] = smem;
+    }
+    int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
+    int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
+    dim3 grid((unsigned)((bands + per_cta - 1) / per_cta), (unsigned)p->n_experts);
+    x.fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn)
+{
+    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
+    cudaFuncAttributes a;
+    cudaError_t        err = cudaFuncGetAttributes(&a, k_entries[idx].fn);
+    if (err != cudaSuccess) return (int)err;
+    if (static_smem) *static_smem = a.sharedSizeBytes;
+    if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;
+    return 0;
+}
+
+extern "C" int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
+                                         int n, int max_rows, float *out, void *stream)
+{
+    if (n_tokens <= 0) return 0;
+    dim3 grid((unsigned)((n / 4 + 127) / 128), (unsigned)n_tokens);
+    finalize_reduce_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(scratch, token_slots, n_tokens, top_k, n,
+                                                                    max_rows, out);
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,215 @@
+/* prepack.c - turn checkpoint-layout FP4 weights into the layout the swapab
+ * kernel streams (host side, once per layer; plain C so it is testable anywhere).
+ *
+ * Layout of one expert [N][K] (kp = K rounded up to 64, zero-padded):
+ *   data  [N/16 bands][kp/64 chunks][32 lanes][16 B]
+ *   scale [N/16 bands][kp/64 chunks][32 lanes][2 B]
+ * Lane l = 4*g + t of the warp (g = l/4, t = l%4, the mma.sync fragment coords)
+ * holds, for mma step s (word s of its 16 bytes) and register j = 0..3 of the
+ * m16n8k16 A fragment, the pair (h = 0, 1) of codes
+ *   row = band*16 + g + 8*(j & 1),  k = chunk*64 + 16*t + 4*s + 2*(j >> 1) + h.
+ * K is permuted inside a chunk (the kernel reads X with the same permutation),
+ * so that lane t's 16 K values of a chunk form exactly one NVFP4 block (half an
+ * MXFP4 block): 2 scale bytes per lane per chunk (rows g and g+8).
+ *
+ * Bits of a code pair inside its 32-bit word are placed so that the kernel gets a
+ * BF16x2 of (value * 2^-126) with one or two ops: sign -> bit 15/31, e1 e0 m ->
+ * bits 8..6 / 24..22 after
+ *   j=0: w & M,  j=1: (w << 3) & M,  j=2: (w << 6) & M    (M = 0x81C081C0)
+ *   j=3: ((w >> 4) & 0x00C000C0) | ((w >> 5) & 0x01000100) | ((w << 1) & 0x80008000)
+ * (the four sets of source bits partition the word: k_pos below).
+ *
+ * Scale byte codes (0 = the block is all zero: its codes are zeroed too):
+ *   NVFP4: E4M3 -> unsigned E5M3, byte = ((e' + 10) << 3) | m' with value 2^e' (1 + m'/8)
+ *          (subnormal E4M3 normalised); kernel: bf16 = byte*16 + 0x7600 = scale * 2^119,
+ *          so the BF16 weight is e2m1 * scale * 2^-7 (exact), oscale = global * 2^7.
+ *   MXFP4: byte = c - cmin + 1 (c = UE8M0 code, cmin over the expert's non-zero
+ *          blocks; span <= 126), kernel: bf16 exponent = byte + 127, oscale = 2^(cmin-2).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+#include "fm_internal.h"
+
+/* Source bit of code bit b (0 = m, 1 = e0, 2 = e1, 3 = sign) of pair j, half h. */
+static const uint8_t k_pos[4][2][4] = {
+    /* j=0 */ {{6, 7, 8, 15}, {22, 23, 24, 31}},
+    /* j=1 */ {{3, 4, 5, 12}, {19, 20, 21, 28}},
+    /* j=2 */ {{0, 1, 2, 9}, {16, 17, 18, 25}},
+    /* j=3 */ {{10, 11, 13, 14}, {26, 27, 29, 30}},
+};
+
+void fm_cuda_prepack_sizes(int64_t n, int64_t k, size_t *data_bytes, size_t *scale_bytes)
+{
+    int64_t chunks = (n / FM_PACK_BAND) * ((k + FM_PACK_KCHUNK - 1) / FM_PACK_KCHUNK);
+    if (data_bytes) *data_bytes = (size_t)chunks * FM_PACK_CHUNK_BYTES;
+    if (scale_bytes) *scale_bytes = (size_t)chunks * FM_PACK_SCALE_BYTES;
+}
+
+static uint8_t code_at(const fm_qtensor *w, int64_t row, int64_t k)
+{
+    const uint8_t *d = (const uint8_t *)w->data + row * (w->cols / 2) + k / 2;
+    return (k & 1) ? (uint8_t)(*d >> 4) : (uint8_t)(*d & 15);
+}
+
+/* NVFP4 E4M3 scale -> byte code (0 for a zero scale). */
+static uint8_t nv_code(uint8_t s)
+{
+    int e = (s >> 3) & 15, m = s & 7;
+    if (e == 0 && m == 0) return 0;
+    int ep, mp;
+    if (e > 0) {
+        ep = e - 7;
+        mp = m;
+    } else {
+        int p = m >= 4 ? 2 : (m >= 2 ? 1 : 0); /* msb of the subnormal mantissa */
+        ep = p - 9;
+        mp = (m << (3 - p)) & 7;
+    }
+    return (uint8_t)(((ep + 10) << 3) | mp);
+}
+
+fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, float *oscale)
+{
+    if (!w || !data || !scale || !oscale || !w->data || !w->scales)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_prepack: NULL argument");
+    if (w->fmt != FM_FORMAT_NVFP4 && w->fmt != FM_FORMAT_MXFP4)
+        return fm_fail(FM_ERR_FORMAT, "fm_cuda_prepack: format %d is not NVFP4 or MXFP4", (int)w->fmt);
+    const int64_t N = w->rows, K = w->cols;
+    const int     blk = w->fmt == FM_FORMAT_NVFP4 ? 16 : 32;
+    if (N <= 0 || N % FM_PACK_BAND || K <= 0 || K % blk)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_prepack: [%lld x %lld] needs N %% 16 == 0 and K %% %d == 0",
+                       (long long)N, (long long)K, blk);
+    if (!isfinite(w->global_scale) || w->global_scale <= 0)
+        return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: global scale %g", (double)w->global_scale);
+    const int64_t nsb = K / blk; /* scales per row */
+    /* pass 1: validate scales, find the MXFP4 exponent range over non-zero blocks */
+    int cmin = 255, cmax = -1;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t s = w->scales[r * nsb + b];
+            if (w->fmt == FM_FORMAT_NVFP4) {
+                if ((s & 0x7F) == 0x7F)
+                    return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: NaN E4M3 scale at row %lld block %lld",
+                                   (long long)r, (long long)b);
+                if ((s & 0x80) && (s & 0x7F))
+                    return fm_fail(FM_ERR_FORMAT, "fm_cuda_prepack: negative block scale at row %lld block %lld",
+                                   (long long)r, (long long)b);
+            } else {
+                if (s == 0xFF)
+                    return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: NaN UE8M0 scale at row %lld block %lld",
+                                   (long long)r, (long long)b);
+                int nz = 0;
+                for (int i = 0; i < blk && !nz; i++) nz = (code_at(w, r, b * blk + i) & 7) != 0;
+                if (nz) {
+                    if (s < cmin) cmin = s;
+                    if (s > cmax) cmax = s;
+                }
+            }
+        }
+    float os;
+    if (w->fmt == FM_FORMAT_NVFP4) {
+        os = w->global_scale * 128.0f; /* undo the 2^-7 folded into the BF16 weights */
+    } else {
+        if (cmax < 0) cmin = cmax = 127; /* all-zero expert */
+        if (cmax - cmin > 126)
+            return fm_fail(FM_ERR_UNSUPPORTED,
+                           "fm_cuda_prepack: MXFP4 scale exponents span %d..%d (more than 126 binades) in one expert",
+                           cmin - 127, cmax - 127);
+        os = ldexpf(w->global_scale, cmin - 2);
+        if (!isfinite(os) || os == 0)
+            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_prepack: MXFP4 scale 2^%d is outside FP32", cmin - 2);
+    }
+    const int64_t KB = (K + FM_PACK_KCHUNK - 1) / FM_PACK_KCHUNK;
+    for (int64_t band = 0; band < N / FM_PACK_BAND; band++)
+        for (int64_t c = 0; c < KB; c++) {
+            uint8_t *dch = data + (band * KB + c) * FM_PACK_CHUNK_BYTES;
+            uint8_t *sch = scale + (band * KB + c) * FM_PACK_SCALE_BYTES;
+            for (int lane = 0; lane < 32; lane++) {
+                int     g = lane >> 2, t = lane & 3;
+                int64_t k0 = c * FM_PACK_KCHUNK + 16 * t; /* this lane's 16 K values */
+                uint8_t bytes[2] = {0, 0};                /* scale code of rows g, g + 8 */
+                for (int half = 0; half < 2; half++) {
+                    int64_t row = band * 16 + g + 8 * half, b = k0 / blk;
+                    if (k0 >= K) continue;
+                    uint8_t s = w->scales[row * nsb + b];
+                    if (w->fmt == FM_FORMAT_NVFP4) {
+                        bytes[half] = nv_code(s);
+                    } else {
+                        int nz = 0;
+                        for (int i = 0; i < blk && !nz; i++) nz = (code_at(w, row, b * blk + i) & 7) != 0;
+                        bytes[half] = nz ? (uint8_t)(s - cmin + 1) : 0;
+                    }
+                }
+                sch[lane * 2] = bytes[0];
+                sch[lane * 2 + 1] = bytes[1];
+                for (int s = 0; s < 4; s++) {
+                    uint32_t word = 0;
+                    for (int j = 0; j < 4; j++)
+                        for (int h = 0; h < 2; h++) {
+                            int64_t row = band * 16 + g + 8 * (j & 1);
+                            int64_t k = k0 + 4 * s + 2 * (j >> 1) + h;
+                            if (k >= K || bytes[j & 1] == 0) continue; /* padding or zero block: code 0 */
+                            uint8_t code = code_at(w, row, k);
+                            for (int bit = 0; bit < 4; bit++)
+                                if (code >> bit & 1) word |= 1u << k_pos[j][h][bit];
+                        }
+                    memcpy(dch + lane * 16 + s * 4, &word, 4);
+                }
+            }
+        }
+    *oscale = os;
+    return FM_OK;
+}
+
+/* The kernel's extraction of register j (BF16x2 bits of value * 2^-126). */
+static uint32_t extract(uint32_t w, int j)
+{
+    const uint32_t M = 0x81C081C0u;
+    switch (j) {
+    case 0: return w & M;
+    case 1: return (w << 3) & M;
+    case 2: return (w << 6) & M;
+    default: return ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
+    }
+}
+
+static float bf16_bits_to_f32(uint32_t b16)
+{
+    uint32_t u = b16 << 16;
+    float    f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void fm_cuda_unpack(const uint8_t *data, const uint8_t *scale, float oscale, fm_format fmt, int64_t n, int64_t k,
+                    float *dst)
+{
+    const int64_t  KB = (k + FM_PACK_KCHUNK - 1) / FM_PACK_KCHUNK;
+    const uint32_t mul = fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL;
+    const uint32_t add = fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD;
+    for (int64_t band = 0; band < n / FM_PACK_BAND; band++)
+        for (int64_t c = 0; c < KB; c++)
+            for (int lane = 0; lane < 32; lane++) {
+                const uint8_t *dch = data + (band * KB + c) * FM_PACK_CHUNK_BYTES + lane * 16;
+                const uint8_t *sch = scale + (band * KB + c) * FM_PACK_SCALE_BYTES + lane * 2;
+                int            g = lane >> 2, t = lane & 3;
+                for (int s = 0; s < 4; s++) {
+                    uint32_t w;
+                    memcpy(&w, dch + 4 * s, 4);
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t r = extract(w, j), sc = sch[j & 1] * mul + add;
+                        for (int h = 0; h < 2; h++) {
+                            int64_t row = band * 16 + g + 8 * (j & 1);
+                            int64_t kk = c * FM_PACK_KCHUNK + 16 * t + 4 * s + 2 * (j >> 1) + h;
+                            if (kk >= k) continue;
+                            /* BF16 product is exact (<= 6 significant bits, normal range) */
+                            float v = bf16_bits_to_f32((r >> (16 * h)) & 0xFFFF) *
+                                      bf16_bits_to_f32((sc >> (16 * h)) & 0xFFFF);
+                            dst[row * k + kk] = v * oscale;
+                        }
+                    }
+                }
+            }
+}

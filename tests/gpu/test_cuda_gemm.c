@@ -1,0 +1,299 @@
+/* test_cuda_gemm.c - the swapab grouped GEMM against an FP64 reference built from
+ * fm_dequantize: every compiled tile, both formats, every epilogue; zero-row
+ * experts, row counts that are not multiples of the tile, K a multiple of the
+ * block but not of the kernel's 64, skewed routing and all rows on one expert.
+ * Fresh random inputs per run (seed printed), outputs poisoned, NaN/Inf first.
+ *
+ * Bounds: the kernel's BF16 weights are exact (E2M1 x scale has <= 6 significant
+ * bits) and the BF16 inputs are those of the reference, so only the FP32
+ * accumulation order differs (~1e-12) plus, for BF16 outputs, one rounding to
+ * BF16 (relative 2^-9, NMSE ~1e-6): 2e-5 for BF16 outputs, 1e-9 for FP32. A
+ * flushed subnormal (the codes +-0.5) or a wrong scale gives NMSE >= 1e-3. */
+#include <math.h>
+
+#include "gpu_common.h"
+
+#include "plan/fm_kernels_smem.h"
+
+typedef struct {
+    int E, N, K;
+    int counts[16];
+} gcase;
+
+/* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
+ * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
+static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm_cuda_tile *tile, fm_cuda_epilogue epi,
+                                size_t smem_limit)
+{
+    fm_status ret = FM_OK;
+    gpu_experts w;
+    gpu_experts_make(&w, r, f, c->E, c->N, c->K);
+    int32_t offsets[17] = {0};
+    for (int e = 0; e < c->E; e++) offsets[e + 1] = offsets[e] + c->counts[e];
+    const int rows = offsets[c->E], K = c->K, N = c->N;
+    uint16_t *xh = malloc(sizeof(uint16_t) * (size_t)(rows ? rows : 1) * K);
+    float    *xf = malloc(sizeof(float) * (size_t)(rows ? rows : 1) * K);
+    for (size_t i = 0; i < (size_t)rows * K; i++) {
+        xh[i] = fm_bf16_encode(fm_rng_normal(r));
+        xf[i] = fm_bf16_decode(xh[i]);
+    }
+    double *ref = malloc(sizeof(double) * (size_t)(rows ? rows : 1) * N);
+    gpu_ref_gemm(&w, offsets, xf, ref);
+
+    fm_cuda_weights *cw = NULL;
+    assert_int_equal(fm_cuda_weights_create(w.w, c->E, &cw), FM_OK);
+    void *dx = dev_upload(xh, sizeof(uint16_t) * (size_t)rows * K);
+    void *doff = dev_upload(offsets, sizeof(int32_t) * (c->E + 1));
+    fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
+                           .expected_rows = 4, .smem_limit = smem_limit};
+    char   what[128], name[64];
+    fm_swapab_tile st = {tile->warps, tile->mt, tile->nt, tile->kc, tile->stages};
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d", fm_format_traits_get(f)->name,
+             fm_swapab_tile_name(&st, name, sizeof name), (int)epi, c->E, N, K, rows);
+
+    if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
+        int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
+        size_t    ne = (size_t)rows * ny;
+        uint16_t *yh = malloc(sizeof(uint16_t) * (ne ? ne : 1));
+        fm_poison_bytes(yh, sizeof(uint16_t) * ne); /* 0xA5A5: a finite BF16, caught by the error bound */
+        void *dy = dev_upload(yh, sizeof(uint16_t) * ne);
+        a.y = dy;
+        ret = fm_cuda_gemm(&a);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(yh, dy, sizeof(uint16_t) * ne, cudaMemcpyDeviceToHost));
+        if (ret != FM_OK) { /* refused: nothing may have been written */
+            for (size_t i = 0; i < ne; i++) assert_int_equal(yh[i], 0xA5A5);
+            ne = 0;
+        }
+        float *got = malloc(sizeof(float) * (ne ? ne : 1)), *want = malloc(sizeof(float) * (ne ? ne : 1));
+        for (int rr = 0; rr < rows; rr++)
+            for (int n = 0; n < ny; n++) {
+                size_t i = (size_t)rr * ny + n;
+                got[i] = fm_bf16_decode(yh[i]);
+                if (epi == FM_CUDA_EPI_NONE) {
+                    want[i] = (float)ref[(size_t)rr * N + n];
+                } else {
+                    double g = ref[(size_t)rr * N + n], u = ref[(size_t)rr * N + n + ny];
+                    want[i] = (float)(g / (1.0 + exp(-g)) * u);
+                }
+            }
+        fm_assert_close(got, want, ne, 2e-5, what);
+        free(got);
+        free(want);
+        free(yh);
+        CK(cudaFree(dy));
+    } else {
+        /* finalize: T tokens, row r belongs to token r % T with weight w_r */
+        int      T = rows > 3 ? rows / 3 : 1, top_k = 0;
+        int32_t *tok = malloc(sizeof(int32_t) * (rows ? rows : 1));
+        float   *rw = malloc(sizeof(float) * (rows ? rows : 1));
+        int     *per = calloc((size_t)T, sizeof(int));
+        for (int rr = 0; rr < rows; rr++) {
+            tok[rr] = rr % T;
+            rw[rr] = (float)fm_rng_uniform(r);
+            if (++per[tok[rr]] > top_k) top_k = per[tok[rr]];
+        }
+        int32_t *slots = malloc(sizeof(int32_t) * (size_t)T * (top_k ? top_k : 1));
+        for (int i = 0; i < T * top_k; i++) slots[i] = -1; /* tokens with fewer rows: empty slots */
+        memset(per, 0, sizeof(int) * T);
+        for (int rr = 0; rr < rows; rr++) slots[tok[rr] * top_k + per[tok[rr]]++] = rr;
+        float *base = malloc(sizeof(float) * (size_t)T * N), *want = malloc(sizeof(float) * (size_t)T * N);
+        fm_rng_fill_normal(r, base, (size_t)T * N, 1.0f); /* out += ...: start from non-zero values */
+        for (size_t i = 0; i < (size_t)T * N; i++) want[i] = base[i];
+        for (int rr = 0; rr < rows; rr++)
+            for (int n = 0; n < N; n++) want[(size_t)tok[rr] * N + n] += (float)(rw[rr] * ref[(size_t)rr * N + n]);
+        void *dy = dev_upload(base, sizeof(float) * (size_t)T * N);
+        void *dtok = dev_upload(tok, sizeof(int32_t) * rows), *drw = dev_upload(rw, sizeof(float) * rows);
+        void *dslots = dev_upload(slots, sizeof(int32_t) * (size_t)T * top_k);
+        void *dscr = NULL;
+        CK(cudaMalloc(&dscr, sizeof(float) * (size_t)(rows ? rows : 1) * N));
+        a.y = dy;
+        a.row_token = dtok;
+        a.row_weight = drw;
+        a.n_tokens = T;
+        a.top_k = top_k ? top_k : 1;
+        a.token_slots = dslots;
+        a.scratch = dscr;
+        ret = fm_cuda_gemm(&a);
+        assert_int_equal(ret, FM_OK);
+        CK(cudaDeviceSynchronize());
+        float *got = malloc(sizeof(float) * (size_t)T * N);
+        CK(cudaMemcpy(got, dy, sizeof(float) * (size_t)T * N, cudaMemcpyDeviceToHost));
+        fm_assert_close(got, want, (size_t)T * N, 1e-9, what);
+        if (epi == FM_CUDA_EPI_FINALIZE_DET) { /* bitwise the same on a second run */
+            float *got2 = malloc(sizeof(float) * (size_t)T * N);
+            CK(cudaMemcpy(dy, base, sizeof(float) * (size_t)T * N, cudaMemcpyHostToDevice));
+            assert_int_equal(fm_cuda_gemm(&a), FM_OK);
+            CK(cudaMemcpy(got2, dy, sizeof(float) * (size_t)T * N, cudaMemcpyDeviceToHost));
+            assert_memory_equal(got, got2, sizeof(float) * (size_t)T * N);
+            free(got2);
+        }
+        free(got);
+        free(tok);
+        free(rw);
+        free(per);
+        free(slots);
+        free(base);
+        free(want);
+        CK(cudaFree(dy));
+        CK(cudaFree(dtok));
+        CK(cudaFree(drw));
+        CK(cudaFree(dslots));
+        CK(cudaFree(dscr));
+    }
+    CK(cudaFree(dx));
+    CK(cudaFree(doff));
+    fm_cuda_weights_destroy(cw);
+    free(xh);
+    free(xf);
+    free(ref);
+    gpu_experts_free(&w);
+    return ret;
+}
+
+static void run_case(fm_rng *r, fm_format f, const gcase *c, const fm_cuda_tile *tile, fm_cuda_epilogue epi)
+{
+    assert_int_equal(run_case_limit(r, f, c, tile, epi, 0), FM_OK);
+}
+
+/* zero-row experts, counts off the tile, K = 16 (mod 64) for NVFP4 / 32 for MXFP4 */
+static const gcase k_mixed = {5, 64, 208, {0, 1, 9, 0, 37}};
+static const gcase k_mixed_mx = {5, 64, 224, {3, 0, 17, 70, 0}};
+static const gcase k_one_expert = {4, 96, 320, {0, 0, 75, 0}}; /* all rows on one expert */
+static const gcase k_skewed = {8, 64, 128, {1, 0, 2, 0, 0, 30, 1, 0}};
+
+static void test_every_tile_nvfp4(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed());
+    size_t                n;
+    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    for (size_t i = 0; i < n; i++) {
+        fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
+        run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &t, FM_CUDA_EPI_NONE);
+        if (t.mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &t, FM_CUDA_EPI_SWIGLU);
+    }
+}
+
+static void test_every_tile_mxfp4(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 1);
+    size_t                n;
+    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    for (size_t i = 0; i < n; i++) {
+        fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
+        run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &t, FM_CUDA_EPI_NONE);
+    }
+}
+
+static void test_skew_and_finalize(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 2);
+    fm_cuda_tile small = {4, 1, 1, 256, 4}, mid = {4, 2, 8, 256, 3}, pair = {4, 2, 2, 256, 4};
+    run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &small, FM_CUDA_EPI_NONE);
+    run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &mid, FM_CUDA_EPI_SWIGLU);
+    run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &pair, FM_CUDA_EPI_SWIGLU);
+    run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &small, FM_CUDA_EPI_FINALIZE);
+    run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &mid, FM_CUDA_EPI_FINALIZE_DET);
+    run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &small, FM_CUDA_EPI_FINALIZE_DET);
+}
+
+/* Statuses: a caller's mistake gets its own status and launches nothing. */
+static void test_statuses(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 3);
+    gpu_experts w;
+    gpu_experts_make(&w, &r, FM_FORMAT_NVFP4, 2, 32, 64);
+    fm_cuda_weights *cw = NULL;
+    assert_int_equal(fm_cuda_weights_create(w.w, 2, &cw), FM_OK);
+    int32_t off[3] = {0, 1, 2};
+    void   *doff = dev_upload(off, sizeof off), *dx = NULL, *dy = NULL;
+    CK(cudaMalloc(&dx, 4096));
+    CK(cudaMalloc(&dy, 4096));
+    fm_cuda_tile      bad = {4, 1, 1, 192, 4}, single = {4, 1, 1, 256, 4};
+    fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = 2, .y = dy, .tile = &bad};
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
+    a.tile = &single;
+    a.epi = FM_CUDA_EPI_SWIGLU;
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED); /* SwiGLU needs gate/up pairs */
+    a.epi = FM_CUDA_EPI_FINALIZE;
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_INVALID_ARG); /* no row_weight / row_token */
+    a.epi = FM_CUDA_EPI_NONE;
+    a.x = (const uint16_t *)((const char *)dx + 2);
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_MISALIGNED);
+    a.x = dx;
+    assert_int_equal(fm_cuda_gemm(&a), FM_OK);
+    CK(cudaDeviceSynchronize());
+    /* prepack refuses BF16 and NaN scales */
+    fm_qtensor bf = w.w[0];
+    bf.fmt = FM_FORMAT_BF16;
+    fm_cuda_weights *none = (fm_cuda_weights *)&a;
+    assert_int_equal(fm_cuda_weights_create(&bf, 1, &none), FM_ERR_FORMAT);
+    assert_null(none);
+    uint8_t keep = w.w[1].scales[3];
+    w.w[1].scales[3] = 0x7F;
+    assert_int_equal(fm_cuda_weights_create(w.w, 2, &none), FM_ERR_NONFINITE);
+    w.w[1].scales[3] = keep;
+    CK(cudaFree(doff));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    fm_cuda_weights_destroy(cw);
+    gpu_experts_free(&w);
+}
+
+/* The planner's model is what the launch uses: after a launch, the kernel's
+ * dynamic-smem attribute equals fm_smem_swapab's total and it has no static smem;
+ * with the SM120 limit (101,376 B) exactly the tiles predicted over it are
+ * refused (FM_ERR_SMEM_EXCEEDED, output untouched) and the rest run correctly. */
+static void test_smem_model(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 4);
+    size_t                n;
+    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    int                   refused = 0;
+    for (size_t i = 0; i < n; i++) {
+        fm_cuda_tile      t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
+        fm_smem_breakdown bd;
+        assert_int_equal(fm_smem_swapab(&tiles[i], &bd), FM_OK);
+        fm_status s = run_case_limit(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE, 101376);
+        if (bd.total > 101376) {
+            assert_int_equal(s, FM_ERR_SMEM_EXCEEDED);
+            refused++;
+        } else {
+            assert_int_equal(s, FM_OK);
+        }
+        run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE); /* device limit: every tile runs */
+        size_t st = 1, dyn = 0;
+        assert_int_equal(fm_cuda_tile_attributes(&t, FM_FORMAT_NVFP4, &st, &dyn), FM_OK);
+        char name[64];
+        printf("  %-24s predicted %6zu B  static %zu  dynamic attribute %6zu  SM120 %s\n",
+               fm_swapab_tile_name(&tiles[i], name, sizeof name), bd.total, st, dyn,
+               bd.total > 101376 ? "refused" : "fits");
+        assert_int_equal(st, 0);
+        assert_int_equal(dyn, bd.total);
+    }
+    assert_true(refused > 0); /* the list holds tiles on both sides of the SM120 limit */
+    assert_true(refused < (int)n);
+}
+
+int main(void)
+{
+    fm_test_require_gpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_tile_nvfp4),
+        cmocka_unit_test(test_every_tile_mxfp4),
+        cmocka_unit_test(test_skew_and_finalize),
+        cmocka_unit_test(test_statuses),
+        cmocka_unit_test(test_smem_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
