@@ -75,6 +75,7 @@ static fm_status parse_row(char *line, const char *path, int lineno, meas_row *r
     int nf = 0;
     for (char *p = line; nf < 8;) {
         f[nf++] = p;
+        if (nf == 8) break; /* the last field keeps any further comma: caught below */
         char *comma = strchr(p, ',');
         if (!comma) break;
         *comma = 0;
