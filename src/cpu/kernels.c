@@ -100,6 +100,7 @@ static void gemm_scalar(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, i
 /* ---- AVX2 + FMA path -------------------------------------------------------- */
 #ifdef FM_X86
 #define FM_AVX2 __attribute__((target("avx2,fma")))
+#define FM_PREFETCH 1024 /* bytes ahead in the weight stream: ~16 lines covers DRAM latency */
 #define FM_AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) inline
 
 /* Fixed fold of 8 lanes: (0+4, 2+6) + (1+5, 3+7), as gemm_scalar does. */
@@ -123,30 +124,54 @@ FM_AVX2_INLINE static void dec16(const uint8_t *q, __m128i lut, __m256 s, __m256
 }
 
 /* Weight row n of an FP4 matrix against MM (1..4) activation rows, decoded
- * chunk by chunk in registers. MM is a compile-time constant after inlining. */
-FM_AVX2_INLINE static void fp4_row_direct(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n,
-                                          const float *A, int64_t lda, const int MM, float *Y, int64_t ldy)
+ * chunk by chunk in registers. MM and CPB (16-element chunks per scale block:
+ * 1 for NVFP4, 2 for MXFP4) are compile-time constants after inlining, so the
+ * accumulators live in registers and the loop carries only two pointers. */
+FM_AVX2_INLINE static void fp4_row_direct(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n, const float *A,
+                                          int64_t lda, const int MM, const int CPB, float *Y, int64_t ldy)
 {
-    const int64_t K = w->cols, nb = K / blk;
-    const int cpb = blk / 16; /* 16-element chunks per block: 1 (NVFP4) or 2 (MXFP4) */
+    const int64_t K = w->cols, nb = K / (16 * CPB);
     const uint8_t *q = (const uint8_t *)w->data + n * (K / 2), *sc = w->scales + n * nb;
     const __m128i lut = _mm_loadu_si128((const __m128i *)L->e2m1_x2);
     __m256 acc0[4], acc1[4];
     for (int m = 0; m < MM; m++) acc0[m] = acc1[m] = _mm256_setzero_ps();
+    const float *a = A;
     for (int64_t b = 0; b < nb; b++) {
         const __m256 s = _mm256_set1_ps(L->scale[sc[b]]);
-        for (int c = 0; c < cpb; c++) {
-            const int64_t k = (b * cpb + c) * 16;
+        if ((b & (8 / CPB - 1)) == 0) _mm_prefetch((const char *)(q + FM_PREFETCH), _MM_HINT_T0); /* a line per 64 B */
+        for (int c = 0; c < CPB; c++, q += 8, a += 16) {
             __m256 f0, f1;
-            dec16(q + k / 2, lut, s, &f0, &f1);
+            dec16(q, lut, s, &f0, &f1);
             for (int m = 0; m < MM; m++) {
-                acc0[m] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(A + m * lda + k), acc0[m]);
-                acc1[m] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(A + m * lda + k + 8), acc1[m]);
+                acc0[m] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(a + m * lda), acc0[m]);
+                acc1[m] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(a + m * lda + 8), acc1[m]);
             }
         }
     }
     for (int m = 0; m < MM; m++) Y[m * ldy + n] = hsum8(_mm256_add_ps(acc0[m], acc1[m])) * w->global_scale;
 }
+
+/* All rows [n0, n1) through fp4_row_direct with constant MM and CPB. */
+#define FM_DIRECT_CASE(MM, CPB)                                                          \
+    for (int64_t n = n0; n < n1; n++) fp4_row_direct(w, L, n, A, lda, MM, CPB, Y, ldy); \
+    break
+
+FM_AVX2 static void fp4_direct(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n0, int64_t n1,
+                               const float *A, int64_t lda, int M, float *Y, int64_t ldy)
+{
+    switch (M * 10 + blk / 16) {
+    case 11: FM_DIRECT_CASE(1, 1);
+    case 21: FM_DIRECT_CASE(2, 1);
+    case 31: FM_DIRECT_CASE(3, 1);
+    case 41: FM_DIRECT_CASE(4, 1);
+    case 12: FM_DIRECT_CASE(1, 2);
+    case 22: FM_DIRECT_CASE(2, 2);
+    case 32: FM_DIRECT_CASE(3, 2);
+    case 42: FM_DIRECT_CASE(4, 2);
+    default: break; /* not reached: M in 1..4, block 16 or 32 */
+    }
+}
+#undef FM_DIRECT_CASE
 
 FM_AVX2 static void decode_row_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n, float *row)
 {
@@ -206,15 +231,8 @@ FM_AVX2 static void gemm_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int64_t
 {
     const int blk = fmt_block(w->fmt);
     const int64_t K = w->cols;
-    if (w->fmt != FM_FORMAT_BF16 && M <= 4) {
-        for (int64_t n = n0; n < n1; n++) {
-            switch (M) {
-            case 1: fp4_row_direct(w, L, blk, n, A, lda, 1, Y, ldy); break;
-            case 2: fp4_row_direct(w, L, blk, n, A, lda, 2, Y, ldy); break;
-            case 3: fp4_row_direct(w, L, blk, n, A, lda, 3, Y, ldy); break;
-            default: fp4_row_direct(w, L, blk, n, A, lda, 4, Y, ldy); break;
-            }
-        }
+    if (w->fmt != FM_FORMAT_BF16 && M <= 4 && (blk == 16 || blk == 32)) {
+        fp4_direct(w, L, blk, n0, n1, A, lda, M, Y, ldy);
         return;
     }
     for (int64_t n = n0; n < n1; n++) {
