@@ -94,7 +94,7 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
             c->gpu.name && quotable(c->gpu.name) ? c->gpu.name : "gpu", c->parallel == FM_PARALLEL_EP ? "EP" : "TP",
             c->tokens_per_step, c->skew > 0 ? ", skewed routing" : "");
     fprintf(p, "set logscale x 2\nset logscale y 2\nset grid\nset key top left\nset xlabel 'max running requests'\n");
-    fprintf(p, "set ylabel 'rows per expert per step'\n");
+    fprintf(p, "set ylabel 'rows per expert per step'\nset yrange [:128]\n");
     for (int i = 0; x && i < 4; i++)
         if (x->rows_at[i]) fprintf(p, "set arrow from %d, graph 0 to %d, graph 1 nohead dt 3\n", x->rows_at[i], x->rows_at[i]);
     fprintf(p, "plot '%s' u 1:2 w l lw 2 t 'rows per active expert', '' u 1:3 w l lw 2 t 'rows per expert (all)', "

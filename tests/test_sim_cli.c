@@ -1,0 +1,190 @@
+/* test_sim_cli.c - `fp4moe simulate` end to end: JSON parsed with cJSON and
+ * checked against closed forms, the CSV header against the JSON fields, the
+ * sweep, exit code 2 with a specific message for bad settings, and the plot.
+ * The CLI path comes from $FM_CLI (tests/sim.cmake sets it); without it the
+ * test is skipped (77).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static fm_rng g_rng;
+static const char *g_cli;
+
+/* Run the CLI with args; stdout (and stderr when err) into *out; returns the exit code. */
+static int run(const char *args, int err, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' simulate %s %s", g_cli, args, err ? "2>&1" : "2>/dev/null");
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = 0;
+    int rc = pclose(p);
+    *out = buf;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static double num(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(v)) {
+        print_error("JSON field '%s' missing or not a number\n", name);
+        fail();
+    }
+    return v->valuedouble;
+}
+
+static void test_json_point(void **state)
+{
+    (void)state;
+    static const struct { const char *name; int e, k; } k_models[] = {
+        {"glm5", 256, 8}, {"deepseek-v3", 256, 8}, {"qwen3-235b", 128, 8}, {"gpt-oss-120b", 128, 4}};
+    int mi = (int)(fm_rng_u64(&g_rng) % 4), mr = 1 + (int)(fm_rng_u64(&g_rng) % 300);
+    int tps = 1 + (int)(fm_rng_u64(&g_rng) % 4), tp = (int)(fm_rng_u64(&g_rng) & 1);
+    char args[256], *out;
+    snprintf(args, sizeof args, "--model %s --gpus 8 --parallel %s --max-running-requests %d --tokens-per-step %d --json",
+             k_models[mi].name, tp ? "tp" : "ep", mr, tps);
+    assert_int_equal(run(args, 0, &out), 0);
+    cJSON *root = cJSON_Parse(out);
+    if (!root) {
+        print_error("not JSON: %.300s\n", out);
+        fail();
+    }
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(cfg, "model");
+    assert_int_equal((int)num(model, "experts"), k_models[mi].e);
+    assert_int_equal((int)num(model, "top_k"), k_models[mi].k);
+    const cJSON *pts = cJSON_GetObjectItemCaseSensitive(root, "points");
+    assert_int_equal(cJSON_GetArraySize(pts), 1);
+    const cJSON *p = cJSON_GetArrayItem(pts, 0);
+    int T = mr * tps, E = k_models[mi].e, k = k_models[mi].k;
+    int loc = tp ? E : E / 8;
+    double q = 1.0 - pow(1.0 - (double)k / E, T);
+    assert_int_equal((int)num(p, "tokens"), T);
+    assert_int_equal((int)num(p, "local_experts"), loc);
+    assert_true(fabs(num(p, "rows_per_expert") - (double)T * k / E) < 1e-6 * T);
+    assert_true(fabs(num(p, "active_experts") - loc * q) < 1e-6 * loc);
+    assert_true(num(p, "layer_us") > 0 && num(p, "tokens_per_s") > 0);
+    assert_true(num(p, "waste") >= 0 && num(p, "waste") < 1);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, "crossings");
+    assert_non_null(x);
+    assert_true(num(x, "rows_8") >= 0);
+    cJSON_Delete(root);
+    free(out);
+}
+
+static void test_sweep_csv(void **state)
+{
+    (void)state;
+    char *out;
+    assert_int_equal(run("--model qwen3-235b --sweep --sweep-max 96 --csv", 0, &out), 0);
+    /* header, then the sweep points 1 2 4 8 16 24 32 48 64 96 */
+    char *save = NULL, *line = strtok_r(out, "\n", &save);
+    assert_non_null(line);
+    int cols = 1;
+    for (char *c = line; *c; c++) cols += *c == ',';
+    assert_non_null(strstr(line, "rows_per_active"));
+    assert_non_null(strstr(line, "tokens_per_s"));
+    static const int k_pts[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96};
+    int n = 0;
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        int c2 = 1;
+        for (char *c = line; *c; c++) c2 += *c == ',';
+        assert_int_equal(c2, cols);
+        assert_true(n < 10);
+        assert_int_equal(atoi(line), k_pts[n]);
+        n++;
+    }
+    assert_int_equal(n, 10);
+    free(out);
+}
+
+static void test_bad_settings_exit_2(void **state)
+{
+    (void)state;
+    static const struct { const char *args, *needle; } k_bad[] = {
+        {"--topk 300", "top-k"},
+        {"--gpus 0", "gpus=0"},
+        {"--gpus 3", "EP degree 3 does not divide the 256 experts"},
+        {"--model nope", "unknown model"},
+        {"--gpu nope", "unknown GPU"},
+        {"--parallel dp", "ep or tp"},
+        {"--skew 7", "skew"},
+        {"--max-running-requests 0", "--max-running-requests"},
+        {"--frobnicate", "unknown flag"},
+        {"--csv --json", "exclusive"},
+        {"--hidden 6150", "block"},
+    };
+    for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
+        char *out;
+        int rc = run(k_bad[i].args, 1, &out);
+        if (rc != 2 || !strstr(out, k_bad[i].needle)) {
+            print_error("'%s': exit %d, output '%s' (want 2 and '%s')\n", k_bad[i].args, rc, out, k_bad[i].needle);
+            fail();
+        }
+        free(out);
+    }
+}
+
+static void test_plot(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/fm-sim-cli-XXXXXX", png[128], args[256], *out;
+    assert_non_null(mkdtemp(dir));
+    snprintf(png, sizeof png, "%s/sim.png", dir);
+    snprintf(args, sizeof args, "--sweep-max 64 --plot %s", png);
+    setenv("FM_GNUPLOT", "/nonexistent/gnuplot", 1);
+    int rc = run(args, 1, &out);
+    unsetenv("FM_GNUPLOT");
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(out, "gnuplot not found"));
+    free(out);
+    struct stat sb;
+    assert_int_not_equal(stat(png, &sb), 0);
+    if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+        assert_int_equal(run(args, 1, &out), 0);
+        free(out);
+        assert_int_equal(stat(png, &sb), 0);
+        FILE *f = fopen(png, "rb");
+        unsigned char magic[8];
+        assert_int_equal(fread(magic, 1, 8, f), 8);
+        fclose(f);
+        assert_memory_equal(magic, "\x89PNG\r\n\x1a\n", 8);
+        unlink(png);
+    } else {
+        printf("# gnuplot absent: only the failure path was checked\n");
+    }
+    rmdir(dir);
+}
+
+int main(void)
+{
+    g_cli = getenv("FM_CLI");
+    if (!g_cli || access(g_cli, X_OK)) {
+        printf("skipped: FM_CLI does not name the fp4moe binary\n");
+        return 77;
+    }
+    fm_rng_init(&g_rng, fm_test_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_point),
+        cmocka_unit_test(test_sweep_csv),
+        cmocka_unit_test(test_bad_settings_exit_2),
+        cmocka_unit_test(test_plot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
