@@ -71,6 +71,16 @@ static void test_modelopt_round_trip(void **state)
     fm_layer *layer = NULL;
     assert_int_equal(fm_layer_create(FM_BACKEND_CPU_REF, &l->cfg, &l->w, T, &layer), FM_OK);
     fm_layer_destroy(layer);
+
+    /* Validation only: the same configuration, no weights. */
+    o = (fm_ckpt_load_opts){.validate_only = 1};
+    fm_ckpt_layer *v = load_ok(dir, LAYER, &o);
+    assert_memory_equal(&v->cfg, &l->cfg, sizeof v->cfg);
+    assert_true(v->has_router_bias && v->has_input_scales);
+    assert_null(v->w13);
+    assert_null(v->router_w);
+    assert_null(v->shared_w13);
+    fm_ckpt_layer_free(v);
     fm_ckpt_layer_free(l);
 
     /* The index file itself, and an EP shard of experts [2, 4). */

@@ -241,6 +241,9 @@ typedef struct {
     int first_expert;             /* load experts [first_expert, first_expert + n_experts) */
     int n_experts;                /* 0 = all from first_expert (an EP shard otherwise) */
     int swizzle_scales;           /* 1: also fill w13_sf_swizzled / w2_sf_swizzled */
+    int validate_only;            /* 1: check every tensor's presence, dtype and shape and
+                                     fill cfg and the flags, but load no weights (all
+                                     weight pointers NULL): what `fp4moe inspect` uses */
 } fm_ckpt_load_opts;
 
 /* One layer in fp4moe's layout; owns every buffer it points to. */
@@ -259,6 +262,8 @@ typedef struct {
     uint8_t       **w2_sf_swizzled;
     int             layer;
     int             first_expert;
+    int             has_router_bias;  /* the checkpoint has a ranking bias for this layer */
+    int             has_input_scales; /* ... and per-expert input_scale (static W4A4 scales) */
     fm_ckpt_layout  layout;
     /* Things in the checkpoint that fp4moe's layer does not model: */
     int             rescaled_w13; /* experts whose gate and up weight_scale_2 differed: the

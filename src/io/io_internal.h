@@ -58,6 +58,7 @@ typedef struct {
     int                  first, n; /* experts [first, first + n) of n_total */
     int                  n_total;
     int                  hidden;   /* from the router weight */
+    int                  dry;      /* validate only: fill cfg, allocate nothing */
 } fm_load_ctx;
 
 /* Validate every expert tensor of the layout, then allocate one block (owned_)

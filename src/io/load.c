@@ -139,23 +139,27 @@ static void set_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_moe
 
 static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
 {
-    const fm_st_tensor *t;
+    const fm_st_tensor *t, *bias = NULL;
     FM_CHECK(fm_load_find(c, c->nm.router, -1, NULL, NULL, &t));
+    if (c->nm.router_bias && fm_load_find(c, c->nm.router_bias, -1, NULL, NULL, &bias) == FM_OK) { /* optional */
+        if (bias->ndim != 1 || bias->shape[0] != c->n_total ||
+            (bias->dtype != FM_DTYPE_F32 && bias->dtype != FM_DTYPE_BF16 && bias->dtype != FM_DTYPE_F16))
+            return fm_fail(FM_ERR_FORMAT, "%s: router bias '%s' should be F32/BF16/F16 [%d]", bias->file, bias->name,
+                           c->n_total);
+    }
+    fm_clear_error();
+    l->has_router_bias = bias != NULL;
+    if (c->dry) return FM_OK;
     size_t rows = (size_t)c->n, H = (size_t)c->hidden;
     l->router_w = malloc(rows * H * sizeof *l->router_w);
     if (!l->router_w) return fm_fail(FM_ERR_OOM, "router weight: out of memory");
     fm_st_tensor sub = *t; /* the rows of the loaded experts */
     sub.data = t->data + (size_t)c->first * H * (size_t)fm_dtype_bits(t->dtype) / 8;
     FM_CHECK(fm_st_to_f32(&sub, l->router_w, (int64_t)(rows * H)));
-    if (!c->nm.router_bias) return FM_OK;
-    if (fm_load_find(c, c->nm.router_bias, -1, NULL, NULL, &t) != FM_OK) return FM_OK; /* optional */
-    int64_t shape[1] = {c->n_total};
-    fm_status s = fm_load_expect(t, FM_DTYPE_F32, FM_DTYPE_BF16, 1, shape);
-    if (s == FM_ERR_FORMAT) s = fm_load_expect(t, FM_DTYPE_F16, -1, 1, shape);
-    FM_CHECK(s);
+    if (!bias) return FM_OK;
     if (!(l->router_bias = malloc(rows * sizeof *l->router_bias))) return fm_fail(FM_ERR_OOM, "out of memory");
-    sub = *t;
-    sub.data = t->data + (size_t)c->first * (size_t)fm_dtype_bits(t->dtype) / 8;
+    sub = *bias;
+    sub.data = bias->data + (size_t)c->first * (size_t)fm_dtype_bits(bias->dtype) / 8;
     return fm_st_to_f32(&sub, l->router_bias, (int64_t)rows);
 }
 
@@ -176,6 +180,8 @@ static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
     FM_CHECK(fm_load_expect(t[1], FM_DTYPE_BF16, -1, 2, s_gu));
     FM_CHECK(fm_load_expect(t[2], FM_DTYPE_BF16, -1, 2, s_d));
     if (si < 1 || si > (1 << 20)) return fm_fail(FM_ERR_BAD_SHAPE, "%s: shared inter %lld", t[0]->name, (long long)si);
+    l->cfg.shared_inter = (int)si;
+    if (c->dry) return FM_OK;
     size_t half = (size_t)(si * H);
     l->shared_w13 = malloc(2 * half * sizeof *l->shared_w13);
     l->shared_w2 = malloc(half * sizeof *l->shared_w2);
@@ -183,7 +189,6 @@ static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
     memcpy(l->shared_w13, t[0]->data, half * 2); /* gate rows */
     memcpy(l->shared_w13 + half, t[1]->data, half * 2); /* then up rows */
     memcpy(l->shared_w2, t[2]->data, half * 2);
-    l->cfg.shared_inter = (int)si;
     return FM_OK;
 }
 
@@ -222,11 +227,11 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_
     l->w = (fm_moe_weights){.router_w = l->router_w, .router_bias = l->router_bias, .w13 = l->w13, .w2 = l->w2,
                             .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
                             .shared_w2 = l->shared_w2};
-    if (o && o->swizzle_scales) FM_CHECK(swizzle_all(l));
+    if (o && o->swizzle_scales && !c->dry) FM_CHECK(swizzle_all(l));
     fm_status s = fm_moe_config_check(&l->cfg);
     if (s != FM_OK)
         return fm_fail(s, "layer %d: the loaded configuration is invalid: %s", c->layer, fm_last_error());
-    return fm_moe_weights_check(&l->cfg, &l->w);
+    return c->dry ? FM_OK : fm_moe_weights_check(&l->cfg, &l->w);
 }
 
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
@@ -237,7 +242,7 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     *out = NULL;
     if (!ck) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: checkpoint is NULL");
     if (layer < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: layer %d < 0", layer);
-    fm_load_ctx c = {.ck = ck, .layer = layer};
+    fm_load_ctx c = {.ck = ck, .layer = layer, .dry = opts && opts->validate_only};
     FM_CHECK(fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm));
     const fm_st_tensor *r;
     if (fm_load_find(&c, c.nm.router, -1, NULL, NULL, &r) != FM_OK)

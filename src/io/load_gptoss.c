@@ -57,6 +57,20 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
     int has_bias = 0;
     FM_CHECK(find_fused(c, c->nm.proj_gate, 2 * I, H, &gu, &has_bias));
     FM_CHECK(find_fused(c, c->nm.proj_down, H, I, &dn, &has_bias));
+    /* gpt-oss's router has an additive logit bias: not a ranking-only bias. */
+    char rb[512];
+    const fm_st_tensor *t;
+    size_t rl = strlen(c->nm.router);
+    if (rl > 7 && !strcmp(c->nm.router + rl - 7, ".weight") && rl < sizeof rb) {
+        memcpy(rb, c->nm.router, rl - 7);
+        strcpy(rb + rl - 7, ".bias");
+        if (fm_load_find(c, rb, -1, NULL, NULL, &t) == FM_OK) l->ignored_router_bias = 1;
+        fm_clear_error();
+    }
+    l->ignored_bias = has_bias;
+    l->cfg.inter = (int)I;
+    l->cfg.wfmt = FM_FORMAT_MXFP4;
+    if (c->dry) return FM_OK;
 
     const int n = c->n;
     const fm_format f = FM_FORMAT_MXFP4;
@@ -87,18 +101,5 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
         memcpy(l->w2[i].data, dn.b->data + e * d2, d2);
         memcpy(l->w2[i].scales, dn.s->data + e * s2, s2);
     }
-    /* gpt-oss's router has an additive logit bias: not a ranking-only bias. */
-    char rb[512];
-    const fm_st_tensor *t;
-    size_t rl = strlen(c->nm.router);
-    if (rl > 7 && !strcmp(c->nm.router + rl - 7, ".weight") && rl < sizeof rb) {
-        memcpy(rb, c->nm.router, rl - 7);
-        strcpy(rb + rl - 7, ".bias");
-        if (fm_load_find(c, rb, -1, NULL, NULL, &t) == FM_OK) l->ignored_router_bias = 1;
-        fm_clear_error();
-    }
-    l->ignored_bias = has_bias;
-    l->cfg.inter = (int)I;
-    l->cfg.wfmt = f;
     return FM_OK;
 }

@@ -101,7 +101,11 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
         for (int p = 0; p < P_COUNT && s == FM_OK; p++)
             s = find_proj(c, c->first + i, pn[p], f, has_in, p == P_DOWN ? H : I, p == P_DOWN ? I : H,
                           &src[i * P_COUNT + p]);
-    if (s != FM_OK) {
+    l->cfg.inter = (int)I;
+    l->cfg.wfmt = f;
+    l->has_input_scales = has_in;
+    for (int i = 0; s == FM_OK && i < n; i++) l->rescaled_w13 += src[i * P_COUNT + P_GATE].g != src[i * P_COUNT + P_UP].g;
+    if (s != FM_OK || c->dry) {
         free(src);
         return s;
     }
@@ -131,7 +135,6 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
                                  .global_scale = g13};
         l->w2[i] = (fm_qtensor){.fmt = f, .rows = H, .cols = I, .data = p + d13 + s13,
                                 .scales = s2 ? p + d13 + s13 + d2 : NULL, .global_scale = ps[P_DOWN].g};
-        if (ps[P_GATE].g != ps[P_UP].g) l->rescaled_w13++;
         s = copy_proj(&ps[P_GATE], &l->w13[i], 0, g13);
         if (s == FM_OK) s = copy_proj(&ps[P_UP], &l->w13[i], I, g13);
         if (s == FM_OK) s = copy_proj(&ps[P_DOWN], &l->w2[i], 0, ps[P_DOWN].g);
@@ -141,8 +144,5 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
         }
     }
     free(src);
-    if (s != FM_OK) return s;
-    l->cfg.inter = (int)I;
-    l->cfg.wfmt = f;
-    return FM_OK;
+    return s;
 }
