@@ -23,6 +23,7 @@
  * gives -0 for +NaN, an artefact of the missing NaN code; we give +0).
  */
 #include "fm_internal.h"
+#include "format/e2m1_inline.h"
 
 #include <math.h>
 #include <string.h>
@@ -76,33 +77,26 @@ static uint32_t minifloat_rne(uint32_t a, int man, int bias)
     return rshift_rne(sig, s);
 }
 
-/* Inverse of minifloat_rne for a magnitude code (exact in float32). */
+/* Inverse of minifloat_rne for a magnitude code (exact in float32), built
+ * from bits rather than ldexpf: decoding sits in the dequantize loops. */
 static float minifloat_decode(uint32_t mag, int man, int bias)
 {
     uint32_t ef = mag >> man;
     uint32_t mf = mag & ((1u << man) - 1u);
-    if (ef == 0) return ldexpf((float)mf, 1 - bias - man);
-    return ldexpf((float)((1u << man) | mf), (int)ef - bias - man);
+    if (ef == 0) /* subnormal: mf units of 2^(1 - bias - man), a normal float32 for our formats */
+        return (float)mf * bits_f32((uint32_t)(127 + 1 - bias - man) << 23);
+    return bits_f32(((ef + 127u - (uint32_t)bias) << 23) | (mf << (23 - man)));
 }
 
 /* ---- E2M1 ------------------------------------------------------------------ */
 
-uint8_t fm_e2m1_encode(float x)
-{
-    uint32_t u = f32_bits(x);
-    uint32_t a = u & 0x7FFFFFFFu;
-    uint8_t sign = (uint8_t)((u >> 28) & 0x8u);
-    if (a > 0x7F800000u) return 0x0;       /* NaN: no NaN code; +0 (stated policy) */
-    if (a == 0x7F800000u) return sign | 0x7; /* ±Inf saturates like any overflow */
-    uint32_t mag = minifloat_rne(a, 1, 1);
-    if (mag > 0x7u) mag = 0x7u; /* |x| > 6 (after rounding): ±6 */
-    return (uint8_t)(sign | mag);
-}
+uint8_t fm_e2m1_encode(float x) { return fm_e2m1_encode_inl(x); }
 
 float fm_e2m1_decode(uint8_t code)
 {
-    float v = minifloat_decode(code & 0x7u, 1, 1);
-    return (code & 0x8u) ? -v : v;
+    static const float k_e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    return k_e2m1[code & 0xFu];
 }
 
 /* ---- E4M3 (float8_e4m3fn: no Inf, 0x7F/0xFF are NaN, max 448 = 0x7E) ------- */
@@ -147,7 +141,7 @@ uint8_t fm_ue8m0_encode(float x)
 float fm_ue8m0_decode(uint8_t code)
 {
     if (code == 0xFF) return NAN;
-    return ldexpf(1.0f, (int)code - 127);
+    return bits_f32(code ? (uint32_t)code << 23 : 0x00400000u); /* code 0: 2^-127, a float32 subnormal */
 }
 
 /* ---- BF16 ------------------------------------------------------------------ */

@@ -14,6 +14,7 @@
  * (shapes, pointers, finiteness), so a failing call changes nothing.
  */
 #include "fm_internal.h"
+#include "format/e2m1_inline.h"
 
 #include <float.h>
 #include <math.h>
@@ -35,14 +36,37 @@ static fm_status check_view(const char *who, const fm_qtensor *t, const fm_forma
     return FM_OK;
 }
 
-static float block_amax(const float *x, int n)
+/* Rows are independent: split them over OpenMP threads once a matrix is big
+ * enough to pay for the fork (the CLI quantizes ~10^9 weights at start-up).
+ * Uses the enclosing function's `rows` and `cols`. */
+#ifdef _OPENMP
+#define FM_OMP_ROWS _Pragma("omp parallel for schedule(static) if (rows * cols >= (1 << 18))")
+#else
+#define FM_OMP_ROWS
+#endif
+
+/* Largest |x| as float32 bits.  For |x| (sign cleared) the integer order of
+ * the bit patterns is the float order, and Inf/NaN sort above every finite
+ * value (>= 0x7F800000), so one integer max reduction, which vectorizes,
+ * gives both the amax and the non-finite check. */
+static uint32_t abs_bits_max(const float *x, int64_t n)
 {
-    float m = 0.0f;
-    for (int i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        if (a > m) m = a;
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7FFFFFFFu;
+        m = u > m ? u : m;
     }
     return m;
+}
+
+static float block_amax(const float *x, int n)
+{
+    uint32_t m = abs_bits_max(x, n);
+    float a;
+    memcpy(&a, &m, sizeof a);
+    return a;
 }
 
 /* 2^e as the UE8M0 code, e clamped to the representable [-127, 127]. */
@@ -57,23 +81,32 @@ static uint8_t mx_scale_code(float amax)
     return (uint8_t)(e + 127);
 }
 
+/* E2M1-encode n (a multiple of 2, at most 32) values x[i] / d and pack them,
+ * low nibble first.  Plain loops over a fixed-size buffer so the compiler can
+ * vectorize the division and the branch-free encoder. */
+static void encode_block(const float *x, int n, float d, uint8_t *q)
+{
+    uint8_t c[32];
+    for (int i = 0; i < n; i++) c[i] = fm_e2m1_encode_inl(x[i] / d);
+    for (int i = 0; i < n / 2; i++) q[i] = (uint8_t)(c[2 * i] | (c[2 * i + 1] << 4)); /* low nibble = even column */
+}
+
 static void quant_nvfp4(const float *src, float g, int64_t rows, int64_t cols, uint8_t *data, uint8_t *scales)
 {
     const int64_t nb = cols / 16;
+    const float six_g = 6.0f * g;
+    FM_OMP_ROWS
     for (int64_t r = 0; r < rows; r++) {
         const float *x = src + r * cols;
         uint8_t *q = data + r * (cols / 2);
         for (int64_t b = 0; b < nb; b++) {
-            float amax = block_amax(x + b * 16, 16);
-            uint8_t sc = fm_e4m3_encode(amax / (6.0f * g));
+            uint8_t sc = fm_e4m3_encode(block_amax(x + b * 16, 16) / six_g);
             scales[r * nb + b] = sc;
             float denom = fm_e4m3_decode(sc) * g;
-            for (int i = 0; i < 16; i += 2) {
-                float v0 = x[b * 16 + i], v1 = x[b * 16 + i + 1];
-                uint8_t c0 = denom != 0.0f ? fm_e2m1_encode(v0 / denom) : 0;
-                uint8_t c1 = denom != 0.0f ? fm_e2m1_encode(v1 / denom) : 0;
-                q[(b * 16 + i) / 2] = (uint8_t)(c0 | (c1 << 4)); /* low nibble = even column */
-            }
+            if (denom != 0.0f)
+                encode_block(x + b * 16, 16, denom, q + b * 8);
+            else
+                memset(q + b * 8, 0, 8); /* scale 0: the whole block is 0 */
         }
     }
 }
@@ -81,18 +114,14 @@ static void quant_nvfp4(const float *src, float g, int64_t rows, int64_t cols, u
 static void quant_mxfp4(const float *src, int64_t rows, int64_t cols, uint8_t *data, uint8_t *scales)
 {
     const int64_t nb = cols / 32;
+    FM_OMP_ROWS
     for (int64_t r = 0; r < rows; r++) {
         const float *x = src + r * cols;
         uint8_t *q = data + r * (cols / 2);
         for (int64_t b = 0; b < nb; b++) {
             uint8_t sc = mx_scale_code(block_amax(x + b * 32, 32));
             scales[r * nb + b] = sc;
-            float s = fm_ue8m0_decode(sc);
-            for (int i = 0; i < 32; i += 2) {
-                uint8_t c0 = fm_e2m1_encode(x[b * 32 + i] / s);
-                uint8_t c1 = fm_e2m1_encode(x[b * 32 + i + 1] / s);
-                q[(b * 32 + i) / 2] = (uint8_t)(c0 | (c1 << 4));
-            }
+            encode_block(x + b * 32, 32, fm_ue8m0_decode(sc), q + b * 16); /* exact: a power of two */
         }
     }
 }
@@ -106,15 +135,15 @@ fm_status fm_quantize(const float *src, const float *global_scale_in, fm_qtensor
     const int64_t n = dst->rows * dst->cols;
 
     /* Validate every input value before touching dst. */
-    float amax = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        float v = src[i];
-        if (!isfinite(v))
-            return fm_fail(FM_ERR_NONFINITE, "fm_quantize: src[%lld][%lld] = %g is not finite",
-                           (long long)(i / dst->cols), (long long)(i % dst->cols), (double)v);
-        float a = fabsf(v);
-        if (a > amax) amax = a;
+    uint32_t mbits = abs_bits_max(src, n);
+    if (mbits >= 0x7F800000u) { /* some NaN/Inf: find the first for the message */
+        int64_t i = 0;
+        while (isfinite(src[i])) i++;
+        return fm_fail(FM_ERR_NONFINITE, "fm_quantize: src[%lld][%lld] = %g is not finite",
+                       (long long)(i / dst->cols), (long long)(i % dst->cols), (double)src[i]);
     }
+    float amax;
+    memcpy(&amax, &mbits, sizeof amax);
     if (dst->fmt == FM_FORMAT_BF16 && isinf(fm_bf16_decode(fm_bf16_encode(amax)))) /* >= 0x1.ffp127 */
         return fm_fail(FM_ERR_NONFINITE, "fm_quantize: |x| = %g overflows BF16", (double)amax);
 
@@ -172,16 +201,20 @@ fm_status fm_dequantize(const fm_qtensor *src, float *dst)
                            (long long)(i / nb), (long long)(i % nb), c);
     }
     const uint8_t *q = src->data;
+    FM_OMP_ROWS
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t c = src->scales[r * nb + b];
             float s = src->fmt == FM_FORMAT_NVFP4 ? fm_e4m3_decode(c) : fm_ue8m0_decode(c);
-            for (int i = 0; i < block; i++) {
-                int64_t k = b * block + i;
-                uint8_t byte = q[r * (cols / 2) + k / 2];
-                float e = fm_e2m1_decode((k & 1) ? (uint8_t)(byte >> 4) : byte);
-                /* e * s is exact (2 x 4 significant bits); one rounding for g. */
-                dst[r * cols + k] = (e * s) * g;
+            /* e2m1 * s is exact (2 x 4 significant bits): a 16-entry table per
+             * block, then one rounding for the global scale. */
+            float lut[16];
+            for (int i = 0; i < 16; i++) lut[i] = fm_e2m1_decode((uint8_t)i) * s;
+            const uint8_t *qb = q + r * (cols / 2) + b * (block / 2);
+            float *d = dst + r * cols + b * block;
+            for (int i = 0; i < block / 2; i++) {
+                d[2 * i] = lut[qb[i] & 0xF] * g;
+                d[2 * i + 1] = lut[qb[i] >> 4] * g;
             }
         }
     }
