@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fm_internal.h"
 
 void fm_run_opts_default(fm_run_opts *o)
 {
@@ -153,13 +154,31 @@ static fm_status count_active(fm_run_model *m, int T)
     return s;
 }
 
+/* A real layer: every expert of layer --layer, routing settings from the
+ * checkpoint's config.json (fm_checkpoint_load_layer documents the fallbacks). */
+static fm_status load_checkpoint(const fm_run_opts *o, fm_run_model *m)
+{
+    fm_checkpoint *ck = NULL;
+    fm_ckpt_layer *l = NULL;
+    fm_cli_progress("fp4moe run: loading layer %d from %s...\n", o->layer < 0 ? 0 : o->layer, o->weights_path);
+    FM_CHECK(fm_checkpoint_open(o->weights_path, &ck));
+    fm_ckpt_load_opts lo = {0};
+    fm_status s = fm_checkpoint_load_layer(ck, o->layer < 0 ? 0 : o->layer, &lo, &l);
+    fm_checkpoint_close(ck); /* the loaded layer owns copies of everything it needs */
+    if (s != FM_OK) return s;
+    m->ckpt = l;
+    m->cfg = l->cfg;
+    m->w = l->w;
+    return FM_OK;
+}
+
 fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
 {
     memset(m, 0, sizeof *m);
     m->cfg = o->cfg;
     fm_status s;
     if (o->weights_path) {
-        s = fm_fail(FM_ERR_UNSUPPORTED, "--weights: checkpoint loading is not in this build yet");
+        s = load_checkpoint(o, m);
     } else {
         s = fm_moe_config_check(&m->cfg);
         if (s == FM_OK) s = build_random(o, m);
@@ -187,6 +206,7 @@ void fm_run_model_free(fm_run_model *m)
     free(m->shared_w13);
     free(m->shared_w2);
     free(m->x);
+    fm_ckpt_layer_free(m->ckpt);
     memset(m, 0, sizeof *m);
 }
 

@@ -25,7 +25,7 @@ typedef struct {
     void       *blob;     /* one allocation for all expert data and scales */
     float      *router_w, *router_bias;
     uint16_t   *shared_w13, *shared_w2;
-    void       *ckpt;     /* checkpoint handle when loaded from --weights */
+    fm_ckpt_layer *ckpt;  /* the loaded layer with --weights (owns its buffers) */
 } fm_run_model;
 
 void      fm_run_opts_default(fm_run_opts *o);
