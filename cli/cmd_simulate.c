@@ -27,7 +27,8 @@ static void usage(FILE *f)
             "         --round-overhead-us X (scheduler overhead per round, 0)\n"
             "routing  --skew S (Zipf exponent of expert popularity, 0 = uniform, <= 2) --seed N (1)\n"
             "         --mc N (Monte-Carlo steps for the straggler GPU, 0 = exact expectations)\n"
-            "kernel   --tile-m N (default: the planner's pick) --measured FILE.csv (measured grouped-GEMM times)\n"
+            "kernel   --kernel cutlass|fp4moe (whose tiles pad the rows: the planner's CUTLASS pick, or\n"
+            "         fp4moe's swap-AB kernel) --tile-m N (override) --measured FILE.csv (measured times)\n"
             "         --bw-eff X (0.85) --compute-eff X (0.75) --launch-us X (5)\n"
             "output   --sweep (table over 1..--sweep-max requests) --sweep-max N (512)\n"
             "         --csv | --json, --plot FILE.png (gnuplot)\n"
@@ -78,7 +79,7 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
     fm_sim_model ov; /* explicit model flags, -1 = not given */
     memset(&ov, 0, sizeof ov);
     ov.n_experts = ov.top_k = ov.hidden = ov.inter = ov.moe_layers = ov.shared_experts = ov.shared_inter = -1;
-    const char *fmt = NULL, *parallel = NULL;
+    const char *fmt = NULL, *parallel = NULL, *kernel = NULL;
     long seed = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -91,7 +92,8 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
         const char **sp = !strcmp(a, "--model") ? &o->model : !strcmp(a, "--gpu") ? &o->gpu
                         : !strcmp(a, "--measured") ? &o->measured : !strcmp(a, "--plot") ? &o->plot
-                        : !strcmp(a, "--format") ? &fmt : !strcmp(a, "--parallel") ? &parallel : NULL;
+                        : !strcmp(a, "--format") ? &fmt : !strcmp(a, "--parallel") ? &parallel
+                        : !strcmp(a, "--kernel") ? &kernel : NULL;
         if (sp) {
             if (!val) {
                 fprintf(stderr, "fp4moe simulate: %s needs a value\n", a);
@@ -163,6 +165,16 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
             c->parallel = FM_PARALLEL_TP;
         else {
             fprintf(stderr, "fp4moe simulate: --parallel expects ep or tp, got '%s'\n", parallel);
+            return FM_EXIT_USAGE;
+        }
+    }
+    if (kernel) {
+        if (!strcmp(kernel, "cutlass"))
+            c->kernel = FM_SIM_KERNEL_CUTLASS;
+        else if (!strcmp(kernel, "fp4moe"))
+            c->kernel = FM_SIM_KERNEL_FP4MOE;
+        else {
+            fprintf(stderr, "fp4moe simulate: --kernel expects cutlass or fp4moe, got '%s'\n", kernel);
             return FM_EXIT_USAGE;
         }
     }

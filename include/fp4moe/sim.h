@@ -40,6 +40,10 @@ extern "C" {
 
 typedef enum { FM_PARALLEL_EP = 0, FM_PARALLEL_TP = 1 } fm_parallel;
 
+/* Which grouped GEMM pads the rows: the planner's pick among CUTLASS tiles (the
+ * field's kernels), or fp4moe's own swap-AB kernel (8/16/32/64 rows per pass). */
+typedef enum { FM_SIM_KERNEL_CUTLASS = 0, FM_SIM_KERNEL_FP4MOE = 1 } fm_sim_kernel;
+
 /* The MoE part of a model. Figures of the presets and their sources: docs/simulate.md. */
 typedef struct {
     char        name[32];
@@ -94,6 +98,7 @@ typedef struct {
     double       skew;            /* Zipf exponent of expert popularity, 0 (uniform) .. 2 */
     uint64_t     seed;            /* popularity permutation and Monte-Carlo */
     int          mc_steps;        /* Monte-Carlo decode steps for the straggler time; 0 = off */
+    fm_sim_kernel kernel;         /* whose tiles pad the rows (FM_SIM_KERNEL_CUTLASS default) */
     int          tile_m;          /* tile rows; 0 = the planner's pick (128 without a planner) */
     double       bw_eff;          /* achieved / listed memory bandwidth, (0, 1] */
     double       compute_eff;     /* achieved / listed tensor rate, (0, 1] */
@@ -103,13 +108,13 @@ typedef struct {
 
 /* glm5 on 8x H200 (when the GPU table has it), EP, 64 requests, 1 token/step,
  * 1 decode step, uniform routing, seed 1, no Monte-Carlo, planner tile,
- * bw_eff 0.85, compute_eff 0.70, launch 5 us (docs/simulate.md says why). */
+ * CUTLASS kernel, bw_eff 0.85, compute_eff 0.75, launch 5 us (docs/simulate.md says why). */
 void fm_sim_config_default(fm_sim_config *c);
 
 /* Validate settings. FM_OK, FM_ERR_INVALID_ARG (NULL; top_k > experts; zero
  * GPUs; EP degree not dividing the experts; max_running/tokens/steps < 1 or
  * too large; skew, efficiencies or overheads out of range; accepted >
- * tokens_per_step; a GPU with no bandwidth or rate), FM_ERR_BAD_SHAPE
+ * tokens_per_step; unknown kernel; a GPU with no bandwidth or rate), FM_ERR_BAD_SHAPE
  * (hidden/inter/layers < 1, hidden not a multiple of the format's block),
  * FM_ERR_FORMAT (unknown weight format). */
 fm_status fm_sim_config_check(const fm_sim_config *c);

@@ -125,6 +125,8 @@ fm_status fm_sim_config_check(const fm_sim_config *c)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: skew=%g must be in [0, %g]", c->skew, FM_SIM_MAX_SKEW);
     if (c->mc_steps < 0 || c->mc_steps > 100000)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: Monte-Carlo steps=%d must be in [0, 100000]", c->mc_steps);
+    if (c->kernel != FM_SIM_KERNEL_CUTLASS && c->kernel != FM_SIM_KERNEL_FP4MOE)
+        return fm_fail(FM_ERR_INVALID_ARG, "simulate: unknown kernel %d (cutlass or fp4moe)", (int)c->kernel);
     if (c->tile_m < 0 || c->tile_m > 1024)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: tile rows=%d must be in [0, 1024] (0 = planner)", c->tile_m);
     if (bad_frac(c->bw_eff) || bad_frac(c->compute_eff))

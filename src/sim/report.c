@@ -41,8 +41,9 @@ fm_status fm_sim_write_text(FILE *f, const fm_sim_config *c, const fm_sim_result
         fprintf(f, "Zipf skew %g (seed %llu)\n", c->skew, (unsigned long long)c->seed);
     else
         fprintf(f, "uniform routing\n");
-    fprintf(f, "tile       %d rows (%s)\n\n", r->tile_m,
-            r->tile_from_planner ? "the planner's pick" : (c->tile_m ? "--tile-m" : "default: 128, no planner pick"));
+    fprintf(f, "tile       %d rows x %d x %d (%s, %s kernel)\n\n", r->tile_m, r->tile_n, r->tile_k,
+            r->tile_from_planner ? "the planner's pick" : (c->tile_m ? "--tile-m" : "default: no planner family for this GPU"),
+            c->kernel == FM_SIM_KERNEL_FP4MOE ? "fp4moe swap-AB" : "CUTLASS");
     fprintf(f, "rows/expert  %.2f per local expert, %.2f per active expert; %.1f of %d experts active (GPU %d)\n",
             r->rows_per_expert, r->rows_per_active, r->active_experts, r->local_experts, r->straggler);
     fprintf(f, "active rows  p50 %d, p90 %d, p99 %d\n", r->rows_p50, r->rows_p90, r->rows_p99);
@@ -166,6 +167,7 @@ static cJSON *config_json(const fm_sim_config *c)
     cJSON_AddNumberToObject(g, "mem_gbs", c->gpu.mem_gbs);
     cJSON_AddNumberToObject(g, "bf16_tflops", c->gpu.bf16_tflops);
     cJSON_AddNumberToObject(g, "fp4_tflops", c->gpu.fp4_tflops);
+    cJSON_AddStringToObject(o, "kernel", c->kernel == FM_SIM_KERNEL_FP4MOE ? "fp4moe" : "cutlass");
     cJSON_AddNumberToObject(o, "gpus", c->gpus);
     cJSON_AddStringToObject(o, "parallel", c->parallel == FM_PARALLEL_EP ? "ep" : "tp");
     cJSON_AddNumberToObject(o, "tokens_per_step", c->tokens_per_step);
