@@ -140,6 +140,14 @@ static void test_presets(void **state)
             assert_int_equal(fm_sim_run(&c, &r), FM_OK);
             assert_true(isfinite(r.layer_us) && r.layer_us > 0 && isfinite(r.tokens_per_s) && r.tokens_per_s > 0);
             assert_true(r.waste >= 0 && r.waste < 1);
+            /* the H200 (sm_90) has a planner family: the tile is its pick */
+            assert_int_equal(r.tile_from_planner, 1);
+            assert_true(r.tile_m == 64 || r.tile_m == 128 || r.tile_m == 256);
+            c.kernel = FM_SIM_KERNEL_FP4MOE; /* swap-AB: the smallest pass that holds the expected rows */
+            assert_int_equal(fm_sim_run(&c, &r), FM_OK);
+            assert_true(r.tile_m == 8 || r.tile_m == 16 || r.tile_m == 32 || r.tile_m == 64);
+            assert_true(r.tile_m >= ceil(r.rows_per_active) || r.tile_m == 64);
+            assert_true(r.tile_m / 2 < ceil(r.rows_per_active) || r.tile_m == 8);
             const fm_format_traits *tr = fm_format_traits_get(m.wfmt);
             assert_int_equal(r.fc2_k % tr->block, 0); /* TP slices padded to the block */
         }
