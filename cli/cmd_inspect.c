@@ -1,10 +1,266 @@
-/* cmd_inspect.c - placeholder until its issue lands (removed from main.c if it does not). */
+/* cmd_inspect.c - `fp4moe inspect PATH`: what is in a safetensors checkpoint
+ * (a file, a folder of shards, or an index): files, tensors by dtype, the
+ * detected layout and quantization format, the MoE layers with their experts
+ * and shapes, and bytes.
+ *
+ * Every MoE layer is validated as fp4moe would load it (presence, dtype and
+ * shape of every expert tensor and scale) without reading the weights
+ * (fm_checkpoint_load_layer with validate_only), so a checkpoint inspect
+ * accepts is one `fp4moe run --weights` can load; a bad one fails here with the
+ * status naming the file and tensor, exit 1. A checkpoint with no routed
+ * experts is not an error: inspect lists its tensors and says so.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fp4moe inspect PATH [flags]\n"
+            "List the tensors, quantization format, MoE layers and experts of a safetensors checkpoint.\n"
+            "PATH is a .safetensors file, a folder of shards, or a model.safetensors.index.json.\n\n"
+            "  --layout L    auto | modelopt | gpt-oss   expert tensor layout (default auto)\n"
+            "  --layer N     show (and validate) only MoE layer N\n"
+            "  --tensors     also list every tensor: name, dtype, shape, bytes, file\n"
+            "  --json        machine-readable output on stdout\n"
+            "  --help        this text\n\n"
+            "exit codes: 0 ok, 1 bad or unreadable checkpoint (status and tensor on stderr), 2 usage\n");
+}
+
+enum { OPT_LAYOUT = 256, OPT_LAYER, OPT_TENSORS, OPT_JSON, OPT_HELP };
+
+static const struct option k_opts[] = {{"layout", required_argument, 0, OPT_LAYOUT},
+                                       {"layer", required_argument, 0, OPT_LAYER},
+                                       {"tensors", no_argument, 0, OPT_TENSORS},
+                                       {"json", no_argument, 0, OPT_JSON},
+                                       {"help", no_argument, 0, OPT_HELP},
+                                       {0, 0, 0, 0}};
+
+static const char *format_desc(fm_format f)
+{
+    switch (f) {
+    case FM_FORMAT_NVFP4: return "NVFP4 (E2M1 values, E4M3 scale per 16, FP32 global scale)";
+    case FM_FORMAT_MXFP4: return "MXFP4 (E2M1 values, UE8M0 scale per 32)";
+    case FM_FORMAT_BF16: return "BF16 (unquantized experts)";
+    default: return "?";
+    }
+}
+
+static char *shape_str(const fm_st_tensor *t, char *b, size_t n)
+{
+    size_t o = (size_t)snprintf(b, n, "[");
+    for (int i = 0; i < t->ndim && o < n; i++) o += (size_t)snprintf(b + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (o < n) snprintf(b + o, n - o, "]");
+    return b;
+}
+
+/* "1.25 GB", "512 B": decimal units, as disk sizes are quoted. */
+static const char *human(uint64_t b, char *buf, size_t n)
+{
+    static const char *const k_units[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1000.0 && u < 4) v /= 1000.0, u++;
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, k_units[u]);
+    return buf;
+}
+
+typedef struct {
+    fm_ckpt_layer *info; /* validate-only: cfg and flags, no weights */
+    int            layer, experts, found;
+} layer_row;
 
 int fm_cmd_inspect(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fp4moe inspect: not built yet\n");
-    return FM_EXIT_FAIL;
+    const char *path = NULL;
+    int json = 0, tensors = 0;
+    long only = -1;
+    fm_ckpt_layout layout = FM_LAYOUT_AUTO;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", k_opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_LAYOUT:
+            if (!strcmp(optarg, "auto")) layout = FM_LAYOUT_AUTO;
+            else if (!strcmp(optarg, "modelopt")) layout = FM_LAYOUT_MODELOPT;
+            else if (!strcmp(optarg, "gpt-oss")) layout = FM_LAYOUT_GPT_OSS;
+            else {
+                fprintf(stderr, "fp4moe inspect: --layout expects auto, modelopt or gpt-oss, got '%s'\n", optarg);
+                return FM_EXIT_USAGE;
+            }
+            break;
+        case OPT_LAYER:
+            if (!fm_cli_int("inspect", "--layer", optarg, 0, 1000000, &only)) return FM_EXIT_USAGE;
+            break;
+        case OPT_TENSORS: tensors = 1; break;
+        case OPT_JSON: json = 1; break;
+        case 'h':
+        case OPT_HELP: usage(stdout); return FM_EXIT_OK;
+        default:
+            fprintf(stderr, "fp4moe inspect: unknown flag '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return FM_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "fp4moe inspect: expected one PATH, got %d\n", argc - optind);
+        usage(stderr);
+        return FM_EXIT_USAGE;
+    }
+    path = argv[optind];
+
+    fm_checkpoint *ck = NULL;
+    fm_status s = fm_checkpoint_open(path, &ck);
+    if (s != FM_OK) return fm_cli_fail("inspect", s);
+
+    fm_ckpt_names names;
+    fm_ckpt_names_default(layout, &names);
+    fm_ckpt_scan sc = {0};
+    s = fm_checkpoint_scan(ck, layout == FM_LAYOUT_AUTO ? NULL : &names, &sc);
+    int have_moe = s == FM_OK;
+    if (s != FM_OK && s != FM_ERR_NOT_FOUND) {
+        fm_checkpoint_close(ck);
+        return fm_cli_fail("inspect", s);
+    }
+    layer_row *rows = calloc((size_t)(have_moe ? sc.n_layers : 0) + 1, sizeof *rows);
+    int nrows = 0, rc = FM_EXIT_OK;
+    if (have_moe) fm_ckpt_names_default(sc.layout, &names);
+    for (int i = 0; have_moe && rows && i < sc.n_layers; i++) {
+        if (only >= 0 && sc.layers[i] != only) continue;
+        fm_ckpt_load_opts lo = {.names = &names, .validate_only = 1};
+        layer_row *r = &rows[nrows++];
+        r->layer = sc.layers[i];
+        r->experts = sc.experts[i];
+        r->found = sc.found[i];
+        s = fm_checkpoint_load_layer(ck, r->layer, &lo, &r->info);
+        if (s != FM_OK) {
+            rc = fm_cli_fail("inspect", s);
+            break;
+        }
+    }
+    if (rc == FM_EXIT_OK && only >= 0 && !nrows) {
+        fprintf(stderr, "fp4moe inspect: FM_ERR_NOT_FOUND: layer %ld has no routed experts in %s\n", only, path);
+        rc = FM_EXIT_FAIL;
+    }
+    if (!rows) rc = fm_cli_fail("inspect", FM_ERR_OOM);
+    if (rc != FM_EXIT_OK) goto done;
+
+    /* dtype histogram */
+    size_t cnt[FM_DTYPE_COUNT] = {0};
+    uint64_t bytes[FM_DTYPE_COUNT] = {0};
+    size_t nt = fm_checkpoint_tensor_count(ck);
+    for (size_t i = 0; i < nt; i++) {
+        const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+        cnt[t->dtype]++;
+        bytes[t->dtype] += t->nbytes;
+    }
+    char sh[200], hb[32];
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "path", path);
+        cJSON *files = cJSON_AddArrayToObject(j, "files");
+        for (size_t i = 0; i < fm_checkpoint_file_count(ck); i++)
+            cJSON_AddItemToArray(files, cJSON_CreateString(fm_checkpoint_file_path(ck, i)));
+        cJSON_AddNumberToObject(j, "tensors", (double)nt);
+        cJSON_AddNumberToObject(j, "data_bytes", (double)fm_checkpoint_data_bytes(ck));
+        cJSON *dt = cJSON_AddObjectToObject(j, "dtypes");
+        for (int d = 0; d < FM_DTYPE_COUNT; d++) {
+            if (!cnt[d]) continue;
+            cJSON *o = cJSON_AddObjectToObject(dt, fm_dtype_name((fm_dtype)d));
+            cJSON_AddNumberToObject(o, "count", (double)cnt[d]);
+            cJSON_AddNumberToObject(o, "bytes", (double)bytes[d]);
+        }
+        if (have_moe) {
+            cJSON_AddStringToObject(j, "layout", fm_ckpt_layout_name(sc.layout));
+            cJSON_AddStringToObject(j, "format", fm_format_traits_get(sc.wfmt)->name);
+            cJSON_AddNumberToObject(j, "expert_bytes", (double)sc.expert_bytes);
+        } else {
+            cJSON_AddNullToObject(j, "layout");
+            cJSON_AddNullToObject(j, "format");
+        }
+        cJSON *ls = cJSON_AddArrayToObject(j, "layers");
+        for (int i = 0; i < nrows; i++) {
+            const fm_moe_config *cf = &rows[i].info->cfg;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "layer", rows[i].layer);
+            cJSON_AddNumberToObject(o, "experts", rows[i].experts);
+            cJSON_AddNumberToObject(o, "hidden", cf->hidden);
+            cJSON_AddNumberToObject(o, "inter", cf->inter);
+            cJSON_AddNumberToObject(o, "shared_inter", cf->shared_inter);
+            cJSON_AddNumberToObject(o, "top_k", cf->top_k);
+            cJSON_AddStringToObject(o, "score", cf->score == FM_SCORE_SIGMOID ? "sigmoid" : "softmax");
+            cJSON_AddBoolToObject(o, "router_bias", rows[i].info->has_router_bias);
+            cJSON_AddBoolToObject(o, "input_scales", rows[i].info->has_input_scales);
+            cJSON_AddNumberToObject(o, "rescaled_w13", rows[i].info->rescaled_w13);
+            cJSON_AddBoolToObject(o, "ignored_expert_bias", rows[i].info->ignored_bias);
+            cJSON_AddBoolToObject(o, "ignored_router_logit_bias", rows[i].info->ignored_router_bias);
+            cJSON_AddItemToArray(ls, o);
+        }
+        if (tensors) {
+            cJSON *tl = cJSON_AddArrayToObject(j, "tensor_list");
+            for (size_t i = 0; i < nt; i++) {
+                const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "name", t->name);
+                cJSON_AddStringToObject(o, "dtype", fm_dtype_name(t->dtype));
+                cJSON *shp = cJSON_AddArrayToObject(o, "shape");
+                for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shp, cJSON_CreateNumber((double)t->shape[d]));
+                cJSON_AddNumberToObject(o, "bytes", (double)t->nbytes);
+                cJSON_AddStringToObject(o, "file", t->file);
+                cJSON_AddItemToArray(tl, o);
+            }
+        }
+        char *txt = cJSON_Print(j);
+        if (txt) puts(txt);
+        free(txt);
+        cJSON_Delete(j);
+        goto done;
+    }
+    printf("checkpoint  %s\n", path);
+    printf("files       %zu\n", fm_checkpoint_file_count(ck));
+    for (size_t i = 0; i < fm_checkpoint_file_count(ck); i++) printf("  %s\n", fm_checkpoint_file_path(ck, i));
+    printf("tensors     %zu, %s of data\n", nt, human(fm_checkpoint_data_bytes(ck), hb, sizeof hb));
+    printf("dtypes     ");
+    for (int d = 0; d < FM_DTYPE_COUNT; d++)
+        if (cnt[d]) printf(" %s x%zu (%s)", fm_dtype_name((fm_dtype)d), cnt[d], human(bytes[d], hb, sizeof hb));
+    printf("\n");
+    if (!have_moe) {
+        printf("experts     none found (no ModelOpt or gpt-oss routed-expert tensors)\n");
+    } else {
+        printf("layout      %s\n", fm_ckpt_layout_name(sc.layout));
+        printf("format      %s\n", format_desc(sc.wfmt));
+        printf("moe layers  %d, expert tensors %s\n", sc.n_layers, human(sc.expert_bytes, hb, sizeof hb));
+        printf("  %-6s %-8s %-7s %-6s %-7s %-5s %-8s %s\n", "layer", "experts", "hidden", "inter", "shared", "top_k",
+               "score", "notes");
+        for (int i = 0; i < nrows; i++) {
+            const fm_ckpt_layer *in = rows[i].info;
+            printf("  %-6d %-8d %-7d %-6d %-7d %-5d %-8s%s%s%s%s%s\n", rows[i].layer, rows[i].experts, in->cfg.hidden,
+                   in->cfg.inter, in->cfg.shared_inter, in->cfg.top_k,
+                   in->cfg.score == FM_SCORE_SIGMOID ? "sigmoid" : "softmax", in->has_router_bias ? " router-bias" : "",
+                   in->has_input_scales ? " input-scales" : "", in->rescaled_w13 ? " gate/up-globals-differ" : "",
+                   in->ignored_bias ? " expert-bias-ignored" : "",
+                   in->ignored_router_bias ? " router-logit-bias-ignored" : "");
+        }
+    }
+    if (tensors) {
+        printf("\n%-64s %-8s %-22s %12s  %s\n", "tensor", "dtype", "shape", "bytes", "file");
+        for (size_t i = 0; i < nt; i++) {
+            const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+            const char *base = strrchr(t->file, '/') ? strrchr(t->file, '/') + 1 : t->file;
+            printf("%-64s %-8s %-22s %12llu  %s\n", t->name, fm_dtype_name(t->dtype), shape_str(t, sh, sizeof sh),
+                   (unsigned long long)t->nbytes, base);
+        }
+    }
+done:
+    for (int i = 0; rows && i < nrows; i++) fm_ckpt_layer_free(rows[i].info);
+    free(rows);
+    fm_ckpt_scan_free(&sc);
+    fm_checkpoint_close(ck);
+    return rc;
 }

@@ -233,8 +233,39 @@ static void test_rescaled_globals(void **state)
     model_free(m);
 }
 
-int main(void)
+/* `test_io_checkpoint --write-sample DIR`: checkpoints for the CLI checks in
+ * tests/io.cmake: DIR/modelopt (NVFP4, layers 1 and 3, two shards + index +
+ * config.json), DIR/gptoss (MXFP4, layer 1), DIR/bad (expert 1's down_proj
+ * weight_scale missing). */
+static int write_sample(const char *dir)
 {
+    snprintf(g_dir, sizeof g_dir, "%s", dir);
+    fm_rng r;
+    fm_rng_init(&r, 1);
+    model *m = model_new(&r, FM_FORMAT_NVFP4, 0);
+    itemset *s = calloc(1, sizeof *s);
+    build_modelopt(s, m, LAYER);
+    build_modelopt(s, m, 3);
+    const char *d = subdir("modelopt");
+    write_set(d, s, 1);
+    write_text(d, "config.json", k_config);
+    remove_item(s, "model.layers.1.mlp.experts.1.down_proj.weight_scale");
+    write_set(subdir("bad"), s, 1);
+    model_free(m);
+    m = model_new(&r, FM_FORMAT_MXFP4, 1);
+    memset(s, 0, sizeof *s);
+    uint8_t *gu_b = malloc(GU_B), *gu_s = malloc(GU_S), *dn_b = malloc(DN_B), *dn_s = malloc(DN_S);
+    build_gptoss(s, m, LAYER, gu_b, gu_s, dn_b, dn_s);
+    write_set(subdir("gptoss"), s, 1);
+    free(gu_b), free(gu_s), free(dn_b), free(dn_s);
+    model_free(m);
+    free(s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--write-sample")) return write_sample(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_modelopt_round_trip),
         cmocka_unit_test(test_modelopt_bf16),
