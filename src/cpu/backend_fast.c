@@ -167,6 +167,10 @@ static fm_status fast_forward(void *state, const uint16_t *x, int T, float *out,
     double t0 = omp_get_wtime();
 
     fm_moe_router_logits(c, w->router_w, x, T, s->logits);
+    long bad_logit = fm_moe_first_nonfinite(s->logits, (size_t)T * E);
+    if (bad_logit >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "cpu: router logit [%ld][%ld] overflowed (inputs too large)", bad_logit / E,
+                       bad_logit % E);
     FM_CHECK(fm_moe_route(c, w->router_bias, s->logits, T, s->ids, s->wts));
     FM_CHECK(fm_moe_permute(s->ids, T, K, E, s->offsets, s->perm));
     for (int e = 0; e < E; e++)

@@ -97,6 +97,10 @@ static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const 
 {
     int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter;
     fm_moe_router_logits(c, w->router_w, x, T, b->logits);
+    long bad_logit = fm_moe_first_nonfinite(b->logits, (size_t)T * E);
+    if (bad_logit >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "fm_moe_forward_ref: router logit [%ld][%ld] overflowed (inputs too large)", bad_logit / E,
+                       bad_logit % E);
     FM_CHECK(fm_moe_route(c, w->router_bias, b->logits, T, b->ids, b->wts));
     FM_CHECK(fm_moe_permute(b->ids, T, K, E, b->offsets, b->perm));
 
