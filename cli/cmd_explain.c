@@ -1,10 +1,174 @@
-/* cmd_explain.c - placeholder until its issue lands (removed from main.c if it does not). */
+/* cmd_explain.c - `fp4moe explain`: byte-by-byte shared memory of one tile, the
+ * verdict (cuBLASLt-style check) and the fix, as text or --json.
+ * Every flag that changes the bytes is a flag here (see --help). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
 #include "cli.h"
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: fp4moe explain --arch sm120 --tile 128x256x128 [flags]\n"
+            "  --arch A        sm_90 | sm_120 | sm_121 ... (or --gpu NAME)\n"
+            "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch\n"
+            "  --tile MxNxK    CTA tile\n"
+            "  --format F      nvfp4 | mxfp4 | bf16 | fp8 (sets --a and --b; default nvfp4)\n"
+            "  --a T --b T     operand types separately (fp8 x mxfp4 on sm_120)\n"
+            "  --c T --d T     epilogue source/destination: bf16 fp16 fp32 void (default bf16)\n"
+            "  --epilogue E    tma (default; TensorRT-LLM default, C reused for D) | nosmem | finalize\n"
+            "  --swap-ab       TensorRT-LLM swap-AB variant (FINALIZE bytes change)\n"
+            "  --schedule S    auto | coop | pingpong\n"
+            "  --cluster MxN   cluster shape (default 1x1)\n"
+            "  --stages N      pipeline stages, or auto (default)\n"
+            "  --cutlass V     CUTLASS version whose builder picks the stages: 4.2 (default) .. 4.7\n"
+            "  --k K           problem K (must be a multiple of the tile's K)\n"
+            "  --json          machine-readable output\n"
+            "exit: 0 fits, 5 rejected, 2 usage, 1 invalid configuration\n");
+}
+
+static int cluster_parse(const char *s, int *m, int *n)
+{
+    char tail;
+    return s && sscanf(s, "%dx%d%c", m, n, &tail) == 2 && *m > 0 && *n > 0;
+}
 
 int fm_cmd_explain(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fp4moe explain: not built yet\n");
-    return FM_EXIT_FAIL;
+    fm_kernel_config cfg;
+    fm_kernel_config_init(&cfg);
+    cfg.a = cfg.b = FM_ELEM_NVFP4;
+    const char *arch_s = NULL, *gpu_s = NULL, *tile_s = NULL;
+    int json = 0;
+    long k = 0;
+    fm_status st = FM_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            help(stdout);
+            return FM_EXIT_OK;
+        } else if (!strcmp(f, "--json")) json = 1;
+        else if (!strcmp(f, "--swap-ab")) cfg.swap_ab = 1;
+        else if (!v) {
+            fprintf(stderr, "fp4moe explain: %s needs a value (or unknown flag)\n", f);
+            return FM_EXIT_USAGE;
+        } else {
+            i++;
+            if (!strcmp(f, "--arch")) arch_s = v;
+            else if (!strcmp(f, "--gpu")) gpu_s = v;
+            else if (!strcmp(f, "--tile")) tile_s = v;
+            else if (!strcmp(f, "--format")) {
+                if ((st = fm_elem_parse(v, &cfg.a)) == FM_OK) cfg.b = cfg.a;
+            } else if (!strcmp(f, "--a")) st = fm_elem_parse(v, &cfg.a);
+            else if (!strcmp(f, "--b")) st = fm_elem_parse(v, &cfg.b);
+            else if (!strcmp(f, "--c")) st = fm_elem_parse(v, &cfg.c);
+            else if (!strcmp(f, "--d")) st = fm_elem_parse(v, &cfg.d);
+            else if (!strcmp(f, "--epilogue")) st = fm_epilogue_parse(v, &cfg.epilogue);
+            else if (!strcmp(f, "--schedule")) st = fm_schedule_parse(v, &cfg.schedule);
+            else if (!strcmp(f, "--cutlass")) st = fm_cutlass_version_parse(v, &cfg.cutlass);
+            else if (!strcmp(f, "--cluster")) {
+                if (!cluster_parse(v, &cfg.cluster_m, &cfg.cluster_n)) {
+                    fprintf(stderr, "fp4moe explain: --cluster expects MxN, got '%s'\n", v);
+                    return FM_EXIT_USAGE;
+                }
+            } else if (!strcmp(f, "--stages")) {
+                long s = 0;
+                if (strcmp(v, "auto") && !fm_cli_int("explain", "--stages", v, 2, 32, &s)) return FM_EXIT_USAGE;
+                cfg.stages = (int)s;
+            } else if (!strcmp(f, "--k")) {
+                if (!fm_cli_int("explain", "--k", v, 1, 1L << 30, &k)) return FM_EXIT_USAGE;
+            } else {
+                fprintf(stderr, "fp4moe explain: unknown flag %s (see --help)\n", f);
+                return FM_EXIT_USAGE;
+            }
+            if (st != FM_OK) return fm_cli_fail("explain", st);
+        }
+    }
+    if ((!arch_s && !gpu_s) || !tile_s) {
+        fprintf(stderr, "fp4moe explain: --arch (or --gpu) and --tile are required\n");
+        help(stderr);
+        return FM_EXIT_USAGE;
+    }
+    const fm_arch_info *arch = NULL;
+    const fm_gpu_info *gpu = NULL;
+    if (gpu_s) {
+        if ((st = fm_gpu_find(gpu_s, &gpu)) != FM_OK) return fm_cli_fail("explain", st);
+        cfg.cc = gpu->cc;
+    }
+    if (arch_s) {
+        if ((st = fm_arch_find(arch_s, &arch)) != FM_OK) return fm_cli_fail("explain", st);
+        cfg.cc = arch->cc;
+    }
+    if ((st = fm_arch_get(cfg.cc, &arch)) != FM_OK) return fm_cli_fail("explain", st);
+    if ((st = fm_tile_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK) return fm_cli_fail("explain", st);
+    if (cfg.epilogue == FM_EPI_FINALIZE) cfg.d = FM_ELEM_VOID;
+    fm_plan_result r;
+    if ((st = fm_plan_check(&cfg, 0, 0, k, 0, gpu ? gpu->sms : 0, &r)) != FM_OK) return fm_cli_fail("explain", st);
+    const fm_smem_breakdown *b = &r.bytes;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "arch", arch->name);
+        cJSON_AddStringToObject(o, "a", fm_elem_name(cfg.a));
+        cJSON_AddStringToObject(o, "b", fm_elem_name(cfg.b));
+        cJSON_AddStringToObject(o, "epilogue", fm_epilogue_name(cfg.epilogue));
+        char tile[48];
+        snprintf(tile, sizeof tile, "%dx%dx%d", cfg.tile_m, cfg.tile_n, cfg.tile_k);
+        cJSON_AddStringToObject(o, "tile", tile);
+        cJSON_AddBoolToObject(o, "fits", r.fits);
+        cJSON_AddNumberToObject(o, "total_bytes", (double)b->total);
+        cJSON_AddNumberToObject(o, "limit_bytes", (double)r.limit_bytes);
+        cJSON_AddNumberToObject(o, "stages", b->stages);
+        cJSON_AddNumberToObject(o, "mainloop_bytes", (double)b->mainloop);
+        cJSON_AddNumberToObject(o, "epilogue_bytes", (double)b->epilogue);
+        cJSON_AddNumberToObject(o, "a_bytes", (double)b->a);
+        cJSON_AddNumberToObject(o, "b_bytes", (double)b->b);
+        cJSON_AddNumberToObject(o, "sf_bytes", (double)b->sf);
+        cJSON_AddNumberToObject(o, "barrier_bytes", (double)b->barriers);
+        cJSON_AddNumberToObject(o, "epi_c_bytes", (double)b->epi_c);
+        cJSON_AddNumberToObject(o, "epi_d_bytes", (double)b->epi_d);
+        cJSON_AddNumberToObject(o, "epi_other_bytes", (double)b->epi_other);
+        cJSON_AddNumberToObject(o, "tensormap_bytes", (double)b->tensormaps);
+        cJSON_AddNumberToObject(o, "scheduler_bytes", (double)b->scheduler);
+        cJSON_AddNumberToObject(o, "padding_bytes", (double)b->padding);
+        cJSON_AddNumberToObject(o, "auto_stages", r.auto_stages);
+        cJSON_AddNumberToObject(o, "builder_bytes", (double)r.builder_bytes);
+        cJSON_AddBoolToObject(o, "builder_fits", r.builder_fits);
+        cJSON_AddNumberToObject(o, "best_stages", r.best_stages);
+        cJSON_AddNumberToObject(o, "best_bytes", (double)r.best_bytes);
+        cJSON_AddStringToObject(o, "reason", r.reason);
+        char *txt = cJSON_Print(o);
+        printf("%s\n", txt);
+        free(txt);
+        cJSON_Delete(o);
+    } else {
+        printf("%s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s, %d stages (%s), CUTLASS %d.%d model\n",
+               arch->name, fm_elem_name(cfg.a), fm_elem_name(cfg.b), cfg.tile_m, cfg.tile_n, cfg.tile_k,
+               fm_schedule_name(cfg.schedule ? cfg.schedule : FM_SCHED_COOP), fm_epilogue_name(cfg.epilogue),
+               cfg.swap_ab ? " (swap-AB)" : "", b->stages, cfg.stages ? "fixed" : "auto", cfg.cutlass / 100,
+               cfg.cutlass / 10 % 10);
+        printf("  %-34s %9s\n", "part", "bytes");
+        printf("  %-34s %9zu\n", "A tiles (all stages)", b->a);
+        printf("  %-34s %9zu\n", "B tiles", b->b);
+        printf("  %-34s %9zu\n", "scale-factor tiles (SFA + SFB)", b->sf);
+        printf("  %-34s %9zu\n", "pipeline barriers", b->barriers);
+        printf("  %-34s %9zu\n", "epilogue C buffers", b->epi_c);
+        printf("  %-34s %9zu\n", "epilogue D buffers", b->epi_d);
+        printf("  %-34s %9zu\n", "broadcast storage (router/bias)", b->epi_other);
+        printf("  %-34s %9zu\n", "tensor maps", b->tensormaps);
+        printf("  %-34s %9zu\n", "scheduler pipeline + responses", b->scheduler);
+        printf("  %-34s %9zu\n", "alignment padding", b->padding);
+        printf("  %-34s %9zu   (limit %zu B opt-in)\n", "TOTAL sizeof(SharedStorage)", b->total, r.limit_bytes);
+        printf("  collective sizes as CUTLASS reports them: mainloop %zu B, epilogue %zu B\n", b->mainloop, b->epilogue);
+        if (!cfg.stages)
+            printf("  the builder's arithmetic: %d stages, %zu B (%s)\n", r.auto_stages, r.builder_bytes,
+                   r.builder_fits ? "it believes the tile fits" : "it finds no room");
+        printf("verdict: %s\n", r.fits ? "FITS" : "REJECTED");
+        printf("%s\n", r.reason);
+        if (!r.fits && r.best_stages)
+            printf("fix: pass --stages %d (StageCount<%d> instead of StageCountAutoCarveout) -> %zu B\n",
+                   r.best_stages, r.best_stages, r.best_bytes);
+    }
+    return r.fits ? FM_EXIT_OK : FM_EXIT_REJECTED;
 }

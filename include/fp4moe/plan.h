@@ -1,0 +1,138 @@
+/* fp4moe/plan.h - the shared-memory planner: exact bytes of a GPU GEMM tile, a
+ * truthful can-it-run check, and ranked candidates.
+ *
+ * The model reproduces sizeof(GemmKernel::SharedStorage) of CUTLASS's grouped
+ * (ptr-array) kernels member by member - including the alignas(1024) padding,
+ * tensor maps and scheduler storage that CUTLASS's automatic stage count leaves
+ * out - and the stage count each CollectiveBuilder picks.  See docs/planner.md.
+ *
+ * What FM_OK + result.fits == 1 guarantees: the kernel's static shared storage
+ * (what GemmUniversalAdapter::initialize() passes to cudaFuncSetAttribute) is at
+ * most the architecture's opt-in per-block limit, so initialize() will not fail
+ * for shared memory. It says nothing about registers, occupancy or speed.
+ */
+#ifndef FP4MOE_PLAN_H
+#define FP4MOE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4moe/arch.h"
+#include "fp4moe/smem.h"
+#include "fp4moe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    FM_FAMILY_AUTO = 0,        /* pick from the architecture */
+    FM_FAMILY_CUTLASS_SM90,    /* TMA warp-specialized GEMM, ptr-array grouped, BF16/FP8 */
+    FM_FAMILY_CUTLASS_SM120,   /* block-scaled grouped GEMM (NVFP4, MXFP4, FP8xFP4) */
+    FM_FAMILY_CUTLASS_SM100,   /* block-scaled UMMA grouped GEMM: bytes not modelled yet (FM_ERR_UNSUPPORTED) */
+    FM_FAMILY_COUNT
+} fm_kernel_family;
+
+typedef enum {
+    FM_ELEM_VOID = 0, /* no C (no source) / no D (the epilogue stores itself) */
+    FM_ELEM_BF16,
+    FM_ELEM_FP16,
+    FM_ELEM_FP32,
+    FM_ELEM_FP8, /* E4M3 (MX FP8 on block-scaled archs) */
+    FM_ELEM_NVFP4,
+    FM_ELEM_MXFP4,
+    FM_ELEM_COUNT
+} fm_elem;
+
+typedef enum { FM_SCHED_AUTO = 0, FM_SCHED_COOP, FM_SCHED_PINGPONG, FM_SCHED_1SM, FM_SCHED_2SM, FM_SCHED_COUNT } fm_schedule;
+
+typedef enum {
+    FM_EPI_TMA = 0,  /* CUTLASS TMA warp-specialized epilogue (TensorRT-LLM "default": C smem reused for D) */
+    FM_EPI_NOSMEM,   /* no shared memory: registers straight to global */
+    FM_EPI_FINALIZE, /* TensorRT-LLM FINALIZE: router-scale + scatter-add in the TMA epilogue, D = void */
+    FM_EPI_COUNT
+} fm_epilogue;
+
+/* One kernel configuration: everything that changes the bytes. */
+typedef struct {
+    int              cc;          /* target architecture (90, 120, ...) */
+    fm_kernel_family family;      /* FM_FAMILY_AUTO picks from cc */
+    fm_elem          a, b;        /* operand element types */
+    fm_elem          c, d;        /* epilogue source / destination */
+    int              tile_m, tile_n, tile_k;
+    int              cluster_m, cluster_n; /* 0 = 1 */
+    fm_schedule      schedule;
+    fm_epilogue      epilogue;
+    int              stages;      /* 0 = automatic (StageCountAutoCarveout of the epilogue) */
+    int              swap_ab;     /* TensorRT-LLM swap-AB variant (only FINALIZE bytes depend on it) */
+    int              cutlass;     /* CUTLASS version * 100 + minor * 10: 420 (default when 0), 430+ */
+} fm_kernel_config;
+
+/* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2. */
+void fm_kernel_config_init(fm_kernel_config *cfg);
+
+/* Shared-memory model: the breakdown and total of one configuration on the
+ * architecture `cc` (validated).  `stages` in the breakdown is the stage count
+ * the kernel gets (cfg->stages or the builder's automatic choice).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_NOT_FOUND (unknown cc),
+ * FM_ERR_BAD_SHAPE (malformed tile/cluster/stages), FM_ERR_ARCH_MISMATCH (format or
+ * family not available on that arch), FM_ERR_UNSUPPORTED (combination not modelled). */
+fm_status fm_smem_model(const fm_kernel_config *cfg, fm_smem_breakdown *out);
+
+/* Verdict of fm_plan_check. */
+typedef struct {
+    int                fits;           /* 1: total <= limit_bytes */
+    fm_smem_breakdown  bytes;          /* the real struct, broken down */
+    size_t             limit_bytes;    /* opt-in per-block limit of the arch */
+    int                auto_stages;    /* what the builder's arithmetic picks (0 if it finds none) */
+    size_t             builder_bytes;  /* what that arithmetic believes the kernel needs */
+    int                builder_fits;   /* 1: builder_bytes <= capacity (what can_implement implies) */
+    int                best_stages;    /* most stages that really fit (0: none do) */
+    size_t             best_bytes;     /* total with best_stages */
+    int64_t            tiles;          /* CTA tiles of the problem (0 if no problem was given) */
+    double             waves;          /* tiles / SMs (0 if unknown) */
+    char               reason[320];    /* one line: why it fits or not, and the fix */
+} fm_plan_result;
+
+/* The truthful check.  Return value: whether the query itself worked.
+ * `problem_*` may be 0 (unknown); sms = 0 skips waves.  k must be a multiple of
+ * tile_k when given.  Statuses as fm_smem_model plus FM_ERR_BAD_SHAPE for a K
+ * that is not a multiple of tile_k.  *out is written only on FM_OK. */
+fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts,
+                        int sms, fm_plan_result *out);
+
+/* One candidate of fm_plan_candidates. */
+typedef struct {
+    fm_kernel_config cfg;
+    fm_plan_result   res;
+    double           wasted_rows;   /* fraction of tile rows with no token (rows_per_expert vs tile_m) */
+    double           bytes_per_flop;/* operand bytes loaded per useful FLOP */
+    double           est_us;        /* estimated time: max(memory, compute) / efficiency (an estimate) */
+} fm_plan_candidate;
+
+/* Every tile of the family's catalogue for (gpu, a/b format, epilogue), checked and
+ * ranked: fitting ones first by est_us, then the rejected ones.  Writes at most
+ * `cap` entries into out, the number written into *count (total considered in
+ * *total if not NULL).  Statuses: FM_OK, FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH,
+ * FM_ERR_BAD_SHAPE (n/k/rows <= 0), FM_ERR_UNSUPPORTED. */
+fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows_per_expert,
+                             int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
+                             size_t *total);
+
+/* Names and parsers ("nvfp4", "coop", "finalize", "128x256x128", "4.2").
+ * Parsers return FM_OK, FM_ERR_INVALID_ARG (NULL) or FM_ERR_BAD_SHAPE / FM_ERR_FORMAT /
+ * FM_ERR_NOT_FOUND with a detail naming the accepted values. */
+const char *fm_elem_name(fm_elem e);
+const char *fm_schedule_name(fm_schedule s);
+const char *fm_epilogue_name(fm_epilogue e);
+const char *fm_family_name(fm_kernel_family f);
+fm_status   fm_elem_parse(const char *s, fm_elem *out);
+fm_status   fm_schedule_parse(const char *s, fm_schedule *out);
+fm_status   fm_epilogue_parse(const char *s, fm_epilogue *out);
+fm_status   fm_tile_parse(const char *s, int *m, int *n, int *k);
+fm_status   fm_cutlass_version_parse(const char *s, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

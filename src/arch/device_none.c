@@ -1,0 +1,21 @@
+/* device_none.c - the device query in a build without CUDA: the same functions as
+ * src/cuda/device.c, answering FM_ERR_NO_BACKEND so callers (fp4moe devices) can
+ * say so in one line instead of failing to link. */
+#ifndef FM_HAVE_CUDA
+#include "fm_internal.h"
+
+fm_status fm_device_count(int *n)
+{
+    if (!n) return fm_fail(FM_ERR_INVALID_ARG, "fm_device_count: n is NULL");
+    return fm_fail(FM_ERR_NO_BACKEND, "this fp4moe was built without CUDA (configure with nvcc present)");
+}
+
+fm_status fm_device_query(int index, fm_device_info *out)
+{
+    (void)index;
+    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_device_query: out is NULL");
+    return fm_fail(FM_ERR_NO_BACKEND, "this fp4moe was built without CUDA (configure with nvcc present)");
+}
+#else
+typedef int fm_device_none_unused; /* ISO C forbids an empty translation unit */
+#endif

@@ -1,0 +1,146 @@
+/* smem_model.c - validate a kernel configuration and dispatch to its family's model.
+ *
+ * Validation happens here, once, so every family model can assume a well-formed
+ * tile: each rule below is a static_assert or builder restriction in CUTLASS (named
+ * in the message), turned into a status the caller can act on instead of a compile
+ * error or a kErrorInternal at launch.
+ */
+#include <string.h>
+
+#include "plan_internal.h"
+
+/* element         bits  name */
+static const struct {
+    int         bits;
+    const char *name;
+} k_elems[FM_ELEM_COUNT] = {
+    [FM_ELEM_VOID] = {0, "void"},   [FM_ELEM_BF16] = {16, "bf16"},   [FM_ELEM_FP16] = {16, "fp16"},
+    [FM_ELEM_FP32] = {32, "fp32"},  [FM_ELEM_FP8] = {8, "fp8"},      [FM_ELEM_NVFP4] = {4, "nvfp4"},
+    [FM_ELEM_MXFP4] = {4, "mxfp4"},
+};
+
+int fm_elem_bits(fm_elem e) { return (unsigned)e < FM_ELEM_COUNT ? k_elems[e].bits : 0; }
+
+const char *fm_elem_name(fm_elem e) { return (unsigned)e < FM_ELEM_COUNT ? k_elems[e].name : "?"; }
+
+void fm_kernel_config_init(fm_kernel_config *cfg)
+{
+    if (!cfg) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->c = cfg->d = FM_ELEM_BF16;
+    cfg->cluster_m = cfg->cluster_n = 1;
+    cfg->cutlass = 420;
+}
+
+static int pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/* Resolve AUTO fields into a copy, validate everything. */
+static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
+{
+    *c = *in;
+    const fm_arch_info *arch = NULL;
+    FM_CHECK(fm_arch_get(c->cc, &arch));
+    if (!c->cutlass) c->cutlass = 420;
+    if (c->cutlass < 420)
+        return fm_fail(FM_ERR_UNSUPPORTED, "CUTLASS %d.%d is older than the 4.2 the model starts from",
+                       c->cutlass / 100, c->cutlass / 10 % 10);
+    if (!c->cluster_m) c->cluster_m = 1;
+    if (!c->cluster_n) c->cluster_n = 1;
+    if ((unsigned)c->a >= FM_ELEM_COUNT || (unsigned)c->b >= FM_ELEM_COUNT || (unsigned)c->c >= FM_ELEM_COUNT ||
+        (unsigned)c->d >= FM_ELEM_COUNT || (unsigned)c->schedule >= FM_SCHED_COUNT ||
+        (unsigned)c->epilogue >= FM_EPI_COUNT || (unsigned)c->family >= FM_FAMILY_COUNT)
+        return fm_fail(FM_ERR_INVALID_ARG, "enum field out of range in fm_kernel_config");
+    if (c->family == FM_FAMILY_AUTO) {
+        if (c->cc == 90) c->family = FM_FAMILY_CUTLASS_SM90;
+        else if (c->cc == 120 || c->cc == 121) c->family = FM_FAMILY_CUTLASS_SM120;
+        else if (c->cc >= 100 && c->cc <= 110) c->family = FM_FAMILY_CUTLASS_SM100;
+        else
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "%s has no TMA grouped-GEMM kernel family (needs sm_90 or newer)",
+                           arch->name);
+    }
+    if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) || !pow2(c->tile_n) ||
+        !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 || c->tile_n < 32 || c->tile_n > 256 ||
+        c->tile_k < 32 || c->tile_k > 512)
+        return fm_fail(FM_ERR_BAD_SHAPE,
+                       "tile %dx%dx%d: M must be 64/128/256, N a power of two in [32, 256], K a power of two in "
+                       "[32, 512]",
+                       c->tile_m, c->tile_n, c->tile_k);
+    if (c->stages < 0 || c->stages == 1 || c->stages > 32)
+        return fm_fail(FM_ERR_BAD_SHAPE, "stages=%d: use 0 (auto) or 2..32 (the collectives need at least 2)",
+                       c->stages);
+    if (c->cluster_m < 1 || c->cluster_n < 1 || !pow2(c->cluster_m) || !pow2(c->cluster_n) ||
+        c->cluster_m * c->cluster_n > 16)
+        return fm_fail(FM_ERR_BAD_SHAPE, "cluster %dx%d: powers of two, at most 16 CTAs", c->cluster_m, c->cluster_n);
+
+    switch (c->family) {
+    case FM_FAMILY_CUTLASS_SM120:
+        if (c->cc != 120 && c->cc != 121)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM120 block-scaled family runs on sm_120/sm_121, not %s",
+                           arch->name);
+        if (c->cluster_m * c->cluster_n != 1)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM120 GEMMs run 1x1x1 clusters (no multicast on this arch)");
+        if (c->schedule == FM_SCHED_AUTO) c->schedule = FM_SCHED_COOP;
+        if (c->schedule != FM_SCHED_COOP && c->schedule != FM_SCHED_PINGPONG)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM120 schedules are coop or pingpong, not %s",
+                           fm_schedule_name(c->schedule));
+        {
+            int nv = c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4;
+            int mx = (c->a == FM_ELEM_MXFP4 || c->a == FM_ELEM_FP8) && (c->b == FM_ELEM_MXFP4 || c->b == FM_ELEM_FP8);
+            if (!nv && !mx)
+                return fm_fail(FM_ERR_ARCH_MISMATCH,
+                               "SM120 block-scaled MMA takes nvfp4 x nvfp4 or MX operands (mxfp4/fp8), not %s x %s",
+                               fm_elem_name(c->a), fm_elem_name(c->b));
+            if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
+                return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
+            int vec = nv ? 16 : 32;
+            if (c->tile_k < 64 || c->tile_k % (4 * vec))
+                return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d must be a multiple of %d (4 scale factors of %d)",
+                               c->tile_k, 4 * vec, vec);
+        }
+        break;
+    case FM_FAMILY_CUTLASS_SM90:
+        if (c->cc != 90)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM90 wgmma family runs on sm_90 only, not %s", arch->name);
+        if (c->schedule == FM_SCHED_AUTO) c->schedule = FM_SCHED_COOP;
+        if (c->schedule != FM_SCHED_COOP && c->schedule != FM_SCHED_PINGPONG)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM90 schedules are coop or pingpong");
+        if (c->a != c->b || (c->a != FM_ELEM_BF16 && c->a != FM_ELEM_FP16 && c->a != FM_ELEM_FP8))
+            return fm_fail(FM_ERR_ARCH_MISMATCH,
+                           "sm_90 has no FP4 tensor cores: the SM90 family takes bf16/fp16/fp8 pairs, not %s x %s",
+                           fm_elem_name(c->a), fm_elem_name(c->b));
+        if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
+            return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
+        if ((size_t)c->tile_k * fm_elem_bits(c->a) / 8 < 64)
+            return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d is under one 64-byte swizzle row", c->tile_k);
+        break;
+    case FM_FAMILY_CUTLASS_SM100:
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "the SM100 UMMA family's shared storage (TMEM, CLC scheduler, accumulator pipeline) is not "
+                       "modelled yet");
+    default:
+        return fm_fail(FM_ERR_INVALID_ARG, "unknown kernel family");
+    }
+    if (c->epilogue == FM_EPI_FINALIZE && c->d != FM_ELEM_VOID) c->d = FM_ELEM_VOID; /* FINALIZE has no D by definition */
+    if (c->epilogue == FM_EPI_TMA && c->d == FM_ELEM_VOID)
+        return fm_fail(FM_ERR_UNSUPPORTED, "a TMA epilogue without D needs a storing fusion (use --epilogue finalize)");
+    return FM_OK;
+}
+
+fm_status fm_plan_model_resolved(const fm_kernel_config *in, fm_kernel_config *resolved, fm_model_out *out)
+{
+    FM_CHECK(resolve(in, resolved));
+    memset(out, 0, sizeof *out);
+    if (resolved->family == FM_FAMILY_CUTLASS_SM120) return fm_model_cutlass_sm120(resolved, out);
+    return fm_model_cutlass_sm90(resolved, out);
+}
+
+fm_status fm_smem_model(const fm_kernel_config *cfg, fm_smem_breakdown *out)
+{
+    fm_clear_error();
+    if (!cfg || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_model: NULL argument");
+    fm_kernel_config r;
+    fm_model_out m;
+    FM_CHECK(fm_plan_model_resolved(cfg, &r, &m));
+    *out = m.bd;
+    return FM_OK;
+}

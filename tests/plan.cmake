@@ -1,0 +1,14 @@
+# Planner checks beyond the cmocka programs: conformance against the real CUTLASS
+# headers (tests/conformance/), byte for byte.  Compiled probe results are cached in
+# the build folder, keyed by CUTLASS version + probe source hash.
+if(Python3_EXECUTABLE)
+  add_test(NAME plan_conformance
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/run_conformance.py
+                   $<TARGET_FILE:fp4moe_cli> ${CMAKE_BINARY_DIR}/conformance-cache)
+  set_tests_properties(plan_conformance PROPERTIES LABELS "cpu;conformance" TIMEOUT 900)
+  add_test(NAME plan_cli_devices_no_gpu
+           COMMAND ${Python3_EXECUTABLE} -c
+           "import subprocess,sys; r=subprocess.run([sys.argv[1],'devices'],capture_output=True,text=True); e=r.stderr.strip().splitlines(); sys.exit(0 if r.returncode in (0,3) and (r.returncode==0 or len(e)==1) else 1)"
+           $<TARGET_FILE:fp4moe_cli>)
+  set_tests_properties(plan_cli_devices_no_gpu PROPERTIES LABELS "cpu")
+endif()
