@@ -68,22 +68,34 @@ typedef struct {
 } fm_moe_weights;
 
 /* Route T tokens given logits[T][n_experts]: ids[T][top_k] (descending biased
- * score, ties to the lower expert id) and weights[T][top_k].
- * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NONFINITE (NaN/Inf logit). */
+ * score, ties to the lower expert id) and weights[T][top_k]. router_bias may be
+ * NULL. A group that keeps fewer than 2 experts is scored by its best one; if
+ * the chosen scores sum to 0 (sigmoid underflow) renormalisation is skipped.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointer, or cfg rejected by
+ * fm_moe_config_check, which may also give FM_ERR_BAD_SHAPE / FM_ERR_FORMAT),
+ * FM_ERR_BAD_SHAPE (T < 1), FM_ERR_NONFINITE (NaN/Inf logit or bias),
+ * FM_ERR_OOM. Nothing is written on failure. */
 fm_status fm_moe_route(const fm_moe_config *cfg, const float *router_bias, const float *logits, int T,
                        int32_t *ids, float *weights);
 
 /* Stable permutation of the T*top_k routed rows into expert order.
  * offsets[n_experts+1]: rows of expert e are [offsets[e], offsets[e+1]).
  * perm[T*top_k]: permuted row p came from routed slot perm[p] = t*top_k + j;
- * within an expert, slots ascend. Returns FM_OK, FM_ERR_INVALID_ARG,
- * FM_ERR_OUT_OF_RANGE (an id outside [0, n_experts); nothing written). */
+ * within an expert, slots ascend (an expert with no rows has an empty range).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointer), FM_ERR_BAD_SHAPE (T, top_k
+ * or n_experts < 1, or T*top_k beyond int32), FM_ERR_OUT_OF_RANGE (an id outside
+ * [0, n_experts)). Nothing is written on failure. */
 fm_status fm_moe_permute(const int32_t *ids, int T, int top_k, int n_experts, int32_t *offsets, int32_t *perm);
 
 /* The reference forward pass, FP32 accumulation, simple loops: out[T][hidden].
- * Validates everything before writing out. Returns FM_OK, FM_ERR_INVALID_ARG,
- * FM_ERR_BAD_SHAPE (a weight tensor whose rows/cols/fmt disagree with cfg),
- * FM_ERR_FORMAT, FM_ERR_NONFINITE (NaN/Inf in x: policy is to reject), FM_ERR_OOM. */
+ * `out` is written only when the whole pass succeeded. The shared expert sees
+ * BF16 x unquantized even with act_nvfp4 (only routed experts are W4A4).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointer, bad cfg settings),
+ * FM_ERR_BAD_SHAPE (T < 1, bad cfg sizes, a weight tensor whose rows/cols
+ * disagree with cfg), FM_ERR_FORMAT (a tensor's fmt differs from cfg->wfmt),
+ * FM_ERR_NONFINITE (NaN/Inf in x: policy is to reject; a NaN block-scale code;
+ * a non-positive or non-finite global/activation scale; router logits or the
+ * output overflowing because x is too large), FM_ERR_OOM. */
 fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T, float *out);
 
 #ifdef __cplusplus
