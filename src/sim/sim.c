@@ -31,7 +31,10 @@ fm_status fm_sim_ctx_init(fm_sim_ctx *x, const fm_sim_config *c)
     if (st == FM_OK) st = fm_sim_expert_probs(c, x->pi);
     const fm_format_traits *tr = fm_format_traits_get(c->model.wfmt);
     int fp4 = tr && tr->elem_bits == 4;
-    x->peak_tflops = (fp4 && c->gpu.fp4_tflops > 0) ? c->gpu.fp4_tflops : c->gpu.bf16_tflops;
+    /* native FP4 MMA only for CUTLASS's block-scaled kernels; fp4moe's swap-AB
+     * kernel dequantizes into BF16 mma.sync on every architecture */
+    int native = fp4 && c->gpu.fp4_tflops > 0 && c->kernel == FM_SIM_KERNEL_CUTLASS;
+    x->peak_tflops = native ? c->gpu.fp4_tflops : c->gpu.bf16_tflops;
     if (st == FM_OK && c->measured) {
         const char *g = c->gpu.name ? c->gpu.name : "";
         for (int j = 0; j < 2 && st == FM_OK; j++)
