@@ -1,10 +1,72 @@
-/* cmd_devices.c - placeholder until its issue lands (removed from main.c if it does not). */
+/* cmd_devices.c - `fp4moe devices`: every visible GPU through the CUDA runtime with
+ * its shared-memory limits next to what the arch table says (--json too).
+ * No driver / no GPU / no CUDA build: one line on stderr and exit 3, no crash. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 int fm_cmd_devices(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fp4moe devices: not built yet\n");
-    return FM_EXIT_FAIL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: fp4moe devices [--json]\n  lists visible GPUs: name, CC, SMs, shared memory "
+                   "default/opt-in/per SM/reserved, L2, memory bandwidth\nexit: 0 ok, 3 no GPU or driver\n");
+            return FM_EXIT_OK;
+        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else {
+            fprintf(stderr, "fp4moe devices: unknown flag %s\n", argv[i]);
+            return FM_EXIT_USAGE;
+        }
+    }
+    int n = 0;
+    fm_status st = fm_device_count(&n);
+    if (st != FM_OK) {
+        fprintf(stderr, "fp4moe devices: no GPU available: %s\n", fm_last_error());
+        return FM_EXIT_NO_DEVICE;
+    }
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    for (int i = 0; i < n; i++) {
+        fm_device_info d;
+        if ((st = fm_device_query(i, &d)) != FM_OK) {
+            cJSON_Delete(arr);
+            return fm_cli_fail("devices", st);
+        }
+        const fm_arch_info *a = NULL;
+        int known = fm_arch_get(d.cc, &a) == FM_OK;
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "index", d.index);
+            cJSON_AddStringToObject(o, "name", d.name);
+            cJSON_AddNumberToObject(o, "cc", d.cc);
+            cJSON_AddNumberToObject(o, "sms", d.sms);
+            cJSON_AddNumberToObject(o, "smem_block_default", (double)d.smem_block_default);
+            cJSON_AddNumberToObject(o, "smem_block_optin", (double)d.smem_block_optin);
+            cJSON_AddNumberToObject(o, "smem_per_sm", (double)d.smem_per_sm);
+            cJSON_AddNumberToObject(o, "smem_reserved", (double)d.smem_reserved);
+            cJSON_AddNumberToObject(o, "l2_bytes", (double)d.l2_bytes);
+            cJSON_AddNumberToObject(o, "mem_gbs", d.mem_gbs);
+            cJSON_AddBoolToObject(o, "matches_arch_table", known && a->smem_block_optin == d.smem_block_optin);
+            cJSON_AddItemToArray(arr, o);
+        } else {
+            printf("GPU %d: %s  cc %d.%d  %d SMs\n", d.index, d.name, d.cc / 10, d.cc % 10, d.sms);
+            printf("  shared memory: default %zu B/block, opt-in %zu B/block, %zu B/SM, reserved %zu B/block%s\n",
+                   d.smem_block_default, d.smem_block_optin, d.smem_per_sm, d.smem_reserved,
+                   !known ? " (arch not in the table)"
+                   : a->smem_block_optin == d.smem_block_optin ? " (matches the arch table)"
+                                                              : " (DIFFERS from the arch table)");
+            printf("  L2 %zu B, memory %.0f GB/s%s\n", d.l2_bytes, d.mem_gbs,
+                   d.mem_gbs > 0 ? " (from clock x bus width)" : " (runtime does not report clock/bus)");
+        }
+    }
+    if (json) {
+        char *t = cJSON_Print(arr);
+        printf("%s\n", t);
+        free(t);
+        cJSON_Delete(arr);
+    }
+    return FM_EXIT_OK;
 }

@@ -1,10 +1,109 @@
-/* cmd_plan.c - placeholder until its issue lands (removed from main.c if it does not). */
+/* cmd_plan.c - `fp4moe plan`: every catalogue tile for a GPU/format/epilogue/shape,
+ * checked (fits or not, bytes, stages) and ranked by an estimated cost. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
 #include "cli.h"
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: fp4moe plan --gpu NAME [--format nvfp4|mxfp4|bf16|fp8] [--epilogue tma|nosmem|finalize]\n"
+               "                   [--swap-ab] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
+               "GPUs:");
+    for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
+    fprintf(f, "\nest_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate), '~' marks\n"
+               "GPU figures that are estimates. exit: 0 some tile fits, 5 none fits, 2 usage, 1 failure\n");
+}
 
 int fm_cmd_plan(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fp4moe plan: not built yet\n");
-    return FM_EXIT_FAIL;
+    const char *gpu_s = NULL;
+    fm_elem ab = FM_ELEM_NVFP4;
+    fm_epilogue epi = FM_EPI_TMA;
+    int json = 0, swap = 0;
+    long rows = 8, n = 4096, k = 6144, experts = 32;
+    fm_status st = FM_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            help(stdout);
+            return FM_EXIT_OK;
+        } else if (!strcmp(f, "--json")) json = 1;
+        else if (!strcmp(f, "--swap-ab")) swap = 1;
+        else if (!v) {
+            fprintf(stderr, "fp4moe plan: %s needs a value (or unknown flag)\n", f);
+            return FM_EXIT_USAGE;
+        } else {
+            i++;
+            if (!strcmp(f, "--gpu")) gpu_s = v;
+            else if (!strcmp(f, "--format")) st = fm_elem_parse(v, &ab);
+            else if (!strcmp(f, "--epilogue")) st = fm_epilogue_parse(v, &epi);
+            else if (!strcmp(f, "--rows-per-expert")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &rows)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--n")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &n)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--k")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &k)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--experts")) { if (!fm_cli_int("plan", f, v, 1, 1 << 16, &experts)) return FM_EXIT_USAGE; }
+            else {
+                fprintf(stderr, "fp4moe plan: unknown flag %s (see --help)\n", f);
+                return FM_EXIT_USAGE;
+            }
+            if (st != FM_OK) return fm_cli_fail("plan", st);
+        }
+    }
+    if (!gpu_s) {
+        fprintf(stderr, "fp4moe plan: --gpu is required\n");
+        help(stderr);
+        return FM_EXIT_USAGE;
+    }
+    const fm_gpu_info *g = NULL;
+    if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_fail("plan", st);
+    fm_plan_candidate c[32];
+    size_t cnt = 0;
+    if ((st = fm_plan_candidates(g, ab, epi, swap, rows, n, k, experts, c, 32, &cnt, NULL)) != FM_OK)
+        return fm_cli_fail("plan", st);
+    int any = 0;
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    if (!json)
+        printf("%s (sm_%d, %d SMs%s), %s, epilogue %s%s, %ld rows/expert, N=%ld K=%ld, %ld experts\n"
+               "  %-12s %-8s %-4s %8s %8s %6s %7s %7s %9s\n",
+               g->full_name, g->cc, g->sms, g->estimated ? ", some figures ~estimates" : "", fm_elem_name(ab),
+               fm_epilogue_name(epi), swap ? " swap-AB" : "", rows, n, k, experts, "tile", "sched", "fits", "bytes",
+               "stages", "waves", "wasted", "B/FLOP", "est_us");
+    for (size_t i = 0; i < cnt; i++) {
+        const fm_plan_candidate *p = &c[i];
+        any |= p->res.fits;
+        char tile[32];
+        snprintf(tile, sizeof tile, "%dx%dx%d", p->cfg.tile_m, p->cfg.tile_n, p->cfg.tile_k);
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "tile", tile);
+            cJSON_AddStringToObject(o, "schedule", fm_schedule_name(p->cfg.schedule));
+            cJSON_AddBoolToObject(o, "fits", p->res.fits);
+            cJSON_AddNumberToObject(o, "total_bytes", (double)p->res.bytes.total);
+            cJSON_AddNumberToObject(o, "limit_bytes", (double)p->res.limit_bytes);
+            cJSON_AddNumberToObject(o, "stages", p->res.bytes.stages);
+            cJSON_AddBoolToObject(o, "auto_stages", p->cfg.stages == 0);
+            cJSON_AddNumberToObject(o, "mainloop_bytes", (double)p->res.bytes.mainloop);
+            cJSON_AddNumberToObject(o, "epilogue_bytes", (double)p->res.bytes.epilogue);
+            cJSON_AddNumberToObject(o, "waves", p->res.waves);
+            cJSON_AddNumberToObject(o, "wasted_rows", p->wasted_rows);
+            cJSON_AddNumberToObject(o, "bytes_per_flop", p->bytes_per_flop);
+            cJSON_AddNumberToObject(o, "est_us", p->est_us);
+            cJSON_AddStringToObject(o, "reason", p->res.reason);
+            cJSON_AddItemToArray(arr, o);
+        } else {
+            printf("  %-12s %-8s %-4s %8zu %5d%-3s %6.2f %6.0f%% %7.3f %9.1f\n", tile, fm_schedule_name(p->cfg.schedule),
+                   p->res.fits ? "yes" : "NO", p->res.bytes.total, p->res.bytes.stages, p->cfg.stages ? "" : "a",
+                   p->res.waves, 100 * p->wasted_rows, p->bytes_per_flop, p->est_us);
+            if (!p->res.fits) printf("      %s\n", p->res.reason);
+        }
+    }
+    if (json) {
+        char *t = cJSON_Print(arr);
+        printf("%s\n", t);
+        free(t);
+        cJSON_Delete(arr);
+    } else printf("  ('a' = automatic stage count; rows without it are the fix for the row above)\n");
+    return any ? FM_EXIT_OK : FM_EXIT_REJECTED;
 }
