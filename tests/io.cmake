@@ -1,0 +1,40 @@
+# io.cmake - extra ctest registrations of the checkpoint loader (issue 6),
+# included by tests/CMakeLists.txt:
+#   io_sample_write          test_io_checkpoint writes small checkpoints (fixture)
+#   io_cli_inspect_*         `fp4moe inspect` on them: text, --json, a bad one, usage
+#   io_cli_run_weights       `fp4moe run --weights DIR --layer 1 --check` on them
+#   io_fuzz_safetensors_header  libFuzzer over the header parser, 30 s (labels cpu;fuzz);
+#                            FAILS with a message when clang/libFuzzer is missing
+set(FM_IO_SAMPLE ${CMAKE_CURRENT_BINARY_DIR}/io_sample)
+set(FM_IO_CLI $<TARGET_FILE:fp4moe_cli>)
+
+add_test(NAME io_sample_write
+         COMMAND sh -c "rm -rf \"$1\" && mkdir -p \"$1\" && \"$0\" --write-sample \"$1\""
+                 $<TARGET_FILE:test_io_checkpoint> ${FM_IO_SAMPLE})
+set_tests_properties(io_sample_write PROPERTIES LABELS cpu FIXTURES_SETUP fm_io_sample)
+
+# One CLI check: sh -c SCRIPT with $0 = fp4moe and $1 = the sample folder; its exit
+# status decides. (A function, so the semicolons in SCRIPT stay inside one argument.)
+function(fm_io_cli_check name script)
+  add_test(NAME ${name} COMMAND sh -c "${script}" ${FM_IO_CLI} ${FM_IO_SAMPLE})
+  set_tests_properties(${name} PROPERTIES LABELS cpu FIXTURES_REQUIRED fm_io_sample)
+endfunction()
+
+fm_io_cli_check(io_cli_inspect_modelopt
+  "out=$(\"$0\" inspect \"$1/modelopt\") && echo \"$out\" | grep -Eq 'layout +modelopt' && echo \"$out\" | grep -q 'NVFP4' && echo \"$out\" | grep -Eq '^  3 +4 +64 +32 +32 +2 +sigmoid'")
+fm_io_cli_check(io_cli_inspect_gptoss
+  "out=$(\"$0\" inspect --tensors \"$1/gptoss\") && echo \"$out\" | grep -Eq 'layout +gpt-oss' && echo \"$out\" | grep -q 'MXFP4' && echo \"$out\" | grep -q 'expert-bias-ignored' && echo \"$out\" | grep -Eq 'gate_up_proj_blocks +U8 +\\[4, 64, 2, 16\\]'")
+fm_io_cli_check(io_cli_inspect_json
+  "\"$0\" inspect --json --layer 1 \"$1/modelopt\" > \"$1/inspect.json\" && grep -q '\"format\":[[:space:]]*\"nvfp4\"' \"$1/inspect.json\" && grep -q '\"layer\":[[:space:]]*1,' \"$1/inspect.json\" && ! grep -q '\"layer\":[[:space:]]*3,' \"$1/inspect.json\"")
+fm_io_cli_check(io_cli_inspect_bad
+  "err=$(\"$0\" inspect \"$1/bad\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_NOT_FOUND.*experts.1.down_proj.weight_scale'")
+fm_io_cli_check(io_cli_inspect_missing
+  "err=$(\"$0\" inspect \"$1/nonexistent\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*nonexistent'")
+fm_io_cli_check(io_cli_inspect_usage
+  "\"$0\" inspect --help | grep -q 'usage: fp4moe inspect' && { \"$0\" inspect >/dev/null 2>&1; [ $? -eq 2 ]; } && { \"$0\" inspect --layout nope \"$1\" >/dev/null 2>&1; [ $? -eq 2 ]; }")
+fm_io_cli_check(io_cli_run_weights
+  "\"$0\" run --weights \"$1/modelopt\" --layer 1 --check --backend cpu --iters 1 && \"$0\" run --weights \"$1/gptoss\" --layer 1 --check --backend cpu --iters 1")
+
+add_test(NAME io_fuzz_safetensors_header
+         COMMAND bash ${PROJECT_SOURCE_DIR}/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz 30)
+set_tests_properties(io_fuzz_safetensors_header PROPERTIES LABELS "cpu;fuzz" TIMEOUT 300)
