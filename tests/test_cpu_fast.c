@@ -3,8 +3,8 @@
  * layers: several shapes (1 token; M <= 4 rows per expert, the register path;
  * M > 4, the buffered path; K at block boundaries), all three weight formats,
  * act_nvfp4 off and on, static and dynamic activation scales, the shared
- * expert, and both kernel ISAs (AVX2 where the CPU has it, and the portable
- * scalar one forced with FM_CPU_ISA=scalar).
+ * expert, and every kernel ISA the CPU has (the native choice, then AVX2 and
+ * the portable scalar path forced with FM_CPU_ISA=avx2 / scalar).
  * The caller's weights are scribbled over and freed right after create: both
  * backends must have taken a deep copy.
  */
@@ -53,7 +53,16 @@ static void run_case(fm_rng *r, const shape *sh, fm_format f, int act, int ascal
     assert_int_equal(fm_layer_create(FM_BACKEND_CPU_REF, &c, &L.w, sh->T, &ref), FM_OK);
     assert_int_equal(fm_layer_create(FM_BACKEND_CPU, &c, &L.w, sh->T, &fast), FM_OK);
     assert_int_equal(fm_layer_backend(fast), FM_BACKEND_CPU);
-    fx_free(&L); /* both must own copies now */
+    /* In the native sweep, also an AVX2-capped layer: the AVX-512 kernels are
+     * built to give the AVX2 kernels' results bit for bit (same products, same
+     * lane folding), which this checks on AVX-512 machines. */
+    fm_layer *avx2 = NULL;
+    if (!getenv("FM_CPU_ISA")) {
+        setenv("FM_CPU_ISA", "avx2", 1);
+        assert_int_equal(fm_layer_create(FM_BACKEND_CPU, &c, &L.w, sh->T, &avx2), FM_OK);
+        unsetenv("FM_CPU_ISA");
+    }
+    fx_free(&L); /* every layer must own a copy now */
 
     size_t n = (size_t)sh->T * sh->H;
     uint16_t *x = fx_bf16(r, n, 1.0f);
@@ -72,6 +81,12 @@ static void run_case(fm_rng *r, const shape *sh, fm_format f, int act, int ascal
 
     /* A second run on the same layer (buffers reused) gives the same answer. */
     float *o2 = malloc(sizeof(float) * n);
+    if (avx2) {
+        fm_poison_f32(o2, n);
+        assert_int_equal(fm_layer_forward(avx2, x, sh->T, o2, NULL), FM_OK);
+        assert_memory_equal(o2, o_fast, sizeof(float) * n);
+        fm_layer_destroy(avx2);
+    }
     fm_poison_f32(o2, n);
     assert_int_equal(fm_layer_forward(fast, x, sh->T, o2, NULL), FM_OK);
     assert_memory_equal(o2, o_fast, sizeof(float) * n);
@@ -108,6 +123,14 @@ static void test_fast_vs_ref_native(void **state)
     sweep();
 }
 
+static void test_fast_vs_ref_avx2(void **state)
+{
+    (void)state;
+    setenv("FM_CPU_ISA", "avx2", 1); /* the AVX2 kernels where AVX-512 would be chosen */
+    sweep();
+    unsetenv("FM_CPU_ISA");
+}
+
 static void test_fast_vs_ref_scalar(void **state)
 {
     (void)state;
@@ -120,6 +143,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_vs_ref_native),
+        cmocka_unit_test(test_fast_vs_ref_avx2),
         cmocka_unit_test(test_fast_vs_ref_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

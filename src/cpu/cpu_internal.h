@@ -34,8 +34,9 @@ void fm_cpu_luts_init(fm_cpu_luts *L, fm_format f);
 typedef void (*fm_cpu_gemm_fn)(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
                                int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf);
 
-/* The best kernel this CPU runs ("avx2" or "scalar"); $FM_CPU_ISA=scalar forces
- * the portable one (tests use it to cover both). *name may be NULL. */
+/* The best kernel this CPU runs ("avx512", "avx2" or "scalar"); $FM_CPU_ISA
+ * = avx2 or scalar caps the choice (tests use it to cover every path). *name
+ * may be NULL. */
 fm_cpu_gemm_fn fm_cpu_gemm_select(const char **name);
 
 #endif

@@ -17,7 +17,10 @@
  * Lane structure: lane l of two accumulators sums elements k with k % 16 == l
  * (and l+8), in K order, folded by a fixed tree: every output is the same
  * whatever M, the path or the thread that computes it.
- * The AVX2 code is compiled with target attributes and chosen at run time
+ * AVX-512 (where present) replaces the int8 table + convert by one vpermps
+ * into a 16-float table pre-scaled per block, ~30 % fewer instructions per
+ * byte, and keeps up to 8 rows in registers.
+ * The SIMD code is compiled with target attributes and chosen at run time
  * (__builtin_cpu_supports), so the library needs no -march flag; the scalar
  * path is the portable fallback.
  */
@@ -247,6 +250,72 @@ FM_AVX2 static void gemm_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int64_t
         }
     }
 }
+
+/* ---- AVX-512 path -------------------------------------------------------------
+ * vpermps looks a 16-entry float table up with the low 4 bits of each 32-bit
+ * index, so per 16 elements: movq, shift, interleave (the high bits left in
+ * each byte are ignored by the lookup), zero-extend to 16 dwords, one vpermps
+ * into a table pre-multiplied by the block scale, and one FMA per row. The
+ * table holds 2*E2M1 times 0.5*scale, the same products as the AVX2 path, and
+ * the 16 lanes fold exactly like its two 8-lane accumulators, so the results
+ * match the AVX2 path bit for bit. */
+#define FM_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define FM_AVX512_INLINE __attribute__((target("avx512f,avx2,fma"), always_inline)) inline
+
+FM_AVX512_INLINE static float hsum16(__m512 v)
+{
+    __m256 lo = _mm512_castps512_ps256(v);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return hsum8(_mm256_add_ps(lo, hi)); /* lane l + lane l+8, then the AVX2 fold */
+}
+
+FM_AVX512_INLINE static void fp4_row_direct512(const fm_qtensor *w, const fm_cpu_luts *L, __m512 table, int64_t n,
+                                               const float *A, int64_t lda, const int MM, const int CPB, float *Y,
+                                               int64_t ldy)
+{
+    const int64_t K = w->cols, nb = K / (16 * CPB);
+    const uint8_t *q = (const uint8_t *)w->data + n * (K / 2), *sc = w->scales + n * nb;
+    __m512 acc[8];
+    for (int m = 0; m < MM; m++) acc[m] = _mm512_setzero_ps();
+    const float *a = A;
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512 ts = _mm512_mul_ps(table, _mm512_set1_ps(L->scale[sc[b]]));
+        if ((b & (8 / CPB - 1)) == 0) _mm_prefetch((const char *)(q + FM_PREFETCH), _MM_HINT_T0);
+        for (int c = 0; c < CPB; c++, q += 8, a += 16) {
+            __m128i v = _mm_loadl_epi64((const __m128i *)q);
+            __m128i codes = _mm_unpacklo_epi8(v, _mm_srli_epi16(v, 4));
+            __m512 f = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), ts);
+            for (int m = 0; m < MM; m++) acc[m] = _mm512_fmadd_ps(f, _mm512_loadu_ps(a + m * lda), acc[m]);
+        }
+    }
+    for (int m = 0; m < MM; m++) Y[m * ldy + n] = hsum16(acc[m]) * w->global_scale;
+}
+
+#define FM_DIRECT512_CASE(MM, CPB)                                                                    \
+    case MM * 10 + CPB:                                                                               \
+        for (int64_t n = n0; n < n1; n++) fp4_row_direct512(w, L, table, n, A, lda, MM, CPB, Y, ldy); \
+        break
+
+FM_AVX512 static void gemm_avx512(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
+                                  int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf)
+{
+    const int blk = fmt_block(w->fmt);
+    if (w->fmt == FM_FORMAT_BF16 || M > 8 || (blk != 16 && blk != 32)) {
+        gemm_avx2(w, L, n0, n1, A, lda, M, Y, ldy, rowbuf); /* compute-bound cases: the buffered path */
+        return;
+    }
+    float t[16];
+    for (int c = 0; c < 16; c++) t[c] = (float)L->e2m1_x2[c];
+    const __m512 table = _mm512_loadu_ps(t);
+    switch (M * 10 + blk / 16) {
+        FM_DIRECT512_CASE(1, 1); FM_DIRECT512_CASE(2, 1); FM_DIRECT512_CASE(3, 1); FM_DIRECT512_CASE(4, 1);
+        FM_DIRECT512_CASE(5, 1); FM_DIRECT512_CASE(6, 1); FM_DIRECT512_CASE(7, 1); FM_DIRECT512_CASE(8, 1);
+        FM_DIRECT512_CASE(1, 2); FM_DIRECT512_CASE(2, 2); FM_DIRECT512_CASE(3, 2); FM_DIRECT512_CASE(4, 2);
+        FM_DIRECT512_CASE(5, 2); FM_DIRECT512_CASE(6, 2); FM_DIRECT512_CASE(7, 2); FM_DIRECT512_CASE(8, 2);
+    default: break; /* not reached */
+    }
+}
+#undef FM_DIRECT512_CASE
 #endif /* FM_X86 */
 
 fm_cpu_gemm_fn fm_cpu_gemm_select(const char **name)
@@ -255,6 +324,11 @@ fm_cpu_gemm_fn fm_cpu_gemm_select(const char **name)
     int want_scalar = isa && strcmp(isa, "scalar") == 0;
 #ifdef FM_X86
     __builtin_cpu_init();
+    int want_avx2 = isa && strcmp(isa, "avx2") == 0;
+    if (!want_scalar && !want_avx2 && __builtin_cpu_supports("avx512f")) {
+        if (name) *name = "avx512";
+        return gemm_avx512;
+    }
     if (!want_scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         if (name) *name = "avx2";
         return gemm_avx2;
