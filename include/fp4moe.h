@@ -25,18 +25,10 @@
 #include "fp4moe/moe.h"
 #include "fp4moe/layer.h"
 #include "fp4moe/smem.h"
-#if __has_include("fp4moe/arch.h")
 #include "fp4moe/arch.h"
-#endif
-#if __has_include("fp4moe/plan.h")
 #include "fp4moe/plan.h"
-#endif
-#if __has_include("fp4moe/io.h")
 #include "fp4moe/io.h"
-#endif
-#if __has_include("fp4moe/sim.h")
 #include "fp4moe/sim.h"
-#endif
 
 #ifdef __cplusplus
 extern "C" {
