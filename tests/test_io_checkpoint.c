@@ -233,6 +233,48 @@ static void test_rescaled_globals(void **state)
     model_free(m);
 }
 
+/* An NVFP4 shared expert (ModelOpt tensors) is held as BF16: each element is
+ * bf16(dequantized value), exactly what the checkpoint defines rounded once. */
+static void test_shared_nvfp4(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0x54a);
+    model *m = model_new(&r, FM_FORMAT_NVFP4, 0);
+    itemset *s = calloc(1, sizeof *s);
+    build_modelopt(s, m, LAYER);
+    static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    fm_qtensor q[3];
+    uint8_t *bufs[3][2];
+    char nm[128];
+    for (int p = 0; p < 3; p++) {
+        quantize_into(&r, FM_FORMAT_NVFP4, p < 2 ? SI : H, p < 2 ? H : SI, &q[p], bufs[p]);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.%s.weight", LAYER, proj[p]);
+        remove_item(s, nm);
+        add(s, 1, nm, FM_DTYPE_U8, 2, q[p].rows, q[p].cols / 2, 0, 0, q[p].data);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.%s.weight_scale", LAYER, proj[p]);
+        add(s, 1, nm, FM_DTYPE_F8_E4M3, 2, q[p].rows, q[p].cols / 16, 0, 0, q[p].scales);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.%s.weight_scale_2", LAYER, proj[p]);
+        add(s, 1, nm, FM_DTYPE_F32, 0, 0, 0, 0, 0, &q[p].global_scale);
+    }
+    const char *dir = subdir("shared_nvfp4");
+    write_set(dir, s, 1);
+    fm_ckpt_layer *l = load_ok(dir, LAYER, NULL);
+    assert_int_equal(l->cfg.shared_inter, SI);
+    float *deq = malloc(sizeof(float) * SI * H);
+    const uint16_t *got[3] = {l->shared_w13, l->shared_w13 + SI * H, l->shared_w2};
+    for (int p = 0; p < 3; p++) {
+        assert_int_equal(fm_dequantize(&q[p], deq), FM_OK);
+        for (int i = 0; i < SI * H; i++)
+            if (got[p][i] != fm_bf16_encode(deq[i])) fail_msg("%s element %d: 0x%04x", proj[p], i, got[p][i]);
+        free(bufs[p][0]), free(bufs[p][1]);
+    }
+    free(deq);
+    fm_ckpt_layer_free(l);
+    free(s);
+    model_free(m);
+}
+
 /* `test_io_checkpoint --write-sample DIR`: checkpoints for the CLI checks in
  * tests/io.cmake: DIR/modelopt (NVFP4, layers 1 and 3, two shards + index +
  * config.json), DIR/gptoss (MXFP4, layer 1), DIR/bad (expert 1's down_proj
@@ -271,6 +313,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_modelopt_bf16),
         cmocka_unit_test(test_gptoss_round_trip),
         cmocka_unit_test(test_rescaled_globals),
+        cmocka_unit_test(test_shared_nvfp4),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

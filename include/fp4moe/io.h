@@ -201,8 +201,8 @@ typedef struct {
     const char    *router_bias; /* ModelOpt "model.layers.{L}.mlp.gate.e_score_correction_bias"
                                    (ranking bias, optional); NULL for gpt-oss, whose router
                                    bias is additive on the logits */
-    const char    *shared;      /* "model.layers.{L}.mlp.shared_experts.{P}" (optional, BF16
-                                   weights, P = gate/up/down); NULL = none */
+    const char    *shared;      /* "model.layers.{L}.mlp.shared_experts.{P}" (optional; BF16,
+                                   or NVFP4 dequantized to BF16; P = the proj names); NULL = none */
 } fm_ckpt_names;
 
 /* Default patterns of a layout (AUTO gives MODELOPT's).
@@ -277,7 +277,8 @@ typedef struct {
 /* Load MoE layer `layer`: validate every tensor (dtype, shape, presence of
  * every expert and scale) before allocating, convert (gate/up concatenated or
  * de-interleaved into w13, UE8M0/E4M3 scales copied row-major, router weight to
- * FP32, shared expert to BF16) and fill cfg/weights.
+ * FP32, shared expert to BF16) and fill cfg/weights. Nothing is read from the
+ * mapping after this returns: the checkpoint may be closed first.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (layer, expert, weight or
  * scale missing), FM_ERR_FORMAT (wrong dtype), FM_ERR_BAD_SHAPE, FM_ERR_OUT_OF_RANGE
  * (expert range beyond the layer's), FM_ERR_NONFINITE (global or input scale not

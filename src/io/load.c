@@ -163,33 +163,74 @@ static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
     return fm_st_to_f32(&sub, l->router_bias, (int64_t)rows);
 }
 
-/* Shared expert: BF16 gate/up/down weights, optional. */
+/* One shared-expert projection [N][K] into BF16 dst (NULL: validate only):
+ * a BF16 weight is copied; an NVFP4 one (ModelOpt tensors) is dequantized and
+ * rounded to BF16, since fp4moe's shared expert is a BF16 MLP. */
+static fm_status shared_proj(const fm_load_ctx *c, const char *proj, int nvfp4, int64_t N, int64_t K, uint16_t *dst)
+{
+    const fm_st_tensor *w, *sc = NULL;
+    float g = 1.0f;
+    FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight", &w));
+    int64_t ws[2] = {N, nvfp4 ? K / 2 : K}, ss[2] = {N, K / 16};
+    FM_CHECK(fm_load_expect(w, nvfp4 ? FM_DTYPE_U8 : FM_DTYPE_BF16, -1, 2, ws));
+    if (nvfp4) {
+        const fm_st_tensor *gt;
+        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale", &sc));
+        FM_CHECK(fm_load_expect(sc, FM_DTYPE_F8_E4M3, FM_DTYPE_U8, 2, ss));
+        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale_2", &gt));
+        FM_CHECK(fm_load_scalar(gt, &g));
+    }
+    if (!dst) return FM_OK;
+    size_t n = (size_t)(N * K);
+    if (!nvfp4) {
+        memcpy(dst, w->data, n * 2);
+        return FM_OK;
+    }
+    FM_CHECK(fm_load_check_scale_codes(sc, sc->data, (size_t)(N * K / 16), FM_SCALE_E4M3));
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
+    /* read-only view of the mapping: fm_dequantize does not write through it */
+    fm_qtensor q = {.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = (void *)(uintptr_t)w->data,
+                    .scales = (uint8_t *)(uintptr_t)sc->data, .global_scale = g};
+    fm_status s = fm_dequantize(&q, tmp);
+    for (size_t i = 0; s == FM_OK && i < n; i++) dst[i] = fm_bf16_encode(tmp[i]);
+    free(tmp);
+    return s;
+}
+
+/* Shared expert (optional): BF16 or NVFP4 gate/up/down, held as BF16. */
 static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
 {
     if (!c->nm.shared) return FM_OK;
-    const char *p[3] = {c->nm.proj_gate, c->nm.proj_up ? c->nm.proj_up : "up_proj", c->nm.proj_down};
-    const fm_st_tensor *t[3];
-    if (fm_load_find(c, c->nm.shared, -1, p[0], ".weight", &t[0]) != FM_OK) return FM_OK; /* none */
-    for (int i = 1; i < 3; i++) FM_CHECK(fm_load_find(c, c->nm.shared, -1, p[i], ".weight", &t[i]));
-    if (t[0]->dtype != FM_DTYPE_BF16 || t[0]->ndim != 2)
-        return fm_fail(FM_ERR_UNSUPPORTED, "%s: shared expert '%s' is %s with %d dims: only BF16 [N][K] is supported",
-                       t[0]->file, t[0]->name, fm_dtype_name(t[0]->dtype), t[0]->ndim);
-    int64_t si = t[0]->shape[0], H = c->hidden;
-    int64_t s_gu[2] = {si, H}, s_d[2] = {H, si};
-    FM_CHECK(fm_load_expect(t[0], FM_DTYPE_BF16, -1, 2, s_gu));
-    FM_CHECK(fm_load_expect(t[1], FM_DTYPE_BF16, -1, 2, s_gu));
-    FM_CHECK(fm_load_expect(t[2], FM_DTYPE_BF16, -1, 2, s_d));
-    if (si < 1 || si > (1 << 20)) return fm_fail(FM_ERR_BAD_SHAPE, "%s: shared inter %lld", t[0]->name, (long long)si);
+    const char *up = c->nm.proj_up ? c->nm.proj_up : "up_proj";
+    const fm_st_tensor *g;
+    if (fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, ".weight", &g) != FM_OK) { /* none */
+        fm_clear_error();
+        return FM_OK;
+    }
+    int nvfp4 = g->dtype == FM_DTYPE_U8;
+    if ((g->dtype != FM_DTYPE_BF16 && !nvfp4) || g->ndim != 2 || g->shape[0] < 1 || g->shape[0] > (1 << 20))
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: shared expert '%s' is %s with %d dims: expected BF16 or U8 (NVFP4) [N][K]",
+                       g->file, g->name, fm_dtype_name(g->dtype), g->ndim);
+    int64_t si = g->shape[0], H = c->hidden;
+    if (nvfp4 && (H % 16 || si % 16))
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: NVFP4 shared expert '%s': hidden %lld and inter %lld must be multiples of 16",
+                       g->file, g->name, (long long)H, (long long)si);
+    size_t half = (size_t)(si * H);
+    if (!c->dry) {
+        l->shared_w13 = malloc(2 * half * sizeof *l->shared_w13);
+        l->shared_w2 = malloc(half * sizeof *l->shared_w2);
+        if (!l->shared_w13 || !l->shared_w2) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
+    }
+    /* validate all three before converting any */
+    FM_CHECK(shared_proj(c, c->nm.proj_gate, nvfp4, si, H, NULL));
+    FM_CHECK(shared_proj(c, up, nvfp4, si, H, NULL));
+    FM_CHECK(shared_proj(c, c->nm.proj_down, nvfp4, H, si, NULL));
     l->cfg.shared_inter = (int)si;
     if (c->dry) return FM_OK;
-    size_t half = (size_t)(si * H);
-    l->shared_w13 = malloc(2 * half * sizeof *l->shared_w13);
-    l->shared_w2 = malloc(half * sizeof *l->shared_w2);
-    if (!l->shared_w13 || !l->shared_w2) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
-    memcpy(l->shared_w13, t[0]->data, half * 2); /* gate rows */
-    memcpy(l->shared_w13 + half, t[1]->data, half * 2); /* then up rows */
-    memcpy(l->shared_w2, t[2]->data, half * 2);
-    return FM_OK;
+    FM_CHECK(shared_proj(c, c->nm.proj_gate, nvfp4, si, H, l->shared_w13));    /* gate rows */
+    FM_CHECK(shared_proj(c, up, nvfp4, si, H, l->shared_w13 + half));          /* then up rows */
+    return shared_proj(c, c->nm.proj_down, nvfp4, H, si, l->shared_w2);
 }
 
 static fm_status swizzle_all(fm_ckpt_layer *l)
