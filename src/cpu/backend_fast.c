@@ -102,7 +102,7 @@ static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, in
     s->SH = malloc(sizeof(float) * (T * S + 1));
     s->SY = malloc(sizeof(float) * T * H);
     s->acc = malloc(sizeof(float) * T * H);
-    s->rowbufs = malloc(sizeof(float) * wide * s->nthreads);
+    s->rowbufs = malloc(sizeof(float) * wide * FM_CPU_ROWBUF_ROWS * s->nthreads);
     s->ids = malloc(sizeof(int32_t) * P);
     s->offsets = malloc(sizeof(int32_t) * (E + 1));
     s->perm = malloc(sizeof(int32_t) * P);
@@ -135,7 +135,7 @@ static void run_items(fast_state *s, size_t n_items)
     const work_item *it = s->items;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads)
     for (long i = 0; i < (long)n_items; i++) {
-        float *rowbuf = s->rowbufs + (size_t)omp_get_thread_num() * s->max_k;
+        float *rowbuf = s->rowbufs + (size_t)omp_get_thread_num() * s->max_k * FM_CPU_ROWBUF_ROWS;
         s->gemm(it[i].w, &s->L, it[i].n0, it[i].n1, it[i].A, it[i].lda, it[i].M, it[i].Y, it[i].ldy, rowbuf);
     }
 }

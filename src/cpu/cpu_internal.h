@@ -29,8 +29,10 @@ typedef struct {
 void fm_cpu_luts_init(fm_cpu_luts *L, fm_format f);
 
 /* Y[m*ldy + n] = global * sum_k W[n][k] * A[m*lda + k] for n in [n0, n1),
- * m in [0, M). W is a weight matrix of w's format; rowbuf holds w->cols floats
- * (per thread). Every output is summed by one call in a fixed order. */
+ * m in [0, M). W is a weight matrix of w's format; rowbuf holds
+ * FM_CPU_ROWBUF_ROWS * w->cols floats (per thread). Every output is summed by
+ * one call in a fixed order. */
+#define FM_CPU_ROWBUF_ROWS 4
 typedef void (*fm_cpu_gemm_fn)(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
                                int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf);
 

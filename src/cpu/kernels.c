@@ -19,7 +19,8 @@
  * whatever M, the path or the thread that computes it.
  * AVX-512 (where present) replaces the int8 table + convert by one vpermps
  * into a 16-float table pre-scaled per block, ~30 % fewer instructions per
- * byte, and keeps up to 8 rows in registers.
+ * byte, and keeps up to 8 rows in registers; beyond 8 rows (prefill) a
+ * register-blocked 4 weight rows x 6 activation rows kernel takes over.
  * The SIMD code is compiled with target attributes and chosen at run time
  * (__builtin_cpu_supports), so the library needs no -march flag; the scalar
  * path is the portable fallback.
@@ -291,6 +292,59 @@ FM_AVX512_INLINE static void fp4_row_direct512(const fm_qtensor *w, const fm_cpu
     for (int m = 0; m < MM; m++) Y[m * ldy + n] = hsum16(acc[m]) * w->global_scale;
 }
 
+/* Register-blocked product for many rows (prefill, M > 8), where decode is
+ * no longer the cost: 4 weight rows, decoded once into rowbuf, times MR <= 6
+ * activation rows, 24 accumulators; per 16 elements 4 + MR loads feed 4*MR
+ * FMAs, so the FMA units, not the loads, set the pace. Missing weight rows
+ * (n1 - n < 4) alias row 0 and are not stored. */
+FM_AVX512_INLINE static void micro512(const float *const rb[4], int64_t K, const float *A, int64_t lda, const int MR,
+                                      int nr, float g, float *Y, int64_t ldy)
+{
+    __m512 acc[6][4];
+    for (int i = 0; i < MR; i++)
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+        const __m512 w0 = _mm512_loadu_ps(rb[0] + k), w1 = _mm512_loadu_ps(rb[1] + k);
+        const __m512 w2 = _mm512_loadu_ps(rb[2] + k), w3 = _mm512_loadu_ps(rb[3] + k);
+        for (int i = 0; i < MR; i++) {
+            const __m512 a = _mm512_loadu_ps(A + i * lda + k);
+            acc[i][0] = _mm512_fmadd_ps(w0, a, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(w1, a, acc[i][1]);
+            acc[i][2] = _mm512_fmadd_ps(w2, a, acc[i][2]);
+            acc[i][3] = _mm512_fmadd_ps(w3, a, acc[i][3]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int r = 0; r < nr; r++) Y[i * ldy + r] = hsum16(acc[i][r]) * g;
+}
+
+FM_AVX512 static void gemm_blocked512(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1,
+                                      const float *A, int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf)
+{
+    const int blk = fmt_block(w->fmt);
+    const int64_t K = w->cols;
+    for (int64_t n = n0; n < n1; n += 4) {
+        const int nr = n1 - n < 4 ? (int)(n1 - n) : 4;
+        const float *rb[4];
+        for (int r = 0; r < 4; r++) {
+            rb[r] = rowbuf + (r < nr ? r : 0) * K;
+            if (r < nr) decode_row_avx2(w, L, blk, n + r, rowbuf + r * K);
+        }
+        for (int m = 0; m < M; m += 6) {
+            const float *a = A + m * lda;
+            float *y = Y + m * ldy + n;
+            switch (M - m < 6 ? M - m : 6) {
+            case 1: micro512(rb, K, a, lda, 1, nr, w->global_scale, y, ldy); break;
+            case 2: micro512(rb, K, a, lda, 2, nr, w->global_scale, y, ldy); break;
+            case 3: micro512(rb, K, a, lda, 3, nr, w->global_scale, y, ldy); break;
+            case 4: micro512(rb, K, a, lda, 4, nr, w->global_scale, y, ldy); break;
+            case 5: micro512(rb, K, a, lda, 5, nr, w->global_scale, y, ldy); break;
+            default: micro512(rb, K, a, lda, 6, nr, w->global_scale, y, ldy); break;
+            }
+        }
+    }
+}
+
 #define FM_DIRECT512_CASE(MM, CPB)                                                                    \
     case MM * 10 + CPB:                                                                               \
         for (int64_t n = n0; n < n1; n++) fp4_row_direct512(w, L, table, n, A, lda, MM, CPB, Y, ldy); \
@@ -300,8 +354,12 @@ FM_AVX512 static void gemm_avx512(const fm_qtensor *w, const fm_cpu_luts *L, int
                                   int64_t lda, int M, float *Y, int64_t ldy, float *rowbuf)
 {
     const int blk = fmt_block(w->fmt);
+    if ((w->fmt == FM_FORMAT_BF16 || M > 8) && w->cols % 16 == 0) {
+        gemm_blocked512(w, L, n0, n1, A, lda, M, Y, ldy, rowbuf); /* compute-bound cases */
+        return;
+    }
     if (w->fmt == FM_FORMAT_BF16 || M > 8 || (blk != 16 && blk != 32)) {
-        gemm_avx2(w, L, n0, n1, A, lda, M, Y, ldy, rowbuf); /* compute-bound cases: the buffered path */
+        gemm_avx2(w, L, n0, n1, A, lda, M, Y, ldy, rowbuf); /* K not a multiple of 16 (BF16 only) */
         return;
     }
     float t[16];
