@@ -109,11 +109,13 @@ static void sweep(void)
 {
     fm_rng r;
     fm_rng_init(&r, fm_test_seed());
-    size_t ns = fx_asan() ? 2 : sizeof k_shapes / sizeof k_shapes[0];
-    for (size_t i = 0; i < ns; i++)
+    size_t ns = sizeof k_shapes / sizeof k_shapes[0];
+    for (size_t i = 0; i < ns; i++) {
+        if (fx_asan() && i != 0 && i != 2) continue; /* sanitizers: one token, and the many-rows paths */
         for (int f = 0; f < FM_FORMAT_COUNT; f++)
             for (int act = 0; act < 2; act++)
                 run_case(&r, &k_shapes[i], (fm_format)f, act, act && (i & 1), (int)(i % 2 == 0));
+    }
 }
 
 static void test_fast_vs_ref_native(void **state)
