@@ -14,7 +14,7 @@
  *  - bytes moved per run = FP4 data + E4M3 scales of the experts that run's
  *    routing actually activates (each counted once, as the fast path streams
  *    them once) + router weights + the BF16 input + the FP32 output;
- *  - --quick (hidden 1024, inter 512) is a smoke test: its 57 MB of weights can
+ *  - --quick (hidden 1024, inter 512) is a smoke test: its ~28 MB of weights can
  *    sit in a large last-level cache, so its ratio can exceed 100 %;
  *  - weights are random FP4 bytes with random in-range E4M3 scales: the time of
  *    a forward does not depend on their values, and quantizing 1.2 G random
