@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what fp4moe needs to build and test, only what is missing:
-#   Debian: cmake, pkg-config, gcc, libcjson-dev, libcmocka-dev, libomp (via gcc's libgomp), gnuplot
+#   Debian: cmake, pkg-config, gcc, libcjson-dev, libcmocka-dev, gnuplot (simulate --plot),
+#           clang + libclang-rt (libFuzzer)
 #   PyPI:   numpy, ml-dtypes (independent codec oracle), nvidia-cutlass (headers for the planner's
 #           conformance test)
 # nvcc is used when present (the CUDA backend is optional).
@@ -12,6 +13,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v gnuplot >/dev/null || need_apt+=(gnuplot-nox)
+command -v clang >/dev/null || need_apt+=(clang)            # libFuzzer target over the safetensors header parser
+[ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
 pkg-config --exists libcjson 2>/dev/null || need_apt+=(libcjson-dev)
 pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
 if ((${#need_apt[@]})); then
