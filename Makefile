@@ -4,6 +4,8 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+# nvcc lives in /usr/local/cuda/bin on these machines, not always on PATH.
+export PATH := $(PATH):/usr/local/cuda/bin
 
 .PHONY: all deps build run test test-gpu test-asan bench install clean
 
