@@ -95,8 +95,8 @@ typedef struct {
  * FM_ERR_NO_DEVICE, FM_ERR_CUDA (launch failure). */
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a);
 
-/* The tile fm_cuda_gemm picks when a->tile is NULL. */
-fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n);
+/* The tile fm_cuda_gemm picks when a->tile is NULL, for N x K weights. */
+fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k);
 
 /* Shared memory the compiled kernel of `t` was given at its last launch and its
  * static size, from cudaFuncGetAttributes (for the planner conformance test).

@@ -110,13 +110,14 @@ size_t fm_cuda_weights_bytes(const fm_cuda_weights *w)
     return w ? (w->data_bytes + w->scale_bytes) * (size_t)w->n_experts : 0;
 }
 
-fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n)
+fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k)
 {
     int          pair = epi == FM_CUDA_EPI_SWIGLU ? 2 : 1;
     fm_cuda_tile t = {4, pair, 1, 256, 4};
+    if (pair == 1 && k <= 512) t = (fm_cuda_tile){8, 1, 1, 64, 4}; /* short K: one 256-K stage would be all */
     if (expected_rows > 8) t = (fm_cuda_tile){4, pair, 2, 256, 4};
-    if (expected_rows > 16) t = (fm_cuda_tile){4, pair, 4, 256, 3};
-    if (expected_rows > 32) t = (fm_cuda_tile){4, 2, 8, 256, 3};
+    if (expected_rows > 16) t = (fm_cuda_tile){4, pair, 4, 128, 4};
+    if (expected_rows > 32) t = (fm_cuda_tile){4, 2, 8, 128, 3};
     (void)n;
     return t;
 }
@@ -147,7 +148,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: FINALIZE_DET needs row_weight, token_slots, scratch, top_k");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET && (uintptr_t)a->y % 16)
         return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: FINALIZE_DET output is not 16-byte aligned");
-    fm_cuda_tile t = a->tile ? *a->tile : fm_cuda_gemm_default_tile(a->expected_rows, a->epi, w->n);
+    fm_cuda_tile t = a->tile ? *a->tile : fm_cuda_gemm_default_tile(a->expected_rows, a->epi, w->n, w->k);
     fm_swapab_tile st = {t.warps, t.mt, t.nt, t.kc, t.stages};
     int            idx = fm_swapab_find(&t);
     char           name[64];

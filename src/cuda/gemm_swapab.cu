@@ -6,15 +6,17 @@
  *  - swap-AB: the weights are the A operand of mma.sync.m16n8k16 (16 output
  *    features = M), the tokens its B operand (8 per fragment = N); no token padding
  *    to 64/128 rows;
- *  - weights go global -> registers: one coalesced 16-byte load per lane is a whole
- *    A fragment for 64 of K (src/cuda/prepack.c), the next K stage is prefetched
- *    into registers while the current one is multiplied;
+ *  - one coalesced 16-byte copy per lane is a whole A fragment for 64 of K
+ *    (src/cuda/prepack.c); weights, their scale bytes and the token tile go
+ *    global -> shared by cp.async, STAGES deep, so that many bytes are in flight
+ *    per SM without spending registers (each lane reads back only its own weight
+ *    bytes; the stage barrier is there for X and the scales);
  *  - E2M1 -> BF16 by bit placement (1-6 integer ops per pair) and one BF16x2
  *    multiply by the block scale, decoded from its byte with one integer
  *    multiply-add; products are exact, so only FP32 accumulation order differs
  *    from the reference;
- *  - the token tile X[8*NT][KC] is staged in shared memory by cp.async, STAGES
- *    deep, rows padded by 16 B (conflict-free 16-byte fragment reads); rows past
+ *  - the token tile X[8*NT][KC] rows are padded by 16 B in shared memory
+ *    (conflict-free 16-byte fragment reads); rows past
  *    the expert's count and columns past K are zero-filled by cp.async;
  *  - grid (feature blocks, experts); a CTA of an expert with no rows exits at once;
  *    an expert with more than 8*NT rows loops over passes.
@@ -54,22 +56,6 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-__device__ __forceinline__ uint4 ldg_stream(const void *p)
-{
-    uint4 v;
-    /* weights are read once: do not keep them in L1 */
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t ldg_u16(const void *p)
-{
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-
 /* The four A registers of one mma step from prepacked word w (see prepack.c). */
 __device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t s_hi, uint32_t (&a)[4])
 {
@@ -89,7 +75,9 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
     constexpr int ROWB = 2 * KC + FM_SWAPAB_ROW_PAD; /* bytes per staged X row */
     constexpr int SEGS = TOK * (KC / 8);  /* 16-byte segments per stage */
-    constexpr bool PREFETCH = MT * CPS <= 8; /* register double buffer only when it fits */
+    constexpr int W_OFF = TOK * ROWB;                  /* weight chunks of a stage */
+    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512; /* their scale bytes */
+    constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
     extern __shared__ __align__(16) unsigned char smem[];
 
     const int e = blockIdx.y;
@@ -125,8 +113,10 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
         const int rows = min(TOK, m - pass0);
         const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
 
-        auto load_x = [&](int ks) {
-            unsigned char *buf = smem + (ks % STAGES) * TOK * ROWB;
+        /* one stage: X tile (whole CTA), this warp's weight chunks (each lane its own
+         * 16 B: no other lane reads them), their scale bytes (lanes 0-3, 16 B each) */
+        auto load_stage = [&](int ks) {
+            unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
             for (int sgi = threadIdx.x; sgi < SEGS; sgi += WARPS * 32) {
                 int r = sgi / (KC / 8), c8 = (sgi % (KC / 8)) * 8;
                 int k = ks * KC + c8;
@@ -134,23 +124,18 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
                 const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
                 cp_async16(buf + r * ROWB + c8 * 2, src, ok ? 16 : 0);
             }
-        };
-        uint4    wcur[CPS][MT], wnxt[CPS][MT];
-        uint32_t scur[CPS][MT], snxt[CPS][MT];
-        auto load_w = [&](int ks, uint4 (&wv)[CPS][MT], uint32_t (&sv)[CPS][MT]) {
 #pragma unroll
             for (int c = 0; c < CPS; c++) {
                 int kb = ks * CPS + c;
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    if (wvalid && kb < KB) {
-                        size_t off = ((size_t)band[i] * KB + kb) * 32 + lane;
-                        wv[c][i] = ldg_stream(wd + off);
-                        sv[c][i] = ldg_u16(ws + off);
-                    } else {
-                        wv[c][i] = make_uint4(0, 0, 0, 0);
-                        sv[c][i] = 0;
-                    }
+                    bool   ok = wvalid && kb < KB;
+                    size_t off = ok ? ((size_t)band[i] * KB + kb) * 32 : 0;
+                    int    slot = (warp * MT + i) * CPS + c;
+                    cp_async16(buf + W_OFF + slot * 512 + lane * 16, wd + off + lane, ok ? 16 : 0);
+                    if (lane < 4)
+                        cp_async16(buf + S_OFF + slot * 64 + lane * 16, (const unsigned char *)(ws + off) + lane * 16,
+                                   ok ? 16 : 0);
                 }
             }
         };
@@ -165,22 +150,16 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
 
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
-            if (s < nks) load_x(s);
+            if (s < nks) load_stage(s);
             cp_async_commit();
         }
-        if (PREFETCH) load_w(0, wcur, scur);
 
         for (int ks = 0; ks < nks; ks++) {
             cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            if (ks + STAGES - 1 < nks) load_x(ks + STAGES - 1);
+            __syncthreads(); /* stage ks visible to all; stage ks-1 free for reuse */
+            if (ks + STAGES - 1 < nks) load_stage(ks + STAGES - 1);
             cp_async_commit();
-            if (PREFETCH) {
-                if (ks + 1 < nks) load_w(ks + 1, wnxt, snxt);
-            } else {
-                load_w(ks, wcur, scur);
-            }
-            const unsigned char *buf = smem + (ks % STAGES) * TOK * ROWB;
+            const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
             if (wvalid) {
 #pragma unroll
                 for (int c = 0; c < CPS; c++) {
@@ -193,10 +172,12 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
                     }
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
-                        uint32_t sc = scur[c][i];
+                        int      slot = (warp * MT + i) * CPS + c;
+                        uint4    wq = *(const uint4 *)(buf + W_OFF + slot * 512 + lane * 16);
+                        uint32_t sc = *(const uint16_t *)(buf + S_OFF + slot * 64 + lane * 2);
                         uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
                         uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
-                        uint32_t wv[4] = {wcur[c][i].x, wcur[c][i].y, wcur[c][i].z, wcur[c][i].w};
+                        uint32_t wv[4] = {wq.x, wq.y, wq.z, wq.w};
 #pragma unroll
                         for (int s = 0; s < 4; s++) {
                             uint32_t a[4];
@@ -210,15 +191,6 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
                         }
                     }
                 }
-            }
-            if (PREFETCH) {
-#pragma unroll
-                for (int c = 0; c < CPS; c++)
-#pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        wcur[c][i] = wnxt[c][i];
-                        scur[c][i] = snxt[c][i];
-                    }
             }
         }
         cp_async_wait<0>();
@@ -288,9 +260,9 @@ struct entry {
 };
 #define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
-    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
-    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4), FM_SWAPAB_ENTRY(4, 1, 4, 256, 3), FM_SWAPAB_ENTRY(4, 2, 4, 256, 3),
-    FM_SWAPAB_ENTRY(4, 2, 8, 256, 3), FM_SWAPAB_ENTRY(4, 4, 8, 256, 4), FM_SWAPAB_ENTRY(8, 2, 8, 512, 2),
+    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(8, 1, 1, 64, 4), FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
+    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4), FM_SWAPAB_ENTRY(4, 1, 4, 128, 4), FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
+    FM_SWAPAB_ENTRY(4, 2, 8, 128, 3), FM_SWAPAB_ENTRY(4, 4, 8, 128, 3), FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 size_t    k_dyn_set[sizeof(k_entries) / sizeof(k_entries[0])]; /* dynamic smem attribute already set */

@@ -10,18 +10,19 @@
 
 /* The compiled swapab instantiations (src/cuda/gemm_swapab.cu must list the
  * same rows: its dispatch table is checked against this one at first launch).
- * Dynamic smem in the last column = stages * 8*nt * (2*kc + 16).
+ * Dynamic smem in the last column = stages * (8*nt * (2*kc + 16) + warps*mt*(kc/64) * (512 + 64)).
  *   warps mt  nt  kc    stages      smem bytes  regime */
 static const fm_swapab_tile k_swapab_tiles[] = {
-    {4, 1, 1, 256, 4}, /*  16,896  1-8 rows per expert */
-    {4, 2, 1, 256, 4}, /*  16,896  1-8, SwiGLU pairs */
-    {4, 1, 2, 256, 4}, /*  33,792  9-16 */
-    {4, 2, 2, 256, 4}, /*  33,792  9-16, SwiGLU pairs */
-    {4, 1, 4, 256, 3}, /*  50,688  17-32 */
-    {4, 2, 4, 256, 3}, /*  50,688  17-32, SwiGLU pairs */
-    {4, 2, 8, 256, 3}, /* 101,376  33+ : exactly the SM120 opt-in limit */
-    {4, 4, 8, 256, 4}, /* 135,168  33+ : Hopper/A100 only */
-    {8, 2, 8, 512, 2}, /* 133,120  33+ : Hopper/A100 only */
+    {4, 1, 1, 256, 4}, /*  53,760  1-8 rows per expert */
+    {8, 1, 1, 64, 4},  /*  23,040  1-8, small K (TP8 FC2: K = 256): more CTAs in flight */
+    {4, 2, 1, 256, 4}, /*  90,624  1-8, SwiGLU pairs */
+    {4, 1, 2, 256, 4}, /*  70,656  9-16 */
+    {4, 2, 2, 256, 4}, /* 107,520  9-16, SwiGLU pairs: Hopper/A100 only */
+    {4, 1, 4, 128, 4}, /*  53,248  17-32 */
+    {4, 2, 4, 128, 4}, /*  71,680  17-32, SwiGLU pairs */
+    {4, 2, 8, 128, 3}, /*  79,872  33+ */
+    {4, 4, 8, 128, 3}, /* 107,520  33+ : Hopper/A100 only */
+    {8, 2, 8, 128, 3}, /* 107,520  33+ : Hopper/A100 only */
 };
 
 const fm_swapab_tile *fm_swapab_tiles(size_t *count)
@@ -44,9 +45,10 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out)
     fm_smem_breakdown b = {0};
     size_t rows = 8u * (size_t)t->nt;
     b.stages = t->stages;
-    b.a = 0; /* weights go global -> registers */
-    b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc;
-    b.sf = 0; /* scales go global -> registers */
+    size_t chunks = (size_t)t->warps * t->mt * (t->kc / 64); /* 64-K weight chunks per stage */
+    b.a = (size_t)t->stages * chunks * 512u;                 /* FP4 weights: 16 rows x 64 K / 2 */
+    b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc;     /* BF16 token tile */
+    b.sf = (size_t)t->stages * chunks * 64u;                 /* scale bytes: 16 rows x 4 blocks */
     b.barriers = 0; /* cp.async groups + __syncthreads, no mbarriers */
     size_t row_pad = (size_t)t->stages * rows * FM_SWAPAB_ROW_PAD;
     b.mainloop = b.a + b.b + b.sf + b.barriers + row_pad;
@@ -63,9 +65,10 @@ fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_s
     if (out->total > limit_bytes) {
         char name[64];
         return fm_fail(FM_ERR_SMEM_EXCEEDED,
-                       "%s needs %zu B of shared memory per block (X tiles %zu + row padding %zu, %d stages) "
+                       "%s needs %zu B of shared memory per block (weights %zu + scales %zu + X tiles %zu + row padding %zu, "
+                       "%d stages) "
                        "but the limit is %zu B",
-                       fm_swapab_tile_name(t, name, sizeof name), out->total, out->b, out->padding, out->stages,
+                       fm_swapab_tile_name(t, name, sizeof name), out->total, out->a, out->sf, out->b, out->padding, out->stages,
                        limit_bytes);
     }
     return FM_OK;

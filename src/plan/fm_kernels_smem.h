@@ -8,13 +8,14 @@
  * Family "swapab" (src/cuda/gemm_swapab.cu): the FP4 grouped GEMM for small
  * per-expert batches. Swap-AB: the weights are the MMA's M operand (16 output
  * features per mma.sync m16n8k16), the tokens its N operand (8 per fragment).
- * Weights stream from global memory straight into registers (prepacked so that
- * one 16-byte load per lane is a whole A fragment for 64 of K), so they take no
- * shared memory; the CTA's token tile X[8*nt rows][kc] (BF16) is staged through
- * shared memory by cp.async in `stages` stages, each row padded by 16 bytes so
- * that the 16-byte fragment reads are free of bank conflicts.
+ * Each stage, staged by cp.async (`stages` deep, no mbarriers, no static smem):
+ *   a  = the FP4 weights of the stage: warps*mt*(kc/64) chunks of 512 B (16 rows x 64 K,
+ *        prepacked so that one 16-byte copy per lane is a whole A fragment)
+ *   sf = their scale bytes: 64 B per chunk (16 rows x 4 blocks of 16)
+ *   b  = the token tile X[8*nt rows][kc] BF16, each row padded by 16 B (padding) so
+ *        that the 16-byte fragment reads are free of bank conflicts
  *
- *   dynamic smem = stages * (8*nt) * (2*kc + 16)      (no static smem, no barriers)
+ *   dynamic smem = stages * (warps*mt*(kc/64)*(512 + 64) + 8*nt*(2*kc + 16))
  */
 #ifndef FM_KERNELS_SMEM_H
 #define FM_KERNELS_SMEM_H

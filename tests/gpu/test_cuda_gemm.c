@@ -66,7 +66,7 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
             ne = 0;
         }
         float *got = malloc(sizeof(float) * (ne ? ne : 1)), *want = malloc(sizeof(float) * (ne ? ne : 1));
-        for (int rr = 0; rr < rows; rr++)
+        for (int rr = 0; rr < (ne ? rows : 0); rr++)
             for (int n = 0; n < ny; n++) {
                 size_t i = (size_t)rr * ny + n;
                 got[i] = fm_bf16_decode(yh[i]);
@@ -162,6 +162,14 @@ static const gcase k_mixed_mx = {5, 64, 224, {3, 0, 17, 70, 0}};
 static const gcase k_one_expert = {4, 96, 320, {0, 0, 75, 0}}; /* all rows on one expert */
 static const gcase k_skewed = {8, 64, 128, {1, 0, 2, 0, 0, 30, 1, 0}};
 
+/* FM_QUICK=1 (the racecheck run: the sanitizer is ~1000x slower) keeps the first,
+ * the second and the last tile of the list. */
+static int skip_tile(size_t i, size_t n)
+{
+    const char *q = getenv("FM_QUICK");
+    return q && *q == '1' && i > 1 && i + 1 < n;
+}
+
 static void test_every_tile_nvfp4(void **state)
 {
     (void)state;
@@ -170,6 +178,7 @@ static void test_every_tile_nvfp4(void **state)
     size_t                n;
     const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
     for (size_t i = 0; i < n; i++) {
+        if (skip_tile(i, n)) continue;
         fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
         run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &t, FM_CUDA_EPI_NONE);
         if (t.mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &t, FM_CUDA_EPI_SWIGLU);
@@ -184,6 +193,7 @@ static void test_every_tile_mxfp4(void **state)
     size_t                n;
     const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
     for (size_t i = 0; i < n; i++) {
+        if (skip_tile(i, n)) continue;
         fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
         run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &t, FM_CUDA_EPI_NONE);
     }
@@ -261,6 +271,7 @@ static void test_smem_model(void **state)
     const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
     int                   refused = 0;
     for (size_t i = 0; i < n; i++) {
+        if (skip_tile(i, n)) continue;
         fm_cuda_tile      t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
         fm_smem_breakdown bd;
         assert_int_equal(fm_smem_swapab(&tiles[i], &bd), FM_OK);
@@ -281,8 +292,10 @@ static void test_smem_model(void **state)
         assert_int_equal(st, 0);
         assert_int_equal(dyn, bd.total);
     }
-    assert_true(refused > 0); /* the list holds tiles on both sides of the SM120 limit */
-    assert_true(refused < (int)n);
+    if (!getenv("FM_QUICK")) {
+        assert_true(refused > 0); /* the list holds tiles on both sides of the SM120 limit */
+        assert_true(refused < (int)n);
+    }
 }
 
 int main(void)

@@ -1,0 +1,221 @@
+/* bench_gemm.cu - the swapab FP4 grouped GEMM on GLM-5 shapes (issue 4).
+ *
+ * For EP8 (32 experts: FC1 N=4096 K=6144, FC2 N=6144 K=2048) and TP8 (256
+ * experts: FC1 N=512 K=6144, FC2 N=6144 K=256) and 1..1024 rows per expert it
+ * times fm_cuda_gemm (FM_CUDA_EPI_NONE) with CUDA events, median of REPS launches after
+ * warm-up. The weights (random bits in the prepacked layout, generated on the
+ * device: the kernel's speed does not depend on the values, but never zeros) are
+ * 0.2-0.45 GB per shape, several times the 60 MB L2, so every launch streams
+ * them from HBM; X rotates between two buffers. Bytes counted once: FP4 data +
+ * E4M3 scales (checkpoint sizes) + X (BF16) + Y (BF16). The copy ceiling is a
+ * 2 GiB device-to-device cudaMemcpy in this run; the BF16 GEMM ceiling comes
+ * from torch in the same gpu-check run (--bf16-tflops, else 0 = not used).
+ *
+ * Output: one CSV line per point (prefix "csv,"), then a table.
+ * Usage: bench_gemm [--bf16-tflops X] [--reps N] [--quick]
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+
+#define CK(x)                                                                                        \
+    do {                                                                                             \
+        cudaError_t e_ = (x);                                                                        \
+        if (e_ != cudaSuccess) {                                                                     \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
+            exit(1);                                                                                 \
+        }                                                                                            \
+    } while (0)
+
+__global__ void fill_random(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t lo, uint32_t span)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 16;
+        x *= 0x7feb352du;
+        x ^= x >> 15;
+        x *= 0x846ca68bu;
+        x ^= x >> 16;
+        if (span) { /* 4 scale bytes, each in [lo, lo + span) */
+            uint32_t v = 0;
+            for (int b = 0; b < 4; b++) v |= (lo + ((x >> (8 * b)) & 0xFF) % span) << (8 * b);
+            x = v;
+        }
+        p[i] = x & mask;
+    }
+}
+
+__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2246822519u ^ seed;
+        x ^= x >> 13;
+        x *= 0x5bd1e995u;
+        x ^= x >> 15;
+        float f = ((float)(x & 0xFFFF) / 65536.0f - 0.5f) * 4.0f; /* uniform(-2, 2), never all zero */
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        p[i] = (uint16_t)(u >> 16);
+    }
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    const char *name;
+    int         E, N, K;
+} shape;
+
+static double copy_tbs(void)
+{
+    size_t bytes = (size_t)2 << 30;
+    void  *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMemset(a, 1, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float t[15];
+    for (int i = 0; i < 15; i++) {
+        CK(cudaEventRecord(e0));
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[i], e0, e1));
+    }
+    qsort(t, 15, sizeof(float), cmp_f);
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * bytes / (t[7] * 1e-3) / 1e12; /* read + write */
+}
+
+int main(int argc, char **argv)
+{
+    double bf16_tflops = 0;
+    int    reps = 25, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bf16-tflops") && i + 1 < argc) bf16_tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    double bw = copy_tbs();
+    printf("# device %s, %d SMs, L2 %d MB; copy ceiling %.3f TB/s (2 GiB D2D, read+write); BF16 ceiling %.0f TFLOP/s\n",
+           prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, bw, bf16_tflops);
+    static const shape shapes[] = {
+        {"EP8-FC1", 32, 4096, 6144}, {"EP8-FC2", 32, 6144, 2048}, {"TP8-FC1", 256, 512, 6144}, {"TP8-FC2", 256, 6144, 256}};
+    static const int ms_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    static const int ms_quick[] = {1, 8, 32, 128};
+    const int       *ms = quick ? ms_quick : ms_full;
+    int              nms = quick ? 4 : 11;
+    size_t           ntile;
+    const fm_swapab_tile *tiles = fm_swapab_tiles(&ntile);
+    char  table[64][200];
+    int   nt = 0;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float *t = (float *)malloc(sizeof(float) * reps);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *s = &shapes[si];
+        fm_cuda_weights w = {};
+        w.fmt = FM_FORMAT_NVFP4;
+        w.n_experts = s->E;
+        w.n = s->N;
+        w.k = s->K;
+        w.kp = (s->K + 63) / 64 * 64;
+        fm_cuda_prepack_sizes(s->N, s->K, &w.data_bytes, &w.scale_bytes);
+        CK(cudaMalloc(&w.d_data, w.data_bytes * s->E));
+        CK(cudaMalloc(&w.d_scale, w.scale_bytes * s->E));
+        CK(cudaMalloc((void **)&w.d_oscale, sizeof(float) * s->E));
+        fill_random<<<1024, 256>>>((uint32_t *)w.d_data, w.data_bytes * s->E / 4, 1234u + si, 0xFFFFFFFFu, 0, 0);
+        fill_random<<<1024, 256>>>((uint32_t *)w.d_scale, w.scale_bytes * s->E / 4, 99u + si, 0xFFFFFFFFu, 40, 60);
+        float *hos = (float *)malloc(sizeof(float) * s->E);
+        for (int e = 0; e < s->E; e++) hos[e] = 1e-3f;
+        CK(cudaMemcpy(w.d_oscale, hos, sizeof(float) * s->E, cudaMemcpyHostToDevice));
+        free(hos);
+        int     maxm = ms[nms - 1];
+        size_t  xrows = (size_t)maxm * s->E;
+        uint16_t *x[2], *y;
+        for (int b = 0; b < 2; b++) {
+            CK(cudaMalloc((void **)&x[b], xrows * s->K * 2));
+            fill_bf16<<<1024, 256>>>(x[b], xrows * s->K, 7u + b);
+        }
+        CK(cudaMalloc((void **)&y, xrows * s->N * 2));
+        int32_t *offs, *hoff = (int32_t *)malloc(sizeof(int32_t) * (s->E + 1));
+        CK(cudaMalloc((void **)&offs, sizeof(int32_t) * (s->E + 1)));
+        CK(cudaGetLastError());
+        for (int mi = 0; mi < nms; mi++) {
+            int m = ms[mi];
+            for (int e = 0; e <= s->E; e++) hoff[e] = e * m;
+            CK(cudaMemcpy(offs, hoff, sizeof(int32_t) * (s->E + 1), cudaMemcpyHostToDevice));
+            double bytes = (double)s->E * s->N * s->K * (0.5 + 1.0 / 16) + (double)m * s->E * (s->K + s->N) * 2.0;
+            double flops = 2.0 * m * s->E * (double)s->N * s->K;
+            double floor_us = bytes / (bw * 1e12) * 1e6;
+            if (bf16_tflops > 0 && flops / (bf16_tflops * 1e12) * 1e6 > floor_us) floor_us = flops / (bf16_tflops * 1e12) * 1e6;
+            fm_cuda_tile def = fm_cuda_gemm_default_tile(m, FM_CUDA_EPI_NONE, s->N, s->K);
+            double best = 1e30, def_us = 0;
+            char   best_name[64] = "";
+            for (size_t ti = 0; ti < ntile; ti++) {
+                fm_cuda_tile tl = {tiles[ti].warps, tiles[ti].mt, tiles[ti].nt, tiles[ti].kc, tiles[ti].stages};
+                int is_def = !memcmp(&tl, &def, sizeof tl);
+                fm_cuda_gemm_args a = {};
+                a.w = &w;
+                a.offsets = offs;
+                a.max_rows = (int)xrows;
+                a.epi = FM_CUDA_EPI_NONE;
+                a.y = y;
+                a.tile = &tl;
+                for (int r = -3; r < reps; r++) {
+                    a.x = x[(r + 3) & 1];
+                    CK(cudaEventRecord(e0));
+                    if (fm_cuda_gemm(&a) != FM_OK) {
+                        fprintf(stderr, "fm_cuda_gemm: %s\n", fm_last_error());
+                        exit(1);
+                    }
+                    CK(cudaEventRecord(e1));
+                    CK(cudaEventSynchronize(e1));
+                    if (r >= 0) CK(cudaEventElapsedTime(&t[r], e0, e1));
+                }
+                qsort(t, reps, sizeof(float), cmp_f);
+                double us = t[reps / 2] * 1e3;
+                char   nm[64];
+                fm_swapab_tile_name(&tiles[ti], nm, sizeof nm);
+                printf("csv,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
+                       flops / (us * 1e-6) / 1e12, floor_us);
+                if (is_def) def_us = us;
+                if (us < best) {
+                    best = us;
+                    snprintf(best_name, sizeof best_name, "%s", nm);
+                }
+            }
+            if (nt < 64)
+                snprintf(table[nt++], 200, "%-8s %5d %9.1f %9.1f %-22s %7.3f %7.1f %8.1f %6.2f", s->name, m, def_us,
+                         best, best_name, bytes / (best * 1e-6) / 1e12, flops / (best * 1e-6) / 1e12, floor_us,
+                         best / floor_us);
+        }
+        CK(cudaFree(w.d_data));
+        CK(cudaFree(w.d_scale));
+        CK(cudaFree(w.d_oscale));
+        CK(cudaFree(x[0]));
+        CK(cudaFree(x[1]));
+        CK(cudaFree(y));
+        CK(cudaFree(offs));
+        free(hoff);
+    }
+    printf("\n%-8s %5s %9s %9s %-22s %7s %7s %8s %6s\n", "shape", "m/exp", "def_us", "best_us", "best_tile", "TB/s",
+           "TFLOP/s", "floor_us", "x_floor");
+    for (int i = 0; i < nt; i++) printf("%s\n", table[i]);
+    free(t);
+    return 0;
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# gpu-check.sh - everything the GPU machine is for, in one call (device time is scarce):
+#   1. unpack the carried .debs (cmocka, cJSON: the device image has neither) into /tmp/sysroot
+#   2. configure + build (build-gpu, -DFM_WERROR=ON): library, GPU tests, bench_gemm
+#   3. ctest -L gpu, then compute-sanitizer memcheck + racecheck on test_cuda_gemm
+#   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
+#   5. optional (full): ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
+#   6. the short table last; logs in $OUT (or ./out when run elsewhere)
+# Usage (repo root):  bench/gpu-check.sh [quick|full]      carry=[".debs"]
+set -uo pipefail
+MODE=${1:-quick}
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+SYS=/tmp/sysroot
+for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
+export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
+export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
+echo "== build"
+{ cmake -S . -B build-gpu -DFM_WERROR=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
+  cmake --build build-gpu -j16 --target fp4moe bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
+  >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+# other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
+cmake --build build-gpu -j16 >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
+echo "== ctest -L gpu"
+(cd build-gpu && ctest -L gpu --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
+grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
+echo "== compute-sanitizer"
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+timeout 240 "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/memcheck.log" 2>&1
+echo "memcheck rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+FM_QUICK=1 timeout 150 "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/racecheck.log" 2>&1
+echo "racecheck rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+echo "== torch peer + ceilings"
+Q=""; [ "$MODE" = quick ] && Q="--quick"
+PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --out "$OUT/torch_peer.json" $Q >"$OUT/torch.log" 2>&1 || tail -5 "$OUT/torch.log"
+BF16=$(python3 -c "import json;print(json.load(open('$OUT/torch_peer.json'))['bf16_tflops'])" 2>/dev/null || echo 0)
+echo "== bench_gemm"
+build-gpu/bench/bench_gemm --bf16-tflops "$BF16" $Q >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
+if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+  echo "== ncu"
+  timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    -k regex:swapab --launch-skip 3 --launch-count 1 build-gpu/bench/bench_gemm --quick --reps 3 \
+    >"$OUT/ncu.log" 2>&1
+  grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\)|Registers|Achieved Occupancy" "$OUT/ncu.log" | head -12
+fi
+echo "== table ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader))"
+grep "^#" "$OUT/bench.log"
+python3 bench/gpu_table.py "$OUT/bench.log" "$OUT/torch_peer.json" | tee "$OUT/table.md"
