@@ -132,11 +132,25 @@ static void test_random_against_double(void **state)
                     if (!used[e] && (b < 0 || s[e] + bias[e] > s[b] + bias[b])) b = e;
                 used[b] = 1;
                 want[j] = b;
-                tot += s[b];
+            }
+            /* The FP32 router and this float64 one may order two experts whose
+             * biased scores agree to ~1e-7 differently (seen about once in 3000
+             * runs): such a swap is accepted, anything wider is not. Weights
+             * are then checked for the experts the router actually chose. */
+            int chosen[E];
+            memset(chosen, 0, sizeof chosen);
+            for (int j = 0; j < K; j++) {
+                int got = ids[t * K + j];
+                assert_true(got >= 0 && got < E && !chosen[got]);
+                chosen[got] = 1;
+                double gap = fabs((s[got] + bias[got]) - (s[want[j]] + bias[want[j]]));
+                if (got != want[j] && gap > 1e-6)
+                    fail_msg("token %d slot %d: expert %d, want %d (biased scores %.9f vs %.9f)", t, j, got, want[j],
+                             s[got] + bias[got], s[want[j]] + bias[want[j]]);
+                tot += s[got];
             }
             for (int j = 0; j < K; j++) {
-                assert_int_equal(ids[t * K + j], want[j]);
-                double wt = (rep < 2 ? s[want[j]] / tot : s[want[j]]) * 2.5;
+                double wt = (rep < 2 ? s[ids[t * K + j]] / tot : s[ids[t * K + j]]) * 2.5;
                 assert_float_equal(w[t * K + j], wt, 1e-5 * wt + 1e-7);
             }
         }
