@@ -62,8 +62,8 @@ __device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t
     const uint32_t M = 0x81C081C0u;
     a[0] = bf16x2_mul(w & M, s_lo);
     a[1] = bf16x2_mul((w << 3) & M, s_hi);
-    a[2] = bf16x2_mul((w << 6) & M, s_lo);
-    a[3] = bf16x2_mul(((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u), s_hi);
+    a[2] = bf16x2_mul(((w << 6) & 0x01C001C0u) | ((w << 2) & 0x80008000u), s_lo);
+    a[3] = bf16x2_mul(((w >> 3) & 0x01C001C0u) | ((w << 1) & 0x80008000u), s_hi);
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
@@ -74,7 +74,6 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
     constexpr int ROWB = 2 * KC + FM_SWAPAB_ROW_PAD; /* bytes per staged X row */
-    constexpr int SEGS = TOK * (KC / 8);  /* 16-byte segments per stage */
     constexpr int W_OFF = TOK * ROWB;                  /* weight chunks of a stage */
     constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512; /* their scale bytes */
     constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
@@ -117,10 +116,11 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
          * 16 B: no other lane reads them), their scale bytes (lanes 0-3, 16 B each) */
         auto load_stage = [&](int ks) {
             unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-            for (int sgi = threadIdx.x; sgi < SEGS; sgi += WARPS * 32) {
+            const int segs = rows * (KC / 8); /* rows past the count were zeroed at the pass start */
+            for (int sgi = threadIdx.x; sgi < segs; sgi += WARPS * 32) {
                 int r = sgi / (KC / 8), c8 = (sgi % (KC / 8)) * 8;
                 int k = ks * KC + c8;
-                bool ok = r < rows && k < p.k;
+                bool ok = k < p.k;
                 const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
                 cp_async16(buf + r * ROWB + c8 * 2, src, ok ? 16 : 0);
             }
@@ -139,6 +139,13 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
                 }
             }
         };
+
+        if (rows < TOK) /* zero the missing token rows of every stage once (visible after the first barrier) */
+            for (int i = threadIdx.x; i < STAGES * (TOK - rows) * (KC / 8); i += WARPS * 32) {
+                int st = i / ((TOK - rows) * (KC / 8)), rem = i % ((TOK - rows) * (KC / 8));
+                int r = rows + rem / (KC / 8), c8 = (rem % (KC / 8)) * 8;
+                *(uint4 *)(smem + st * STAGE_B + r * ROWB + c8 * 2) = make_uint4(0, 0, 0, 0);
+            }
 
         float acc[MT][NT][4];
 #pragma unroll

@@ -204,7 +204,7 @@ static void test_skew_and_finalize(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 2);
-    fm_cuda_tile small = {4, 1, 1, 256, 4}, mid = {4, 2, 8, 256, 3}, pair = {4, 2, 2, 256, 4};
+    fm_cuda_tile small = {4, 1, 1, 256, 4}, mid = {4, 2, 8, 128, 3}, pair = {4, 2, 2, 256, 4};
     run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &small, FM_CUDA_EPI_NONE);
     run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &mid, FM_CUDA_EPI_SWIGLU);
     run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &pair, FM_CUDA_EPI_SWIGLU);
