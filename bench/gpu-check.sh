@@ -4,7 +4,7 @@
 #   2. configure + build (build-gpu, -DFM_WERROR=ON): library, GPU tests, bench_gemm
 #   3. ctest -L gpu, then compute-sanitizer memcheck + racecheck on test_cuda_gemm
 #   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
-#   5. optional (full): ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
+#   5. ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
 #   6. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full]      carry=[".debs"]
 set -uo pipefail
@@ -37,7 +37,7 @@ PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --out "$OUT/torch_peer.json" $Q >
 BF16=$(python3 -c "import json;print(json.load(open('$OUT/torch_peer.json'))['bf16_tflops'])" 2>/dev/null || echo 0)
 echo "== bench_gemm"
 build-gpu/bench/bench_gemm --bf16-tflops "$BF16" $Q >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
-if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+if command -v ncu >/dev/null; then
   echo "== ncu"
   timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
     -k regex:swapab --launch-skip 3 --launch-count 1 build-gpu/bench/bench_gemm --quick --reps 3 \

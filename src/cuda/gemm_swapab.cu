@@ -173,9 +173,13 @@ __global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_para
                     uint4 xb[NT][2];
 #pragma unroll
                     for (int n = 0; n < NT; n++) {
-                        const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
-                        xb[n][0] = src[0];
-                        xb[n][1] = src[1];
+                        if (n * 8 + g < rows) { /* missing token rows are zeros: skip their shared-memory reads */
+                            const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
+                            xb[n][0] = src[0];
+                            xb[n][1] = src[1];
+                        } else {
+                            xb[n][0] = xb[n][1] = make_uint4(0, 0, 0, 0);
+                        }
                     }
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
