@@ -29,9 +29,16 @@ typedef enum {
     FM_FAMILY_AUTO = 0,        /* pick from the architecture */
     FM_FAMILY_CUTLASS_SM90,    /* TMA warp-specialized GEMM, ptr-array grouped, BF16/FP8 */
     FM_FAMILY_CUTLASS_SM120,   /* block-scaled grouped GEMM (NVFP4, MXFP4, FP8xFP4) */
-    FM_FAMILY_CUTLASS_SM100,   /* block-scaled UMMA grouped GEMM: bytes not modelled yet (FM_ERR_UNSUPPORTED) */
+    FM_FAMILY_CUTLASS_SM100,   /* block-scaled UMMA grouped GEMM, 1-SM and 2-SM (NVFP4, MXFP4) */
+    FM_FAMILY_FP4MOE_SWAPAB,   /* fp4moe's own small-M swap-AB FP4 grouped GEMM (src/cuda/gemm_swapab.cu) */
     FM_FAMILY_COUNT
 } fm_kernel_family;
+
+/* A set of families for fm_plan_candidates_in: FM_FAMILY_BIT(f) | ...; 0 = all. */
+#define FM_FAMILY_BIT(f) (1u << (unsigned)(f))
+#define FM_FAMILIES_CUTLASS                                                                       \
+    (FM_FAMILY_BIT(FM_FAMILY_CUTLASS_SM90) | FM_FAMILY_BIT(FM_FAMILY_CUTLASS_SM120) |             \
+     FM_FAMILY_BIT(FM_FAMILY_CUTLASS_SM100))
 
 typedef enum {
     FM_ELEM_VOID = 0, /* no C (no source) / no D (the epilogue stores itself) */
@@ -53,7 +60,12 @@ typedef enum {
     FM_EPI_COUNT
 } fm_epilogue;
 
-/* One kernel configuration: everything that changes the bytes. */
+/* One kernel configuration: everything that changes the bytes.
+ * For FM_FAMILY_FP4MOE_SWAPAB the tile reads: tile_m = tokens per pass (8*nt),
+ * tile_n = output features per CTA (warps*mt*16), tile_k = K per stage (kc),
+ * `warps` warps per CTA (0 = 4); the CUTLASS-only fields (c, d, schedule, cluster,
+ * cutlass) do not change its bytes: its epilogue (plain store, SwiGLU or FINALIZE)
+ * goes from registers to global memory. */
 typedef struct {
     int              cc;          /* target architecture (90, 120, ...) */
     fm_kernel_family family;      /* FM_FAMILY_AUTO picks from cc */
@@ -66,9 +78,12 @@ typedef struct {
     int              stages;      /* 0 = automatic (StageCountAutoCarveout of the epilogue) */
     int              swap_ab;     /* TensorRT-LLM swap-AB variant (only FINALIZE bytes depend on it) */
     int              cutlass;     /* CUTLASS version * 100 + minor * 10: 420 (default when 0), 430+ */
+    int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default, 4) */
 } fm_kernel_config;
 
-/* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2. */
+/* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
+ * For FM_FAMILY_FP4MOE_SWAPAB, stages = 0 means "the stage count of the compiled
+ * instantiation of that tile". */
 void fm_kernel_config_init(fm_kernel_config *cfg);
 
 /* Shared-memory model: the breakdown and total of one configuration on the
@@ -97,7 +112,10 @@ typedef struct {
 /* The truthful check.  Return value: whether the query itself worked.
  * `problem_*` may be 0 (unknown); sms = 0 skips waves.  k must be a multiple of
  * tile_k when given.  Statuses as fm_smem_model plus FM_ERR_BAD_SHAPE for a K
- * that is not a multiple of tile_k.  *out is written only on FM_OK. */
+ * that is not a multiple of tile_k, and FM_ERR_UNSUPPORTED for an fp4moe tile that
+ * is not compiled into the library (fm_swapab_tiles lists them): for fp4moe's own
+ * kernels the check answers exactly what the launcher will do, because both call
+ * fm_smem_swapab.  *out is written only on FM_OK. */
 fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts,
                         int sms, fm_plan_result *out);
 
@@ -110,14 +128,22 @@ typedef struct {
     double           est_us;        /* estimated time: max(memory, compute) / efficiency (an estimate) */
 } fm_plan_candidate;
 
-/* Every tile of the family's catalogue for (gpu, a/b format, epilogue), checked and
- * ranked: fitting ones first by est_us, then the rejected ones.  Writes at most
- * `cap` entries into out, the number written into *count (total considered in
- * *total if not NULL).  Statuses: FM_OK, FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH,
- * FM_ERR_BAD_SHAPE (n/k/rows <= 0), FM_ERR_UNSUPPORTED. */
+/* Every tile of every family's catalogue that runs on the GPU for (a/b format,
+ * epilogue) - the CUTLASS tiles of its architecture and fp4moe's compiled swap-AB
+ * tiles for FP4 weights - checked and ranked: fitting ones first by est_us (two
+ * estimates within 2% are a tie, broken by less wasted rows, then fewer shared-memory
+ * bytes), then the rejected ones.  Writes at most `cap` entries into out, the number
+ * written into *count (total considered in *total if not NULL).  Statuses: FM_OK,
+ * FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH, FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0),
+ * FM_ERR_UNSUPPORTED (no family modelled for that GPU and format). */
 fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows_per_expert,
                              int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
                              size_t *total);
+/* Same, restricted to the families in `families` (FM_FAMILY_BIT set; 0 = all,
+ * FM_FAMILIES_CUTLASS = CUTLASS only).  Same statuses. */
+fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab,
+                                int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
+                                size_t cap, size_t *count, size_t *total);
 
 /* Names and parsers ("nvfp4", "coop", "finalize", "128x256x128", "4.2").
  * Parsers return FM_OK, FM_ERR_INVALID_ARG (NULL) or FM_ERR_BAD_SHAPE / FM_ERR_FORMAT /
@@ -126,6 +152,7 @@ const char *fm_elem_name(fm_elem e);
 const char *fm_schedule_name(fm_schedule s);
 const char *fm_epilogue_name(fm_epilogue e);
 const char *fm_family_name(fm_kernel_family f);
+fm_status   fm_family_parse(const char *s, fm_kernel_family *out); /* FM_ERR_NOT_FOUND lists the names */
 fm_status   fm_elem_parse(const char *s, fm_elem *out);
 fm_status   fm_schedule_parse(const char *s, fm_schedule *out);
 fm_status   fm_epilogue_parse(const char *s, fm_epilogue *out);

@@ -10,7 +10,8 @@
 
 static const char *const k_sched[FM_SCHED_COUNT] = {"auto", "coop", "pingpong", "1sm", "2sm"};
 static const char *const k_epi[FM_EPI_COUNT] = {"tma", "nosmem", "finalize"};
-static const char *const k_family[FM_FAMILY_COUNT] = {"auto", "cutlass-sm90", "cutlass-sm120", "cutlass-sm100"};
+static const char *const k_family[FM_FAMILY_COUNT] = {"auto", "cutlass-sm90", "cutlass-sm120", "cutlass-sm100",
+                                                       "fp4moe-swapab"};
 
 const char *fm_schedule_name(fm_schedule s) { return (unsigned)s < FM_SCHED_COUNT ? k_sched[s] : "?"; }
 const char *fm_epilogue_name(fm_epilogue e) { return (unsigned)e < FM_EPI_COUNT ? k_epi[e] : "?"; }
@@ -44,6 +45,22 @@ fm_status fm_schedule_parse(const char *s, fm_schedule *out)
         return FM_OK;
     }
     return fm_fail(FM_ERR_NOT_FOUND, "unknown schedule '%s' (auto coop pingpong 1sm 2sm)", s);
+}
+
+fm_status fm_family_parse(const char *s, fm_kernel_family *out)
+{
+    if (!s || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_family_parse: NULL argument");
+    for (int i = 0; i < FM_FAMILY_COUNT; i++)
+        if (!strcasecmp(s, k_family[i])) {
+            *out = (fm_kernel_family)i;
+            return FM_OK;
+        }
+    if (!strcasecmp(s, "swapab") || !strcasecmp(s, "fp4moe")) {
+        *out = FM_FAMILY_FP4MOE_SWAPAB;
+        return FM_OK;
+    }
+    return fm_fail(FM_ERR_NOT_FOUND,
+                   "unknown kernel family '%s' (auto cutlass-sm90 cutlass-sm120 cutlass-sm100 fp4moe-swapab)", s);
 }
 
 fm_status fm_epilogue_parse(const char *s, fm_epilogue *out)

@@ -34,6 +34,18 @@ static inline size_t fm_lay_size(const fm_lay *l) { return fm_align_up(l->off ? 
 
 int fm_elem_bits(fm_elem e); /* 0 for void */
 
+/* Alignment CUTLASS gives a swizzled smem buffer (alignment_for_swizzle of the atom the
+ * smem selector picks from the contiguous extent's bytes): SW128 1024, SW64 512,
+ * SW32 256, interleaved 128. */
+static inline size_t fm_swizzle_align(int contiguous_elems, int bits)
+{
+    size_t bytes = (size_t)contiguous_elems * (size_t)bits / 8;
+    if (bytes % 128 == 0) return 1024;
+    if (bytes % 64 == 0) return 512;
+    if (bytes % 32 == 0) return 256;
+    return 128;
+}
+
 /* Internal result of one family model: the breakdown plus what the builder believed. */
 typedef struct {
     fm_smem_breakdown bd;
@@ -47,6 +59,18 @@ typedef struct {
 /* Family models; cfg is already validated for shape and arch by smem_model.c. */
 fm_status fm_model_cutlass_sm120(const fm_kernel_config *cfg, fm_model_out *out);
 fm_status fm_model_cutlass_sm90(const fm_kernel_config *cfg, fm_model_out *out);
+fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *out);
+/* fp4moe's swap-AB kernel: bytes from fm_smem_swapab (the launcher's function);
+ * auto_stages = the compiled instantiation's stage count. */
+fm_status fm_model_fp4moe_swapab(const fm_kernel_config *cfg, fm_model_out *out);
+/* Validate a swap-AB config (shape, arch, operands) and resolve stages = 0 to the
+ * compiled tile; FM_ERR_UNSUPPORTED when no compiled tile has that shape. */
+fm_status fm_resolve_fp4moe_swapab(fm_kernel_config *cfg);
+/* Index of cfg's tile in fm_swapab_tiles(), -1 if not compiled in. */
+int fm_swapab_compiled(const fm_kernel_config *cfg);
+/* Fill the check's result for a swap-AB config (bytes, verdict, reason). */
+void fm_check_fp4moe_swapab(const fm_kernel_config *resolved, const fm_model_out *m, size_t limit,
+                            fm_plan_result *res);
 
 /* CUTLASS's SM90-style ptr-array TMA epilogue (used by SM90 and SM120 kernels). */
 typedef struct {

@@ -19,17 +19,6 @@
 
 #include "plan_internal.h"
 
-/* Alignment CUTLASS gives a swizzled smem buffer: the ss_smem_selector atom chosen by
- * how many bytes the contiguous extent holds (SW128 1024 B, SW64 512, SW32 256, none 128). */
-static size_t swizzle_align(int contiguous_elems, int bits)
-{
-    size_t bytes = (size_t)contiguous_elems * (size_t)bits / 8;
-    if (bytes % 128 == 0) return 1024;
-    if (bytes % 64 == 0) return 512;
-    if (bytes % 32 == 0) return 256;
-    return 128;
-}
-
 fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_out *o)
 {
     memset(o, 0, sizeof *o);
@@ -73,7 +62,7 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
     int src = cfg->c != FM_ELEM_VOID;
     int bsc = src ? bc : bd; /* a void C takes D's type (never allocated) */
     int colmajor = fin && cfg->swap_ab; /* TensorRT-LLM's swap-AB FINALIZE writes a column-major view */
-    size_t al_c = swizzle_align(colmajor ? em : en, bsc), al_d = swizzle_align(colmajor ? em : en, bd);
+    size_t al_c = fm_swizzle_align(colmajor ? em : en, bsc), al_d = fm_swizzle_align(colmajor ? em : en, bd);
     size_t cb = (size_t)sc * em * en * bsc / 8;
     size_t db = (size_t)(reuse ? sc : sd) * em * en * bd / 8;
 

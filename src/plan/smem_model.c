@@ -58,6 +58,7 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
             return fm_fail(FM_ERR_ARCH_MISMATCH, "%s has no TMA grouped-GEMM kernel family (needs sm_90 or newer)",
                            arch->name);
     }
+    if (c->family == FM_FAMILY_FP4MOE_SWAPAB) return fm_resolve_fp4moe_swapab(c); /* its own tile rules */
     if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) || !pow2(c->tile_n) ||
         !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 || c->tile_n < 32 || c->tile_n > 256 ||
         c->tile_k < 32 || c->tile_k > 512)
@@ -114,9 +115,37 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
             return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d is under one 64-byte swizzle row", c->tile_k);
         break;
     case FM_FAMILY_CUTLASS_SM100:
-        return fm_fail(FM_ERR_UNSUPPORTED,
-                       "the SM100 UMMA family's shared storage (TMEM, CLC scheduler, accumulator pipeline) is not "
-                       "modelled yet");
+        if (c->cc != 100 && c->cc != 103 && c->cc != 110)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM100 UMMA family runs on sm_100/sm_103/sm_110, not %s",
+                           arch->name);
+        if (c->schedule == FM_SCHED_AUTO) c->schedule = c->tile_m == 256 ? FM_SCHED_2SM : FM_SCHED_1SM;
+        if (c->schedule != FM_SCHED_1SM && c->schedule != FM_SCHED_2SM)
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM100 schedules are 1sm or 2sm, not %s", fm_schedule_name(c->schedule));
+        if (!((c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4) || (c->a == FM_ELEM_MXFP4 && c->b == FM_ELEM_MXFP4))) {
+            if (c->a == FM_ELEM_FP8 || c->b == FM_ELEM_FP8)
+                return fm_fail(FM_ERR_UNSUPPORTED, "SM100 MXF8F6F4 (fp8 x fp4) is not modelled; nvfp4 or mxfp4 pairs are");
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM100 block-scaled family takes nvfp4 or mxfp4 pairs, not %s x %s",
+                           fm_elem_name(c->a), fm_elem_name(c->b));
+        }
+        if (c->schedule == FM_SCHED_1SM ? c->tile_m != 128 : (c->tile_m != 256 || c->cluster_m % 2))
+            return fm_fail(FM_ERR_BAD_SHAPE,
+                           "SM100 block-scaled tiles are 128xN with 1sm, 256xN with 2sm and an even cluster M "
+                           "(got %dx%d, %s, cluster %dx%d)",
+                           c->tile_m, c->tile_n, fm_schedule_name(c->schedule), c->cluster_m, c->cluster_n);
+        if (c->tile_n < 64)
+            return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile N=%d: use 64, 128 or 256", c->tile_n);
+        if (c->tile_k != 128 && c->tile_k != 256)
+            return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile K=%d: use 128 or 256", c->tile_k);
+        if (c->epilogue == FM_EPI_FINALIZE)
+            return fm_fail(FM_ERR_UNSUPPORTED,
+                           "TensorRT-LLM's FINALIZE epilogue on SM100 is not modelled (tma and nosmem are)");
+        if (c->d != FM_ELEM_BF16 && c->d != FM_ELEM_FP16 && c->d != FM_ELEM_FP32)
+            return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue D=%s is not modelled (bf16, fp16, fp32 are)",
+                           fm_elem_name(c->d));
+        if (c->c != FM_ELEM_VOID && c->c != FM_ELEM_BF16 && c->c != FM_ELEM_FP16 && c->c != FM_ELEM_FP32)
+            return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue C=%s is not modelled (void, bf16, fp16, fp32 are)",
+                           fm_elem_name(c->c));
+        break;
     default:
         return fm_fail(FM_ERR_INVALID_ARG, "unknown kernel family");
     }
@@ -130,8 +159,12 @@ fm_status fm_plan_model_resolved(const fm_kernel_config *in, fm_kernel_config *r
 {
     FM_CHECK(resolve(in, resolved));
     memset(out, 0, sizeof *out);
-    if (resolved->family == FM_FAMILY_CUTLASS_SM120) return fm_model_cutlass_sm120(resolved, out);
-    return fm_model_cutlass_sm90(resolved, out);
+    switch (resolved->family) {
+    case FM_FAMILY_CUTLASS_SM120: return fm_model_cutlass_sm120(resolved, out);
+    case FM_FAMILY_CUTLASS_SM100: return fm_model_cutlass_sm100(resolved, out);
+    case FM_FAMILY_FP4MOE_SWAPAB: return fm_model_fp4moe_swapab(resolved, out);
+    default: return fm_model_cutlass_sm90(resolved, out);
+    }
 }
 
 fm_status fm_smem_model(const fm_kernel_config *cfg, fm_smem_breakdown *out)

@@ -1,0 +1,179 @@
+/* candidates.c - every tile that could serve a (GPU, format, epilogue, shape), checked
+ * and ranked, across kernel families: the CUTLASS catalogue of the GPU's architecture
+ * next to fp4moe's own compiled swap-AB tiles, so that small per-expert batches
+ * (decode) are seen to prefer the small-M kernels and large ones (prefill) CUTLASS.
+ *
+ * The ranking is an estimate, not a measurement: per candidate
+ *   t_mem = (weight bytes x times they are read + activation + output bytes) / bandwidth
+ *   t_cmp = waves x (padded FLOPs of one CTA tile) / (tensor rate / SMs)
+ *   est   = max(t_mem, t_cmp)
+ * CUTLASS tiles read each expert's weights once per 128/256-row M tile and run at the
+ * format's tensor rate; the swap-AB kernel re-reads the weights once per pass of
+ * 8*nt tokens, stages BF16 activations and runs BF16 mma.sync.  Where two estimates
+ * are within 2% (both memory-bound, typically), the roofline cannot tell them apart:
+ * the one with less wasted (padded) rows ranks first, then the one with fewer bytes
+ * of shared memory.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/fm_kernels_smem.h"
+#include "plan_internal.h"
+
+#define FM_CAND_MAX 64
+#define FM_TIE 1.02 /* estimates within 2% of a group's best are a tie */
+
+/* CUTLASS catalogues: M N K (K doubles for 8-bit operands on sm_90). */
+static const int k_tiles_sm120[][3] = {
+    /* M    N    K */
+    {64, 128, 128},  {128, 64, 128},  {128, 128, 128}, {128, 128, 256},
+    {128, 256, 128}, {256, 128, 128}, {128, 256, 256}, {256, 128, 256},
+};
+static const int k_tiles_sm90[][3] = {
+    {64, 128, 64}, {128, 64, 64}, {128, 128, 64}, {128, 256, 64}, {256, 128, 64}, {64, 256, 64},
+};
+static const int k_tiles_sm100[][3] = { /* 128 rows: 1-SM; 256 rows: 2-SM pair, cluster 2x1 */
+    {128, 64, 256}, {128, 128, 256}, {128, 256, 256}, {256, 64, 256}, {256, 128, 256}, {256, 256, 256},
+};
+
+static double tensor_tflops(const fm_gpu_info *g, fm_elem ab)
+{
+    double r = ab == FM_ELEM_FP8 ? g->fp8_tflops : (ab == FM_ELEM_NVFP4 || ab == FM_ELEM_MXFP4) ? g->fp4_tflops : 0;
+    return r > 0 ? r : g->bf16_tflops;
+}
+
+static int by_fit_est(const void *pa, const void *pb)
+{
+    const fm_plan_candidate *a = pa, *b = pb;
+    if (a->res.fits != b->res.fits) return b->res.fits - a->res.fits;
+    return (a->est_us > b->est_us) - (a->est_us < b->est_us);
+}
+
+static int by_tie(const void *pa, const void *pb)
+{
+    const fm_plan_candidate *a = pa, *b = pb;
+    if (a->wasted_rows != b->wasted_rows) return (a->wasted_rows > b->wasted_rows) - (a->wasted_rows < b->wasted_rows);
+    if (a->res.bytes.total != b->res.bytes.total) return a->res.bytes.total > b->res.bytes.total ? 1 : -1;
+    return by_fit_est(pa, pb);
+}
+
+/* Estimate one checked candidate (see the top of the file). */
+static void estimate(const fm_gpu_info *g, fm_elem ab, int64_t rows, int64_t n, int64_t k, int64_t experts,
+                     fm_plan_candidate *c)
+{
+    int swapab = c->cfg.family == FM_FAMILY_FP4MOE_SWAPAB;
+    int64_t mt = (rows + c->cfg.tile_m - 1) / c->cfg.tile_m; /* M tiles, or swap-AB passes */
+    c->wasted_rows = 1.0 - (double)rows / (double)(mt * c->cfg.tile_m);
+    int wbits = fm_elem_bits(ab);
+    double sf = ab == FM_ELEM_NVFP4 ? 1.0 / 8 : ab == FM_ELEM_MXFP4 ? 1.0 / 16 : 0; /* scale bytes per weight byte */
+    double wbytes = (double)n * (double)k * wbits / 8.0 * (1.0 + sf);
+    double abits = swapab ? 16 : wbits; /* swap-AB stages BF16 activations */
+    double bytes = (double)experts * ((double)mt * wbytes + (double)rows * k * abits / 8.0 + (double)rows * n * 2.0);
+    double flops = 2.0 * (double)experts * (double)rows * n * k;
+    c->bytes_per_flop = bytes / flops;
+    double waves = ceil(c->res.waves > 0 ? c->res.waves : 1);
+    double rate = swapab ? g->bf16_tflops : tensor_tflops(g, ab);
+    double cta_flops = 2.0 * (swapab ? (double)mt * c->cfg.tile_m : c->cfg.tile_m) * c->cfg.tile_n * (double)k;
+    int per = c->cfg.family == FM_FAMILY_CUTLASS_SM100 && c->cfg.schedule == FM_SCHED_2SM ? 2 : 1;
+    double t_mem = bytes / (g->mem_gbs * 1e3); /* B / (GB/s) in us */
+    double t_cmp = waves * cta_flops / (rate * 1e6 / g->sms * per);
+    c->est_us = t_mem > t_cmp ? t_mem : t_cmp;
+}
+
+static fm_kernel_family cutlass_family(int cc)
+{
+    if (cc == 90) return FM_FAMILY_CUTLASS_SM90;
+    if (cc == 120 || cc == 121) return FM_FAMILY_CUTLASS_SM120;
+    if (cc == 100 || cc == 103 || cc == 110) return FM_FAMILY_CUTLASS_SM100;
+    return FM_FAMILY_AUTO;
+}
+
+fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab,
+                                int64_t rows, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
+                                size_t cap, size_t *count, size_t *total)
+{
+    fm_clear_error();
+    if (!gpu || !count || (!out && cap)) return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_candidates: NULL argument");
+    if (rows <= 0 || n <= 0 || k <= 0 || experts <= 0)
+        return fm_fail(FM_ERR_BAD_SHAPE, "rows per expert, N, K and experts must be positive");
+    if (!families) families = ~0u;
+    fm_kernel_family cf = cutlass_family(gpu->cc);
+    const int(*tiles)[3] = NULL;
+    size_t nt = 0;
+    if (cf == FM_FAMILY_CUTLASS_SM90) tiles = k_tiles_sm90, nt = FM_ARRAY_LEN(k_tiles_sm90);
+    if (cf == FM_FAMILY_CUTLASS_SM120) tiles = k_tiles_sm120, nt = FM_ARRAY_LEN(k_tiles_sm120);
+    if (cf == FM_FAMILY_CUTLASS_SM100) tiles = k_tiles_sm100, nt = FM_ARRAY_LEN(k_tiles_sm100);
+    if (!(families & FM_FAMILY_BIT(cf))) nt = 0;
+    size_t ns = 0;
+    const fm_swapab_tile *sw = fm_swapab_tiles(&ns);
+    if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB)) || (ab != FM_ELEM_NVFP4 && ab != FM_ELEM_MXFP4)) ns = 0;
+    if (!nt && !ns)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s (sm_%d): no modelled kernel family in the set for %s operands",
+                       gpu->name, gpu->cc, fm_elem_name(ab));
+
+    fm_plan_candidate all[FM_CAND_MAX];
+    size_t got = 0;
+    fm_status first_err = FM_OK;
+    for (size_t i = 0; i < nt + ns && got + 2 <= FM_CAND_MAX; i++) {
+        fm_plan_candidate c;
+        memset(&c, 0, sizeof c);
+        fm_kernel_config_init(&c.cfg);
+        c.cfg.cc = gpu->cc;
+        c.cfg.a = c.cfg.b = ab;
+        c.cfg.epilogue = epi;
+        c.cfg.swap_ab = swap_ab;
+        if (epi == FM_EPI_FINALIZE) c.cfg.d = FM_ELEM_VOID;
+        if (i < nt) {
+            const int *t = tiles[i];
+            c.cfg.family = cf;
+            c.cfg.tile_m = t[0], c.cfg.tile_n = t[1];
+            c.cfg.tile_k = (cf == FM_FAMILY_CUTLASS_SM90 && ab == FM_ELEM_FP8) ? 2 * t[2] : t[2];
+            if (cf == FM_FAMILY_CUTLASS_SM100) {
+                c.cfg.schedule = t[0] == 256 ? FM_SCHED_2SM : FM_SCHED_1SM;
+                c.cfg.cluster_m = t[0] == 256 ? 2 : 1;
+            } else c.cfg.schedule = t[0] < 128 ? FM_SCHED_PINGPONG : FM_SCHED_COOP;
+        } else {
+            const fm_swapab_tile *t = &sw[i - nt];
+            c.cfg.family = FM_FAMILY_FP4MOE_SWAPAB;
+            c.cfg.tile_m = 8 * t->nt, c.cfg.tile_n = t->warps * t->mt * 16, c.cfg.tile_k = t->kc;
+            c.cfg.warps = t->warps, c.cfg.stages = t->stages;
+        }
+        if (k % c.cfg.tile_k) continue; /* K must tile exactly */
+        fm_status st = fm_plan_check(&c.cfg, rows, n, k, experts, gpu->sms, &c.res);
+        if (st != FM_OK) {
+            if (first_err == FM_OK) first_err = st;
+            continue;
+        }
+        estimate(gpu, ab, rows, n, k, experts, &c);
+        all[got++] = c;
+        if (c.cfg.family != FM_FAMILY_FP4MOE_SWAPAB && !c.res.fits && c.res.best_stages >= 1 && !c.cfg.stages) {
+            fm_plan_candidate f = c; /* the fix, as its own row */
+            f.cfg.stages = c.res.best_stages;
+            if (fm_plan_check(&f.cfg, rows, n, k, experts, gpu->sms, &f.res) == FM_OK) all[got++] = f;
+        }
+    }
+    fm_clear_error();
+    if (!got && first_err != FM_OK)
+        return fm_fail(first_err, "no tile of the catalogue is valid for %s with %s operands", gpu->name,
+                       fm_elem_name(ab));
+    qsort(all, got, sizeof all[0], by_fit_est);
+    for (size_t i = 0; i < got;) { /* ties: groups within FM_TIE of their best */
+        size_t j = i + 1;
+        while (j < got && all[j].res.fits == all[i].res.fits && all[j].est_us <= all[i].est_us * FM_TIE) j++;
+        qsort(all + i, j - i, sizeof all[0], by_tie);
+        i = j;
+    }
+    size_t w = got < cap ? got : cap;
+    if (w) memcpy(out, all, w * sizeof all[0]);
+    *count = w;
+    if (total) *total = got;
+    return FM_OK;
+}
+
+fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows, int64_t n,
+                             int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
+                             size_t *total)
+{
+    return fm_plan_candidates_in(0, gpu, ab, epi, swap_ab, rows, n, k, experts, out, cap, count, total);
+}
