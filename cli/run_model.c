@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "fm_internal.h"
+#include "fm_rng.h"
 
 void fm_run_opts_default(fm_run_opts *o)
 {
@@ -26,35 +27,9 @@ void fm_run_opts_default(fm_run_opts *o)
     o->layer = -1;
 }
 
-typedef struct { uint64_t s[4]; } rng_t;
-
-static uint64_t splitmix(uint64_t *x)
+static void fill_normal(fm_rng *r, float *x, size_t n, float sigma)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static void rng_init(rng_t *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
-}
-static uint64_t rng_next(rng_t *r)
-{
-    uint64_t *s = r->s, res = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9, t = s[1] << 17;
-    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3], s[2] ^= t, s[3] = s[3] << 45 | s[3] >> 19;
-    return res;
-}
-/* Approximately normal: sum of 4 uniforms, rescaled (cheap; tails are not needed). */
-static float rng_normal(rng_t *r)
-{
-    uint64_t a = rng_next(r), b = rng_next(r);
-    float u = (float)(a & 0xffffffffu) + (float)(a >> 32) + (float)(b & 0xffffffffu) + (float)(b >> 32);
-    return (u * (1.0f / 4294967296.0f) - 2.0f) * 1.7320508f; /* var of U(0,1) sum of 4 = 1/3 */
-}
-static void fill_normal(rng_t *r, float *x, size_t n, float sigma)
-{
-    for (size_t i = 0; i < n; i++) x[i] = sigma * rng_normal(r);
+    for (size_t i = 0; i < n; i++) x[i] = sigma * fm_rng_normal_fast(r);
 }
 
 static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
@@ -88,8 +63,8 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
             uint8_t *base = (uint8_t *)m->blob + per * (size_t)e;
             m->w13[e] = (fm_qtensor){c->wfmt, 2LL * I, H, base, s13 ? base + d13 : NULL, 1.0f};
             m->w2[e] = (fm_qtensor){c->wfmt, H, I, base + d13 + s13, s2 ? base + d13 + s13 + d2 : NULL, 1.0f};
-            rng_t r;
-            rng_init(&r, o->seed * 1000003u + (uint64_t)e + 1);
+            fm_rng r;
+            fm_rng_init(&r, o->seed * 1000003u + (uint64_t)e + 1);
             fill_normal(&r, tmp, big, 1.0f / sqrtf((float)H));
             fm_status s1 = fm_quantize(tmp, NULL, &m->w13[e]);
             fill_normal(&r, tmp, (size_t)H * I, 1.0f / sqrtf((float)I));
@@ -107,8 +82,8 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
     fm_cli_progress("\n");
     if (err != FM_OK) return err == FM_ERR_OOM ? fm_fail(err, "out of host memory while quantizing") : err;
 
-    rng_t r;
-    rng_init(&r, o->seed ^ 0x5eedull);
+    fm_rng r;
+    fm_rng_init(&r, o->seed ^ 0x5eedull);
     fill_normal(&r, m->router_w, (size_t)E * H, 1.0f / sqrtf((float)H));
     fill_normal(&r, m->router_bias, (size_t)E, 0.01f);
     if (c->shared_inter > 0) {
@@ -116,9 +91,9 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
         m->shared_w13 = malloc(n * sizeof(uint16_t));
         m->shared_w2 = malloc((size_t)H * c->shared_inter * sizeof(uint16_t));
         if (!m->shared_w13 || !m->shared_w2) return fm_fail(FM_ERR_OOM, "out of host memory (shared expert)");
-        for (size_t i = 0; i < n; i++) m->shared_w13[i] = fm_bf16_encode(rng_normal(&r) / sqrtf((float)H));
+        for (size_t i = 0; i < n; i++) m->shared_w13[i] = fm_bf16_encode(fm_rng_normal_fast(&r) / sqrtf((float)H));
         for (size_t i = 0; i < (size_t)H * c->shared_inter; i++)
-            m->shared_w2[i] = fm_bf16_encode(rng_normal(&r) / sqrtf((float)c->shared_inter));
+            m->shared_w2[i] = fm_bf16_encode(fm_rng_normal_fast(&r) / sqrtf((float)c->shared_inter));
     }
     m->w = (fm_moe_weights){.router_w = m->router_w, .router_bias = m->router_bias, .w13 = m->w13, .w2 = m->w2,
                             .shared_w13 = m->shared_w13, .shared_w2 = m->shared_w2};
@@ -187,9 +162,9 @@ fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
         size_t n = (size_t)o->tokens * m->cfg.hidden;
         m->x = malloc(n * sizeof *m->x);
         if (!m->x) s = fm_fail(FM_ERR_OOM, "out of host memory (input)");
-        rng_t r;
-        rng_init(&r, o->seed ^ 0xabcdefull);
-        for (size_t i = 0; s == FM_OK && i < n; i++) m->x[i] = fm_bf16_encode(rng_normal(&r));
+        fm_rng r;
+        fm_rng_init(&r, o->seed ^ 0xabcdefull);
+        for (size_t i = 0; s == FM_OK && i < n; i++) m->x[i] = fm_bf16_encode(fm_rng_normal_fast(&r));
     }
     if (s == FM_OK) s = count_active(m, o->tokens);
     if (s != FM_OK) fm_run_model_free(m);

@@ -15,12 +15,8 @@
 /* Seed for this run: $FM_SEED if set, else from the clock; printed once. */
 uint64_t fm_test_seed(void);
 
-typedef struct { uint64_t s[4]; } fm_rng;
-void     fm_rng_init(fm_rng *r, uint64_t seed);
-uint64_t fm_rng_u64(fm_rng *r);
-double   fm_rng_uniform(fm_rng *r);            /* [0, 1) */
-float    fm_rng_normal(fm_rng *r);             /* N(0, 1) */
-void     fm_rng_fill_normal(fm_rng *r, float *x, size_t n, float sigma);
+/* fm_rng, fm_rng_init, fm_rng_uniform, fm_rng_normal, ...: the library's generator. */
+#include "fm_rng.h"
 
 /* Fill with a signalling-looking NaN pattern so unwritten outputs are caught. */
 void fm_poison_f32(float *x, size_t n);

@@ -19,36 +19,6 @@
 #include "fm_internal.h"
 #include "sim_internal.h"
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void fm_sim_rng_init(fm_sim_rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
-}
-
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(fm_sim_rng *r) /* xoshiro256** */
-{
-    uint64_t *s = r->s;
-    uint64_t res = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return res;
-}
-
-double fm_sim_rng_uniform(fm_sim_rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
-
 fm_status fm_sim_popularity_cdf(const fm_sim_config *c, double *cdf)
 {
     int E = c->model.n_experts;
@@ -64,11 +34,11 @@ fm_status fm_sim_popularity_cdf(const fm_sim_config *c, double *cdf)
         free(w);
         return fm_fail(FM_ERR_OOM, "simulate: no memory for %d experts", E);
     }
-    fm_sim_rng rng;
-    fm_sim_rng_init(&rng, c->seed ^ 0x5eed0f9a11ab1e5ull);
+    fm_rng rng;
+    fm_rng_init(&rng, c->seed ^ 0x5eed0f9a11ab1e5ull);
     for (int i = 0; i < E; i++) perm[i] = i;
     for (int i = E - 1; i > 0; i--) { /* Fisher-Yates: rank -> expert */
-        int j = (int)(fm_sim_rng_uniform(&rng) * (i + 1));
+        int j = (int)(fm_rng_uniform(&rng) * (i + 1));
         int t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -103,7 +73,7 @@ static int cdf_find(const double *cdf, int E, double u)
     return lo;
 }
 
-void fm_sim_pick_topk(fm_sim_rng *r, const double *cdf, int E, int k, unsigned char *taken, int *ids)
+void fm_sim_pick_topk(fm_rng *r, const double *cdf, int E, int k, unsigned char *taken, int *ids)
 {
     for (int j = 0; j < k; j++) {
         int got = -1;
@@ -111,14 +81,14 @@ void fm_sim_pick_topk(fm_sim_rng *r, const double *cdf, int E, int k, unsigned c
          * successive-sampling law; after 64 misses (hot experts taken under
          * strong skew) walk the remaining mass directly instead. */
         for (int t = 0; t < 64 && got < 0; t++) {
-            int i = cdf_find(cdf, E, fm_sim_rng_uniform(r));
+            int i = cdf_find(cdf, E, fm_rng_uniform(r));
             if (!taken[i]) got = i;
         }
         if (got < 0) {
             double rem = 0;
             for (int i = 0; i < E; i++)
                 if (!taken[i]) rem += cdf[i] - (i ? cdf[i - 1] : 0.0);
-            double u = fm_sim_rng_uniform(r) * rem, acc = 0;
+            double u = fm_rng_uniform(r) * rem, acc = 0;
             for (int i = 0; i < E && got < 0; i++) {
                 if (taken[i]) continue;
                 acc += cdf[i] - (i ? cdf[i - 1] : 0.0);
@@ -151,8 +121,8 @@ static fm_status probs_from_cdf(const fm_sim_config *c, const double *cdf, doubl
         free(cnt);
         return fm_fail(FM_ERR_OOM, "simulate: no memory for %d experts", E);
     }
-    fm_sim_rng rng;
-    fm_sim_rng_init(&rng, c->seed ^ 0x9b1d0c0ffee5ull);
+    fm_rng rng;
+    fm_rng_init(&rng, c->seed ^ 0x9b1d0c0ffee5ull);
     for (int t = 0; t < FM_SIM_PI_TOKENS; t++) {
         fm_sim_pick_topk(&rng, cdf, E, k, taken, ids);
         for (int j = 0; j < k; j++) cnt[ids[j]]++;
@@ -191,8 +161,8 @@ fm_status fm_sim_sample_counts(const fm_sim_config *c, int steps, uint64_t seed,
     if (!cdf || !taken || !ids) st = fm_fail(FM_ERR_OOM, "simulate: no memory for %d experts", E);
     if (st == FM_OK) st = fm_sim_popularity_cdf(c, cdf);
     if (st == FM_OK) {
-        fm_sim_rng rng;
-        fm_sim_rng_init(&rng, seed);
+        fm_rng rng;
+        fm_rng_init(&rng, seed);
         for (int s = 0; s < steps; s++) {
             int32_t *row = counts + (size_t)s * E;
             memset(row, 0, sizeof(int32_t) * (size_t)E);

@@ -106,8 +106,8 @@ static fm_status run_mc(const fm_sim_ctx *x, int T, int groups, int span, int ti
         free(ids);
         return fm_fail(FM_ERR_OOM, "simulate: no memory for Monte-Carlo");
     }
-    fm_sim_rng rng;
-    fm_sim_rng_init(&rng, c->seed * 0x2545f4914f6cdd1dull + (uint64_t)T);
+    fm_rng rng;
+    fm_rng_init(&rng, c->seed * 0x2545f4914f6cdd1dull + (uint64_t)T);
     double sum = 0;
     for (int s = 0; s < c->mc_steps; s++) {
         memset(counts, 0, sizeof(int32_t) * (size_t)E);

@@ -12,6 +12,7 @@
 
 #include "fp4moe.h"
 #include "fp4moe/sim.h"
+#include "fm_rng.h"
 
 #define FM_SIM_MAX_EXPERTS 4096
 #define FM_SIM_MAX_GPUS 1024
@@ -73,13 +74,10 @@ void      fm_sim_ctx_free(fm_sim_ctx *x);
 fm_status fm_sim_point(const fm_sim_ctx *x, int max_running, int with_dist, int with_mc, fm_sim_result *r);
 
 /* Routing: Zipf popularity and samplers (routing.c). */
-typedef struct { uint64_t s[4]; } fm_sim_rng;
-void     fm_sim_rng_init(fm_sim_rng *r, uint64_t seed);
-double   fm_sim_rng_uniform(fm_sim_rng *r); /* [0, 1) */
 /* cdf[E]: inclusive cumulative popularity, cdf[E-1] = 1. */
 fm_status fm_sim_popularity_cdf(const fm_sim_config *c, double *cdf);
 /* k distinct experts into ids[k]; taken[E] is scratch, all 0 on entry and exit. */
-void fm_sim_pick_topk(fm_sim_rng *r, const double *cdf, int E, int k, unsigned char *taken, int *ids);
+void fm_sim_pick_topk(fm_rng *r, const double *cdf, int E, int k, unsigned char *taken, int *ids);
 
 /* Binomial(n, p) terms of non-negligible mass, in increasing r. */
 typedef void (*fm_sim_pmf_fn)(int r, double prob, void *ctx);
