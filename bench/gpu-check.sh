@@ -39,10 +39,11 @@ echo "== bench_gemm"
 build-gpu/bench/bench_gemm --bf16-tflops "$BF16" $Q >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
 if command -v ncu >/dev/null; then
   echo "== ncu"
-  timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+  timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats \
     -k regex:swapab --launch-skip 3 --launch-count 1 build-gpu/bench/bench_gemm --quick --reps 3 \
     >"$OUT/ncu.log" 2>&1
-  grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\)|Registers|Achieved Occupancy" "$OUT/ncu.log" | head -12
+  grep -E "DRAM Throughput|Duration|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu.log" | head -16
 fi
 echo "== table ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader))"
 grep "^#" "$OUT/bench.log"

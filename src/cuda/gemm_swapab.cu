@@ -271,7 +271,8 @@ struct entry {
 };
 #define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
-    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(8, 1, 1, 64, 4), FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
+    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY(4, 1, 1, 128, 8),
+    FM_SWAPAB_ENTRY(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6), FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
     FM_SWAPAB_ENTRY(4, 2, 2, 256, 4), FM_SWAPAB_ENTRY(4, 1, 4, 128, 4), FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
     FM_SWAPAB_ENTRY(4, 2, 8, 128, 3), FM_SWAPAB_ENTRY(4, 4, 8, 128, 3), FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
 };
