@@ -12,7 +12,10 @@ static void help(FILE *f)
 {
     fprintf(f,
             "usage: fp4moe explain --arch sm120 --tile 128x256x128 [flags]\n"
-            "  --arch A        sm_90 | sm_120 | sm_121 ... (or --gpu NAME)\n"
+            "  --arch A        sm_90 | sm_100 | sm_120 | sm_121 ... (or --gpu NAME)\n"
+            "  --family F      auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
+            "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K)\n"
+            "  --warps W       fp4moe-swapab: warps per CTA (default 4)\n"
             "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch\n"
             "  --tile MxNxK    CTA tile\n"
             "  --format F      nvfp4 | mxfp4 | bf16 | fp8 (sets --a and --b; default nvfp4)\n"
@@ -20,7 +23,7 @@ static void help(FILE *f)
             "  --c T --d T     epilogue source/destination: bf16 fp16 fp32 void (default bf16)\n"
             "  --epilogue E    tma (default; TensorRT-LLM default, C reused for D) | nosmem | finalize\n"
             "  --swap-ab       TensorRT-LLM swap-AB variant (FINALIZE bytes change)\n"
-            "  --schedule S    auto | coop | pingpong\n"
+            "  --schedule S    auto | coop | pingpong (sm_90/sm_120) | 1sm | 2sm (sm_100)\n"
             "  --cluster MxN   cluster shape (default 1x1)\n"
             "  --stages N      pipeline stages, or auto (default)\n"
             "  --cutlass V     CUTLASS version whose builder picks the stages: 4.2 (default) .. 4.7\n"
@@ -67,6 +70,12 @@ int fm_cmd_explain(int argc, char **argv)
             else if (!strcmp(f, "--d")) st = fm_elem_parse(v, &cfg.d);
             else if (!strcmp(f, "--epilogue")) st = fm_epilogue_parse(v, &cfg.epilogue);
             else if (!strcmp(f, "--schedule")) st = fm_schedule_parse(v, &cfg.schedule);
+            else if (!strcmp(f, "--family")) st = fm_family_parse(v, &cfg.family);
+            else if (!strcmp(f, "--warps")) {
+                long w = 0;
+                if (!fm_cli_int("explain", "--warps", v, 1, 8, &w)) return FM_EXIT_USAGE;
+                cfg.warps = (int)w;
+            }
             else if (!strcmp(f, "--cutlass")) st = fm_cutlass_version_parse(v, &cfg.cutlass);
             else if (!strcmp(f, "--cluster")) {
                 if (!cluster_parse(v, &cfg.cluster_m, &cfg.cluster_n)) {
@@ -75,7 +84,7 @@ int fm_cmd_explain(int argc, char **argv)
                 }
             } else if (!strcmp(f, "--stages")) {
                 long s = 0;
-                if (strcmp(v, "auto") && !fm_cli_int("explain", "--stages", v, 2, 32, &s)) return FM_EXIT_USAGE;
+                if (strcmp(v, "auto") && !fm_cli_int("explain", "--stages", v, 1, 32, &s)) return FM_EXIT_USAGE;
                 cfg.stages = (int)s;
             } else if (!strcmp(f, "--k")) {
                 if (!fm_cli_int("explain", "--k", v, 1, 1L << 30, &k)) return FM_EXIT_USAGE;
@@ -107,9 +116,18 @@ int fm_cmd_explain(int argc, char **argv)
     fm_plan_result r;
     if ((st = fm_plan_check(&cfg, 0, 0, k, 0, gpu ? gpu->sms : 0, &r)) != FM_OK) return fm_cli_fail("explain", st);
     const fm_smem_breakdown *b = &r.bytes;
+    int swapab = cfg.family == FM_FAMILY_FP4MOE_SWAPAB;
+    fm_kernel_family fam = cfg.family;
+    if (fam == FM_FAMILY_AUTO)
+        fam = cfg.cc == 90 ? FM_FAMILY_CUTLASS_SM90 : (cfg.cc >= 120 ? FM_FAMILY_CUTLASS_SM120 : FM_FAMILY_CUTLASS_SM100);
+    fm_schedule sched = cfg.schedule;
+    if (sched == FM_SCHED_AUTO)
+        sched = fam == FM_FAMILY_CUTLASS_SM100 ? (cfg.tile_m == 256 ? FM_SCHED_2SM : FM_SCHED_1SM) : FM_SCHED_COOP;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "arch", arch->name);
+        cJSON_AddStringToObject(o, "family", fm_family_name(fam));
+        if (swapab) cJSON_AddNumberToObject(o, "warps", cfg.warps ? cfg.warps : 4);
         cJSON_AddStringToObject(o, "a", fm_elem_name(cfg.a));
         cJSON_AddStringToObject(o, "b", fm_elem_name(cfg.b));
         cJSON_AddStringToObject(o, "epilogue", fm_epilogue_name(cfg.epilogue));
@@ -143,14 +161,20 @@ int fm_cmd_explain(int argc, char **argv)
         free(txt);
         cJSON_Delete(o);
     } else {
-        printf("%s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s, %d stages (%s), CUTLASS %d.%d model\n",
-               arch->name, fm_elem_name(cfg.a), fm_elem_name(cfg.b), cfg.tile_m, cfg.tile_n, cfg.tile_k,
-               fm_schedule_name(cfg.schedule ? cfg.schedule : FM_SCHED_COOP), fm_epilogue_name(cfg.epilogue),
-               cfg.swap_ab ? " (swap-AB)" : "", b->stages, cfg.stages ? "fixed" : "auto", cfg.cutlass / 100,
-               cfg.cutlass / 10 % 10);
+        if (swapab)
+            printf("%s fp4moe-swapab, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "
+                   "the launcher sizes shared memory with the same function\n",
+                   arch->name, fm_elem_name(cfg.a), cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.warps ? cfg.warps : 4,
+                   b->stages, cfg.stages ? "fixed" : "compiled");
+        else
+            printf("%s %s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s, %d stages (%s), CUTLASS %d.%d model\n",
+                   arch->name, fm_family_name(fam), fm_elem_name(cfg.a), fm_elem_name(cfg.b), cfg.tile_m, cfg.tile_n,
+                   cfg.tile_k, fm_schedule_name(sched), fm_epilogue_name(cfg.epilogue),
+                   cfg.swap_ab ? " (swap-AB)" : "", b->stages, cfg.stages ? "fixed" : "auto", cfg.cutlass / 100,
+                   cfg.cutlass / 10 % 10);
         printf("  %-34s %9s\n", "part", "bytes");
-        printf("  %-34s %9zu\n", "A tiles (all stages)", b->a);
-        printf("  %-34s %9zu\n", "B tiles", b->b);
+        printf("  %-34s %9zu\n", swapab ? "weight tiles (registers, not smem)" : "A tiles (all stages)", b->a);
+        printf("  %-34s %9zu\n", swapab ? "X (token) tiles, BF16" : "B tiles", b->b);
         printf("  %-34s %9zu\n", "scale-factor tiles (SFA + SFB)", b->sf);
         printf("  %-34s %9zu\n", "pipeline barriers", b->barriers);
         printf("  %-34s %9zu\n", "epilogue C buffers", b->epi_c);
@@ -161,12 +185,12 @@ int fm_cmd_explain(int argc, char **argv)
         printf("  %-34s %9zu\n", "alignment padding", b->padding);
         printf("  %-34s %9zu   (limit %zu B opt-in)\n", "TOTAL sizeof(SharedStorage)", b->total, r.limit_bytes);
         printf("  collective sizes as CUTLASS reports them: mainloop %zu B, epilogue %zu B\n", b->mainloop, b->epilogue);
-        if (!cfg.stages)
+        if (!cfg.stages && !swapab)
             printf("  the builder's arithmetic: %d stages, %zu B (%s)\n", r.auto_stages, r.builder_bytes,
                    r.builder_fits ? "it believes the tile fits" : "it finds no room");
         printf("verdict: %s\n", r.fits ? "FITS" : "REJECTED");
         printf("%s\n", r.reason);
-        if (!r.fits && r.best_stages)
+        if (!r.fits && r.best_stages && !swapab)
             printf("fix: pass --stages %d (StageCount<%d> instead of StageCountAutoCarveout) -> %zu B\n",
                    r.best_stages, r.best_stages, r.best_bytes);
     }

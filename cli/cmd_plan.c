@@ -13,8 +13,9 @@ static void help(FILE *f)
                "                   [--swap-ab] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
                "GPUs:");
     for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
-    fprintf(f, "\nest_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate), '~' marks\n"
-               "GPU figures that are estimates. exit: 0 some tile fits, 5 none fits, 2 usage, 1 failure\n");
+    fprintf(f, "\nTiles of the GPU's CUTLASS family and fp4moe's own swap-AB kernel (FP4 weights), ranked.\n"
+               "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2%% is a tie,\n"
+               "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage, 1 failure\n");
 }
 
 int fm_cmd_plan(int argc, char **argv)
@@ -58,27 +59,32 @@ int fm_cmd_plan(int argc, char **argv)
     }
     const fm_gpu_info *g = NULL;
     if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_fail("plan", st);
-    fm_plan_candidate c[32];
+    fm_plan_candidate c[64];
     size_t cnt = 0;
-    if ((st = fm_plan_candidates(g, ab, epi, swap, rows, n, k, experts, c, 32, &cnt, NULL)) != FM_OK)
+    if ((st = fm_plan_candidates(g, ab, epi, swap, rows, n, k, experts, c, 64, &cnt, NULL)) != FM_OK)
         return fm_cli_fail("plan", st);
     int any = 0;
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json)
         printf("%s (sm_%d, %d SMs%s), %s, epilogue %s%s, %ld rows/expert, N=%ld K=%ld, %ld experts\n"
-               "  %-12s %-8s %-4s %8s %8s %6s %7s %7s %9s\n",
+               "  %-13s %-21s %-8s %-4s %8s %8s %6s %7s %7s %9s\n",
                g->full_name, g->cc, g->sms, g->estimated ? ", some figures ~estimates" : "", fm_elem_name(ab),
-               fm_epilogue_name(epi), swap ? " swap-AB" : "", rows, n, k, experts, "tile", "sched", "fits", "bytes",
+               fm_epilogue_name(epi), swap ? " swap-AB" : "", rows, n, k, experts, "family", "tile", "sched", "fits", "bytes",
                "stages", "waves", "wasted", "B/FLOP", "est_us");
     for (size_t i = 0; i < cnt; i++) {
         const fm_plan_candidate *p = &c[i];
         any |= p->res.fits;
-        char tile[32];
+        char tile[48];
+        int sw = p->cfg.family == FM_FAMILY_FP4MOE_SWAPAB;
         snprintf(tile, sizeof tile, "%dx%dx%d", p->cfg.tile_m, p->cfg.tile_n, p->cfg.tile_k);
+        if (sw) snprintf(tile + strlen(tile), sizeof tile - strlen(tile), "/w%d", p->cfg.warps);
+        const char *sched = sw ? "-" : fm_schedule_name(p->cfg.schedule);
         if (json) {
             cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "family", fm_family_name(p->cfg.family));
             cJSON_AddStringToObject(o, "tile", tile);
-            cJSON_AddStringToObject(o, "schedule", fm_schedule_name(p->cfg.schedule));
+            if (sw) cJSON_AddNumberToObject(o, "warps", p->cfg.warps);
+            cJSON_AddStringToObject(o, "schedule", sched);
             cJSON_AddBoolToObject(o, "fits", p->res.fits);
             cJSON_AddNumberToObject(o, "total_bytes", (double)p->res.bytes.total);
             cJSON_AddNumberToObject(o, "limit_bytes", (double)p->res.limit_bytes);
@@ -93,8 +99,9 @@ int fm_cmd_plan(int argc, char **argv)
             cJSON_AddStringToObject(o, "reason", p->res.reason);
             cJSON_AddItemToArray(arr, o);
         } else {
-            printf("  %-12s %-8s %-4s %8zu %5d%-3s %6.2f %6.0f%% %7.3f %9.1f\n", tile, fm_schedule_name(p->cfg.schedule),
-                   p->res.fits ? "yes" : "NO", p->res.bytes.total, p->res.bytes.stages, p->cfg.stages ? "" : "a",
+            printf("  %-13s %-21s %-8s %-4s %8zu %5d%-3s %6.2f %6.0f%% %7.3f %9.1f\n", fm_family_name(p->cfg.family),
+                   tile, sched, p->res.fits ? "yes" : "NO", p->res.bytes.total, p->res.bytes.stages,
+                   p->cfg.stages && !sw ? "" : "a",
                    p->res.waves, 100 * p->wasted_rows, p->bytes_per_flop, p->est_us);
             if (!p->res.fits) printf("      %s\n", p->res.reason);
         }
@@ -104,6 +111,8 @@ int fm_cmd_plan(int argc, char **argv)
         printf("%s\n", t);
         free(t);
         cJSON_Delete(arr);
-    } else printf("  ('a' = automatic stage count; rows without it are the fix for the row above)\n");
+    } else
+        printf("  ('a' = automatic stage count - for fp4moe-swapab the compiled one; a CUTLASS row without it is the\n"
+               "   fix for the rejected row above; swapab tile = tokens a pass x features x K / warps)\n");
     return any ? FM_EXIT_OK : FM_EXIT_REJECTED;
 }
