@@ -68,8 +68,20 @@ __device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
+/* CTAs per SM the shared memory of a tile allows on Hopper (~220 KB usable), at
+ * most 4, for the small-batch tiles (nt <= 2): a register-allocation hint only (the launch itself is sized by
+ * fm_smem_swapab). Measured: without it the small tiles took 143 registers and
+ * ran 3 CTAs (12 warps) per SM, stalled on the dequant dependency chain. */
+constexpr int swapab_min_blocks(int warps, int mt, int nt, int kc, int stages)
+{
+    int smem = stages * (warps * mt * (kc / 64) * 576 + 8 * nt * (2 * kc + 16)) + 1024;
+    int b = nt > 2 ? 1 : 225 * 1024 / smem; /* nt > 2: MMA-heavier tiles keep their accumulators in registers */
+    return b < 1 ? 1 : (b > 4 ? 4 : b);
+}
+
 template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32) swapab_kernel(const fm_swapab_params p)
+__global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, KC, STAGES))
+    swapab_kernel(const fm_swapab_params p)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
@@ -297,6 +309,9 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     const entry &x = k_entries[idx];
     if (smem > k_dyn_set[idx]) {
         cudaError_t err = cudaFuncSetAttribute(x.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return (int)err;
+        /* as much shared memory per SM as possible: the CTAs per SM are what keep bytes in flight */
+        err = cudaFuncSetAttribute(x.fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         if (err != cudaSuccess) return (int)err;
         k_dyn_set[idx] = smem;
     }
