@@ -173,7 +173,7 @@ int fm_cmd_explain(int argc, char **argv)
                    cfg.swap_ab ? " (swap-AB)" : "", b->stages, cfg.stages ? "fixed" : "auto", cfg.cutlass / 100,
                    cfg.cutlass / 10 % 10);
         printf("  %-34s %9s\n", "part", "bytes");
-        printf("  %-34s %9zu\n", swapab ? "weight tiles (registers, not smem)" : "A tiles (all stages)", b->a);
+        printf("  %-34s %9zu\n", swapab ? "FP4 weight tiles (all stages)" : "A tiles (all stages)", b->a);
         printf("  %-34s %9zu\n", swapab ? "X (token) tiles, BF16" : "B tiles", b->b);
         printf("  %-34s %9zu\n", "scale-factor tiles (SFA + SFB)", b->sf);
         printf("  %-34s %9zu\n", "pipeline barriers", b->barriers);
@@ -184,7 +184,11 @@ int fm_cmd_explain(int argc, char **argv)
         printf("  %-34s %9zu\n", "scheduler pipeline + responses", b->scheduler);
         printf("  %-34s %9zu\n", "alignment padding", b->padding);
         printf("  %-34s %9zu   (limit %zu B opt-in)\n", "TOTAL sizeof(SharedStorage)", b->total, r.limit_bytes);
-        printf("  collective sizes as CUTLASS reports them: mainloop %zu B, epilogue %zu B\n", b->mainloop, b->epilogue);
+        if (swapab)
+            printf("  (all dynamic, from fm_smem_swapab - the launcher's own function; padding = 16 B per X row)\n");
+        else
+            printf("  collective sizes as CUTLASS reports them: mainloop %zu B, epilogue %zu B\n", b->mainloop,
+                   b->epilogue);
         if (!cfg.stages && !swapab)
             printf("  the builder's arithmetic: %d stages, %zu B (%s)\n", r.auto_stages, r.builder_bytes,
                    r.builder_fits ? "it believes the tile fits" : "it finds no room");

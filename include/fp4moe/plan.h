@@ -82,8 +82,8 @@ typedef struct {
 } fm_kernel_config;
 
 /* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
- * For FM_FAMILY_FP4MOE_SWAPAB, stages = 0 means "the stage count of the compiled
- * instantiation of that tile". */
+ * For FM_FAMILY_FP4MOE_SWAPAB, stages = 0 means "the stage count of the first
+ * compiled instantiation of that tile shape" (fm_swapab_tiles order). */
 void fm_kernel_config_init(fm_kernel_config *cfg);
 
 /* Shared-memory model: the breakdown and total of one configuration on the

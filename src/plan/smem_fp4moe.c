@@ -78,10 +78,17 @@ fm_status fm_resolve_fp4moe_swapab(fm_kernel_config *c)
                        "fp4moe-swapab tile %dx%dx%d: M is tokens per pass (8, 16, 32 or 64), N = warps(%d) x mt x 16 "
                        "features, K a multiple of 64",
                        c->tile_m, c->tile_n, c->tile_k, w);
-    fm_swapab_tile t = to_tile(c);
-    if (t.stages == 0) t.stages = 1; /* shape check only: the compiled count comes next */
-    fm_smem_breakdown bd;
-    FM_CHECK(fm_smem_swapab(&t, &bd)); /* FM_ERR_BAD_SHAPE with the ranges */
+    int nt = c->tile_m / 8, mt = c->tile_n / (16 * w);
+    if ((nt & (nt - 1)) || nt > 8 || (mt & (mt - 1)) || mt > 4 || c->tile_k % 64 || c->tile_k > 1024)
+        return fm_fail(FM_ERR_BAD_SHAPE,
+                       "fp4moe-swapab tile %dx%dx%d: M (tokens a pass) must be 8, 16, 32 or 64, N = %d warps x 16 x "
+                       "(1, 2 or 4), K a multiple of 64 up to 1024",
+                       c->tile_m, c->tile_n, c->tile_k, w);
+    if (c->stages) {
+        fm_swapab_tile t = to_tile(c);
+        fm_smem_breakdown bd;
+        FM_CHECK(fm_smem_swapab(&t, &bd)); /* FM_ERR_BAD_SHAPE with the ranges (stages 1..8) */
+    }
     c->warps = w;
     if (c->stages == 0) {
         int i = fm_swapab_compiled(c);
@@ -124,9 +131,10 @@ void fm_check_fp4moe_swapab(const fm_kernel_config *r, const fm_model_out *m, si
     res->best_bytes = res->fits ? b->total : 0;
     if (res->fits) {
         snprintf(res->reason, sizeof res->reason,
-                 "fits: %s needs %zu B (X tiles %zu + row padding %zu, %d stages; weights, scales and the epilogue "
-                 "use no shared memory) <= %zu B opt-in (%zu B spare)",
-                 name, b->total, b->b, b->padding, b->stages, limit, limit - b->total);
+                 "fits: %s needs %zu B = %d stages x (FP4 weights %zu + scales %zu + BF16 X %zu + row padding %zu; "
+                 "the epilogue uses none) <= %zu B opt-in (%zu B spare)",
+                 name, b->total, b->stages, b->a / (size_t)b->stages, b->sf / (size_t)b->stages,
+                 b->b / (size_t)b->stages, b->padding / (size_t)b->stages, limit, limit - b->total);
         return;
     }
     /* the fix: the widest compiled tile with the same tokens per pass that fits */
