@@ -169,6 +169,7 @@ int main(int argc, char **argv)
             for (size_t ti = 0; ti < ntile; ti++) {
                 fm_cuda_tile tl = {tiles[ti].warps, tiles[ti].mt, tiles[ti].nt, tiles[ti].kc, tiles[ti].stages};
                 int is_def = !memcmp(&tl, &def, sizeof tl);
+                if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
                 fm_cuda_gemm_args a = {};
                 a.w = &w;
                 a.offsets = offs;
