@@ -79,7 +79,8 @@ typedef struct {
     int             top_k;       /* FINALIZE_DET: slots per token */
     const int32_t  *token_slots; /* FINALIZE_DET: device [n_tokens*top_k] permuted row of each slot */
     float          *scratch;     /* FINALIZE_DET: device FP32 [max_rows][N] */
-    /* tile: NULL picks the default for expected_rows rows per expert */
+    /* tile: NULL picks the fastest measured tile for expected_rows rows per expert
+     * that fits the shared-memory limit (fm_cuda_gemm_default_tile gives the first choice) */
     const fm_cuda_tile *tile;
     int             expected_rows; /* average rows per expert, for the default tile (>= 1) */
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */

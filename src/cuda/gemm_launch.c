@@ -110,16 +110,36 @@ size_t fm_cuda_weights_bytes(const fm_cuda_weights *w)
     return w ? (w->data_bytes + w->scale_bytes) * (size_t)w->n_experts : 0;
 }
 
+/* Preferred tiles per regime, fastest first on the H200 (bench/RESULTS.md,
+ * 2026-11-29), each list ending with one that fits SM120's 101,376 B. */
+static int default_tiles(int rows, fm_cuda_epilogue epi, int k, fm_cuda_tile out[2])
+{
+    int swiglu = epi == FM_CUDA_EPI_SWIGLU;
+    if (rows <= 8) {
+        if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){8, 1, 1, 64, 4}; /* short K: one 256-K stage would be all */
+        else out[0] = (fm_cuda_tile){4, swiglu ? 2 : 1, 1, 256, 4};
+        return 1;
+    }
+    if (rows <= 16) {
+        out[0] = (fm_cuda_tile){4, 2, 2, 256, 4};
+        out[1] = swiglu ? (fm_cuda_tile){4, 2, 1, 256, 4} : (fm_cuda_tile){4, 1, 2, 256, 4};
+        return 2;
+    }
+    if (rows <= 32) {
+        out[0] = (fm_cuda_tile){4, 2, 4, 128, 4};
+        return 1;
+    }
+    out[0] = (fm_cuda_tile){4, 4, 8, 128, 3};
+    out[1] = (fm_cuda_tile){4, 2, 8, 128, 3};
+    return 2;
+}
+
 fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k)
 {
-    int          pair = epi == FM_CUDA_EPI_SWIGLU ? 2 : 1;
-    fm_cuda_tile t = {4, pair, 1, 256, 4};
-    if (pair == 1 && k <= 512) t = (fm_cuda_tile){8, 1, 1, 64, 4}; /* short K: one 256-K stage would be all */
-    if (expected_rows > 8) t = (fm_cuda_tile){4, pair, 2, 256, 4};
-    if (expected_rows > 16) t = (fm_cuda_tile){4, pair, 4, 128, 4};
-    if (expected_rows > 32) t = (fm_cuda_tile){4, 2, 8, 128, 3};
+    fm_cuda_tile c[2];
     (void)n;
-    return t;
+    default_tiles(expected_rows, epi, k, c);
+    return c[0];
 }
 
 static size_t device_smem_limit(int *dev_out)
@@ -148,7 +168,29 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: FINALIZE_DET needs row_weight, token_slots, scratch, top_k");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET && (uintptr_t)a->y % 16)
         return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: FINALIZE_DET output is not 16-byte aligned");
-    fm_cuda_tile t = a->tile ? *a->tile : fm_cuda_gemm_default_tile(a->expected_rows, a->epi, w->n, w->k);
+    int    dev = 0;
+    size_t limit = device_smem_limit(&dev);
+    if (limit == 0) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
+    }
+    if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
+    fm_cuda_tile t;
+    if (a->tile) {
+        t = *a->tile;
+    } else { /* the first preferred tile that fits the limit */
+        fm_cuda_tile c[2];
+        int          nc = default_tiles(a->expected_rows, a->epi, w->k, c);
+        t = c[nc - 1];
+        for (int i = 0; i < nc; i++) {
+            fm_swapab_tile    ct = {c[i].warps, c[i].mt, c[i].nt, c[i].kc, c[i].stages};
+            fm_smem_breakdown cb;
+            if (fm_smem_swapab(&ct, &cb) == FM_OK && cb.total <= limit) {
+                t = c[i];
+                break;
+            }
+        }
+    }
     fm_swapab_tile st = {t.warps, t.mt, t.nt, t.kc, t.stages};
     int            idx = fm_swapab_find(&t);
     char           name[64];
@@ -158,13 +200,6 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
                        fm_swapab_tile_name(&st, name, sizeof name), w->n);
-    int    dev = 0;
-    size_t limit = device_smem_limit(&dev);
-    if (limit == 0) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
-    }
-    if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
     fm_smem_breakdown bd;
     FM_CHECK(fm_smem_swapab_check(&st, limit, &bd));
     fm_swapab_params p = {
