@@ -61,7 +61,7 @@ int fm_cmd_plan(int argc, char **argv)
     if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_fail("plan", st);
     fm_plan_candidate c[64];
     size_t cnt = 0;
-    if ((st = fm_plan_candidates(g, ab, epi, swap, rows, n, k, experts, c, 64, &cnt, NULL)) != FM_OK)
+    if ((st = fm_plan_candidates_in(0, g, ab, epi, swap, rows, n, k, experts, c, 64, &cnt, NULL)) != FM_OK)
         return fm_cli_fail("plan", st);
     int any = 0;
     cJSON *arr = json ? cJSON_CreateArray() : NULL;

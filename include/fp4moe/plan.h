@@ -128,23 +128,24 @@ typedef struct {
     double           est_us;        /* estimated time: max(memory, compute) / efficiency (an estimate) */
 } fm_plan_candidate;
 
-/* Every tile of every family's catalogue that runs on the GPU for (a/b format,
- * epilogue) - the CUTLASS tiles of its architecture and fp4moe's compiled swap-AB
- * tiles for FP4 weights - checked and ranked: fitting ones first by est_us (two
- * estimates within 2% are a tie, broken by less wasted rows, then fewer shared-memory
- * bytes), then the rejected ones.  Writes at most `cap` entries into out, the number
- * written into *count (total considered in *total if not NULL).  Statuses: FM_OK,
- * FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH, FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0),
- * FM_ERR_UNSUPPORTED (no family modelled for that GPU and format). */
-fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows_per_expert,
-                             int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
-                             size_t *total);
-/* Same, restricted to the families in `families` (FM_FAMILY_BIT set; 0 = all,
- * FM_FAMILIES_CUTLASS = CUTLASS only).  Same statuses. */
+/* Ranked candidates for (a/b format, epilogue, shape) on a GPU, from the kernel families
+ * in `families` (FM_FAMILY_BIT set; 0 = all: the CUTLASS tiles of the GPU's architecture
+ * and fp4moe's compiled swap-AB tiles for FP4 weights; FM_FAMILIES_CUTLASS = CUTLASS
+ * only), each checked: fitting ones first by est_us (two estimates within 2% of their
+ * group's best are a tie, broken by less wasted rows, then fewer shared-memory bytes),
+ * then the rejected ones.  Writes at most `cap` entries into out, the number written
+ * into *count (total considered in *total if not NULL).  Statuses: FM_OK,
+ * FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH (no tile of the set takes that format on that
+ * arch, e.g. FP4 on sm_90's CUTLASS), FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0),
+ * FM_ERR_UNSUPPORTED (no family of the set modelled for that GPU and format). */
 fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab,
                                 int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
                                 size_t cap, size_t *count, size_t *total);
-
+/* fm_plan_candidates_in(FM_FAMILIES_CUTLASS, ...): the CUTLASS catalogue of the GPU's
+ * architecture only (what this function has always answered).  Same statuses. */
+fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows_per_expert,
+                             int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
+                             size_t *total);
 /* Names and parsers ("nvfp4", "coop", "finalize", "128x256x128", "4.2").
  * Parsers return FM_OK, FM_ERR_INVALID_ARG (NULL) or FM_ERR_BAD_SHAPE / FM_ERR_FORMAT /
  * FM_ERR_NOT_FOUND with a detail naming the accepted values. */

@@ -175,5 +175,6 @@ fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi
                              int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
                              size_t *total)
 {
-    return fm_plan_candidates_in(0, gpu, ab, epi, swap_ab, rows, n, k, experts, out, cap, count, total);
+    return fm_plan_candidates_in(FM_FAMILIES_CUTLASS, gpu, ab, epi, swap_ab, rows, n, k, experts, out, cap, count,
+                                 total);
 }
