@@ -6,7 +6,8 @@
 #   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
 #   5. ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
 #   6. the short table last; logs in $OUT (or ./out when run elsewhere)
-# Usage (repo root):  bench/gpu-check.sh [quick|full]      carry=[".debs"]
+# Usage (repo root):  bench/gpu-check.sh [quick|full|test]      carry=[".debs"]
+#   test: steps 1-3 only (correctness + sanitizers, no timing)
 set -uo pipefail
 MODE=${1:-quick}
 OUT=${OUT:-$PWD/out}
@@ -31,6 +32,7 @@ timeout 240 "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_g
 echo "memcheck rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 FM_QUICK=1 timeout 150 "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/racecheck.log" 2>&1
 echo "racecheck rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+[ "$MODE" = test ] && exit 0
 echo "== torch peer + ceilings"
 Q=""; [ "$MODE" = quick ] && Q="--quick"
 PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --out "$OUT/torch_peer.json" $Q >"$OUT/torch.log" 2>&1 || tail -5 "$OUT/torch.log"

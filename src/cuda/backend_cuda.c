@@ -7,11 +7,13 @@
  *      the reference; offsets, permutation, row weights and tokens go up;
  *   3. gather the routed rows into expert order (GPU);
  *   4. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16;
- *   5. FC2 + FINALIZE_DET: out[t] = sum over t's slots of weight * (h . W2^T),
+ *   5. the BF16 shared expert, if any: out[t] = its SwiGLU MLP of x[t] (FP32);
+ *   6. FC2 + FINALIZE_DET: out[t] += sum over t's slots of weight * (h . W2^T),
  *      deterministic slot order;
- *   6. out copied back. The kernels' time (CUDA events) goes into stats.
- * Not done yet: routing on the device (step 2), the BF16 shared expert and
- * act_nvfp4 (create returns FM_ERR_UNSUPPORTED for those configurations).
+ *   7. out copied back. The kernels' time (CUDA events) goes into stats.
+ * Not done yet: routing on the device (step 2: the host round trip of the
+ * logits makes forward not graph-capturable, the GEMMs themselves are) and
+ * act_nvfp4 (create returns FM_ERR_UNSUPPORTED).
  */
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -28,7 +30,8 @@ typedef struct {
     float           *router_bias; /* host copy or NULL */
     float           *d_router;
     uint16_t        *d_x, *d_xp, *d_h;
-    float           *d_logits, *d_out, *d_scratch, *d_rw;
+    float           *d_logits, *d_out, *d_scratch, *d_rw, *d_hs;
+    uint16_t        *d_sw13, *d_sw2; /* shared expert, BF16 */
     int32_t         *d_off, *d_tok, *d_slots;
     /* host scratch */
     float   *logits, *weights, *rw;
@@ -61,7 +64,7 @@ static void cuda_destroy(void *p)
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
     void *dev[] = {s->d_router, s->d_x, s->d_xp, s->d_h, s->d_logits, s->d_out, s->d_scratch, s->d_rw,
-                   s->d_off, s->d_tok, s->d_slots};
+                   s->d_off, s->d_tok, s->d_slots, s->d_hs, s->d_sw13, s->d_sw2};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -80,8 +83,8 @@ static void cuda_destroy(void *p)
 static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens, void **state)
 {
     if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
-    if (cfg->shared_inter > 0)
-        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: the BF16 shared expert is not implemented yet");
+    if (cfg->shared_inter % 16)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: shared_inter=%d must be a multiple of 16", cfg->shared_inter);
     if (cfg->wfmt == FM_FORMAT_BF16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: BF16 routed experts are not supported (FP4 only)");
     if (cfg->hidden % 16 || cfg->inter % 16)
@@ -110,6 +113,16 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
     DALLOC(s->d_off, sizeof(int32_t) * (size_t)(E + 1));
     DALLOC(s->d_tok, sizeof(int32_t) * (size_t)R);
     DALLOC(s->d_slots, sizeof(int32_t) * (size_t)R);
+    if (cfg->shared_inter > 0) {
+        const size_t S = (size_t)cfg->shared_inter;
+        DALLOC(s->d_hs, sizeof(float) * (size_t)max_tokens * S);
+        DALLOC(s->d_sw13, sizeof(uint16_t) * 2 * S * H);
+        DALLOC(s->d_sw2, sizeof(uint16_t) * S * H);
+        if ((e = cudaMemcpy(s->d_sw13, w->shared_w13, sizeof(uint16_t) * 2 * S * H, cudaMemcpyHostToDevice)) !=
+                cudaSuccess ||
+            (e = cudaMemcpy(s->d_sw2, w->shared_w2, sizeof(uint16_t) * S * H, cudaMemcpyHostToDevice)) != cudaSuccess)
+            goto cuda_fail;
+    }
 #undef DALLOC
     if ((e = cudaMemcpy(s->d_router, w->router_w, sizeof(float) * (size_t)E * H, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto cuda_fail;
@@ -173,6 +186,9 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
                             .y = s->d_h, .expected_rows = avg};
     FM_CHECK(fm_cuda_gemm(&a1));
+    if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
+                                                                 s->d_hs, s->d_out, NULL)) != 0)
+        return cu_err((cudaError_t)le, "shared expert");
     fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
                             .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg};

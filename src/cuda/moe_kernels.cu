@@ -1,7 +1,9 @@
 /* moe_kernels.cu - the small kernels around the grouped GEMMs of the cuda
- * backend: router logits and the gather of token rows into expert order.
- * Both are tiny next to the weight stream (T x E dot products of length H; T*k
- * row copies), so they are written for clarity: one warp per output. */
+ * backend: router logits, the gather of token rows into expert order, and the
+ * BF16 shared expert. The first two are tiny next to the weight stream (T x E
+ * dot products of length H; T*k row copies); the shared expert is a BF16 GEMV
+ * per token (decode batches), written for clarity: one warp per output, FP32
+ * accumulation as the reference, 16-byte loads. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -34,7 +36,65 @@ __global__ void gather_rows_kernel(const uint16_t *x, const int32_t *perm, int r
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H / 8; i += gridDim.x * blockDim.x) dst[i] = src[i];
 }
 
+__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
+
+/* sum over 8-element chunks of a . b, both BF16 rows of n elements (n % 8 == 0) */
+__device__ __forceinline__ float warp_dot_bf16(const uint16_t *a, const uint16_t *b, int n, int lane)
+{
+    float s = 0;
+    for (int i = lane * 8; i < n; i += 256) {
+        uint4 x = *(const uint4 *)(a + i), y = *(const uint4 *)(b + i);
+        s += bf16_lo(x.x) * bf16_lo(y.x) + bf16_hi(x.x) * bf16_hi(y.x) + bf16_lo(x.y) * bf16_lo(y.y) +
+             bf16_hi(x.y) * bf16_hi(y.y) + bf16_lo(x.z) * bf16_lo(y.z) + bf16_hi(x.z) * bf16_hi(y.z) +
+             bf16_lo(x.w) * bf16_lo(y.w) + bf16_hi(x.w) * bf16_hi(y.w);
+    }
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+/* hs[t][j] = silu(x[t] . w13[j]) * (x[t] . w13[S + j]) */
+__global__ void shared_fc1_kernel(const uint16_t *x, const uint16_t *w13, int T, int H, int S, float *hs)
+{
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= T * S) return;
+    int   t = warp / S, j = warp % S;
+    float g = warp_dot_bf16(x + (size_t)t * H, w13 + (size_t)j * H, H, lane);
+    float u = warp_dot_bf16(x + (size_t)t * H, w13 + (size_t)(S + j) * H, H, lane);
+    if (lane == 0) hs[(size_t)t * S + j] = g / (1.0f + expf(-g)) * u;
+}
+
+/* out[t][n] += hs[t] . w2[n] (hs FP32, w2 BF16) */
+__global__ void shared_fc2_kernel(const float *hs, const uint16_t *w2, int T, int H, int S, float *out)
+{
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= T * H) return;
+    int          t = warp / H, n = warp % H;
+    const float *h = hs + (size_t)t * S;
+    const uint16_t *w = w2 + (size_t)n * S;
+    float        s = 0;
+    for (int i = lane * 8; i < S; i += 256) {
+        uint4  y = *(const uint4 *)(w + i);
+        float4 a = *(const float4 *)(h + i), b = *(const float4 *)(h + i + 4);
+        s += a.x * bf16_lo(y.x) + a.y * bf16_hi(y.x) + a.z * bf16_lo(y.y) + a.w * bf16_hi(y.y) + b.x * bf16_lo(y.z) +
+             b.y * bf16_hi(y.z) + b.z * bf16_lo(y.w) + b.w * bf16_hi(y.w);
+    }
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) out[(size_t)t * H + n] += s;
+}
+
 } // namespace
+
+extern "C" int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w13, const uint16_t *w2, int T, int H,
+                                           int S, float *hs, float *out, void *stream)
+{
+    long long w1 = (long long)T * S, w2n = (long long)T * H;
+    shared_fc1_kernel<<<(unsigned)((w1 * 32 + 255) / 256), 256, 0, (cudaStream_t)stream>>>(x, w13, T, H, S, hs);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    shared_fc2_kernel<<<(unsigned)((w2n * 32 + 255) / 256), 256, 0, (cudaStream_t)stream>>>(hs, w2, T, H, S, out);
+    return (int)cudaGetLastError();
+}
 
 extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
                                            void *stream)
