@@ -142,8 +142,11 @@ int fm_cmd_run(int argc, char **argv)
     }
     if (o.cfg.n_group > 1 && o.cfg.topk_group == 0) o.cfg.topk_group = 1;
 
+    /* Say "no GPU" before spending seconds on quantizing weights. */
+    fm_status s = fm_backend_available(o.backend);
+    if (s != FM_OK) return fm_cli_fail("run", s);
     fm_run_model m;
-    fm_status s = fm_run_model_build(&o, &m);
+    s = fm_run_model_build(&o, &m);
     if (s != FM_OK) return s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE ? (fm_cli_fail("run", s), FM_EXIT_USAGE)
                                                                              : fm_cli_fail("run", s);
     const fm_moe_config *cfg = &m.cfg;
