@@ -8,8 +8,9 @@
 
 #include "fm_internal.h"
 
-/* The compiled swapab instantiations (src/cuda/gemm_swapab.cu must list the
- * same rows: its dispatch table is checked against this one at first launch).
+/* The compiled swapab instantiations (src/cuda/gemm_swapab.cu lists the same
+ * rows in its dispatch table; tests/gpu/test_cuda_gemm.c launches every row
+ * here, so a row missing there fails with FM_ERR_UNSUPPORTED).
  * Dynamic smem in the last column = stages * (8*nt * (2*kc + 16) + warps*mt*(kc/64) * (512 + 64)).
  *   warps mt  nt  kc    stages      smem bytes  regime */
 static const fm_swapab_tile k_swapab_tiles[] = {
