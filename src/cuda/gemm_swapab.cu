@@ -69,14 +69,16 @@ __device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 /* CTAs per SM the shared memory of a tile allows on Hopper (~220 KB usable), at
- * most 4, for the small-batch tiles (nt <= 2): a register-allocation hint only (the launch itself is sized by
+ * most 8, for the small-batch tiles (nt <= 2): a register-allocation hint only (the launch itself is sized by
  * fm_smem_swapab). Measured: without it the small tiles took 143 registers and
  * ran 3 CTAs (12 warps) per SM, stalled on the dequant dependency chain. */
 constexpr int swapab_min_blocks(int warps, int mt, int nt, int kc, int stages)
 {
     int smem = stages * (warps * mt * (kc / 64) * 576 + 8 * nt * (2 * kc + 16)) + 1024;
     int b = nt > 2 ? 1 : 225 * 1024 / smem; /* nt > 2: MMA-heavier tiles keep their accumulators in registers */
-    return b < 1 ? 1 : (b > 4 ? 4 : b);
+    int r = 65536 / (warps * 32 * 64); /* keep >= 64 registers per thread */
+    if (b > r) b = r;
+    return b < 1 ? 1 : (b > 8 ? 8 : b);
 }
 
 template <int WARPS, int MT, int NT, int KC, int STAGES>
@@ -284,7 +286,8 @@ struct entry {
 #define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
     FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY(4, 1, 1, 128, 8),
-    FM_SWAPAB_ENTRY(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6), FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
+    FM_SWAPAB_ENTRY(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
+    FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
     FM_SWAPAB_ENTRY(4, 2, 2, 256, 4), FM_SWAPAB_ENTRY(4, 1, 4, 128, 4), FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
     FM_SWAPAB_ENTRY(4, 2, 8, 128, 3), FM_SWAPAB_ENTRY(4, 4, 8, 128, 3), FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
 };

@@ -17,6 +17,7 @@ static const fm_swapab_tile k_swapab_tiles[] = {
     {4, 1, 1, 256, 4}, /*  53,760  1-8 rows per expert */
     {8, 1, 1, 64, 4},  /*  23,040  1-8, small K (TP8 FC2: K = 256): more CTAs in flight */
     {4, 1, 1, 128, 8}, /*  54,272  1-8, deeper: 7 stages of 4.6 KB in flight per CTA */
+    {4, 1, 1, 128, 4}, /*  27,136  1-8, small CTA: up to 7 CTAs = 28 warps per SM */
     {4, 2, 1, 128, 8}, /*  91,136  1-8, SwiGLU pairs, deeper */
     {4, 1, 1, 256, 6}, /*  80,640  1-8, 5 stages of 9.2 KB in flight per CTA */
     {4, 2, 1, 256, 4}, /*  90,624  1-8, SwiGLU pairs */
