@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -30,14 +31,18 @@ static void usage(FILE *f)
             "kernel   --kernel cutlass|fp4moe (whose tiles pad the rows: the planner's CUTLASS pick, or\n"
             "         fp4moe's swap-AB kernel) --tile-m N (override) --measured FILE.csv (measured times)\n"
             "         --bw-eff X (0.85) --compute-eff X (0.75) --launch-us X (5)\n"
+            "         --calibrated-h200 (fp4moe's kernel on the H200 with efficiencies fitted to bench data)\n"
+            "validate --validate FILE.csv (roofline vs every measured row of --gpu; --csv for CSV)\n"
+            "         --fit (also fit --bw-eff/--compute-eff to that table and show the fitted errors)\n"
             "output   --sweep (table over 1..--sweep-max requests) --sweep-max N (512)\n"
             "         --csv | --json, --plot FILE.png (gnuplot)\n"
             "exit: 0 ok, 1 failed, 2 bad flags or settings, 3 no GPU (--gpu local)\n");
 }
 
 typedef struct {
-    const char *model, *gpu, *measured, *plot;
+    const char *model, *gpu, *measured, *plot, *validate;
     int         sweep, sweep_max, csv, json;
+    int         fit, calibrated, eff_given, kernel_given;
 } opts;
 
 /* Fill c->gpu from the local device: the table row with the same CC and SMs. */
@@ -90,8 +95,12 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
         if (!strcmp(a, "--sweep")) { o->sweep = 1; continue; }
         if (!strcmp(a, "--csv")) { o->csv = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--fit")) { o->fit = 1; continue; }
+        if (!strcmp(a, "--calibrated-h200")) { o->calibrated = 1; continue; }
+        if (!strcmp(a, "--bw-eff") || !strcmp(a, "--compute-eff")) o->eff_given = 1;
         const char **sp = !strcmp(a, "--model") ? &o->model : !strcmp(a, "--gpu") ? &o->gpu
                         : !strcmp(a, "--measured") ? &o->measured : !strcmp(a, "--plot") ? &o->plot
+                        : !strcmp(a, "--validate") ? &o->validate
                         : !strcmp(a, "--format") ? &fmt : !strcmp(a, "--parallel") ? &parallel
                         : !strcmp(a, "--kernel") ? &kernel : NULL;
         if (sp) {
@@ -168,6 +177,7 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
             return FM_EXIT_USAGE;
         }
     }
+    o->kernel_given = kernel != NULL;
     if (kernel) {
         if (!strcmp(kernel, "cutlass"))
             c->kernel = FM_SIM_KERNEL_CUTLASS;
@@ -188,6 +198,42 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
             return FM_EXIT_USAGE;
         }
         c->gpu = *g;
+    }
+    if (o->calibrated) {
+        /* the fitted efficiencies describe one kernel on one GPU: refuse to mix them */
+        if (o->gpu && strcasecmp(c->gpu.name ? c->gpu.name : "", "h200")) {
+            fprintf(stderr, "fp4moe simulate: --calibrated-h200 was fitted on the H200; it cannot be used with --gpu %s "
+                            "(pass --bw-eff/--compute-eff instead)\n", o->gpu);
+            return FM_EXIT_USAGE;
+        }
+        if (o->eff_given) {
+            fprintf(stderr, "fp4moe simulate: --calibrated-h200 sets --bw-eff and --compute-eff; give one or the "
+                            "other\n");
+            return FM_EXIT_USAGE;
+        }
+        if (o->kernel_given && c->kernel != FM_SIM_KERNEL_FP4MOE) {
+            fprintf(stderr, "fp4moe simulate: --calibrated-h200 describes fp4moe's kernel; it cannot be used with "
+                            "--kernel cutlass\n");
+            return FM_EXIT_USAGE;
+        }
+        const fm_gpu_info *g = NULL;
+        if (fm_gpu_find("h200", &g) != FM_OK) {
+            fprintf(stderr, "fp4moe simulate: --calibrated-h200: %s\n", fm_last_error());
+            return FM_EXIT_USAGE;
+        }
+        c->gpu = *g;
+        c->kernel = FM_SIM_KERNEL_FP4MOE;
+        c->bw_eff = FM_SIM_H200_FP4MOE_BW_EFF;
+        c->compute_eff = FM_SIM_H200_FP4MOE_COMPUTE_EFF;
+    }
+    if (o->fit && !o->validate) {
+        fprintf(stderr, "fp4moe simulate: --fit needs --validate FILE.csv\n");
+        return FM_EXIT_USAGE;
+    }
+    if (o->validate && (o->json || o->plot || o->sweep || o->measured)) {
+        fprintf(stderr, "fp4moe simulate: --validate prints a table or --csv; it takes no --json, --plot, --sweep "
+                        "or --measured\n");
+        return FM_EXIT_USAGE;
     }
     if (o->csv && o->json) {
         fprintf(stderr, "fp4moe simulate: --csv and --json are exclusive\n");
@@ -265,13 +311,45 @@ static int output(const fm_sim_config *c, const opts *o)
     return rc;
 }
 
+/* --validate: the roofline against every measured row of the GPU (and, with
+ * --fit, again with the efficiencies fitted to those rows). */
+static int validate(fm_sim_config *c, const opts *o)
+{
+    fm_sim_measured *m = NULL;
+    fm_status st = fm_sim_measured_load(o->validate, &m);
+    if (st != FM_OK) return st == FM_ERR_IO ? fm_cli_fail(k_cmd, st) : fail(st);
+    int cap = fm_sim_measured_rows(m), n = 0;
+    fm_sim_check_point *p = malloc(sizeof *p * (size_t)cap);
+    fm_sim_check_summary s;
+    st = p ? FM_OK : FM_ERR_OOM;
+    for (int pass = 0; pass < 1 + o->fit && st == FM_OK; pass++) {
+        if (pass == 1) {
+            st = fm_sim_fit_eff(c, m, &c->bw_eff, &c->compute_eff);
+            if (st != FM_OK) break;
+            printf("\nfitted: --bw-eff %.3f --compute-eff %.3f (minimum mean |log(pred/meas)|)\n", c->bw_eff,
+                   c->compute_eff);
+        }
+        st = fm_sim_validate(c, m, p, cap, &n, &s);
+        if (st == FM_OK && o->csv) st = fm_sim_write_validation_csv(stdout, p, n);
+        else if (st == FM_OK) st = fm_sim_write_validation(stdout, c, p, n, &s);
+    }
+    int rc = st == FM_OK ? FM_EXIT_OK : st == FM_ERR_IO || st == FM_ERR_OOM ? fm_cli_fail(k_cmd, st) : fail(st);
+    free(p);
+    fm_sim_measured_free(m);
+    return rc;
+}
+
 int fm_cmd_simulate(int argc, char **argv)
 {
     fm_sim_config c;
     fm_sim_config_default(&c);
-    opts o = {NULL, NULL, NULL, NULL, 0, 512, 0, 0};
+    opts o = {NULL, NULL, NULL, NULL, NULL, 0, 512, 0, 0, 0, 0, 0, 0};
     int rc = parse(argc, argv, &c, &o);
     if (rc) return rc < 0 ? FM_EXIT_OK : rc;
+    if (o.validate) {
+        fm_status st = fm_sim_config_check(&c);
+        return st == FM_OK ? validate(&c, &o) : fail(st);
+    }
     fm_sim_measured *m = NULL;
     if (o.measured) {
         fm_status st = fm_sim_measured_load(o.measured, &m);

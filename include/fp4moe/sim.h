@@ -85,6 +85,19 @@ int fm_sim_measured_rows(const fm_sim_measured *m);
 fm_status fm_sim_measured_us(const fm_sim_measured *m, const char *gpu, fm_format fmt, int n, int k, double rows,
                              double *us_per_expert);
 
+/* One row of a measured table, as loaded. */
+typedef struct {
+    char      gpu[64];
+    fm_format fmt;
+    char      gemm[16];
+    int       experts, n, k;
+    double    rows; /* rows per expert */
+    double    us;   /* whole grouped GEMM */
+} fm_sim_measured_point;
+/* Row i in [0, fm_sim_measured_rows(m)) in file order. FM_OK, FM_ERR_INVALID_ARG
+ * (NULL, i out of range). *out untouched on failure. */
+fm_status fm_sim_measured_get(const fm_sim_measured *m, int i, fm_sim_measured_point *out);
+
 typedef struct {
     fm_sim_model model;
     fm_gpu_info  gpu;             /* a row of the planner's GPU table (fm_gpu_find), copied */
@@ -183,6 +196,59 @@ fm_status fm_sim_expert_probs(const fm_sim_config *c, double *pi);
  * FM_OK, fm_sim_config_check's statuses, FM_ERR_INVALID_ARG (steps < 1, NULL),
  * FM_ERR_OOM. counts untouched on failure. */
 fm_status fm_sim_sample_counts(const fm_sim_config *c, int steps, uint64_t seed, int32_t *counts);
+
+/* ---- validation against measured times ----------------------------------------
+ * The roofline's prediction for exactly what a measured row timed: `experts`
+ * experts of shape N x K, every one given `rows` rows (so all are active, no
+ * binomial), padded to the tile c's kernel picks for that many rows, on c's GPU
+ * with c's efficiencies and launch cost.  docs/simulate.md reports the result
+ * for bench/h200_fp4moe_gemm.csv. */
+typedef struct {
+    fm_sim_measured_point meas;
+    int          tile_m;               /* rows per tile used for padding */
+    double       mem_us, compute_us;   /* roofline terms */
+    double       pred_us;              /* max(mem, compute) + launch */
+    fm_sim_bound bound;
+    double       rel_err;              /* (pred - measured) / measured */
+} fm_sim_check_point;
+
+/* Regimes of the summary, by rows per expert: decode (1-32), mid (33-256), large (257+). */
+#define FM_SIM_REGIMES 3
+typedef struct {
+    int    n[FM_SIM_REGIMES + 1];          /* points per regime; [FM_SIM_REGIMES] = all */
+    double median_abs[FM_SIM_REGIMES + 1]; /* median |rel_err| */
+    double max_abs[FM_SIM_REGIMES + 1];    /* max |rel_err| */
+    double mean_bias[FM_SIM_REGIMES + 1];  /* mean rel_err (< 0: the model is optimistic) */
+} fm_sim_check_summary;
+
+/* Predict every row of m whose gpu is c->gpu.name and whose format is
+ * c->model.wfmt, in file order, into out[cap]; *n = rows compared; summary
+ * (may be NULL) gets the errors by regime.  The model's shapes are ignored:
+ * each row brings its own.  FM_OK, fm_sim_config_check's statuses,
+ * FM_ERR_INVALID_ARG (NULL out/m/n, cap too small: *n then says how many),
+ * FM_ERR_NOT_FOUND (no row for that GPU and format), FM_ERR_OOM. out and
+ * summary untouched on failure. */
+fm_status fm_sim_validate(const fm_sim_config *c, const fm_sim_measured *m, fm_sim_check_point *out, int cap, int *n,
+                          fm_sim_check_summary *summary);
+
+/* Efficiencies fitted to a measured table: the (bw_eff, compute_eff) pair on
+ * a 0.005 grid over (0, 1] that minimises the mean |log(pred / measured)| of
+ * fm_sim_validate's points (a ratio error, so fast and slow points weigh the
+ * same). FM_OK and fm_sim_validate's statuses; outputs untouched on failure. */
+fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, double *bw_eff, double *compute_eff);
+
+/* Efficiencies of fp4moe's swap-AB kernel on the H200, fitted by
+ * fm_sim_fit_eff to bench/h200_fp4moe_gemm.csv (RESULTS.md, 2026-11-29):
+ * `fp4moe simulate --calibrated-h200`.  Not the defaults: those describe a
+ * kernel at the measured copy/GEMM ceilings (docs/simulate.md says why). */
+#define FM_SIM_H200_FP4MOE_BW_EFF 0.595      /* 2.86 TB/s: 68 % of the 4.21 TB/s copy ceiling */
+#define FM_SIM_H200_FP4MOE_COMPUTE_EFF 0.26  /* 257 TFLOP/s: mma.sync-bound 64-row passes */
+
+/* Per-point table and the summary by regime. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO. */
+fm_status fm_sim_write_validation(FILE *f, const fm_sim_config *c, const fm_sim_check_point *p, int n,
+                                  const fm_sim_check_summary *s);
+/* The same points as CSV (header + one line each). Same statuses. */
+fm_status fm_sim_write_validation_csv(FILE *f, const fm_sim_check_point *p, int n);
 
 /* ---- reports ---------------------------------------------------------------- */
 

@@ -27,26 +27,37 @@ static double weight_bytes(fm_format f, int n, int k)
     return b;
 }
 
-void fm_sim_cost_eval(const fm_sim_ctx *x, int tile_m, const fm_sim_moments *mo, fm_sim_cost *out)
+void fm_sim_gemm_roofline(const fm_sim_ctx *x, int n, int k, int tile_m, const fm_sim_moments *mo, fm_sim_cost *out)
 {
     const fm_sim_config *c = &x->cfg;
     double bw = c->gpu.mem_gbs * 1e9 * c->bw_eff;          /* B/s */
     double rate = x->peak_tflops * 1e12 * c->compute_eff; /* FLOP/s */
+    double wb = mo->active * weight_bytes(c->model.wfmt, n, k);
+    double ab = mo->rows * ((double)k + n) * 2.0;
+    double issued = 2.0 * n * k * mo->tiles * tile_m;
+    *out = (fm_sim_cost){{0, 0}, 0, 0, 0, 0, 0, 0};
+    out->wbytes = wb;
+    out->abytes = ab;
+    out->flops_useful = 2.0 * n * k * mo->rows;
+    out->flops_issued = issued;
+    out->mem_us = (wb + ab) / bw * 1e6;
+    out->compute_us = issued / rate * 1e6;
+    out->gemm_us[0] = fmax(out->mem_us, out->compute_us) + c->launch_us;
+}
+
+void fm_sim_cost_eval(const fm_sim_ctx *x, int tile_m, const fm_sim_moments *mo, fm_sim_cost *out)
+{
     *out = (fm_sim_cost){{0, 0}, 0, 0, 0, 0, 0, 0};
     for (int j = 0; j < 2; j++) {
-        double n = x->shape.n[j], k = x->shape.k[j];
-        double wb = mo->active * weight_bytes(c->model.wfmt, (int)n, (int)k);
-        double ab = mo->rows * (k + n) * 2.0;
-        double useful = 2.0 * n * k * mo->rows;
-        double issued = 2.0 * n * k * mo->tiles * tile_m;
-        double t_mem = (wb + ab) / bw * 1e6, t_cmp = issued / rate * 1e6;
-        out->wbytes += wb;
-        out->abytes += ab;
-        out->flops_useful += useful;
-        out->flops_issued += issued;
-        out->mem_us += t_mem;
-        out->compute_us += t_cmp;
-        out->gemm_us[j] = x->measured ? mo->meas_us[j] : fmax(t_mem, t_cmp) + c->launch_us;
+        fm_sim_cost g;
+        fm_sim_gemm_roofline(x, x->shape.n[j], x->shape.k[j], tile_m, mo, &g);
+        out->wbytes += g.wbytes;
+        out->abytes += g.abytes;
+        out->flops_useful += g.flops_useful;
+        out->flops_issued += g.flops_issued;
+        out->mem_us += g.mem_us;
+        out->compute_us += g.compute_us;
+        out->gemm_us[j] = x->measured ? mo->meas_us[j] : g.gemm_us[0];
     }
 }
 

@@ -7,7 +7,7 @@
  * column    meaning
  * gpu       GPU short name as in the GPU table (fm_gpu_find), case-insensitive
  * format    bf16 | nvfp4 | mxfp4 (weights)
- * gemm      free label (fc1, fc2, ...), not used for matching
+ * gemm      free label (fc1, fc2, ...; < 16 characters), not used for matching
  * experts   experts in the grouped GEMM, every one given rows_per_expert rows
  * n, k      per-expert GEMM shape (out features, in features)
  * rows_per_expert  rows each expert gets (>= 1)
@@ -30,6 +30,7 @@
 typedef struct {
     char      gpu[64];
     fm_format fmt;
+    char      gemm[16];
     int       experts, n, k;
     double    rows, us;
 } meas_row;
@@ -87,6 +88,9 @@ static fm_status parse_row(char *line, const char *path, int lineno, meas_row *r
     if (!*f[0] || strlen(f[0]) >= sizeof r->gpu)
         return fm_fail(FM_ERR_FORMAT, "%s:%d: gpu name empty or longer than 63 characters", path, lineno);
     strcpy(r->gpu, f[0]);
+    if (strlen(f[2]) >= sizeof r->gemm)
+        return fm_fail(FM_ERR_FORMAT, "%s:%d: gemm label '%s' longer than 15 characters", path, lineno, f[2]);
+    strcpy(r->gemm, f[2]);
     if (fm_format_parse(f[1], &r->fmt) != FM_OK)
         return fm_fail(FM_ERR_FORMAT, "%s:%d: unknown format '%s' (bf16, nvfp4, mxfp4)", path, lineno, f[1]);
     if (!parse_int(f[3], 1, FM_SIM_MAX_EXPERTS, &r->experts))
@@ -159,6 +163,27 @@ void fm_sim_measured_free(fm_sim_measured *m)
 }
 
 int fm_sim_measured_rows(const fm_sim_measured *m) { return m ? m->n : 0; }
+
+fm_status fm_sim_measured_get(const fm_sim_measured *m, int i, fm_sim_measured_point *out)
+{
+    fm_clear_error();
+    if (!m || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_measured_get: NULL argument");
+    if (i < 0 || i >= m->n)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_measured_get: row %d not in [0, %d)", i, m->n);
+    const meas_row *r = &m->rows[i];
+    fm_sim_measured_point p;
+    memset(&p, 0, sizeof p);
+    memcpy(p.gpu, r->gpu, sizeof p.gpu);
+    memcpy(p.gemm, r->gemm, sizeof p.gemm);
+    p.fmt = r->fmt;
+    p.experts = r->experts;
+    p.n = r->n;
+    p.k = r->k;
+    p.rows = r->rows;
+    p.us = r->us;
+    *out = p;
+    return FM_OK;
+}
 
 fm_status fm_sim_measured_curve(const fm_sim_measured *m, const char *gpu, fm_format fmt, int n, int k,
                                 fm_sim_curve *cv)

@@ -91,6 +91,9 @@ void fm_sim_count_moments(const fm_sim_ctx *x, const int32_t *counts, int e0, in
 
 /* Cost of one GPU from its moments (cost.c). */
 void fm_sim_cost_eval(const fm_sim_ctx *x, int tile_m, const fm_sim_moments *mo, fm_sim_cost *out);
+/* Roofline of one grouped GEMM of per-expert shape n x k from its moments:
+ * all terms of out for that GEMM alone, its time in out->gemm_us[0]. */
+void fm_sim_gemm_roofline(const fm_sim_ctx *x, int n, int k, int tile_m, const fm_sim_moments *mo, fm_sim_cost *out);
 /* Time of the dense shared experts for T tokens on one GPU. */
 double fm_sim_shared_us(const fm_sim_ctx *x, int tokens);
 /* Tile rows for an expected rows-per-active-expert (tile.c); n/k 0 when unknown. */
