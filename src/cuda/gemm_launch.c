@@ -116,7 +116,7 @@ static int default_tiles(int rows, fm_cuda_epilogue epi, int k, fm_cuda_tile out
 {
     int swiglu = epi == FM_CUDA_EPI_SWIGLU;
     if (rows <= 8) {
-        if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){8, 1, 1, 64, 4}; /* short K: one 256-K stage would be all */
+        if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){4, 1, 1, 128, 4}; /* short K: small CTAs, more of them */
         else out[0] = (fm_cuda_tile){4, swiglu ? 2 : 1, 1, 256, 4};
         return 1;
     }
