@@ -143,11 +143,18 @@ static void test_presets(void **state)
             /* the H200 (sm_90) has a planner family: the tile is its pick */
             assert_int_equal(r.tile_from_planner, 1);
             assert_true(r.tile_m == 64 || r.tile_m == 128 || r.tile_m == 256);
-            c.kernel = FM_SIM_KERNEL_FP4MOE; /* swap-AB: the smallest pass that holds the expected rows */
+            /* swap-AB: the planner's fp4moe-swapab ranking, a compiled tile whose K a stage
+             * divides FC1's K; where every pass width can (K a multiple of 256), the smallest
+             * pass that holds the expected rows (gpt-oss's K = 2880 takes only 64-K stages) */
+            c.kernel = FM_SIM_KERNEL_FP4MOE;
             assert_int_equal(fm_sim_run(&c, &r), FM_OK);
+            assert_int_equal(r.tile_from_planner, 1);
             assert_true(r.tile_m == 8 || r.tile_m == 16 || r.tile_m == 32 || r.tile_m == 64);
-            assert_true(r.tile_m >= ceil(r.rows_per_active) || r.tile_m == 64);
-            assert_true(r.tile_m / 2 < ceil(r.rows_per_active) || r.tile_m == 8);
+            assert_true(r.tile_k > 0 && r.fc1_k % r.tile_k == 0);
+            if (r.fc1_k % 256 == 0) {
+                assert_true(r.tile_m >= ceil(r.rows_per_active) || r.tile_m == 64);
+                assert_true(r.tile_m / 2 < ceil(r.rows_per_active) || r.tile_m == 8);
+            }
             const fm_format_traits *tr = fm_format_traits_get(m.wfmt);
             assert_int_equal(r.fc2_k % tr->block, 0); /* TP slices padded to the block */
         }

@@ -1,20 +1,26 @@
 /* tile.c - the tile height the simulator pads rows to.
  *
  * The waste the simulator reports is the waste of the tile a server would really
- * launch, so the tile comes from the shared-memory planner's ranking
- * (fm_plan_candidates: the tiles that fit the GPU's shared memory, ranked by
- * estimated cost for the rows per expert), asked for FC1's shape with the
- * weights' format.  Where the GPU has no FP4 MMA (sm_90) the planner rejects
- * FP4 operands, so the BF16 ranking is used: the dequantize-to-BF16 path this
- * simulator's roofline assumes there.  An explicit --tile-m overrides the
- * planner; where the planner has no family for the GPU (sm_80, sm_100) the
- * field's 128-row CUTLASS tile is assumed and the result says so.
+ * launch, so the tile comes from the shared-memory planner's ranking (the tiles
+ * that fit the GPU's shared memory, ranked by estimated cost for the rows per
+ * expert), asked for FC1's shape with the weights' format.  An explicit --tile-m
+ * overrides the planner.
  *
- * With kernel = FM_SIM_KERNEL_FP4MOE the rows are padded as fp4moe's own swap-AB
- * kernel pads them: tokens are the MMA's N operand, 8 per fragment, nt fragments
- * per pass; the launcher's policy takes the smallest compiled nt with 8*nt >=
- * the expected rows (8, 16, 32, else 64 rows per pass) among the tiles that
- * fit the architecture's opt-in shared memory (the planner's swapab model).
+ * --kernel cutlass: fm_plan_candidates (the CUTLASS catalogue of the GPU's
+ * architecture: SM90, SM100 1-SM/2-SM, SM120).  Where the architecture has no
+ * FP4 MMA (sm_90) its catalogue rejects FP4 operands, so the BF16 ranking is
+ * used: the dequantize-to-BF16 path this simulator's roofline assumes there.
+ * Where the planner has no CUTLASS family at all (sm_80, sm_86/89) the field's
+ * 128-row tile is assumed and the result says so.
+ *
+ * --kernel fp4moe: fp4moe's own swap-AB kernel (tokens are the MMA's N operand,
+ * 8 per fragment, nt fragments a pass), ranked by the planner's fp4moe-swapab
+ * family (fm_plan_candidates_in): its compiled tiles that fit the architecture's
+ * opt-in shared memory, the least padded of the fastest estimates first - 8, 16,
+ * 32, else 64 rows a pass, as the launcher picks and as bench/RESULTS.md's
+ * fastest tiles are.  More rows than a pass loop over passes.  For weights the
+ * family does not take (BF16) the same rule is applied to the compiled tile list
+ * directly (smallest pass that holds the rows, else the widest).
  */
 #include <math.h>
 
@@ -55,11 +61,26 @@ int fm_sim_pick_tile(const fm_sim_ctx *x, double rows_per_active, int *tile_n, i
     if (x->cfg.tile_m > 0) return x->cfg.tile_m;
     int64_t rows = (int64_t)ceil(rows_per_active);
     if (rows < 1) rows = 1;
-    if (x->cfg.kernel == FM_SIM_KERNEL_FP4MOE) return swapab_rows(x, rows, tile_n, tile_k, from_planner);
     fm_elem ab = x->cfg.model.wfmt == FM_FORMAT_NVFP4   ? FM_ELEM_NVFP4
                  : x->cfg.model.wfmt == FM_FORMAT_MXFP4 ? FM_ELEM_MXFP4
                                                          : FM_ELEM_BF16;
     fm_plan_candidate cand[FM_SIM_TILE_CANDS];
+    if (x->cfg.kernel == FM_SIM_KERNEL_FP4MOE) {
+        size_t n = 0;
+        fm_status st = ab == FM_ELEM_BF16
+                           ? FM_ERR_UNSUPPORTED
+                           : fm_plan_candidates_in(FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB), &x->cfg.gpu, ab,
+                                                   FM_EPI_NOSMEM, 0, rows, x->shape.n[0], x->shape.k[0],
+                                                   x->shape.local_experts, cand, FM_SIM_TILE_CANDS, &n, NULL);
+        if (st == FM_OK && n > 0 && cand[0].res.fits) {
+            *tile_n = cand[0].cfg.tile_n;
+            *tile_k = cand[0].cfg.tile_k;
+            *from_planner = 1;
+            return cand[0].cfg.tile_m;
+        }
+        fm_clear_error();
+        return swapab_rows(x, rows, tile_n, tile_k, from_planner);
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         fm_elem e = attempt ? FM_ELEM_BF16 : ab;
         if (attempt && ab == FM_ELEM_BF16) break;
