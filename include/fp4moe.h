@@ -11,6 +11,7 @@
  *   fp4moe/plan.h    shared-memory model, can-implement, candidates (planner)
  *   fp4moe/io.h      safetensors checkpoints                      (loading)
  *   fp4moe/sim.h     decode batching simulator
+ *   fp4moe/cuda.h    GPU grouped GEMM, weight prepack (builds with the CUDA backend)
  * Every function that can fail returns fm_status; fm_last_error() has the detail.
  */
 #ifndef FP4MOE_H
@@ -29,6 +30,9 @@
 #include "fp4moe/plan.h"
 #include "fp4moe/io.h"
 #include "fp4moe/sim.h"
+#ifdef FM_HAVE_CUDA /* defined for users of a library built with nvcc (pkg-config / CMake target) */
+#include "fp4moe/cuda.h"
+#endif
 
 #ifdef __cplusplus
 extern "C" {
