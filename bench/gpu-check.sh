@@ -5,9 +5,13 @@
 #   3. ctest -L gpu, then compute-sanitizer memcheck + racecheck on test_cuda_gemm
 #   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
 #   5. ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
-#   6. the short table last; logs in $OUT (or ./out when run elsewhere)
-# Usage (repo root):  bench/gpu-check.sh [quick|full|test]      carry=[".debs"]
+#   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
+#      defaults at 1, 4 and 64 tokens)
+#   7. the short table last; logs in $OUT (or ./out when run elsewhere)
+# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf]      carry=[".debs"]
 #   test: steps 1-3 only (correctness + sanitizers, no timing)
+#   perf: build, ctest -L gpu, bench_gemm --quick (no sanitizers, torch or ncu: the
+#         cheapest call that still checks a kernel change before timing it)
 set -uo pipefail
 MODE=${1:-quick}
 OUT=${OUT:-$PWD/out}
@@ -19,13 +23,20 @@ export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
 { cmake -S . -B build-gpu -DFM_WERROR=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
-  cmake --build build-gpu -j16 --target fp4moe bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
+  cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 # other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
 cmake --build build-gpu -j16 >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
 echo "== ctest -L gpu"
 (cd build-gpu && ctest -L gpu --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
 grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
+if [ "$MODE" = perf ]; then
+  echo "== bench_gemm --quick"
+  build-gpu/bench/bench_gemm --quick >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
+  grep -E "^#" "$OUT/bench.log"
+  sed -n '/^shape/,$p' "$OUT/bench.log"
+  exit 0
+fi
 echo "== compute-sanitizer"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 timeout 240 "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/memcheck.log" 2>&1
@@ -47,6 +58,13 @@ if command -v ncu >/dev/null; then
     >"$OUT/ncu.log" 2>&1
   grep -E "DRAM Throughput|Duration|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu.log" | head -16
 fi
+if [ "$MODE" = full ]; then
+  echo "== CLI on the GPU"
+  { build-gpu/fp4moe devices
+    for tk in 1 4 64; do echo "-- fp4moe run --check --tokens $tk"; build-gpu/fp4moe run --check --tokens $tk; echo "rc=$?"; done
+  } >"$OUT/cli.log" 2>&1
+fi
 echo "== table ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader))"
 grep "^#" "$OUT/bench.log"
 python3 bench/gpu_table.py "$OUT/bench.log" "$OUT/torch_peer.json" | tee "$OUT/table.md"
+[ -f "$OUT/cli.log" ] && { echo "== CLI (fp4moe devices; fp4moe run --check, GLM-5 EP8 defaults)"; cat "$OUT/cli.log"; }

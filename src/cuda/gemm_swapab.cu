@@ -105,19 +105,21 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     /* bands of this warp's tiles */
     int  band[MT];
-    bool wvalid = true;
+    bool bvalid[MT], wvalid = false; /* N need not fill a warp's mt bands: each band on its own */
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (swiglu) {
             constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* launcher refuses SwiGLU with MT == 1 */
             int           gb = (blockIdx.x * WARPS + warp) * HALF + (i % HALF);
             band[i] = gb + (i >= HALF ? nbands / 2 : 0);
-            if (gb >= nbands / 2) wvalid = false;
+            bvalid[i] = gb < nbands / 2;
         } else {
             band[i] = (blockIdx.x * WARPS + warp) * MT + i;
-            if (band[i] >= nbands) wvalid = false;
+            bvalid[i] = band[i] < nbands;
         }
     }
+#pragma unroll
+    for (int i = 0; i < MT; i++) wvalid |= bvalid[i];
     const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
     const uint16_t *ws = (const uint16_t *)p.wscale + (size_t)e * nbands * KB * 32;
     const float     osc = p.oscale[e];
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                 int kb = ks * CPS + c;
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    bool   ok = wvalid && kb < KB;
+                    bool   ok = bvalid[i] && kb < KB; /* zeros past N and past kp */
                     size_t off = ok ? ((size_t)band[i] * KB + kb) * 32 : 0;
                     int    slot = (warp * MT + i) * CPS + c;
                     cp_async16(buf + W_OFF + slot * 512 + lane * 16, wd + off + lane, ok ? 16 : 0);
@@ -235,23 +237,27 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                     __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * (p.n / 2);
 #pragma unroll
                     for (int i = 0; i < MT / 2; i++) {
+                        if (!bvalid[i]) continue;
                         float gv = acc[i][n][q] * osc, uv = acc[i + MT / 2][n][q] * osc;
                         y[band[i] * 16 + fo] = __float2bfloat16(silu(gv) * uv);
                     }
                 } else if (p.epi == FM_CUDA_EPI_NONE) {
                     __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * p.n;
 #pragma unroll
-                    for (int i = 0; i < MT; i++) y[band[i] * 16 + fo] = __float2bfloat16(acc[i][n][q] * osc);
+                    for (int i = 0; i < MT; i++)
+                        if (bvalid[i]) y[band[i] * 16 + fo] = __float2bfloat16(acc[i][n][q] * osc);
                 } else if (p.epi == FM_CUDA_EPI_FINALIZE) {
                     float *y = (float *)p.y + (size_t)p.row_token[r] * p.n;
                     float  rw = p.row_weight[r] * osc;
 #pragma unroll
-                    for (int i = 0; i < MT; i++) atomicAdd(&y[band[i] * 16 + fo], acc[i][n][q] * rw);
+                    for (int i = 0; i < MT; i++)
+                        if (bvalid[i]) atomicAdd(&y[band[i] * 16 + fo], acc[i][n][q] * rw);
                 } else { /* FINALIZE_DET: weighted rows to scratch, reduced in slot order later */
                     float *y = p.scratch + (size_t)r * p.n;
                     float  rw = p.row_weight[r] * osc;
 #pragma unroll
-                    for (int i = 0; i < MT; i++) y[band[i] * 16 + fo] = acc[i][n][q] * rw;
+                    for (int i = 0; i < MT; i++)
+                        if (bvalid[i]) y[band[i] * 16 + fo] = acc[i][n][q] * rw;
                 }
             }
     }

@@ -307,6 +307,25 @@ static void test_smem_model(void **state)
     }
 }
 
+/* N that does not fill the last warp's mt bands (N = 224: 14 bands; mt = 4 leaves
+ * a warp with 2 bands inside N and 2 past it; an earlier kernel dropped the
+ * whole warp), with a K tail stage and zero-row experts. */
+static void test_partial_warp_bands(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 5);
+    static const gcase wide = {3, 224, 320, {2, 0, 11}};
+    size_t                n;
+    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (skip_tile(i, n)) continue;
+        fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
+        run_case(&r, FM_FORMAT_NVFP4, &wide, &t, FM_CUDA_EPI_NONE);
+        if (t.mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, &t, FM_CUDA_EPI_SWIGLU);
+    }
+}
+
 int main(void)
 {
     fm_test_require_gpu();
@@ -314,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_every_tile_nvfp4),
         cmocka_unit_test(test_every_tile_mxfp4),
         cmocka_unit_test(test_skew_and_finalize),
+        cmocka_unit_test(test_partial_warp_bands),
         cmocka_unit_test(test_statuses),
         cmocka_unit_test(test_smem_model),
     };
