@@ -1,4 +1,4 @@
-/* backend_fast.c - the "cpu" backend: the fast CPU path (OpenMP + AVX2).
+/* backend_fast.c - the "cpu" backend: the fast CPU path (OpenMP + AVX2/AVX-512).
  *
  * One forward = route -> permute -> FC1 -> SwiGLU -> FC2 -> finalize, like the
  * reference, but each GEMM phase is a flat list of work items (one item = one
@@ -35,14 +35,14 @@ typedef struct {
 typedef struct {
     fm_moe_config  cfg;
     int            max_tokens, nthreads;
-    int64_t        max_k;   /* widest K of any GEMM: rowbuf length */
+    int64_t        max_k;   /* widest K of any GEMM: sizes the kernels' work buffers */
     fm_cpu_weights cw;
     fm_qtensor     sh13, sh2; /* shared expert as BF16 tensors */
     fm_cpu_luts    L;
     fm_cpu_gemm_fn gemm;
     const char    *isa;
     /* per-forward buffers, sized for max_tokens (P = max_tokens * top_k routed rows) */
-    float         *logits, *wts, *A1, *G, *Hh, *Y, *XS, *SG, *SH, *SY, *acc, *rowbufs;
+    float         *logits, *wts, *A1, *G, *Hh, *Y, *XS, *SG, *SH, *SY, *acc, *work;
     int32_t       *ids, *offsets, *perm, *pos, *rowexp;
     unsigned char *qscratch;
     work_item     *items;
@@ -55,7 +55,7 @@ static void fast_destroy(void *state)
 {
     fast_state *s = state;
     if (!s) return;
-    void *bufs[] = {s->logits, s->wts, s->A1, s->G, s->Hh, s->Y, s->XS, s->SG, s->SH, s->SY, s->acc, s->rowbufs,
+    void *bufs[] = {s->logits, s->wts, s->A1, s->G, s->Hh, s->Y, s->XS, s->SG, s->SH, s->SY, s->acc, s->work,
                     s->ids, s->offsets, s->perm, s->pos, s->rowexp, s->qscratch, s->items};
     for (size_t i = 0; i < FM_ARRAY_LEN(bufs); i++) free(bufs[i]);
     fm_cpu_weights_free(&s->cw);
@@ -102,7 +102,7 @@ static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, in
     s->SH = malloc(sizeof(float) * (T * S + 1));
     s->SY = malloc(sizeof(float) * T * H);
     s->acc = malloc(sizeof(float) * T * H);
-    s->rowbufs = malloc(sizeof(float) * wide * FM_CPU_ROWBUF_ROWS * s->nthreads);
+    s->work = malloc(sizeof(float) * fm_cpu_work_floats(wide) * s->nthreads);
     s->ids = malloc(sizeof(int32_t) * P);
     s->offsets = malloc(sizeof(int32_t) * (E + 1));
     s->perm = malloc(sizeof(int32_t) * P);
@@ -111,7 +111,7 @@ static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, in
     s->qscratch = malloc(fm_moe_act_quant_scratch((int)wide) * s->nthreads);
     s->items = malloc(sizeof(work_item) * s->max_items);
     if (!s->logits || !s->wts || !s->A1 || !s->G || !s->Hh || !s->Y || !s->XS || !s->SG || !s->SH || !s->SY ||
-        !s->acc || !s->rowbufs || !s->ids || !s->offsets || !s->perm || !s->pos || !s->rowexp || !s->qscratch ||
+        !s->acc || !s->work || !s->ids || !s->offsets || !s->perm || !s->pos || !s->rowexp || !s->qscratch ||
         !s->items) {
         fast_destroy(s);
         return fm_fail(FM_ERR_OOM, "cpu: out of memory for work buffers (max_tokens=%d)", max_tokens);
@@ -135,8 +135,8 @@ static void run_items(fast_state *s, size_t n_items)
     const work_item *it = s->items;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads)
     for (long i = 0; i < (long)n_items; i++) {
-        float *rowbuf = s->rowbufs + (size_t)omp_get_thread_num() * s->max_k * FM_CPU_ROWBUF_ROWS;
-        s->gemm(it[i].w, &s->L, it[i].n0, it[i].n1, it[i].A, it[i].lda, it[i].M, it[i].Y, it[i].ldy, rowbuf);
+        float *work = s->work + (size_t)omp_get_thread_num() * fm_cpu_work_floats(s->max_k);
+        s->gemm(it[i].w, &s->L, it[i].n0, it[i].n1, it[i].A, it[i].lda, it[i].M, it[i].Y, it[i].ldy, work);
     }
 }
 
