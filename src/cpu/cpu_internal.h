@@ -48,8 +48,10 @@ typedef void (*fm_cpu_gemm_fn)(const fm_qtensor *w, const fm_cpu_luts *L, int64_
  * area), and 16-lane accumulators per (row, weight row) pair spilled. */
 #define FM_CPU_PANEL_ROWS 16
 #define FM_CPU_PANEL_MC   48
-#define fm_cpu_work_floats(max_k) \
-    ((size_t)FM_CPU_PANEL_ROWS * (size_t)(max_k) + (size_t)FM_CPU_PANEL_MC * FM_CPU_PANEL_ROWS * 16 + 16)
+#define FM_CPU_PANEL_KC   512 /* K block: panel slice 16 x 512 floats = 32 KB + a packed 6-row tile 12 KB: L1 (48 KB); measured 256..768, 512-768 best */
+#define fm_cpu_work_floats(max_k)                                                                         \
+    ((size_t)FM_CPU_PANEL_ROWS * (size_t)(max_k) + (size_t)FM_CPU_PANEL_MC * FM_CPU_PANEL_ROWS * 16 + \
+     6 * (size_t)FM_CPU_PANEL_KC + 16)
 
 void fm_cpu_gemm_scalar(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
                         int64_t lda, int M, float *Y, int64_t ldy, float *work);

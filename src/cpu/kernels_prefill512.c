@@ -28,49 +28,57 @@
 
 #include <stdint.h>
 
-#define KC 256 /* K block: panel slice 16 x 256 floats = 16 KB, a 6-row tile 6 KB */
-#define MR 6   /* activation rows per register tile (24 accumulators + 4 weights + 1) */
-#define NR 4   /* weight rows per register tile */
+#define KC FM_CPU_PANEL_KC
+#define MR 6 /* activation rows per register tile (24 accumulators + 4 weights + 1) */
+#define NR 4 /* weight rows per register tile: a "quad" */
 
-/* One weight row dequantized (block scales applied) into row[K]; same values
- * as fm_cpu_decode_row_avx2, which BF16 goes through. */
+/* One weight row dequantized (block scales applied), its 16-element chunk j
+ * stored at out + j * 64 (the quad-interleaved panel layout); same values as
+ * fm_cpu_decode_row_avx2. */
 FM_AVX512 static void decode_row512(const fm_qtensor *w, const fm_cpu_luts *L, __m512 table, int blk, int64_t n,
-                                    float *row)
+                                    float *out)
 {
+    const int64_t K = w->cols;
     if (w->fmt == FM_FORMAT_BF16) {
-        fm_cpu_decode_row_avx2(w, L, blk, n, row);
+        const uint16_t *d = (const uint16_t *)w->data + n * K;
+        for (int64_t k = 0; k < K; k += 16, out += 16 * NR) {
+            __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(d + k)));
+            _mm512_store_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))); /* BF16: FP32's top half */
+        }
         return;
     }
-    const int64_t K = w->cols, nb = K / blk;
+    const int64_t nb = K / blk;
     const int cpb = blk / 16;
     const uint8_t *q = (const uint8_t *)w->data + n * (K / 2), *sc = w->scales + n * nb;
     for (int64_t b = 0; b < nb; b++) {
         const __m512 ts = _mm512_mul_ps(table, _mm512_set1_ps(L->scale[sc[b]]));
         if ((b & (8 / cpb - 1)) == 0) _mm_prefetch((const char *)(q + FM_PREFETCH), _MM_HINT_T0);
-        for (int c = 0; c < cpb; c++, q += 8, row += 16) _mm512_storeu_ps(row, fm_dec16_512(q, ts));
+        for (int c = 0; c < cpb; c++, q += 8, out += 16 * NR) _mm512_store_ps(out, fm_dec16_512(q, ts));
     }
 }
 
-/* The micro-kernel: H (1..6, a constant after inlining) activation rows x 4
- * panel rows over kc elements. acc holds the 16-lane partial sums [H][4][16]
- * between K blocks (read unless first, written unless last); on the last
- * block the sums are folded and nr (1..4) outputs per row stored. */
-FM_AVX512_INLINE static void tile(const float *const rb[NR], const float *A, int64_t lda, int64_t kc, const int H,
-                                  float *acc, int first, int last, int nr, float g, float *Y, int64_t ldy)
+/* The micro-kernel: H (1..6, a constant after inlining) activation rows x the
+ * 4 rows of a panel quad over kc elements. P: the quad's chunks from k0,
+ * [kc/16][4][16]; a: the packed tile, [kc/16][H][16]. acc holds the 16-lane
+ * partial sums [H][4][16] between K blocks (read unless first, written unless
+ * last); on the last block they are folded and nr (1..4) outputs per row
+ * stored. */
+FM_AVX512_INLINE static void tile(const float *P, const float *a, int64_t kc, const int H, float *acc, int first,
+                                  int last, int nr, float g, float *Y, int64_t ldy)
 {
     __m512 c[MR][NR];
     for (int i = 0; i < H; i++)
         for (int r = 0; r < NR; r++)
             c[i][r] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (i * NR + r) * 16);
-    for (int64_t k = 0; k < kc; k += 16) {
-        const __m512 w0 = _mm512_loadu_ps(rb[0] + k), w1 = _mm512_loadu_ps(rb[1] + k);
-        const __m512 w2 = _mm512_loadu_ps(rb[2] + k), w3 = _mm512_loadu_ps(rb[3] + k);
+    for (int64_t k = 0; k < kc; k += 16, P += 16 * NR, a += 16 * H) {
+        const __m512 w0 = _mm512_load_ps(P), w1 = _mm512_load_ps(P + 16);
+        const __m512 w2 = _mm512_load_ps(P + 32), w3 = _mm512_load_ps(P + 48);
         for (int i = 0; i < H; i++) {
-            const __m512 a = _mm512_loadu_ps(A + i * lda + k);
-            c[i][0] = _mm512_fmadd_ps(w0, a, c[i][0]);
-            c[i][1] = _mm512_fmadd_ps(w1, a, c[i][1]);
-            c[i][2] = _mm512_fmadd_ps(w2, a, c[i][2]);
-            c[i][3] = _mm512_fmadd_ps(w3, a, c[i][3]);
+            const __m512 x = _mm512_load_ps(a + 16 * i);
+            c[i][0] = _mm512_fmadd_ps(w0, x, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(w1, x, c[i][1]);
+            c[i][2] = _mm512_fmadd_ps(w2, x, c[i][2]);
+            c[i][3] = _mm512_fmadd_ps(w3, x, c[i][3]);
         }
     }
     if (last) {
@@ -82,9 +90,20 @@ FM_AVX512_INLINE static void tile(const float *const rb[NR], const float *A, int
     }
 }
 
-/* Activation rows [m0, m0 + mh) against the decoded panel (np rows, stride K). */
+/* Rows [0, h) of A, elements [k0, k0 + kc), into pack as [kc/16][h][16]: one
+ * contiguous stream for the micro-kernel. (Routed rows sit K floats apart, a
+ * multiple of 4 KB at model sizes: read in place, a tile's rows and the panel
+ * would all fall into the same L1 sets.) */
+FM_AVX512 static void pack_a(const float *A, int64_t lda, int h, int64_t k0, int64_t kc, float *pack)
+{
+    for (int i = 0; i < h; i++)
+        for (int64_t k = 0; k < kc; k += 16)
+            _mm512_store_ps(pack + (k * h + 16 * i), _mm512_loadu_ps(A + i * lda + k0 + k));
+}
+
+/* Activation rows [0, mh) against the decoded panel (np rows in quads). */
 FM_AVX512 static void panel_rows(const float *panel, int np, int64_t K, const float *A, int64_t lda, int mh,
-                                 float *accs, float g, float *Y, int64_t ldy)
+                                 float *accs, float *pack, float g, float *Y, int64_t ldy)
 {
     const int ntiles = (mh + MR - 1) / MR, base = mh / ntiles, extra = mh % ntiles;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
@@ -93,20 +112,19 @@ FM_AVX512 static void panel_rows(const float *panel, int np, int64_t K, const fl
         int m = 0;
         for (int t = 0; t < ntiles; t++) {
             const int h = base + (t < extra);
+            pack_a(A + m * lda, lda, h, k0, kc, pack);
             for (int q = 0; q < np; q += NR) {
                 const int nr = np - q < NR ? np - q : NR;
-                const float *rb[NR];
-                for (int r = 0; r < NR; r++) rb[r] = panel + (int64_t)(q + (r < nr ? r : 0)) * K + k0;
+                const float *P = panel + (int64_t)q * K + k0 * NR;
                 float *acc = accs + ((int64_t)m * FM_CPU_PANEL_ROWS + q * h) * 16; /* [tile][quad][h][4][16] */
-                const float *a = A + m * lda + k0;
                 float *y = Y + m * ldy + q;
                 switch (h) {
-                case 1: tile(rb, a, lda, kc, 1, acc, first, last, nr, g, y, ldy); break;
-                case 2: tile(rb, a, lda, kc, 2, acc, first, last, nr, g, y, ldy); break;
-                case 3: tile(rb, a, lda, kc, 3, acc, first, last, nr, g, y, ldy); break;
-                case 4: tile(rb, a, lda, kc, 4, acc, first, last, nr, g, y, ldy); break;
-                case 5: tile(rb, a, lda, kc, 5, acc, first, last, nr, g, y, ldy); break;
-                default: tile(rb, a, lda, kc, 6, acc, first, last, nr, g, y, ldy); break;
+                case 1: tile(P, pack, kc, 1, acc, first, last, nr, g, y, ldy); break;
+                case 2: tile(P, pack, kc, 2, acc, first, last, nr, g, y, ldy); break;
+                case 3: tile(P, pack, kc, 3, acc, first, last, nr, g, y, ldy); break;
+                case 4: tile(P, pack, kc, 4, acc, first, last, nr, g, y, ldy); break;
+                case 5: tile(P, pack, kc, 5, acc, first, last, nr, g, y, ldy); break;
+                default: tile(P, pack, kc, 6, acc, first, last, nr, g, y, ldy); break;
                 }
             }
             m += h;
@@ -120,14 +138,20 @@ FM_AVX512 void fm_cpu_prefill512(const fm_qtensor *w, const fm_cpu_luts *L, int6
     const int64_t K = w->cols;
     const int blk = fm_cpu_fmt_block(w->fmt);
     const __m512 table = fm_e2m1_table512(L);
-    float *panel = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* the 16 spare floats */
-    float *accs = panel + (int64_t)FM_CPU_PANEL_ROWS * K;             /* stays 64-byte aligned: K % 16 == 0 */
+    /* work: [panel 16 x K][accumulators MC x 16 x 16][A pack 6 x KC], 64-byte
+     * aligned (the 16 spare floats; K % 16 == 0 keeps the rest aligned). */
+    float *panel = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    float *accs = panel + (int64_t)FM_CPU_PANEL_ROWS * K;
+    float *pack = accs + FM_CPU_PANEL_MC * FM_CPU_PANEL_ROWS * 16;
     for (int64_t nb = n0; nb < n1; nb += FM_CPU_PANEL_ROWS) {
         const int np = n1 - nb < FM_CPU_PANEL_ROWS ? (int)(n1 - nb) : FM_CPU_PANEL_ROWS;
-        for (int r = 0; r < np; r++) decode_row512(w, L, table, blk, nb + r, panel + (int64_t)r * K);
+        for (int r = 0; r < np; r++) decode_row512(w, L, table, blk, nb + r, panel + (r & ~3) * K + (r & 3) * 16);
+        for (int r = np; r % NR; r++) /* a short last quad: zeros, never stored */
+            for (int64_t k = 0; k < K; k += 16) _mm512_store_ps(panel + (r & ~3) * K + k * NR + (r & 3) * 16,
+                                                                _mm512_setzero_ps());
         for (int m0 = 0; m0 < M; m0 += FM_CPU_PANEL_MC) {
             const int mh = M - m0 < FM_CPU_PANEL_MC ? M - m0 : FM_CPU_PANEL_MC;
-            panel_rows(panel, np, K, A + m0 * lda, lda, mh, accs, w->global_scale, Y + m0 * ldy + nb, ldy);
+            panel_rows(panel, np, K, A + m0 * lda, lda, mh, accs, pack, w->global_scale, Y + m0 * ldy + nb, ldy);
         }
     }
 }
