@@ -22,8 +22,8 @@ void      fm_cpu_weights_free(fm_cpu_weights *cw);
  * kernels.c          lookup tables, the portable path, run-time ISA choice
  * kernels_avx2.c     AVX2+FMA: register path (M <= 4) and buffered path
  * kernels_avx512.c   AVX-512 decode regime (M <= 3 rows per expert): register path
- * kernels_prefill512.c  AVX-512 prefill regime (M > 3): dequantized panel in
- *                    L2, K-blocked 4 x 6 register tiles out of L1
+ * kernels_prefill512.c  AVX-512 prefill regime (M > 3, and BF16): dequantized
+ *                    panel in L2, K-blocked 4 x 6 register tiles out of L1
  * All of them sum every output in the same lane structure (16 interleaved
  * lanes over K, folded by a fixed tree), see kernels.c. */
 
@@ -63,8 +63,6 @@ void fm_cpu_gemm_avx512(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, i
 /* The prefill kernel; needs w->cols % 16 == 0 (FP4 always, BF16 usually). */
 void fm_cpu_prefill512(const fm_qtensor *w, const fm_cpu_luts *L, int64_t n0, int64_t n1, const float *A,
                        int64_t lda, int M, float *Y, int64_t ldy, float *work);
-/* Weight row n (block scales applied, global scale not) into row[K]: AVX2. */
-void fm_cpu_decode_row_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n, float *row);
 #endif
 
 /* The best kernel this CPU runs ("avx512", "avx2" or "scalar"); $FM_CPU_ISA

@@ -1,5 +1,6 @@
 /* kernels_avx2.c - the AVX2+FMA kernels (decode and buffered paths), for
- * x86-64 CPUs without AVX-512 (and as the AVX-512 path's BF16 decoder).
+ * x86-64 CPUs without AVX-512 (and the AVX-512 path's fallback for BF16 weights
+ * with K not a multiple of 16).
  *
  * Register path (M <= 4 rows per expert, FP4): each 16-element chunk is
  * decoded in registers (fm_dec16) and used by one FMA per row and 8 lanes;
@@ -63,7 +64,7 @@ FM_AVX2 static void fp4_direct(const fm_qtensor *w, const fm_cpu_luts *L, int bl
 }
 #undef FM_DIRECT_CASE
 
-FM_AVX2 void fm_cpu_decode_row_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n, float *row)
+FM_AVX2 static void decode_row_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int blk, int64_t n, float *row)
 {
     const int64_t K = w->cols;
     if (w->fmt == FM_FORMAT_BF16) {
@@ -126,7 +127,7 @@ FM_AVX2 void fm_cpu_gemm_avx2(const fm_qtensor *w, const fm_cpu_luts *L, int64_t
         return;
     }
     for (int64_t n = n0; n < n1; n++) {
-        fm_cpu_decode_row_avx2(w, L, blk, n, work);
+        decode_row_avx2(w, L, blk, n, work);
         int m = 0;
         for (; m + 4 <= M; m += 4) row_dot(work, K, w->global_scale, n, A + m * lda, lda, 4, Y + m * ldy, ldy);
         switch (M - m) {
