@@ -86,9 +86,14 @@ int fm_cmd_run(int argc, char **argv)
     fm_run_opts_default(&o);
     long v;
     double dv;
+    const char *shape_flag = NULL; /* a flag that sets the layer's shape: not with --weights */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
+        for (const struct option *op = k_opts; op->name; op++)
+            if (op->val == c && (c == OPT_EXPERTS || c == OPT_HIDDEN || c == OPT_INTER || c == OPT_FORMAT ||
+                                 c == OPT_SHARED))
+                shape_flag = op->name;
         switch (c) {
         case OPT_EXPERTS: if (!fm_cli_int("run", "--experts", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.n_experts = (int)v; break;
         case OPT_TOPK: if (!fm_cli_int("run", "--topk", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.top_k = (int)v; break;
@@ -136,6 +141,16 @@ int fm_cmd_run(int argc, char **argv)
         fprintf(stderr, "fp4moe run: unexpected argument '%s'\n", argv[optind]);
         return FM_EXIT_USAGE;
     }
+    if (o.weights_path && shape_flag) {
+        fprintf(stderr, "fp4moe run: --%s sets the layer's shape, which --weights takes from the checkpoint\n",
+                shape_flag);
+        return FM_EXIT_USAGE;
+    }
+    if ((long long)o.tokens * o.cfg.top_k > 2147483647LL) {
+        fprintf(stderr, "fp4moe run: --tokens x --topk = %lld routed rows exceeds 2^31-1\n",
+                (long long)o.tokens * o.cfg.top_k);
+        return FM_EXIT_USAGE;
+    }
     if (o.layer >= 0 && !o.weights_path) {
         fprintf(stderr, "fp4moe run: --layer needs --weights PATH\n");
         return FM_EXIT_USAGE;
@@ -147,8 +162,10 @@ int fm_cmd_run(int argc, char **argv)
     if (s != FM_OK) return fm_cli_fail("run", s);
     fm_run_model m;
     s = fm_run_model_build(&o, &m);
-    if (s != FM_OK) return s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE ? (fm_cli_fail("run", s), FM_EXIT_USAGE)
-                                                                             : fm_cli_fail("run", s);
+    if (s != FM_OK) { /* settings from flags that do not make a layer are usage errors; a bad checkpoint is not */
+        int rc0 = fm_cli_fail("run", s);
+        return !o.weights_path && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE : rc0;
+    }
     const fm_moe_config *cfg = &m.cfg;
     int T = o.tokens;
     size_t n_out = (size_t)T * cfg->hidden;

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "fm_internal.h"
 #include "fm_rng.h"
+#include "moe/moe_internal.h"
 
 void fm_run_opts_default(fm_run_opts *o)
 {
@@ -100,32 +101,31 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
     return FM_OK;
 }
 
+/* Active experts for x: routed with the library's own logits and router, so the
+ * count (and the bytes reported) is exactly what every backend routes. */
 static fm_status count_active(fm_run_model *m, int T)
 {
     const fm_moe_config *c = &m->cfg;
-    int E = c->n_experts, H = c->hidden, K = c->top_k;
+    size_t E = (size_t)c->n_experts, K = (size_t)c->top_k, n = (size_t)T * K;
     float *logits = malloc((size_t)T * E * sizeof(float));
-    float *wts = malloc((size_t)T * K * sizeof(float));
-    int32_t *ids = malloc((size_t)T * K * sizeof(int32_t));
+    float *wts = malloc(n * sizeof(float));
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    char *seen = calloc(E, 1);
     fm_status s = FM_OK;
-    if (!logits || !wts || !ids) s = fm_fail(FM_ERR_OOM, "out of host memory (routing)");
-    for (int t = 0; s == FM_OK && t < T; t++)
-        for (int e = 0; e < E; e++) {
-            double acc = 0;
-            for (int k = 0; k < H; k++) acc += (double)fm_bf16_decode(m->x[(size_t)t * H + k]) * m->w.router_w[(size_t)e * H + k];
-            logits[(size_t)t * E + e] = (float)acc;
-        }
-    if (s == FM_OK) s = fm_moe_route(c, m->w.router_bias, logits, T, ids, wts);
+    if (!logits || !wts || !ids || !seen) s = fm_fail(FM_ERR_OOM, "out of host memory (routing)");
     if (s == FM_OK) {
-        char *seen = calloc((size_t)E, 1);
+        fm_moe_router_logits(c, m->w.router_w, m->x, T, logits);
+        s = fm_moe_route(c, m->w.router_bias, logits, T, ids, wts);
+    }
+    if (s == FM_OK) {
         m->active_experts = 0;
-        for (int i = 0; seen && i < T * K; i++)
+        for (size_t i = 0; i < n; i++)
             if (!seen[ids[i]]) seen[ids[i]] = 1, m->active_experts++;
-        free(seen);
     }
     free(logits);
     free(wts);
     free(ids);
+    free(seen);
     return s;
 }
 

@@ -28,6 +28,7 @@ const char *fm_backend_name(fm_backend_kind k)
 
 fm_status fm_backend_parse(const char *name, fm_backend_kind *out)
 {
+    fm_clear_error();
     if (!name || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_backend_parse: NULL argument");
     for (int k = 0; k < FM_BACKEND_COUNT; k++)
         if (strcasecmp(name, k_backend_names[k]) == 0) {
@@ -104,6 +105,12 @@ fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const 
     if (!cfg) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: cfg is NULL");
     if (max_tokens < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: max_tokens=%d < 1", max_tokens);
     FM_CHECK(fm_moe_config_check(cfg));
+    /* Every backend indexes routed rows (token x slot) and token x hidden with
+     * 32-bit ints on the device: bound both here, once, for all of them. */
+    if ((int64_t)max_tokens * cfg->top_k > INT32_MAX || (int64_t)max_tokens * cfg->hidden > INT32_MAX)
+        return fm_fail(FM_ERR_BAD_SHAPE,
+                       "fm_layer_create: max_tokens=%d x top_k=%d (or x hidden=%d) exceeds 2^31-1 elements",
+                       max_tokens, cfg->top_k, cfg->hidden);
     FM_CHECK(fm_moe_weights_check(cfg, w));
     if (kind == FM_BACKEND_AUTO) kind = fm_backend_available(FM_BACKEND_CUDA) == FM_OK ? FM_BACKEND_CUDA : FM_BACKEND_CPU;
     FM_CHECK(fm_backend_available(kind));

@@ -74,7 +74,8 @@ typedef struct {
     void           *y;         /* device output, see the epilogue table */
     /* FINALIZE / FINALIZE_DET */
     const float    *row_weight;  /* device [rows] router weight of each permuted row */
-    const int32_t  *row_token;   /* device [rows] token of each permuted row (FINALIZE) */
+    const int32_t  *row_token;   /* device [rows] token of each permuted row (FINALIZE); must be in
+                                    [0, n_tokens): the device does not check it (FINALIZE_DET does) */
     int             n_tokens;    /* tokens in y */
     int             top_k;       /* FINALIZE_DET: slots per token */
     const int32_t  *token_slots; /* FINALIZE_DET: device [n_tokens*top_k] permuted row of each slot */
@@ -89,9 +90,10 @@ typedef struct {
 
 /* Launch the grouped GEMM (asynchronous on a->stream).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
- * N odd for SwiGLU), FM_ERR_MISALIGNED (x not 16-byte aligned),
- * FM_ERR_UNSUPPORTED (a tile that is not compiled in, SwiGLU with an odd mt or
- * N/2 not a multiple of the tile's features), FM_ERR_SMEM_EXCEEDED (the tile's
+ * unknown epilogue), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
+ * scratch not 16-byte aligned), FM_ERR_UNSUPPORTED (a tile that is not compiled in,
+ * SwiGLU with an odd mt or N not a multiple of 32, more than 65,535 experts, or
+ * FINALIZE_DET over more than 65,535 tokens), FM_ERR_SMEM_EXCEEDED (the tile's
  * shared memory, from fm_smem_swapab, exceeds the limit; nothing launched),
  * FM_ERR_NO_DEVICE, FM_ERR_CUDA (launch failure). */
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a);

@@ -48,12 +48,14 @@ typedef struct {
  * backend; `w` need not outlive the layer. max_tokens bounds T in forward.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_BAD_SHAPE, FM_ERR_FORMAT,
  * FM_ERR_NO_BACKEND, FM_ERR_NO_DEVICE, FM_ERR_UNSUPPORTED, FM_ERR_SMEM_EXCEEDED,
- * FM_ERR_OOM, FM_ERR_CUDA. On failure *out is NULL. */
+ * FM_ERR_OOM, FM_ERR_CUDA. FM_ERR_BAD_SHAPE also when max_tokens*top_k or
+ * max_tokens*hidden exceeds 2^31-1. On failure *out is NULL. */
 fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
                           fm_layer **out);
 
 /* out[T][hidden] FP32 = layer(x[T][hidden] BF16), host pointers. 1 <= T <= max_tokens.
- * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_BAD_SHAPE, FM_ERR_NONFINITE, FM_ERR_CUDA.
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_BAD_SHAPE, FM_ERR_NONFINITE (NaN/Inf in x),
+ * FM_ERR_OOM (cpu-ref allocates its scratch per call), FM_ERR_CUDA.
  * `out` is untouched on failure. stats may be NULL. */
 fm_status fm_layer_forward(fm_layer *layer, const uint16_t *x, int T, float *out, fm_run_stats *stats);
 

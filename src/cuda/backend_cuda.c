@@ -32,10 +32,10 @@ typedef struct {
     uint16_t        *d_x, *d_xp, *d_h;
     float           *d_logits, *d_out, *d_scratch, *d_rw, *d_hs;
     uint16_t        *d_sw13, *d_sw2; /* shared expert, BF16 */
-    int32_t         *d_off, *d_tok, *d_slots;
+    int32_t         *d_off, *d_perm, *d_slots;
     /* host scratch */
     float   *logits, *weights, *rw;
-    int32_t *ids, *off, *perm, *tok, *slots;
+    int32_t *ids, *off, *perm, *slots;
     cudaEvent_t ev0, ev1;
 } cuda_state;
 
@@ -64,7 +64,7 @@ static void cuda_destroy(void *p)
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
     void *dev[] = {s->d_router, s->d_x, s->d_xp, s->d_h, s->d_logits, s->d_out, s->d_scratch, s->d_rw,
-                   s->d_off, s->d_tok, s->d_slots, s->d_hs, s->d_sw13, s->d_sw2};
+                   s->d_off, s->d_perm, s->d_slots, s->d_hs, s->d_sw13, s->d_sw2};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -75,7 +75,6 @@ static void cuda_destroy(void *p)
     free(s->ids);
     free(s->off);
     free(s->perm);
-    free(s->tok);
     free(s->slots);
     free(s);
 }
@@ -87,6 +86,14 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: shared_inter=%d must be a multiple of 16", cfg->shared_inter);
     if (cfg->wfmt == FM_FORMAT_BF16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: BF16 routed experts are not supported (FP4 only)");
+    /* The gather and the deterministic finalize put routed rows / tokens on the
+     * grid's y dimension (at most 65,535); bigger batches are split by the caller. */
+    if ((int64_t)max_tokens * cfg->top_k > 65535)
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "cuda backend: max_tokens=%d x top_k=%d = %lld routed rows > 65,535 per forward (grid y limit); "
+                       "run the batch in chunks", max_tokens, cfg->top_k, (long long)max_tokens * cfg->top_k);
+    if (cfg->n_experts > 65535)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: n_experts=%d > 65,535 (grid y limit)", cfg->n_experts);
     if (cfg->hidden % 16 || cfg->inter % 16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: hidden=%d and inter=%d must be multiples of 16", cfg->hidden,
                        cfg->inter);
@@ -111,7 +118,7 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
     DALLOC(s->d_scratch, sizeof(float) * (size_t)R * H);
     DALLOC(s->d_rw, sizeof(float) * (size_t)R);
     DALLOC(s->d_off, sizeof(int32_t) * (size_t)(E + 1));
-    DALLOC(s->d_tok, sizeof(int32_t) * (size_t)R);
+    DALLOC(s->d_perm, sizeof(int32_t) * (size_t)R);
     DALLOC(s->d_slots, sizeof(int32_t) * (size_t)R);
     if (cfg->shared_inter > 0) {
         const size_t S = (size_t)cfg->shared_inter;
@@ -137,9 +144,8 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
     s->ids = malloc(sizeof(int32_t) * (size_t)R);
     s->off = malloc(sizeof(int32_t) * (size_t)(E + 1));
     s->perm = malloc(sizeof(int32_t) * (size_t)R);
-    s->tok = malloc(sizeof(int32_t) * (size_t)R);
     s->slots = malloc(sizeof(int32_t) * (size_t)R);
-    if (!s->logits || !s->weights || !s->rw || !s->ids || !s->off || !s->perm || !s->tok || !s->slots ||
+    if (!s->logits || !s->weights || !s->rw || !s->ids || !s->off || !s->perm || !s->slots ||
         (w->router_bias && !s->router_bias)) {
         st = fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
         goto fail;
@@ -171,16 +177,15 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
     FM_CHECK(fm_moe_permute(s->ids, T, K, E, s->off, s->perm));
     for (int q = 0; q < R; q++) { /* permuted row q <- slot perm[q] = t*K + j */
         s->rw[q] = s->weights[s->perm[q]];
-        s->tok[q] = s->perm[q] / K;
         s->slots[s->perm[q]] = q;
     }
     if ((e = cudaMemcpy(s->d_off, s->off, sizeof(int32_t) * (E + 1), cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(s->d_rw, s->rw, sizeof(float) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemcpy(s->d_tok, s->perm, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(s->d_perm, s->perm, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(s->d_slots, s->slots, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
         return cu_err(e, "upload routing");
-    if ((le = fm_moe_gather_launch(s->d_x, s->d_tok, R, K, H, s->d_xp, NULL)) != 0)
+    if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, s->d_xp, NULL)) != 0)
         return cu_err((cudaError_t)le, "gather");
     int               avg = (R + E - 1) / E;
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,

@@ -166,8 +166,15 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET &&
         (!a->row_weight || !a->token_slots || !a->scratch || a->top_k < 1 || a->n_tokens < 0))
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: FINALIZE_DET needs row_weight, token_slots, scratch, top_k");
-    if (a->epi == FM_CUDA_EPI_FINALIZE_DET && (uintptr_t)a->y % 16)
-        return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: FINALIZE_DET output is not 16-byte aligned");
+    if (a->epi == FM_CUDA_EPI_FINALIZE_DET && ((uintptr_t)a->y % 16 || (uintptr_t)a->scratch % 16))
+        return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: FINALIZE_DET output and scratch must be 16-byte aligned "
+                                          "(they are read/written as float4)");
+    /* experts (GEMM) and tokens (FINALIZE_DET reduce) are the grid's y dimension */
+    if (w->n_experts > 65535)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: n_experts=%d > 65,535 (grid y limit)", w->n_experts);
+    if (a->epi == FM_CUDA_EPI_FINALIZE_DET && a->n_tokens > 65535)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: n_tokens=%d > 65,535 (grid y limit); split the batch",
+                       a->n_tokens);
     int    dev = 0;
     size_t limit = device_smem_limit(&dev);
     if (limit == 0) {

@@ -298,7 +298,11 @@ const entry k_entries[] = {
     FM_SWAPAB_ENTRY(4, 2, 8, 128, 3), FM_SWAPAB_ENTRY(4, 4, 8, 128, 3), FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
-size_t    k_dyn_set[sizeof(k_entries) / sizeof(k_entries[0])]; /* dynamic smem attribute already set */
+/* Dynamic shared-memory attribute already set, per device (the attribute is
+ * per device and per function). A race between threads only repeats the
+ * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
+#define FM_SWAPAB_MAX_DEV 64
+size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])];
 
 } // namespace
 
@@ -316,13 +320,16 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];
-    if (smem > k_dyn_set[idx]) {
+    int          dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
+    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx] : NULL;
+    if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(x.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
         /* as much shared memory per SM as possible: the CTAs per SM are what keep bytes in flight */
         err = cudaFuncSetAttribute(x.fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         if (err != cudaSuccess) return (int)err;
-        k_dyn_set[idx] = smem;
+        if (set) *set = smem;
     }
     int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
