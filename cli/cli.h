@@ -31,8 +31,16 @@ int fm_cli_int(const char *cmd, const char *flag, const char *s, long lo, long h
 int fm_cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 
 /* Print "fp4moe <cmd>: <status name>: <detail>" to stderr and return the exit
- * code for the status (FM_EXIT_NO_DEVICE for FM_ERR_NO_DEVICE, else FM_EXIT_FAIL). */
+ * code for the status (FM_EXIT_NO_DEVICE for FM_ERR_NO_DEVICE and FM_ERR_NO_BACKEND,
+ * else FM_EXIT_FAIL). */
 int fm_cli_fail(const char *cmd, fm_status s);
+
+/* A status that came from parsing or checking flag values: the statuses a caller can
+ * fix (INVALID_ARG, BAD_SHAPE, FORMAT, NOT_FOUND, ARCH_MISMATCH, UNSUPPORTED) print
+ * "fp4moe <cmd>: <flag>: <status name>: <detail naming the accepted values>" and
+ * return FM_EXIT_USAGE; anything else goes to fm_cli_fail.  `flag` names the flag
+ * (or the flags, for a combination). */
+int fm_cli_usage_status(const char *cmd, const char *flag, fm_status s);
 
 /* Progress line on stderr, only when stderr is a terminal or FM_PROGRESS=1. */
 void fm_cli_progress(const char *fmt, ...);

@@ -38,7 +38,26 @@ int fm_cli_fail(const char *cmd, fm_status s)
 {
     const char *d = fm_last_error();
     fprintf(stderr, "fp4moe %s: %s: %s\n", cmd, fm_status_name(s), (d && *d) ? d : fm_status_str(s));
-    return s == FM_ERR_NO_DEVICE ? FM_EXIT_NO_DEVICE : FM_EXIT_FAIL;
+    /* no GPU, or a build without the backend asked for: both are "no GPU/driver where
+     * one was needed" to the user (docs/cli.md) */
+    return s == FM_ERR_NO_DEVICE || s == FM_ERR_NO_BACKEND ? FM_EXIT_NO_DEVICE : FM_EXIT_FAIL;
+}
+
+int fm_cli_usage_status(const char *cmd, const char *flag, fm_status s)
+{
+    switch (s) {
+    case FM_ERR_INVALID_ARG:
+    case FM_ERR_BAD_SHAPE:
+    case FM_ERR_FORMAT:
+    case FM_ERR_NOT_FOUND:
+    case FM_ERR_ARCH_MISMATCH:
+    case FM_ERR_UNSUPPORTED: {
+        const char *d = fm_last_error();
+        fprintf(stderr, "fp4moe %s: %s: %s: %s\n", cmd, flag, fm_status_name(s), (d && *d) ? d : fm_status_str(s));
+        return FM_EXIT_USAGE;
+    }
+    default: return fm_cli_fail(cmd, s);
+    }
 }
 
 void fm_cli_progress(const char *fmt, ...)

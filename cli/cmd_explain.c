@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "plan/plan_internal.h" /* fm_plan_resolve: the family and schedule it checked */
 
 static void help(FILE *f)
 {
@@ -16,7 +17,8 @@ static void help(FILE *f)
             "  --family F      auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
             "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K)\n"
             "  --warps W       fp4moe-swapab: warps per CTA (default 4)\n"
-            "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch\n"
+            "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch (with --arch too,\n"
+            "                  both must name the same architecture) and the SM count for waves\n"
             "  --tile MxNxK    CTA tile\n"
             "  --format F      nvfp4 | mxfp4 | bf16 | fp8 (sets --a and --b; default nvfp4)\n"
             "  --a T --b T     operand types separately (fp8 x mxfp4 on sm_120)\n"
@@ -29,13 +31,24 @@ static void help(FILE *f)
             "  --cutlass V     CUTLASS version whose builder picks the stages: 4.2 (default) .. 4.7\n"
             "  --k K           problem K (must be a multiple of the tile's K)\n"
             "  --json          machine-readable output\n"
-            "exit: 0 fits, 5 rejected, 2 usage, 1 invalid configuration\n");
+            "exit: 0 fits, 5 rejected, 2 usage (a bad flag value, or flags that describe no valid kernel),\n"
+            "      1 failure\n");
 }
 
+/* "MxN": two whole numbers in [1, 16] (a cluster has at most 16 CTAs), digits only,
+ * so an overflowing "99999999999x1" is an error instead of a wrapped int. */
 static int cluster_parse(const char *s, int *m, int *n)
 {
-    char tail;
-    return s && sscanf(s, "%dx%d%c", m, n, &tail) == 2 && *m > 0 && *n > 0;
+    int v[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        int d = 0;
+        for (; *s >= '0' && *s <= '9'; s++, d++)
+            if (d >= 2 || (v[i] = v[i] * 10 + (*s - '0')) > 16) return 0;
+        if (!d || v[i] < 1 || *s != (i ? '\0' : 'x')) return 0;
+        s++;
+    }
+    *m = v[0], *n = v[1];
+    return 1;
 }
 
 int fm_cmd_explain(int argc, char **argv)
@@ -79,7 +92,8 @@ int fm_cmd_explain(int argc, char **argv)
             else if (!strcmp(f, "--cutlass")) st = fm_cutlass_version_parse(v, &cfg.cutlass);
             else if (!strcmp(f, "--cluster")) {
                 if (!cluster_parse(v, &cfg.cluster_m, &cfg.cluster_n)) {
-                    fprintf(stderr, "fp4moe explain: --cluster expects MxN, got '%s'\n", v);
+                    fprintf(stderr, "fp4moe explain: --cluster expects MxN with M, N in [1, 16] (e.g. 2x1), got '%s'\n",
+                            v);
                     return FM_EXIT_USAGE;
                 }
             } else if (!strcmp(f, "--stages")) {
@@ -92,7 +106,7 @@ int fm_cmd_explain(int argc, char **argv)
                 fprintf(stderr, "fp4moe explain: unknown flag %s (see --help)\n", f);
                 return FM_EXIT_USAGE;
             }
-            if (st != FM_OK) return fm_cli_fail("explain", st);
+            if (st != FM_OK) return fm_cli_usage_status("explain", f, st);
         }
     }
     if ((!arch_s && !gpu_s) || !tile_s) {
@@ -103,26 +117,31 @@ int fm_cmd_explain(int argc, char **argv)
     const fm_arch_info *arch = NULL;
     const fm_gpu_info *gpu = NULL;
     if (gpu_s) {
-        if ((st = fm_gpu_find(gpu_s, &gpu)) != FM_OK) return fm_cli_fail("explain", st);
+        if ((st = fm_gpu_find(gpu_s, &gpu)) != FM_OK) return fm_cli_usage_status("explain", "--gpu", st);
         cfg.cc = gpu->cc;
     }
     if (arch_s) {
-        if ((st = fm_arch_find(arch_s, &arch)) != FM_OK) return fm_cli_fail("explain", st);
+        if ((st = fm_arch_find(arch_s, &arch)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
+        if (gpu && gpu->cc != arch->cc) { /* not silently one for the bytes, the other for the waves */
+            fprintf(stderr, "fp4moe explain: --arch %s and --gpu %s (sm_%d) name different architectures: give one, "
+                            "or both for the same one\n", arch_s, gpu->name, gpu->cc);
+            return FM_EXIT_USAGE;
+        }
         cfg.cc = arch->cc;
     }
-    if ((st = fm_arch_get(cfg.cc, &arch)) != FM_OK) return fm_cli_fail("explain", st);
-    if ((st = fm_tile_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK) return fm_cli_fail("explain", st);
+    if ((st = fm_arch_get(cfg.cc, &arch)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
+    if ((st = fm_tile_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK)
+        return fm_cli_usage_status("explain", "--tile", st);
     if (cfg.epilogue == FM_EPI_FINALIZE) cfg.d = FM_ELEM_VOID;
     fm_plan_result r;
-    if ((st = fm_plan_check(&cfg, 0, 0, k, 0, gpu ? gpu->sms : 0, &r)) != FM_OK) return fm_cli_fail("explain", st);
+    fm_kernel_config rc; /* what was checked, AUTO fields resolved by the library */
+    if ((st = fm_plan_check(&cfg, 0, 0, k, 0, gpu ? gpu->sms : 0, &r)) != FM_OK ||
+        (st = fm_plan_resolve(&cfg, &rc)) != FM_OK)
+        return fm_cli_usage_status("explain", "the flags describe no valid kernel", st);
     const fm_smem_breakdown *b = &r.bytes;
-    int swapab = cfg.family == FM_FAMILY_FP4MOE_SWAPAB;
-    fm_kernel_family fam = cfg.family;
-    if (fam == FM_FAMILY_AUTO)
-        fam = cfg.cc == 90 ? FM_FAMILY_CUTLASS_SM90 : (cfg.cc >= 120 ? FM_FAMILY_CUTLASS_SM120 : FM_FAMILY_CUTLASS_SM100);
-    fm_schedule sched = cfg.schedule;
-    if (sched == FM_SCHED_AUTO)
-        sched = fam == FM_FAMILY_CUTLASS_SM100 ? (cfg.tile_m == 256 ? FM_SCHED_2SM : FM_SCHED_1SM) : FM_SCHED_COOP;
+    int swapab = rc.family == FM_FAMILY_FP4MOE_SWAPAB;
+    fm_kernel_family fam = rc.family;
+    fm_schedule sched = rc.schedule;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "arch", arch->name);

@@ -9,13 +9,14 @@
 
 static void help(FILE *f)
 {
-    fprintf(f, "usage: fp4moe plan --gpu NAME [--format nvfp4|mxfp4|bf16|fp8] [--epilogue tma|nosmem|finalize]\n"
+    fprintf(f, "usage: fp4moe plan --gpu NAME [--format nvfp4|mxfp4|fp8|bf16|fp16] [--epilogue tma|nosmem|finalize]\n"
                "                   [--swap-ab] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
                "GPUs:");
     for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
     fprintf(f, "\nTiles of the GPU's CUTLASS family and fp4moe's own swap-AB kernel (FP4 weights), ranked.\n"
                "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2%% is a tie,\n"
-               "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage, 1 failure\n");
+               "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage (a bad flag value, or a --k\n"
+               "that no tile's K divides), 1 failure\n");
 }
 
 int fm_cmd_plan(int argc, char **argv)
@@ -39,8 +40,15 @@ int fm_cmd_plan(int argc, char **argv)
         } else {
             i++;
             if (!strcmp(f, "--gpu")) gpu_s = v;
-            else if (!strcmp(f, "--format")) st = fm_elem_parse(v, &ab);
-            else if (!strcmp(f, "--epilogue")) st = fm_epilogue_parse(v, &epi);
+            else if (!strcmp(f, "--format")) {
+                /* the GEMM operand types only: void and fp32 are epilogue types */
+                if (fm_elem_parse(v, &ab) != FM_OK || ab == FM_ELEM_VOID || ab == FM_ELEM_FP32) {
+                    fprintf(stderr, "fp4moe plan: --format expects nvfp4, mxfp4, fp8, bf16 or fp16, got '%s'\n", v);
+                    return FM_EXIT_USAGE;
+                }
+            } else if (!strcmp(f, "--epilogue")) {
+                if ((st = fm_epilogue_parse(v, &epi)) != FM_OK) return fm_cli_usage_status("plan", f, st);
+            }
             else if (!strcmp(f, "--rows-per-expert")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &rows)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--n")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &n)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--k")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &k)) return FM_EXIT_USAGE; }
@@ -49,7 +57,6 @@ int fm_cmd_plan(int argc, char **argv)
                 fprintf(stderr, "fp4moe plan: unknown flag %s (see --help)\n", f);
                 return FM_EXIT_USAGE;
             }
-            if (st != FM_OK) return fm_cli_fail("plan", st);
         }
     }
     if (!gpu_s) {
@@ -58,11 +65,13 @@ int fm_cmd_plan(int argc, char **argv)
         return FM_EXIT_USAGE;
     }
     const fm_gpu_info *g = NULL;
-    if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_fail("plan", st);
+    if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_usage_status("plan", "--gpu", st);
     fm_plan_candidate c[64];
     size_t cnt = 0;
+    /* the flags are the whole input: a shape no tile takes (BAD_SHAPE: K) or a format the
+     * GPU's families lack is a usage error, naming the flag(s) */
     if ((st = fm_plan_candidates_in(0, g, ab, epi, swap, rows, n, k, experts, c, 64, &cnt, NULL)) != FM_OK)
-        return fm_cli_fail("plan", st);
+        return fm_cli_usage_status("plan", st == FM_ERR_BAD_SHAPE ? "--k" : "--gpu/--format/--epilogue", st);
     int any = 0;
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json)

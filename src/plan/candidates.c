@@ -15,6 +15,7 @@
  * of shared memory.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,12 @@ static int by_tie(const void *pa, const void *pb)
     return by_fit_est(pa, pb);
 }
 
+static int by_int(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    return (a > b) - (a < b);
+}
+
 /* Estimate one checked candidate (see the top of the file). */
 static void estimate(const fm_gpu_info *g, fm_elem ab, int64_t rows, int64_t n, int64_t k, int64_t experts,
                      fm_plan_candidate *c)
@@ -81,14 +88,6 @@ static void estimate(const fm_gpu_info *g, fm_elem ab, int64_t rows, int64_t n, 
     c->est_us = t_mem > t_cmp ? t_mem : t_cmp;
 }
 
-static fm_kernel_family cutlass_family(int cc)
-{
-    if (cc == 90) return FM_FAMILY_CUTLASS_SM90;
-    if (cc == 120 || cc == 121) return FM_FAMILY_CUTLASS_SM120;
-    if (cc == 100 || cc == 103 || cc == 110) return FM_FAMILY_CUTLASS_SM100;
-    return FM_FAMILY_AUTO;
-}
-
 fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab,
                                 int64_t rows, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
                                 size_t cap, size_t *count, size_t *total)
@@ -97,8 +96,12 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
     if (!gpu || !count || (!out && cap)) return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_candidates: NULL argument");
     if (rows <= 0 || n <= 0 || k <= 0 || experts <= 0)
         return fm_fail(FM_ERR_BAD_SHAPE, "rows per expert, N, K and experts must be positive");
+    FM_CHECK(fm_plan_problem_check(rows, n, k, experts));
+    if (ab == FM_ELEM_VOID || ab == FM_ELEM_FP32 || (unsigned)ab >= FM_ELEM_COUNT)
+        return fm_fail(FM_ERR_INVALID_ARG, "operand format %s is not a GEMM operand type (nvfp4 mxfp4 fp8 bf16 fp16)",
+                       fm_elem_name(ab));
     if (!families) families = ~0u;
-    fm_kernel_family cf = cutlass_family(gpu->cc);
+    fm_kernel_family cf = fm_family_for_cc(gpu->cc);
     const int(*tiles)[3] = NULL;
     size_t nt = 0;
     if (cf == FM_FAMILY_CUTLASS_SM90) tiles = k_tiles_sm90, nt = FM_ARRAY_LEN(k_tiles_sm90);
@@ -115,6 +118,8 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
     fm_plan_candidate all[FM_CAND_MAX];
     size_t got = 0;
     fm_status first_err = FM_OK;
+    int tks[16];
+    size_t nks = 0, tried = 0;
     for (size_t i = 0; i < nt + ns && got + 2 <= FM_CAND_MAX; i++) {
         fm_plan_candidate c;
         memset(&c, 0, sizeof c);
@@ -139,7 +144,11 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
             c.cfg.tile_m = 8 * t->nt, c.cfg.tile_n = t->warps * t->mt * 16, c.cfg.tile_k = t->kc;
             c.cfg.warps = t->warps, c.cfg.stages = t->stages;
         }
+        int seen = 0; /* the distinct tile Ks, for the error when K fits none */
+        for (size_t q = 0; q < nks; q++) seen |= tks[q] == c.cfg.tile_k;
+        if (!seen && nks < FM_ARRAY_LEN(tks)) tks[nks++] = c.cfg.tile_k;
         if (k % c.cfg.tile_k) continue; /* K must tile exactly */
+        tried++;
         fm_status st = fm_plan_check(&c.cfg, rows, n, k, experts, gpu->sms, &c.res);
         if (st != FM_OK) {
             if (first_err == FM_OK) first_err = st;
@@ -154,6 +163,14 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
         }
     }
     fm_clear_error();
+    if (!tried) { /* every tile skipped: K is a multiple of none of them */
+        qsort(tks, nks, sizeof tks[0], by_int);
+        char list[128] = "";
+        for (size_t q = 0; q < nks; q++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", q ? "/" : "", tks[q]);
+        return fm_fail(FM_ERR_BAD_SHAPE, "K=%lld is not a multiple of any tile K of %s for %s operands: %s",
+                       (long long)k, gpu->name, fm_elem_name(ab), list);
+    }
     if (!got && first_err != FM_OK)
         return fm_fail(first_err, "no tile of the catalogue is valid for %s with %s operands", gpu->name,
                        fm_elem_name(ab));

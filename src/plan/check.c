@@ -7,18 +7,35 @@
  * fp4moe's own kernels have no builder: their verdict is the launcher's own
  * (smem_fp4moe.c).  Candidates and their ranking live in candidates.c.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "plan_internal.h"
+
+/* CUTLASS's grouped GEMMs take int problem shapes: an extent over INT32_MAX cannot be
+ * launched, and the caps keep every product below in range (tiles are counted in
+ * double and checked, see fm_plan_check). */
+#define FM_PLAN_DIM_MAX INT32_MAX
+
+fm_status fm_plan_problem_check(int64_t rows, int64_t n, int64_t k, int64_t experts)
+{
+    static const char *const names[4] = {"rows per expert", "N", "K", "experts"};
+    const int64_t v[4] = {rows, n, k, experts};
+    for (int i = 0; i < 4; i++)
+        if (v[i] < 0 || v[i] > FM_PLAN_DIM_MAX)
+            return fm_fail(FM_ERR_BAD_SHAPE, "%s=%lld is outside [0, %d] (CUTLASS problem shapes are int)", names[i],
+                           (long long)v[i], FM_PLAN_DIM_MAX);
+    return FM_OK;
+}
 
 fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows, int64_t n, int64_t k, int64_t experts, int sms,
                         fm_plan_result *out)
 {
     fm_clear_error();
     if (!cfg || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_check: NULL argument");
-    if (rows < 0 || n < 0 || k < 0 || experts < 0 || sms < 0)
-        return fm_fail(FM_ERR_BAD_SHAPE, "negative problem size");
+    FM_CHECK(fm_plan_problem_check(rows, n, k, experts));
+    if (sms < 0) return fm_fail(FM_ERR_BAD_SHAPE, "sms=%d is negative", sms);
     if (k && cfg->tile_k > 0 && k % cfg->tile_k)
         return fm_fail(FM_ERR_BAD_SHAPE, "K=%lld is not a multiple of the tile's K=%d", (long long)k, cfg->tile_k);
     fm_kernel_config r;
@@ -43,6 +60,10 @@ fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows, int64_t n, in
         /* swap-AB: one CTA per (expert, N block), looping over passes of tile_m rows; a
          * 2-SM UMMA tile occupies two SMs */
         int64_t mt = swapab ? 1 : (rows + r.tile_m - 1) / r.tile_m;
+        double tiles = (double)e * (double)mt * (double)((n + r.tile_n - 1) / r.tile_n);
+        if (tiles > 0x1p62) /* e.g. 2^31 experts x 2^24 M tiles x 2^26 N tiles */
+            return fm_fail(FM_ERR_BAD_SHAPE, "the problem has %.3g CTA tiles, more than 2^62: not a launchable grid",
+                           tiles);
         res.tiles = e * mt * ((n + r.tile_n - 1) / r.tile_n);
         int per = r.family == FM_FAMILY_CUTLASS_SM100 && r.schedule == FM_SCHED_2SM ? 2 : 1;
         if (sms > 0) res.waves = (double)res.tiles * per / sms;

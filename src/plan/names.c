@@ -102,15 +102,22 @@ bad:
     return fm_fail(FM_ERR_BAD_SHAPE, "malformed tile '%s' (expected MxNxK, e.g. 128x256x128)", s);
 }
 
-/* "4.2", "4.2.0", "4.7" -> 420, 470 */
+/* "4.2", "4.2.0", "4.7" -> 420, 470.  Digits and dots only, the whole string
+ * consumed: "4.2x" or "4.7 junk" is an error, not a silent 420/470. */
 fm_status fm_cutlass_version_parse(const char *s, int *out)
 {
     if (!s || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_cutlass_version_parse: NULL argument");
-    int ma = 0, mi = 0, pa = 0;
-    char tail = 0;
-    int got = sscanf(s, "%d.%d.%d%c", &ma, &mi, &pa, &tail);
-    if (got < 2 || got > 3 || ma != 4 || mi < 0 || mi > 9 || pa < 0 || pa > 9)
-        return fm_fail(FM_ERR_NOT_FOUND, "CUTLASS version '%s': the model knows 4.2 .. 4.9 (e.g. 4.2, 4.7)", s);
-    *out = ma * 100 + mi * 10 + pa;
+    int v[3] = {0, 0, 0}, parts = 0;
+    const char *p = s;
+    while (parts < 3 && *p >= '0' && *p <= '9') {
+        int d = 0;
+        for (; *p >= '0' && *p <= '9' && d < 3; p++, d++) v[parts] = v[parts] * 10 + (*p - '0');
+        parts++;
+        if (*p != '.' || !(p[1] >= '0' && p[1] <= '9')) break;
+        p++;
+    }
+    if (*p || parts < 2 || v[0] != 4 || v[1] > 9 || v[2] > 9)
+        return fm_fail(FM_ERR_NOT_FOUND, "CUTLASS version '%s': the model knows 4.2 .. 4.9 (e.g. 4.2, 4.7, 4.2.1)", s);
+    *out = v[0] * 100 + v[1] * 10 + v[2];
     return FM_OK;
 }

@@ -88,6 +88,20 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
 void fm_kernel_sm90_array(const fm_kernel_config *cfg, size_t ml_tensors, size_t ml_tensors_align, size_t ml_tmaps,
                           size_t ml_pipeline, const fm_epi_out *epi, fm_smem_breakdown *bd);
 
+/* The CUTLASS family of an architecture, FM_FAMILY_AUTO if it has none (before sm_90).
+ * The only place this choice is made: the resolver, the candidates and the CLI ask it. */
+fm_kernel_family fm_family_for_cc(int cc);
+
+/* Validate `in` and resolve its AUTO fields (family, schedule, stages of fp4moe tiles)
+ * into *out, as fm_smem_model sees them; statuses as fm_smem_model.  *out is written
+ * only on FM_OK.  (Used by `fp4moe explain` to print what it checked.) */
+fm_status fm_plan_resolve(const fm_kernel_config *in, fm_kernel_config *out);
+
+/* Problem sizes the planner accepts: rows per expert, N and K within CUTLASS's int
+ * GEMM extents (<= 2^31 - 1), experts <= 2^31 - 1, none negative; 0 = unknown where
+ * the caller allows it.  FM_ERR_BAD_SHAPE names the first offender. */
+fm_status fm_plan_problem_check(int64_t rows, int64_t n, int64_t k, int64_t experts);
+
 /* Validate + resolve AUTO fields of `in` into *resolved, then run the family model. */
 fm_status fm_plan_model_resolved(const fm_kernel_config *in, fm_kernel_config *resolved, fm_model_out *out);
 

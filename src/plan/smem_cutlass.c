@@ -34,73 +34,80 @@ static fm_status finish(const fm_kernel_config *cfg, fm_model_out *o, size_t sta
     return FM_OK;
 }
 
-fm_status fm_model_cutlass_sm120(const fm_kernel_config *cfg, fm_model_out *o)
+/* The collective's SharedStorage, the same shape for both families:
+ *   { TensorStorage { A[S]; B[S]; [SFA[S]; SFB[S];] } (aligned 128);
+ *     TensorMapStorage (n_tmaps x 128 B); PipelineStorage (2 mbarriers x 8 B a stage) }
+ * then the kernel's storage around it (fm_kernel_sm90_array).  sf = 0: no SF buffers
+ * (SM90); an SM120 SF buffer of 0 bytes is an empty array, 1 byte. */
+typedef struct {
+    size_t a, b, ab_align; /* one stage of A and B, and their buffers' alignment */
+    int    sf;             /* 1: SFA/SFB buffers follow */
+    size_t sfa, sfb;       /* one stage of each */
+    int    n_tmaps;        /* tensor-map descriptors in the mainloop's storage */
+} mainloop_shape;
+
+static void mainloop_layout(const fm_kernel_config *cfg, const mainloop_shape *m, int S, const fm_epi_out *epi,
+                            fm_smem_breakdown *bd)
 {
-    int f8f6f4 = cfg->a == FM_ELEM_FP8 || cfg->b == FM_ELEM_FP8;
-    int vec = (cfg->a == FM_ELEM_NVFP4) ? 16 : 32;
-    int bits_a = f8f6f4 ? 8 : 4, bits_b = f8f6f4 ? 8 : 4;
-    int newer = cfg->cutlass >= 430;
-    int sfk = 4 * ((cfg->tile_k / vec) / 4);
-    int mblk = newer ? (cfg->tile_m + 127) / 128 : cfg->tile_m / 128;
-    int nblk = newer ? (cfg->tile_n < 128 ? 128 : cfg->tile_n) / 128 : cfg->tile_n / 128;
-    size_t sfa = (size_t)mblk * 128 * sfk, sfb = (size_t)nblk * 128 * sfk;
-    size_t a = (size_t)cfg->tile_m * cfg->tile_k * bits_a / 8, b = (size_t)cfg->tile_n * cfg->tile_k * bits_b / 8;
-
-    fm_epi_out epi;
-    FM_CHECK(fm_epilogue_sm90_style(cfg, 1, &epi));
-    size_t cap = newer ? 101376 - 128 - 256 - 48 : 101376;
-    int S;
-    FM_CHECK(finish(cfg, o, a + b, sfa + sfb, cap, &epi, &S));
-
     fm_lay t;
     fm_lay_init(&t, 128);
-    fm_lay_put(&t, a * S, 1024);
-    fm_lay_put(&t, b * S, 1024);
-    fm_lay_put(&t, sfa ? sfa * S : 1, 1);
-    fm_lay_put(&t, sfb ? sfb * S : 1, 1);
+    fm_lay_put(&t, m->a * S, m->ab_align);
+    fm_lay_put(&t, m->b * S, m->ab_align);
+    if (m->sf) {
+        fm_lay_put(&t, m->sfa ? m->sfa * S : 1, 1);
+        fm_lay_put(&t, m->sfb ? m->sfb * S : 1, 1);
+    }
     size_t tensors = fm_lay_size(&t);
-    size_t tmaps = 4 * 128, pipe = 16 * (size_t)S;
+    size_t tmaps = (size_t)m->n_tmaps * 128, pipe = 16 * (size_t)S;
     fm_lay ml;
     fm_lay_init(&ml, 1);
     fm_lay_put(&ml, tensors, t.align);
     fm_lay_put(&ml, tmaps, 128);
     fm_lay_put(&ml, pipe, 16);
 
-    fm_smem_breakdown *bd = &o->bd;
     memset(bd, 0, sizeof *bd);
     bd->stages = S;
-    bd->a = a * S, bd->b = b * S, bd->sf = (sfa + sfb) * S;
+    bd->a = m->a * S, bd->b = m->b * S, bd->sf = (m->sfa + m->sfb) * S;
     bd->mainloop = fm_lay_size(&ml);
-    fm_kernel_sm90_array(cfg, tensors, t.align, tmaps, pipe, &epi, bd);
+    fm_kernel_sm90_array(cfg, tensors, t.align, tmaps, pipe, epi, bd);
+}
+
+fm_status fm_model_cutlass_sm120(const fm_kernel_config *cfg, fm_model_out *o)
+{
+    int f8f6f4 = cfg->a == FM_ELEM_FP8 || cfg->b == FM_ELEM_FP8;
+    int vec = (cfg->a == FM_ELEM_NVFP4) ? 16 : 32;
+    int bits = f8f6f4 ? 8 : 4;
+    int newer = cfg->cutlass >= 430;
+    int sfk = 4 * ((cfg->tile_k / vec) / 4);
+    int mblk = newer ? (cfg->tile_m + 127) / 128 : cfg->tile_m / 128;
+    int nblk = newer ? (cfg->tile_n < 128 ? 128 : cfg->tile_n) / 128 : cfg->tile_n / 128;
+    mainloop_shape m = {.a = (size_t)cfg->tile_m * cfg->tile_k * bits / 8,
+                        .b = (size_t)cfg->tile_n * cfg->tile_k * bits / 8,
+                        .ab_align = 1024,
+                        .sf = 1,
+                        .sfa = (size_t)mblk * 128 * sfk,
+                        .sfb = (size_t)nblk * 128 * sfk,
+                        .n_tmaps = 4};
+    fm_epi_out epi;
+    FM_CHECK(fm_epilogue_sm90_style(cfg, 1, &epi));
+    size_t cap = newer ? 101376 - 128 - 256 - 48 : 101376;
+    int S;
+    FM_CHECK(finish(cfg, o, m.a + m.b, m.sfa + m.sfb, cap, &epi, &S));
+    mainloop_layout(cfg, &m, S, &epi, &o->bd);
     return FM_OK;
 }
 
 fm_status fm_model_cutlass_sm90(const fm_kernel_config *cfg, fm_model_out *o)
 {
     int bits = fm_elem_bits(cfg->a);
-    size_t a = (size_t)cfg->tile_m * cfg->tile_k * bits / 8, b = (size_t)cfg->tile_n * cfg->tile_k * bits / 8;
+    mainloop_shape m = {.a = (size_t)cfg->tile_m * cfg->tile_k * bits / 8,
+                        .b = (size_t)cfg->tile_n * cfg->tile_k * bits / 8,
+                        .ab_align = 128,
+                        .n_tmaps = 2};
     fm_epi_out epi;
     FM_CHECK(fm_epilogue_sm90_style(cfg, 0, &epi));
     int S;
-    FM_CHECK(finish(cfg, o, a + b, 0, 232448 - 2 * 128 - 128, &epi, &S));
-
-    fm_lay t;
-    fm_lay_init(&t, 128);
-    fm_lay_put(&t, a * S, 128);
-    fm_lay_put(&t, b * S, 128);
-    size_t tensors = fm_lay_size(&t);
-    size_t tmaps = 2 * 128, pipe = 16 * (size_t)S;
-    fm_lay ml;
-    fm_lay_init(&ml, 1);
-    fm_lay_put(&ml, tensors, t.align);
-    fm_lay_put(&ml, tmaps, 128);
-    fm_lay_put(&ml, pipe, 16);
-
-    fm_smem_breakdown *bd = &o->bd;
-    memset(bd, 0, sizeof *bd);
-    bd->stages = S;
-    bd->a = a * S, bd->b = b * S;
-    bd->mainloop = fm_lay_size(&ml);
-    fm_kernel_sm90_array(cfg, tensors, t.align, tmaps, pipe, &epi, bd);
+    FM_CHECK(finish(cfg, o, m.a + m.b, 0, 232448 - 2 * 128 - 128, &epi, &S));
+    mainloop_layout(cfg, &m, S, &epi, &o->bd);
     return FM_OK;
 }

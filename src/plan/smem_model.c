@@ -32,6 +32,15 @@ void fm_kernel_config_init(fm_kernel_config *cfg)
     cfg->cutlass = 420;
 }
 
+/* The one place that maps an architecture to its CUTLASS family (FM_FAMILY_AUTO: none). */
+fm_kernel_family fm_family_for_cc(int cc)
+{
+    if (cc == 90) return FM_FAMILY_CUTLASS_SM90;
+    if (cc == 120 || cc == 121) return FM_FAMILY_CUTLASS_SM120;
+    if (cc == 100 || cc == 103 || cc == 110) return FM_FAMILY_CUTLASS_SM100;
+    return FM_FAMILY_AUTO;
+}
+
 static int pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /* Resolve AUTO fields into a copy, validate everything. */
@@ -50,14 +59,9 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
         (unsigned)c->d >= FM_ELEM_COUNT || (unsigned)c->schedule >= FM_SCHED_COUNT ||
         (unsigned)c->epilogue >= FM_EPI_COUNT || (unsigned)c->family >= FM_FAMILY_COUNT)
         return fm_fail(FM_ERR_INVALID_ARG, "enum field out of range in fm_kernel_config");
-    if (c->family == FM_FAMILY_AUTO) {
-        if (c->cc == 90) c->family = FM_FAMILY_CUTLASS_SM90;
-        else if (c->cc == 120 || c->cc == 121) c->family = FM_FAMILY_CUTLASS_SM120;
-        else if (c->cc >= 100 && c->cc <= 110) c->family = FM_FAMILY_CUTLASS_SM100;
-        else
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "%s has no TMA grouped-GEMM kernel family (needs sm_90 or newer)",
-                           arch->name);
-    }
+    if (c->family == FM_FAMILY_AUTO && (c->family = fm_family_for_cc(c->cc)) == FM_FAMILY_AUTO)
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "%s has no TMA grouped-GEMM kernel family (needs sm_90 or newer)",
+                       arch->name);
     if (c->family == FM_FAMILY_FP4MOE_SWAPAB) return fm_resolve_fp4moe_swapab(c); /* its own tile rules */
     if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) || !pow2(c->tile_n) ||
         !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 || c->tile_n < 32 || c->tile_n > 256 ||
@@ -165,6 +169,16 @@ fm_status fm_plan_model_resolved(const fm_kernel_config *in, fm_kernel_config *r
     case FM_FAMILY_FP4MOE_SWAPAB: return fm_model_fp4moe_swapab(resolved, out);
     default: return fm_model_cutlass_sm90(resolved, out);
     }
+}
+
+fm_status fm_plan_resolve(const fm_kernel_config *in, fm_kernel_config *out)
+{
+    fm_clear_error();
+    if (!in || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_resolve: NULL argument");
+    fm_kernel_config r;
+    FM_CHECK(resolve(in, &r));
+    *out = r;
+    return FM_OK;
 }
 
 fm_status fm_smem_model(const fm_kernel_config *cfg, fm_smem_breakdown *out)

@@ -4,10 +4,14 @@
  * gnuplot is an optional run-time tool, not a link dependency: it is looked up
  * in PATH (or $FM_GNUPLOT) first, so its absence is a clear FM_ERR_NOT_FOUND
  * instead of a shell's "command not found".  The data go through a temporary
- * file; the script through gnuplot's stdin.
+ * file; the script through gnuplot's stdin.  The output is proved writable before
+ * gnuplot starts (it creates <png>.part itself), and gnuplot's stdout goes to
+ * /dev/null: when `set output` fails gnuplot falls back to stdout, which would
+ * pour the PNG into the caller's terminal or pipe.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,15 +61,28 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
         return fm_fail(FM_ERR_NOT_FOUND, "gnuplot not found (PATH%s); install it: apt-get install gnuplot-nox, "
                        "or run scripts/deps.sh",
                        getenv("FM_GNUPLOT") ? ", $FM_GNUPLOT" : "");
+    /* draw into <png>.part and rename on success: a failed plot leaves an
+     * existing file of the caller's untouched.  Create it now: an unwritable
+     * path is an FM_ERR_IO naming it, before any work */
+    char part[4200];
+    snprintf(part, sizeof part, "%s.part", png);
+    int pfd = open(part, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (pfd < 0) return fm_fail(FM_ERR_IO, "cannot write the plot '%s': %s", part, strerror(errno));
+    close(pfd);
     const char *tmpdir = getenv("TMPDIR");
     char data[4096];
     snprintf(data, sizeof data, "%s/fp4moe-sim-XXXXXX", tmpdir && *tmpdir && quotable(tmpdir) ? tmpdir : "/tmp");
     int fd = mkstemp(data);
-    if (fd < 0) return fm_fail(FM_ERR_IO, "fm_sim_plot: cannot create a temporary file: %s", strerror(errno));
+    if (fd < 0) {
+        int e = errno;
+        unlink(part);
+        return fm_fail(FM_ERR_IO, "fm_sim_plot: cannot create a temporary file: %s", strerror(e));
+    }
     FILE *df = fdopen(fd, "w");
     if (!df) {
         close(fd);
         unlink(data);
+        unlink(part);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: fdopen failed");
     }
     /* columns: requests, rows/active, rows/expert, efficiency %, waste %, bandwidth % */
@@ -76,17 +93,15 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
     fclose(df);
     if (bad) {
         unlink(data);
+        unlink(part);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: writing %s failed", data);
     }
-    /* draw into <png>.part and rename on success: a failed plot leaves an
-     * existing file of the caller's untouched */
-    char part[4200];
-    snprintf(part, sizeof part, "%s.part", png);
     char cmd[4200];
-    snprintf(cmd, sizeof cmd, "'%s'", gp);
+    snprintf(cmd, sizeof cmd, "'%s' >/dev/null", gp);
     FILE *p = quotable(gp) ? popen(cmd, "w") : NULL;
     if (!p) {
         unlink(data);
+        unlink(part);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: cannot start %s", gp);
     }
     fprintf(p, "set terminal pngcairo size 1000,800 noenhanced\nset output '%s'\n", part);
