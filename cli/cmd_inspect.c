@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "io/io_internal.h" /* fm_st_shape_str */
 
 static void usage(FILE *f)
 {
@@ -49,14 +50,6 @@ static const char *format_desc(fm_format f)
     case FM_FORMAT_BF16: return "BF16 (unquantized experts)";
     default: return "?";
     }
-}
-
-static char *shape_str(const fm_st_tensor *t, char *b, size_t n)
-{
-    size_t o = (size_t)snprintf(b, n, "[");
-    for (int i = 0; i < t->ndim && o < n; i++) o += (size_t)snprintf(b + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-    if (o < n) snprintf(b + o, n - o, "]");
-    return b;
 }
 
 /* "1.25 GB", "512 B": decimal units, as disk sizes are quoted. */
@@ -253,7 +246,7 @@ int fm_cmd_inspect(int argc, char **argv)
         for (size_t i = 0; i < nt; i++) {
             const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
             const char *base = strrchr(t->file, '/') ? strrchr(t->file, '/') + 1 : t->file;
-            printf("%-64s %-8s %-22s %12llu  %s\n", t->name, fm_dtype_name(t->dtype), shape_str(t, sh, sizeof sh),
+            printf("%-64s %-8s %-22s %12llu  %s\n", t->name, fm_dtype_name(t->dtype), fm_st_shape_str(t, sh, sizeof sh),
                    (unsigned long long)t->nbytes, base);
         }
     }

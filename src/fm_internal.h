@@ -13,7 +13,9 @@
 #endif
 
 /* Record a detail message for the current thread and return `s`, so that
- * call sites read:  return fm_fail(FM_ERR_BAD_SHAPE, "k=%d not a multiple of 16", k); */
+ * call sites read:  return fm_fail(FM_ERR_BAD_SHAPE, "k=%d not a multiple of 16", k);
+ * An argument may be fm_last_error() itself (to prefix context to a callee's
+ * detail): the message is formatted before the old one is replaced. */
 fm_status fm_fail(fm_status s, const char *fmt, ...) FM_PRINTF(2, 3);
 
 /* Clear the detail message (call at the start of public entry points). */

@@ -1,8 +1,15 @@
-/* status.c - status strings and the per-thread detail message. */
+/* status.c - status strings and the per-thread detail message.
+ *
+ * fm_fail formats into a local buffer and only then copies into the thread's
+ * buffer, so a caller may quote the current detail in the new one:
+ *     fm_fail(s, "layer %d: %s", layer, fm_last_error());
+ * (formatting straight into t_detail would make vsnprintf read the buffer it
+ * is writing: undefined behaviour, in practice a garbled, repeated message). */
 #include "fm_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const k_msgs[] = {
 #define FM_STATUS_MSG_(name, value, msg) [value] = msg,
@@ -38,9 +45,14 @@ void fm_clear_error(void) { t_detail[0] = '\0'; }
 
 fm_status fm_fail(fm_status s, const char *fmt, ...)
 {
+    char buf[sizeof t_detail];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(t_detail, sizeof t_detail, fmt, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (n < 0) n = 0; /* encoding error: an empty detail rather than garbage */
+    size_t len = (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    memcpy(t_detail, buf, len);
+    t_detail[len] = '\0';
     return s;
 }

@@ -1,10 +1,15 @@
 /* test_format_errors.c - the trait table, size helpers and every failure path
  * of the format API: a specific status, a detail message, and no byte of the
- * caller's buffers changed (checked against poisoned copies).
+ * caller's buffers changed (checked against poisoned copies); and the
+ * library-internal NaN block-scale scan every scale consumer shares.
  */
 #include "testutil.h"
 
+#include "format/format_internal.h" /* fm_scales_check_codes */
+
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,13 +167,61 @@ static void test_quantize_errors(void **state)
     snap_init(&s, FM_FORMAT_BF16, 2, 8);
     s.t.scales = NULL;
     assert_int_equal(fm_quantize(x, NULL, &s.t), FM_OK);
-    /* caller's NVFP4 global scale must be finite, normal and positive */
-    const float bad_g[] = {0.0f, -1.0f, NAN, INFINITY, 1e-40f};
+    /* caller's NVFP4 global scale must be finite, normal, positive and at most
+     * FLT_MAX/6: above it 6*g is Inf, every block scale 0 and the tensor would
+     * quantize to zeros with FM_OK (review finding 10: 1e38 did) */
+    const float bad_g[] = {0.0f, -1.0f, NAN, INFINITY, 1e-40f, 1e38f, FLT_MAX, nextafterf(FLT_MAX / 6.0f, INFINITY)};
     for (size_t i = 0; i < (sizeof(bad_g) / sizeof(bad_g[0])); i++) {
         snap_init(&s, FM_FORMAT_NVFP4, 4, 32);
         assert_int_equal(fm_quantize(x, &bad_g[i], &s.t), FM_ERR_INVALID_ARG);
         assert_untouched(&s);
+        assert_non_null(strstr(fm_last_error(), "global scale"));
     }
+    /* the largest accepted global: finite scales, nothing NaN/Inf */
+    const float gmax = FLT_MAX / 6.0f;
+    snap_init(&s, FM_FORMAT_NVFP4, 4, 32);
+    assert_int_equal(fm_quantize(x, &gmax, &s.t), FM_OK);
+    assert_true(s.t.global_scale == gmax);
+}
+
+/* fm_scales_check_codes: exactly the NaN codes of each scale type, the first
+ * one's position, the caller's prefix. */
+static void test_scale_codes(void **state)
+{
+    (void)state;
+    uint8_t sc[3 * 5];
+    for (int t = FM_SCALE_NONE; t <= FM_SCALE_UE8M0; t++) {
+        int nan_codes = 0;
+        for (int c = 0; c < 256; c++) {
+            memset(sc, 0x38, sizeof sc); /* 1.0 in E4M3, 2^-71 in UE8M0: valid either way */
+            sc[2 * 5 + 3] = (uint8_t)c;
+            fm_clear_error();
+            fm_status st = fm_scales_check_codes("w", (fm_scale_type)t, sc, 3, 5);
+            /* the codecs are the reference: a code is NaN iff it decodes to NaN */
+            int want = t == FM_SCALE_E4M3 ? isnan(fm_e4m3_decode((uint8_t)c))
+                     : t == FM_SCALE_UE8M0 ? isnan(fm_ue8m0_decode((uint8_t)c)) : 0;
+            assert_int_equal(fm_scale_code_is_nan((fm_scale_type)t, (uint8_t)c), want);
+            nan_codes += want;
+            if (!want) {
+                assert_int_equal(st, FM_OK);
+                continue;
+            }
+            assert_int_equal(st, FM_ERR_NONFINITE);
+            char msg[64];
+            snprintf(msg, sizeof msg, "w: block scale [2][3] = 0x%02X decodes to NaN", c);
+            assert_string_equal(fm_last_error(), msg);
+        }
+        assert_int_equal(nan_codes, t == FM_SCALE_E4M3 ? 2 : t == FM_SCALE_UE8M0 ? 1 : 0);
+    }
+    /* the first of two, row-major; no prefix; empty and NONE need no buffer */
+    memset(sc, 0, sizeof sc);
+    sc[1 * 5 + 4] = 0xFF;
+    sc[2 * 5 + 0] = 0xFF;
+    assert_int_equal(fm_scales_check_codes(NULL, FM_SCALE_UE8M0, sc, 3, 5), FM_ERR_NONFINITE);
+    assert_string_equal(fm_last_error(), "block scale [1][4] = 0xFF decodes to NaN");
+    assert_int_equal(fm_scales_check_codes(NULL, FM_SCALE_UE8M0, sc, 1, 5), FM_OK); /* row 0 only */
+    assert_int_equal(fm_scales_check_codes("x", FM_SCALE_E4M3, NULL, 0, 5), FM_OK);
+    assert_int_equal(fm_scales_check_codes("x", FM_SCALE_NONE, NULL, 3, 5), FM_OK);
 }
 
 static void test_dequantize_errors(void **state)
@@ -213,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_qtensor_bytes),
         cmocka_unit_test(test_quantize_errors),
         cmocka_unit_test(test_dequantize_errors),
+        cmocka_unit_test(test_scale_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

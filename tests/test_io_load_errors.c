@@ -7,6 +7,8 @@
  */
 #include "test_io_fixture.h"
 
+#include "fm_internal.h" /* fm_fail: the detail-message regression test */
+
 static float g_nan, g_zero;
 
 typedef void (*mutator)(itemset *s, void *ctx);
@@ -45,6 +47,16 @@ static void mut_halve_rows(itemset *s, void *ctx) /* [N][K/2] -> [N/2][K]: same 
     fm_st_write_item *it = &s->it[find_item(s, ctx)];
     it->shape[0] /= 2;
     it->shape[1] *= 2;
+}
+
+static void mut_router_i32(itemset *s, void *ctx) { s->it[find_item(s, ctx)].dtype = FM_DTYPE_I32; }
+
+static void mut_fold_2d(itemset *s, void *ctx) /* [E] -> [E/2][2]: same bytes, wrong shape */
+{
+    fm_st_write_item *it = &s->it[find_item(s, ctx)];
+    it->ndim = 2;
+    it->shape[1] = 2;
+    it->shape[0] /= 2;
 }
 
 static void mut_nan(itemset *s, void *ctx) { s->it[find_item(s, ctx)].data = &g_nan; }
@@ -89,6 +101,8 @@ static void test_bad_checkpoints(void **state)
         {"zero input scale",             mut_zero,       EXPERT(0, down_proj, ".input_scale"),  FM_ERR_NONFINITE},
         {"NaN scale code",               mut_nan_code,   EXPERT(0, down_proj, ".weight_scale"), FM_ERR_NONFINITE},
         {"router dtype",                 mut_router_i16, "model.layers.1.mlp.gate.weight",      FM_ERR_FORMAT},
+        {"router bias dtype",            mut_router_i32, "model.layers.1.mlp.gate.e_score_correction_bias", FM_ERR_FORMAT},
+        {"router bias shape",            mut_fold_2d,    "model.layers.1.mlp.gate.e_score_correction_bias", FM_ERR_BAD_SHAPE},
         {"shared expert missing up",     mut_remove,     "model.layers.1.mlp.shared_experts.up_proj.weight", FM_ERR_NOT_FOUND},
     };
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
@@ -115,15 +129,17 @@ static void test_bad_gptoss(void **state)
     fm_rng_init(&r, fm_test_seed() ^ 0x6055);
     model *m = model_new(&r, FM_FORMAT_MXFP4, 1);
     uint8_t *gu_b = malloc(GU_B), *gu_s = malloc(GU_S), *dn_b = malloc(DN_B), *dn_s = malloc(DN_S);
-    const char *cases[3] = {"model.layers.1.mlp.experts.down_proj_scales", "model.layers.1.mlp.experts.gate_up_proj_scales",
-                            "model.layers.1.mlp.experts.down_proj_blocks"};
-    const fm_status want[3] = {FM_ERR_BAD_SHAPE, FM_ERR_NOT_FOUND, FM_ERR_FORMAT};
-    for (int c = 0; c < 3; c++) {
+    const char *cases[4] = {"model.layers.1.mlp.experts.down_proj_scales", "model.layers.1.mlp.experts.gate_up_proj_scales",
+                            "model.layers.1.mlp.experts.down_proj_blocks",
+                            "model.layers.1.mlp.experts.down_proj_scales', expert 2: block scale [1][0] = 0xFF"};
+    const fm_status want[4] = {FM_ERR_BAD_SHAPE, FM_ERR_NOT_FOUND, FM_ERR_FORMAT, FM_ERR_NONFINITE};
+    for (int c = 0; c < 4; c++) {
         itemset *s = calloc(1, sizeof *s);
         build_gptoss(s, m, LAYER, gu_b, gu_s, dn_b, dn_s);
         if (c == 0) mut_halve_rows(s, (void *)cases[c]);
         if (c == 1) remove_item(s, cases[c]);
         if (c == 2) s->it[find_item(s, cases[c])].dtype = FM_DTYPE_I8;
+        if (c == 3) dn_s[2 * (DN_S / E) + I / 32] = 0xFF; /* UE8M0 NaN: expert 2, row 1, block 0 */
         const char *dir = subdir("badoss");
         write_set(dir, s, 1);
         fm_checkpoint *ck;
@@ -137,6 +153,56 @@ static void test_bad_gptoss(void **state)
         free(s);
     }
     free(gu_b), free(gu_s), free(dn_b), free(dn_s);
+    model_free(m);
+}
+
+/* Occurrences of needle in hay. */
+static int count_str(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* A detail message that quotes the previous one (fm_fail(..., fm_last_error()))
+ * must hold the old text once, after the new prefix: review finding 1, where
+ * vsnprintf read the buffer it was writing and repeated the prefix. */
+static void test_detail_quotes_detail(void **state)
+{
+    (void)state;
+    fm_clear_error();
+    assert_int_equal(fm_fail(FM_ERR_BAD_SHAPE, "inner %d", 42), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_fail(FM_ERR_INVALID_ARG, "outer: %s", fm_last_error()), FM_ERR_INVALID_ARG);
+    assert_string_equal(fm_last_error(), "outer: inner 42");
+    /* a message longer than the buffer is cut, still terminated */
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    fm_fail(FM_ERR_IO, "%s", big);
+    assert_true(strlen(fm_last_error()) > 500 && strlen(fm_last_error()) < sizeof big - 1);
+    fm_fail(FM_ERR_IO, "p: %s", fm_last_error());
+    assert_memory_equal(fm_last_error(), "p: xxx", 6);
+
+    /* the loader path of the finding: config.json with n_group = 3 over E = 4 experts */
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0xc0f);
+    model *m = model_new(&r, FM_FORMAT_NVFP4, 0);
+    itemset *s = calloc(1, sizeof *s);
+    build_modelopt(s, m, LAYER);
+    const char *dir = subdir("badcfg");
+    write_set(dir, s, 1);
+    write_text(dir, "config.json", "{\"n_group\": 3, \"topk_group\": 1}");
+    fm_checkpoint *ck = NULL;
+    assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
+    fm_ckpt_layer *l = (fm_ckpt_layer *)&l;
+    fm_status st = fm_checkpoint_load_layer(ck, LAYER, NULL, &l);
+    const char *d = fm_last_error();
+    if (st == FM_OK || count_str(d, "the loaded configuration is invalid") != 1 || !strstr(d, "layer 1: ") ||
+        !strstr(d, "n_group"))
+        fail_msg("bad config.json: got %s '%s'", fm_status_name(st), d);
+    assert_null(l);
+    fm_checkpoint_close(ck);
+    free(s);
     model_free(m);
 }
 
@@ -231,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_bad_checkpoints),
         cmocka_unit_test(test_bad_gptoss),
         cmocka_unit_test(test_bad_indexes),
+        cmocka_unit_test(test_detail_quotes_detail),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

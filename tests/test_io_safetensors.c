@@ -3,10 +3,15 @@
  * here) giving its specific status with the file and tensor named, every
  * truncation of a valid file rejected, and random header corruptions that
  * either fail cleanly or leave every tensor inside the buffer (ASan in CI
- * checks that nothing reads outside it).
+ * checks that nothing reads outside it); small tensors (scales, biases) read
+ * as FP32 exactly as the format codecs decode them.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
+
+#include "io/io_internal.h" /* fm_st_to_f32 */
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,6 +323,45 @@ static void test_dtype_table(void **state)
     assert_int_equal(fm_dtype_bits(FM_DTYPE_BF16), 16);
 }
 
+/* fm_st_to_f32 on every BF16 and F16 code (little-endian bytes, as in a file)
+ * equals the codecs' decoders bit for bit, NaNs as NaNs of the same sign;
+ * F32/F64 pass through; other dtypes are FM_ERR_FORMAT naming the tensor. */
+static void test_to_f32(void **state)
+{
+    (void)state;
+    static uint8_t raw[2 * 65536];
+    static float got[65536];
+    for (int c = 0; c < 65536; c++) raw[2 * c] = (uint8_t)c, raw[2 * c + 1] = (uint8_t)(c >> 8);
+    for (int k = 0; k < 2; k++) {
+        fm_st_tensor t = {.name = "b", .file = "f", .dtype = k ? FM_DTYPE_F16 : FM_DTYPE_BF16, .ndim = 1,
+                          .shape = {65536}, .data = raw};
+        fm_poison_f32(got, 65536);
+        assert_int_equal(fm_st_to_f32(&t, got, 65536), FM_OK);
+        for (int c = 0; c < 65536; c++) {
+            float want = k ? fm_fp16_decode((uint16_t)c) : fm_bf16_decode((uint16_t)c);
+            uint32_t gb, wb;
+            memcpy(&gb, &got[c], 4), memcpy(&wb, &want, 4);
+            int ok = isnan(want) ? isnan(got[c]) && signbit(got[c]) == signbit(want) : gb == wb;
+            if (!ok) fail_msg("%s code 0x%04x: got %a, want %a", k ? "F16" : "BF16", c, (double)got[c], (double)want);
+        }
+    }
+    /* F16 spot values: smallest subnormal, largest normal, -0, -Inf */
+    const uint16_t h[4] = {0x0001, 0x7BFF, 0x8000, 0xFC00};
+    const float hv[4] = {0x1p-24f, 65504.0f, -0.0f, -INFINITY};
+    fm_st_tensor t = {.name = "h", .file = "f", .dtype = FM_DTYPE_F16, .ndim = 1, .shape = {4}, .data = (const uint8_t *)h};
+    float v[4];
+    assert_int_equal(fm_st_to_f32(&t, v, 4), FM_OK);
+    for (int i = 0; i < 4; i++) assert_memory_equal(&v[i], &hv[i], 4);
+    const double d = -2.5;
+    t = (fm_st_tensor){.name = "d", .file = "f", .dtype = FM_DTYPE_F64, .ndim = 0, .data = (const uint8_t *)&d};
+    assert_int_equal(fm_st_to_f32(&t, v, 1), FM_OK);
+    assert_true(v[0] == -2.5f);
+    t.dtype = FM_DTYPE_I32;
+    v[0] = 7.0f;
+    assert_int_equal(fm_st_to_f32(&t, v, 1), FM_ERR_FORMAT);
+    assert_non_null(strstr(fm_last_error(), "'d'"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_every_truncation),
         cmocka_unit_test(test_corruption_never_escapes),
         cmocka_unit_test(test_writer_rejects),
+        cmocka_unit_test(test_to_f32),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

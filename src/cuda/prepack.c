@@ -33,6 +33,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "fm_internal.h"
+#include "format/format_internal.h"
 
 /* Source bit of code bit b (0 = m, 1 = e0, 2 = e1, 3 = sign) of pair j, half h. */
 static const uint8_t k_pos[4][2][4] = {
@@ -86,22 +87,18 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
     if (!isfinite(w->global_scale) || w->global_scale <= 0)
         return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: global scale %g", (double)w->global_scale);
     const int64_t nsb = K / blk; /* scales per row */
+    FM_CHECK(fm_scales_check_codes("fm_cuda_prepack", w->fmt == FM_FORMAT_NVFP4 ? FM_SCALE_E4M3 : FM_SCALE_UE8M0,
+                                   w->scales, N, nsb));
     /* pass 1: validate scales, find the MXFP4 exponent range over non-zero blocks */
     int cmin = 255, cmax = -1;
     for (int64_t r = 0; r < N; r++)
         for (int64_t b = 0; b < nsb; b++) {
             uint8_t s = w->scales[r * nsb + b];
             if (w->fmt == FM_FORMAT_NVFP4) {
-                if ((s & 0x7F) == 0x7F)
-                    return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: NaN E4M3 scale at row %lld block %lld",
-                                   (long long)r, (long long)b);
                 if ((s & 0x80) && (s & 0x7F))
                     return fm_fail(FM_ERR_FORMAT, "fm_cuda_prepack: negative block scale at row %lld block %lld",
                                    (long long)r, (long long)b);
             } else {
-                if (s == 0xFF)
-                    return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: NaN UE8M0 scale at row %lld block %lld",
-                                   (long long)r, (long long)b);
                 int nz = 0;
                 for (int i = 0; i < blk && !nz; i++) nz = (code_at(w, r, b * blk + i) & 7) != 0;
                 if (nz) {

@@ -4,6 +4,7 @@
  * NVFP4 follows NVIDIA ModelOpt (NVFP4QTensor), every step in float32 in this
  * order, so that a numpy float32 re-implementation (tests/py) is bit-exact:
  *     g     = amax / 2688                 (6 * 448; or the caller's global; amax == 0 -> 1)
+ *             (a caller's g must be normal and <= FLT_MAX / 6, so that 6 * g is finite)
  *     s_b   = E4M3(amax_b / (6 * g))      (saturating at 448)
  *     q_i   = E2M1(x_i / (dec(s_b) * g))  (0 when dec(s_b) * g == 0)
  * MXFP4 follows the OCP MX v1.0 spec: s_b = 2^(floor(log2(amax_b)) - 2)
@@ -13,8 +14,8 @@
  * Caller buffers are written only after the whole input has been validated
  * (shapes, pointers, finiteness), so a failing call changes nothing.
  */
-#include "fm_internal.h"
 #include "format/e2m1_inline.h"
+#include "format/format_internal.h"
 
 #include <float.h>
 #include <math.h>
@@ -151,9 +152,12 @@ fm_status fm_quantize(const float *src, const float *global_scale_in, fm_qtensor
     if (dst->fmt == FM_FORMAT_NVFP4) {
         if (global_scale_in) {
             g = *global_scale_in;
-            if (!isfinite(g) || !(g >= FLT_MIN))
+            /* above FLT_MAX / 6, 6 * g is Inf: every block scale would be 0 and
+             * the tensor would silently quantize to zeros */
+            if (!isfinite(g) || !(g >= FLT_MIN) || g > FLT_MAX / 6.0f)
                 return fm_fail(FM_ERR_INVALID_ARG,
-                               "fm_quantize: global scale %g must be a finite normal positive float", (double)g);
+                               "fm_quantize: global scale %g must be a normal positive float <= FLT_MAX/6 (%g)",
+                               (double)g, (double)(FLT_MAX / 6.0f));
         } else if (amax > 0.0f) {
             g = amax / (6.0f * 448.0f);
             if (!(g >= FLT_MIN)) g = FLT_MIN; /* keep s_b * g away from 0; amax < 3e-35 only */
@@ -193,13 +197,7 @@ fm_status fm_dequantize(const fm_qtensor *src, float *dst)
     if (!isfinite(g))
         return fm_fail(FM_ERR_NONFINITE, "fm_dequantize: global scale %g is not finite", (double)g);
     /* Every scale must decode to a finite value before dst is written. */
-    for (int64_t i = 0; i < rows * nb; i++) {
-        uint8_t c = src->scales[i];
-        int bad = src->fmt == FM_FORMAT_NVFP4 ? (c & 0x7F) == 0x7F : c == 0xFF;
-        if (bad)
-            return fm_fail(FM_ERR_NONFINITE, "fm_dequantize: scale[%lld][%lld] = 0x%02X decodes to NaN",
-                           (long long)(i / nb), (long long)(i % nb), c);
-    }
+    FM_CHECK(fm_scales_check_codes("fm_dequantize", tr->scale_type, src->scales, rows, nb));
     const uint8_t *q = src->data;
     FM_OMP_ROWS
     for (int64_t r = 0; r < rows; r++) {

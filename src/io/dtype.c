@@ -1,4 +1,6 @@
-/* dtype.c - the safetensors dtype table: one row per dtype string. */
+/* dtype.c - the safetensors dtype table: one row per dtype string, and the
+ * small-tensor conversion to FP32 (BF16/F16 through the format codecs, so
+ * there is one decoder of each in the library). */
 #include "io_internal.h"
 
 #include <stdio.h>
@@ -80,36 +82,6 @@ const char *fm_st_shape_str(const fm_st_tensor *t, char *buf, size_t len)
     return buf;
 }
 
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-    if (e == 0x1f) {
-        u = s | 0x7f800000u | (m << 13);
-    } else if (e) {
-        u = s | ((e + 112) << 23) | (m << 13);
-    } else if (!m) {
-        u = s;
-    } else { /* subnormal: normalise */
-        e = 113;
-        while (!(m & 0x400)) {
-            m <<= 1;
-            e--;
-        }
-        u = s | (e << 23) | ((m & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 fm_status fm_st_to_f32(const fm_st_tensor *t, float *dst, int64_t n)
 {
     const uint8_t *p = t->data;
@@ -122,8 +94,8 @@ fm_status fm_st_to_f32(const fm_st_tensor *t, float *dst, int64_t n)
             dst[i] = (float)v;
             break;
         }
-        case FM_DTYPE_BF16: dst[i] = bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)); break;
-        case FM_DTYPE_F16: dst[i] = f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)); break;
+        case FM_DTYPE_BF16: dst[i] = fm_bf16_decode((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)); break;
+        case FM_DTYPE_F16: dst[i] = fm_fp16_decode((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)); break;
         default:
             return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, BF16, F16 or F64", t->file,
                            t->name, fm_dtype_name(t->dtype));

@@ -68,9 +68,25 @@ typedef struct {
 fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l);
 fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l);
 
-/* FM_ERR_NONFINITE naming t and the position if any of the n scale bytes is a
- * NaN code (E4M3: 0x7F/0xFF; UE8M0: 0xFF). */
-fm_status fm_load_check_scale_codes(const fm_st_tensor *t, const uint8_t *s, size_t n, fm_scale_type st);
+/* Bytes of one expert in l->owned_: w13 data, w13 scales, w2 data, w2 scales. */
+typedef struct {
+    size_t d13, s13, d2, s2;
+} fm_load_expert_bytes;
+
+/* After validation, the one allocation of every layout: l->w13 / l->w2 views
+ * for c->n experts of format f (w13 [2*inter][hidden], w2 [hidden][inter])
+ * over one block l->owned_ (per expert: d13 | s13 | d2 | s2), each view
+ * pointing at its slice (scales NULL when the format has none), global_scale 1.
+ * *bytes (may be NULL) receives the per-expert sizes. FM_OK or FM_ERR_OOM
+ * naming the layer; partial allocations are left to fm_ckpt_layer_free. */
+fm_status fm_load_alloc_experts(const fm_load_ctx *c, fm_ckpt_layer *l, fm_format f, int64_t inter,
+                                fm_load_expert_bytes *bytes);
+
+/* FM_ERR_NONFINITE naming t (and the expert when expert >= 0: a slice of a
+ * fused tensor) and the position if any of the scale bytes codes[rows][cols]
+ * is a NaN code (E4M3: 0x7F/0xFF; UE8M0: 0xFF); the scan is fm_scales_check_codes. */
+fm_status fm_load_check_scale_codes(const fm_st_tensor *t, int expert, const uint8_t *codes, int64_t rows,
+                                     int64_t cols, fm_scale_type st);
 
 /* Find pattern(L, E, P) + suffix; FM_ERR_NOT_FOUND names the layer, expert and tensor. */
 fm_status fm_load_find(const fm_load_ctx *c, const char *pat, int expert, const char *proj, const char *suffix,

@@ -12,6 +12,7 @@
 #include "io_internal.h"
 
 #include "backend.h" /* fm_moe_weights_check */
+#include "format/format_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -58,6 +59,30 @@ fm_status fm_load_expect(const fm_st_tensor *t, fm_dtype d, int d2, int ndim, co
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' has shape %s, expected %s", t->file, t->name,
                        fm_st_shape_str(t, got, sizeof got), fm_st_shape_str(&w, want, sizeof want));
     }
+    return FM_OK;
+}
+
+fm_status fm_load_alloc_experts(const fm_load_ctx *c, fm_ckpt_layer *l, fm_format f, int64_t inter,
+                                fm_load_expert_bytes *bytes)
+{
+    const int n = c->n;
+    const int64_t H = c->hidden;
+    fm_load_expert_bytes b;
+    FM_CHECK(fm_qtensor_bytes(f, 2 * inter, H, &b.d13, &b.s13));
+    FM_CHECK(fm_qtensor_bytes(f, H, inter, &b.d2, &b.s2));
+    size_t per = b.d13 + b.s13 + b.d2 + b.s2;
+    l->w13 = calloc((size_t)n, sizeof *l->w13);
+    l->w2 = calloc((size_t)n, sizeof *l->w2);
+    if (per > SIZE_MAX / (size_t)n || !l->w13 || !l->w2 || !(l->owned_ = malloc(per * (size_t)n)))
+        return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d experts (%zu bytes each)", c->layer, n, per);
+    for (int i = 0; i < n; i++) {
+        uint8_t *p = (uint8_t *)l->owned_ + (size_t)i * per, *p2 = p + b.d13 + b.s13;
+        l->w13[i] = (fm_qtensor){.fmt = f, .rows = 2 * inter, .cols = H, .data = p,
+                                 .scales = b.s13 ? p + b.d13 : NULL, .global_scale = 1.0f};
+        l->w2[i] = (fm_qtensor){.fmt = f, .rows = H, .cols = inter, .data = p2, .scales = b.s2 ? p2 + b.d2 : NULL,
+                                .global_scale = 1.0f};
+    }
+    if (bytes) *bytes = b;
     return FM_OK;
 }
 
@@ -142,10 +167,11 @@ static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
     const fm_st_tensor *t, *bias = NULL;
     FM_CHECK(fm_load_find(c, c->nm.router, -1, NULL, NULL, &t));
     if (c->nm.router_bias && fm_load_find(c, c->nm.router_bias, -1, NULL, NULL, &bias) == FM_OK) { /* optional */
-        if (bias->ndim != 1 || bias->shape[0] != c->n_total ||
-            (bias->dtype != FM_DTYPE_F32 && bias->dtype != FM_DTYPE_BF16 && bias->dtype != FM_DTYPE_F16))
-            return fm_fail(FM_ERR_FORMAT, "%s: router bias '%s' should be F32/BF16/F16 [%d]", bias->file, bias->name,
-                           c->n_total);
+        if (bias->dtype != FM_DTYPE_F32 && bias->dtype != FM_DTYPE_BF16 && bias->dtype != FM_DTYPE_F16)
+            return fm_fail(FM_ERR_FORMAT, "%s: router bias '%s' has dtype %s, expected F32, BF16 or F16", bias->file,
+                           bias->name, fm_dtype_name(bias->dtype));
+        int64_t want = c->n_total;
+        FM_CHECK(fm_load_expect(bias, bias->dtype, -1, 1, &want)); /* FM_ERR_BAD_SHAPE naming both shapes */
     }
     fm_clear_error();
     l->has_router_bias = bias != NULL;
@@ -186,7 +212,7 @@ static fm_status shared_proj(const fm_load_ctx *c, const char *proj, int nvfp4, 
         memcpy(dst, w->data, n * 2);
         return FM_OK;
     }
-    FM_CHECK(fm_load_check_scale_codes(sc, sc->data, (size_t)(N * K / 16), FM_SCALE_E4M3));
+    FM_CHECK(fm_load_check_scale_codes(sc, -1, sc->data, N, K / 16, FM_SCALE_E4M3));
     float *tmp = malloc(n * sizeof *tmp);
     if (!tmp) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
     /* read-only view of the mapping: fm_dequantize does not write through it */
@@ -312,13 +338,11 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     return FM_OK;
 }
 
-fm_status fm_load_check_scale_codes(const fm_st_tensor *t, const uint8_t *s, size_t n, fm_scale_type st)
+fm_status fm_load_check_scale_codes(const fm_st_tensor *t, int expert, const uint8_t *codes, int64_t rows,
+                                     int64_t cols, fm_scale_type st)
 {
-    for (size_t i = 0; i < n; i++) {
-        int nan = st == FM_SCALE_E4M3 ? (s[i] & 0x7f) == 0x7f : s[i] == 0xff;
-        if (nan)
-            return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s': scale byte %zu is a NaN code (0x%02x)", t->file, t->name,
-                           i, s[i]);
-    }
-    return FM_OK;
+    fm_status s = fm_scales_check_codes(NULL, st, codes, rows, cols);
+    if (s == FM_OK) return FM_OK;
+    if (expert < 0) return fm_fail(s, "%s: tensor '%s': %s", t->file, t->name, fm_last_error());
+    return fm_fail(s, "%s: tensor '%s', expert %d: %s", t->file, t->name, expert, fm_last_error());
 }

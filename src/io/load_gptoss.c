@@ -72,32 +72,20 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
     l->cfg.wfmt = FM_FORMAT_MXFP4;
     if (c->dry) return FM_OK;
 
-    const int n = c->n;
-    const fm_format f = FM_FORMAT_MXFP4;
-    size_t d13, s13, d2, s2;
-    FM_CHECK(fm_qtensor_bytes(f, 2 * I, H, &d13, &s13));
-    FM_CHECK(fm_qtensor_bytes(f, H, I, &d2, &s2));
-    size_t per = d13 + s13 + d2 + s2;
-    l->w13 = calloc((size_t)n, sizeof *l->w13);
-    l->w2 = calloc((size_t)n, sizeof *l->w2);
-    if (per > SIZE_MAX / (size_t)n || !l->w13 || !l->w2 || !(l->owned_ = malloc(per * (size_t)n)))
-        return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d experts (%zu bytes each)", c->layer, n, per);
+    fm_load_expert_bytes sz;
+    FM_CHECK(fm_load_alloc_experts(c, l, FM_FORMAT_MXFP4, I, &sz));
+    const size_t d13 = sz.d13, s13 = sz.s13, d2 = sz.d2, s2 = sz.s2; /* the source's per-expert strides too */
     const size_t rb13 = (size_t)H / 2, sb13 = (size_t)H / 32; /* bytes per w13 row: data, scales */
-    uint8_t *base = l->owned_;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < c->n; i++) {
         const size_t e = (size_t)(c->first + i);
-        uint8_t *p = base + (size_t)i * per;
-        l->w13[i] = (fm_qtensor){.fmt = f, .rows = 2 * I, .cols = H, .data = p, .scales = p + d13, .global_scale = 1.0f};
-        l->w2[i] = (fm_qtensor){.fmt = f, .rows = H, .cols = I, .data = p + d13 + s13, .scales = p + d13 + s13 + d2,
-                                .global_scale = 1.0f};
         const uint8_t *gd = gu.b->data + e * d13, *gs = gu.s->data + e * s13;
-        FM_CHECK(fm_load_check_scale_codes(gu.s, gs, s13, FM_SCALE_UE8M0)); /* byte index within expert e */
+        FM_CHECK(fm_load_check_scale_codes(gu.s, (int)e, gs, 2 * I, H / 32, FM_SCALE_UE8M0)); /* source rows */
         for (int64_t r = 0; r < 2 * I; r++) { /* source row r -> gate row r/2 or up row I + r/2 */
             int64_t dst = (r & 1) ? I + r / 2 : r / 2;
             memcpy((uint8_t *)l->w13[i].data + (size_t)dst * rb13, gd + (size_t)r * rb13, rb13);
             memcpy(l->w13[i].scales + (size_t)dst * sb13, gs + (size_t)r * sb13, sb13);
         }
-        FM_CHECK(fm_load_check_scale_codes(dn.s, dn.s->data + e * s2, s2, FM_SCALE_UE8M0));
+        FM_CHECK(fm_load_check_scale_codes(dn.s, (int)e, dn.s->data + e * s2, H, I / 32, FM_SCALE_UE8M0));
         memcpy(l->w2[i].data, dn.b->data + e * d2, d2);
         memcpy(l->w2[i].scales, dn.s->data + e * s2, s2);
     }

@@ -61,7 +61,7 @@ static fm_status copy_proj(const proj_src *ps, fm_qtensor *q, int64_t r0, float 
     memcpy((uint8_t *)q->data + (size_t)r0 * rb, ps->w->data, rows * rb);
     if (!ps->s) return FM_OK;
     uint8_t *dst = q->scales + (size_t)r0 * sb;
-    FM_CHECK(fm_load_check_scale_codes(ps->s, ps->s->data, rows * sb, FM_SCALE_E4M3));
+    FM_CHECK(fm_load_check_scale_codes(ps->s, -1, ps->s->data, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3));
     if (ps->g == g_target) {
         memcpy(dst, ps->s->data, rows * sb);
         return FM_OK;
@@ -111,30 +111,18 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
     }
 
     /* Everything is valid: one allocation for all experts' data and scales. */
-    size_t d13, s13, d2, s2;
-    FM_CHECK(fm_qtensor_bytes(f, 2 * I, H, &d13, &s13));
-    FM_CHECK(fm_qtensor_bytes(f, H, I, &d2, &s2));
-    size_t per = d13 + s13 + d2 + s2;
-    l->w13 = calloc((size_t)n, sizeof *l->w13);
-    l->w2 = calloc((size_t)n, sizeof *l->w2);
-    if (has_in) {
+    s = fm_load_alloc_experts(c, l, f, I, NULL);
+    if (s == FM_OK && has_in) {
         l->a1_scale = malloc((size_t)n * sizeof *l->a1_scale);
         l->a2_scale = malloc((size_t)n * sizeof *l->a2_scale);
+        if (!l->a1_scale || !l->a2_scale)
+            s = fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d input scales", c->layer, n);
     }
-    if (per > SIZE_MAX / (size_t)n || !l->w13 || !l->w2 || (has_in && (!l->a1_scale || !l->a2_scale)) ||
-        !(l->owned_ = malloc(per * (size_t)n))) {
-        free(src);
-        return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d experts (%zu bytes each)", c->layer, n, per);
-    }
-    uint8_t *base = l->owned_;
     for (int i = 0; i < n && s == FM_OK; i++) {
         const proj_src *ps = &src[i * P_COUNT];
-        uint8_t *p = base + (size_t)i * per;
         float g13 = ps[P_GATE].g > ps[P_UP].g ? ps[P_GATE].g : ps[P_UP].g;
-        l->w13[i] = (fm_qtensor){.fmt = f, .rows = 2 * I, .cols = H, .data = p, .scales = s13 ? p + d13 : NULL,
-                                 .global_scale = g13};
-        l->w2[i] = (fm_qtensor){.fmt = f, .rows = H, .cols = I, .data = p + d13 + s13,
-                                .scales = s2 ? p + d13 + s13 + d2 : NULL, .global_scale = ps[P_DOWN].g};
+        l->w13[i].global_scale = g13;
+        l->w2[i].global_scale = ps[P_DOWN].g;
         s = copy_proj(&ps[P_GATE], &l->w13[i], 0, g13);
         if (s == FM_OK) s = copy_proj(&ps[P_UP], &l->w13[i], I, g13);
         if (s == FM_OK) s = copy_proj(&ps[P_DOWN], &l->w2[i], 0, ps[P_DOWN].g);

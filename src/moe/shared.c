@@ -3,7 +3,10 @@
  * SwiGLU and the weight scale scan. */
 #include "moe_internal.h"
 
+#include "format/format_internal.h"
+
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 void fm_moe_router_logits(const fm_moe_config *cfg, const float *router_w, const uint16_t *x, int T, float *logits)
@@ -45,15 +48,9 @@ fm_status fm_moe_weights_check_scales(const fm_moe_config *cfg, const fm_moe_wei
     for (int e = 0; e < cfg->n_experts; e++) {
         const fm_qtensor *ts[2] = {&w->w13[e], &w->w2[e]};
         for (int j = 0; j < 2; j++) {
-            size_t n = (size_t)ts[j]->rows * (size_t)(ts[j]->cols / tr->block);
-            const uint8_t *s = ts[j]->scales;
-            for (size_t i = 0; i < n; i++) {
-                int nan = tr->scale_type == FM_SCALE_E4M3 ? (s[i] & 0x7f) == 0x7f : s[i] == 0xff;
-                if (nan)
-                    return fm_fail(FM_ERR_NONFINITE, "%s[%d]: block scale [%zu][%zu] is a NaN code (0x%02x)",
-                                   j ? "w2" : "w13", e, i / (size_t)(ts[j]->cols / tr->block),
-                                   i % (size_t)(ts[j]->cols / tr->block), s[i]);
-            }
+            char who[32];
+            snprintf(who, sizeof who, "%s[%d]", j ? "w2" : "w13", e);
+            FM_CHECK(fm_scales_check_codes(who, tr->scale_type, ts[j]->scales, ts[j]->rows, ts[j]->cols / tr->block));
         }
     }
     return FM_OK;

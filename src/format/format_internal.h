@@ -1,0 +1,28 @@
+/* format_internal.h - format helpers the rest of the library shares (not
+ * installed).
+ *
+ * Why here: a block-scale byte that decodes to NaN (E4M3 0x7F/0xFF, UE8M0
+ * 0xFF) poisons a whole block, and every consumer of scales from outside
+ * (fm_dequantize, the backends' weight check, the checkpoint loader, the CUDA
+ * prepack) must refuse it before using the tensor. One scan, one definition
+ * of "NaN code", one message shape; callers prefix their own context.
+ */
+#ifndef FM_FORMAT_INTERNAL_H
+#define FM_FORMAT_INTERNAL_H
+
+#include "fm_internal.h"
+
+/* Is scale byte c of type st a NaN code? (FM_SCALE_NONE: never.) */
+static inline int fm_scale_code_is_nan(fm_scale_type st, uint8_t c)
+{
+    return st == FM_SCALE_E4M3 ? (c & 0x7F) == 0x7F : st == FM_SCALE_UE8M0 && c == 0xFF;
+}
+
+/* Scales s[rows][cols] (row-major, cols = scales per row): FM_OK, or
+ * FM_ERR_NONFINITE with the detail
+ *     "<who>: block scale [r][c] = 0xXX decodes to NaN"
+ * for the first NaN code (who may be NULL: the message then starts at
+ * "block scale"). Nothing to check (FM_OK) for FM_SCALE_NONE or rows/cols <= 0. */
+fm_status fm_scales_check_codes(const char *who, fm_scale_type st, const uint8_t *s, int64_t rows, int64_t cols);
+
+#endif
