@@ -12,3 +12,8 @@ if(Python3_EXECUTABLE)
            $<TARGET_FILE:fp4moe_cli>)
   set_tests_properties(plan_cli_devices_no_gpu PROPERTIES LABELS "cpu")
 endif()
+# The CLI exit-code contract (test_plan_cli.c) runs the fp4moe binary.
+if(TARGET test_plan_cli)
+  add_dependencies(test_plan_cli fp4moe_cli)
+  set_property(TEST test_plan_cli APPEND PROPERTY ENVIRONMENT "FM_CLI=$<TARGET_FILE:fp4moe_cli>")
+endif()

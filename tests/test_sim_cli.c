@@ -172,6 +172,32 @@ static void test_plot(void **state)
     rmdir(dir);
 }
 
+/* An unwritable plot path: exit 1 naming the path, and no PNG on stdout (gnuplot
+ * falls back to stdout when `set output` fails; it used to pour the image there). */
+static void test_plot_unwritable(void **state)
+{
+    (void)state;
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("# gnuplot absent: the unwritable-path case needs it to start\n");
+        return;
+    }
+    char dir[] = "/tmp/fm-sim-cli-XXXXXX", args[256], *out;
+    assert_non_null(mkdtemp(dir));
+    snprintf(args, sizeof args, "--sweep-max %d --plot %s/no/such/dir/x.png",
+             8 + (int)(fm_rng_u64(&g_rng) % 64), dir);
+    assert_int_equal(run(args, 0, &out), 1);
+    if (strstr(out, "PNG") || strstr(out, "IHDR")) {
+        print_error("PNG bytes on stdout: %.200s\n", out);
+        fail();
+    }
+    free(out);
+    assert_int_equal(run(args, 1, &out), 1);
+    assert_non_null(strstr(out, "FM_ERR_IO"));
+    assert_non_null(strstr(out, "/no/such/dir/x.png"));
+    free(out);
+    rmdir(dir);
+}
+
 int main(void)
 {
     g_cli = getenv("FM_CLI");
@@ -185,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_sweep_csv),
         cmocka_unit_test(test_bad_settings_exit_2),
         cmocka_unit_test(test_plot),
+        cmocka_unit_test(test_plot_unwritable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

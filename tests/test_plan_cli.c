@@ -1,0 +1,176 @@
+/* test_plan_cli.c - the exit-code contract of docs/cli.md for `plan`, `explain`
+ * and the no-GPU paths, end to end through the binary ($FM_CLI, set by
+ * tests/plan.cmake; skipped with 77 without it).  Each case is a review finding:
+ *   - every bad flag value or combination is exit 2, on stderr a message naming the
+ *     flag and the accepted values, and nothing on stdout (no half table);
+ *   - numbers that overflow int ("--cluster 99999999999x1") or carry junk
+ *     ("--cutlass 4.2x") are refused, not wrapped or truncated;
+ *   - `explain --arch X --gpu Y` with different architectures is refused;
+ *   - where `devices` finds no GPU or no CUDA backend (exit 3), `simulate --gpu
+ *     local` and `run --backend cuda` exit 3 too (they used to exit 1 for
+ *     FM_ERR_NO_BACKEND).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static const char *g_cli;
+static char g_err_path[64];
+
+typedef struct {
+    int  rc;
+    char out[1 << 14], err[1 << 14];
+} result;
+
+static size_t slurp(FILE *f, char *buf, size_t cap)
+{
+    size_t n = 0, got;
+    while (n + 1 < cap && (got = fread(buf + n, 1, cap - 1 - n, f)) > 0) n += got;
+    buf[n] = 0;
+    return n;
+}
+
+/* Run `fp4moe <args>`: exit code, stdout and stderr separately. */
+static void run(const char *args, result *r)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", g_cli, args, g_err_path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    slurp(p, r->out, sizeof r->out);
+    int rc = pclose(p);
+    r->rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    FILE *e = fopen(g_err_path, "r");
+    assert_non_null(e);
+    slurp(e, r->err, sizeof r->err);
+    fclose(e);
+}
+
+/* A usage error: exit 2, nothing on stdout, stderr names every one of `words`. */
+static void expect_usage(const char *args, const char *const *words)
+{
+    static result r;
+    run(args, &r);
+    int ok = r.rc == 2 && !r.out[0];
+    for (int i = 0; ok && words[i]; i++) ok = strstr(r.err, words[i]) != NULL;
+    if (!ok) {
+        print_error("fp4moe %s: exit %d (want 2)\nstdout: %.400s\nstderr: %.400s\n", args, r.rc, r.out, r.err);
+        fail();
+    }
+}
+
+#define USAGE(args, ...) expect_usage(args, (const char *const[]){__VA_ARGS__, NULL})
+
+static void plan_bad_flags(void **s)
+{
+    (void)s;
+    USAGE("plan --gpu h200 --format bf16 --k 100", "--k", "K=100", "64");
+    USAGE("plan --gpu rtx-pro-6000 --format nvfp4 --k 1000", "--k", "K=1000", "128");
+    USAGE("plan --gpu h200 --format void", "--format", "nvfp4", "bf16");
+    USAGE("plan --gpu h200 --format fp32", "--format", "nvfp4", "'fp32'");
+    USAGE("plan --gpu h200 --format foo", "--format", "nvfp4");
+    USAGE("plan --gpu h200 --epilogue bar", "--epilogue", "finalize");
+    USAGE("plan --gpu nonesuch", "--gpu", "h200");
+    char a[128], k[32]; /* any odd K: every catalogue tile K is even */
+    fm_rng rng;
+    fm_rng_init(&rng, fm_test_seed());
+    snprintf(k, sizeof k, "K=%ld", 2 * (long)(fm_rng_u64(&rng) % 500000) + 1);
+    snprintf(a, sizeof a, "plan --gpu rtx-5090 --format mxfp4 --k %s", k + 2);
+    USAGE(a, "--k", k);
+    USAGE("plan --gpu b200 --format fp8", "--format", "fp8");
+}
+
+static void explain_bad_flags(void **s)
+{
+    (void)s;
+    const char *t = "explain --arch sm120 --tile 128x128x128";
+    char a[256];
+#define EX(extra, ...) (snprintf(a, sizeof a, "%s %s", t, extra), USAGE(a, __VA_ARGS__))
+    EX("--cutlass 4.2x", "--cutlass", "4.2 .. 4.9");
+    EX("--cutlass '4.7 junk'", "--cutlass", "4.2 .. 4.9");
+    EX("--cluster 99999999999x1", "--cluster", "[1, 16]");
+    EX("--cluster 1x4294967297", "--cluster", "[1, 16]");
+    EX("--cluster 2x1x", "--cluster");
+    EX("--format foo", "--format", "nvfp4", "mxfp4");
+    EX("--a foo", "--a", "nvfp4");
+    EX("--epilogue bar", "--epilogue", "tma", "nosmem", "finalize");
+    EX("--schedule fast", "--schedule", "pingpong");
+    EX("--family nope", "--family", "fp4moe-swapab");
+    EX("--gpu h200", "--arch", "--gpu");          /* sm_120 vs sm_90: which one? */
+    EX("--gpu b200", "--arch", "--gpu");
+#undef EX
+    USAGE("explain --arch sm_42 --tile 128x128x128", "--arch", "sm_120");
+    USAGE("explain --arch sm120 --tile 100x128x128x", "--tile", "MxNxK");
+    USAGE("explain --arch sm120 --tile 99999999999x128x128", "--tile", "MxNxK");
+    USAGE("explain --arch sm_90 --tile 128x128x128", "sm_90", "bf16"); /* nvfp4 on sm_90: no such kernel */
+    USAGE("explain --arch sm120 --tile 128x128x128 --k 100", "K=100");
+}
+
+/* The same flags, well formed, still work (so the cases above fail for the flag). */
+static void explain_good_flags(void **s)
+{
+    (void)s;
+    static const char *const ok[] = {
+        "explain --arch sm120 --tile 128x128x128 --cutlass 4.7",
+        "explain --arch sm120 --tile 128x128x128 --cutlass 4.2.0 --cluster 1x1",
+        "explain --arch sm_90 --gpu h200 --tile 128x128x64 --format bf16",
+        "explain --arch sm_100 --gpu b200 --tile 256x128x256 --cluster 2x1 --json",
+        "plan --gpu h200 --format bf16 --k 128",
+    };
+    static result r;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        run(ok[i], &r);
+        if ((r.rc != 0 && r.rc != 5) || !r.out[0]) {
+            print_error("fp4moe %s: exit %d\nstderr: %.400s\n", ok[i], r.rc, r.err);
+            fail();
+        }
+    }
+}
+
+static void no_gpu_is_exit_3(void **s)
+{
+    (void)s;
+    static result r;
+    run("devices", &r);
+    if (r.rc != 3) {
+        printf("# a GPU is visible (devices exit %d): the no-GPU exit codes are not exercised here\n", r.rc);
+        return;
+    }
+    run("simulate --gpu local", &r);
+    if (r.rc != 3) {
+        print_error("simulate --gpu local: exit %d (want 3)\nstderr: %.400s\n", r.rc, r.err);
+        fail();
+    }
+    run("run --backend cuda --tokens 1", &r);
+    if (r.rc != 3) {
+        print_error("run --backend cuda: exit %d (want 3)\nstderr: %.400s\n", r.rc, r.err);
+        fail();
+    }
+}
+
+int main(void)
+{
+    g_cli = getenv("FM_CLI");
+    if (!g_cli || access(g_cli, X_OK)) {
+        printf("skipped: FM_CLI does not name the fp4moe binary\n");
+        return 77;
+    }
+    snprintf(g_err_path, sizeof g_err_path, "/tmp/fp4moe-plan-cli-XXXXXX");
+    int fd = mkstemp(g_err_path);
+    if (fd < 0) return 1;
+    close(fd);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(plan_bad_flags),
+        cmocka_unit_test(explain_bad_flags),
+        cmocka_unit_test(explain_good_flags),
+        cmocka_unit_test(no_gpu_is_exit_3),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    unlink(g_err_path);
+    return rc;
+}
