@@ -110,7 +110,8 @@ fm_status fm_qtensor_bytes(fm_format f, int64_t rows, int64_t cols, size_t *data
  *    amax == 0 gives global = 1), block scale = E4M3(amax_block / (6*global)),
  *    element = E2M1(x / (decoded_block_scale * global)) (0 when the block scale is 0);
  *    all float32, in this order. A derived global below FLT_MIN is raised to FLT_MIN.
- *    *global_scale_in must be finite, normal and positive.
+ *    *global_scale_in must be finite, normal, positive and <= FLT_MAX/6 (else 6*global is
+ *    Inf and every block scale 0): FM_ERR_INVALID_ARG otherwise.
  *  MXFP4 (OCP MX v1.0): scale = 2^(floor(log2(amax_block)) - 2) as UE8M0 (2^-127 for
  *    an all-zero block; exponent clamped to [-127, 127]), element = E2M1(x / scale).
  *  BF16: element = bf16(x). global_scale_in is ignored except for NVFP4.

@@ -282,7 +282,7 @@ typedef struct {
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (layer, expert, weight or
  * scale missing), FM_ERR_FORMAT (wrong dtype), FM_ERR_BAD_SHAPE, FM_ERR_OUT_OF_RANGE
  * (expert range beyond the layer's), FM_ERR_NONFINITE (global or input scale not
- * finite and positive), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
+ * finite and positive, or a block-scale byte that is a NaN code), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
                                    fm_ckpt_layer **out);
 void fm_ckpt_layer_free(fm_ckpt_layer *l);

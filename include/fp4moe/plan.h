@@ -115,7 +115,9 @@ typedef struct {
  * that is not a multiple of tile_k, and FM_ERR_UNSUPPORTED for an fp4moe tile that
  * is not compiled into the library (fm_swapab_tiles lists them): for fp4moe's own
  * kernels the check answers exactly what the launcher will do, because both call
- * fm_smem_swapab.  *out is written only on FM_OK. */
+ * fm_smem_swapab.  FM_ERR_BAD_SHAPE also for rows_per_expert, n, k or experts negative
+ * or above INT32_MAX (CUTLASS problem shapes are int), or a problem of more than
+ * 2^62 CTA tiles.  *out is written only on FM_OK. */
 fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts,
                         int sms, fm_plan_result *out);
 
@@ -136,8 +138,11 @@ typedef struct {
  * then the rejected ones.  Writes at most `cap` entries into out, the number written
  * into *count (total considered in *total if not NULL).  Statuses: FM_OK,
  * FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH (no tile of the set takes that format on that
- * arch, e.g. FP4 on sm_90's CUTLASS), FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0),
- * FM_ERR_UNSUPPORTED (no family of the set modelled for that GPU and format). */
+ * arch, e.g. FP4 on sm_90's CUTLASS), FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0 or
+ * > INT32_MAX, or a K that is a multiple of no tile K of the set: the detail lists the
+ * tile Ks), FM_ERR_INVALID_ARG also when ab is void or fp32 (not a GEMM operand),
+ * FM_ERR_UNSUPPORTED (no family of the set modelled for that GPU and format).
+ * *count, *total and out are written only on FM_OK. */
 fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab,
                                 int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
                                 size_t cap, size_t *count, size_t *total);
@@ -158,6 +163,7 @@ fm_status   fm_elem_parse(const char *s, fm_elem *out);
 fm_status   fm_schedule_parse(const char *s, fm_schedule *out);
 fm_status   fm_epilogue_parse(const char *s, fm_epilogue *out);
 fm_status   fm_tile_parse(const char *s, int *m, int *n, int *k);
+/* Accepts exactly "4.M" or "4.M.P" (digits, nothing after); anything else is FM_ERR_NOT_FOUND. */
 fm_status   fm_cutlass_version_parse(const char *s, int *out);
 
 #ifdef __cplusplus
