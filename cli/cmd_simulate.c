@@ -245,7 +245,8 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
 /* Settings the caller can fix give exit 2; anything else 1 (or 3 for no GPU). */
 static int fail(fm_status st)
 {
-    if (st == FM_ERR_INVALID_ARG || st == FM_ERR_BAD_SHAPE || st == FM_ERR_FORMAT || st == FM_ERR_NOT_FOUND) {
+    if (st == FM_ERR_INVALID_ARG || st == FM_ERR_BAD_SHAPE || st == FM_ERR_FORMAT || st == FM_ERR_NOT_FOUND ||
+        st == FM_ERR_ARCH_MISMATCH || st == FM_ERR_UNSUPPORTED) { /* settings that describe no valid setup */
         fprintf(stderr, "fp4moe simulate: %s: %s\n", fm_status_name(st), fm_last_error());
         return FM_EXIT_USAGE;
     }
