@@ -7,7 +7,7 @@
 # Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with
 # a message rather than skipping, so CI cannot silently stop fuzzing.
 # The target is compiled straight from the parser's sources (src/io/safetensors.c,
-# src/io/dtype.c, src/status.c) with -fsanitize=fuzzer,address,undefined, apart
+# src/io/dtype.c, src/status.c, src/format/codec.c) with -fsanitize=fuzzer,address,undefined, apart
 # from the CMake build, whose compiler may be gcc. Seeds are generated here;
 # the corpus grows in OUT_DIR/corpus between runs; crashes land in OUT_DIR.
 set -euo pipefail
@@ -23,12 +23,21 @@ if ! command -v "$CC" >/dev/null 2>&1; then
 fi
 mkdir -p "$OUT/corpus" "$OUT/seeds"
 BIN="$OUT/fuzz_safetensors"
+# First: can this compiler build any libFuzzer program at all? (a toolchain problem)
+printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+  >"$OUT/probe.c"
+if ! "$CC" -fsanitize=fuzzer "$OUT/probe.c" -o "$OUT/probe" 2>"$OUT/probe.log"; then
+  cat "$OUT/probe.log" >&2
+  echo "fuzz: FAILED: '$CC' cannot build a libFuzzer target (-fsanitize=fuzzer)." \
+       "Install clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev)." >&2
+  exit 1
+fi
+# Then the target itself: a failure here is a build error in the parser's sources (shown above).
 if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
      -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
      "$SRC/fuzz/fuzz_safetensors.c" "$SRC/src/io/safetensors.c" "$SRC/src/io/dtype.c" "$SRC/src/status.c" \
-     $(pkg-config --libs libcjson) -o "$BIN"; then
-  echo "fuzz: FAILED: '$CC' cannot build a libFuzzer target (-fsanitize=fuzzer)." \
-       "Install clang with libFuzzer (Debian: apt-get install clang)." >&2
+     "$SRC/src/format/codec.c" $(pkg-config --libs libcjson) -lm -o "$BIN"; then
+  echo "fuzz: FAILED: the fuzz target does not build (compiler errors above)." >&2
   exit 1
 fi
 
