@@ -16,7 +16,7 @@ deps:
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
-	@MAKEFLAGS= cmake --build $(BUILD) -j $(JOBS)
+	@MAKEFLAGS=--no-print-directory cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: a GLM-5 EP8-shaped NVFP4 MoE layer on the best backend present
 # (CUDA if there is a GPU, else the fast CPU path), checked against the reference.
@@ -34,7 +34,7 @@ test-gpu: build
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFM_SANITIZE=ON -DFM_WITH_CUDA=OFF \
 	    -DFM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@MAKEFLAGS= cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@MAKEFLAGS=--no-print-directory cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    FM_ASAN=1 ctest --output-on-failure -j $(JOBS) -L cpu
 
