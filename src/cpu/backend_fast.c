@@ -166,13 +166,7 @@ static fm_status fast_forward(void *state, const uint16_t *x, int T, float *out,
     const int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter, S = c->shared_inter, P = T * K;
     double t0 = omp_get_wtime();
 
-    fm_moe_router_logits(c, w->router_w, x, T, s->logits);
-    long bad_logit = fm_moe_first_nonfinite(s->logits, (size_t)T * E);
-    if (bad_logit >= 0)
-        return fm_fail(FM_ERR_NONFINITE, "cpu: router logit [%ld][%ld] overflowed (inputs too large)", bad_logit / E,
-                       bad_logit % E);
-    FM_CHECK(fm_moe_route(c, w->router_bias, s->logits, T, s->ids, s->wts));
-    FM_CHECK(fm_moe_permute(s->ids, T, K, E, s->offsets, s->perm));
+    FM_CHECK(fm_moe_route_tokens(c, w, x, T, "cpu", s->logits, s->ids, s->wts, s->offsets, s->perm));
     for (int e = 0; e < E; e++)
         for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
             s->pos[s->perm[p]] = p;

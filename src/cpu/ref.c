@@ -96,13 +96,7 @@ static fm_status bufs_alloc(const fm_moe_config *c, int T, ref_bufs *b)
 static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T, ref_bufs *b)
 {
     int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter;
-    fm_moe_router_logits(c, w->router_w, x, T, b->logits);
-    long bad_logit = fm_moe_first_nonfinite(b->logits, (size_t)T * E);
-    if (bad_logit >= 0)
-        return fm_fail(FM_ERR_NONFINITE, "fm_moe_forward_ref: router logit [%ld][%ld] overflowed (inputs too large)", bad_logit / E,
-                       bad_logit % E);
-    FM_CHECK(fm_moe_route(c, w->router_bias, b->logits, T, b->ids, b->wts));
-    FM_CHECK(fm_moe_permute(b->ids, T, K, E, b->offsets, b->perm));
+    FM_CHECK(fm_moe_route_tokens(c, w, x, T, "fm_moe_forward_ref", b->logits, b->ids, b->wts, b->offsets, b->perm));
 
     for (int e = 0; e < E; e++) {
         for (int32_t p = b->offsets[e]; p < b->offsets[e + 1]; p++) {

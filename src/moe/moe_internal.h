@@ -19,6 +19,13 @@
  * No checks: callers have validated shapes. */
 void fm_moe_router_logits(const fm_moe_config *cfg, const float *router_w, const uint16_t *x, int T, float *logits);
 
+/* Router logits -> top-k -> stable permutation: the routing steps every CPU
+ * backend runs through this one function, so routing cannot differ between
+ * them. A logit that overflowed is FM_ERR_NONFINITE; `who` prefixes the detail. */
+fm_status fm_moe_route_tokens(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
+                              const char *who, float *logits, int32_t *ids, float *wts, int32_t *offsets,
+                              int32_t *perm);
+
 /* Bytes of scratch fm_moe_act_quant_row needs for a row of n elements. */
 size_t fm_moe_act_quant_scratch(int n);
 

@@ -67,3 +67,17 @@ long fm_moe_first_nonfinite(const float *x, size_t n)
         if (!isfinite(x[i])) return (long)i;
     return -1;
 }
+
+fm_status fm_moe_route_tokens(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T,
+                              const char *who, float *logits, int32_t *ids, float *wts, int32_t *offsets,
+                              int32_t *perm)
+{
+    const long E = c->n_experts;
+    fm_moe_router_logits(c, w->router_w, x, T, logits);
+    long bad = fm_moe_first_nonfinite(logits, (size_t)T * (size_t)E);
+    if (bad >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "%s: router logit [%ld][%ld] overflowed (inputs too large)", who, bad / E,
+                       bad % E);
+    FM_CHECK(fm_moe_route(c, w->router_bias, logits, T, ids, wts));
+    return fm_moe_permute(ids, T, c->top_k, c->n_experts, offsets, perm);
+}
