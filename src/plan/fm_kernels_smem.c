@@ -89,3 +89,70 @@ char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
     snprintf(buf, n, "swapab_w%dm%dn%dk%ds%d", t->warps, t->mt, t->nt, t->kc, t->stages);
     return buf;
 }
+
+/* The compiled wgmma instantiations (src/cuda/gemm_wgmma.cu has the same rows).
+ * Dynamic smem = stages * (warps*mt*(kc/64)*576 + 8*nt*2*kc).
+ *   warps mt  nt  kc  stages      smem bytes  CTA = features x tokens a pass */
+static const fm_swapab_tile k_wgmma_tiles[] = {
+    {8, 2, 16, 64, 4}, /* 102,400  256 x 128 (SwiGLU pairs) */
+    {8, 2, 16, 64, 6}, /* 153,600  256 x 128, deeper */
+    {8, 1, 32, 64, 4}, /* 149,504  128 x 256 */
+    {8, 2, 8, 64, 4},  /*  69,632  256 x 64 (SwiGLU pairs) */
+    {8, 2, 4, 128, 4}, /* 106,496  256 x 32 (SwiGLU pairs) */
+    {4, 2, 2, 128, 4}, /*  53,248  128 x 16 (SwiGLU pairs) */
+    {4, 1, 1, 256, 4}, /*  53,248   64 x 8  */
+    {4, 2, 1, 256, 4}, /*  90,112  128 x 8 (SwiGLU pairs) */
+};
+
+const fm_swapab_tile *fm_wgmma_tiles(size_t *count)
+{
+    if (count) *count = FM_ARRAY_LEN(k_wgmma_tiles);
+    return k_wgmma_tiles;
+}
+
+fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
+{
+    if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_wgmma: NULL argument");
+    if ((t->warps != 4 && t->warps != 8) || !is_pow2_upto(t->mt, 2) || !is_pow2_upto(t->nt, 32) || t->kc < 64 ||
+        t->kc > 256 || t->kc % 64 != 0 || t->stages < 2 || t->stages > 8)
+        return fm_fail(FM_ERR_BAD_SHAPE,
+                       "fm_smem_wgmma: tile warps=%d mt=%d nt=%d kc=%d stages=%d outside warps 4/8, mt 1/2, "
+                       "nt 1..32 (power of 2), kc 64..256 step 64, stages 2..8",
+                       t->warps, t->mt, t->nt, t->kc, t->stages);
+    fm_smem_breakdown b = {0};
+    size_t rows = 8u * (size_t)t->nt;
+    size_t chunks = (size_t)t->warps * t->mt * (t->kc / 64);
+    b.stages = t->stages;
+    b.a = (size_t)t->stages * chunks * 512u;
+    b.sf = (size_t)t->stages * chunks * 64u;
+    b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc; /* core-matrix layout: no padding */
+    b.mainloop = b.a + b.b + b.sf;
+    b.total = b.mainloop;
+    *out = b;
+    return FM_OK;
+}
+
+fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
+{
+    FM_CHECK(fm_smem_wgmma(t, out));
+    if (out->total > limit_bytes) {
+        char name[64];
+        return fm_fail(FM_ERR_SMEM_EXCEEDED,
+                       "%s needs %zu B of shared memory per block (weights %zu + scales %zu + X tiles %zu, %d stages) "
+                       "but the limit is %zu B",
+                       fm_wgmma_tile_name(t, name, sizeof name), out->total, out->a, out->sf, out->b, out->stages,
+                       limit_bytes);
+    }
+    return FM_OK;
+}
+
+char *fm_wgmma_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
+{
+    if (!buf || n == 0) return buf;
+    if (!t) {
+        snprintf(buf, n, "wgmma_(null)");
+        return buf;
+    }
+    snprintf(buf, n, "wgmma_w%dm%dn%dk%ds%d", t->warps, t->mt, t->nt, t->kc, t->stages);
+    return buf;
+}

@@ -51,6 +51,25 @@ typedef struct {
  * FM_ERR_BAD_SHAPE (a field outside the ranges above; *out untouched). */
 fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
 
+/* Family "wgmma" (src/cuda/gemm_wgmma.cu, sm_90a only): the same swap-AB
+ * tile read by warpgroup MMAs. The dequantized weights are wgmma's A operand
+ * straight from registers (a warp's 16 rows of each m64 tile are exactly the
+ * mma.sync A fragment the prepacked layout gives a lane), the token tile is
+ * its B operand, read by the tensor cores from shared memory in the
+ * no-swizzle core-matrix layout (8 tokens x 16 B per 128-B core matrix, no
+ * padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
+ * warpgroups), mt = 64-feature tiles per warpgroup = 16-row bands per warp
+ * (1 or 2), nt = 8-token groups per pass (wgmma N = 8*nt: 1..32, a power of 2),
+ * kc (64..256, step 64), stages (2..8). Each stage, by cp.async:
+ *   dynamic smem = stages * (warps*mt*(kc/64)*(512 + 64) + 8*nt*2*kc)
+ * No mbarriers, no static shared memory, nothing for the epilogue. */
+fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out);
+fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
+/* The compiled wgmma instantiations, fastest-first per regime (see the .c). */
+const fm_swapab_tile *fm_wgmma_tiles(size_t *count);
+/* "wgmma_w8m2n16k64s4" into buf. Returns buf. */
+char *fm_wgmma_tile_name(const fm_swapab_tile *t, char *buf, size_t n);
+
 /* fm_smem_swapab and a limit check: FM_ERR_SMEM_EXCEEDED (with the breakdown in
  * the detail message, *out still filled) when out->total > limit_bytes. */
 fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
