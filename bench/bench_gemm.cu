@@ -118,8 +118,15 @@ int main(int argc, char **argv)
     static const int ms_quick[] = {1, 8, 32, 128};
     const int       *ms = quick ? ms_quick : ms_full;
     int              nms = quick ? 4 : 11;
-    size_t           ntile;
-    const fm_swapab_tile *tiles = fm_swapab_tiles(&ntile);
+    /* every compiled tile of both families (wgmma only on compute capability 9.0) */
+    fm_cuda_tile tiles[64];
+    size_t       ntile = 0, nmma = 0, nwg = 0;
+    const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
+    for (size_t i = 0; i < nmma && ntile < 64; i++)
+        tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
+    if (prop.major == 9 && prop.minor == 0)
+        for (size_t i = 0; i < nwg && ntile < 64; i++)
+            tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages, FM_CUDA_KERNEL_WGMMA};
     char  table[64][200];
     int   nt = 0;
     cudaEvent_t e0, e1;
@@ -167,9 +174,11 @@ int main(int argc, char **argv)
             double best = 1e30, def_us = 0;
             char   best_name[64] = "";
             for (size_t ti = 0; ti < ntile; ti++) {
-                fm_cuda_tile tl = {tiles[ti].warps, tiles[ti].mt, tiles[ti].nt, tiles[ti].kc, tiles[ti].stages};
+                fm_cuda_tile tl = tiles[ti];
                 int is_def = !memcmp(&tl, &def, sizeof tl);
                 if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
+                if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (2 * m > 8 ? 2 * m : 8))
+                    continue; /* mostly padding tokens */
                 fm_cuda_gemm_args a = {};
                 a.w = &w;
                 a.offsets = offs;
@@ -191,7 +200,11 @@ int main(int argc, char **argv)
                 qsort(t, reps, sizeof(float), cmp_f);
                 double us = t[reps / 2] * 1e3;
                 char   nm[64];
-                fm_swapab_tile_name(&tiles[ti], nm, sizeof nm);
+                {
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
+                    if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
+                    else fm_swapab_tile_name(&st, nm, sizeof nm);
+                }
                 printf("csv,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
                        flops / (us * 1e-6) / 1e12, floor_us);
                 if (is_def) def_us = us;

@@ -22,7 +22,7 @@ export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROO
 export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
-{ cmake -S . -B build-gpu -DFM_WERROR=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
+{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
   cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 # other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
@@ -32,7 +32,7 @@ echo "== ctest -L gpu"
 grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
 if [ "$MODE" = perf ]; then
   echo "== bench_gemm --quick"
-  build-gpu/bench/bench_gemm --quick >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
+  build-gpu/bench/bench_gemm ${BENCH_ARGS:---quick} >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
   grep -E "^#" "$OUT/bench.log"
   sed -n '/^shape/,$p' "$OUT/bench.log"
   exit 0

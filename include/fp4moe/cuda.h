@@ -36,9 +36,19 @@
 extern "C" {
 #endif
 
-/* Tile configuration of the small-batch kernel family (see src/plan/fm_kernels_smem.h). */
+/* Which kernel runs a tile. */
+typedef enum {
+    FM_CUDA_KERNEL_MMA = 0,   /* mma.sync m16n8k16 (gemm_swapab.cu): sm_80 and later, SM120 within 99 KB */
+    FM_CUDA_KERNEL_WGMMA = 1, /* wgmma m64nNk16, weights from registers (gemm_wgmma.cu): sm_90a (H100/H200) only */
+} fm_cuda_kernel;
+
+/* Tile configuration (see src/plan/fm_kernels_smem.h): the CTA covers
+ * warps*mt*16 output features and 8*nt tokens (an expert's rows) a pass, kc of K
+ * a pipeline stage, `stages` deep. `kernel` picks the family; a positional
+ * initializer of the first five fields means FM_CUDA_KERNEL_MMA. */
 typedef struct {
-    int warps, mt, nt, kc, stages;
+    int            warps, mt, nt, kc, stages;
+    fm_cuda_kernel kernel;
 } fm_cuda_tile;
 
 typedef enum {
@@ -92,6 +102,7 @@ typedef struct {
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
  * unknown epilogue), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
  * scratch not 16-byte aligned), FM_ERR_UNSUPPORTED (a tile that is not compiled in,
+ * a wgmma tile on a device other than compute capability 9.0, a wgmma grid over 2^31-1 CTAs,
  * SwiGLU with an odd mt or N not a multiple of 32, more than 65,535 experts, or
  * FINALIZE_DET over more than 65,535 tokens), FM_ERR_SMEM_EXCEEDED (the tile's
  * shared memory, from fm_smem_swapab, exceeds the limit; nothing launched),

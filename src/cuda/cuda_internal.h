@@ -64,6 +64,11 @@ int fm_swapab_find(const fm_cuda_tile *t);
 /* Launch compiled tile `idx` with `smem` dynamic bytes. Returns a cudaError_t as int. */
 int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
 int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
+/* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
+int       fm_wgmma_find(const fm_cuda_tile *t);
+long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound) */
+int       fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+int       fm_wgmma_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 /* out[t][n] += sum_j scratch[token_slots[t*top_k+j]][n] in j order. */
 int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k, int n,
                               int max_rows, float *out, void *stream);

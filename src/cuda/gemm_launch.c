@@ -9,7 +9,24 @@
 #include "cuda/cuda_internal.h"
 #include "fm_internal.h"
 
-_Static_assert(sizeof(fm_cuda_tile) == sizeof(fm_swapab_tile), "fm_cuda_tile mirrors fm_swapab_tile");
+static fm_swapab_tile to_swapab(const fm_cuda_tile *t)
+{
+    fm_swapab_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages};
+    return s;
+}
+
+/* The family's shared-memory model (the planner's function) with a limit. */
+static fm_status tile_smem_check(const fm_cuda_tile *t, size_t limit, fm_smem_breakdown *bd)
+{
+    fm_swapab_tile st = to_swapab(t);
+    return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_smem_wgmma_check(&st, limit, bd) : fm_smem_swapab_check(&st, limit, bd);
+}
+
+static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
+{
+    fm_swapab_tile st = to_swapab(t);
+    return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
+}
 
 static fm_status cuda_fail(cudaError_t err, const char *what)
 {
@@ -111,34 +128,53 @@ size_t fm_cuda_weights_bytes(const fm_cuda_weights *w)
 }
 
 /* Preferred tiles per regime, fastest first on the H200 (bench/RESULTS.md,
- * 2026-11-29), each list ending with one that fits SM120's 101,376 B. */
-static int default_tiles(int rows, fm_cuda_epilogue epi, int k, fm_cuda_tile out[2])
+ * 2026-11-29), each list ending with one that fits SM120's 101,376 B.
+ * wgmma: the device is compute capability 9.0 (the sm_90a kernels run). */
+static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cuda_tile out[3])
 {
     int swiglu = epi == FM_CUDA_EPI_SWIGLU;
     if (rows <= 8) {
-        if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){4, 1, 1, 128, 4}; /* short K: small CTAs, more of them */
-        else out[0] = (fm_cuda_tile){4, swiglu ? 2 : 1, 1, 256, 4};
+        if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){4, 1, 1, 128, 4, FM_CUDA_KERNEL_MMA}; /* short K: small CTAs, more of them */
+        else out[0] = (fm_cuda_tile){4, swiglu ? 2 : 1, 1, 256, 4, FM_CUDA_KERNEL_MMA};
         return 1;
     }
     if (rows <= 16) {
-        out[0] = (fm_cuda_tile){4, 2, 2, 256, 4};
-        out[1] = swiglu ? (fm_cuda_tile){4, 2, 1, 256, 4} : (fm_cuda_tile){4, 1, 2, 256, 4};
+        out[0] = (fm_cuda_tile){4, 2, 2, 256, 4, FM_CUDA_KERNEL_MMA};
+        out[1] = swiglu ? (fm_cuda_tile){4, 2, 1, 256, 4, FM_CUDA_KERNEL_MMA} : (fm_cuda_tile){4, 1, 2, 256, 4, FM_CUDA_KERNEL_MMA};
         return 2;
     }
     if (rows <= 32) {
-        out[0] = (fm_cuda_tile){4, 2, 4, 128, 4};
+        out[0] = (fm_cuda_tile){4, 2, 4, 128, 4, FM_CUDA_KERNEL_MMA};
         return 1;
     }
-    out[0] = (fm_cuda_tile){4, 4, 8, 128, 3};
-    out[1] = (fm_cuda_tile){4, 2, 8, 128, 3};
-    return 2;
+    int n = 0;
+    if (wgmma) {
+        if (rows <= 64) out[n++] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
+        else out[n++] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA};
+    }
+    out[n++] = (fm_cuda_tile){4, 4, 8, 128, 3, FM_CUDA_KERNEL_MMA};
+    out[n++] = (fm_cuda_tile){4, 2, 8, 128, 3, FM_CUDA_KERNEL_MMA};
+    return n;
+}
+
+/* Compute capability of the current device x 10 (90 = sm_90), 0 if none. */
+static int device_cc(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor;
 }
 
 fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k)
 {
-    fm_cuda_tile c[2];
+    fm_cuda_tile c[3];
     (void)n;
-    default_tiles(expected_rows, epi, k, c);
+    default_tiles(expected_rows, epi, k, device_cc() == 90, c);
     return c[0];
 }
 
@@ -182,40 +218,51 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
     }
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
+    int          cc = device_cc();
     fm_cuda_tile t;
     if (a->tile) {
         t = *a->tile;
     } else { /* the first preferred tile that fits the limit */
-        fm_cuda_tile c[2];
-        int          nc = default_tiles(a->expected_rows, a->epi, w->k, c);
+        fm_cuda_tile c[3];
+        int          nc = default_tiles(a->expected_rows, a->epi, w->k, cc == 90, c);
         t = c[nc - 1];
         for (int i = 0; i < nc; i++) {
-            fm_swapab_tile    ct = {c[i].warps, c[i].mt, c[i].nt, c[i].kc, c[i].stages};
             fm_smem_breakdown cb;
-            if (fm_smem_swapab(&ct, &cb) == FM_OK && cb.total <= limit) {
+            if (tile_smem_check(&c[i], limit, &cb) == FM_OK) {
                 t = c[i];
                 break;
             }
         }
+        fm_clear_error();
     }
-    fm_swapab_tile st = {t.warps, t.mt, t.nt, t.kc, t.stages};
-    int            idx = fm_swapab_find(&t);
-    char           name[64];
+    char name[64];
+    if ((int)t.kernel != FM_CUDA_KERNEL_MMA && t.kernel != FM_CUDA_KERNEL_WGMMA)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown tile kernel %d", (int)t.kernel);
+    int wg = t.kernel == FM_CUDA_KERNEL_WGMMA;
+    int idx = wg ? fm_wgmma_find(&t) : fm_swapab_find(&t);
     if (idx < 0)
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see fm_swapab_tiles)",
-                       fm_swapab_tile_name(&st, name, sizeof name));
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
+                       tile_name(&t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_swapab_tiles");
+    if (wg && cc != 90)
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "fm_cuda_gemm: tile %s uses wgmma, which only sm_90a (compute capability 9.0) has; this device "
+                       "is %d.%d: use an mma tile",
+                       tile_name(&t, name, sizeof name), cc / 10, cc % 10);
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
-                       fm_swapab_tile_name(&st, name, sizeof name), w->n);
+                       tile_name(&t, name, sizeof name), w->n);
     fm_smem_breakdown bd;
-    FM_CHECK(fm_smem_swapab_check(&st, limit, &bd));
+    FM_CHECK(tile_smem_check(&t, limit, &bd));
     fm_swapab_params p = {
         .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
         .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,
         .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,
         .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi, .y = a->y,
         .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch};
-    int err = fm_swapab_launch(idx, &p, bd.total, a->stream);
+    if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
+                       tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p), a->max_rows);
+    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream) : fm_swapab_launch(idx, &p, bd.total, a->stream);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,
@@ -229,9 +276,12 @@ fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *
 {
     fm_clear_error();
     (void)fmt; /* one kernel serves both formats (scale decode constants are parameters) */
-    int idx = fm_swapab_find(t);
+    if (!t) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_tile_attributes: t is NULL");
+    int wg = t->kernel == FM_CUDA_KERNEL_WGMMA;
+    int idx = wg ? fm_wgmma_find(t) : fm_swapab_find(t);
     if (idx < 0) return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_tile_attributes: tile not compiled in");
-    int err = fm_swapab_attributes(idx, static_smem, max_dynamic_smem);
+    int err = wg ? fm_wgmma_attributes(idx, static_smem, max_dynamic_smem)
+                 : fm_swapab_attributes(idx, static_smem, max_dynamic_smem);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_tile_attributes");
     return FM_OK;
 }

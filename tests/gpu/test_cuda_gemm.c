@@ -1,4 +1,5 @@
-/* test_cuda_gemm.c - the swapab grouped GEMM against an FP64 reference built from
+/* test_cuda_gemm.c - the grouped GEMM (both kernel families: mma.sync "swapab"
+ * and, on compute capability 9.0, "wgmma") against an FP64 reference built from
  * fm_dequantize: every compiled tile, both formats, every epilogue; zero-row
  * experts, row counts that are not multiples of the tile, K a multiple of the
  * block but not of the kernel's 64, skewed routing and all rows on one expert.
@@ -19,6 +20,40 @@ typedef struct {
     int E, N, K;
     int counts[16];
 } gcase;
+
+static int device_is_sm90(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+}
+
+/* Every compiled tile of both families (wgmma only where it runs), in list order. */
+static size_t all_tiles(fm_cuda_tile *out, size_t cap)
+{
+    size_t n = 0, nm = 0, nw = 0;
+    const fm_swapab_tile *m = fm_swapab_tiles(&nm), *w = fm_wgmma_tiles(&nw);
+    for (size_t i = 0; i < nm && n < cap; i++)
+        out[n++] = (fm_cuda_tile){m[i].warps, m[i].mt, m[i].nt, m[i].kc, m[i].stages, FM_CUDA_KERNEL_MMA};
+    if (device_is_sm90())
+        for (size_t i = 0; i < nw && n < cap; i++)
+            out[n++] = (fm_cuda_tile){w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages, FM_CUDA_KERNEL_WGMMA};
+    return n;
+}
+
+static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
+{
+    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages};
+    return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
+}
+
+static fm_status tile_smem(const fm_cuda_tile *t, fm_smem_breakdown *bd)
+{
+    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages};
+    return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
+}
 
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
@@ -48,8 +83,7 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
                            .expected_rows = 4, .smem_limit = smem_limit};
     char   what[128], name[64];
     if (tile) {
-        fm_swapab_tile st = {tile->warps, tile->mt, tile->nt, tile->kc, tile->stages};
-        fm_swapab_tile_name(&st, name, sizeof name);
+        tile_name(tile, name, sizeof name);
     } else {
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
@@ -167,6 +201,9 @@ static const gcase k_mixed = {5, 64, 208, {0, 1, 9, 0, 37}};
 static const gcase k_mixed_mx = {5, 64, 224, {3, 0, 17, 70, 0}};
 static const gcase k_one_expert = {4, 96, 320, {0, 0, 75, 0}}; /* all rows on one expert */
 static const gcase k_skewed = {8, 64, 128, {1, 0, 2, 0, 0, 30, 1, 0}};
+/* several passes of the widest tiles (256 tokens), two 256-feature blocks, a K tail
+ * stage for kc = 256 (K = 448 = 7 chunks of 64) */
+static const gcase k_big = {4, 512, 448, {300, 0, 130, 513}};
 
 /* FM_QUICK=1 (the racecheck run: the sanitizer is ~1000x slower) keeps the first,
  * the second and the last tile of the list. */
@@ -181,13 +218,17 @@ static void test_every_tile_nvfp4(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed());
-    size_t                n;
-    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    fm_cuda_tile tiles[64];
+    size_t       n = all_tiles(tiles, 64);
     for (size_t i = 0; i < n; i++) {
         if (skip_tile(i, n)) continue;
-        fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
-        run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &t, FM_CUDA_EPI_NONE);
-        if (t.mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, &t, FM_CUDA_EPI_SWIGLU);
+        const fm_cuda_tile *t = &tiles[i];
+        run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_NONE);
+        if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_SWIGLU);
+        if (t->kernel == FM_CUDA_KERNEL_WGMMA || t->nt == 8) { /* the tiles meant for many rows */
+            run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
+            if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_SWIGLU);
+        }
     }
 }
 
@@ -196,13 +237,32 @@ static void test_every_tile_mxfp4(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 1);
-    size_t                n;
-    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    fm_cuda_tile tiles[64];
+    size_t       n = all_tiles(tiles, 64);
     for (size_t i = 0; i < n; i++) {
         if (skip_tile(i, n)) continue;
-        fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
-        run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &t, FM_CUDA_EPI_NONE);
+        run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &tiles[i], FM_CUDA_EPI_NONE);
     }
+}
+
+/* The wgmma family with the FC2 epilogues, skewed routing and all rows on one expert. */
+static void test_wgmma_epilogues(void **state)
+{
+    (void)state;
+    if (!device_is_sm90()) {
+        printf("  (not compute capability 9.0: wgmma tiles are refused there, checked in test_statuses)\n");
+        return;
+    }
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 6);
+    fm_cuda_tile big = {8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA}, wide = {8, 1, 32, 64, 4, FM_CUDA_KERNEL_WGMMA},
+                 mid = {8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
+    run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &big, FM_CUDA_EPI_SWIGLU);
+    run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &mid, FM_CUDA_EPI_SWIGLU);
+    run_case(&r, FM_FORMAT_NVFP4, &k_big, &wide, FM_CUDA_EPI_FINALIZE);
+    run_case(&r, FM_FORMAT_NVFP4, &k_big, &big, FM_CUDA_EPI_FINALIZE_DET);
+    run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &mid, FM_CUDA_EPI_FINALIZE_DET);
+    run_case(&r, FM_FORMAT_MXFP4, &k_big, &big, FM_CUDA_EPI_SWIGLU);
 }
 
 static void test_skew_and_finalize(void **state)
@@ -210,7 +270,8 @@ static void test_skew_and_finalize(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 2);
-    fm_cuda_tile small = {4, 1, 1, 256, 4}, mid = {4, 2, 8, 128, 3}, pair = {4, 2, 2, 256, 4};
+    fm_cuda_tile small = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_MMA}, mid = {4, 2, 8, 128, 3, FM_CUDA_KERNEL_MMA},
+                 pair = {4, 2, 2, 256, 4, FM_CUDA_KERNEL_MMA};
     run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &small, FM_CUDA_EPI_NONE);
     run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &mid, FM_CUDA_EPI_SWIGLU);
     run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &pair, FM_CUDA_EPI_SWIGLU);
@@ -233,7 +294,7 @@ static void test_statuses(void **state)
     void   *doff = dev_upload(off, sizeof off), *dx = NULL, *dy = NULL;
     CK(cudaMalloc(&dx, 4096));
     CK(cudaMalloc(&dy, 4096));
-    fm_cuda_tile      bad = {4, 1, 1, 192, 4}, single = {4, 1, 1, 256, 4};
+    fm_cuda_tile      bad = {4, 1, 1, 192, 4, FM_CUDA_KERNEL_MMA}, single = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_MMA};
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = 2, .y = dy, .tile = &bad};
     assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
     a.tile = &single;
@@ -247,6 +308,15 @@ static void test_statuses(void **state)
     a.x = dx;
     assert_int_equal(fm_cuda_gemm(&a), FM_OK);
     CK(cudaDeviceSynchronize());
+    fm_cuda_tile wg = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_WGMMA}, odd = {4, 1, 1, 256, 4, (fm_cuda_kernel)7};
+    a.tile = &wg; /* wgmma runs on compute capability 9.0 only */
+    assert_int_equal(fm_cuda_gemm(&a), device_is_sm90() ? FM_OK : FM_ERR_UNSUPPORTED);
+    CK(cudaDeviceSynchronize());
+    a.tile = &odd;
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_INVALID_ARG);
+    wg.kc = 192; /* not compiled in */
+    a.tile = &wg;
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
     /* prepack refuses BF16 and NaN scales */
     fm_qtensor bf = w.w[0];
     bf.fmt = FM_FORMAT_BF16;
@@ -273,28 +343,27 @@ static void test_smem_model(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 4);
-    size_t                n;
-    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
-    int                   refused = 0;
+    fm_cuda_tile tiles[64];
+    size_t       n = all_tiles(tiles, 64);
+    int          refused = 0;
     for (size_t i = 0; i < n; i++) {
         if (skip_tile(i, n)) continue;
-        fm_cuda_tile      t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
-        fm_smem_breakdown bd;
-        assert_int_equal(fm_smem_swapab(&tiles[i], &bd), FM_OK);
-        fm_status s = run_case_limit(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE, 101376);
+        const fm_cuda_tile *t = &tiles[i];
+        fm_smem_breakdown   bd;
+        assert_int_equal(tile_smem(t, &bd), FM_OK);
+        fm_status s = run_case_limit(&r, FM_FORMAT_NVFP4, &k_skewed, t, FM_CUDA_EPI_NONE, 101376);
         if (bd.total > 101376) {
             assert_int_equal(s, FM_ERR_SMEM_EXCEEDED);
             refused++;
         } else {
             assert_int_equal(s, FM_OK);
         }
-        run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE); /* device limit: every tile runs */
+        run_case(&r, FM_FORMAT_NVFP4, &k_skewed, t, FM_CUDA_EPI_NONE); /* device limit: every tile runs */
         size_t st = 1, dyn = 0;
-        assert_int_equal(fm_cuda_tile_attributes(&t, FM_FORMAT_NVFP4, &st, &dyn), FM_OK);
+        assert_int_equal(fm_cuda_tile_attributes(t, FM_FORMAT_NVFP4, &st, &dyn), FM_OK);
         char name[64];
         printf("  %-24s predicted %6zu B  static %zu  dynamic attribute %6zu  SM120 %s\n",
-               fm_swapab_tile_name(&tiles[i], name, sizeof name), bd.total, st, dyn,
-               bd.total > 101376 ? "refused" : "fits");
+               tile_name(t, name, sizeof name), bd.total, st, dyn, bd.total > 101376 ? "refused" : "fits");
         assert_int_equal(st, 0);
         assert_int_equal(dyn, bd.total);
     }
@@ -316,13 +385,13 @@ static void test_partial_warp_bands(void **state)
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 5);
     static const gcase wide = {3, 224, 320, {2, 0, 11}};
-    size_t                n;
-    const fm_swapab_tile *tiles = fm_swapab_tiles(&n);
+    fm_cuda_tile       tiles[64];
+    size_t             n = all_tiles(tiles, 64);
     for (size_t i = 0; i < n; i++) {
         if (skip_tile(i, n)) continue;
-        fm_cuda_tile t = {tiles[i].warps, tiles[i].mt, tiles[i].nt, tiles[i].kc, tiles[i].stages};
-        run_case(&r, FM_FORMAT_NVFP4, &wide, &t, FM_CUDA_EPI_NONE);
-        if (t.mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, &t, FM_CUDA_EPI_SWIGLU);
+        const fm_cuda_tile *t = &tiles[i];
+        run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
+        if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
     }
 }
 
@@ -333,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_every_tile_nvfp4),
         cmocka_unit_test(test_every_tile_mxfp4),
         cmocka_unit_test(test_skew_and_finalize),
+        cmocka_unit_test(test_wgmma_epilogues),
         cmocka_unit_test(test_partial_warp_bands),
         cmocka_unit_test(test_statuses),
         cmocka_unit_test(test_smem_model),

@@ -1,0 +1,285 @@
+/* gemm_wgmma.cu - the FP4 grouped GEMM on Hopper's warpgroup MMA (sm_90a).
+ *
+ * Same operation, weights and epilogues as gemm_swapab.cu (Y_e = X_e . W_e^T,
+ * expert offsets on the device), same swap-AB orientation, but the MMA is
+ * wgmma.mma_async m64nNk16 with
+ *  - A = the dequantized weights, straight from registers: the register
+ *    fragment of wgmma's A is, per warp, the m16n8k16 A fragment, which is what
+ *    one prepacked 16-byte word per lane decodes to (src/cuda/prepack.c), so
+ *    a weight element is decoded once per CTA and never stored back;
+ *  - B = the token tile X[8*NT][KC], read by the tensor cores from shared
+ *    memory in the no-swizzle K-major core-matrix layout: core matrix
+ *    (token group rg, K group c) = 8 tokens x 8 K x 2 B = 128 contiguous bytes
+ *    at (rg * KC/8 + c) * 128; descriptor LBO (next 8 K) = 128 B,
+ *    SBO (next 8 tokens) = KC * 16 B;
+ *  - N = 8*NT tokens per wgmma (up to 256), M = 64 features per warpgroup and
+ *    m64 tile, MT tiles per warpgroup, 1 or 2 warpgroups per CTA.
+ * One CTA computes one (expert, 8*NT-token pass, feature block) tile; the 1-D
+ * grid enumerates tiles expert by expert (each expert's weights and rows are
+ * then read by CTAs that run at the same time: the L2 serves the re-reads),
+ * and every warp finds its CTA's tile from the device offsets by a warp scan,
+ * so the host never needs the row counts (graph-capturable). The stage
+ * pipeline is gemm_swapab.cu's (cp.async, STAGES deep, one barrier a stage);
+ * each stage the warps decode their weights, then issue the stage's wgmmas as
+ * one group and wait for it, so the other warpgroup's (and other CTA's) decode
+ * overlaps the tensor cores.
+ * Shared memory = fm_smem_wgmma(tile) (src/plan/fm_kernels_smem.c), all dynamic.
+ * Only the sm_90a build has a body; the launcher refuses other devices.
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/kernel_common.cuh"
+#include "cuda/wgmma_rs.cuh"
+
+namespace {
+using namespace fm_kc;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FM_WGMMA_BODY 1
+
+__device__ __forceinline__ uint64_t smem_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    /* start address, LBO, SBO in 16-byte units; base offset 0; layout 0 = no swizzle */
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+}
+#endif
+
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_params p, int nfb)
+{
+#ifdef FM_WGMMA_BODY
+    constexpr int TOK = 8 * NT;          /* tokens per pass = wgmma N */
+    constexpr int CPS = KC / 64;         /* prepacked chunks per stage */
+    constexpr int W_OFF = TOK * KC * 2;  /* X tile of a stage, core-matrix layout */
+    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
+    constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
+    constexpr unsigned FULL = 0xFFFFFFFFu;
+    extern __shared__ __align__(128) unsigned char smem[];
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    /* ---- which tile: expert-major enumeration, nfb feature blocks x passes per expert */
+    const int slot = blockIdx.x;
+    int       e = -1, local = 0, base = 0;
+    for (int e0 = 0; e0 < p.n_experts; e0 += 32) {
+        int ee = e0 + lane, cnt = 0;
+        if (ee < p.n_experts) {
+            int r0 = p.offsets[ee], r1 = min(p.offsets[ee + 1], p.max_rows);
+            if (r0 >= 0 && r1 > r0) cnt = ((r1 - r0 + TOK - 1) / TOK) * nfb;
+        }
+        int inc = cnt;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            int v = __shfl_up_sync(FULL, inc, d);
+            if (lane >= d) inc += v;
+        }
+        int tot = __shfl_sync(FULL, inc, 31);
+        if (slot < base + tot) {
+            unsigned bal = __ballot_sync(FULL, slot < base + inc);
+            int      l = __ffs(bal) - 1;
+            int      inc_l = __shfl_sync(FULL, inc, l), cnt_l = __shfl_sync(FULL, cnt, l);
+            e = e0 + l;
+            local = slot - (base + inc_l - cnt_l);
+            break;
+        }
+        base += tot;
+    }
+    if (e < 0) return; /* the same answer in every warp: the whole CTA leaves */
+    const int row0 = p.offsets[e], m = min(p.offsets[e + 1], p.max_rows) - row0;
+    const int npass = (m + TOK - 1) / TOK;
+    const int fb = local / npass, pass0 = (local % npass) * TOK;
+    const int rows = min(TOK, m - pass0);
+
+    /* ---- this warp's bands: warp wl of warpgroup wg holds rows 16*wl.. of each m64 tile */
+    const int  wg = warp >> 2, wl = warp & 3;
+    const int  KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
+    const int  nbands = p.n / 16;
+    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+    int        band[MT];
+    bool       bvalid[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        if (swiglu) { /* MT == 2 (launcher): tile 0 gate rows, tile 1 the matching up rows */
+            int gb = (fb * (WARPS / 4) + wg) * 4 + wl;
+            band[i] = gb + (i ? nbands / 2 : 0);
+            bvalid[i] = gb < nbands / 2;
+        } else {
+            band[i] = ((fb * (WARPS / 4) + wg) * MT + i) * 4 + wl;
+            bvalid[i] = band[i] < nbands;
+        }
+    }
+    const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
+    const uint16_t *ws = (const uint16_t *)p.wscale + (size_t)e * nbands * KB * 32;
+    const float     osc = p.oscale[e];
+    const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
+
+    auto load_stage = [&](int ks) {
+        unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
+        /* X: 8 consecutive threads fill one 128-byte core matrix (8 tokens, 16 B each);
+         * tokens past the pass and K past p.k are zero-filled */
+        for (int pi = threadIdx.x; pi < TOK * (KC / 8); pi += WARPS * 32) {
+            int r8 = pi & 7, rest = pi >> 3, c = rest % (KC / 8), rg = rest / (KC / 8);
+            int r = rg * 8 + r8, k = ks * KC + c * 8;
+            bool ok = r < rows && k < p.k;
+            const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
+            cp_async16(buf + (rg * (KC / 8) + c) * 128 + r8 * 16, src, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int c = 0; c < CPS; c++) {
+            int kb = ks * CPS + c;
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                bool   ok = bvalid[i] && kb < KB;
+                size_t off = ok ? ((size_t)band[i] * KB + kb) * 32 : 0;
+                int    sl = (warp * MT + i) * CPS + c;
+                cp_async16(buf + W_OFF + sl * 512 + lane * 16, wd + off + lane, ok ? 16 : 0);
+                if (lane < 4)
+                    cp_async16(buf + S_OFF + sl * 64 + lane * 16, (const unsigned char *)(ws + off) + lane * 16,
+                               ok ? 16 : 0);
+            }
+        }
+    };
+
+    float acc[MT][TOK / 2];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < TOK / 2; j++) acc[i][j] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nks) load_stage(s);
+        cp_async_commit();
+    }
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    for (int ks = 0; ks < nks; ks++) {
+        cp_async_wait<STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> tensor-core reads */
+        __syncthreads(); /* stage ks visible to all; every warpgroup finished stage ks-1 */
+        if (ks + STAGES - 1 < nks) load_stage(ks + STAGES - 1);
+        cp_async_commit();
+        const int            sb = (ks % STAGES) * STAGE_B;
+        const unsigned char *buf = smem + sb;
+        uint32_t             a[CPS][MT][4][4];
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                int      sl = (warp * MT + i) * CPS + c;
+                uint4    wq = *(const uint4 *)(buf + W_OFF + sl * 512 + lane * 16);
+                uint32_t sc = *(const uint16_t *)(buf + S_OFF + sl * 64 + lane * 2);
+                uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+                uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+                dequant_step(wq.x, s_lo, s_hi, a[c][i][0]);
+                dequant_step(wq.y, s_lo, s_hi, a[c][i][1]);
+                dequant_step(wq.z, s_lo, s_hi, a[c][i][2]);
+                dequant_step(wq.w, s_lo, s_hi, a[c][i][3]);
+            }
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                /* K step c*4+s: core-matrix columns 2(c*4+s), +1 */
+                uint64_t desc = smem_desc(smem0 + sb + (c * 4 + s) * 256, 128, KC * 16);
+#pragma unroll
+                for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
+            }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
+    }
+    cp_async_wait<0>();
+
+    /* accumulator j of a thread: 8-token group j/4, element j%4 of the m16n8 C layout */
+    epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
+                     [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
+#else
+    (void)p;
+    (void)nfb;
+#endif
+}
+
+typedef void (*kernel_fn)(const fm_swapab_params, int);
+
+/* Same rows, same order as k_wgmma_tiles in src/plan/fm_kernels_smem.c. */
+struct entry {
+    int       warps, mt, nt, kc, stages;
+    kernel_fn fn;
+};
+#define FM_WGMMA_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, wgmma_kernel<w, mt, nt, kc, st>}
+const entry k_entries[] = {
+    FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
+    FM_WGMMA_ENTRY(8, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
+    FM_WGMMA_ENTRY(4, 1, 1, 256, 4), FM_WGMMA_ENTRY(4, 2, 1, 256, 4),
+};
+const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
+#define FM_WGMMA_MAX_DEV 64
+size_t k_dyn_set[FM_WGMMA_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])];
+
+} // namespace
+
+extern "C" int fm_wgmma_find(const fm_cuda_tile *t)
+{
+    if (!t || t->kernel != FM_CUDA_KERNEL_WGMMA) return -1;
+    for (int i = 0; i < k_n_entries; i++) {
+        const entry &x = k_entries[i];
+        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages) return i;
+    }
+    return -1;
+}
+
+extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
+{
+    if (idx < 0 || idx >= k_n_entries) return -1;
+    const entry &x = k_entries[idx];
+    long long    tok = 8LL * x.nt;
+    int          per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
+    int          bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
+    long long    nfb = (bands + per_cta - 1) / per_cta;
+    /* sum over experts of ceil(m_e / tok) <= (max_rows + E*(tok-1)) / tok */
+    long long passes = ((long long)p->max_rows + (long long)p->n_experts * (tok - 1)) / tok;
+    return nfb * passes;
+}
+
+extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
+{
+    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
+    const entry &x = k_entries[idx];
+    int          dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
+    size_t *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV ? &k_dyn_set[dev][idx] : NULL;
+    if (!set || smem > *set) {
+        cudaError_t err = cudaFuncSetAttribute(x.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return (int)err;
+        err = cudaFuncSetAttribute(x.fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared);
+        if (err != cudaSuccess) return (int)err;
+        if (set) *set = smem;
+    }
+    int       per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt;
+    int       bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
+    int       nfb = (bands + per_cta - 1) / per_cta;
+    long long grid = fm_wgmma_grid(idx, p);
+    if (grid <= 0) return 0; /* no rows: nothing to launch */
+    if (grid > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
+    x.fn<<<(unsigned)grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, nfb);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_wgmma_attributes(int idx, size_t *static_smem, size_t *max_dyn)
+{
+    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
+    cudaFuncAttributes a;
+    cudaError_t        err = cudaFuncGetAttributes(&a, k_entries[idx].fn);
+    if (err != cudaSuccess) return (int)err;
+    if (static_smem) *static_smem = a.sharedSizeBytes;
+    if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;
+    return 0;
+}

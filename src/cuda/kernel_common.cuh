@@ -1,0 +1,97 @@
+/* kernel_common.cuh - device helpers shared by the FP4 grouped-GEMM kernels
+ * (gemm_swapab.cu: mma.sync, gemm_wgmma.cu: wgmma): BF16 math, cp.async, the
+ * E2M1 -> BF16 dequantization of one prepacked word, and the epilogue. */
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/cuda_internal.h"
+
+namespace fm_kc {
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    /* fma with -0 addend: exact product, subnormal a supported (sm_80+) */
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+/* The four A registers of one mma step from prepacked word w (see prepack.c). */
+__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t s_hi, uint32_t (&a)[4])
+{
+    const uint32_t M = 0x81C081C0u;
+    a[0] = bf16x2_mul(w & M, s_lo);
+    a[1] = bf16x2_mul((w << 3) & M, s_hi);
+    a[2] = bf16x2_mul(((w << 6) & 0x01C001C0u) | ((w << 2) & 0x80008000u), s_lo);
+    a[3] = bf16x2_mul(((w >> 3) & 0x01C001C0u) | ((w << 1) & 0x80008000u), s_hi);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+
+/* Write one pass's results. acc(i, n, q) is the FP32 accumulator of band i
+ * (MT per warp), 8-token group n (NT per pass), element q of the m16n8 C
+ * fragment: feature g + 8*(q>>1) of the band, token 8n + 2t + (q&1). With
+ * SwiGLU the first MT/2 bands are gate rows and the last MT/2 the matching up
+ * rows. rows = valid tokens of the pass, rbase = first permuted row. */
+template <int MT, int NT, class Acc>
+__device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
+                                         int rbase, int rows, float osc, int g, int t, Acc acc)
+{
+    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int tok = n * 8 + 2 * t + (q & 1);
+            if (tok >= rows) continue;
+            int r = rbase + tok;
+            int fo = g + 8 * (q >> 1);
+            if (swiglu) {
+                __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * (p.n / 2);
+#pragma unroll
+                for (int i = 0; i < MT / 2; i++) {
+                    if (!bvalid[i]) continue;
+                    float gv = acc(i, n, q) * osc, uv = acc(i + MT / 2, n, q) * osc;
+                    y[band[i] * 16 + fo] = __float2bfloat16(silu(gv) * uv);
+                }
+            } else if (p.epi == FM_CUDA_EPI_NONE) {
+                __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * p.n;
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (bvalid[i]) y[band[i] * 16 + fo] = __float2bfloat16(acc(i, n, q) * osc);
+            } else if (p.epi == FM_CUDA_EPI_FINALIZE) {
+                float *y = (float *)p.y + (size_t)p.row_token[r] * p.n;
+                float  rw = p.row_weight[r] * osc;
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (bvalid[i]) atomicAdd(&y[band[i] * 16 + fo], acc(i, n, q) * rw);
+            } else { /* FINALIZE_DET: weighted rows to scratch, reduced in slot order later */
+                float *y = p.scratch + (size_t)r * p.n;
+                float  rw = p.row_weight[r] * osc;
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (bvalid[i]) y[band[i] * 16 + fo] = acc(i, n, q) * rw;
+            }
+        }
+}
+
+} // namespace fm_kc
