@@ -15,8 +15,10 @@ static void help(FILE *f)
             "usage: fp4moe explain --arch sm120 --tile 128x256x128 [flags]\n"
             "  --arch A        sm_90 | sm_100 | sm_120 | sm_121 ... (or --gpu NAME)\n"
             "  --family F      auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
-            "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K)\n"
-            "  --warps W       fp4moe-swapab: warps per CTA (default 4)\n"
+            "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
+            "                  fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)\n"
+            "  --warps W       fp4moe kernels: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
+            "                  fp4moe-wgmma 4 or 8, default 8)\n"
             "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch (with --arch too,\n"
             "                  both must name the same architecture) and the SM count for waves\n"
             "  --tile MxNxK    CTA tile\n"
@@ -139,14 +141,15 @@ int fm_cmd_explain(int argc, char **argv)
         (st = fm_plan_resolve(&cfg, &rc)) != FM_OK)
         return fm_cli_usage_status("explain", "the flags describe no valid kernel", st);
     const fm_smem_breakdown *b = &r.bytes;
-    int swapab = rc.family == FM_FAMILY_FP4MOE_SWAPAB;
+    int swapab = rc.family == FM_FAMILY_FP4MOE_SWAPAB || rc.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's own */
+    int wgmma = rc.family == FM_FAMILY_FP4MOE_WGMMA;
     fm_kernel_family fam = rc.family;
     fm_schedule sched = rc.schedule;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "arch", arch->name);
         cJSON_AddStringToObject(o, "family", fm_family_name(fam));
-        if (swapab) cJSON_AddNumberToObject(o, "warps", cfg.warps ? cfg.warps : 4);
+        if (swapab) cJSON_AddNumberToObject(o, "warps", rc.warps); /* resolved: the family's default if not given */
         cJSON_AddStringToObject(o, "a", fm_elem_name(cfg.a));
         cJSON_AddStringToObject(o, "b", fm_elem_name(cfg.b));
         cJSON_AddStringToObject(o, "epilogue", fm_epilogue_name(cfg.epilogue));
@@ -181,9 +184,9 @@ int fm_cmd_explain(int argc, char **argv)
         cJSON_Delete(o);
     } else {
         if (swapab)
-            printf("%s fp4moe-swapab, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "
+            printf("%s %s, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "
                    "the launcher sizes shared memory with the same function\n",
-                   arch->name, fm_elem_name(cfg.a), cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.warps ? cfg.warps : 4,
+                   arch->name, fm_family_name(fam), fm_elem_name(cfg.a), cfg.tile_m, cfg.tile_n, cfg.tile_k, rc.warps,
                    b->stages, cfg.stages ? "fixed" : "compiled");
         else
             printf("%s %s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s, %d stages (%s), CUTLASS %d.%d model\n",
@@ -193,7 +196,8 @@ int fm_cmd_explain(int argc, char **argv)
                    cfg.cutlass / 10 % 10);
         printf("  %-34s %9s\n", "part", "bytes");
         printf("  %-34s %9zu\n", swapab ? "FP4 weight tiles (all stages)" : "A tiles (all stages)", b->a);
-        printf("  %-34s %9zu\n", swapab ? "X (token) tiles, BF16" : "B tiles", b->b);
+        printf("  %-34s %9zu\n",
+               wgmma ? "X (token) tiles, BF16 core matrices" : swapab ? "X (token) tiles, BF16" : "B tiles", b->b);
         printf("  %-34s %9zu\n", "scale-factor tiles (SFA + SFB)", b->sf);
         printf("  %-34s %9zu\n", "pipeline barriers", b->barriers);
         printf("  %-34s %9zu\n", "epilogue C buffers", b->epi_c);
@@ -203,7 +207,10 @@ int fm_cmd_explain(int argc, char **argv)
         printf("  %-34s %9zu\n", "scheduler pipeline + responses", b->scheduler);
         printf("  %-34s %9zu\n", "alignment padding", b->padding);
         printf("  %-34s %9zu   (limit %zu B opt-in)\n", "TOTAL sizeof(SharedStorage)", b->total, r.limit_bytes);
-        if (swapab)
+        if (wgmma)
+            printf("  (all dynamic, from fm_smem_wgmma - the launcher's own function; no padding: wgmma reads X in\n"
+                   "   the no-swizzle core-matrix layout)\n");
+        else if (swapab)
             printf("  (all dynamic, from fm_smem_swapab - the launcher's own function; padding = 16 B per X row)\n");
         else
             printf("  collective sizes as CUTLASS reports them: mainloop %zu B, epilogue %zu B\n", b->mainloop,

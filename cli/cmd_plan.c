@@ -13,7 +13,8 @@ static void help(FILE *f)
                "                   [--swap-ab] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
                "GPUs:");
     for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
-    fprintf(f, "\nTiles of the GPU's CUTLASS family and fp4moe's own swap-AB kernel (FP4 weights), ranked.\n"
+    fprintf(f, "\nTiles of the GPU's CUTLASS family and fp4moe's own kernels (FP4 weights: fp4moe-swapab, and on\n"
+               "sm_90 fp4moe-wgmma), ranked.\n"
                "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2%% is a tie,\n"
                "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage (a bad flag value, or a --k\n"
                "that no tile's K divides), 1 failure\n");
@@ -84,15 +85,15 @@ int fm_cmd_plan(int argc, char **argv)
         const fm_plan_candidate *p = &c[i];
         any |= p->res.fits;
         char tile[48];
-        int sw = p->cfg.family == FM_FAMILY_FP4MOE_SWAPAB;
+        int own = p->cfg.family == FM_FAMILY_FP4MOE_SWAPAB || p->cfg.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's */
         snprintf(tile, sizeof tile, "%dx%dx%d", p->cfg.tile_m, p->cfg.tile_n, p->cfg.tile_k);
-        if (sw) snprintf(tile + strlen(tile), sizeof tile - strlen(tile), "/w%d", p->cfg.warps);
-        const char *sched = sw ? "-" : fm_schedule_name(p->cfg.schedule);
+        if (own) snprintf(tile + strlen(tile), sizeof tile - strlen(tile), "/w%d", p->cfg.warps);
+        const char *sched = own ? "-" : fm_schedule_name(p->cfg.schedule);
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "family", fm_family_name(p->cfg.family));
             cJSON_AddStringToObject(o, "tile", tile);
-            if (sw) cJSON_AddNumberToObject(o, "warps", p->cfg.warps);
+            if (own) cJSON_AddNumberToObject(o, "warps", p->cfg.warps);
             cJSON_AddStringToObject(o, "schedule", sched);
             cJSON_AddBoolToObject(o, "fits", p->res.fits);
             cJSON_AddNumberToObject(o, "total_bytes", (double)p->res.bytes.total);
@@ -110,7 +111,7 @@ int fm_cmd_plan(int argc, char **argv)
         } else {
             printf("  %-13s %-21s %-8s %-4s %8zu %5d%-3s %6.2f %6.0f%% %7.3f %9.1f\n", fm_family_name(p->cfg.family),
                    tile, sched, p->res.fits ? "yes" : "NO", p->res.bytes.total, p->res.bytes.stages,
-                   p->cfg.stages && !sw ? "" : "a",
+                   p->cfg.stages && !own ? "" : "a",
                    p->res.waves, 100 * p->wasted_rows, p->bytes_per_flop, p->est_us);
             if (!p->res.fits) printf("      %s\n", p->res.reason);
         }
@@ -121,7 +122,7 @@ int fm_cmd_plan(int argc, char **argv)
         free(t);
         cJSON_Delete(arr);
     } else
-        printf("  ('a' = automatic stage count - for fp4moe-swapab the compiled one; a CUTLASS row without it is the\n"
-               "   fix for the rejected row above; swapab tile = tokens a pass x features x K / warps)\n");
+        printf("  ('a' = automatic stage count - for fp4moe-swapab/-wgmma the compiled one; a CUTLASS row without it\n"
+               "   is the fix for the rejected row above; fp4moe tile = tokens a pass x features x K / warps)\n");
     return any ? FM_EXIT_OK : FM_EXIT_REJECTED;
 }

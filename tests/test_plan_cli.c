@@ -132,6 +132,43 @@ static void explain_good_flags(void **s)
     }
 }
 
+/* fp4moe-wgmma: listed by `plan` on the H200 (next to fp4moe-swapab), never on SM120;
+ * `explain` checks it on sm_90 and refuses it elsewhere as a usage error. */
+static void wgmma_family(void **s)
+{
+    (void)s;
+    static result r;
+    struct {
+        const char *args;
+        int         rc;
+        const char *has[3];
+        const char *lacks;
+    } cases[] = {
+        {"plan --gpu h200", 0, {"\n  fp4moe-wgmma  ", "\n  fp4moe-swapab ", NULL}, NULL},
+        {"plan --gpu h200 --rows-per-expert 256 --json", 0, {"\"family\":\t\"fp4moe-wgmma\"", "wgmma_w8m", NULL}, NULL},
+        {"plan --gpu rtx-pro-6000", 0, {"\n  fp4moe-swapab ", NULL}, "\n  fp4moe-wgmma"},
+        {"plan --gpu rtx-pro-6000 --json", 0, {"fp4moe-swapab", NULL}, "fp4moe-wgmma"},
+        {"explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64", 0, {"fm_smem_wgmma", "8 warps", "FITS"}, NULL},
+        {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x256 --warps 4 --json", 0,
+         {"\"warps\":\t4", "\"total_bytes\":\t53248", NULL}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run(cases[i].args, &r);
+        int ok = r.rc == cases[i].rc;
+        for (int w = 0; ok && w < 3 && cases[i].has[w]; w++) ok = strstr(r.out, cases[i].has[w]) != NULL;
+        if (ok && cases[i].lacks) ok = strstr(r.out, cases[i].lacks) == NULL;
+        if (!ok) {
+            print_error("fp4moe %s: exit %d (want %d)\nstdout: %.600s\nstderr: %.400s\n", cases[i].args, r.rc,
+                        cases[i].rc, r.out, r.err);
+            fail();
+        }
+    }
+    USAGE("explain --family fp4moe-wgmma --arch sm120 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_120");
+    USAGE("explain --family fp4moe-wgmma --arch sm_100 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_100");
+    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 8x64x256", "warps", "8x64x256/w4/s4"); /* default 8 warps */
+    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64 --stages 5", "not compiled in");
+}
+
 static void no_gpu_is_exit_3(void **s)
 {
     (void)s;
@@ -168,6 +205,7 @@ int main(void)
         cmocka_unit_test(plan_bad_flags),
         cmocka_unit_test(explain_bad_flags),
         cmocka_unit_test(explain_good_flags),
+        cmocka_unit_test(wgmma_family),
         cmocka_unit_test(no_gpu_is_exit_3),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

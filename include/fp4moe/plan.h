@@ -31,6 +31,7 @@ typedef enum {
     FM_FAMILY_CUTLASS_SM120,   /* block-scaled grouped GEMM (NVFP4, MXFP4, FP8xFP4) */
     FM_FAMILY_CUTLASS_SM100,   /* block-scaled UMMA grouped GEMM, 1-SM and 2-SM (NVFP4, MXFP4) */
     FM_FAMILY_FP4MOE_SWAPAB,   /* fp4moe's own small-M swap-AB FP4 grouped GEMM (src/cuda/gemm_swapab.cu) */
+    FM_FAMILY_FP4MOE_WGMMA,    /* the same swap-AB GEMM on warpgroup MMAs, sm_90a only (src/cuda/gemm_wgmma.cu) */
     FM_FAMILY_COUNT
 } fm_kernel_family;
 
@@ -65,7 +66,11 @@ typedef enum {
  * tile_n = output features per CTA (warps*mt*16), tile_k = K per stage (kc),
  * `warps` warps per CTA (0 = 4); the CUTLASS-only fields (c, d, schedule, cluster,
  * cutlass) do not change its bytes: its epilogue (plain store, SwiGLU or FINALIZE)
- * goes from registers to global memory. */
+ * goes from registers to global memory.
+ * FM_FAMILY_FP4MOE_WGMMA reads the tile the same way (tile_m = 8*nt tokens a pass,
+ * 8..256; tile_n = warps*mt*16 with mt 1 or 2; tile_k = kc, 64..256), `warps` 4 or 8
+ * (one or two warpgroups; 0 = 8); it exists only where the architecture has
+ * FM_FEAT_WGMMA (sm_90), anywhere else FM_ERR_ARCH_MISMATCH. */
 typedef struct {
     int              cc;          /* target architecture (90, 120, ...) */
     fm_kernel_family family;      /* FM_FAMILY_AUTO picks from cc */
@@ -78,12 +83,13 @@ typedef struct {
     int              stages;      /* 0 = automatic (StageCountAutoCarveout of the epilogue) */
     int              swap_ab;     /* TensorRT-LLM swap-AB variant (only FINALIZE bytes depend on it) */
     int              cutlass;     /* CUTLASS version * 100 + minor * 10: 420 (default when 0), 430+ */
-    int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default, 4) */
+    int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default: swapab 4, wgmma 8) */
 } fm_kernel_config;
 
 /* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
- * For FM_FAMILY_FP4MOE_SWAPAB, stages = 0 means "the stage count of the first
- * compiled instantiation of that tile shape" (fm_swapab_tiles order). */
+ * For FM_FAMILY_FP4MOE_SWAPAB and _WGMMA, stages = 0 means "the stage count of the
+ * first compiled instantiation of that tile shape" (fm_swapab_tiles / fm_wgmma_tiles
+ * order). */
 void fm_kernel_config_init(fm_kernel_config *cfg);
 
 /* Shared-memory model: the breakdown and total of one configuration on the
@@ -113,9 +119,10 @@ typedef struct {
  * `problem_*` may be 0 (unknown); sms = 0 skips waves.  k must be a multiple of
  * tile_k when given.  Statuses as fm_smem_model plus FM_ERR_BAD_SHAPE for a K
  * that is not a multiple of tile_k, and FM_ERR_UNSUPPORTED for an fp4moe tile that
- * is not compiled into the library (fm_swapab_tiles lists them): for fp4moe's own
- * kernels the check answers exactly what the launcher will do, because both call
- * fm_smem_swapab.  FM_ERR_BAD_SHAPE also for rows_per_expert, n, k or experts negative
+ * is not compiled into the library (fm_swapab_tiles / fm_wgmma_tiles list them): for
+ * fp4moe's own kernels the check answers exactly what the launcher will do, because
+ * both call fm_smem_swapab / fm_smem_wgmma.  Tiles: swap-AB runs one CTA per
+ * (expert, N block) looping over passes, wgmma one CTA per (expert, pass, N block).  FM_ERR_BAD_SHAPE also for rows_per_expert, n, k or experts negative
  * or above INT32_MAX (CUTLASS problem shapes are int), or a problem of more than
  * 2^62 CTA tiles.  *out is written only on FM_OK. */
 fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts,
@@ -132,13 +139,14 @@ typedef struct {
 
 /* Ranked candidates for (a/b format, epilogue, shape) on a GPU, from the kernel families
  * in `families` (FM_FAMILY_BIT set; 0 = all: the CUTLASS tiles of the GPU's architecture
- * and fp4moe's compiled swap-AB tiles for FP4 weights; FM_FAMILIES_CUTLASS = CUTLASS
+ * and, for FP4 weights, fp4moe's compiled swap-AB tiles and, where the architecture has
+ * FM_FEAT_WGMMA (sm_90), its compiled wgmma tiles; FM_FAMILIES_CUTLASS = CUTLASS
  * only), each checked: fitting ones first by est_us (two estimates within 2% of their
  * group's best are a tie, broken by less wasted rows, then fewer shared-memory bytes),
  * then the rejected ones.  Writes at most `cap` entries into out, the number written
  * into *count (total considered in *total if not NULL).  Statuses: FM_OK,
  * FM_ERR_INVALID_ARG, FM_ERR_ARCH_MISMATCH (no tile of the set takes that format on that
- * arch, e.g. FP4 on sm_90's CUTLASS), FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0 or
+ * arch, e.g. FP4 on sm_90's CUTLASS, or a set of only fp4moe-wgmma off sm_90), FM_ERR_BAD_SHAPE (n/k/rows/experts <= 0 or
  * > INT32_MAX, or a K that is a multiple of no tile K of the set: the detail lists the
  * tile Ks), FM_ERR_INVALID_ARG also when ab is void or fp32 (not a GEMM operand),
  * FM_ERR_UNSUPPORTED (no family of the set modelled for that GPU and format).

@@ -1,15 +1,23 @@
 /* candidates.c - every tile that could serve a (GPU, format, epilogue, shape), checked
  * and ranked, across kernel families: the CUTLASS catalogue of the GPU's architecture
- * next to fp4moe's own compiled swap-AB tiles, so that small per-expert batches
- * (decode) are seen to prefer the small-M kernels and large ones (prefill) CUTLASS.
+ * next to fp4moe's own compiled swap-AB tiles (and, on sm_90, its wgmma tiles), so
+ * that small per-expert batches (decode) are seen to prefer the small-M kernels and
+ * large ones (prefill) CUTLASS.
  *
  * The ranking is an estimate, not a measurement: per candidate
  *   t_mem = (weight bytes x times they are read + activation + output bytes) / bandwidth
  *   t_cmp = waves x (padded FLOPs of one CTA tile) / (tensor rate / SMs)
  *   est   = max(t_mem, t_cmp)
  * CUTLASS tiles read each expert's weights once per 128/256-row M tile and run at the
- * format's tensor rate; the swap-AB kernel re-reads the weights once per pass of
- * 8*nt tokens, stages BF16 activations and runs BF16 mma.sync.  Where two estimates
+ * format's tensor rate; fp4moe's kernels re-read the weights once per pass of 8*nt
+ * tokens and stage BF16 activations.  Their rate is the GPU's dense BF16 rate, which
+ * on Hopper is the wgmma rate: fp4moe-wgmma gets it; fp4moe-swapab's mma.sync gets
+ * 2/3 of it on an architecture with wgmma (FM_MMA_SYNC_ON_WGMMA_ARCH: the
+ * FlashAttention-3 paper, Shah et al. 2024, finds mma.sync reaches about 2/3 of the
+ * H100's tensor-core peak; an assumption here, not a measurement of this kernel) and
+ * all of it elsewhere (mma.sync is the BF16 tensor-core path of sm_80 and sm_120).
+ * The swap-AB CTA loops over an expert's passes (its padded FLOPs are passes x tile),
+ * the wgmma grid has one CTA per pass (waves count them).  Where two estimates
  * are within 2% (both memory-bound, typically), the roofline cannot tell them apart:
  * the one with less wasted (padded) rows ranks first, then the one with fewer bytes
  * of shared memory.
@@ -24,6 +32,7 @@
 
 #define FM_CAND_MAX 64
 #define FM_TIE 1.02 /* estimates within 2% of a group's best are a tie */
+#define FM_MMA_SYNC_ON_WGMMA_ARCH (2.0 / 3.0) /* mma.sync's share of the BF16 rate where wgmma exists */
 
 /* CUTLASS catalogues: M N K (K doubles for 8-bit operands on sm_90). */
 static const int k_tiles_sm120[][3] = {
@@ -69,20 +78,28 @@ static int by_int(const void *pa, const void *pb)
 static void estimate(const fm_gpu_info *g, fm_elem ab, int64_t rows, int64_t n, int64_t k, int64_t experts,
                      fm_plan_candidate *c)
 {
-    int swapab = c->cfg.family == FM_FAMILY_FP4MOE_SWAPAB;
-    int64_t mt = (rows + c->cfg.tile_m - 1) / c->cfg.tile_m; /* M tiles, or swap-AB passes */
+    fm_kernel_family fam = c->cfg.family;
+    int own = fm_family_is_fp4moe(fam);
+    int64_t mt = (rows + c->cfg.tile_m - 1) / c->cfg.tile_m; /* M tiles, or fp4moe passes */
     c->wasted_rows = 1.0 - (double)rows / (double)(mt * c->cfg.tile_m);
     int wbits = fm_elem_bits(ab);
     double sf = ab == FM_ELEM_NVFP4 ? 1.0 / 8 : ab == FM_ELEM_MXFP4 ? 1.0 / 16 : 0; /* scale bytes per weight byte */
     double wbytes = (double)n * (double)k * wbits / 8.0 * (1.0 + sf);
-    double abits = swapab ? 16 : wbits; /* swap-AB stages BF16 activations */
+    double abits = own ? 16 : wbits; /* fp4moe's kernels stage BF16 activations */
     double bytes = (double)experts * ((double)mt * wbytes + (double)rows * k * abits / 8.0 + (double)rows * n * 2.0);
     double flops = 2.0 * (double)experts * (double)rows * n * k;
     c->bytes_per_flop = bytes / flops;
     double waves = ceil(c->res.waves > 0 ? c->res.waves : 1);
-    double rate = swapab ? g->bf16_tflops : tensor_tflops(g, ab);
-    double cta_flops = 2.0 * (swapab ? (double)mt * c->cfg.tile_m : c->cfg.tile_m) * c->cfg.tile_n * (double)k;
-    int per = c->cfg.family == FM_FAMILY_CUTLASS_SM100 && c->cfg.schedule == FM_SCHED_2SM ? 2 : 1;
+    double rate = own ? g->bf16_tflops : tensor_tflops(g, ab);
+    if (fam == FM_FAMILY_FP4MOE_SWAPAB) {
+        const fm_arch_info *arch = NULL;
+        if (fm_arch_get(g->cc, &arch) == FM_OK && (arch->features & FM_FEAT_WGMMA)) rate *= FM_MMA_SYNC_ON_WGMMA_ARCH;
+        fm_clear_error();
+    }
+    /* a swap-AB CTA loops over all the passes of its expert */
+    double per_cta_m = fam == FM_FAMILY_FP4MOE_SWAPAB ? (double)mt * c->cfg.tile_m : c->cfg.tile_m;
+    double cta_flops = 2.0 * per_cta_m * c->cfg.tile_n * (double)k;
+    int per = fam == FM_FAMILY_CUTLASS_SM100 && c->cfg.schedule == FM_SCHED_2SM ? 2 : 1;
     double t_mem = bytes / (g->mem_gbs * 1e3); /* B / (GB/s) in us */
     double t_cmp = waves * cta_flops / (rate * 1e6 / g->sms * per);
     c->est_us = t_mem > t_cmp ? t_mem : t_cmp;
@@ -108,19 +125,33 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
     if (cf == FM_FAMILY_CUTLASS_SM120) tiles = k_tiles_sm120, nt = FM_ARRAY_LEN(k_tiles_sm120);
     if (cf == FM_FAMILY_CUTLASS_SM100) tiles = k_tiles_sm100, nt = FM_ARRAY_LEN(k_tiles_sm100);
     if (!(families & FM_FAMILY_BIT(cf))) nt = 0;
-    size_t ns = 0;
-    const fm_swapab_tile *sw = fm_swapab_tiles(&ns);
-    if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB)) || (ab != FM_ELEM_NVFP4 && ab != FM_ELEM_MXFP4)) ns = 0;
-    if (!nt && !ns)
+    /* fp4moe's own families (FP4 weights only): swap-AB, then wgmma where the arch has it */
+    int fp4 = ab == FM_ELEM_NVFP4 || ab == FM_ELEM_MXFP4;
+    size_t ns = 0, nw = 0;
+    const fm_swapab_tile *sw = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_SWAPAB, &ns);
+    const fm_swapab_tile *wg = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_WGMMA, &nw);
+    if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB)) || !fp4) ns = 0;
+    if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_WGMMA)) || !fp4) nw = 0;
+    fm_status wg_arch = FM_OK;
+    if (nw) {
+        const fm_arch_info *arch = NULL;
+        FM_CHECK(fm_arch_get(gpu->cc, &arch));
+        if ((wg_arch = fm_fp4moe_arch_check(FM_FAMILY_FP4MOE_WGMMA, arch)) != FM_OK) nw = 0; /* not on this arch */
+    }
+    if (!nt && !ns && !nw) {
+        if (wg_arch != FM_OK) /* only wgmma asked for (with FP4), on an arch without it: say why */
+            return fm_fail(FM_ERR_ARCH_MISMATCH, "%s (sm_%d): %s", gpu->name, gpu->cc, fm_last_error());
         return fm_fail(FM_ERR_UNSUPPORTED, "%s (sm_%d): no modelled kernel family in the set for %s operands",
                        gpu->name, gpu->cc, fm_elem_name(ab));
+    }
+    fm_clear_error();
 
     fm_plan_candidate all[FM_CAND_MAX];
     size_t got = 0;
     fm_status first_err = FM_OK;
     int tks[16];
     size_t nks = 0, tried = 0;
-    for (size_t i = 0; i < nt + ns && got + 2 <= FM_CAND_MAX; i++) {
+    for (size_t i = 0; i < nt + ns + nw && got + 2 <= FM_CAND_MAX; i++) {
         fm_plan_candidate c;
         memset(&c, 0, sizeof c);
         fm_kernel_config_init(&c.cfg);
@@ -139,8 +170,9 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
                 c.cfg.cluster_m = t[0] == 256 ? 2 : 1;
             } else c.cfg.schedule = t[0] < 128 ? FM_SCHED_PINGPONG : FM_SCHED_COOP;
         } else {
-            const fm_swapab_tile *t = &sw[i - nt];
-            c.cfg.family = FM_FAMILY_FP4MOE_SWAPAB;
+            int is_sw = i < nt + ns;
+            const fm_swapab_tile *t = is_sw ? &sw[i - nt] : &wg[i - nt - ns];
+            c.cfg.family = is_sw ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
             c.cfg.tile_m = 8 * t->nt, c.cfg.tile_n = t->warps * t->mt * 16, c.cfg.tile_k = t->kc;
             c.cfg.warps = t->warps, c.cfg.stages = t->stages;
         }
@@ -156,7 +188,7 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
         }
         estimate(gpu, ab, rows, n, k, experts, &c);
         all[got++] = c;
-        if (c.cfg.family != FM_FAMILY_FP4MOE_SWAPAB && !c.res.fits && c.res.best_stages >= 1 && !c.cfg.stages) {
+        if (!fm_family_is_fp4moe(c.cfg.family) && !c.res.fits && c.res.best_stages >= 1 && !c.cfg.stages) {
             fm_plan_candidate f = c; /* the fix, as its own row */
             f.cfg.stages = c.res.best_stages;
             if (fm_plan_check(&f.cfg, rows, n, k, experts, gpu->sms, &f.res) == FM_OK) all[got++] = f;

@@ -4,8 +4,8 @@
  * whether the kernel can run, the real bytes, what CUTLASS's own arithmetic believed
  * (which is what can_implement() implies), the largest stage count that really
  * fits, waves on the GPU, and one line of reason with the fix.
- * fp4moe's own kernels have no builder: their verdict is the launcher's own
- * (smem_fp4moe.c).  Candidates and their ranking live in candidates.c.
+ * fp4moe's own kernels (swap-AB, wgmma) have no builder: their verdict is the
+ * launcher's own (smem_fp4moe.c).  Candidates and their ranking live in candidates.c.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -44,12 +44,12 @@ fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows, int64_t n, in
     const fm_arch_info *arch = NULL;
     FM_CHECK(fm_arch_get(r.cc, &arch));
 
-    int swapab = r.family == FM_FAMILY_FP4MOE_SWAPAB;
-    if (swapab && fm_swapab_compiled(&r) < 0)
+    int own = fm_family_is_fp4moe(r.family);
+    if (own && fm_fp4moe_compiled(&r) < 0)
         return fm_fail(FM_ERR_UNSUPPORTED,
-                       "fp4moe-swapab %dx%dx%d, %d warps, %d stages is not compiled in, so it cannot launch (leave "
-                       "--stages auto for the compiled count)",
-                       r.tile_m, r.tile_n, r.tile_k, r.warps, r.stages);
+                       "%s %dx%dx%d, %d warps, %d stages is not compiled in, so it cannot launch (leave --stages auto "
+                       "for the compiled count)",
+                       fm_family_name(r.family), r.tile_m, r.tile_n, r.tile_k, r.warps, r.stages);
     fm_plan_result res;
     memset(&res, 0, sizeof res);
     res.bytes = m.bd;
@@ -57,9 +57,10 @@ fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows, int64_t n, in
     res.fits = m.bd.total <= res.limit_bytes;
     if (rows > 0 && n > 0) {
         int64_t e = experts > 0 ? experts : 1;
-        /* swap-AB: one CTA per (expert, N block), looping over passes of tile_m rows; a
-         * 2-SM UMMA tile occupies two SMs */
-        int64_t mt = swapab ? 1 : (rows + r.tile_m - 1) / r.tile_m;
+        /* swap-AB (mma.sync): one CTA per (expert, N block), looping over passes of
+         * tile_m rows; wgmma: one CTA per (expert, pass, N block), as CUTLASS's M tiles;
+         * a 2-SM UMMA tile occupies two SMs */
+        int64_t mt = r.family == FM_FAMILY_FP4MOE_SWAPAB ? 1 : (rows + r.tile_m - 1) / r.tile_m;
         double tiles = (double)e * (double)mt * (double)((n + r.tile_n - 1) / r.tile_n);
         if (tiles > 0x1p62) /* e.g. 2^31 experts x 2^24 M tiles x 2^26 N tiles */
             return fm_fail(FM_ERR_BAD_SHAPE, "the problem has %.3g CTA tiles, more than 2^62: not a launchable grid",
@@ -68,8 +69,8 @@ fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows, int64_t n, in
         int per = r.family == FM_FAMILY_CUTLASS_SM100 && r.schedule == FM_SCHED_2SM ? 2 : 1;
         if (sms > 0) res.waves = (double)res.tiles * per / sms;
     }
-    if (swapab) {
-        fm_check_fp4moe_swapab(&r, &m, res.limit_bytes, &res);
+    if (own) {
+        fm_check_fp4moe(&r, &m, res.limit_bytes, &res);
         *out = res;
         return FM_OK;
     }

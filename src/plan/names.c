@@ -10,8 +10,8 @@
 
 static const char *const k_sched[FM_SCHED_COUNT] = {"auto", "coop", "pingpong", "1sm", "2sm"};
 static const char *const k_epi[FM_EPI_COUNT] = {"tma", "nosmem", "finalize"};
-static const char *const k_family[FM_FAMILY_COUNT] = {"auto", "cutlass-sm90", "cutlass-sm120", "cutlass-sm100",
-                                                       "fp4moe-swapab"};
+static const char *const k_family[FM_FAMILY_COUNT] = {"auto",          "cutlass-sm90", "cutlass-sm120",
+                                                       "cutlass-sm100", "fp4moe-swapab", "fp4moe-wgmma"};
 
 const char *fm_schedule_name(fm_schedule s) { return (unsigned)s < FM_SCHED_COUNT ? k_sched[s] : "?"; }
 const char *fm_epilogue_name(fm_epilogue e) { return (unsigned)e < FM_EPI_COUNT ? k_epi[e] : "?"; }
@@ -60,7 +60,9 @@ fm_status fm_family_parse(const char *s, fm_kernel_family *out)
         return FM_OK;
     }
     return fm_fail(FM_ERR_NOT_FOUND,
-                   "unknown kernel family '%s' (auto cutlass-sm90 cutlass-sm120 cutlass-sm100 fp4moe-swapab)", s);
+                   "unknown kernel family '%s' (auto cutlass-sm90 cutlass-sm120 cutlass-sm100 fp4moe-swapab "
+                   "fp4moe-wgmma)",
+                   s);
 }
 
 fm_status fm_epilogue_parse(const char *s, fm_epilogue *out)

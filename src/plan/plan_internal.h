@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "fm_internal.h"
+#include "plan/fm_kernels_smem.h"
 
 typedef struct {
     size_t off;   /* end of the last member */
@@ -60,17 +61,30 @@ typedef struct {
 fm_status fm_model_cutlass_sm120(const fm_kernel_config *cfg, fm_model_out *out);
 fm_status fm_model_cutlass_sm90(const fm_kernel_config *cfg, fm_model_out *out);
 fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *out);
-/* fp4moe's swap-AB kernel: bytes from fm_smem_swapab (the launcher's function);
- * auto_stages = the compiled instantiation's stage count. */
-fm_status fm_model_fp4moe_swapab(const fm_kernel_config *cfg, fm_model_out *out);
-/* Validate a swap-AB config (shape, arch, operands) and resolve stages = 0 to the
- * compiled tile; FM_ERR_UNSUPPORTED when no compiled tile has that shape. */
-fm_status fm_resolve_fp4moe_swapab(fm_kernel_config *cfg);
-/* Index of cfg's tile in fm_swapab_tiles(), -1 if not compiled in. */
-int fm_swapab_compiled(const fm_kernel_config *cfg);
-/* Fill the check's result for a swap-AB config (bytes, verdict, reason). */
-void fm_check_fp4moe_swapab(const fm_kernel_config *resolved, const fm_model_out *m, size_t limit,
-                            fm_plan_result *res);
+/* fp4moe's own kernels (smem_fp4moe.c): FM_FAMILY_FP4MOE_SWAPAB (mma.sync, sm_80+) and
+ * FM_FAMILY_FP4MOE_WGMMA (sm_90a).  Bytes from fm_smem_swapab / fm_smem_wgmma (the
+ * launcher's functions); auto_stages = the compiled instantiation's stage count. */
+static inline int fm_family_is_fp4moe(fm_kernel_family f)
+{
+    return f == FM_FAMILY_FP4MOE_SWAPAB || f == FM_FAMILY_FP4MOE_WGMMA;
+}
+fm_status fm_model_fp4moe(const fm_kernel_config *cfg, fm_model_out *out);
+/* Validate an fp4moe config (arch, operands, shape) and resolve warps = 0 to the
+ * family's default and stages = 0 to the compiled tile; FM_ERR_UNSUPPORTED when no
+ * compiled tile has that shape. */
+fm_status fm_resolve_fp4moe(fm_kernel_config *cfg);
+/* FM_OK if family f (an fp4moe one) runs on arch, else FM_ERR_ARCH_MISMATCH with the
+ * reason ("fp4moe-wgmma needs wgmma (sm_90a), not sm_120"). */
+fm_status fm_fp4moe_arch_check(fm_kernel_family f, const fm_arch_info *arch);
+/* The compiled tiles of fp4moe family f (fm_swapab_tiles / fm_wgmma_tiles); NULL and
+ * *count = 0 for any other family. */
+const fm_swapab_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count);
+/* Index of cfg's tile in its family's compiled list (stages 0 = any), -1 if not
+ * compiled in. */
+int fm_fp4moe_compiled(const fm_kernel_config *cfg);
+/* Fill the check's result for an fp4moe config (bytes, verdict, reason with the fix:
+ * the widest compiled tile of the family with the same tokens a pass that fits). */
+void fm_check_fp4moe(const fm_kernel_config *resolved, const fm_model_out *m, size_t limit, fm_plan_result *res);
 
 /* CUTLASS's SM90-style ptr-array TMA epilogue (used by SM90 and SM120 kernels). */
 typedef struct {

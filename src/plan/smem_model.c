@@ -62,7 +62,7 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
     if (c->family == FM_FAMILY_AUTO && (c->family = fm_family_for_cc(c->cc)) == FM_FAMILY_AUTO)
         return fm_fail(FM_ERR_ARCH_MISMATCH, "%s has no TMA grouped-GEMM kernel family (needs sm_90 or newer)",
                        arch->name);
-    if (c->family == FM_FAMILY_FP4MOE_SWAPAB) return fm_resolve_fp4moe_swapab(c); /* its own tile rules */
+    if (fm_family_is_fp4moe(c->family)) return fm_resolve_fp4moe(c); /* their own tile and arch rules */
     if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) || !pow2(c->tile_n) ||
         !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 || c->tile_n < 32 || c->tile_n > 256 ||
         c->tile_k < 32 || c->tile_k > 512)
@@ -166,7 +166,8 @@ fm_status fm_plan_model_resolved(const fm_kernel_config *in, fm_kernel_config *r
     switch (resolved->family) {
     case FM_FAMILY_CUTLASS_SM120: return fm_model_cutlass_sm120(resolved, out);
     case FM_FAMILY_CUTLASS_SM100: return fm_model_cutlass_sm100(resolved, out);
-    case FM_FAMILY_FP4MOE_SWAPAB: return fm_model_fp4moe_swapab(resolved, out);
+    case FM_FAMILY_FP4MOE_SWAPAB:
+    case FM_FAMILY_FP4MOE_WGMMA: return fm_model_fp4moe(resolved, out);
     default: return fm_model_cutlass_sm90(resolved, out);
     }
 }

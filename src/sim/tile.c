@@ -21,6 +21,12 @@
  * fastest tiles are.  More rows than a pass loop over passes.  For weights the
  * family does not take (BF16) the same rule is applied to the compiled tile list
  * directly (smallest pass that holds the rows, else the widest).
+ * The planner's other fp4moe family, fp4moe-wgmma (sm_90 only, passes of up to 256
+ * tokens), is deliberately not asked here: --kernel fp4moe is the swap-AB mma.sync
+ * kernel on every architecture, its 8..64-row passes are what the simulator's
+ * results and tests (test_sim_errors.c on the H200) describe, --calibrated-h200
+ * was fitted to that kernel's measured points, and bench/RESULTS.md has none of
+ * the wgmma kernel yet.
  */
 #include <math.h>
 
