@@ -101,11 +101,15 @@ static double copy_tbs(void)
 int main(int argc, char **argv)
 {
     double bf16_tflops = 0;
-    int    reps = 25, quick = 0;
+    int    reps = 25, quick = 0, only_m = 0; /* --shape/--m/--tile: one configuration (for ncu) */
+    const char *only_shape = NULL, *only_tile = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bf16-tflops") && i + 1 < argc) bf16_tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc) only_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tile") && i + 1 < argc) only_tile = argv[++i];
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -135,6 +139,7 @@ int main(int argc, char **argv)
     float *t = (float *)malloc(sizeof(float) * reps);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *s = &shapes[si];
+        if (only_shape && strcmp(only_shape, s->name)) continue;
         fm_cuda_weights w = {};
         w.fmt = FM_FORMAT_NVFP4;
         w.n_experts = s->E;
@@ -164,6 +169,7 @@ int main(int argc, char **argv)
         CK(cudaGetLastError());
         for (int mi = 0; mi < nms; mi++) {
             int m = ms[mi];
+            if (only_m && m != only_m) continue;
             for (int e = 0; e <= s->E; e++) hoff[e] = e * m;
             CK(cudaMemcpy(offs, hoff, sizeof(int32_t) * (s->E + 1), cudaMemcpyHostToDevice));
             double bytes = (double)s->E * s->N * s->K * (0.5 + 1.0 / 16) + (double)m * s->E * (s->K + s->N) * 2.0;
@@ -179,6 +185,13 @@ int main(int argc, char **argv)
                 if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
                 if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (2 * m > 8 ? 2 * m : 8))
                     continue; /* mostly padding tokens */
+                char nm[64];
+                {
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
+                    if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
+                    else fm_swapab_tile_name(&st, nm, sizeof nm);
+                }
+                if (only_tile && strcmp(only_tile, nm)) continue;
                 fm_cuda_gemm_args a = {};
                 a.w = &w;
                 a.offsets = offs;
@@ -199,12 +212,6 @@ int main(int argc, char **argv)
                 }
                 qsort(t, reps, sizeof(float), cmp_f);
                 double us = t[reps / 2] * 1e3;
-                char   nm[64];
-                {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
-                    if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
-                    else fm_swapab_tile_name(&st, nm, sizeof nm);
-                }
                 printf("csv,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
                        flops / (us * 1e-6) / 1e12, floor_us);
                 if (is_def) def_us = us;

@@ -149,8 +149,8 @@ static void wgmma_family(void **s)
         {"plan --gpu rtx-pro-6000", 0, {"\n  fp4moe-swapab ", NULL}, "\n  fp4moe-wgmma"},
         {"plan --gpu rtx-pro-6000 --json", 0, {"fp4moe-swapab", NULL}, "fp4moe-wgmma"},
         {"explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64", 0, {"fm_smem_wgmma", "8 warps", "FITS"}, NULL},
-        {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x256 --warps 4 --json", 0,
-         {"\"warps\":\t4", "\"total_bytes\":\t53248", NULL}, NULL},
+        {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x128 --warps 4 --json", 0,
+         {"\"warps\":\t4", "\"total_bytes\":\t26624", NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run(cases[i].args, &r);
@@ -165,7 +165,7 @@ static void wgmma_family(void **s)
     }
     USAGE("explain --family fp4moe-wgmma --arch sm120 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_120");
     USAGE("explain --family fp4moe-wgmma --arch sm_100 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_100");
-    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 8x64x256", "warps", "8x64x256/w4/s4"); /* default 8 warps */
+    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 8x64x128", "warps", "8x64x128/w4/s4"); /* default 8 warps */
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64 --stages 5", "not compiled in");
 }
 

@@ -11,7 +11,13 @@
  *    memory in the no-swizzle K-major core-matrix layout: core matrix
  *    (token group rg, K group c) = 8 tokens x 8 K x 2 B = 128 contiguous bytes
  *    at (rg * KC/8 + c) * 128; descriptor LBO (next 8 K) = 128 B,
- *    SBO (next 8 tokens) = KC * 16 B;
+ *    SBO (next 8 tokens) = KC * 16 B. The K order inside a 64-K chunk is the
+ *    prepack's, not the natural one: the prepacked A fragment of MMA step s
+ *    holds, in lane (g, t), K = 16t + 4s + {0,1} (logical k 2t, 2t+1) and
+ *    16t + 4s + {2,3} (logical k 2t+8, 2t+9) (so that gemm_swapab.cu reads X
+ *    with 16-byte loads), so core matrix 2s + h of a chunk holds, in 4-byte
+ *    column t, X[16t + 4s + 2h .. +1] (checked by bench/probe/wgmma_rs_probe.cu
+ *    for the descriptor and fragment conventions, and by tests/gpu);
  *  - N = 8*NT tokens per wgmma (up to 256), M = 64 features per warpgroup and
  *    m64 tile, MT tiles per warpgroup, 1 or 2 warpgroups per CTA.
  * One CTA computes one (expert, 8*NT-token pass, feature block) tile; the 1-D
@@ -118,14 +124,17 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
 
     auto load_stage = [&](int ks) {
         unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-        /* X: 8 consecutive threads fill one 128-byte core matrix (8 tokens, 16 B each);
-         * tokens past the pass and K past p.k are zero-filled */
-        for (int pi = threadIdx.x; pi < TOK * (KC / 8); pi += WARPS * 32) {
-            int r8 = pi & 7, rest = pi >> 3, c = rest % (KC / 8), rg = rest / (KC / 8);
-            int r = rg * 8 + r8, k = ks * KC + c * 8;
+        /* X, in the prepack's K order (see the header): pair (t, s, h) of a 64-K chunk =
+         * K 16t + 4s + 2h, +1 goes to core matrix 2s + h (wgmma step s, its K half h),
+         * 4-byte column t. One 4-byte cp.async per pair; a warp covers 8 tokens x 4 t
+         * of one (s, h): 32 distinct banks. Tokens past the pass and K past p.k are zeros. */
+        for (int pi = threadIdx.x; pi < TOK * KC / 2; pi += WARPS * 32) {
+            int r8 = pi & 7, t4 = (pi >> 3) & 3, sh = (pi >> 5) & 7, rest = pi >> 8;
+            int c64 = rest % CPS, rg = rest / CPS;
+            int r = rg * 8 + r8, k = ks * KC + c64 * 64 + 16 * t4 + 2 * sh; /* 4s + 2h = 2*sh */
             bool ok = r < rows && k < p.k;
             const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
-            cp_async16(buf + (rg * (KC / 8) + c) * 128 + r8 * 16, src, ok ? 16 : 0);
+            cp_async4(buf + (rg * (KC / 8) + c64 * 8 + sh) * 128 + r8 * 16 + t4 * 4, src, ok ? 4 : 0);
         }
 #pragma unroll
         for (int c = 0; c < CPS; c++) {
@@ -149,21 +158,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
 #pragma unroll
         for (int j = 0; j < TOK / 2; j++) acc[i][j] = 0.0f;
 
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nks) load_stage(s);
-        cp_async_commit();
-    }
-    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
-    for (int ks = 0; ks < nks; ks++) {
-        cp_async_wait<STAGES - 2>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> tensor-core reads */
-        __syncthreads(); /* stage ks visible to all; every warpgroup finished stage ks-1 */
-        if (ks + STAGES - 1 < nks) load_stage(ks + STAGES - 1);
-        cp_async_commit();
-        const int            sb = (ks % STAGES) * STAGE_B;
-        const unsigned char *buf = smem + sb;
-        uint32_t             a[CPS][MT][4][4];
+    /* the A operand of one stage: chunk c, m64 tile i, MMA step s -> 4 registers */
+    typedef uint32_t stage_regs[CPS][MT][4][4];
+    auto dequant = [&](int ks, stage_regs &a) {
+        const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
 #pragma unroll
         for (int c = 0; c < CPS; c++)
 #pragma unroll
@@ -178,22 +176,78 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
                 dequant_step(wq.z, s_lo, s_hi, a[c][i][2]);
                 dequant_step(wq.w, s_lo, s_hi, a[c][i][3]);
             }
+    };
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    auto issue = [&](int ks, const stage_regs &a) {
+        const uint32_t sb = smem0 + (ks % STAGES) * STAGE_B;
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int c = 0; c < CPS; c++)
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                /* K step c*4+s: core-matrix columns 2(c*4+s), +1 */
-                uint64_t desc = smem_desc(smem0 + sb + (c * 4 + s) * 256, 128, KC * 16);
+                /* MMA step c*4+s: core-matrix columns 2(c*4+s) and +1 of the stage */
+                uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
 #pragma unroll
                 for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
             }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+
+    /* Software pipeline: the tensor cores run stage ks (A from registers `a`, X from
+     * buffer ks) while the warps decode stage ks+1 into `an`; buffers ks+2 .. ks+STAGES-1
+     * are in flight. The load issued at step ks refills buffer ks-1, whose MMAs every
+     * warpgroup waited for before the barrier. One cp.async group is committed per
+     * prologue stage and per iteration (empty ones included), so stage ks+1 has landed
+     * when at most STAGES-3 groups are pending. */
+    static_assert(STAGES >= 3, "the pipeline keeps stage ks in the MMAs and ks+1 in decode");
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nks) load_stage(s);
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> tensor-core reads */
+    __syncthreads();
+    stage_regs a, an;
+    dequant(0, a);
+    for (int ks = 0; ks < nks; ks++) {
+        issue(ks, a);
+        if (ks + 1 < nks) {
+            cp_async_wait<STAGES - 3>();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            __syncthreads(); /* stage ks+1 visible; every warpgroup finished the MMAs of ks-1 */
+            if (ks + STAGES - 1 < nks) load_stage(ks + STAGES - 1);
+            cp_async_commit();
+            dequant(ks + 1, an);
+        }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        /* The MMAs read `a` and write `acc` asynchronously: these empty asm keep both
+         * alive (and unmoved) until the wait, so `an` cannot take a's registers while
+         * the tensor cores still read them. */
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[c][i][s][q])::"memory");
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) a[c][i][s][q] = an[c][i][s][q];
     }
     cp_async_wait<0>();
 
@@ -216,8 +270,9 @@ struct entry {
 #define FM_WGMMA_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, wgmma_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
-    FM_WGMMA_ENTRY(8, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
-    FM_WGMMA_ENTRY(4, 1, 1, 256, 4), FM_WGMMA_ENTRY(4, 2, 1, 256, 4),
+    FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(4, 1, 32, 64, 3), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
+    FM_WGMMA_ENTRY(4, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
+    FM_WGMMA_ENTRY(4, 1, 1, 128, 4), FM_WGMMA_ENTRY(4, 2, 1, 128, 4),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64

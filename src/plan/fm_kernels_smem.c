@@ -97,11 +97,14 @@ static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 2, 16, 64, 4}, /* 102,400  256 x 128 (SwiGLU pairs) */
     {8, 2, 16, 64, 6}, /* 153,600  256 x 128, deeper */
     {8, 1, 32, 64, 4}, /* 149,504  128 x 256 */
+    {4, 2, 16, 64, 4}, /*  83,968  128 x 128 (SwiGLU pairs): two CTAs per SM overlap each other */
+    {4, 1, 32, 64, 3}, /* 105,216   64 x 256: two CTAs per SM */
     {8, 2, 8, 64, 4},  /*  69,632  256 x 64 (SwiGLU pairs) */
+    {4, 2, 8, 64, 4},  /*  51,200  128 x 64 (SwiGLU pairs): up to four CTAs per SM */
     {8, 2, 4, 128, 4}, /* 106,496  256 x 32 (SwiGLU pairs) */
     {4, 2, 2, 128, 4}, /*  53,248  128 x 16 (SwiGLU pairs) */
-    {4, 1, 1, 256, 4}, /*  53,248   64 x 8  */
-    {4, 2, 1, 256, 4}, /*  90,112  128 x 8 (SwiGLU pairs) */
+    {4, 1, 1, 128, 4}, /*  26,624   64 x 8  */
+    {4, 2, 1, 128, 4}, /*  45,056  128 x 8 (SwiGLU pairs) */
 };
 
 const fm_swapab_tile *fm_wgmma_tiles(size_t *count)

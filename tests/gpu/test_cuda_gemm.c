@@ -308,7 +308,7 @@ static void test_statuses(void **state)
     a.x = dx;
     assert_int_equal(fm_cuda_gemm(&a), FM_OK);
     CK(cudaDeviceSynchronize());
-    fm_cuda_tile wg = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_WGMMA}, odd = {4, 1, 1, 256, 4, (fm_cuda_kernel)7};
+    fm_cuda_tile wg = {4, 1, 1, 128, 4, FM_CUDA_KERNEL_WGMMA}, odd = {4, 1, 1, 256, 4, (fm_cuda_kernel)7};
     a.tile = &wg; /* wgmma runs on compute capability 9.0 only */
     assert_int_equal(fm_cuda_gemm(&a), device_is_sm90() ? FM_OK : FM_ERR_UNSUPPORTED);
     CK(cudaDeviceSynchronize());
