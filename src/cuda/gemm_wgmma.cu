@@ -16,8 +16,10 @@
  *    holds, in lane (g, t), K = 16t + 4s + {0,1} (logical k 2t, 2t+1) and
  *    16t + 4s + {2,3} (logical k 2t+8, 2t+9) (so that gemm_swapab.cu reads X
  *    with 16-byte loads), so core matrix 2s + h of a chunk holds, in 4-byte
- *    column t, X[16t + 4s + 2h .. +1] (checked by bench/probe/wgmma_rs_probe.cu
- *    for the descriptor and fragment conventions, and by tests/gpu);
+ *    column t, X[16t + 4s + 2h .. +1]: the token tile is loaded into registers
+ *    (16-byte loads) and stored transposed (16-byte stores), one stage ahead
+ *    (the descriptor and fragment conventions are checked by
+ *    bench/probe/wgmma_rs_probe.cu, the whole kernel by tests/gpu);
  *  - N = 8*NT tokens per wgmma (up to 256), M = 64 features per warpgroup and
  *    m64 tile, MT tiles per warpgroup, 1 or 2 warpgroups per CTA.
  * One CTA computes one (expert, 8*NT-token pass, feature block) tile; the 1-D
@@ -25,10 +27,9 @@
  * then read by CTAs that run at the same time: the L2 serves the re-reads),
  * and every warp finds its CTA's tile from the device offsets by a warp scan,
  * so the host never needs the row counts (graph-capturable). The stage
- * pipeline is gemm_swapab.cu's (cp.async, STAGES deep, one barrier a stage);
- * each stage the warps decode their weights, then issue the stage's wgmmas as
- * one group and wait for it, so the other warpgroup's (and other CTA's) decode
- * overlaps the tensor cores.
+ * weights and scale bytes come by cp.async, STAGES deep, one barrier a stage;
+ * the tensor cores run stage k while the warps decode stage k+1 into a second
+ * register set and store the token tile of stage k+2.
  * Shared memory = fm_smem_wgmma(tile) (src/plan/fm_kernels_smem.c), all dynamic.
  * Only the sm_90a build has a body; the launcher refuses other devices.
  */
@@ -122,20 +123,48 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
     const float     osc = p.oscale[e];
     const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
 
+    /* X, in the prepack's K order (see the header): pair (t, s, h) of a 64-K chunk,
+     * K = 16t + 4s + 2h (+1), goes to core matrix 2s + h (MMA step s, its K half h),
+     * 4-byte column t. Natural 16-byte chunk u (K 8u..8u+7) word w is pair 4u + w:
+     * core 4(u%2) + w, column u/2. So a thread loads the 4 even (or odd) chunks of
+     * one token row and chunk, 16 B each (registers, one stage ahead), transposes
+     * the 4x4 words and stores 4 whole core-matrix rows of 16 B: 8 threads of
+     * consecutive tokens fill 128 contiguous bytes (no bank conflict). Tokens past
+     * the pass and K past p.k are zeros. */
+    constexpr int XITEMS = TOK * CPS * 2;                       /* (token, chunk, parity) */
+    constexpr int XI = (XITEMS + WARPS * 32 - 1) / (WARPS * 32); /* per thread */
+    uint4         xr[XI][4];
+    auto x_fetch = [&](int ks) {
+#pragma unroll
+        for (int it = 0; it < XI; it++) {
+            int item = threadIdx.x + it * WARPS * 32;
+            int r8 = item & 7, par = (item >> 3) & 1, rest = item >> 4, c64 = rest % CPS, rg = rest / CPS;
+            int r = rg * 8 + r8, k0 = ks * KC + c64 * 64 + par * 8;
+            bool rok = item < XITEMS && r < rows;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int k = k0 + 16 * j;
+                xr[it][j] = rok && k < p.k ? __ldg((const uint4 *)(xg + (size_t)r * p.k + k)) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    auto x_store = [&](int ks) {
+        unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
+#pragma unroll
+        for (int it = 0; it < XI; it++) {
+            int item = threadIdx.x + it * WARPS * 32;
+            if (item >= XITEMS) continue;
+            int r8 = item & 7, par = (item >> 3) & 1, rest = item >> 4, c64 = rest % CPS, rg = rest / CPS;
+            unsigned char *dst = buf + (rg * (KC / 8) + c64 * 8 + par * 4) * 128 + r8 * 16;
+            *(uint4 *)(dst + 0 * 128) = make_uint4(xr[it][0].x, xr[it][1].x, xr[it][2].x, xr[it][3].x);
+            *(uint4 *)(dst + 1 * 128) = make_uint4(xr[it][0].y, xr[it][1].y, xr[it][2].y, xr[it][3].y);
+            *(uint4 *)(dst + 2 * 128) = make_uint4(xr[it][0].z, xr[it][1].z, xr[it][2].z, xr[it][3].z);
+            *(uint4 *)(dst + 3 * 128) = make_uint4(xr[it][0].w, xr[it][1].w, xr[it][2].w, xr[it][3].w);
+        }
+    };
+    /* the weights and scale bytes of a stage, by cp.async */
     auto load_stage = [&](int ks) {
         unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-        /* X, in the prepack's K order (see the header): pair (t, s, h) of a 64-K chunk =
-         * K 16t + 4s + 2h, +1 goes to core matrix 2s + h (wgmma step s, its K half h),
-         * 4-byte column t. One 4-byte cp.async per pair; a warp covers 8 tokens x 4 t
-         * of one (s, h): 32 distinct banks. Tokens past the pass and K past p.k are zeros. */
-        for (int pi = threadIdx.x; pi < TOK * KC / 2; pi += WARPS * 32) {
-            int r8 = pi & 7, t4 = (pi >> 3) & 3, sh = (pi >> 5) & 7, rest = pi >> 8;
-            int c64 = rest % CPS, rg = rest / CPS;
-            int r = rg * 8 + r8, k = ks * KC + c64 * 64 + 16 * t4 + 2 * sh; /* 4s + 2h = 2*sh */
-            bool ok = r < rows && k < p.k;
-            const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
-            cp_async4(buf + (rg * (KC / 8) + c64 * 8 + sh) * 128 + r8 * 16 + t4 * 4, src, ok ? 4 : 0);
-        }
 #pragma unroll
         for (int c = 0; c < CPS; c++) {
             int kb = ks * CPS + c;
@@ -203,20 +232,31 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
      * warpgroup waited for before the barrier. One cp.async group is committed per
      * prologue stage and per iteration (empty ones included), so stage ks+1 has landed
      * when at most STAGES-3 groups are pending. */
-    static_assert(STAGES >= 3, "the pipeline keeps stage ks in the MMAs and ks+1 in decode");
+    static_assert(STAGES >= 4, "stage ks in the MMAs, ks+1 in decode, ks+2 being stored, ks-2's buffer reused");
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nks) load_stage(s);
         cp_async_commit();
     }
+    x_fetch(0);
+    x_store(0);
+    if (nks > 1) {
+        x_fetch(1);
+        x_store(1);
+    }
+    if (nks > 2) x_fetch(2);
     cp_async_wait<STAGES - 2>();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> tensor-core reads */
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* stores and cp.async data -> tensor-core reads */
     __syncthreads();
     stage_regs a, an;
     dequant(0, a);
     for (int ks = 0; ks < nks; ks++) {
         issue(ks, a);
         if (ks + 1 < nks) {
+            /* X of stage ks+2 into buffer ks+2-STAGES <= ks-2, whose MMAs every
+             * warpgroup finished before the previous barrier */
+            if (ks + 2 < nks) x_store(ks + 2);
+            if (ks + 3 < nks) x_fetch(ks + 3);
             cp_async_wait<STAGES - 3>();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncthreads(); /* stage ks+1 visible; every warpgroup finished the MMAs of ks-1 */
@@ -270,7 +310,7 @@ struct entry {
 #define FM_WGMMA_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, wgmma_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
-    FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(4, 1, 32, 64, 3), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
+    FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
     FM_WGMMA_ENTRY(4, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
     FM_WGMMA_ENTRY(4, 1, 1, 128, 4), FM_WGMMA_ENTRY(4, 2, 1, 128, 4),
 };

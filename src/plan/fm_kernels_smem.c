@@ -98,7 +98,6 @@ static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 2, 16, 64, 6}, /* 153,600  256 x 128, deeper */
     {8, 1, 32, 64, 4}, /* 149,504  128 x 256 */
     {4, 2, 16, 64, 4}, /*  83,968  128 x 128 (SwiGLU pairs): two CTAs per SM overlap each other */
-    {4, 1, 32, 64, 3}, /* 105,216   64 x 256: two CTAs per SM */
     {8, 2, 8, 64, 4},  /*  69,632  256 x 64 (SwiGLU pairs) */
     {4, 2, 8, 64, 4},  /*  51,200  128 x 64 (SwiGLU pairs): up to four CTAs per SM */
     {8, 2, 4, 128, 4}, /* 106,496  256 x 32 (SwiGLU pairs) */
@@ -117,10 +116,10 @@ fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
 {
     if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_wgmma: NULL argument");
     if ((t->warps != 4 && t->warps != 8) || !is_pow2_upto(t->mt, 2) || !is_pow2_upto(t->nt, 32) || t->kc < 64 ||
-        t->kc > 256 || t->kc % 64 != 0 || t->stages < 2 || t->stages > 8)
+        t->kc > 256 || t->kc % 64 != 0 || t->stages < 4 || t->stages > 8)
         return fm_fail(FM_ERR_BAD_SHAPE,
                        "fm_smem_wgmma: tile warps=%d mt=%d nt=%d kc=%d stages=%d outside warps 4/8, mt 1/2, "
-                       "nt 1..32 (power of 2), kc 64..256 step 64, stages 2..8",
+                       "nt 1..32 (power of 2), kc 64..256 step 64, stages 4..8",
                        t->warps, t->mt, t->nt, t->kc, t->stages);
     fm_smem_breakdown b = {0};
     size_t rows = 8u * (size_t)t->nt;

@@ -60,7 +60,8 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
  * padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
  * warpgroups), mt = 64-feature tiles per warpgroup = 16-row bands per warp
  * (1 or 2), nt = 8-token groups per pass (wgmma N = 8*nt: 1..32, a power of 2),
- * kc (64..256, step 64), stages (2..8). Each stage, by cp.async:
+ * kc (64..256, step 64), stages (4..8). Each stage (weights by cp.async, the
+ * token tile by 16-byte register stores):
  *   dynamic smem = stages * (warps*mt*(kc/64)*(512 + 64) + 8*nt*2*kc)
  * No mbarriers, no static shared memory, nothing for the epilogue. */
 fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out);
