@@ -10,13 +10,18 @@
 template <int N>
 __global__ void probe(const float *A, const float *B, float *D, int swap, int kc)
 {
-    __shared__ __align__(128) unsigned char sm[256 * 64 * 2];
+    __shared__ __align__(1024) unsigned char sm[256 * 64 * 2];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     // B: token r, k in [0,16): core (r/8, k/8) at ((r/8)*(kc/8) + k/8)*128 + (r%8)*16 + (k%8)*2
     for (int i = tid; i < N * 16; i += 128) {
         int r = i / 16, k = i % 16;
         __nv_bfloat16 v = __float2bfloat16(B[r * 16 + k]);
-        *(__nv_bfloat16 *)(sm + ((r / 8) * (kc / 8) + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2) = v;
+        if (swap < 2)
+            *(__nv_bfloat16 *)(sm + ((r / 8) * (kc / 8) + k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2) = v;
+        else { /* 128-byte swizzle; mode 3 puts the 16 K in columns 2,3 (MMA step 1) */
+            int j = k / 8 + (swap == 3 ? 2 : 0);
+            *(__nv_bfloat16 *)(sm + (r / 8) * 1024 + (r % 8) * 128 + ((j ^ (r % 8)) * 16) + (k % 8) * 2) = v;
+        }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
@@ -31,7 +36,9 @@ __global__ void probe(const float *A, const float *B, float *D, int swap, int kc
     for (int j = 0; j < N / 2; j++) d[j] = 0;
     uint32_t s = (uint32_t)__cvta_generic_to_shared(sm);
     uint32_t lbo = swap ? kc * 16 : 128, sbo = swap ? 128 : kc * 16;
+    if (swap >= 2) lbo = 16, sbo = 1024, s += swap == 3 ? 32 : 0;
     uint64_t desc = (uint64_t)((s & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+    if (swap >= 2) desc |= 1ull << 62;
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
     wgmma_rs_t<N>::run(d, a, desc);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -64,14 +71,15 @@ template <int N> static void run(int swap, int kc)
             double x = fabs(r - hD[m * N + n]);
             if (!(x <= err)) err = x != x ? 1e30 : (x > err ? x : err);
         }
-    printf("probe N=%3d kc=%3d %s: max abs err %g (%s)\n", N, kc, swap ? "LBO=N-stride SBO=128" : "LBO=128 SBO=N-stride",
+    static const char *mode[] = {"LBO=128 SBO=N-stride", "LBO=N-stride SBO=128", "SW128 step 0", "SW128 step 1 (+32 B)"};
+    printf("probe N=%3d kc=%3d %s: max abs err %g (%s)\n", N, kc, mode[swap],
            err, cudaGetErrorString(e));
     cudaFree(dA); cudaFree(dB); cudaFree(dD);
 }
 
 int main()
 {
-    for (int swap = 0; swap < 2; swap++) {
+    for (int swap = 0; swap < 4; swap++) {
         run<8>(swap, 64);
         run<16>(swap, 64);
         run<128>(swap, 64);

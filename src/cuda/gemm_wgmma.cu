@@ -44,6 +44,10 @@
 namespace {
 using namespace fm_kc;
 
+#ifndef FM_WGMMA_SW128
+#define FM_WGMMA_SW128 1 /* token tile in the 128-byte-swizzled layout (0: no swizzle) */
+#endif
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FM_WGMMA_BODY 1
 
@@ -62,9 +66,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
     constexpr int CPS = KC / 64;         /* prepacked chunks per stage */
     constexpr int W_OFF = TOK * KC * 2;  /* X tile of a stage, core-matrix layout */
     constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
-    constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
+    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024; /* swizzle atoms 1 KB aligned */
     constexpr unsigned FULL = 0xFFFFFFFFu;
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem[];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
@@ -131,6 +135,19 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
      * the 4x4 words and stores 4 whole core-matrix rows of 16 B: 8 threads of
      * consecutive tokens fill 128 contiguous bytes (no bank conflict). Tokens past
      * the pass and K past p.k are zeros. */
+#if FM_WGMMA_SW128
+    /* 128-byte swizzle, K-major: the 64 K of one token row (8 core-matrix columns
+     * j of 16 B) fill one 128-byte line; 8 token rows = one 1 KB atom; column j of
+     * row r sits at 16 * (j ^ (r % 8)), so 8 rows of one column hit 8 different
+     * bank groups, for these stores and for the tensor cores' reads.
+     * Stage tile = [chunk c64][token group][8 rows][128 B]. */
+    auto x_row_off = [](int c64, int r) { return c64 * TOK * 128 + r * 128; };
+    auto x_col_off = [](int j, int r8) { return (j ^ r8) * 16; };
+#else
+    /* no swizzle: core matrix (token group, K group) = 128 contiguous bytes */
+    auto x_row_off = [](int c64, int r) { return ((r / 8) * (KC / 8) + c64 * 8) * 128 + (r % 8) * 16; };
+    auto x_col_off = [](int j, int) { return j * 128; };
+#endif
     constexpr int XITEMS = TOK * CPS * 2;                       /* (token, chunk, parity) */
     constexpr int XI = (XITEMS + WARPS * 32 - 1) / (WARPS * 32); /* per thread */
     uint4         xr[XI][4];
@@ -155,11 +172,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
             int item = threadIdx.x + it * WARPS * 32;
             if (item >= XITEMS) continue;
             int r8 = item & 7, par = (item >> 3) & 1, rest = item >> 4, c64 = rest % CPS, rg = rest / CPS;
-            unsigned char *dst = buf + (rg * (KC / 8) + c64 * 8 + par * 4) * 128 + r8 * 16;
-            *(uint4 *)(dst + 0 * 128) = make_uint4(xr[it][0].x, xr[it][1].x, xr[it][2].x, xr[it][3].x);
-            *(uint4 *)(dst + 1 * 128) = make_uint4(xr[it][0].y, xr[it][1].y, xr[it][2].y, xr[it][3].y);
-            *(uint4 *)(dst + 2 * 128) = make_uint4(xr[it][0].z, xr[it][1].z, xr[it][2].z, xr[it][3].z);
-            *(uint4 *)(dst + 3 * 128) = make_uint4(xr[it][0].w, xr[it][1].w, xr[it][2].w, xr[it][3].w);
+            unsigned char *row = buf + x_row_off(c64, rg * 8 + r8);
+            int            j0 = par * 4;
+            *(uint4 *)(row + x_col_off(j0 + 0, r8)) = make_uint4(xr[it][0].x, xr[it][1].x, xr[it][2].x, xr[it][3].x);
+            *(uint4 *)(row + x_col_off(j0 + 1, r8)) = make_uint4(xr[it][0].y, xr[it][1].y, xr[it][2].y, xr[it][3].y);
+            *(uint4 *)(row + x_col_off(j0 + 2, r8)) = make_uint4(xr[it][0].z, xr[it][1].z, xr[it][2].z, xr[it][3].z);
+            *(uint4 *)(row + x_col_off(j0 + 3, r8)) = make_uint4(xr[it][0].w, xr[it][1].w, xr[it][2].w, xr[it][3].w);
         }
     };
     /* the weights and scale bytes of a stage, by cp.async */
@@ -219,7 +237,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 /* MMA step c*4+s: core-matrix columns 2(c*4+s) and +1 of the stage */
+#if FM_WGMMA_SW128
+                /* step s = columns 2s, 2s+1 of chunk c's lines: +32 B inside the atom
+                 * (the hardware applies the XOR); next 8 tokens: SBO = 1 KB */
+                uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
+#else
                 uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
+#endif
 #pragma unroll
                 for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
             }

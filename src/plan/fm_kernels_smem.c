@@ -91,18 +91,18 @@ char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
 }
 
 /* The compiled wgmma instantiations (src/cuda/gemm_wgmma.cu has the same rows).
- * Dynamic smem = stages * (warps*mt*(kc/64)*576 + 8*nt*2*kc).
+ * Dynamic smem = stages * roundup(warps*mt*(kc/64)*576 + 8*nt*2*kc, 1024).
  *   warps mt  nt  kc  stages      smem bytes  CTA = features x tokens a pass */
 static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 2, 16, 64, 4}, /* 102,400  256 x 128 (SwiGLU pairs) */
     {8, 2, 16, 64, 6}, /* 153,600  256 x 128, deeper */
-    {8, 1, 32, 64, 4}, /* 149,504  128 x 256 */
-    {4, 2, 16, 64, 4}, /*  83,968  128 x 128 (SwiGLU pairs): two CTAs per SM overlap each other */
+    {8, 1, 32, 64, 4}, /* 151,552  128 x 256 */
+    {4, 2, 16, 64, 4}, /*  86,016  128 x 128 (SwiGLU pairs): two CTAs per SM overlap each other */
     {8, 2, 8, 64, 4},  /*  69,632  256 x 64 (SwiGLU pairs) */
-    {4, 2, 8, 64, 4},  /*  51,200  128 x 64 (SwiGLU pairs): up to four CTAs per SM */
+    {4, 2, 8, 64, 4},  /*  53,248  128 x 64 (SwiGLU pairs): up to four CTAs per SM */
     {8, 2, 4, 128, 4}, /* 106,496  256 x 32 (SwiGLU pairs) */
     {4, 2, 2, 128, 4}, /*  53,248  128 x 16 (SwiGLU pairs) */
-    {4, 1, 1, 128, 4}, /*  26,624   64 x 8  */
+    {4, 1, 1, 128, 4}, /*  28,672   64 x 8  */
     {4, 2, 1, 128, 4}, /*  45,056  128 x 8 (SwiGLU pairs) */
 };
 
@@ -127,8 +127,10 @@ fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
     b.stages = t->stages;
     b.a = (size_t)t->stages * chunks * 512u;
     b.sf = (size_t)t->stages * chunks * 64u;
-    b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc; /* core-matrix layout: no padding */
-    b.mainloop = b.a + b.b + b.sf;
+    b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc; /* swizzled core-matrix lines: no padding inside */
+    size_t raw = chunks * 576u + rows * 2u * (size_t)t->kc;
+    b.padding = (size_t)t->stages * ((raw + 1023) / 1024 * 1024 - raw); /* stages start on 1 KB swizzle atoms */
+    b.mainloop = b.a + b.b + b.sf + b.padding;
     b.total = b.mainloop;
     *out = b;
     return FM_OK;
@@ -140,10 +142,10 @@ fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_sm
     if (out->total > limit_bytes) {
         char name[64];
         return fm_fail(FM_ERR_SMEM_EXCEEDED,
-                       "%s needs %zu B of shared memory per block (weights %zu + scales %zu + X tiles %zu, %d stages) "
-                       "but the limit is %zu B",
-                       fm_wgmma_tile_name(t, name, sizeof name), out->total, out->a, out->sf, out->b, out->stages,
-                       limit_bytes);
+                       "%s needs %zu B of shared memory per block (weights %zu + scales %zu + X tiles %zu + 1 KB "
+                       "alignment %zu, %d stages) but the limit is %zu B",
+                       fm_wgmma_tile_name(t, name, sizeof name), out->total, out->a, out->sf, out->b, out->padding,
+                       out->stages, limit_bytes);
     }
     return FM_OK;
 }

@@ -185,8 +185,9 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
         if (wg)
             snprintf(res->reason, sizeof res->reason,
                      "fits: %s needs %zu B = %d stages x (FP4 weights %zu + scales %zu + BF16 X %zu in wgmma's "
-                     "core-matrix layout, no padding; the epilogue uses none) <= %zu B opt-in (%zu B spare)",
-                     name, b->total, b->stages, b->a / S, b->sf / S, b->b / S, limit, limit - b->total);
+                     "swizzled core-matrix layout + %zu to align the stage on 1 KB; the epilogue uses none) <= %zu B "
+                     "opt-in (%zu B spare)",
+                     name, b->total, b->stages, b->a / S, b->sf / S, b->b / S, b->padding / S, limit, limit - b->total);
         else
             snprintf(res->reason, sizeof res->reason,
                      "fits: %s needs %zu B = %d stages x (FP4 weights %zu + scales %zu + BF16 X %zu + row padding %zu; "
@@ -213,7 +214,7 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
                  c[best].warps * c[best].mt * 16, c[best].kc, best_bytes);
     } else snprintf(fix, sizeof fix, "no compiled %s tile with %d tokens a pass fits", F->name, 8 * t.nt);
     int used = snprintf(res->reason, sizeof res->reason,
-                        "needs %zu B with %d stages (FP4 weights %zu + scales %zu + BF16 X %zu + row padding %zu) > "
+                        "needs %zu B with %d stages (FP4 weights %zu + scales %zu + BF16 X %zu + padding %zu) > "
                         "%zu B opt-in (%zu B over): the launcher refuses %s with FM_ERR_SMEM_EXCEEDED; ",
                         b->total, b->stages, b->a, b->sf, b->b, b->padding, limit, b->total - limit, name);
     if (used > 0 && (size_t)used < sizeof res->reason)
