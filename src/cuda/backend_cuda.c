@@ -1,21 +1,27 @@
 /* backend_cuda.c - the "cuda" backend: the routed MoE layer on the GPU.
  *
- * forward(x[T][H]):
- *   1. router logits on the GPU (moe_kernels.cu), copied back (T x E floats);
- *   2. routing (fm_moe_route) and the stable permutation (fm_moe_permute) on the
- *      host, with the library's own functions, so that ties break exactly as in
- *      the reference; offsets, permutation, row weights and tokens go up;
- *   3. gather the routed rows into expert order (GPU);
- *   4. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16;
- *   5. the BF16 shared expert, if any: out[t] = its SwiGLU MLP of x[t] (FP32);
- *   6. FC2 + FINALIZE_DET: out[t] += sum over t's slots of weight * (h . W2^T),
+ * forward(x[T][H]): x goes up, then everything runs on the device, in one
+ * stream, with no host round trip until the output comes back (the part
+ * between the upload and the download is CUDA-graph capturable):
+ *   1. router logits (moe_kernels.cu), bit-identical to the CPU's;
+ *   2. routing: scores, bias, group limit, top-k, weights, as fm_moe_route
+ *      (same ties; a NaN/Inf logit is flagged on the device, reported after);
+ *   3. the stable permutation of fm_moe_permute: offsets, perm, row weights,
+ *      token slots, all on the device;
+ *   4. gather the routed rows into expert order;
+ *   5. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16;
+ *   6. the BF16 shared expert, if any: out[t] = its SwiGLU MLP of x[t] (FP32);
+ *   7. FC2 + FINALIZE_DET: out[t] += sum over t's slots of weight * (h . W2^T),
  *      deterministic slot order;
- *   7. out copied back. The kernels' time (CUDA events) goes into stats.
- * Not done yet: routing on the device (step 2: the host round trip of the
- * logits makes forward not graph-capturable, the GEMMs themselves are) and
- * act_nvfp4 (create returns FM_ERR_UNSUPPORTED).
+ *   8. one host sync; the overflow flag (8 bytes) and out come back. The
+ *      kernels' time (CUDA events, steps 1-7) goes into stats.
+ * The GEMMs get max_rows = the capacity (max_tokens * top_k): the row counts
+ * live only on the device (offsets). Every fm_moe_config routing mode runs on
+ * the device; there is no host-routing fallback. Not done yet: act_nvfp4
+ * (create returns FM_ERR_UNSUPPORTED).
  */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,16 +33,16 @@ typedef struct {
     fm_moe_config    cfg;
     int              max_tokens;
     fm_cuda_weights *w13, *w2;
-    float           *router_bias; /* host copy or NULL */
-    float           *d_router;
+    int              bad_bias; /* index of a NaN/Inf router bias (reported by forward, as fm_moe_route does), or -1 */
+    float            bad_bias_value;
+    float           *d_router, *d_bias; /* d_bias NULL without a bias */
     uint16_t        *d_x, *d_xp, *d_h;
-    float           *d_logits, *d_out, *d_scratch, *d_rw, *d_hs;
+    float           *d_logits, *d_out, *d_scratch, *d_rw, *d_hs, *d_wts;
     uint16_t        *d_sw13, *d_sw2; /* shared expert, BF16 */
-    int32_t         *d_off, *d_perm, *d_slots;
-    /* host scratch */
-    float   *logits, *weights, *rw;
-    int32_t *ids, *off, *perm, *slots;
-    cudaEvent_t ev0, ev1;
+    int32_t         *d_off, *d_perm, *d_slots, *d_ids;
+    void            *d_rscratch; /* routing scratch, fm_moe_route_scratch_bytes */
+    unsigned long long *d_bad;   /* first non-finite logit t*E+e, or UINT64_MAX */
+    cudaEvent_t      ev0, ev1;
 } cuda_state;
 
 static fm_status cu_err(cudaError_t e, const char *what)
@@ -63,19 +69,12 @@ static void cuda_destroy(void *p)
     if (!s) return;
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
-    void *dev[] = {s->d_router, s->d_x, s->d_xp, s->d_h, s->d_logits, s->d_out, s->d_scratch, s->d_rw,
-                   s->d_off, s->d_perm, s->d_slots, s->d_hs, s->d_sw13, s->d_sw2};
+    void *dev[] = {s->d_router, s->d_bias, s->d_x,    s->d_xp,   s->d_h,    s->d_logits,   s->d_out, s->d_scratch,
+                   s->d_rw,     s->d_hs,   s->d_wts,  s->d_sw13, s->d_sw2,  s->d_off,      s->d_perm, s->d_slots,
+                   s->d_ids,    s->d_rscratch, s->d_bad};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
-    free(s->router_bias);
-    free(s->logits);
-    free(s->weights);
-    free(s->rw);
-    free(s->ids);
-    free(s->off);
-    free(s->perm);
-    free(s->slots);
     free(s);
 }
 
@@ -120,6 +119,13 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
     DALLOC(s->d_off, sizeof(int32_t) * (size_t)(E + 1));
     DALLOC(s->d_perm, sizeof(int32_t) * (size_t)R);
     DALLOC(s->d_slots, sizeof(int32_t) * (size_t)R);
+    DALLOC(s->d_ids, sizeof(int32_t) * (size_t)R);
+    DALLOC(s->d_wts, sizeof(float) * (size_t)R);
+    DALLOC(s->d_rscratch, fm_moe_route_scratch_bytes(cfg, max_tokens));
+    DALLOC(s->d_bad, sizeof(unsigned long long));
+    if (w->router_bias) {
+        DALLOC(s->d_bias, sizeof(float) * (size_t)E);
+    }
     if (cfg->shared_inter > 0) {
         const size_t S = (size_t)cfg->shared_inter;
         DALLOC(s->d_hs, sizeof(float) * (size_t)max_tokens * S);
@@ -134,21 +140,16 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
     if ((e = cudaMemcpy(s->d_router, w->router_w, sizeof(float) * (size_t)E * H, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto cuda_fail;
     if ((e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess) goto cuda_fail;
+    s->bad_bias = -1;
     if (w->router_bias) {
-        s->router_bias = malloc(sizeof(float) * E);
-        if (s->router_bias) memcpy(s->router_bias, w->router_bias, sizeof(float) * E);
-    }
-    s->logits = malloc(sizeof(float) * (size_t)max_tokens * E);
-    s->weights = malloc(sizeof(float) * (size_t)R);
-    s->rw = malloc(sizeof(float) * (size_t)R);
-    s->ids = malloc(sizeof(int32_t) * (size_t)R);
-    s->off = malloc(sizeof(int32_t) * (size_t)(E + 1));
-    s->perm = malloc(sizeof(int32_t) * (size_t)R);
-    s->slots = malloc(sizeof(int32_t) * (size_t)R);
-    if (!s->logits || !s->weights || !s->rw || !s->ids || !s->off || !s->perm || !s->slots ||
-        (w->router_bias && !s->router_bias)) {
-        st = fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
-        goto fail;
+        for (int i = 0; i < E && s->bad_bias < 0; i++)
+            if (!isfinite(w->router_bias[i])) {
+                s->bad_bias = i;
+                s->bad_bias_value = w->router_bias[i];
+            }
+        if ((e = cudaMemcpy(s->d_bias, w->router_bias, sizeof(float) * (size_t)E, cudaMemcpyHostToDevice)) !=
+            cudaSuccess)
+            goto cuda_fail;
     }
     *state = s;
     return FM_OK;
@@ -163,43 +164,47 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
 {
     cuda_state          *s = p;
     const fm_moe_config *c = &s->cfg;
-    const int            E = c->n_experts, H = c->hidden, K = c->top_k, R = T * K;
+    const int            E = c->n_experts, H = c->hidden, K = c->top_k, R = T * K, cap = s->max_tokens * K;
     cudaError_t          e;
     int                  le;
+    if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
+                       (double)s->bad_bias_value);
     if ((e = cudaMemcpy(s->d_x, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice)) != cudaSuccess)
         return cu_err(e, "upload x");
+    /* ---- from here to ev1: device work only, no host round trip ---- */
     cudaEventRecord(s->ev0, 0);
     if ((le = fm_moe_router_logits_launch(s->d_x, s->d_router, T, E, H, s->d_logits, NULL)) != 0)
         return cu_err((cudaError_t)le, "router logits");
-    if ((e = cudaMemcpy(s->logits, s->d_logits, sizeof(float) * (size_t)T * E, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        return cu_err(e, "download logits");
-    FM_CHECK(fm_moe_route(c, s->router_bias, s->logits, T, s->ids, s->weights));
-    FM_CHECK(fm_moe_permute(s->ids, T, K, E, s->off, s->perm));
-    for (int q = 0; q < R; q++) { /* permuted row q <- slot perm[q] = t*K + j */
-        s->rw[q] = s->weights[s->perm[q]];
-        s->slots[s->perm[q]] = q;
-    }
-    if ((e = cudaMemcpy(s->d_off, s->off, sizeof(int32_t) * (E + 1), cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemcpy(s->d_rw, s->rw, sizeof(float) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemcpy(s->d_perm, s->perm, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemcpy(s->d_slots, s->slots, sizeof(int32_t) * R, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
-        return cu_err(e, "upload routing");
+    if ((le = fm_moe_route_launch(c, s->d_bias, s->d_logits, T, s->d_ids, s->d_wts, s->d_rscratch, s->d_bad, NULL)) != 0)
+        return cu_err((cudaError_t)le, "routing");
+    if ((le = fm_moe_permute_launch(s->d_ids, s->d_wts, T, K, E, s->d_off, s->d_perm, s->d_slots, s->d_rw, NULL,
+                                    NULL)) != 0)
+        return cu_err((cudaError_t)le, "permutation");
+    if ((e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
+        return cu_err(e, "clear out");
     if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, s->d_xp, NULL)) != 0)
         return cu_err((cudaError_t)le, "gather");
-    int               avg = (R + E - 1) / E;
-    fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
+    int               avg = (R + E - 1) / E; /* tile choice only: the real counts stay on the device */
+    fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = cap, .epi = FM_CUDA_EPI_SWIGLU,
                             .y = s->d_h, .expected_rows = avg};
     FM_CHECK(fm_cuda_gemm(&a1));
     if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
                                                                  s->d_hs, s->d_out, NULL)) != 0)
         return cu_err((cudaError_t)le, "shared expert");
-    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
+    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = cap,
                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
                             .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg};
     FM_CHECK(fm_cuda_gemm(&a2));
     cudaEventRecord(s->ev1, 0);
+    /* ---- the one host sync ---- */
     if ((e = cudaEventSynchronize(s->ev1)) != cudaSuccess) return cu_err(e, "forward");
+    unsigned long long bad = 0;
+    if ((e = cudaMemcpy(&bad, s->d_bad, sizeof bad, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return cu_err(e, "download routing status");
+    if (bad != ~0ull) /* the CPU backends' check and message (fm_moe_route_tokens) */
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: router logit [%llu][%llu] overflowed (inputs too large)",
+                       bad / (unsigned long long)E, bad % (unsigned long long)E);
     /* copy out only now: `out` stays untouched on every failure above */
     if ((e = cudaMemcpy(out, s->d_out, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
         return cu_err(e, "download out");

@@ -1,19 +1,57 @@
-/* moe_kernels.h - extern "C" launchers of src/cuda/moe_kernels.cu (router
- * logits, row gather). Each returns a cudaError_t as int (0 = launched). */
+/* moe_kernels.h - extern "C" launchers of src/cuda/moe_kernels.cu: router
+ * logits, routing (scores, group limit, top-k, weights), the stable
+ * permutation, the row gather and the BF16 shared expert. Each launcher is
+ * asynchronous on `stream` (a cudaStream_t, NULL = default stream), never
+ * synchronises, never copies to the host (so a forward built from them can be
+ * captured in a CUDA graph) and returns a cudaError_t as int (0 = launched).
+ * All pointers are device pointers. What is bit-exact with the CPU code is
+ * listed in docs/cuda-routing.md. */
 #ifndef FM_MOE_KERNELS_H
 #define FM_MOE_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "fp4moe/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* logits[T][E] = x[T][H] (BF16) . rw[E][H]^T (FP32), bit-identical to
+ * fm_moe_router_logits (src/moe/shared.c): the same 8 partial sums, each added
+ * in ascending k, folded ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); products and sums
+ * rounded separately (no FMA contraction). */
 int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits, void *stream);
+
+/* Bytes of device scratch fm_moe_route_launch needs for T tokens of `cfg`. */
+size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T);
+
+/* Routing on the device, the algorithm of fm_moe_route (src/moe/route.c) with
+ * the same tie-breaking (lowest expert / group index) and the same FP32
+ * operation order: ids[T][top_k], weights[T][top_k] from logits[T][E].
+ * bias: [E] score-correction bias or NULL. scratch: fm_moe_route_scratch_bytes.
+ * bad: one uint64; the launcher resets it to UINT64_MAX and the kernel leaves
+ * there the smallest t*E+e whose logit is NaN/Inf (the CPU refuses those with
+ * FM_ERR_NONFINITE; ids are still valid experts then, so later kernels stay in
+ * bounds). cfg must pass fm_moe_config_check (not re-checked). */
+int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, const float *logits, int T, int32_t *ids,
+                        float *weights, void *scratch, unsigned long long *bad, void *stream);
+
+/* The stable permutation of fm_moe_permute on the device, plus what the GEMMs
+ * need: offsets[E+1]; perm[p] = routed slot s (= t*top_k + j) of permuted row p,
+ * slots ascending within an expert; token_slots[s] = p (its inverse);
+ * row_weight[p] = weights[s]; row_token[p] = s / top_k (row_token may be NULL).
+ * ids must be in [0, E) (fm_moe_route_launch guarantees it; a slot with an id
+ * outside is left out of every output). Deterministic: no atomics decide an order. */
+int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int32_t *offsets,
+                          int32_t *perm, int32_t *token_slots, float *row_weight, int32_t *row_token, void *stream);
+
 /* out[t] += W2 . (silu(W13[0:S] . x[t]) * (W13[S:2S] . x[t])), BF16 weights, FP32 hs[T][S] scratch;
  * H % 8 == 0, S % 8 == 0, 16-byte aligned buffers. */
 int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w13, const uint16_t *w2, int T, int H, int S,
                                 float *hs, float *out, void *stream);
+/* xp[p] = x[perm[p] / top_k] for p < rows (H % 8 == 0). */
 int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, uint16_t *xp,
                          void *stream);
 
