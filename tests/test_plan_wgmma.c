@@ -4,8 +4,9 @@
  * What must hold:
  *  - every compiled tile is modelled byte-exact: the planner (fm_plan_check,
  *    fm_smem_model) and the launcher's function (fm_smem_wgmma_check) give the bytes
- *    of this file's own formula, stages x roundup(warps*mt*(kc/64) x (512 + 64) + 8*nt x 2*kc,
- *    1024) (each stage on a 1 KB swizzle atom; the rounding is the padding), no epilogue, and the CTA count of one CTA per (expert, pass, N block);
+ *    of this file's own formula, stages x (roundup(warps*mt*(kc/64) x (512 + 64) + 8*nt x 2*kc,
+ *    1024) + 16) (each stage on a 1 KB swizzle atom, the rounding being the padding; two
+ *    mbarriers a stage), no epilogue, and the CTA count of one CTA per (expert, pass, N block);
  *  - only sm_90 (FM_FEAT_WGMMA) takes it: sm_80, sm_86, sm_89, sm_100, sm_103, sm_110,
  *    sm_120, sm_121 answer FM_ERR_ARCH_MISMATCH saying "needs wgmma (sm_90a)", outputs
  *    untouched;
@@ -42,7 +43,7 @@ static fm_kernel_config wg_cfg(int cc, const fm_swapab_tile *t, int stages)
 
 /* The test's own formula (fm_kernels_smem.h's comment), part by part. */
 typedef struct {
-    size_t a, sf, b, pad, total;
+    size_t a, sf, b, pad, bar, total;
 } want_bytes;
 
 static want_bytes formula(const fm_swapab_tile *t)
@@ -54,7 +55,8 @@ static want_bytes formula(const fm_swapab_tile *t)
     w.b = (size_t)t->stages * 8 * (size_t)t->nt * 2 * (size_t)t->kc;
     size_t stage = (w.a + w.sf + w.b) / (size_t)t->stages;
     w.pad = (size_t)t->stages * ((stage + 1023) / 1024 * 1024 - stage);
-    w.total = w.a + w.sf + w.b + w.pad;
+    w.bar = (size_t)t->stages * 16;
+    w.total = w.a + w.sf + w.b + w.pad + w.bar;
     return w;
 }
 
@@ -69,7 +71,7 @@ static void expect_bytes(const fm_smem_breakdown *b, const fm_swapab_tile *t)
     assert_int_equal(b->stages, t->stages);
     assert_int_equal(b->padding, w.pad);
     assert_int_equal(b->epilogue, 0);
-    assert_int_equal(b->barriers, 0);
+    assert_int_equal(b->barriers, w.bar);
     assert_int_equal(b->tensormaps, 0);
     assert_int_equal(b->scheduler, 0);
 }

@@ -324,6 +324,259 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
 #endif
 }
 
+#ifdef FM_WGMMA_BODY
+__device__ __forceinline__ void mbar_init(uint32_t a, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
+}
+/* one arrival when all of this thread's earlier cp.async have landed */
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t a)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}" ::"r"(a),
+                 "r"(parity)
+                 : "memory");
+}
+#endif
+
+/* Warp-specialized version: one producer warpgroup (warps 0-3) streams the stages
+ * (token tile by 4-byte cp.async in the prepack's K order, 128-byte swizzle;
+ * weights and scale bytes by 16-byte cp.async), each completing on the stage's
+ * `full` mbarrier (cp.async.mbarrier.arrive); WARPS consumer warps (WARPS/4
+ * warpgroups) decode and run the MMAs: stage k is decoded into one of two
+ * register sets while the MMAs of stage k-1 may still run, and stage k-1's
+ * buffer is handed back (`empty` mbarrier) once they have. No CTA-wide barrier
+ * in the main loop. With two consumer warpgroups, setmaxnreg moves registers
+ * from the producer (56) to the consumers (224). */
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_swapab_params p, int nfb)
+{
+#ifdef FM_WGMMA_BODY
+    constexpr int TOK = 8 * NT;
+    constexpr int CPS = KC / 64;
+    constexpr int W_OFF = TOK * KC * 2;
+    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
+    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024;
+    constexpr unsigned FULL = 0xFFFFFFFFu;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t bar_full = smem0 + STAGES * STAGE_B, bar_empty = bar_full + 8 * STAGES;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    /* ---- which tile (every warp computes the same answer) */
+    const int slot = blockIdx.x;
+    int       e = -1, local = 0, base = 0;
+    for (int e0 = 0; e0 < p.n_experts; e0 += 32) {
+        int ee = e0 + lane, cnt = 0;
+        if (ee < p.n_experts) {
+            int r0 = p.offsets[ee], r1 = min(p.offsets[ee + 1], p.max_rows);
+            if (r0 >= 0 && r1 > r0) cnt = ((r1 - r0 + TOK - 1) / TOK) * nfb;
+        }
+        int inc = cnt;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            int v = __shfl_up_sync(FULL, inc, d);
+            if (lane >= d) inc += v;
+        }
+        int tot = __shfl_sync(FULL, inc, 31);
+        if (slot < base + tot) {
+            unsigned bal = __ballot_sync(FULL, slot < base + inc);
+            int      l = __ffs(bal) - 1;
+            int      inc_l = __shfl_sync(FULL, inc, l), cnt_l = __shfl_sync(FULL, cnt, l);
+            e = e0 + l;
+            local = slot - (base + inc_l - cnt_l);
+            break;
+        }
+        base += tot;
+    }
+    if (e < 0) return;
+    const int row0 = p.offsets[e], m = min(p.offsets[e + 1], p.max_rows) - row0;
+    const int npass = (m + TOK - 1) / TOK;
+    const int fb = local / npass, pass0 = (local % npass) * TOK;
+    const int rows = min(TOK, m - pass0);
+    const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
+    const int nbands = p.n / 16;
+    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+
+    /* the bands of consumer warp cw (warpgroup cw/4, rows 16*(cw%4).. of each m64 tile) */
+    auto band_of = [&](int cw, int i, bool &valid) {
+        int cg = cw >> 2, cl = cw & 3;
+        if (swiglu) {
+            int gb = (fb * (WARPS / 4) + cg) * 4 + cl;
+            valid = gb < nbands / 2;
+            return gb + (i ? nbands / 2 : 0);
+        }
+        int b = ((fb * (WARPS / 4) + cg) * MT + i) * 4 + cl;
+        valid = b < nbands;
+        return b;
+    };
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bar_full + 8 * s, 128);   /* every producer thread's cp.async arrival */
+            mbar_init(bar_empty + 8 * s, WARPS); /* one arrival per consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        /* ================= producer warpgroup ================= */
+        if (WARPS == 8) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        const int       pt = threadIdx.x; /* 0..127 */
+        const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
+        const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
+        const uint16_t *ws = (const uint16_t *)p.wscale + (size_t)e * nbands * KB * 32;
+        for (int ks = 0; ks < nks; ks++) {
+            const int s = ks % STAGES;
+            mbar_wait(bar_empty + 8 * s, ((ks / STAGES) + 1) & 1);
+            unsigned char *buf = smem + s * STAGE_B;
+            /* X pairs: lane (r8, t4) fixed per thread, (s,h) column and token group vary */
+            for (int pi = pt; pi < TOK * KC / 2; pi += 128) {
+                int r8 = pi & 7, t4 = (pi >> 3) & 3, sh = (pi >> 5) & 7, rest = pi >> 8;
+                int c64 = rest % CPS, rg = rest / CPS;
+                int r = rg * 8 + r8, k = ks * KC + c64 * 64 + 16 * t4 + 2 * sh;
+                bool ok = r < rows && k < p.k;
+                const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
+#if FM_WGMMA_SW128
+                int dst = c64 * TOK * 128 + r * 128 + ((sh ^ r8) * 16) + t4 * 4;
+#else
+                int dst = (rg * (KC / 8) + c64 * 8 + sh) * 128 + r8 * 16 + t4 * 4;
+#endif
+                cp_async4(buf + dst, src, ok ? 4 : 0);
+            }
+            /* weights: chunk (consumer warp cw, tile i, chunk c) = 32 x 16 B; scales 4 x 16 B */
+            for (int q = pt; q < WARPS * MT * CPS * 36; q += 128) {
+                int sl = q / 36, part = q % 36;
+                int c = sl % CPS, i = (sl / CPS) % MT, cw = sl / (CPS * MT);
+                bool bv;
+                int  b = band_of(cw, i, bv);
+                int  kb = ks * CPS + c;
+                bool ok = bv && kb < KB;
+                size_t off = ok ? ((size_t)b * KB + kb) * 32 : 0;
+                if (part < 32)
+                    cp_async16(buf + W_OFF + sl * 512 + part * 16, wd + off + part, ok ? 16 : 0);
+                else
+                    cp_async16(buf + S_OFF + sl * 64 + (part - 32) * 16,
+                               (const unsigned char *)(ws + off) + (part - 32) * 16, ok ? 16 : 0);
+            }
+            mbar_arrive_cp_async(bar_full + 8 * s);
+        }
+        cp_async_wait<0>();
+        return;
+    }
+
+    /* ================= consumer warpgroups ================= */
+    if (WARPS == 8) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    const int cw = warp - 4;
+    int       band[MT];
+    bool      bvalid[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) band[i] = band_of(cw, i, bvalid[i]);
+    const float osc = p.oscale[e];
+
+    float acc[MT][TOK / 2];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < TOK / 2; j++) acc[i][j] = 0.0f;
+
+    typedef uint32_t stage_regs[CPS][MT][4][4];
+    auto dequant = [&](int ks, stage_regs &a) {
+        const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                int      sl = (cw * MT + i) * CPS + c;
+                uint4    wq = *(const uint4 *)(buf + W_OFF + sl * 512 + lane * 16);
+                uint32_t sc = *(const uint16_t *)(buf + S_OFF + sl * 64 + lane * 2);
+                uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+                uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+                dequant_step(wq.x, s_lo, s_hi, a[c][i][0]);
+                dequant_step(wq.y, s_lo, s_hi, a[c][i][1]);
+                dequant_step(wq.z, s_lo, s_hi, a[c][i][2]);
+                dequant_step(wq.w, s_lo, s_hi, a[c][i][3]);
+            }
+    };
+    auto fence_acc = [&]() {
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
+    };
+    auto fence_regs = [&](stage_regs &a) {
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[c][i][s][q])::"memory");
+    };
+    auto issue = [&](int ks, stage_regs &a) {
+        const uint32_t sb = smem0 + (ks % STAGES) * STAGE_B;
+        fence_acc();
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+#if FM_WGMMA_SW128
+                uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
+#else
+                uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
+#endif
+#pragma unroll
+                for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
+            }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    /* stage ks: wait until it has landed, decode it, issue its MMAs, then wait for
+     * the MMAs of ks-1 (ks's may run on) and give ks-1's buffer back. Two register
+     * sets, used alternately (the loop body is written twice). */
+    auto step = [&](int ks, stage_regs &cur, stage_regs &prev) {
+        const int s = ks % STAGES;
+        mbar_wait(bar_full + 8 * s, (ks / STAGES) & 1);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> tensor-core reads */
+        dequant(ks, cur);
+        issue(ks, cur);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        fence_acc();
+        fence_regs(prev);
+        fence_regs(cur);
+        if (ks > 0) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar_empty + 8 * ((ks - 1) % STAGES));
+        }
+    };
+    stage_regs ra, rb;
+    int        ks = 0;
+    for (; ks + 1 < nks; ks += 2) {
+        step(ks, ra, rb);
+        step(ks + 1, rb, ra);
+    }
+    if (ks < nks) step(ks, ra, rb);
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    fence_acc();
+
+    epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
+                     [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
+#else
+    (void)p;
+    (void)nfb;
+#endif
+}
+
 typedef void (*kernel_fn)(const fm_swapab_params, int);
 
 /* Same rows, same order as k_wgmma_tiles in src/plan/fm_kernels_smem.c. */
@@ -331,7 +584,7 @@ struct entry {
     int       warps, mt, nt, kc, stages;
     kernel_fn fn;
 };
-#define FM_WGMMA_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, wgmma_kernel<w, mt, nt, kc, st>}
+#define FM_WGMMA_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, wgmma_ws_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
     FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
@@ -388,7 +641,7 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     long long grid = fm_wgmma_grid(idx, p);
     if (grid <= 0) return 0; /* no rows: nothing to launch */
     if (grid > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
-    x.fn<<<(unsigned)grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, nfb);
+    x.fn<<<(unsigned)grid, (x.warps + 4) * 32, smem, (cudaStream_t)stream>>>(*p, nfb); /* + producer warpgroup */
     return (int)cudaGetLastError();
 }
 

@@ -91,7 +91,7 @@ char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
 }
 
 /* The compiled wgmma instantiations (src/cuda/gemm_wgmma.cu has the same rows).
- * Dynamic smem = stages * roundup(warps*mt*(kc/64)*576 + 8*nt*2*kc, 1024).
+ * Dynamic smem = stages * (roundup(warps*mt*(kc/64)*576 + 8*nt*2*kc, 1024) + 16).
  *   warps mt  nt  kc  stages      smem bytes  CTA = features x tokens a pass */
 static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 2, 16, 64, 4}, /* 102,400  256 x 128 (SwiGLU pairs) */
@@ -130,7 +130,8 @@ fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
     b.b = (size_t)t->stages * rows * 2u * (size_t)t->kc; /* swizzled core-matrix lines: no padding inside */
     size_t raw = chunks * 576u + rows * 2u * (size_t)t->kc;
     b.padding = (size_t)t->stages * ((raw + 1023) / 1024 * 1024 - raw); /* stages start on 1 KB swizzle atoms */
-    b.mainloop = b.a + b.b + b.sf + b.padding;
+    b.barriers = (size_t)t->stages * 16u; /* a full and an empty mbarrier per stage (producer <-> consumers) */
+    b.mainloop = b.a + b.b + b.sf + b.padding + b.barriers;
     b.total = b.mainloop;
     *out = b;
     return FM_OK;

@@ -62,11 +62,13 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
  * (1 or 2), nt = 8-token groups per pass (wgmma N = 8*nt: 1..32, a power of 2),
  * kc (64..256, step 64), stages (4..8). Each stage (weights by cp.async, the
  * token tile by 16-byte register stores):
- *   dynamic smem = stages * roundup(warps*mt*(kc/64)*(512 + 64) + 8*nt*2*kc, 1024)
+ *   dynamic smem = stages * (roundup(warps*mt*(kc/64)*(512 + 64) + 8*nt*2*kc, 1024) + 16)
  * (each stage starts on a 1 KB boundary: the token tile is stored in the
  * 128-byte-swizzled layout, whose 1 KB atoms must be aligned; the rounding is
- * the breakdown's padding). No mbarriers, no static shared memory, nothing for
- * the epilogue. */
+ * the breakdown's padding; the 16 B are the stage's full and empty mbarriers,
+ * after the last stage). `warps` counts the consumer (MMA) warps: the CTA has
+ * one more warpgroup, the producer that streams the stages. No static shared
+ * memory, nothing for the epilogue. */
 fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out);
 fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
 /* The compiled wgmma instantiations, fastest-first per regime (see the .c). */
