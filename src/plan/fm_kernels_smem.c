@@ -94,16 +94,16 @@ char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
  * Dynamic smem = stages * (roundup(warps*mt*(kc/64)*576 + 8*nt*2*kc, 1024) + 16).
  *   warps mt  nt  kc  stages      smem bytes  CTA = features x tokens a pass */
 static const fm_swapab_tile k_wgmma_tiles[] = {
-    {8, 2, 16, 64, 4}, /* 102,400  256 x 128 (SwiGLU pairs) */
-    {8, 2, 16, 64, 6}, /* 153,600  256 x 128, deeper */
-    {8, 1, 32, 64, 4}, /* 151,552  128 x 256 */
-    {4, 2, 16, 64, 4}, /*  86,016  128 x 128 (SwiGLU pairs): two CTAs per SM overlap each other */
-    {8, 2, 8, 64, 4},  /*  69,632  256 x 64 (SwiGLU pairs) */
-    {4, 2, 8, 64, 4},  /*  53,248  128 x 64 (SwiGLU pairs): up to four CTAs per SM */
-    {8, 2, 4, 128, 4}, /* 106,496  256 x 32 (SwiGLU pairs) */
-    {4, 2, 2, 128, 4}, /*  53,248  128 x 16 (SwiGLU pairs) */
-    {4, 1, 1, 128, 4}, /*  28,672   64 x 8  */
-    {4, 2, 1, 128, 4}, /*  45,056  128 x 8 (SwiGLU pairs) */
+    {8, 2, 16, 64, 4}, /* 102,464  256 x 128 (SwiGLU pairs) */
+    {8, 2, 16, 64, 6}, /* 153,696  256 x 128, deeper */
+    {8, 1, 32, 64, 4}, /* 151,616  128 x 256 */
+    {4, 2, 16, 64, 4}, /*  86,080  128 x 128 (SwiGLU pairs): two CTAs per SM overlap each other */
+    {8, 2, 8, 64, 4},  /*  69,696  256 x 64 (SwiGLU pairs) */
+    {4, 2, 8, 64, 4},  /*  53,312  128 x 64 (SwiGLU pairs): up to four CTAs per SM */
+    {8, 2, 4, 128, 4}, /* 106,560  256 x 32 (SwiGLU pairs) */
+    {4, 2, 2, 128, 4}, /*  53,312  128 x 16 (SwiGLU pairs) */
+    {4, 1, 1, 128, 4}, /*  28,736   64 x 8  */
+    {4, 2, 1, 128, 4}, /*  45,120  128 x 8 (SwiGLU pairs) */
 };
 
 const fm_swapab_tile *fm_wgmma_tiles(size_t *count)
