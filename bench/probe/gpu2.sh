@@ -1,6 +1,6 @@
 # one device call: build, GPU tests (errors only), quick bench, ncu of two wgmma tiles
 OUT=${OUT:-/tmp/out}
-nvcc -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/probe/wgmma_rs_probe.cu -o /tmp/probe && /tmp/probe | grep SW128
+# (probe: bench/probe/wgmma_rs_probe.cu)
 FM_WERROR=OFF bash bench/gpu-check.sh perf 2>&1 | tail -24
 grep -E "^ERROR|FAILED" $OUT/ctest.log | head -12
 for T in ${NCU_TILES:-wgmma_w8m2n16k64s4}; do
