@@ -124,13 +124,17 @@ int main(int argc, char **argv)
     int              nms = quick ? 4 : 11;
     /* every compiled tile of both families (wgmma only on compute capability 9.0) */
     fm_cuda_tile tiles[64];
+    int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
     size_t       ntile = 0, nmma = 0, nwg = 0;
     const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
     for (size_t i = 0; i < nmma && ntile < 64; i++)
         tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
     if (prop.major == 9 && prop.minor == 0)
-        for (size_t i = 0; i < nwg && ntile < 64; i++)
-            tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages, FM_CUDA_KERNEL_WGMMA};
+        for (size_t i = 0; i < nwg && ntile + 2 <= 64; i++)
+            for (int pk = 1; pk >= 0; pk--) {
+                tpacked[ntile] = pk;
+                tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages, FM_CUDA_KERNEL_WGMMA};
+            }
     char  table[64][200];
     int   nt = 0;
     cudaEvent_t e0, e1;
@@ -181,7 +185,7 @@ int main(int argc, char **argv)
             char   best_name[64] = "";
             for (size_t ti = 0; ti < ntile; ti++) {
                 fm_cuda_tile tl = tiles[ti];
-                int is_def = !memcmp(&tl, &def, sizeof tl);
+                int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti];
                 if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
                 if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (2 * m > 8 ? 2 * m : 8))
                     continue; /* mostly padding tokens */
@@ -190,6 +194,7 @@ int main(int argc, char **argv)
                     fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
                     if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
                     else fm_swapab_tile_name(&st, nm, sizeof nm);
+                    if (tl.kernel == FM_CUDA_KERNEL_WGMMA && !tpacked[ti]) strcat(nm, "_natx");
                 }
                 if (only_tile && strcmp(only_tile, nm)) continue;
                 fm_cuda_gemm_args a = {};
@@ -199,6 +204,7 @@ int main(int argc, char **argv)
                 a.epi = FM_CUDA_EPI_NONE;
                 a.y = y;
                 a.tile = &tl;
+                a.x_packed = tpacked[ti]; /* random X: the column order changes nothing in the timing */
                 for (int r = -3; r < reps; r++) {
                     a.x = x[(r + 3) & 1];
                     CK(cudaEventRecord(e0));

@@ -92,6 +92,12 @@ typedef struct {
     float          *scratch;     /* FINALIZE_DET: device FP32 [max_rows][N] */
     /* tile: NULL picks the fastest measured tile for expected_rows rows per expert
      * that fits the shared-memory limit (fm_cuda_gemm_default_tile gives the first choice) */
+    /* x_packed: the columns of X are in the prepack's K order (fm_cuda_x_pack;
+     * K % 64 == 0): the wgmma tiles then stream X with 16-byte copies into the
+     * layout the tensor cores read (the fast path); the mma tiles refuse it.
+     * y_packed (NONE, SWIGLU): write the BF16 output columns in that order, so that
+     * Y can be the packed X of the next GEMM (its column count % 64 == 0). */
+    int             x_packed, y_packed;
     const fm_cuda_tile *tile;
     int             expected_rows; /* average rows per expert, for the default tile (>= 1) */
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
@@ -101,7 +107,9 @@ typedef struct {
 /* Launch the grouped GEMM (asynchronous on a->stream).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
  * unknown epilogue), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
- * scratch not 16-byte aligned), FM_ERR_UNSUPPORTED (a tile that is not compiled in,
+ * scratch not 16-byte aligned), FM_ERR_UNSUPPORTED (x_packed with an mma
+ * tile or K % 64 != 0, y_packed with an output width % 64 != 0 or a FINALIZE
+ * epilogue, a tile that is not compiled in,
  * a wgmma tile on a device other than compute capability 9.0, a wgmma grid over 2^31-1 CTAs,
  * SwiGLU with an odd mt or N not a multiple of 32, more than 65,535 experts, or
  * FINALIZE_DET over more than 65,535 tokens), FM_ERR_SMEM_EXCEEDED (the tile's
@@ -109,8 +117,24 @@ typedef struct {
  * FM_ERR_NO_DEVICE, FM_ERR_CUDA (launch failure). */
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a);
 
-/* The tile fm_cuda_gemm picks when a->tile is NULL, for N x K weights. */
+/* The prepack's K order: within each block of 64 columns, natural column
+ * 2P + lo (pair P = 8t + 2s + h, t < 4, s < 4, h < 2) goes to position
+ * (2s + h)*8 + 2t + lo: the order in which one MMA step's A fragment holds K
+ * (src/cuda/prepack.c), so that a token row can be copied 16 bytes at a time
+ * into wgmma's B layout. fm_cuda_kpack_col gives the position of column c. */
+int64_t fm_cuda_kpack_col(int64_t c);
+/* out[r][fm_cuda_kpack_col(c)] = x[r][c] for a device BF16 [rows][k] matrix
+ * (k % 64 == 0; out != x, both 16-byte aligned), asynchronous on stream.
+ * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_BAD_SHAPE (k % 64), FM_ERR_MISALIGNED,
+ * FM_ERR_CUDA. */
+fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
+
+/* The tile fm_cuda_gemm picks when a->tile is NULL, for N x K weights
+ * (natural X; fm_cuda_gemm_default_tile_packed for packed X). */
 fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k);
+/* The same for packed X (x_packed = 1): always a wgmma tile; meaningful only on
+ * compute capability 9.0 (fm_cuda_gemm refuses wgmma tiles elsewhere). */
+fm_cuda_tile fm_cuda_gemm_default_tile_packed(int expected_rows, fm_cuda_epilogue epi, int n, int k);
 
 /* Shared memory the compiled kernel of `t` was given at its last launch and its
  * static size, from cudaFuncGetAttributes (for the planner conformance test).

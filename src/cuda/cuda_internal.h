@@ -53,11 +53,15 @@ typedef struct {
     int             max_rows, n_experts, n, k, kp;
     unsigned        sc_mul, sc_add;
     int             epi;
+    int             x_packed, y_packed; /* X / BF16 Y columns in the prepack K order (fm_cuda_x_pack) */
     void           *y;
     const float    *row_weight;
     const int32_t  *row_token;
     float          *scratch;
 } fm_swapab_params;
+
+/* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
+int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
 /* Index of t in fm_swapab_tiles(), or -1. */
 int fm_swapab_find(const fm_cuda_tile *t);
@@ -68,7 +72,7 @@ int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 int       fm_wgmma_find(const fm_cuda_tile *t);
 long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound) */
 int       fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
-int       fm_wgmma_attributes(int idx, size_t *static_smem, size_t *max_dyn);
+int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* out[t][n] += sum_j scratch[token_slots[t*top_k+j]][n] in j order. */
 int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k, int n,
                               int max_rows, float *out, void *stream);

@@ -157,6 +157,45 @@ static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cu
     return n;
 }
 
+/* Packed X (x_packed): only the wgmma tiles read it. */
+static int default_tiles_packed(int rows, fm_cuda_epilogue epi, fm_cuda_tile out[3])
+{
+    int sw = epi == FM_CUDA_EPI_SWIGLU;
+    if (rows <= 8) out[0] = (fm_cuda_tile){4, sw ? 2 : 1, 1, 128, 4, FM_CUDA_KERNEL_WGMMA};
+    else if (rows <= 16) out[0] = (fm_cuda_tile){4, 2, 2, 128, 4, FM_CUDA_KERNEL_WGMMA};
+    else if (rows <= 32) out[0] = (fm_cuda_tile){8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA};
+    else if (rows <= 64) out[0] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
+    else out[0] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA};
+    return 1;
+}
+
+fm_cuda_tile fm_cuda_gemm_default_tile_packed(int expected_rows, fm_cuda_epilogue epi, int n, int k)
+{
+    fm_cuda_tile c[3];
+    (void)n;
+    (void)k;
+    default_tiles_packed(expected_rows, epi, c);
+    return c[0];
+}
+
+int64_t fm_cuda_kpack_col(int64_t c)
+{
+    int64_t n = c & 63, pr = n >> 1;
+    return (c & ~(int64_t)63) + (pr & 7) * 8 + (pr >> 3) * 2 + (n & 1);
+}
+
+fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void *stream)
+{
+    fm_clear_error();
+    if (!x || !out || rows < 0 || k < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_x_pack: NULL pointer or negative size");
+    if (x == out) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_x_pack: works out of place (x == out)");
+    if (k % 64) return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_x_pack: k=%d is not a multiple of 64", k);
+    if ((uintptr_t)x % 16 || (uintptr_t)out % 16) return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_x_pack: x and out must be 16-byte aligned");
+    int err = fm_x_pack_launch(x, out, rows, k, stream);
+    if (err) return cuda_fail((cudaError_t)err, "fm_cuda_x_pack: launch");
+    return FM_OK;
+}
+
 /* Compute capability of the current device x 10 (90 = sm_90), 0 if none. */
 static int device_cc(void)
 {
@@ -224,7 +263,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         t = *a->tile;
     } else { /* the first preferred tile that fits the limit */
         fm_cuda_tile c[3];
-        int          nc = default_tiles(a->expected_rows, a->epi, w->k, cc == 90, c);
+        int          nc = a->x_packed ? default_tiles_packed(a->expected_rows, a->epi, c)
+                                      : default_tiles(a->expected_rows, a->epi, w->k, cc == 90, c);
         t = c[nc - 1];
         for (int i = 0; i < nc; i++) {
             fm_smem_breakdown cb;
@@ -248,6 +288,19 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
                        "fm_cuda_gemm: tile %s uses wgmma, which only sm_90a (compute capability 9.0) has; this device "
                        "is %d.%d: use an mma tile",
                        tile_name(&t, name, sizeof name), cc / 10, cc % 10);
+    if (a->x_packed && !wg)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed (X in the prepack K order) is read by the wgmma "
+                                           "tiles only, not by %s",
+                       tile_name(&t, name, sizeof name));
+    if (a->x_packed && w->k % 64)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed needs K %% 64 == 0 (K=%d)", w->k);
+    if (a->y_packed) {
+        int width = a->epi == FM_CUDA_EPI_SWIGLU ? w->n / 2 : w->n;
+        if (a->epi != FM_CUDA_EPI_NONE && a->epi != FM_CUDA_EPI_SWIGLU)
+            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: y_packed applies to the BF16 outputs (NONE, SWIGLU)");
+        if (width % 64)
+            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: y_packed needs an output width %% 64 == 0 (%d)", width);
+    }
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
                        tile_name(&t, name, sizeof name), w->n);
@@ -257,7 +310,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
         .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,
         .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,
-        .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi, .y = a->y,
+        .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi,
+        .x_packed = a->x_packed != 0, .y_packed = a->y_packed != 0, .y = a->y,
         .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch};
     if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
@@ -280,7 +334,7 @@ fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *
     int wg = t->kernel == FM_CUDA_KERNEL_WGMMA;
     int idx = wg ? fm_wgmma_find(t) : fm_swapab_find(t);
     if (idx < 0) return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_tile_attributes: tile not compiled in");
-    int err = wg ? fm_wgmma_attributes(idx, static_smem, max_dynamic_smem)
+    int err = wg ? fm_wgmma_attributes(idx, 1, static_smem, max_dynamic_smem) /* the packed-X kernel */
                  : fm_swapab_attributes(idx, static_smem, max_dynamic_smem);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_tile_attributes");
     return FM_OK;

@@ -347,8 +347,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
 #endif
 
 /* Warp-specialized version: one producer warpgroup (warps 0-3) streams the stages
- * (token tile by 4-byte cp.async in the prepack's K order, 128-byte swizzle;
- * weights and scale bytes by 16-byte cp.async), each completing on the stage's
+ * (token tile, already in the prepack's K order, and weights and scale bytes,
+ * all by 16-byte cp.async; 128-byte swizzle), each completing on the stage's
  * `full` mbarrier (cp.async.mbarrier.arrive); WARPS consumer warps (WARPS/4
  * warpgroups) decode and run the MMAs: stage k is decoded into one of two
  * register sets while the MMAs of stage k-1 may still run, and stage k-1's
@@ -439,19 +439,19 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
             const int s = ks % STAGES;
             mbar_wait(bar_empty + 8 * s, ((ks / STAGES) + 1) & 1);
             unsigned char *buf = smem + s * STAGE_B;
-            /* X pairs: lane (r8, t4) fixed per thread, (s,h) column and token group vary */
-            for (int pi = pt; pi < TOK * KC / 2; pi += 128) {
-                int r8 = pi & 7, t4 = (pi >> 3) & 3, sh = (pi >> 5) & 7, rest = pi >> 8;
-                int c64 = rest % CPS, rg = rest / CPS;
-                int r = rg * 8 + r8, k = ks * KC + c64 * 64 + 16 * t4 + 2 * sh;
+            /* X, already in the prepack's K order (fm_cuda_x_pack): 16-byte chunk j of a
+             * row's 64-K block is core-matrix column j; 8 threads copy one 128-byte line */
+            for (int pi = pt; pi < TOK * KC / 8; pi += 128) {
+                int j = pi & 7, rest = pi >> 3, c64 = rest % CPS, r = rest / CPS;
+                int k = ks * KC + c64 * 64 + j * 8;
                 bool ok = r < rows && k < p.k;
                 const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
 #if FM_WGMMA_SW128
-                int dst = c64 * TOK * 128 + r * 128 + ((sh ^ r8) * 16) + t4 * 4;
+                int dst = c64 * TOK * 128 + r * 128 + ((j ^ (r & 7)) * 16);
 #else
-                int dst = (rg * (KC / 8) + c64 * 8 + sh) * 128 + r8 * 16 + t4 * 4;
+                int dst = ((r / 8) * (KC / 8) + c64 * 8 + j) * 128 + (r & 7) * 16;
 #endif
-                cp_async4(buf + dst, src, ok ? 4 : 0);
+                cp_async16(buf + dst, src, ok ? 16 : 0);
             }
             /* weights: chunk (consumer warp cw, tile i, chunk c) = 32 x 16 B; scales 4 x 16 B */
             for (int q = pt; q < WARPS * MT * CPS * 36; q += 128) {
@@ -579,12 +579,16 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
 
 typedef void (*kernel_fn)(const fm_swapab_params, int);
 
-/* Same rows, same order as k_wgmma_tiles in src/plan/fm_kernels_smem.c. */
+/* Same rows, same order as k_wgmma_tiles in src/plan/fm_kernels_smem.c. fn: the
+ * warp-specialized kernel for packed X (its smem is what fm_smem_wgmma counts);
+ * fn_nat: the single-role kernel for natural X (the same smem less the unused
+ * mbarrier bytes; it is launched with fm_smem_wgmma's size too). */
 struct entry {
     int       warps, mt, nt, kc, stages;
-    kernel_fn fn;
+    kernel_fn fn, fn_nat;
 };
-#define FM_WGMMA_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, wgmma_ws_kernel<w, mt, nt, kc, st>}
+#define FM_WGMMA_ENTRY(w, mt, nt, kc, st)                                                                            \
+    {w, mt, nt, kc, st, wgmma_ws_kernel<w, mt, nt, kc, st>, wgmma_kernel<w, mt, nt, kc, st>}
 const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
     FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
@@ -593,7 +597,19 @@ const entry k_entries[] = {
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64
-size_t k_dyn_set[FM_WGMMA_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])];
+size_t k_dyn_set[FM_WGMMA_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][2];
+
+__global__ void x_pack_kernel(const uint4 *x, uint4 *out, int rows, int k)
+{
+    /* one thread per 16-byte output chunk j of a 64-column block: gathers 4 pairs */
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, nch = (long long)rows * (k / 8);
+    if (i >= nch) return;
+    long long row = i / (k / 8);
+    int       c8 = (int)(i % (k / 8)), blk = c8 >> 3, j = c8 & 7;
+    const uint32_t *src = (const uint32_t *)(x + row * (k / 8) + blk * 8); /* 32 pairs of the block */
+    /* packed chunk j = core column (s, h) = j: pairs 8t + j for t = 0..3 */
+    out[i] = make_uint4(src[j], src[8 + j], src[16 + j], src[24 + j]);
+}
 
 } // namespace
 
@@ -626,11 +642,13 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     const entry &x = k_entries[idx];
     int          dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
-    size_t *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV ? &k_dyn_set[dev][idx] : NULL;
+    const int nat = !p->x_packed;
+    kernel_fn fn = nat ? x.fn_nat : x.fn;
+    size_t   *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV ? &k_dyn_set[dev][idx][nat] : NULL;
     if (!set || smem > *set) {
-        cudaError_t err = cudaFuncSetAttribute(x.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
-        err = cudaFuncSetAttribute(x.fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                    (int)cudaSharedmemCarveoutMaxShared);
         if (err != cudaSuccess) return (int)err;
         if (set) *set = smem;
@@ -641,17 +659,28 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     long long grid = fm_wgmma_grid(idx, p);
     if (grid <= 0) return 0; /* no rows: nothing to launch */
     if (grid > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
-    x.fn<<<(unsigned)grid, (x.warps + 4) * 32, smem, (cudaStream_t)stream>>>(*p, nfb); /* + producer warpgroup */
+    if (nat) fn<<<(unsigned)grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, nfb);
+    else fn<<<(unsigned)grid, (x.warps + 4) * 32, smem, (cudaStream_t)stream>>>(*p, nfb); /* + producer warpgroup */
     return (int)cudaGetLastError();
 }
 
-extern "C" int fm_wgmma_attributes(int idx, size_t *static_smem, size_t *max_dyn)
+extern "C" int fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     cudaFuncAttributes a;
-    cudaError_t        err = cudaFuncGetAttributes(&a, k_entries[idx].fn);
+    cudaError_t        err = cudaFuncGetAttributes(&a, x_packed ? k_entries[idx].fn : k_entries[idx].fn_nat);
     if (err != cudaSuccess) return (int)err;
     if (static_smem) *static_smem = a.sharedSizeBytes;
     if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;
     return 0;
+}
+
+extern "C" int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream)
+{
+    long long nch = (long long)rows * (k / 8);
+    if (nch <= 0) return 0;
+    long long blocks = (nch + 255) / 256;
+    if (blocks > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
+    x_pack_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>((const uint4 *)x, (uint4 *)out, rows, k);
+    return (int)cudaGetLastError();
 }

@@ -58,6 +58,13 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g));
  * fragment: feature g + 8*(q>>1) of the band, token 8n + 2t + (q&1). With
  * SwiGLU the first MT/2 bands are gate rows and the last MT/2 the matching up
  * rows. rows = valid tokens of the pass, rbase = first permuted row. */
+/* fm_cuda_kpack_col on the device */
+__device__ __forceinline__ int kpack_col(int c)
+{
+    int n = c & 63, pr = n >> 1;
+    return (c & ~63) + (pr & 7) * 8 + (pr >> 3) * 2 + (n & 1);
+}
+
 template <int MT, int NT, class Acc>
 __device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
                                          int rbase, int rows, float osc, int g, int t, Acc acc)
@@ -77,13 +84,17 @@ __device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&
                 for (int i = 0; i < MT / 2; i++) {
                     if (!bvalid[i]) continue;
                     float gv = acc(i, n, q) * osc, uv = acc(i + MT / 2, n, q) * osc;
-                    y[band[i] * 16 + fo] = __float2bfloat16(silu(gv) * uv);
+                    int   col = band[i] * 16 + fo;
+                    y[p.y_packed ? kpack_col(col) : col] = __float2bfloat16(silu(gv) * uv);
                 }
             } else if (p.epi == FM_CUDA_EPI_NONE) {
                 __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * p.n;
 #pragma unroll
                 for (int i = 0; i < MT; i++)
-                    if (bvalid[i]) y[band[i] * 16 + fo] = __float2bfloat16(acc(i, n, q) * osc);
+                    if (bvalid[i]) {
+                        int col = band[i] * 16 + fo;
+                        y[p.y_packed ? kpack_col(col) : col] = __float2bfloat16(acc(i, n, q) * osc);
+                    }
             } else if (p.epi == FM_CUDA_EPI_FINALIZE) {
                 float *y = (float *)p.y + (size_t)p.row_token[r] * p.n;
                 float  rw = p.row_weight[r] * osc;

@@ -55,6 +55,11 @@ static fm_status tile_smem(const fm_cuda_tile *t, fm_smem_breakdown *bd)
     return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
 }
 
+/* X layout for the wgmma tiles: 1 = packed (fm_cuda_kpack_col order, the fast
+ * kernel) whenever K % 64 == 0, 0 = natural. y_packed: the BF16 output is
+ * written packed and unpacked here before the comparison. */
+static int g_x_packed = 1, g_y_packed = 0;
+
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
 static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm_cuda_tile *tile, fm_cuda_epilogue epi,
@@ -77,10 +82,18 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
 
     fm_cuda_weights *cw = NULL;
     assert_int_equal(fm_cuda_weights_create(w.w, c->E, &cw), FM_OK);
+    int pack = tile && tile->kernel == FM_CUDA_KERNEL_WGMMA && K % 64 == 0 && g_x_packed;
+    if (pack) { /* the caller's job: X columns in the prepack K order */
+        uint16_t *xp = malloc(sizeof(uint16_t) * (size_t)(rows ? rows : 1) * K);
+        for (int rr = 0; rr < rows; rr++)
+            for (int k = 0; k < K; k++) xp[(size_t)rr * K + fm_cuda_kpack_col(k)] = xh[(size_t)rr * K + k];
+        memcpy(xh, xp, sizeof(uint16_t) * (size_t)rows * K);
+        free(xp);
+    }
     void *dx = dev_upload(xh, sizeof(uint16_t) * (size_t)rows * K);
     void *doff = dev_upload(offsets, sizeof(int32_t) * (c->E + 1));
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
-                           .expected_rows = 4, .smem_limit = smem_limit};
+                           .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack};
     char   what[128], name[64];
     if (tile) {
         tile_name(tile, name, sizeof name);
@@ -88,8 +101,8 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
     }
-    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d", fm_format_traits_get(f)->name, name, (int)epi,
-             c->E, N, K, rows);
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s", fm_format_traits_get(f)->name, name,
+             (int)epi, c->E, N, K, rows, pack ? " x_packed" : "", g_y_packed ? " y_packed" : "");
 
     if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
         int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
@@ -98,9 +111,17 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         fm_poison_bytes(yh, sizeof(uint16_t) * ne); /* 0xA5A5: a finite BF16, caught by the error bound */
         void *dy = dev_upload(yh, sizeof(uint16_t) * ne);
         a.y = dy;
+        a.y_packed = g_y_packed;
         ret = fm_cuda_gemm(&a);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(yh, dy, sizeof(uint16_t) * ne, cudaMemcpyDeviceToHost));
+        if (ret == FM_OK && g_y_packed) { /* back to natural column order */
+            uint16_t *yn = malloc(sizeof(uint16_t) * (ne ? ne : 1));
+            for (int rr = 0; rr < rows; rr++)
+                for (int n = 0; n < ny; n++) yn[(size_t)rr * ny + n] = yh[(size_t)rr * ny + fm_cuda_kpack_col(n)];
+            memcpy(yh, yn, sizeof(uint16_t) * ne);
+            free(yn);
+        }
         if (ret != FM_OK) { /* refused: nothing may have been written */
             for (size_t i = 0; i < ne; i++) assert_int_equal(yh[i], 0xA5A5);
             ne = 0;
@@ -226,8 +247,13 @@ static void test_every_tile_nvfp4(void **state)
         run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_NONE);
         if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_SWIGLU);
         if (t->kernel == FM_CUDA_KERNEL_WGMMA || t->nt == 8) { /* the tiles meant for many rows */
-            run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
+            run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE); /* wgmma: packed X */
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_SWIGLU);
+        }
+        if (t->kernel == FM_CUDA_KERNEL_WGMMA) { /* the natural-X wgmma kernel */
+            g_x_packed = 0;
+            run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
+            g_x_packed = 1;
         }
     }
 }
@@ -263,6 +289,76 @@ static void test_wgmma_epilogues(void **state)
     run_case(&r, FM_FORMAT_NVFP4, &k_big, &big, FM_CUDA_EPI_FINALIZE_DET);
     run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &mid, FM_CUDA_EPI_FINALIZE_DET);
     run_case(&r, FM_FORMAT_MXFP4, &k_big, &big, FM_CUDA_EPI_SWIGLU);
+    /* packed outputs (FC1 -> FC2 without a repack), from both kernel families */
+    static const gcase wide_out = {3, 256, 448, {70, 0, 300}};
+    fm_cuda_tile mma = {4, 2, 8, 128, 3, FM_CUDA_KERNEL_MMA};
+    g_y_packed = 1;
+    run_case(&r, FM_FORMAT_NVFP4, &wide_out, &big, FM_CUDA_EPI_SWIGLU);
+    run_case(&r, FM_FORMAT_NVFP4, &wide_out, &mid, FM_CUDA_EPI_NONE);
+    run_case(&r, FM_FORMAT_NVFP4, &wide_out, &mma, FM_CUDA_EPI_SWIGLU);
+    g_y_packed = 0;
+}
+
+/* fm_cuda_x_pack against the host permutation; its statuses; x_packed refused by
+ * the mma tiles and for K % 64 != 0. */
+static void test_x_pack(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 7);
+    const int rows = 37, K = 384;
+    uint16_t *xh = malloc(sizeof(uint16_t) * rows * K), *got = malloc(sizeof(uint16_t) * rows * K);
+    for (int i = 0; i < rows * K; i++) xh[i] = fm_bf16_encode(fm_rng_normal(&r));
+    /* the map is a permutation of each 64-column block */
+    int seen[64] = {0};
+    for (int c = 0; c < 64; c++) {
+        int64_t q = fm_cuda_kpack_col(c);
+        assert_true(q >= 0 && q < 64);
+        seen[q]++;
+        assert_int_equal(fm_cuda_kpack_col(c + 128), q + 128);
+    }
+    for (int c = 0; c < 64; c++) assert_int_equal(seen[c], 1);
+    void *dx = dev_upload(xh, sizeof(uint16_t) * rows * K), *dout = NULL;
+    CK(cudaMalloc(&dout, sizeof(uint16_t) * rows * K));
+    CK(cudaMemset(dout, 0xA5, sizeof(uint16_t) * rows * K));
+    assert_int_equal(fm_cuda_x_pack(dx, dout, rows, K, NULL), FM_OK);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got, dout, sizeof(uint16_t) * rows * K, cudaMemcpyDeviceToHost));
+    for (int rr = 0; rr < rows; rr++)
+        for (int k = 0; k < K; k++)
+            assert_int_equal(got[(size_t)rr * K + fm_cuda_kpack_col(k)], xh[(size_t)rr * K + k]);
+    assert_int_equal(fm_cuda_x_pack(dx, dout, rows, 96, NULL), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_cuda_x_pack(dx, dx, rows, K, NULL), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_cuda_x_pack((const uint16_t *)((char *)dx + 2), dout, rows, K, NULL), FM_ERR_MISALIGNED);
+    assert_int_equal(fm_cuda_x_pack(NULL, dout, rows, K, NULL), FM_ERR_INVALID_ARG);
+    /* x_packed with an mma tile, with K % 64 != 0; y_packed with FINALIZE */
+    gpu_experts w;
+    gpu_experts_make(&w, &r, FM_FORMAT_NVFP4, 2, 64, 64);
+    fm_cuda_weights *cw = NULL;
+    assert_int_equal(fm_cuda_weights_create(w.w, 2, &cw), FM_OK);
+    int32_t off[3] = {0, 1, 2};
+    void   *doff = dev_upload(off, sizeof off);
+    fm_cuda_tile mma = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_MMA};
+    fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = 2, .y = dout, .tile = &mma, .x_packed = 1};
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
+    a.x_packed = 0;
+    a.y_packed = 1;
+    a.epi = FM_CUDA_EPI_FINALIZE;
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
+    fm_cuda_weights_destroy(cw);
+    gpu_experts_free(&w);
+    gpu_experts_make(&w, &r, FM_FORMAT_NVFP4, 2, 64, 48); /* K = 48 */
+    assert_int_equal(fm_cuda_weights_create(w.w, 2, &cw), FM_OK);
+    fm_cuda_tile wg = {4, 1, 1, 128, 4, FM_CUDA_KERNEL_WGMMA};
+    a = (fm_cuda_gemm_args){.w = cw, .x = dx, .offsets = doff, .max_rows = 2, .y = dout, .tile = &wg, .x_packed = 1};
+    assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
+    fm_cuda_weights_destroy(cw);
+    gpu_experts_free(&w);
+    CK(cudaFree(doff));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    free(xh);
+    free(got);
 }
 
 static void test_skew_and_finalize(void **state)
@@ -403,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_every_tile_mxfp4),
         cmocka_unit_test(test_skew_and_finalize),
         cmocka_unit_test(test_wgmma_epilogues),
+        cmocka_unit_test(test_x_pack),
         cmocka_unit_test(test_partial_warp_bands),
         cmocka_unit_test(test_statuses),
         cmocka_unit_test(test_smem_model),
