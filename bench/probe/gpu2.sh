@@ -3,7 +3,7 @@ OUT=${OUT:-/tmp/out}
 # (probe: bench/probe/wgmma_rs_probe.cu)
 FM_WERROR=OFF bash bench/gpu-check.sh perf 2>&1 | tail -24
 grep -E "^ERROR|FAILED" $OUT/ctest.log | head -12
-for T in ${NCU_TILES:-wgmma_w8m2n16k64s4}; do
+for T in ${NCU_TILES:-wgmma_w8m2n16k64s4}; do break
   echo "== ncu $T EP8-FC1 m=128"
   timeout 120 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section Occupancy --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
@@ -12,4 +12,6 @@ for T in ${NCU_TILES:-wgmma_w8m2n16k64s4}; do
   grep -E "Duration|Compute \(SM\) Thr|Memory Thr|L1/TEX Cache Thr|L2 Cache Thr|DRAM Thr|Registers Per|Achieved Occ|Theoretical Occ|No Eligible|Issued Warp|Warp Cycles Per Issued|hmma_cycles|Executed Ipc A|Stall|stall" $OUT/ncu_$T.log | head -24
 done
 echo "== EP8-FC1 m=512, every tile"
-build-gpu/bench/bench_gemm --shape EP8-FC1 --m 512 --reps 10 | grep -E "^csv" | sort -t, -k6 -n | head -6
+build-gpu/bench/bench_gemm --shape EP8-FC1 --m 512 --reps 10 | grep -E "^csv" | sort -t, -k6 -n | head -8
+echo "== ncu stalls, packed wgmma_w8m2n16k64s4 EP8-FC1 m=128"
+NCU_TILES=wgmma_w8m2n16k64s4 bash bench/probe/gpu3.sh 2>&1 | tail -18
