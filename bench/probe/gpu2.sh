@@ -7,7 +7,7 @@ for T in ${NCU_TILES:-wgmma_w8m2n16k64s4}; do break
   echo "== ncu $T EP8-FC1 m=128"
   timeout 120 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section Occupancy --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
-    -k regex:wgmma_kernel --launch-skip 2 --launch-count 1 build-gpu/bench/bench_gemm --shape EP8-FC1 --m 128 --tile $T --reps 2 \
+    -k regex:wgmma --launch-skip 2 --launch-count 1 build-gpu/bench/bench_gemm --shape EP8-FC1 --m 128 --tile $T --reps 2 \
     > $OUT/ncu_$T.log 2>&1
   grep -E "Duration|Compute \(SM\) Thr|Memory Thr|L1/TEX Cache Thr|L2 Cache Thr|DRAM Thr|Registers Per|Achieved Occ|Theoretical Occ|No Eligible|Issued Warp|Warp Cycles Per Issued|hmma_cycles|Executed Ipc A|Stall|stall" $OUT/ncu_$T.log | head -24
 done

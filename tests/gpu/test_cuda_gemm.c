@@ -343,7 +343,10 @@ static void test_x_pack(void **state)
     assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
     a.x_packed = 0;
     a.y_packed = 1;
-    a.epi = FM_CUDA_EPI_FINALIZE;
+    a.epi = FM_CUDA_EPI_FINALIZE; /* FP32 output: no packed order */
+    a.row_weight = (const float *)dout;
+    a.row_token = (const int32_t *)doff;
+    a.n_tokens = 2;
     assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
     fm_cuda_weights_destroy(cw);
     gpu_experts_free(&w);
