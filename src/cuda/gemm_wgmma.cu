@@ -434,39 +434,79 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
         const int       pt = threadIdx.x; /* 0..127 */
         const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
         const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
-        const uint16_t *ws = (const uint16_t *)p.wscale + (size_t)e * nbands * KB * 32;
+        const unsigned char *ws = (const unsigned char *)p.wscale + (size_t)e * nbands * KB * 64;
+        /* Every copy of this thread, worked out once: only the K offset moves from
+         * stage to stage (the producer is one warp per scheduler: its issue rate is
+         * what feeds the consumers). X: 16-byte chunk j of a row's 64-K block, already
+         * in the prepack's K order (fm_cuda_x_pack), is core-matrix column j; 8
+         * threads copy one 128-byte line. */
+        constexpr int XN = TOK * KC / 8, XPER = (XN + 127) / 128;
+        constexpr int XROWS = 16 / CPS; /* rows between a thread's copies (128 threads x 8 chunks / CPS) */
+        static_assert(XN <= 128 || XROWS % 8 == 0, "a thread's rows keep their swizzle phase");
+        const int pj = pt & 7, prest = pt >> 3, xc64 = (prest % CPS) * 64 + pj * 8, pr = prest / CPS;
+        const int xoff0 = pr * p.k + xc64;
+#if FM_WGMMA_SW128
+        const int xdst0 = (prest % CPS) * TOK * 128 + pr * 128 + ((pj ^ (pr & 7)) * 16);
+#else
+        const int xdst0 = ((pr / 8) * (KC / 8) + (prest % CPS) * 8 + pj) * 128 + (pr & 7) * 16;
+#endif
+        unsigned xmask = 0; /* copy i has a real token row */
+#pragma unroll
+        for (int i = 0; i < XPER; i++)
+            if (pt + 128 * i < XN && pr + XROWS * i < rows) xmask |= 1u << i;
+        /* weights: slot sl = (consumer warp, tile, chunk) of 32 x 16 B; lane = 16-byte
+         * part, slots pt/32 + 4i; its 4 x 16 B of scale bytes by threads sl*4 + part */
+        constexpr int SLOTS = WARPS * MT * CPS, WPER = (SLOTS + 3) / 4;
+        auto slot_src = [&](int sl, int &c, bool &bv) { /* (band*KB + chunk) of slot sl */
+            c = sl % CPS;
+            int b = band_of(sl / (CPS * MT), (sl / CPS) % MT, bv);
+            return b * KB + c;
+        };
+        int      woff[WPER];
+        unsigned wmask = 0;
+        int      wc = 0;
+#pragma unroll
+        for (int i = 0; i < WPER; i++) {
+            int  sl = (pt >> 5) + 4 * i, c;
+            bool bv;
+            int  bk = slot_src(sl < SLOTS ? sl : 0, c, bv);
+            woff[i] = bk * 512 + (pt & 31) * 16;
+            wc = c; /* the same for every i: 4i keeps sl % CPS (CPS <= 2) */
+            if (sl < SLOTS && bv) wmask |= 1u << i;
+        }
+        const bool sthr = pt < SLOTS * 4; /* this thread copies 16 B of scale bytes */
+        int        soff = 0, sc_c = 0;
+        bool       sok = false;
+        if (sthr) soff = slot_src(pt >> 2, sc_c, sok) * 64 + (pt & 3) * 16;
         for (int ks = 0; ks < nks; ks++) {
             const int s = ks % STAGES;
             mbar_wait(bar_empty + 8 * s, ((ks / STAGES) + 1) & 1);
             unsigned char *buf = smem + s * STAGE_B;
-            /* X, already in the prepack's K order (fm_cuda_x_pack): 16-byte chunk j of a
-             * row's 64-K block is core-matrix column j; 8 threads copy one 128-byte line */
-            for (int pi = pt; pi < TOK * KC / 8; pi += 128) {
-                int j = pi & 7, rest = pi >> 3, c64 = rest % CPS, r = rest / CPS;
-                int k = ks * KC + c64 * 64 + j * 8;
-                bool ok = r < rows && k < p.k;
-                const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
+            const bool kin = ks * KC + xc64 < p.k;
+#pragma unroll
+            for (int i = 0; i < XPER; i++) {
+                if (pt + 128 * i >= XN) break;
+                bool ok = kin && ((xmask >> i) & 1);
 #if FM_WGMMA_SW128
-                int dst = c64 * TOK * 128 + r * 128 + ((j ^ (r & 7)) * 16);
+                int dst = xdst0 + XROWS * i * 128;
 #else
-                int dst = ((r / 8) * (KC / 8) + c64 * 8 + j) * 128 + (r & 7) * 16;
+                int dst = xdst0 + (XROWS / 8) * i * (KC / 8) * 128;
 #endif
-                cp_async16(buf + dst, src, ok ? 16 : 0);
+                cp_async16(buf + dst, ok ? xg + xoff0 + (size_t)XROWS * i * p.k + ks * KC : p.x, ok ? 16 : 0);
             }
-            /* weights: chunk (consumer warp cw, tile i, chunk c) = 32 x 16 B; scales 4 x 16 B */
-            for (int q = pt; q < WARPS * MT * CPS * 36; q += 128) {
-                int sl = q / 36, part = q % 36;
-                int c = sl % CPS, i = (sl / CPS) % MT, cw = sl / (CPS * MT);
-                bool bv;
-                int  b = band_of(cw, i, bv);
-                int  kb = ks * CPS + c;
-                bool ok = bv && kb < KB;
-                size_t off = ok ? ((size_t)b * KB + kb) * 32 : 0;
-                if (part < 32)
-                    cp_async16(buf + W_OFF + sl * 512 + part * 16, wd + off + part, ok ? 16 : 0);
-                else
-                    cp_async16(buf + S_OFF + sl * 64 + (part - 32) * 16,
-                               (const unsigned char *)(ws + off) + (part - 32) * 16, ok ? 16 : 0);
+            const bool wkin = ks * CPS + wc < KB;
+#pragma unroll
+            for (int i = 0; i < WPER; i++) {
+                if ((pt >> 5) + 4 * i >= SLOTS) break;
+                bool ok = wkin && ((wmask >> i) & 1);
+                const unsigned char *src = (const unsigned char *)wd + woff[i] + (size_t)ks * CPS * 512;
+                cp_async16(buf + W_OFF + ((pt >> 5) + 4 * i) * 512 + (pt & 31) * 16, ok ? (const void *)src : (const void *)p.x,
+                           ok ? 16 : 0);
+            }
+            if (sthr) {
+                bool ok = sok && ks * CPS + sc_c < KB;
+                cp_async16(buf + S_OFF + pt * 16, ok ? (const void *)(ws + soff + (size_t)ks * CPS * 64) : (const void *)p.x,
+                           ok ? 16 : 0);
             }
             mbar_arrive_cp_async(bar_full + 8 * s);
         }
