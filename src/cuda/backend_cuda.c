@@ -9,7 +9,9 @@
  *   3. the stable permutation of fm_moe_permute: offsets, perm, row weights,
  *      token slots, all on the device;
  *   4. gather the routed rows into expert order;
- *   5. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16;
+ *   5. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16
+ *      (on sm_90 with more than 16 rows per expert: X gathered and h written in
+ *      the prepack K order, so both GEMMs run the packed-X wgmma kernel);
  *   6. the BF16 shared expert, if any: out[t] = its SwiGLU MLP of x[t] (FP32);
  *   7. FC2 + FINALIZE_DET: out[t] += sum over t's slots of weight * (h . W2^T),
  *      deterministic slot order;
@@ -34,6 +36,7 @@ typedef struct {
     int              max_tokens;
     fm_cuda_weights *w13, *w2;
     int              bad_bias; /* index of a NaN/Inf router bias (reported by forward, as fm_moe_route does), or -1 */
+    int              sm90;     /* compute capability 9.0: the wgmma tiles (packed X) for > 16 rows per expert */
     float            bad_bias_value;
     float           *d_router, *d_bias; /* d_bias NULL without a bias */
     uint16_t        *d_x, *d_xp, *d_h;
@@ -101,6 +104,14 @@ static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, 
     if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
     s->cfg = *cfg;
     s->max_tokens = max_tokens;
+    {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
+            s->sm90 = major == 9 && minor == 0;
+        cudaGetLastError();
+    }
     const int    E = cfg->n_experts, H = cfg->hidden, I = cfg->inter, R = max_tokens * cfg->top_k;
     fm_status    st = FM_OK;
     cudaError_t  e = cudaSuccess;
@@ -183,18 +194,22 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
         return cu_err((cudaError_t)le, "permutation");
     if ((e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
         return cu_err(e, "clear out");
-    if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, s->d_xp, NULL)) != 0)
+    int avg = (R + E - 1) / E; /* tile choice only: the real counts stay on the device */
+    /* More than 16 rows per expert on sm_90: the wgmma tiles, fed with X (and h) in
+     * the prepack K order, which the gather and FC1's epilogue write at no cost. */
+    int packed = s->sm90 && avg > 16 && H % 64 == 0 && c->inter % 64 == 0;
+    if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, packed, s->d_xp, NULL)) != 0)
         return cu_err((cudaError_t)le, "gather");
-    int               avg = (R + E - 1) / E; /* tile choice only: the real counts stay on the device */
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = cap, .epi = FM_CUDA_EPI_SWIGLU,
-                            .y = s->d_h, .expected_rows = avg};
+                            .y = s->d_h, .expected_rows = avg, .x_packed = packed, .y_packed = packed};
     FM_CHECK(fm_cuda_gemm(&a1));
     if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
                                                                  s->d_hs, s->d_out, NULL)) != 0)
         return cu_err((cudaError_t)le, "shared expert");
     fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = cap,
                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
-                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg};
+                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg,
+                            .x_packed = packed};
     FM_CHECK(fm_cuda_gemm(&a2));
     cudaEventRecord(s->ev1, 0);
     /* ---- the one host sync ---- */

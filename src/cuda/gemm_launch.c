@@ -143,11 +143,12 @@ static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cu
         out[1] = swiglu ? (fm_cuda_tile){4, 2, 1, 256, 4, FM_CUDA_KERNEL_MMA} : (fm_cuda_tile){4, 1, 2, 256, 4, FM_CUDA_KERNEL_MMA};
         return 2;
     }
-    if (rows <= 32) {
-        out[0] = (fm_cuda_tile){4, 2, 4, 128, 4, FM_CUDA_KERNEL_MMA};
-        return 1;
-    }
     int n = 0;
+    if (rows <= 32) {
+        if (wgmma) out[n++] = (fm_cuda_tile){8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA};
+        out[n++] = (fm_cuda_tile){4, 2, 4, 128, 4, FM_CUDA_KERNEL_MMA};
+        return n;
+    }
     if (wgmma) {
         if (rows <= 64) out[n++] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
         else out[n++] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA};
@@ -157,15 +158,18 @@ static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cu
     return n;
 }
 
-/* Packed X (x_packed): only the wgmma tiles read it. */
+/* Packed X (x_packed): only the wgmma tiles read it. Fastest measured on the H200
+ * (bench/RESULTS.md, 2026-11-29): 32 rows w8m2n4k128s4, 128 rows w8m2n8k64s4,
+ * 512 rows w8m1n32k64s4 (w8m2n16k64s4 where SwiGLU needs gate/up pairs). */
 static int default_tiles_packed(int rows, fm_cuda_epilogue epi, fm_cuda_tile out[3])
 {
     int sw = epi == FM_CUDA_EPI_SWIGLU;
     if (rows <= 8) out[0] = (fm_cuda_tile){4, sw ? 2 : 1, 1, 128, 4, FM_CUDA_KERNEL_WGMMA};
     else if (rows <= 16) out[0] = (fm_cuda_tile){4, 2, 2, 128, 4, FM_CUDA_KERNEL_WGMMA};
     else if (rows <= 32) out[0] = (fm_cuda_tile){8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA};
-    else if (rows <= 64) out[0] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
-    else out[0] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA};
+    else if (rows <= 128) out[0] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
+    else if (sw) out[0] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA}; /* gate/up pairs need mt = 2 */
+    else out[0] = (fm_cuda_tile){8, 1, 32, 64, 4, FM_CUDA_KERNEL_WGMMA};
     return 1;
 }
 

@@ -274,14 +274,25 @@ __global__ void permute_place_kernel(const int32_t *ids, const float *weights, i
     }
 }
 
-/* xp[p] = x[perm[p] / top_k] (16-byte copies; H % 8 == 0). */
-__global__ void gather_rows_kernel(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, uint16_t *xp)
+/* xp[p] = x[perm[p] / top_k] (16-byte copies; H % 8 == 0). packed: the columns
+ * in the prepack K order (fm_cuda_kpack_col; H % 64 == 0): 16-byte chunk j of a
+ * 64-column block holds the column pairs 8t + j, t = 0..3 (what wgmma tiles read). */
+__global__ void gather_rows_kernel(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed,
+                                   uint16_t *xp)
 {
     int p = blockIdx.y;
     if (p >= rows) return;
     const uint4 *src = (const uint4 *)(x + (size_t)(perm[p] / top_k) * H);
     uint4       *dst = (uint4 *)(xp + (size_t)p * H);
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H / 8; i += gridDim.x * blockDim.x) dst[i] = src[i];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H / 8; i += gridDim.x * blockDim.x) {
+        if (!packed) {
+            dst[i] = src[i];
+            continue;
+        }
+        const uint32_t *b = (const uint32_t *)(src + (i & ~7)); /* the 32 pairs of the block */
+        int             j = i & 7;
+        dst[i] = make_uint4(b[j], b[8 + j], b[16 + j], b[24 + j]);
+    }
 }
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
@@ -344,12 +355,13 @@ extern "C" int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w1
     return (int)cudaGetLastError();
 }
 
-extern "C" int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, uint16_t *xp,
-                                    void *stream)
+extern "C" int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed,
+                                    uint16_t *xp, void *stream)
 {
     if (rows <= 0) return 0;
+    if (packed && H % 64) return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)((H / 8 + 255) / 256), (unsigned)rows);
-    gather_rows_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, perm, rows, top_k, H, xp);
+    gather_rows_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, perm, rows, top_k, H, packed, xp);
     return (int)cudaGetLastError();
 }
 

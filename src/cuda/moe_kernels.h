@@ -51,8 +51,9 @@ int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int t
  * H % 8 == 0, S % 8 == 0, 16-byte aligned buffers. */
 int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w13, const uint16_t *w2, int T, int H, int S,
                                 float *hs, float *out, void *stream);
-/* xp[p] = x[perm[p] / top_k] for p < rows (H % 8 == 0). */
-int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, uint16_t *xp,
+/* xp[p] = x[perm[p] / top_k] for p < rows (H % 8 == 0); packed: columns in the
+ * prepack K order (fm_cuda_kpack_col, H % 64 == 0), the X the wgmma tiles stream. */
+int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed, uint16_t *xp,
                          void *stream);
 
 #ifdef __cplusplus

@@ -129,6 +129,21 @@ static void test_layer_routing_modes(void **state)
     run_layer_opts(&r, FM_FORMAT_MXFP4, 77, 32, &cap);
 }
 
+/* More than 16 rows per expert with hidden and inter multiples of 64: on sm_90 the
+ * layer takes the packed-X wgmma path (the gather and FC1's epilogue write the
+ * prepack K order, both GEMMs read it); elsewhere the same cases run the mma path. */
+static void test_layer_packed_path(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 5);
+    layer_opts o = {.score = FM_SCORE_SIGMOID, .E = 8, .K = 2, .inter = 128};
+    run_layer_opts(&r, FM_FORMAT_NVFP4, 300, 0, &o);   /* ~75 rows per expert */
+    run_layer_opts(&r, FM_FORMAT_MXFP4, 200, 64, &o);  /* with the shared expert */
+    layer_opts big = {.score = FM_SCORE_SOFTMAX, .E = 4, .K = 2, .inter = 64};
+    run_layer_opts(&r, FM_FORMAT_NVFP4, 1000, 0, &big); /* ~500 rows: the widest tiles */
+}
+
 /* Overflowing router logits and a NaN bias: FM_ERR_NONFINITE as from the CPU
  * backends, `out` untouched (the flag is read after the one sync). */
 static void test_layer_nonfinite(void **state)
@@ -202,6 +217,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_vs_reference),
         cmocka_unit_test(test_layer_routing_modes),
+        cmocka_unit_test(test_layer_packed_path),
         cmocka_unit_test(test_layer_nonfinite),
         cmocka_unit_test(test_unsupported),
     };
