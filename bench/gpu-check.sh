@@ -8,7 +8,9 @@
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
-# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf]      carry=[".debs"]
+# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results]      carry=[".debs"]
+#   results: build, ctest -L gpu, torch peer + ceilings, the full bench, the CLI on the
+#            GPU, the table, then memcheck of test_cuda_gemm's quick subset
 #   test: steps 1-3 only (correctness + sanitizers, no timing)
 #   perf: build, ctest -L gpu, bench_gemm --quick (no sanitizers, torch or ncu: the
 #         cheapest call that still checks a kernel change before timing it)
@@ -35,6 +37,26 @@ if [ "$MODE" = perf ]; then
   build-gpu/bench/bench_gemm ${BENCH_ARGS:---quick} >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
   grep -E "^#" "$OUT/bench.log"
   sed -n '/^shape/,$p' "$OUT/bench.log"
+  exit 0
+fi
+if [ "$MODE" = results ]; then
+  # the figures for bench/RESULTS.md: ceilings + torch peer, the full bench, the CLI
+  # on the GPU, then (last, time permitting) memcheck of the GEMM test's quick subset
+  echo "== torch peer + ceilings"
+  PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_peer.py --out "$OUT/torch_peer.json" >"$OUT/torch.log" 2>&1 || tail -5 "$OUT/torch.log"
+  BF16=$(python3 -c "import json;print(json.load(open('$OUT/torch_peer.json'))['bf16_tflops'])" 2>/dev/null || echo 0)
+  echo "== bench_gemm (full)"
+  build-gpu/bench/bench_gemm --bf16-tflops "$BF16" >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
+  { build-gpu/fp4moe devices
+    for tk in 1 4 96; do echo "-- fp4moe run --check --tokens $tk"; timeout 90 build-gpu/fp4moe run --check --tokens $tk; echo "rc=$?"; done
+  } >"$OUT/cli.log" 2>&1
+  echo "== table ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader))"
+  grep "^#" "$OUT/bench.log"
+  python3 bench/gpu_table.py "$OUT/bench.log" "$OUT/torch_peer.json" | tee "$OUT/table.md"
+  grep -E "^-- |ms|NMSE|nmse|rc=" "$OUT/cli.log" | head -30
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  FM_QUICK=1 timeout ${MEMCHECK_S:-120} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/memcheck.log" 2>&1
+  echo "memcheck (FM_QUICK) rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   exit 0
 fi
 echo "== compute-sanitizer"
