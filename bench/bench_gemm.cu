@@ -200,7 +200,7 @@ int main(int argc, char **argv)
                 fm_cuda_gemm_args a = {};
                 a.w = &w;
                 a.offsets = offs;
-                a.max_rows = (int)xrows;
+                a.max_rows = m * s->E; /* the rows of this call: the wgmma grid is sized by it */
                 a.epi = FM_CUDA_EPI_NONE;
                 a.y = y;
                 a.tile = &tl;

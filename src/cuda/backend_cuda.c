@@ -175,7 +175,7 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
 {
     cuda_state          *s = p;
     const fm_moe_config *c = &s->cfg;
-    const int            E = c->n_experts, H = c->hidden, K = c->top_k, R = T * K, cap = s->max_tokens * K;
+    const int            E = c->n_experts, H = c->hidden, K = c->top_k, R = T * K; /* routed rows of this forward: the GEMM grids are sized by it */
     cudaError_t          e;
     int                  le;
     if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
@@ -200,13 +200,13 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
     int packed = s->sm90 && avg > 16 && H % 64 == 0 && c->inter % 64 == 0;
     if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, packed, s->d_xp, NULL)) != 0)
         return cu_err((cudaError_t)le, "gather");
-    fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = cap, .epi = FM_CUDA_EPI_SWIGLU,
+    fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
                             .y = s->d_h, .expected_rows = avg, .x_packed = packed, .y_packed = packed};
     FM_CHECK(fm_cuda_gemm(&a1));
     if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
                                                                  s->d_hs, s->d_out, NULL)) != 0)
         return cu_err((cudaError_t)le, "shared expert");
-    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = cap,
+    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
                             .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg,
                             .x_packed = packed};
