@@ -41,7 +41,11 @@ def parse(path):
             if line.startswith("## "):
                 in_gpu = line.strip() == "## GPU"
                 continue
-            if not in_gpu or not line.startswith("|"):
+            if not in_gpu:
+                continue
+            if not line.startswith("|"):
+                if out:
+                    break  # the section's first table only (later tables are quick re-checks)
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if not cells or cells[0] not in SHAPES:
