@@ -14,4 +14,4 @@ done
 echo "== EP8-FC1 m=512, every tile"
 build-gpu/bench/bench_gemm --shape EP8-FC1 --m 512 --reps 10 | grep -E "^csv" | sort -t, -k6 -n | head -8
 echo "== ncu stalls, packed wgmma_w8m2n16k64s4 EP8-FC1 m=128"
-NCU_TILES=wgmma_w8m2n16k64s4 bash bench/probe/gpu3.sh 2>&1 | tail -18
+NCU_TILES="wgmma_w8m2n16k64s4" bash bench/probe/gpu3.sh 2>&1 | tail -18
