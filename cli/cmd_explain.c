@@ -208,8 +208,8 @@ int fm_cmd_explain(int argc, char **argv)
         printf("  %-34s %9zu\n", "alignment padding", b->padding);
         printf("  %-34s %9zu   (limit %zu B opt-in)\n", "TOTAL sizeof(SharedStorage)", b->total, r.limit_bytes);
         if (wgmma)
-            printf("  (all dynamic, from fm_smem_wgmma - the launcher's own function; no padding: wgmma reads X in\n"
-                   "   the no-swizzle core-matrix layout)\n");
+            printf("  (all dynamic, from fm_smem_wgmma - the launcher's own function; X in the 128-byte-swizzled\n"
+                   "   core-matrix layout, each stage on a 1 KB boundary (the padding), two mbarriers per stage)\n");
         else if (swapab)
             printf("  (all dynamic, from fm_smem_swapab - the launcher's own function; padding = 16 B per X row)\n");
         else
