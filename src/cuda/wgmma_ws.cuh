@@ -1,0 +1,249 @@
+/* wgmma_ws.cuh - the warp-specialized wgmma kernel for packed X (see
+ * gemm_wgmma.cu). Included inside gemm_wgmma.cu's anonymous namespace. */
+#pragma once
+
+/* Warp-specialized version: one producer warpgroup (warps 0-3) streams the stages
+ * (token tile, already in the prepack's K order, and weights and scale bytes,
+ * all by 16-byte cp.async; 128-byte swizzle), each completing on the stage's
+ * `full` mbarrier (cp.async.mbarrier.arrive); WARPS consumer warps (WARPS/4
+ * warpgroups) decode and run the MMAs: stage k is decoded into one of two
+ * register sets while the MMAs of stage k-1 may still run, and stage k-1's
+ * buffer is handed back (`empty` mbarrier) once they have. No CTA-wide barrier
+ * in the main loop. With two consumer warpgroups, setmaxnreg moves registers
+ * from the producer (56) to the consumers (224). */
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_swapab_params p, int nfb)
+{
+#ifdef FM_WGMMA_BODY
+    constexpr int TOK = 8 * NT;
+    constexpr int CPS = KC / 64;
+    constexpr int W_OFF = TOK * KC * 2;
+    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
+    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t bar_full = smem0 + STAGES * STAGE_B, bar_empty = bar_full + 8 * STAGES;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    int e = -1, local = 0;
+    find_tile(p, nfb, TOK, lane, e, local);
+    if (e < 0) return;
+    const int row0 = p.offsets[e], m = min(p.offsets[e + 1], p.max_rows) - row0;
+    const int npass = (m + TOK - 1) / TOK;
+    const int fb = local / npass, pass0 = (local % npass) * TOK;
+    const int rows = min(TOK, m - pass0);
+    const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
+    const int nbands = p.n / 16;
+    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+
+    /* the bands of consumer warp cw (warpgroup cw/4, rows 16*(cw%4).. of each m64 tile) */
+    auto band_of = [&](int cw, int i, bool &valid) {
+        int cg = cw >> 2, cl = cw & 3;
+        if (swiglu) {
+            int gb = (fb * (WARPS / 4) + cg) * 4 + cl;
+            valid = gb < nbands / 2;
+            return gb + (i ? nbands / 2 : 0);
+        }
+        int b = ((fb * (WARPS / 4) + cg) * MT + i) * 4 + cl;
+        valid = b < nbands;
+        return b;
+    };
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bar_full + 8 * s, 128);   /* every producer thread's cp.async arrival */
+            mbar_init(bar_empty + 8 * s, WARPS); /* one arrival per consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        /* ================= producer warpgroup ================= */
+        if (WARPS == 8) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        const int       pt = threadIdx.x; /* 0..127 */
+        const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
+        const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
+        const unsigned char *ws = (const unsigned char *)p.wscale + (size_t)e * nbands * KB * 64;
+        /* Every copy of this thread, worked out once: only the K offset moves from
+         * stage to stage (the producer is one warp per scheduler: its issue rate is
+         * what feeds the consumers). X: 16-byte chunk j of a row's 64-K block, already
+         * in the prepack's K order (fm_cuda_x_pack), is core-matrix column j; 8
+         * threads copy one 128-byte line. */
+        constexpr int XN = TOK * KC / 8, XPER = (XN + 127) / 128;
+        constexpr int XROWS = 16 / CPS; /* rows between a thread's copies (128 threads x 8 chunks / CPS) */
+        static_assert(XN <= 128 || XROWS % 8 == 0, "a thread's rows keep their swizzle phase");
+        const int pj = pt & 7, prest = pt >> 3, xc64 = (prest % CPS) * 64 + pj * 8, pr = prest / CPS;
+        const int xoff0 = pr * p.k + xc64;
+#if FM_WGMMA_SW128
+        const int xdst0 = (prest % CPS) * TOK * 128 + pr * 128 + ((pj ^ (pr & 7)) * 16);
+#else
+        const int xdst0 = ((pr / 8) * (KC / 8) + (prest % CPS) * 8 + pj) * 128 + (pr & 7) * 16;
+#endif
+        unsigned xmask = 0; /* copy i has a real token row */
+#pragma unroll
+        for (int i = 0; i < XPER; i++)
+            if (pt + 128 * i < XN && pr + XROWS * i < rows) xmask |= 1u << i;
+        /* weights: slot sl = (consumer warp, tile, chunk) of 32 x 16 B; lane = 16-byte
+         * part, slots pt/32 + 4i; its 4 x 16 B of scale bytes by threads sl*4 + part */
+        constexpr int SLOTS = WARPS * MT * CPS, WPER = (SLOTS + 3) / 4;
+        auto slot_src = [&](int sl, int &c, bool &bv) { /* (band*KB + chunk) of slot sl */
+            c = sl % CPS;
+            int b = band_of(sl / (CPS * MT), (sl / CPS) % MT, bv);
+            return b * KB + c;
+        };
+        int      woff[WPER];
+        unsigned wmask = 0;
+        int      wc = 0;
+#pragma unroll
+        for (int i = 0; i < WPER; i++) {
+            int  sl = (pt >> 5) + 4 * i, c;
+            bool bv;
+            int  bk = slot_src(sl < SLOTS ? sl : 0, c, bv);
+            woff[i] = bk * 512 + (pt & 31) * 16;
+            wc = c; /* the same for every i: 4i keeps sl % CPS (CPS <= 2) */
+            if (sl < SLOTS && bv) wmask |= 1u << i;
+        }
+        const bool sthr = pt < SLOTS * 4; /* this thread copies 16 B of scale bytes */
+        int        soff = 0, sc_c = 0;
+        bool       sok = false;
+        if (sthr) soff = slot_src(pt >> 2, sc_c, sok) * 64 + (pt & 3) * 16;
+        for (int ks = 0; ks < nks; ks++) {
+            const int s = ks % STAGES;
+            mbar_wait(bar_empty + 8 * s, ((ks / STAGES) + 1) & 1);
+            unsigned char *buf = smem + s * STAGE_B;
+            const bool kin = ks * KC + xc64 < p.k;
+#pragma unroll
+            for (int i = 0; i < XPER; i++) {
+                if (pt + 128 * i >= XN) break;
+                bool ok = kin && ((xmask >> i) & 1);
+#if FM_WGMMA_SW128
+                int dst = xdst0 + XROWS * i * 128;
+#else
+                int dst = xdst0 + (XROWS / 8) * i * (KC / 8) * 128;
+#endif
+                cp_async16(buf + dst, ok ? xg + xoff0 + (size_t)XROWS * i * p.k + ks * KC : p.x, ok ? 16 : 0);
+            }
+            const bool wkin = ks * CPS + wc < KB;
+#pragma unroll
+            for (int i = 0; i < WPER; i++) {
+                if ((pt >> 5) + 4 * i >= SLOTS) break;
+                bool ok = wkin && ((wmask >> i) & 1);
+                const unsigned char *src = (const unsigned char *)wd + woff[i] + (size_t)ks * CPS * 512;
+                cp_async16(buf + W_OFF + ((pt >> 5) + 4 * i) * 512 + (pt & 31) * 16, ok ? (const void *)src : (const void *)p.x,
+                           ok ? 16 : 0);
+            }
+            if (sthr) {
+                bool ok = sok && ks * CPS + sc_c < KB;
+                cp_async16(buf + S_OFF + pt * 16, ok ? (const void *)(ws + soff + (size_t)ks * CPS * 64) : (const void *)p.x,
+                           ok ? 16 : 0);
+            }
+            mbar_arrive_cp_async(bar_full + 8 * s);
+        }
+        cp_async_wait<0>();
+        return;
+    }
+
+    /* ================= consumer warpgroups ================= */
+    if (WARPS == 8) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    const int cw = warp - 4;
+    int       band[MT];
+    bool      bvalid[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) band[i] = band_of(cw, i, bvalid[i]);
+    const float osc = p.oscale[e];
+
+    float acc[MT][TOK / 2];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < TOK / 2; j++) acc[i][j] = 0.0f;
+
+    typedef uint32_t stage_regs[CPS][MT][4][4];
+    auto dequant = [&](int ks, stage_regs &a) {
+        const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                int      sl = (cw * MT + i) * CPS + c;
+                uint4    wq = *(const uint4 *)(buf + W_OFF + sl * 512 + lane * 16);
+                uint32_t sc = *(const uint16_t *)(buf + S_OFF + sl * 64 + lane * 2);
+                uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+                uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+                dequant_step(wq.x, s_lo, s_hi, a[c][i][0]);
+                dequant_step(wq.y, s_lo, s_hi, a[c][i][1]);
+                dequant_step(wq.z, s_lo, s_hi, a[c][i][2]);
+                dequant_step(wq.w, s_lo, s_hi, a[c][i][3]);
+            }
+    };
+    auto fence_acc = [&]() {
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
+    };
+    auto fence_regs = [&](stage_regs &a) {
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[c][i][s][q])::"memory");
+    };
+    auto issue = [&](int ks, stage_regs &a) {
+        const uint32_t sb = smem0 + (ks % STAGES) * STAGE_B;
+        fence_acc();
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int c = 0; c < CPS; c++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+#if FM_WGMMA_SW128
+                uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
+#else
+                uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
+#endif
+#pragma unroll
+                for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
+            }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    /* stage ks: wait until it has landed, decode it, issue its MMAs, then wait for
+     * the MMAs of ks-1 (ks's may run on) and give ks-1's buffer back. Two register
+     * sets, used alternately (the loop body is written twice). */
+    auto step = [&](int ks, stage_regs &cur, stage_regs &prev) {
+        const int s = ks % STAGES;
+        mbar_wait(bar_full + 8 * s, (ks / STAGES) & 1);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> tensor-core reads */
+        dequant(ks, cur);
+        issue(ks, cur);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        fence_acc();
+        fence_regs(prev);
+        fence_regs(cur);
+        if (ks > 0) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar_empty + 8 * ((ks - 1) % STAGES));
+        }
+    };
+    stage_regs ra, rb;
+    int        ks = 0;
+    for (; ks + 1 < nks; ks += 2) {
+        step(ks, ra, rb);
+        step(ks + 1, rb, ra);
+    }
+    if (ks < nks) step(ks, ra, rb);
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    fence_acc();
+
+    epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
+                     [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
+#else
+    (void)p;
+    (void)nfb;
+#endif
+}
