@@ -76,3 +76,77 @@ __device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, in
         base += tot;
     }
 }
+
+#ifdef FM_WGMMA_BODY
+/* ---- the consumer side both kernels share ---- */
+
+/* The A operand of one stage: chunk c, m64 tile i, MMA step s -> 4 registers. */
+template <int CPS, int MT> struct stage_regs_t {
+    uint32_t r[CPS][MT][4][4];
+};
+
+/* Decode this warp's weights of one stage (slots (w*MT + i)*CPS + c) into A registers. */
+template <int CPS, int MT>
+__device__ __forceinline__ void wg_dequant(const unsigned char *buf, int w_off, int s_off, int w, int lane,
+                                           const fm_swapab_params &p, stage_regs_t<CPS, MT> &a)
+{
+#pragma unroll
+    for (int c = 0; c < CPS; c++)
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            int      sl = (w * MT + i) * CPS + c;
+            uint4    wq = *(const uint4 *)(buf + w_off + sl * 512 + lane * 16);
+            uint32_t sc = *(const uint16_t *)(buf + s_off + sl * 64 + lane * 2);
+            uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+            uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+            dequant_step(wq.x, s_lo, s_hi, a.r[c][i][0]);
+            dequant_step(wq.y, s_lo, s_hi, a.r[c][i][1]);
+            dequant_step(wq.z, s_lo, s_hi, a.r[c][i][2]);
+            dequant_step(wq.w, s_lo, s_hi, a.r[c][i][3]);
+        }
+}
+
+/* The MMAs read the A registers and write the accumulators asynchronously: these
+ * empty asm statements keep them alive and in place until a wgmma wait. */
+template <int MT, int N> __device__ __forceinline__ void wg_fence_acc(float (&acc)[MT][N])
+{
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < N; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
+}
+template <int CPS, int MT> __device__ __forceinline__ void wg_fence_regs(stage_regs_t<CPS, MT> &a)
+{
+#pragma unroll
+    for (int c = 0; c < CPS; c++)
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a.r[c][i][s][q])::"memory");
+}
+
+/* Issue one stage's MMAs (X of the stage at shared address sb) as one group. */
+template <int TOK, int KC, int CPS, int MT>
+__device__ __forceinline__ void wg_issue(uint32_t sb, float (&acc)[MT][TOK / 2], stage_regs_t<CPS, MT> &a)
+{
+    wg_fence_acc(acc);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int c = 0; c < CPS; c++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+#if FM_WGMMA_SW128
+            /* step s = columns 2s, 2s+1 of chunk c's lines: +32 B inside the 1 KB atom
+             * (the hardware applies the XOR); next 8 tokens: SBO = 1 KB */
+            uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
+#else
+            uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
+#endif
+#pragma unroll
+            for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a.r[c][i][s], desc);
+        }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+#endif

@@ -127,50 +127,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
 #pragma unroll
         for (int j = 0; j < TOK / 2; j++) acc[i][j] = 0.0f;
 
-    /* the A operand of one stage: chunk c, m64 tile i, MMA step s -> 4 registers */
-    typedef uint32_t stage_regs[CPS][MT][4][4];
-    auto dequant = [&](int ks, stage_regs &a) {
-        const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                int      sl = (warp * MT + i) * CPS + c;
-                uint4    wq = *(const uint4 *)(buf + W_OFF + sl * 512 + lane * 16);
-                uint32_t sc = *(const uint16_t *)(buf + S_OFF + sl * 64 + lane * 2);
-                uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
-                uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
-                dequant_step(wq.x, s_lo, s_hi, a[c][i][0]);
-                dequant_step(wq.y, s_lo, s_hi, a[c][i][1]);
-                dequant_step(wq.z, s_lo, s_hi, a[c][i][2]);
-                dequant_step(wq.w, s_lo, s_hi, a[c][i][3]);
-            }
-    };
+    typedef stage_regs_t<CPS, MT> stage_regs;
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
-    auto issue = [&](int ks, const stage_regs &a) {
-        const uint32_t sb = smem0 + (ks % STAGES) * STAGE_B;
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                /* MMA step c*4+s: core-matrix columns 2(c*4+s) and +1 of the stage */
-#if FM_WGMMA_SW128
-                /* step s = columns 2s, 2s+1 of chunk c's lines: +32 B inside the atom
-                 * (the hardware applies the XOR); next 8 tokens: SBO = 1 KB */
-                uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
-#else
-                uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
-#endif
-#pragma unroll
-                for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
-            }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    };
+    auto dequant = [&](int ks, stage_regs &a) { wg_dequant(smem + (ks % STAGES) * STAGE_B, W_OFF, S_OFF, warp, lane, p, a); };
+    auto issue = [&](int ks, stage_regs &a) { wg_issue<TOK, KC>(smem0 + (ks % STAGES) * STAGE_B, acc, a); };
 
     /* Software pipeline: the tensor cores run stage ks (A from registers `a`, X from
      * buffer ks) while the warps decode stage ks+1 into `an`; buffers ks+2 .. ks+STAGES-1
@@ -211,29 +171,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
             dequant(ks + 1, an);
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        /* The MMAs read `a` and write `acc` asynchronously: these empty asm keep both
-         * alive (and unmoved) until the wait, so `an` cannot take a's registers while
-         * the tensor cores still read them. */
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int s = 0; s < 4; s++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[c][i][s][q])::"memory");
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int s = 0; s < 4; s++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) a[c][i][s][q] = an[c][i][s][q];
+        /* keep `a` and `acc` alive until the wait: `an` cannot take a's registers
+         * while the tensor cores still read them */
+        wg_fence_acc(acc);
+        wg_fence_regs(a);
+        a = an;
     }
     cp_async_wait<0>();
 

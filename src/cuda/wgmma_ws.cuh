@@ -160,58 +160,11 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
 #pragma unroll
         for (int j = 0; j < TOK / 2; j++) acc[i][j] = 0.0f;
 
-    typedef uint32_t stage_regs[CPS][MT][4][4];
-    auto dequant = [&](int ks, stage_regs &a) {
-        const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                int      sl = (cw * MT + i) * CPS + c;
-                uint4    wq = *(const uint4 *)(buf + W_OFF + sl * 512 + lane * 16);
-                uint32_t sc = *(const uint16_t *)(buf + S_OFF + sl * 64 + lane * 2);
-                uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
-                uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
-                dequant_step(wq.x, s_lo, s_hi, a[c][i][0]);
-                dequant_step(wq.y, s_lo, s_hi, a[c][i][1]);
-                dequant_step(wq.z, s_lo, s_hi, a[c][i][2]);
-                dequant_step(wq.w, s_lo, s_hi, a[c][i][3]);
-            }
-    };
-    auto fence_acc = [&]() {
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int j = 0; j < TOK / 2; j++) asm volatile("" : "+f"(acc[i][j])::"memory");
-    };
-    auto fence_regs = [&](stage_regs &a) {
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int s = 0; s < 4; s++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) asm volatile("" : "+r"(a[c][i][s][q])::"memory");
-    };
-    auto issue = [&](int ks, stage_regs &a) {
-        const uint32_t sb = smem0 + (ks % STAGES) * STAGE_B;
-        fence_acc();
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int c = 0; c < CPS; c++)
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-#if FM_WGMMA_SW128
-                uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
-#else
-                uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
-#endif
-#pragma unroll
-                for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a[c][i][s], desc);
-            }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    };
+    typedef stage_regs_t<CPS, MT> stage_regs;
+    auto dequant = [&](int ks, stage_regs &a) { wg_dequant(smem + (ks % STAGES) * STAGE_B, W_OFF, S_OFF, cw, lane, p, a); };
+    auto fence_acc = [&]() { wg_fence_acc(acc); };
+    auto fence_regs = [&](stage_regs &a) { wg_fence_regs(a); };
+    auto issue = [&](int ks, stage_regs &a) { wg_issue<TOK, KC>(smem0 + (ks % STAGES) * STAGE_B, acc, a); };
     /* stage ks: wait until it has landed, decode it, issue its MMAs, then wait for
      * the MMAs of ks-1 (ks's may run on) and give ks-1's buffer back. Two register
      * sets, used alternately (the loop body is written twice). */
