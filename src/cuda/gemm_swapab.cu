@@ -86,9 +86,20 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     }
 #pragma unroll
     for (int i = 0; i < MT; i++) wvalid |= bvalid[i];
-    const uint4    *wd = (const uint4 *)p.wdata + (size_t)e * nbands * KB * 32;
-    const uint16_t *ws = (const uint16_t *)p.wscale + (size_t)e * nbands * KB * 32;
-    const float     osc = p.oscale[e];
+    /* Per-lane copy sources, fixed for the whole CTA: each stage only adds its K
+     * offset (the address work of a stage is a few integer ops per cp.async). A band
+     * outside N reads band 0 with src-size 0 (zero fill, no bytes read). */
+    const uint4         *wsrc[MT];
+    const unsigned char *ssrc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        size_t b = bvalid[i] ? (size_t)band[i] : 0;
+        wsrc[i] = (const uint4 *)p.wdata + ((size_t)e * nbands + b) * KB * 32 + lane;
+        ssrc[i] = (const unsigned char *)p.wscale + (((size_t)e * nbands + b) * KB * 32) * 2 + (lane & 3) * 16;
+    }
+    const float osc = p.oscale[e];
+    constexpr int SEGS_ROW = KC / 8;                          /* 16-byte X segments per staged row */
+    constexpr int XIT = (TOK * SEGS_ROW + WARPS * 32 - 1) / (WARPS * 32); /* X segments per thread, at most */
 
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
         const int rows = min(TOK, m - pass0);
@@ -98,26 +109,28 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
          * 16 B: no other lane reads them), their scale bytes (lanes 0-3, 16 B each) */
         auto load_stage = [&](int ks) {
             unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-            const int segs = rows * (KC / 8); /* rows past the count were zeroed at the pass start */
-            for (int sgi = threadIdx.x; sgi < segs; sgi += WARPS * 32) {
-                int r = sgi / (KC / 8), c8 = (sgi % (KC / 8)) * 8;
-                int k = ks * KC + c8;
-                bool ok = k < p.k;
-                const uint16_t *src = ok ? xg + (size_t)r * p.k + k : p.x;
-                cp_async16(buf + r * ROWB + c8 * 2, src, ok ? 16 : 0);
+            const int segs = rows * SEGS_ROW; /* rows past the count were zeroed at the pass start */
+#pragma unroll
+            for (int j = 0; j < XIT; j++) {
+                unsigned sgi = threadIdx.x + j * (WARPS * 32);
+                unsigned r = sgi / SEGS_ROW, c8 = (sgi % SEGS_ROW) * 8;
+                int      k = ks * KC + (int)c8;
+                if ((int)sgi < segs) {
+                    bool ok = k < p.k;
+                    cp_async16(buf + r * ROWB + c8 * 2, ok ? xg + (int)r * p.k + k : p.x, ok ? 16 : 0);
+                }
             }
 #pragma unroll
             for (int c = 0; c < CPS; c++) {
                 int kb = ks * CPS + c;
+                bool kin = kb < KB; /* zeros past kp */
+                int  kbc = kin ? kb : 0;
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    bool   ok = bvalid[i] && kb < KB; /* zeros past N and past kp */
-                    size_t off = ok ? ((size_t)band[i] * KB + kb) * 32 : 0;
-                    int    slot = (warp * MT + i) * CPS + c;
-                    cp_async16(buf + W_OFF + slot * 512 + lane * 16, wd + off + lane, ok ? 16 : 0);
-                    if (lane < 4)
-                        cp_async16(buf + S_OFF + slot * 64 + lane * 16, (const unsigned char *)(ws + off) + lane * 16,
-                                   ok ? 16 : 0);
+                    bool ok = bvalid[i] && kin; /* zeros past N */
+                    int  slot = (warp * MT + i) * CPS + c;
+                    cp_async16(buf + W_OFF + slot * 512 + lane * 16, wsrc[i] + kbc * 32, ok ? 16 : 0);
+                    if (lane < 4) cp_async16(buf + S_OFF + slot * 64 + lane * 16, ssrc[i] + kbc * 64, ok ? 16 : 0);
                 }
             }
         };
@@ -154,14 +167,10 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                 for (int c = 0; c < CPS; c++) {
                     uint4 xb[NT][2];
 #pragma unroll
-                    for (int n = 0; n < NT; n++) {
-                        if (n * 8 + g < rows) { /* missing token rows are zeros: skip their shared-memory reads */
-                            const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
-                            xb[n][0] = src[0];
-                            xb[n][1] = src[1];
-                        } else {
-                            xb[n][0] = xb[n][1] = make_uint4(0, 0, 0, 0);
-                        }
+                    for (int n = 0; n < NT; n++) { /* rows past the count read the zeros written at the pass start */
+                        const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
+                        xb[n][0] = src[0];
+                        xb[n][1] = src[1];
                     }
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
