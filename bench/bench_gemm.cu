@@ -125,10 +125,16 @@ int main(int argc, char **argv)
     /* every compiled tile of both families (wgmma only on compute capability 9.0) */
     fm_cuda_tile tiles[64];
     int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
+    int          tnb1[64] = {0};    /* one-token-group mma tiles run twice at short K: automatic feature blocks and _nb1 */
     size_t       ntile = 0, nmma = 0, nwg = 0;
     const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
-    for (size_t i = 0; i < nmma && ntile < 64; i++)
+    for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
         tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
+        if (mt_[i].nt == 1 && mt_[i].kc <= 256) {
+            tiles[ntile] = tiles[ntile - 1];
+            tnb1[ntile++] = 1;
+        }
+    }
     if (prop.major == 9 && prop.minor == 0)
         for (size_t i = 0; i < nwg && ntile + 2 <= 64; i++)
             for (int pk = 1; pk >= 0; pk--) {
@@ -185,7 +191,8 @@ int main(int argc, char **argv)
             char   best_name[64] = "";
             for (size_t ti = 0; ti < ntile; ti++) {
                 fm_cuda_tile tl = tiles[ti];
-                int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti];
+                if (tnb1[ti] && s->K > 512) continue; /* long K: automatic is one block per CTA anyway */
+                int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti] && !tnb1[ti];
                 if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
                 if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (2 * m > 8 ? 2 * m : 8))
                     continue; /* mostly padding tokens */
@@ -195,6 +202,7 @@ int main(int argc, char **argv)
                     if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
                     else fm_swapab_tile_name(&st, nm, sizeof nm);
                     if (tl.kernel == FM_CUDA_KERNEL_WGMMA && !tpacked[ti]) strcat(nm, "_natx");
+                    if (tnb1[ti]) strcat(nm, "_nb1");
                 }
                 if (only_tile && strcmp(only_tile, nm)) continue;
                 fm_cuda_gemm_args a = {};
@@ -205,6 +213,7 @@ int main(int argc, char **argv)
                 a.y = y;
                 a.tile = &tl;
                 a.x_packed = tpacked[ti]; /* random X: the column order changes nothing in the timing */
+                a.feature_blocks = tnb1[ti];
                 for (int r = -3; r < reps; r++) {
                     a.x = x[(r + 3) & 1];
                     CK(cudaEventRecord(e0));

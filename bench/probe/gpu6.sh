@@ -1,8 +1,8 @@
 # The small-batch regime's limit: the load pattern alone (stream_probe.cu, no compute)
 # vs the swapab kernel (ncu: DRAM throughput + stall breakdown), EP8-FC1 1 row/expert.
 OUT=${OUT:-/tmp/out}
-nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a bench/probe/stream_probe.cu -o /tmp/sp >$OUT/sp_build.log 2>&1 || tail $OUT/sp_build.log
-/tmp/sp | tee $OUT/stream_probe.txt
+[ -n "${SKIP_PROBE:-}" ] || nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a bench/probe/stream_probe.cu -o /tmp/sp >$OUT/sp_build.log 2>&1 || tail $OUT/sp_build.log
+[ -n "${SKIP_PROBE:-}" ] || /tmp/sp | tee $OUT/stream_probe.txt
 SYS=/tmp/sysroot; for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
 export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
 export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}

@@ -102,16 +102,23 @@ typedef struct {
     int             expected_rows; /* average rows per expert, for the default tile (>= 1) */
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
+    /* feature_blocks (mma tiles with one token group, nt = 1, and kc <= 256):
+     * consecutive feature blocks one CTA computes, its K pipeline running across
+     * them (short K has too few stages per block to keep bytes in flight).
+     * 0 = automatic (K <= 512 and enough blocks: up to 8), 1 = one block per CTA,
+     * > 1 = that many (FM_ERR_UNSUPPORTED for a tile without that kernel). */
+    int             feature_blocks;
 } fm_cuda_gemm_args;
 
 /* Launch the grouped GEMM (asynchronous on a->stream).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
- * unknown epilogue), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
+ * unknown epilogue, feature_blocks < 0), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
  * scratch not 16-byte aligned), FM_ERR_UNSUPPORTED (x_packed with an mma
  * tile or K % 64 != 0, y_packed with an output width % 64 != 0 or a FINALIZE
  * epilogue, a tile that is not compiled in,
  * a wgmma tile on a device other than compute capability 9.0, a wgmma grid over 2^31-1 CTAs,
- * SwiGLU with an odd mt or N not a multiple of 32, more than 65,535 experts, or
+ * SwiGLU with an odd mt or N not a multiple of 32, feature_blocks > 1 with a
+ * tile that has no multi-block kernel, more than 65,535 experts, or
  * FINALIZE_DET over more than 65,535 tokens), FM_ERR_SMEM_EXCEEDED (the tile's
  * shared memory, from fm_smem_swapab, exceeds the limit; nothing launched),
  * FM_ERR_NO_DEVICE, FM_ERR_CUDA (launch failure). */

@@ -54,6 +54,7 @@ typedef struct {
     unsigned        sc_mul, sc_add;
     int             epi;
     int             x_packed, y_packed; /* X / BF16 Y columns in the prepack K order (fm_cuda_x_pack) */
+    int             nb;                 /* mma tiles: feature blocks per CTA (> 1: the multi-block kernel) */
     void           *y;
     const float    *row_weight;
     const int32_t  *row_token;
@@ -67,6 +68,8 @@ int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *st
 int fm_swapab_find(const fm_cuda_tile *t);
 /* Launch compiled tile `idx` with `smem` dynamic bytes. Returns a cudaError_t as int. */
 int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+/* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
+int fm_swapab_has_mb(int idx);
 int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 /* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
 int       fm_wgmma_find(const fm_cuda_tile *t);

@@ -135,7 +135,7 @@ static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cu
     int swiglu = epi == FM_CUDA_EPI_SWIGLU;
     if (rows <= 8) {
         if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){4, 1, 1, 128, 4, FM_CUDA_KERNEL_MMA}; /* short K: small CTAs, more of them */
-        else out[0] = (fm_cuda_tile){4, swiglu ? 2 : 1, 1, 256, 4, FM_CUDA_KERNEL_MMA};
+        else out[0] = (fm_cuda_tile){4, 2, 1, 256, 3, FM_CUDA_KERNEL_MMA}; /* two bands per warp, 3 CTAs per SM */
         return 1;
     }
     if (rows <= 16) {
@@ -221,6 +221,22 @@ fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, 
     return c[0];
 }
 
+/* Feature blocks per CTA for tile t (index idx): -1 if a->feature_blocks > 1
+ * asks for a multi-block kernel the tile does not have. Automatic: short K
+ * (<= 512, at most 4 stages of 128 per block) with blocks to spare, i.e. so that
+ * experts x blocks / nb still gives ~16 CTAs per SM of a 132-SM part. */
+static int feature_blocks(const fm_cuda_gemm_args *a, const fm_cuda_tile *t, int idx)
+{
+    int has = t->kernel == FM_CUDA_KERNEL_MMA && fm_swapab_has_mb(idx);
+    if (a->feature_blocks > 1) return has ? a->feature_blocks : -1;
+    if (a->feature_blocks == 1 || !has || a->w->k > 512) return 1;
+    int    swiglu = a->epi == FM_CUDA_EPI_SWIGLU;
+    int    per_cta = swiglu ? t->warps * t->mt / 2 : t->warps * t->mt;
+    int    blocks = ((swiglu ? a->w->n / 32 : a->w->n / 16) + per_cta - 1) / per_cta;
+    double ctas = (double)blocks * a->w->n_experts / (16.0 * 132);
+    return ctas >= 8 ? 8 : (ctas >= 2 ? (int)ctas : 1);
+}
+
 static size_t device_smem_limit(int *dev_out)
 {
     int dev = 0, v = 0;
@@ -237,6 +253,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: NULL args, w, x, offsets or y");
     const fm_cuda_weights *w = a->w;
     if (a->max_rows < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: max_rows=%d < 0", a->max_rows);
+    if (a->feature_blocks < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: feature_blocks=%d < 0", a->feature_blocks);
     if ((uintptr_t)a->x % 16) return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: x is not 16-byte aligned");
     if ((int)a->epi < FM_CUDA_EPI_NONE || a->epi > FM_CUDA_EPI_FINALIZE_DET)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown epilogue %d", (int)a->epi);
@@ -308,6 +326,11 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
                        tile_name(&t, name, sizeof name), w->n);
+    int nb = feature_blocks(a, &t, idx);
+    if (nb < 0)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
+                                           "kernel (nt = 1, kc <= 256); %s has none",
+                       a->feature_blocks, tile_name(&t, name, sizeof name));
     fm_smem_breakdown bd;
     FM_CHECK(tile_smem_check(&t, limit, &bd));
     fm_swapab_params p = {
@@ -316,7 +339,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,
         .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi,
         .x_packed = a->x_packed != 0, .y_packed = a->y_packed != 0, .y = a->y,
-        .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch};
+        .nb = nb, .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch};
     if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
                        tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p), a->max_rows);

@@ -26,6 +26,7 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include "cuda/cuda_internal.h"
@@ -47,7 +48,11 @@ constexpr int swapab_min_blocks(int warps, int mt, int nt, int kc, int stages)
     return b < 1 ? 1 : (b > 8 ? 8 : b);
 }
 
-template <int WARPS, int MT, int NT, int KC, int STAGES>
+/* MB (multi-block): the CTA computes p.nb consecutive feature blocks of its
+ * expert, one K pipeline running across them, so that the next block's stages
+ * are in flight while this block finishes and writes its epilogue (short K: a
+ * block alone is one or two stages, too few to keep bytes in flight). */
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
 __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, KC, STAGES))
     swapab_kernel(const fm_swapab_params p)
 {
@@ -69,23 +74,26 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
     const int nbands = p.n / 16;
     const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
-    /* bands of this warp's tiles */
-    int  band[MT];
-    bool bvalid[MT], wvalid = false; /* N need not fill a warp's mt bands: each band on its own */
+    constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* launcher refuses SwiGLU with MT == 1 */
+    /* feature blocks of this CTA: [blk0, blk0 + nblk); block j's bands are block 0's + j * bstride */
+    const int blk0 = MB ? blockIdx.x * p.nb : blockIdx.x;
+    const int bstride = swiglu ? WARPS * HALF : WARPS * MT;
+    const int nblk = MB ? min(p.nb, ((swiglu ? nbands / 2 : nbands) + bstride - 1) / bstride - blk0) : 1;
+    /* bands of this warp's tiles in the CTA's first block, and the bound of each */
+    int  band[MT], blim[MT];
+    bool bvalid[MT]; /* N need not fill a warp's mt bands: each band on its own */
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (swiglu) {
-            constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* launcher refuses SwiGLU with MT == 1 */
-            int           gb = (blockIdx.x * WARPS + warp) * HALF + (i % HALF);
+            int gb = (blk0 * WARPS + warp) * HALF + (i % HALF);
             band[i] = gb + (i >= HALF ? nbands / 2 : 0);
-            bvalid[i] = gb < nbands / 2;
+            blim[i] = i >= HALF ? nbands : nbands / 2;
         } else {
-            band[i] = (blockIdx.x * WARPS + warp) * MT + i;
-            bvalid[i] = band[i] < nbands;
+            band[i] = (blk0 * WARPS + warp) * MT + i;
+            blim[i] = nbands;
         }
+        bvalid[i] = band[i] < blim[i];
     }
-#pragma unroll
-    for (int i = 0; i < MT; i++) wvalid |= bvalid[i];
     /* Per-lane copy sources, fixed for the whole CTA: each stage only adds its K
      * offset (the address work of a stage is a few integer ops per cp.async). A band
      * outside N reads band 0 with src-size 0 (zero fill, no bytes read). */
@@ -100,24 +108,38 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     const float osc = p.oscale[e];
     constexpr int SEGS_ROW = KC / 8;                          /* 16-byte X segments per staged row */
     constexpr int XIT = (TOK * SEGS_ROW + WARPS * 32 - 1) / (WARPS * 32); /* X segments per thread, at most */
+    /* every thread has XIT segments of the tile: the rows past the count are zero-filled
+     * by their own cp.async (src-size 0) in every stage; otherwise they are zeroed once
+     * per pass and their segments skipped */
+    constexpr bool XFULL = TOK * SEGS_ROW % (WARPS * 32) == 0;
 
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
         const int rows = min(TOK, m - pass0);
-        const uint16_t *xg = p.x + (size_t)(row0 + pass0) * p.k;
+        /* this thread's X segments of every stage: source row/column and shared offset
+         * fixed for the pass (rows past the count were zeroed at the pass start) */
+        const uint16_t *xsrc[XIT];
+        int             xdst[XIT], xcol[XIT];
+#pragma unroll
+        for (int j = 0; j < XIT; j++) {
+            int sgi = threadIdx.x + j * (WARPS * 32);
+            int r = sgi / SEGS_ROW, c8 = (sgi % SEGS_ROW) * 8;
+            bool in = sgi < rows * SEGS_ROW;
+            xsrc[j] = p.x + (size_t)(row0 + pass0 + (in ? r : 0)) * p.k + c8;
+            xdst[j] = r * ROWB + c8 * 2;
+            xcol[j] = in ? c8 : INT_MAX / 2; /* past the rows: zero fill (XFULL) or no copy */
+        }
 
         /* one stage: X tile (whole CTA), this warp's weight chunks (each lane its own
          * 16 B: no other lane reads them), their scale bytes (lanes 0-3, 16 B each) */
-        auto load_stage = [&](int ks) {
-            unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-            const int segs = rows * SEGS_ROW; /* rows past the count were zeroed at the pass start */
+        auto load_stage = [&](int ls) { /* ls: stage of the CTA's pipeline = block lj, K stage ks */
+            const int      lj = MB ? ls / nks : 0, ks = MB ? ls - lj * nks : ls;
+            unsigned char *buf = smem + (ls % STAGES) * STAGE_B;
 #pragma unroll
             for (int j = 0; j < XIT; j++) {
-                unsigned sgi = threadIdx.x + j * (WARPS * 32);
-                unsigned r = sgi / SEGS_ROW, c8 = (sgi % SEGS_ROW) * 8;
-                int      k = ks * KC + (int)c8;
-                if ((int)sgi < segs) {
+                int k = ks * KC + xcol[j];
+                if (XFULL || xcol[j] < INT_MAX / 2) {
                     bool ok = k < p.k;
-                    cp_async16(buf + r * ROWB + c8 * 2, ok ? xg + (int)r * p.k + k : p.x, ok ? 16 : 0);
+                    cp_async16(buf + xdst[j], ok ? xsrc[j] + ks * KC : p.x, ok ? 16 : 0);
                 }
             }
 #pragma unroll
@@ -127,80 +149,94 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                 int  kbc = kin ? kb : 0;
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    bool ok = bvalid[i] && kin; /* zeros past N */
-                    int  slot = (warp * MT + i) * CPS + c;
-                    cp_async16(buf + W_OFF + slot * 512 + lane * 16, wsrc[i] + kbc * 32, ok ? 16 : 0);
-                    if (lane < 4) cp_async16(buf + S_OFF + slot * 64 + lane * 16, ssrc[i] + kbc * 64, ok ? 16 : 0);
+                    bool   bin = MB ? band[i] + lj * bstride < blim[i] : bvalid[i];
+                    bool   ok = bin && kin; /* zeros past N */
+                    size_t boff = MB && bin ? (size_t)lj * bstride * KB * 32 : 0;
+                    int    slot = (warp * MT + i) * CPS + c;
+                    cp_async16(buf + W_OFF + slot * 512 + lane * 16, wsrc[i] + boff + kbc * 32, ok ? 16 : 0);
+                    if (lane < 4)
+                        cp_async16(buf + S_OFF + slot * 64 + lane * 16, ssrc[i] + boff * 2 + kbc * 64, ok ? 16 : 0);
                 }
             }
         };
 
-        if (rows < TOK) /* zero the missing token rows of every stage once (visible after the first barrier) */
+        if (!XFULL && rows < TOK) /* zero the missing token rows of every stage once (visible after the first barrier) */
             for (int i = threadIdx.x; i < STAGES * (TOK - rows) * (KC / 8); i += WARPS * 32) {
                 int st = i / ((TOK - rows) * (KC / 8)), rem = i % ((TOK - rows) * (KC / 8));
                 int r = rows + rem / (KC / 8), c8 = (rem % (KC / 8)) * 8;
                 *(uint4 *)(smem + st * STAGE_B + r * ROWB + c8 * 2) = make_uint4(0, 0, 0, 0);
             }
 
-        float acc[MT][NT][4];
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
-
+        const int nst = nblk * nks; /* stages of the CTA's pipeline */
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
-            if (s < nks) load_stage(s);
+            if (s < nst) load_stage(s);
             cp_async_commit();
         }
 
-        for (int ks = 0; ks < nks; ks++) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads(); /* stage ks visible to all; stage ks-1 free for reuse */
-            if (ks + STAGES - 1 < nks) load_stage(ks + STAGES - 1);
-            cp_async_commit();
-            const unsigned char *buf = smem + (ks % STAGES) * STAGE_B;
-            if (wvalid) {
+        for (int j = 0; j < nblk; j++) { /* without MB: one block */
+            int  bj[MT];
+            bool vj[MT], wv = false;
 #pragma unroll
-                for (int c = 0; c < CPS; c++) {
-                    uint4 xb[NT][2];
+            for (int i = 0; i < MT; i++) {
+                bj[i] = band[i] + j * bstride;
+                vj[i] = MB ? bj[i] < blim[i] : bvalid[i];
+                wv |= vj[i];
+            }
+            float acc[MT][NT][4];
 #pragma unroll
-                    for (int n = 0; n < NT; n++) { /* rows past the count read the zeros written at the pass start */
-                        const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
-                        xb[n][0] = src[0];
-                        xb[n][1] = src[1];
-                    }
+            for (int i = 0; i < MT; i++)
 #pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        int      slot = (warp * MT + i) * CPS + c;
-                        uint4    wq = *(const uint4 *)(buf + W_OFF + slot * 512 + lane * 16);
-                        uint32_t sc = *(const uint16_t *)(buf + S_OFF + slot * 64 + lane * 2);
-                        uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
-                        uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
-                        uint32_t wv[4] = {wq.x, wq.y, wq.z, wq.w};
+                for (int n = 0; n < NT; n++)
 #pragma unroll
-                        for (int s = 0; s < 4; s++) {
-                            uint32_t a[4];
-                            dequant_step(wv[s], s_lo, s_hi, a);
+                    for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
+
+            for (int ks = 0; ks < nks; ks++) {
+                const int cs = j * nks + ks;
+                cp_async_wait<STAGES - 2>();
+                __syncthreads(); /* stage cs visible to all; stage cs-1 free for reuse */
+                if (cs + STAGES - 1 < nst) load_stage(cs + STAGES - 1);
+                cp_async_commit();
+                const unsigned char *buf = smem + (cs % STAGES) * STAGE_B;
+                if (wv) {
 #pragma unroll
-                            for (int n = 0; n < NT; n++) {
-                                const uint4 &q = xb[n][s >> 1];
-                                uint32_t     b0 = (s & 1) ? q.z : q.x, b1 = (s & 1) ? q.w : q.y;
-                                mma_bf16(acc[i][n], a, b0, b1);
+                    for (int c = 0; c < CPS; c++) {
+                        uint4 xb[NT][2];
+#pragma unroll
+                        for (int n = 0; n < NT; n++) { /* rows past the count read zeros */
+                            const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
+                            xb[n][0] = src[0];
+                            xb[n][1] = src[1];
+                        }
+#pragma unroll
+                        for (int i = 0; i < MT; i++) {
+                            int      slot = (warp * MT + i) * CPS + c;
+                            uint4    wq = *(const uint4 *)(buf + W_OFF + slot * 512 + lane * 16);
+                            uint32_t sc = *(const uint16_t *)(buf + S_OFF + slot * 64 + lane * 2);
+                            uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+                            uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+                            uint32_t wv4[4] = {wq.x, wq.y, wq.z, wq.w};
+#pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                uint32_t a[4];
+                                dequant_step(wv4[s], s_lo, s_hi, a);
+#pragma unroll
+                                for (int n = 0; n < NT; n++) {
+                                    const uint4 &q = xb[n][s >> 1];
+                                    uint32_t     b0 = (s & 1) ? q.z : q.x, b1 = (s & 1) ? q.w : q.y;
+                                    mma_bf16(acc[i][n], a, b0, b1);
+                                }
                             }
                         }
                     }
                 }
             }
+            if (wv)
+                epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, osc, g, t,
+                                 [&](int i, int n, int q) { return acc[i][n][q]; });
         }
         cp_async_wait<0>();
         __syncthreads(); /* the next pass overwrites the stages */
-
-        if (!wvalid) continue;
-        epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
-                         [&](int i, int n, int q) { return acc[i][n][q]; });
     }
 }
 
@@ -225,25 +261,29 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
 
 typedef void (*kernel_fn)(const fm_swapab_params);
 
-/* Same rows, same order as k_swapab_tiles in src/plan/fm_kernels_smem.c. */
+/* Same rows, same order as k_swapab_tiles in src/plan/fm_kernels_smem.c; mb: the
+ * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). */
 struct entry {
     int       warps, mt, nt, kc, stages;
-    kernel_fn fn;
+    kernel_fn fn, mb;
 };
-#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st>}
+#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, NULL}
+#define FM_SWAPAB_ENTRY_MB(w, mt, nt, kc, st)                                                                        \
+    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>}
 const entry k_entries[] = {
-    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4), FM_SWAPAB_ENTRY(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY(4, 1, 1, 128, 8),
-    FM_SWAPAB_ENTRY(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
-    FM_SWAPAB_ENTRY(4, 2, 1, 256, 4), FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
-    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4), FM_SWAPAB_ENTRY(4, 1, 4, 128, 4), FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
-    FM_SWAPAB_ENTRY(4, 2, 8, 128, 3), FM_SWAPAB_ENTRY(4, 4, 8, 128, 3), FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
+    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4),    FM_SWAPAB_ENTRY_MB(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 8),
+    FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
+    FM_SWAPAB_ENTRY_MB(4, 1, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 4),
+    FM_SWAPAB_ENTRY(4, 2, 1, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
+    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 4, 128, 4),    FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
+    FM_SWAPAB_ENTRY(4, 2, 8, 128, 3),    FM_SWAPAB_ENTRY(4, 4, 8, 128, 3),    FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
-/* Dynamic shared-memory attribute already set, per device (the attribute is
- * per device and per function). A race between threads only repeats the
+/* Dynamic shared-memory attribute already set, per device and kernel (plain, MB)
+ * (the attribute is per device and per function). A race between threads only repeats the
  * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
 #define FM_SWAPAB_MAX_DEV 64
-size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])];
+size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][2];
 
 } // namespace
 
@@ -257,25 +297,31 @@ extern "C" int fm_swapab_find(const fm_cuda_tile *t)
     return -1;
 }
 
+extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
+
 extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];
-    int          dev = 0;
+    const int    mb = p->nb > 1;
+    if (mb && !x.mb) return (int)cudaErrorInvalidValue;
+    kernel_fn fn = mb ? x.mb : x.fn;
+    int       dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
-    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx] : NULL;
+    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][mb] : NULL;
     if (!set || smem > *set) {
-        cudaError_t err = cudaFuncSetAttribute(x.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
         /* as much shared memory per SM as possible: the CTAs per SM are what keep bytes in flight */
-        err = cudaFuncSetAttribute(x.fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         if (err != cudaSuccess) return (int)err;
         if (set) *set = smem;
     }
     int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
-    dim3 grid((unsigned)((bands + per_cta - 1) / per_cta), (unsigned)p->n_experts);
-    x.fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
+    int  blocks = (bands + per_cta - 1) / per_cta;
+    dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
+    fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
     return (int)cudaGetLastError();
 }
 

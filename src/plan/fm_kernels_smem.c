@@ -20,6 +20,9 @@ static const fm_swapab_tile k_swapab_tiles[] = {
     {4, 1, 1, 128, 4}, /*  27,136  1-8, small CTA: up to 7 CTAs = 28 warps per SM */
     {4, 2, 1, 128, 8}, /*  91,136  1-8, SwiGLU pairs, deeper */
     {4, 1, 1, 256, 6}, /*  80,640  1-8, 5 stages of 9.2 KB in flight per CTA */
+    {4, 1, 1, 256, 3}, /*  40,320  1-8, 5 CTAs per SM on Hopper */
+    {4, 2, 1, 256, 3}, /*  67,968  1-8, SwiGLU pairs, 3 CTAs per SM on Hopper */
+    {4, 2, 1, 128, 4}, /*  45,568  1-8, SwiGLU pairs, short K */
     {4, 2, 1, 256, 4}, /*  90,624  1-8, SwiGLU pairs */
     {4, 1, 2, 256, 4}, /*  70,656  9-16 */
     {4, 2, 2, 256, 4}, /* 107,520  9-16, SwiGLU pairs: Hopper/A100 only */

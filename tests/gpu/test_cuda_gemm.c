@@ -59,6 +59,8 @@ static fm_status tile_smem(const fm_cuda_tile *t, fm_smem_breakdown *bd)
  * kernel) whenever K % 64 == 0, 0 = natural. y_packed: the BF16 output is
  * written packed and unpacked here before the comparison. */
 static int g_x_packed = 1, g_y_packed = 0;
+/* feature_blocks of every launch (0 = automatic) */
+static int g_blocks = 0;
 
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
@@ -93,7 +95,8 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
     void *dx = dev_upload(xh, sizeof(uint16_t) * (size_t)rows * K);
     void *doff = dev_upload(offsets, sizeof(int32_t) * (c->E + 1));
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
-                           .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack};
+                           .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack,
+                           .feature_blocks = g_blocks};
     char   what[128], name[64];
     if (tile) {
         tile_name(tile, name, sizeof name);
@@ -101,8 +104,8 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
     }
-    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s", fm_format_traits_get(f)->name, name,
-             (int)epi, c->E, N, K, rows, pack ? " x_packed" : "", g_y_packed ? " y_packed" : "");
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d", fm_format_traits_get(f)->name,
+             name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "", g_y_packed ? " y_packed" : "", g_blocks);
 
     if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
         int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
@@ -433,6 +436,50 @@ static void test_statuses(void **state)
     gpu_experts_free(&w);
 }
 
+/* The multi-block kernels (feature_blocks > 1: one CTA, several consecutive feature
+ * blocks, one K pipeline across them): 3 per CTA over 8 blocks (the last CTA has
+ * 2), K tails for kc = 128 and 256, SwiGLU pairs, the deterministic FINALIZE, more
+ * blocks asked than exist; and the statuses of a tile without that kernel. */
+static void test_multi_block(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 7);
+    fm_cuda_tile tiles[64];
+    size_t       n = all_tiles(tiles, 64);
+    static const gcase skewed_wide = {4, 512, 448, {1, 0, 19, 7}};
+    int          tested = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fm_cuda_tile *t = &tiles[i];
+        if (t->kernel != FM_CUDA_KERNEL_MMA || t->nt != 1 || t->kc > 256 || skip_tile(i, n)) continue;
+        g_blocks = 3;
+        fm_status s = run_case_limit(&r, FM_FORMAT_NVFP4, &skewed_wide, t, FM_CUDA_EPI_NONE, 0);
+        if (s == FM_ERR_UNSUPPORTED) { /* this tile has no multi-block kernel: refused, output untouched */
+            g_blocks = 0;
+            continue;
+        }
+        assert_int_equal(s, FM_OK);
+        tested++;
+        if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &skewed_wide, t, FM_CUDA_EPI_SWIGLU);
+        run_case(&r, FM_FORMAT_NVFP4, &skewed_wide, t, FM_CUDA_EPI_FINALIZE_DET);
+        run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, t, FM_CUDA_EPI_NONE);
+        g_blocks = 1000; /* more than the shape has: one CTA per expert */
+        run_case(&r, FM_FORMAT_NVFP4, &skewed_wide, t, FM_CUDA_EPI_NONE);
+        g_blocks = 0;
+    }
+    printf("  %d tiles with a multi-block kernel checked\n", tested);
+    if (!getenv("FM_QUICK")) assert_true(tested >= 4);
+    /* statuses: negative, a tile without the kernel, a wgmma tile */
+    fm_cuda_tile plain = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_MMA}, wg = {8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA};
+    g_blocks = -1;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_mixed, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_blocks = 2;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_mixed, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    if (device_is_sm90())
+        assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_big, &wg, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    g_blocks = 0;
+}
+
 /* The planner's model is what the launch uses: after a launch, the kernel's
  * dynamic-smem attribute equals fm_smem_swapab's total and it has no static smem;
  * with the SM120 limit (101,376 B) exactly the tiles predicted over it are
@@ -505,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_x_pack),
         cmocka_unit_test(test_partial_warp_bands),
         cmocka_unit_test(test_statuses),
+        cmocka_unit_test(test_multi_block),
         cmocka_unit_test(test_smem_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
