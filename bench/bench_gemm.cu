@@ -125,7 +125,7 @@ int main(int argc, char **argv)
     /* every compiled tile of both families (wgmma only on compute capability 9.0) */
     fm_cuda_tile tiles[64];
     int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
-    int          tnb1[64] = {0};    /* one-token-group mma tiles run twice at short K: automatic feature blocks and _nb1 */
+    int          tnb1[64] = {0};    /* one-token-group mma tiles run again with feature_blocks: _nb1 (short K), _nb4 (long K) */
     size_t       ntile = 0, nmma = 0, nwg = 0;
     const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
     for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
@@ -191,7 +191,8 @@ int main(int argc, char **argv)
             char   best_name[64] = "";
             for (size_t ti = 0; ti < ntile; ti++) {
                 fm_cuda_tile tl = tiles[ti];
-                if (tnb1[ti] && s->K > 512) continue; /* long K: automatic is one block per CTA anyway */
+                /* automatic = several blocks per CTA at short K, one at long K: the other choice as a variant */
+                if (tnb1[ti]) tnb1[ti] = s->K > 512 ? 4 : 1;
                 int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti] && !tnb1[ti];
                 if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
                 if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (2 * m > 8 ? 2 * m : 8))
@@ -202,7 +203,7 @@ int main(int argc, char **argv)
                     if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
                     else fm_swapab_tile_name(&st, nm, sizeof nm);
                     if (tl.kernel == FM_CUDA_KERNEL_WGMMA && !tpacked[ti]) strcat(nm, "_natx");
-                    if (tnb1[ti]) strcat(nm, "_nb1");
+                    if (tnb1[ti]) strcat(nm, tnb1[ti] == 1 ? "_nb1" : "_nb4");
                 }
                 if (only_tile && strcmp(only_tile, nm)) continue;
                 fm_cuda_gemm_args a = {};
@@ -214,16 +215,26 @@ int main(int argc, char **argv)
                 a.tile = &tl;
                 a.x_packed = tpacked[ti]; /* random X: the column order changes nothing in the timing */
                 a.feature_blocks = tnb1[ti];
+                int no_mb = 0;
                 for (int r = -3; r < reps; r++) {
                     a.x = x[(r + 3) & 1];
                     CK(cudaEventRecord(e0));
-                    if (fm_cuda_gemm(&a) != FM_OK) {
+                    fm_status st = fm_cuda_gemm(&a);
+                    if (st == FM_ERR_UNSUPPORTED && tnb1[ti] > 1) { /* no multi-block kernel for this tile */
+                        no_mb = 1;
+                        break;
+                    }
+                    if (st != FM_OK) {
                         fprintf(stderr, "fm_cuda_gemm: %s\n", fm_last_error());
                         exit(1);
                     }
                     CK(cudaEventRecord(e1));
                     CK(cudaEventSynchronize(e1));
                     if (r >= 0) CK(cudaEventElapsedTime(&t[r], e0, e1));
+                }
+                if (no_mb) {
+                    CK(cudaEventSynchronize(e0));
+                    continue;
                 }
                 qsort(t, reps, sizeof(float), cmp_f);
                 double us = t[reps / 2] * 1e3;

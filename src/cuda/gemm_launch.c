@@ -134,7 +134,7 @@ static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cu
 {
     int swiglu = epi == FM_CUDA_EPI_SWIGLU;
     if (rows <= 8) {
-        if (!swiglu && k <= 512) out[0] = (fm_cuda_tile){4, 1, 1, 128, 4, FM_CUDA_KERNEL_MMA}; /* short K: small CTAs, more of them */
+        if (k <= 512) out[0] = (fm_cuda_tile){4, 4, 1, 128, 3, FM_CUDA_KERNEL_MMA}; /* short K: 4 bands per warp, multi-block */
         else out[0] = (fm_cuda_tile){4, 2, 1, 256, 3, FM_CUDA_KERNEL_MMA}; /* two bands per warp, 3 CTAs per SM */
         return 1;
     }

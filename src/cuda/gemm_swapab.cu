@@ -274,8 +274,9 @@ const entry k_entries[] = {
     FM_SWAPAB_ENTRY(4, 1, 1, 256, 4),    FM_SWAPAB_ENTRY_MB(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 8),
     FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
     FM_SWAPAB_ENTRY_MB(4, 1, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 4),
+    FM_SWAPAB_ENTRY_MB(4, 4, 1, 128, 3), FM_SWAPAB_ENTRY(4, 4, 1, 256, 2),
     FM_SWAPAB_ENTRY(4, 2, 1, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
-    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 4, 128, 4),    FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
+    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4),    FM_SWAPAB_ENTRY(4, 2, 2, 128, 4),    FM_SWAPAB_ENTRY(4, 4, 2, 128, 3),    FM_SWAPAB_ENTRY(4, 1, 4, 128, 4),    FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
     FM_SWAPAB_ENTRY(4, 2, 8, 128, 3),    FM_SWAPAB_ENTRY(4, 4, 8, 128, 3),    FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);

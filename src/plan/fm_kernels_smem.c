@@ -23,9 +23,13 @@ static const fm_swapab_tile k_swapab_tiles[] = {
     {4, 1, 1, 256, 3}, /*  40,320  1-8, 5 CTAs per SM on Hopper */
     {4, 2, 1, 256, 3}, /*  67,968  1-8, SwiGLU pairs, 3 CTAs per SM on Hopper */
     {4, 2, 1, 128, 4}, /*  45,568  1-8, SwiGLU pairs, short K */
+    {4, 4, 1, 128, 3}, /*  61,824  1-8, four bands per warp */
+    {4, 4, 1, 256, 2}, /*  82,176  1-8, four bands per warp, one stage ahead */
     {4, 2, 1, 256, 4}, /*  90,624  1-8, SwiGLU pairs */
     {4, 1, 2, 256, 4}, /*  70,656  9-16 */
     {4, 2, 2, 256, 4}, /* 107,520  9-16, SwiGLU pairs: Hopper/A100 only */
+    {4, 2, 2, 128, 4}, /*  54,272  9-16, two bands per warp, 4 CTAs per SM on Hopper */
+    {4, 4, 2, 128, 3}, /*  68,352  9-16, four bands per warp, 3 CTAs per SM on Hopper */
     {4, 1, 4, 128, 4}, /*  53,248  17-32 */
     {4, 2, 4, 128, 4}, /*  71,680  17-32, SwiGLU pairs */
     {4, 2, 8, 128, 3}, /*  79,872  33+ */
