@@ -24,14 +24,18 @@ static char g_err_path[64];
 
 typedef struct {
     int  rc;
-    char out[1 << 14], err[1 << 14];
+    char out[1 << 16], err[1 << 14];
 } result;
 
+/* Reads f to its end (so a long output never meets a closed pipe), keeping the first cap - 1 bytes. */
 static size_t slurp(FILE *f, char *buf, size_t cap)
 {
     size_t n = 0, got;
+    char   sink[4096];
     while (n + 1 < cap && (got = fread(buf + n, 1, cap - 1 - n, f)) > 0) n += got;
     buf[n] = 0;
+    while (fread(sink, 1, sizeof sink, f) > 0) {
+    }
     return n;
 }
 

@@ -128,24 +128,21 @@ size_t fm_cuda_weights_bytes(const fm_cuda_weights *w)
 }
 
 /* Preferred tiles per regime, fastest first on the H200 (bench/RESULTS.md,
- * 2026-11-29), each list ending with one that fits SM120's 101,376 B.
+ * 2026-11-29, third session for 1-32 rows), each list ending with one that fits SM120's 101,376 B.
  * wgmma: the device is compute capability 9.0 (the sm_90a kernels run). */
-static int default_tiles(int rows, fm_cuda_epilogue epi, int k, int wgmma, fm_cuda_tile out[3])
+static int default_tiles(int rows, int k, int wgmma, fm_cuda_tile out[3])
 {
-    int swiglu = epi == FM_CUDA_EPI_SWIGLU;
     if (rows <= 8) {
         if (k <= 512) out[0] = (fm_cuda_tile){4, 4, 1, 128, 3, FM_CUDA_KERNEL_MMA}; /* short K: 4 bands per warp, multi-block */
         else out[0] = (fm_cuda_tile){4, 2, 1, 256, 3, FM_CUDA_KERNEL_MMA}; /* two bands per warp, 3 CTAs per SM */
         return 1;
     }
     if (rows <= 16) {
-        out[0] = (fm_cuda_tile){4, 2, 2, 256, 4, FM_CUDA_KERNEL_MMA};
-        out[1] = swiglu ? (fm_cuda_tile){4, 2, 1, 256, 4, FM_CUDA_KERNEL_MMA} : (fm_cuda_tile){4, 1, 2, 256, 4, FM_CUDA_KERNEL_MMA};
-        return 2;
+        out[0] = (fm_cuda_tile){4, 2, 2, 128, 4, FM_CUDA_KERNEL_MMA};
+        return 1;
     }
     int n = 0;
-    if (rows <= 32) {
-        if (wgmma) out[n++] = (fm_cuda_tile){8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA};
+    if (rows <= 32) { /* natural X: the mma tile beats the natural-X wgmma kernel (packed X: the wgmma one, below) */
         out[n++] = (fm_cuda_tile){4, 2, 4, 128, 4, FM_CUDA_KERNEL_MMA};
         return n;
     }
@@ -217,7 +214,8 @@ fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, 
 {
     fm_cuda_tile c[3];
     (void)n;
-    default_tiles(expected_rows, epi, k, device_cc() == 90, c);
+    (void)epi; /* every default mma tile has gate/up pairs (mt even) */
+    default_tiles(expected_rows, k, device_cc() == 90, c);
     return c[0];
 }
 
@@ -286,7 +284,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     } else { /* the first preferred tile that fits the limit */
         fm_cuda_tile c[3];
         int          nc = a->x_packed ? default_tiles_packed(a->expected_rows, a->epi, c)
-                                      : default_tiles(a->expected_rows, a->epi, w->k, cc == 90, c);
+                                      : default_tiles(a->expected_rows, w->k, cc == 90, c);
         t = c[nc - 1];
         for (int i = 0; i < nc; i++) {
             fm_smem_breakdown cb;
