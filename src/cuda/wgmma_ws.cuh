@@ -53,7 +53,7 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bar_full + 8 * s, 128);   /* every producer thread's cp.async arrival */
-            mbar_init(bar_empty + 8 * s, WARPS); /* one arrival per consumer warp */
+            mbar_init(bar_empty + 8 * s, WARPS * 32); /* every consumer thread, after its own reads */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -178,10 +178,11 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
         fence_acc();
         fence_regs(prev);
         fence_regs(cur);
-        if (ks > 0) {
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bar_empty + 8 * ((ks - 1) % STAGES));
-        }
+        /* each thread releases ks-1 after its own reads of it (the decode's shared loads
+         * in the previous step, the MMAs' by the wait above): no reliance on a warp
+         * barrier ordering the other lanes' reads (compute-sanitizer racecheck reported
+         * WAR hazards on stage reuse with the lane-0-only release) */
+        if (ks > 0) mbar_arrive(bar_empty + 8 * ((ks - 1) % STAGES));
     };
     stage_regs ra, rb;
     int        ks = 0;
