@@ -146,7 +146,7 @@ static int default_tiles(int rows, int k, int wgmma, fm_cuda_tile out[3])
         out[n++] = (fm_cuda_tile){4, 2, 4, 128, 4, FM_CUDA_KERNEL_MMA};
         return n;
     }
-    if (wgmma) {
+    if (wgmma && (k > 512 || rows > 256)) { /* short K up to 256 rows: the mma tiles below (a wgmma CTA has too few stages) */
         if (rows <= 64) out[n++] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
         else out[n++] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA};
     }
