@@ -49,10 +49,10 @@ static void kpack_bijection(void **state)
 
 /* Source bit of code bit b (m, e0, e1, sign) of register j, half h: prepack.c's table. */
 static const int k_bits[4][2][4] = {
-    {{6, 7, 8, 15}, {22, 23, 24, 31}},
-    {{3, 4, 5, 12}, {19, 20, 21, 28}},
-    {{0, 1, 2, 13}, {16, 17, 18, 29}},
-    {{9, 10, 11, 14}, {25, 26, 27, 30}},
+    {{6, 7, 0, 15}, {22, 23, 16, 31}},
+    {{2, 3, 4, 11}, {18, 19, 20, 27}},
+    {{24, 25, 26, 1}, {8, 9, 10, 17}},
+    {{28, 29, 30, 5}, {12, 13, 14, 21}},
 };
 
 static void kpack_matches_prepacked_bits(void **state)

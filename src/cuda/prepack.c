@@ -13,13 +13,15 @@
  * MXFP4 block): 2 scale bytes per lane per chunk (rows g and g+8).
  *
  * Bits of a code pair inside its 32-bit word are placed so that the kernel gets a
- * BF16x2 of (value * 2^-126) with one or two ops: sign -> bit 15/31, e1 e0 m ->
- * bits 8..6 / 24..22 after
- *   j=0: w & M,  j=1: (w << 3) & M                          (M = 0x81C081C0)
- *   j=2: ((w << 6) & 0x01C001C0) | ((w << 2) & 0x80008000)
- *   j=3: ((w >> 3) & 0x01C001C0) | ((w << 1) & 0x80008000)
- * (left shifts can go to the FMA pipe as IMAD.SHL; 7 logic ops per 4 registers)
- * (the four sets of source bits partition the word: k_pos below).
+ * BF16x2 of (value * 2^-126) with few ops: sign -> bit 15/31, e1 e0 m ->
+ * bits 8..6 / 24..22 after                                   (M = 0x81C081C0)
+ *   j=0: (w & 0x80C080C0) | ((w << 8) & 0x01000100)          3 ops
+ *   j=1: (w << 4) & M                                        2 ops
+ *   j=2: rotl(w, 14) & M,  j=3: rotl(w, 10) & M              2 ops each
+ * 9 integer ops per word (7 on the ALU pipe, the two left shifts as IMAD.SHL on
+ * the FMA pipe), found by an exhaustive search over shifts, rotations and two-shift
+ * merges (bench/NOTES-gpu.md, s9); the four sets of source bits partition the word
+ * (k_pos below). The previous layout took 11 (j=1 (w<<3)&M, j=2/3 two shifts each).
  *
  * Scale byte codes (0 = the block is all zero: its codes are zeroed too):
  *   NVFP4: E4M3 -> unsigned E5M3, byte = ((e' + 10) << 3) | m' with value 2^e' (1 + m'/8)
@@ -37,10 +39,10 @@
 
 /* Source bit of code bit b (0 = m, 1 = e0, 2 = e1, 3 = sign) of pair j, half h. */
 static const uint8_t k_pos[4][2][4] = {
-    /* j=0 */ {{6, 7, 8, 15}, {22, 23, 24, 31}},
-    /* j=1 */ {{3, 4, 5, 12}, {19, 20, 21, 28}},
-    /* j=2 */ {{0, 1, 2, 13}, {16, 17, 18, 29}},
-    /* j=3 */ {{9, 10, 11, 14}, {25, 26, 27, 30}},
+    /* j=0 */ {{6, 7, 0, 15}, {22, 23, 16, 31}},
+    /* j=1 */ {{2, 3, 4, 11}, {18, 19, 20, 27}},
+    /* j=2 */ {{24, 25, 26, 1}, {8, 9, 10, 17}},
+    /* j=3 */ {{28, 29, 30, 5}, {12, 13, 14, 21}},
 };
 
 void fm_cuda_prepack_sizes(int64_t n, int64_t k, size_t *data_bytes, size_t *scale_bytes)
@@ -163,14 +165,16 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
 }
 
 /* The kernel's extraction of register j (BF16x2 bits of value * 2^-126). */
+static uint32_t rotl32(uint32_t w, int s) { return (w << s) | (w >> (32 - s)); }
+
 static uint32_t extract(uint32_t w, int j)
 {
     const uint32_t M = 0x81C081C0u;
     switch (j) {
-    case 0: return w & M;
-    case 1: return (w << 3) & M;
-    case 2: return ((w << 6) & 0x01C001C0u) | ((w << 2) & 0x80008000u);
-    default: return ((w >> 3) & 0x01C001C0u) | ((w << 1) & 0x80008000u);
+    case 0: return (w & 0x80C080C0u) | ((w << 8) & 0x01000100u);
+    case 1: return (w << 4) & M;
+    case 2: return rotl32(w, 14) & M;
+    default: return rotl32(w, 10) & M;
     }
 }
 
