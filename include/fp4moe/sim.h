@@ -237,12 +237,12 @@ fm_status fm_sim_validate(const fm_sim_config *c, const fm_sim_measured *m, fm_s
  * same). FM_OK and fm_sim_validate's statuses; outputs untouched on failure. */
 fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, double *bw_eff, double *compute_eff);
 
-/* Efficiencies of fp4moe's swap-AB kernel on the H200, fitted by
- * fm_sim_fit_eff to bench/h200_fp4moe_gemm.csv (RESULTS.md, 2026-11-29):
- * `fp4moe simulate --calibrated-h200`.  Not the defaults: those describe a
- * kernel at the measured copy/GEMM ceilings (docs/simulate.md says why). */
-#define FM_SIM_H200_FP4MOE_BW_EFF 0.595      /* 2.86 TB/s: 68 % of the 4.21 TB/s copy ceiling */
-#define FM_SIM_H200_FP4MOE_COMPUTE_EFF 0.26  /* 257 TFLOP/s: mma.sync-bound 64-row passes */
+/* Efficiencies of fp4moe's kernels on the H200, fitted by fm_sim_fit_eff to
+ * bench/h200_fp4moe_gemm.csv (RESULTS.md, "GPU, current kernels", 2026-11-29,
+ * third session): `fp4moe simulate --calibrated-h200`.  Not the defaults: those
+ * describe a kernel at the measured copy/GEMM ceilings (docs/simulate.md says why). */
+#define FM_SIM_H200_FP4MOE_BW_EFF 0.69       /* 3.31 TB/s: 78 % of the 4.235 TB/s copy ceiling */
+#define FM_SIM_H200_FP4MOE_COMPUTE_EFF 0.43  /* 425 TFLOP/s: the wgmma kernels at 64+ rows */
 
 /* Per-point table and the summary by regime. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO. */
 fm_status fm_sim_write_validation(FILE *f, const fm_sim_config *c, const fm_sim_check_point *p, int n,
