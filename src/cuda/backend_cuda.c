@@ -3,7 +3,7 @@
  * forward(x[T][H]): x goes up, then everything runs on the device, in one
  * stream, with no host round trip until the output comes back (the part
  * between the upload and the download is CUDA-graph capturable):
- *   1. router logits (moe_kernels.cu), bit-identical to the CPU's;
+ *   1. router logits (route.cu), bit-identical to the CPU's;
  *   2. routing: scores, bias, group limit, top-k, weights, as fm_moe_route
  *      (same ties; a NaN/Inf logit is flagged on the device, reported after);
  *   3. the stable permutation of fm_moe_permute: offsets, perm, row weights,

@@ -1,6 +1,7 @@
-/* moe_kernels.h - extern "C" launchers of src/cuda/moe_kernels.cu: router
+/* moe_kernels.h - extern "C" launchers of src/cuda/route.cu (router
  * logits, routing (scores, group limit, top-k, weights), the stable
- * permutation, the row gather and the BF16 shared expert. Each launcher is
+ * permutation) and src/cuda/moe_kernels.cu (the row gather and the BF16
+ * shared expert). Each launcher is
  * asynchronous on `stream` (a cudaStream_t, NULL = default stream), never
  * synchronises, never copies to the host (so a forward built from them can be
  * captured in a CUDA graph) and returns a cudaError_t as int (0 = launched).

@@ -1,4 +1,4 @@
-/* test_cuda_route.c - routing on the device (src/cuda/moe_kernels.cu) against
+/* test_cuda_route.c - routing on the device (src/cuda/route.cu) against
  * the CPU functions it replaces, step by step, for many configurations:
  *   logits   fm_moe_router_logits_launch vs fm_moe_router_logits: BIT-EXACT
  *            (same products, same 8 partial sums, same fold, no FMA);

@@ -1,0 +1,326 @@
+/* route.cu - routing on the device for the cuda backend: router logits, top-k
+ * routing and the stable permutation (the gather and the shared expert are in
+ * moe_kernels.cu). Everything runs on the device so that a forward needs no host
+ * round trip between the logits and the GEMMs (graph-capturable). It reproduces
+ * the CPU code operation for operation (docs/cuda-routing.md):
+ *   logits  one warp per (token, expert); lane j multiplies element k0+j and
+ *           the 8 partial sums of fm_moe_router_logits (chain c takes k = c,
+ *           c+8, c+16, ... in ascending order) are accumulated by shuffles,
+ *           then folded in the CPU's tree. __fmul_rn/__fadd_rn forbid FMA
+ *           contraction, so every rounding is the CPU's: bit-identical.
+ *   route   one warp per token; per-token scratch in global memory (score,
+ *           biased score, keep flags, group scores): any E, no shared-memory
+ *           limit. Arg-max = lane scans + a butterfly on (value desc, index
+ *           asc), a total order, so ties go to the lowest index as on the CPU.
+ *           Sequential FP32 sums (softmax denominator, top-k weight sum) are
+ *           kept sequential: every lane adds the 32 values of a chunk in order,
+ *           broadcast by shuffles.
+ *   permute histogram (atomics on integers: deterministic), one-CTA scan,
+ *           then one warp per expert walks the slots in ascending order with
+ *           ballots: the stable counting sort of fm_moe_permute, no atomics
+ *           deciding any order.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/moe_kernels.h"
+
+namespace {
+
+#define FM_FULL 0xffffffffu
+
+/* ---- router logits ---------------------------------------------------------- */
+
+/* logits[t][e], one warp each. Chain c = lane & 7 is the CPU's part[c]: it adds
+ * x[k]*w[k] for k = c, c+8, c+16, ... in ascending k (lanes c, c+8, c+16, c+24
+ * of each 32-wide step hold them); lanes 8-31 repeat chains 0-7 so that every
+ * lane takes part in the shuffles. */
+__global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, int E, int H, float *logits)
+{
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int       lane = threadIdx.x & 31, c = lane & 7;
+    if (warp >= (long long)T * E) return; /* whole warps leave together */
+    const int       t = (int)(warp / E), e = (int)(warp % E);
+    const uint16_t *xr = x + (size_t)t * H;
+    const float    *wr = rw + (size_t)e * H;
+    float           part = 0.0f; /* the CPU's part[c] = {0} */
+#pragma unroll 4
+    for (int k0 = 0; k0 < H; k0 += 32) {
+        const int k = k0 + lane;
+        const float p = k < H ? __fmul_rn(__uint_as_float((uint32_t)xr[k] << 16), wr[k]) : 0.0f;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const float q = __shfl_sync(FM_FULL, p, c + 8 * m);
+            if (k0 + c + 8 * m < H) part = __fadd_rn(part, q);
+        }
+    }
+    /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) on lane 0 (FP32 addition commutes) */
+    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 1));
+    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 2));
+    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 4));
+    if (lane == 0) logits[(size_t)t * E + e] = part;
+}
+
+/* ---- routing ------------------------------------------------------------------ */
+
+typedef struct {
+    int   E, K, G, topk_group, softmax, renormalize;
+    float routed_scale;
+} route_cfg;
+
+/* expf correctly rounded: exp in FP64 (<= 1 ulp of a double) rounded once to
+ * FP32. The CPU calls libm's expf, which is correctly rounded for almost every
+ * input (glibc's: error bound 0.502 ulp); CUDA's expf is only within 2 ulp. */
+__device__ __forceinline__ float route_expf(float v) { return __double2float_rn(exp((double)v)); }
+
+/* (av, ai) comes first in a descending arg-max with ties to the lower index;
+ * index -1 = nothing. A total order, so a butterfly gives every lane the same
+ * winner as the CPU's ascending scan with a strict '>'. */
+__device__ __forceinline__ bool arg_before(float av, int ai, float bv, int bi)
+{
+    if (ai < 0) return false;
+    if (bi < 0) return true;
+    if (av > bv) return true;
+    if (bv > av) return false;
+    return ai < bi;
+}
+
+__device__ __forceinline__ int warp_argmax(float v, int i)
+{
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        const float ov = __shfl_xor_sync(FM_FULL, v, o);
+        const int   oi = __shfl_xor_sync(FM_FULL, i, o);
+        if (arg_before(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    return i;
+}
+
+/* One warp per token; lane owns experts lane, lane+32, ... (and groups alike).
+ * fs: per token [score E][biased E][gscore G] floats; bs: [keep E][chosen G]. */
+__global__ void route_kernel(route_cfg c, const float *bias, const float *logits, int T, int32_t *ids, float *wts,
+                             float *fs, uint8_t *bs, unsigned long long *bad)
+{
+    const int warp = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (warp >= T) return;
+    const int    t = warp, E = c.E, K = c.K, G = c.G;
+    const float *lg = logits + (size_t)t * E;
+    float       *score = fs + (size_t)t * (2 * E + G), *biased = score + E, *gscore = biased + E;
+    uint8_t     *keep = bs + (size_t)t * (E + G), *chosen = keep + E;
+
+    for (int e = lane; e < E; e += 32)
+        if (!isfinite(lg[e])) atomicMin(bad, (unsigned long long)t * E + e);
+
+    if (c.softmax) {
+        float mx = lg[0]; /* the max is order-free (+0/-0 give the same exp) */
+        for (int e = lane; e < E; e += 32) mx = lg[e] > mx ? lg[e] : mx;
+        for (int o = 16; o; o >>= 1) {
+            const float om = __shfl_xor_sync(FM_FULL, mx, o);
+            mx = om > mx ? om : mx;
+        }
+        float sum = 0.0f; /* sequential in e, as the CPU: each lane adds a chunk's 32 values in order */
+        for (int base = 0; base < E; base += 32) {
+            const int e = base + lane;
+            float     v = 0.0f;
+            if (e < E) score[e] = v = route_expf(__fsub_rn(lg[e], mx));
+            const int n = E - base < 32 ? E - base : 32;
+            for (int i = 0; i < n; i++) sum = __fadd_rn(sum, __shfl_sync(FM_FULL, v, i));
+        }
+        for (int e = lane; e < E; e += 32) score[e] = __fdiv_rn(score[e], sum);
+    } else {
+        for (int e = lane; e < E; e += 32) score[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, route_expf(-lg[e])));
+    }
+    for (int e = lane; e < E; e += 32) {
+        biased[e] = __fadd_rn(score[e], bias ? bias[e] : 0.0f);
+        keep[e] = 1;
+    }
+    __syncwarp();
+
+    if (G) { /* limit_groups of route.c, one lane per group, same scans */
+        const int gs = E / G;
+        for (int g = lane; g < G; g += 32) {
+            const float *b = biased + (size_t)g * gs;
+            int          i1 = 0, i2 = -1;
+            for (int i = 1; i < gs; i++)
+                if (b[i] > b[i1]) i1 = i;
+            for (int i = 0; i < gs; i++)
+                if (i != i1 && (i2 < 0 || b[i] > b[i2])) i2 = i;
+            gscore[g] = __fadd_rn(b[i1], i2 >= 0 ? b[i2] : 0.0f);
+            chosen[g] = 0;
+        }
+        for (int r = 0; r < c.topk_group; r++) {
+            float bv = 0.0f;
+            int   bi = -1;
+            for (int g = lane; g < G; g += 32)
+                if (!chosen[g] && (bi < 0 || gscore[g] > bv)) {
+                    bv = gscore[g];
+                    bi = g;
+                }
+            bi = warp_argmax(bv, bi);
+            if (bi >= 0 && (bi & 31) == lane) chosen[bi] = 1; /* its owner lane: the only one scanning it */
+        }
+        __syncwarp();
+        for (int e = lane; e < E; e += 32)
+            if (!chosen[e / gs]) keep[e] = 0;
+    }
+
+    int32_t *id = ids + (size_t)t * K;
+    float   *wt = wts + (size_t)t * K, sum = 0.0f;
+    for (int j = 0; j < K; j++) {
+        float bv = 0.0f;
+        int   bi = -1;
+        for (int e = lane; e < E; e += 32)
+            if (keep[e] && (bi < 0 || biased[e] > bv)) {
+                bv = biased[e];
+                bi = e;
+            }
+        bi = warp_argmax(bv, bi);
+        if (bi < 0) bi = 0; /* cannot happen for a checked config; stay in bounds anyway */
+        if ((bi & 31) == lane) keep[bi] = 0;
+        const float s = score[bi]; /* written before the __syncwarp above */
+        if (lane == 0) {
+            id[j] = bi;
+            wt[j] = s;
+        }
+        sum = __fadd_rn(sum, s); /* in j order on every lane */
+    }
+    __syncwarp();
+    for (int j = lane; j < K; j += 32) {
+        float w = wt[j];
+        if (c.renormalize && sum > 0.0f) w = __fdiv_rn(w, sum);
+        wt[j] = __fmul_rn(w, c.routed_scale);
+    }
+}
+
+/* ---- stable permutation ---------------------------------------------------------- */
+
+/* off[1 + e] += rows of expert e (off zeroed by the launcher). */
+__global__ void permute_count_kernel(const int32_t *ids, int R, int E, int32_t *off)
+{
+    const int s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= R) return;
+    const int e = ids[s];
+    if (e >= 0 && e < E) atomicAdd(&off[1 + e], 1);
+}
+
+/* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]).
+ * One CTA of exactly 1024 threads, 1024 experts per step. */
+__global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
+{
+    __shared__ int wsum[32];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int       carry = 0;
+    for (int base = 0; base < E; base += 1024) {
+        const int i = base + tid;
+        int       v = i < E ? off[1 + i] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int n = __shfl_up_sync(FM_FULL, v, o);
+            if (lane >= o) v += n;
+        }
+        if (lane == 31) wsum[w] = v;
+        __syncthreads();
+        if (w == 0) {
+            int s = wsum[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int n = __shfl_up_sync(FM_FULL, s, o);
+                if (lane >= o) s += n;
+            }
+            wsum[lane] = s;
+        }
+        __syncthreads();
+        if (i < E) off[1 + i] = carry + (w ? wsum[w - 1] : 0) + v;
+        carry += wsum[31];
+        __syncthreads(); /* wsum is rewritten by the next step */
+    }
+}
+
+/* One warp per expert e: walks the slots in ascending order, 128 per step (4
+ * loads in flight), and places each of e's slots at the next row of e. */
+__global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E,
+                                     const int32_t *off, int32_t *perm, int32_t *token_slots, float *row_weight,
+                                     int32_t *row_token)
+{
+    const int e = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (e >= E) return;
+    const unsigned lt = (1u << lane) - 1u; /* lanes below this one */
+    int            row = off[e];
+    for (int s0 = 0; s0 < R; s0 += 128) {
+        int v[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int s = s0 + 32 * q + lane;
+            v[q] = s < R ? ids[s] : -1;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const bool     mine = v[q] == e;
+            const unsigned b = __ballot_sync(FM_FULL, mine);
+            if (mine) {
+                const int s = s0 + 32 * q + lane, p = row + __popc(b & lt);
+                perm[p] = s;
+                token_slots[s] = p;
+                row_weight[p] = weights[s];
+                if (row_token) row_token[p] = s / top_k;
+            }
+            row += __popc(b);
+        }
+    }
+}
+
+} // namespace
+
+extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
+                                           void *stream)
+{
+    const long long warps = (long long)T * E;
+    if (warps <= 0) return 0;
+    const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
+    router_logits_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+    return (int)cudaGetLastError();
+}
+
+static int route_groups(const fm_moe_config *cfg) { return cfg->n_group > 1 ? cfg->n_group : 0; }
+
+extern "C" size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T)
+{
+    const size_t E = (size_t)cfg->n_experts, G = (size_t)route_groups(cfg), t = T > 0 ? (size_t)T : 0;
+    return t * (2 * E + G) * sizeof(float) + t * (E + G);
+}
+
+extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, const float *logits, int T,
+                                   int32_t *ids, float *weights, void *scratch, unsigned long long *bad, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t  err = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st); /* UINT64_MAX: no bad logit */
+    if (err != cudaSuccess || T <= 0) return (int)err;
+    const route_cfg c = {cfg->n_experts, cfg->top_k, route_groups(cfg), cfg->topk_group,
+                         cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale};
+    float   *fs = (float *)scratch;
+    uint8_t *bs = (uint8_t *)(fs + (size_t)T * (2 * (size_t)c.E + c.G));
+    const int warps_per_block = 4;
+    route_kernel<<<(unsigned)((T + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
+        c, bias, logits, T, ids, weights, fs, bs, bad);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E,
+                                     int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
+                                     int32_t *row_token, void *stream)
+{
+    cudaStream_t    st = (cudaStream_t)stream;
+    const long long R = (long long)T * top_k;
+    cudaError_t     err = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st);
+    if (err != cudaSuccess || R <= 0 || E <= 0) return (int)err;
+    permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, (int)R, E, offsets);
+    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
+    permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
+    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
+    const int warps_per_block = 8;
+    permute_place_kernel<<<(unsigned)((E + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
+        ids, weights, (int)R, top_k, E, offsets, perm, token_slots, row_weight, row_token);
+    return (int)cudaGetLastError();
+}
