@@ -102,9 +102,11 @@ typedef struct {
     int             expected_rows; /* average rows per expert, for the default tile (>= 1) */
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
-    /* feature_blocks (mma tiles with one token group, nt = 1, and kc <= 256):
-     * consecutive feature blocks one CTA computes, its K pipeline running across
-     * them (short K has too few stages per block to keep bytes in flight).
+    /* feature_blocks (the mma tiles of one token group that have a multi-block
+     * kernel: w8m1n1k64s4, w4m1n1k128s4/s8, w4m2n1k128s4/s8, w4m4n1k128s3,
+     * w4m1n1k256s3, w4m2n1k256s3): consecutive feature blocks one CTA computes,
+     * its K pipeline running across them (short K has too few stages per block
+     * to keep bytes in flight).
      * 0 = automatic (K <= 512 and enough blocks: up to 8), 1 = one block per CTA,
      * > 1 = that many (FM_ERR_UNSUPPORTED for a tile without that kernel). */
     int             feature_blocks;

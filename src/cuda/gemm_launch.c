@@ -327,7 +327,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     int nb = feature_blocks(a, &t, idx);
     if (nb < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
-                                           "kernel (nt = 1, kc <= 256); %s has none",
+                                           "kernel (include/fp4moe/cuda.h lists them); %s has none",
                        a->feature_blocks, tile_name(&t, name, sizeof name));
     fm_smem_breakdown bd;
     FM_CHECK(tile_smem_check(&t, limit, &bd));

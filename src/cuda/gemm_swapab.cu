@@ -19,7 +19,11 @@
  *    (conflict-free 16-byte fragment reads); rows past
  *    the expert's count and columns past K are zero-filled by cp.async;
  *  - grid (feature blocks, experts); a CTA of an expert with no rows exits at once;
- *    an expert with more than 8*NT rows loops over passes.
+ *    an expert with more than 8*NT rows loops over passes. The multi-block kernel
+ *    (MB, p.nb > 1) gives a CTA p.nb consecutive feature blocks with one K pipeline
+ *    across them (short K);
+ *  - BF16 outputs of 16+-token tiles leave through shared memory as 16-byte row
+ *    segments (epilogue_staged); the other epilogues store from the registers.
  * Shared memory = fm_smem_swapab(tile) (src/plan/fm_kernels_smem.c), all dynamic.
  * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on
  * SM120 within its 99 KB), nothing here needs wgmma.
