@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
+#include "fp4moe/plan.h"
 
 #define CK(x)                                                                                        \
     do {                                                                                             \
@@ -186,16 +187,41 @@ int main(int argc, char **argv)
             double flops = 2.0 * m * s->E * (double)s->N * s->K;
             double floor_us = bytes / (bw * 1e12) * 1e6;
             if (bf16_tflops > 0 && flops / (bf16_tflops * 1e12) * 1e6 > floor_us) floor_us = flops / (bf16_tflops * 1e12) * 1e6;
-            fm_cuda_tile def = fm_cuda_gemm_default_tile(m, FM_CUDA_EPI_NONE, s->N, s->K);
-            double best = 1e30, def_us = 0;
+            /* the launcher's choices (the planner's first candidates): natural X and packed X */
+            fm_cuda_tile def = {}, defp = {};
+            int          def_nb = 1, have_defp = 0;
+            {
+                fm_cuda_gemm_args q = {};
+                q.w = &w;
+                q.epi = FM_CUDA_EPI_NONE;
+                q.expected_rows = m;
+                if (fm_cuda_gemm_choose(&q, &def, &def_nb, NULL) != FM_OK) {
+                    fprintf(stderr, "fm_cuda_gemm_choose: %s\n", fm_last_error());
+                    exit(1);
+                }
+                q.x_packed = 1;
+                have_defp = prop.major == 9 && prop.minor == 0 && fm_cuda_gemm_choose(&q, &defp, NULL, NULL) == FM_OK;
+            }
+            double best = 1e30, def_us = 0, defp_us = 0;
             char   best_name[64] = "";
             for (size_t ti = 0; ti < ntile; ti++) {
                 fm_cuda_tile tl = tiles[ti];
                 /* automatic = several blocks per CTA at short K, one at long K: the other choice as a variant */
                 if (tnb1[ti]) tnb1[ti] = s->K > 512 ? 4 : 1;
-                int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti] && !tnb1[ti];
-                if (!is_def && m > 32 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
-                if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (2 * m > 8 ? 2 * m : 8))
+                /* the feature blocks this row runs with: explicit, or the automatic count for a given tile */
+                int vnb = tnb1[ti];
+                if (!vnb) {
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
+                    vnb = tl.kernel == FM_CUDA_KERNEL_MMA && fm_swapab_tile_has_mb(&st)
+                              ? fm_plan_fp4moe_auto_blocks(tl.warps, tl.mt, 0, s->N, s->K, s->E, prop.multiProcessorCount)
+                              : 1;
+                }
+                /* default column: 1 = the launcher's natural-X choice, 2 = its packed-X choice */
+                int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti] && vnb == def_nb
+                                 ? 1
+                                 : (have_defp && !memcmp(&tl, &defp, sizeof tl) && tpacked[ti] ? 2 : 0);
+                if (!is_def && m > 64 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
+                if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
                     continue; /* mostly padding tokens */
                 char nm[64];
                 {
@@ -240,15 +266,16 @@ int main(int argc, char **argv)
                 double us = t[reps / 2] * 1e3;
                 printf("csv,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
                        flops / (us * 1e-6) / 1e12, floor_us);
-                if (is_def) def_us = us;
+                if (is_def == 1) def_us = us;
+                if (is_def == 2) defp_us = us;
                 if (us < best) {
                     best = us;
                     snprintf(best_name, sizeof best_name, "%s", nm);
                 }
             }
             if (nt < 64)
-                snprintf(table[nt++], 200, "%-8s %5d %9.1f %9.1f %-22s %7.3f %7.1f %8.1f %6.2f", s->name, m, def_us,
-                         best, best_name, bytes / (best * 1e-6) / 1e12, flops / (best * 1e-6) / 1e12, floor_us,
+                snprintf(table[nt++], 200, "%-8s %5d %9.1f %9.1f %9.1f %-22s %7.3f %7.1f %8.1f %6.2f", s->name, m,
+                         def_us, defp_us, best, best_name, bytes / (best * 1e-6) / 1e12, flops / (best * 1e-6) / 1e12, floor_us,
                          best / floor_us);
         }
         CK(cudaFree(w.d_data));
@@ -260,7 +287,7 @@ int main(int argc, char **argv)
         CK(cudaFree(offs));
         free(hoff);
     }
-    printf("\n%-8s %5s %9s %9s %-22s %7s %7s %8s %6s\n", "shape", "m/exp", "def_us", "best_us", "best_tile", "TB/s",
+    printf("\n%-8s %5s %9s %9s %9s %-22s %7s %7s %8s %6s\n", "shape", "m/exp", "def_us", "defpk_us", "best_us", "best_tile", "TB/s",
            "TFLOP/s", "floor_us", "x_floor");
     for (int i = 0; i < nt; i++) printf("%s\n", table[i]);
     free(t);

@@ -90,8 +90,8 @@ typedef struct {
     int             top_k;       /* FINALIZE_DET: slots per token */
     const int32_t  *token_slots; /* FINALIZE_DET: device [n_tokens*top_k] permuted row of each slot */
     float          *scratch;     /* FINALIZE_DET: device FP32 [max_rows][N] */
-    /* tile: NULL picks the fastest measured tile for expected_rows rows per expert
-     * that fits the shared-memory limit (fm_cuda_gemm_default_tile gives the first choice) */
+    /* tile: NULL launches the planner's first candidate for expected_rows rows per
+     * expert within the shared-memory limit (fm_cuda_gemm_choose says which) */
     /* x_packed: the columns of X are in the prepack's K order (fm_cuda_x_pack;
      * K % 64 == 0): the wgmma tiles then stream X with 16-byte copies into the
      * layout the tensor cores read (the fast path); the mma tiles refuse it.
@@ -99,7 +99,7 @@ typedef struct {
      * Y can be the packed X of the next GEMM (its column count % 64 == 0). */
     int             x_packed, y_packed;
     const fm_cuda_tile *tile;
-    int             expected_rows; /* average rows per expert, for the default tile (>= 1) */
+    int             expected_rows; /* average rows per expert, for the tile choice (< 1 counts as 1) */
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
     /* feature_blocks (the mma tiles of one token group that have a multi-block
@@ -107,7 +107,8 @@ typedef struct {
      * w4m1n1k256s3, w4m2n1k256s3): consecutive feature blocks one CTA computes,
      * its K pipeline running across them (short K has too few stages per block
      * to keep bytes in flight).
-     * 0 = automatic (K <= 512 and enough blocks: up to 8), 1 = one block per CTA,
+     * 0 = automatic (no tile given: the planner's choice, one block or the count
+     * below; a tile given: K <= 512 and enough blocks, up to 8), 1 = one block per CTA,
      * > 1 = that many (FM_ERR_UNSUPPORTED for a tile without that kernel). */
     int             feature_blocks;
 } fm_cuda_gemm_args;
@@ -138,12 +139,17 @@ int64_t fm_cuda_kpack_col(int64_t c);
  * FM_ERR_CUDA. */
 fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
-/* The tile fm_cuda_gemm picks when a->tile is NULL, for N x K weights
- * (natural X; fm_cuda_gemm_default_tile_packed for packed X). */
-fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k);
-/* The same for packed X (x_packed = 1): always a wgmma tile; meaningful only on
- * compute capability 9.0 (fm_cuda_gemm refuses wgmma tiles elsewhere). */
-fm_cuda_tile fm_cuda_gemm_default_tile_packed(int expected_rows, fm_cuda_epilogue epi, int n, int k);
+/* The tile (and feature blocks per CTA) fm_cuda_gemm launches when a->tile is
+ * NULL: the first candidate of the planner's ranking fm_plan_fp4moe (fp4moe/plan.h)
+ * for this call on the current device: a->w's format and shape, a->expected_rows
+ * rows per expert (< 1: 1), a->epi (SwiGLU: gate/up pairs), a->x_packed,
+ * a->feature_blocks and the shared-memory limit (the device's opt-in limit, or
+ * a->smem_limit when lower). The device is matched to the planner's GPU table by
+ * compute capability, SMs and memory bandwidth. Only a, a->w and tile are read
+ * (feature_blocks and est_us, the planner's estimate in microseconds, may be NULL). Returns FM_OK, FM_ERR_INVALID_ARG (NULL,
+ * feature_blocks < 0), FM_ERR_NO_DEVICE, and fm_plan_fp4moe's statuses
+ * (FM_ERR_UNSUPPORTED: no tile fits the limit, ...). */
+fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, int *feature_blocks, double *est_us);
 
 /* Shared memory the compiled kernel of `t` was given at its last launch and its
  * static size, from cudaFuncGetAttributes (for the planner conformance test).

@@ -159,6 +159,56 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
 fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows_per_expert,
                              int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out, size_t cap, size_t *count,
                              size_t *total);
+/* ---- fp4moe's own kernels: the ranking the launcher takes its tile from ----
+ *
+ * fm_plan_fp4moe ranks every compiled tile of fp4moe's kernels for one grouped
+ * GEMM by a cost model of the kernels (src/plan/cost_fp4moe.c: occupancy from the
+ * shared-memory model, per-stage bytes / instruction issue / tensor work, waves,
+ * pipeline fill and output bytes, times a per-tile efficiency), whose parameters
+ * are fitted to every tile's timing on the H200 (bench/fit_tile_model.py, from
+ * bench/h200_fp4moe_tiles.csv). On another GPU the same parameters are scaled by
+ * its bandwidth and BF16 rate per SM from the GPU table: a prediction, not a
+ * measurement. fm_cuda_gemm launches the first candidate when it is given no tile. */
+typedef struct {
+    fm_elem weights;        /* FM_ELEM_NVFP4 or FM_ELEM_MXFP4 */
+    int     x_packed;       /* 1: X in the prepack K order: only the wgmma kernel reads it */
+    int     swiglu;         /* 1: SwiGLU epilogue: tiles with an even mt (gate/up pairs) */
+    int     feature_blocks; /* multi-block mma kernels: 0 = rank one block per CTA and the automatic
+                               count, 1 = one only, > 1 = that many (tiles that have the kernel) */
+    size_t  smem_limit;     /* per-block limit, 0 = the architecture's opt-in limit (min of the two) */
+} fm_fp4moe_query;
+
+typedef struct {
+    fm_kernel_family family;   /* FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA */
+    int    warps, mt, nt, kc, stages; /* the compiled tile (fm_swapab_tiles / fm_wgmma_tiles) */
+    int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
+    int    ctas_per_sm;        /* the model's CTAs resident per SM */
+    size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_swapab / fm_smem_wgmma) */
+    double est_us;             /* the model's time, microseconds */
+    double efficiency;         /* the tile's fitted factor in est_us (1 = none measured) */
+} fm_fp4moe_choice;
+
+/* Rank the compiled fp4moe tiles that can run q on gpu for experts x [n x k]
+ * weights and rows_per_expert rows each (the expected count: the kernels take
+ * the real counts from the device), fastest first; tiles over the shared-memory
+ * limit, without gate/up pairs for SwiGLU, or without the requested multi-block
+ * kernel are left out, and wgmma tiles where the architecture has no wgmma or K % 64
+ * != 0 with packed X. Writes at most cap entries, *count = written, *total (if
+ * not NULL) = all that qualified. Statuses: FM_OK, FM_ERR_INVALID_ARG (NULL,
+ * weights not nvfp4/mxfp4, feature_blocks < 0), FM_ERR_BAD_SHAPE (rows, n, k or
+ * experts < 1 or > INT32_MAX, n % 16, k % 16 for nvfp4 / % 32 for mxfp4),
+ * FM_ERR_NOT_FOUND (unknown architecture), FM_ERR_ARCH_MISMATCH (no fp4moe kernel
+ * on the architecture, or packed X without wgmma), FM_ERR_SMEM_EXCEEDED (every
+ * tile is over the shared-memory limit), FM_ERR_UNSUPPORTED (no tile qualifies
+ * for another reason, or packed X with K % 64 != 0: the detail says why). Outputs are
+ * written only on FM_OK. */
+fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64_t rows_per_expert, int64_t n,
+                         int64_t k, int64_t experts, fm_fp4moe_choice *out, size_t cap, size_t *count, size_t *total);
+/* The automatic feature-block count of fm_cuda_gemm for a tile that has the
+ * multi-block kernel: K <= 512 and enough blocks that experts x blocks / nb keeps
+ * about 16 CTAs per SM (at most 8); 1 otherwise. */
+int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t k, int64_t experts, int sms);
+
 /* Names and parsers ("nvfp4", "coop", "finalize", "128x256x128", "4.2").
  * Parsers return FM_OK, FM_ERR_INVALID_ARG (NULL) or FM_ERR_BAD_SHAPE / FM_ERR_FORMAT /
  * FM_ERR_NOT_FOUND with a detail naming the accepted values. */

@@ -171,6 +171,18 @@ fail:
     return st;
 }
 
+/* 1 if the planner estimates the call faster with packed X than with natural X. */
+static int prefer_packed(const fm_cuda_gemm_args *a)
+{
+    fm_cuda_gemm_args p = *a;
+    fm_cuda_tile      t;
+    double            nat = 0, pk = 0;
+    p.x_packed = 1;
+    int ok = fm_cuda_gemm_choose(a, &t, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, &pk) == FM_OK;
+    fm_clear_error();
+    return ok && pk < nat;
+}
+
 static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_run_stats *stats)
 {
     cuda_state          *s = p;
@@ -195,21 +207,23 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
     if ((e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
         return cu_err(e, "clear out");
     int avg = (R + E - 1) / E; /* tile choice only: the real counts stay on the device */
-    /* More than 16 rows per expert on sm_90: the wgmma tiles, fed with X (and h) in
-     * the prepack K order, which the gather and FC1's epilogue write at no cost. */
-    int packed = s->sm90 && avg > 16 && H % 64 == 0 && c->inter % 64 == 0;
-    if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, packed, s->d_xp, NULL)) != 0)
-        return cu_err((cudaError_t)le, "gather");
+    /* X layout of each GEMM: packed (the prepack K order, read by the sm_90a wgmma
+     * kernel only) where the planner's estimate for it beats natural X; the gather
+     * writes FC1's X and FC1's epilogue FC2's X in the chosen order at no cost. */
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
-                            .y = s->d_h, .expected_rows = avg, .x_packed = packed, .y_packed = packed};
+                            .y = s->d_h, .expected_rows = avg};
+    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
+                            .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
+                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg};
+    int pk1 = s->sm90 && H % 64 == 0 && prefer_packed(&a1);
+    int pk2 = s->sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
+    if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, pk1, s->d_xp, NULL)) != 0)
+        return cu_err((cudaError_t)le, "gather");
+    a1.x_packed = pk1, a1.y_packed = pk2, a2.x_packed = pk2;
     FM_CHECK(fm_cuda_gemm(&a1));
     if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
                                                                  s->d_hs, s->d_out, NULL)) != 0)
         return cu_err((cudaError_t)le, "shared expert");
-    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
-                            .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
-                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg,
-                            .x_packed = packed};
     FM_CHECK(fm_cuda_gemm(&a2));
     cudaEventRecord(s->ev1, 0);
     /* ---- the one host sync ---- */

@@ -3,10 +3,12 @@
  * dynamic shared memory is computed by the planner's model fm_smem_swapab and
  * refused with FM_ERR_SMEM_EXCEEDED above the limit (nothing launched then). */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
+#include "fp4moe/plan.h"
 #include "fm_internal.h"
 
 static fm_swapab_tile to_swapab(const fm_cuda_tile *t)
@@ -127,58 +129,6 @@ size_t fm_cuda_weights_bytes(const fm_cuda_weights *w)
     return w ? (w->data_bytes + w->scale_bytes) * (size_t)w->n_experts : 0;
 }
 
-/* Preferred tiles per regime, fastest first on the H200 (bench/RESULTS.md,
- * 2026-11-29, third session for 1-32 rows), each list ending with one that fits SM120's 101,376 B.
- * wgmma: the device is compute capability 9.0 (the sm_90a kernels run). */
-static int default_tiles(int rows, int k, int wgmma, fm_cuda_tile out[3])
-{
-    if (rows <= 8) {
-        if (k <= 512) out[0] = (fm_cuda_tile){4, 4, 1, 128, 3, FM_CUDA_KERNEL_MMA}; /* short K: 4 bands per warp, multi-block */
-        else out[0] = (fm_cuda_tile){4, 2, 1, 256, 3, FM_CUDA_KERNEL_MMA}; /* two bands per warp, 3 CTAs per SM */
-        return 1;
-    }
-    if (rows <= 16) {
-        out[0] = (fm_cuda_tile){4, 2, 2, 128, 4, FM_CUDA_KERNEL_MMA};
-        return 1;
-    }
-    int n = 0;
-    if (rows <= 32) { /* natural X: the mma tile beats the natural-X wgmma kernel (packed X: the wgmma one, below) */
-        out[n++] = (fm_cuda_tile){4, 2, 4, 128, 4, FM_CUDA_KERNEL_MMA};
-        return n;
-    }
-    if (wgmma && (k > 512 || rows > 256)) { /* short K up to 256 rows: the mma tiles below (a wgmma CTA has too few stages) */
-        if (rows <= 64) out[n++] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
-        else out[n++] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA};
-    }
-    out[n++] = (fm_cuda_tile){4, 4, 8, 128, 3, FM_CUDA_KERNEL_MMA};
-    out[n++] = (fm_cuda_tile){4, 2, 8, 128, 3, FM_CUDA_KERNEL_MMA};
-    return n;
-}
-
-/* Packed X (x_packed): only the wgmma tiles read it. Fastest measured on the H200
- * (bench/RESULTS.md, 2026-11-29): 32 rows w8m2n4k128s4, 128 rows w8m2n8k64s4,
- * 512 rows w8m1n32k64s4 (w8m2n16k64s4 where SwiGLU needs gate/up pairs). */
-static int default_tiles_packed(int rows, fm_cuda_epilogue epi, fm_cuda_tile out[3])
-{
-    int sw = epi == FM_CUDA_EPI_SWIGLU;
-    if (rows <= 8) out[0] = (fm_cuda_tile){4, sw ? 2 : 1, 1, 128, 4, FM_CUDA_KERNEL_WGMMA};
-    else if (rows <= 16) out[0] = (fm_cuda_tile){4, 2, 2, 128, 4, FM_CUDA_KERNEL_WGMMA};
-    else if (rows <= 32) out[0] = (fm_cuda_tile){8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA};
-    else if (rows <= 128) out[0] = (fm_cuda_tile){8, 2, 8, 64, 4, FM_CUDA_KERNEL_WGMMA};
-    else if (sw) out[0] = (fm_cuda_tile){8, 2, 16, 64, 4, FM_CUDA_KERNEL_WGMMA}; /* gate/up pairs need mt = 2 */
-    else out[0] = (fm_cuda_tile){8, 1, 32, 64, 4, FM_CUDA_KERNEL_WGMMA};
-    return 1;
-}
-
-fm_cuda_tile fm_cuda_gemm_default_tile_packed(int expected_rows, fm_cuda_epilogue epi, int n, int k)
-{
-    fm_cuda_tile c[3];
-    (void)n;
-    (void)k;
-    default_tiles_packed(expected_rows, epi, c);
-    return c[0];
-}
-
 int64_t fm_cuda_kpack_col(int64_t c)
 {
     int64_t n = c & 63, pr = n >> 1;
@@ -210,13 +160,70 @@ static int device_cc(void)
     return major * 10 + minor;
 }
 
-fm_cuda_tile fm_cuda_gemm_default_tile(int expected_rows, fm_cuda_epilogue epi, int n, int k)
+static size_t device_smem_limit(int *dev_out)
 {
-    fm_cuda_tile c[3];
-    (void)n;
-    (void)epi; /* every default mma tile has gate/up pairs (mt even) */
-    default_tiles(expected_rows, k, device_cc() == 90, c);
-    return c[0];
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    if (dev_out) *dev_out = dev;
+    return (size_t)v;
+}
+
+/* The planner's view of the current device: the GPU table's row of the same
+ * compute capability and SM count nearest in memory bandwidth (the cost model's
+ * parameters are scaled by its bandwidth and BF16 rate), else the device's own
+ * figures with an unknown BF16 rate (the H200's rates are used). */
+static fm_status device_gpu(fm_gpu_info *g)
+{
+    int dev = 0, sms = 0, clk = 0, bus = 0, cc = device_cc();
+    if (!cc || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
+    }
+    if (cudaDeviceGetAttribute(&clk, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+        cudaGetLastError();
+        clk = bus = 0;
+    }
+    double gbs = 2.0 * clk * 1e3 * bus / 8 / 1e9;
+    const fm_gpu_info *best = NULL;
+    for (size_t i = 0; i < fm_gpu_count(); i++) {
+        const fm_gpu_info *r = fm_gpu_at(i);
+        if (r->cc != cc || r->sms != sms) continue;
+        if (!best || fabs(r->mem_gbs - gbs) < fabs(best->mem_gbs - gbs)) best = r;
+    }
+    if (best) *g = *best;
+    else *g = (fm_gpu_info){.name = "cuda-device", .full_name = "CUDA device", .cc = cc, .sms = sms, .mem_gbs = gbs};
+    return FM_OK;
+}
+
+fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, int *feature_blocks, double *est_us)
+{
+    fm_clear_error();
+    if (!a || !a->w || !tile) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_choose: NULL args, w or tile");
+    if (a->feature_blocks < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_choose: feature_blocks=%d < 0", a->feature_blocks);
+    fm_gpu_info g;
+    FM_CHECK(device_gpu(&g));
+    size_t limit = device_smem_limit(NULL);
+    if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
+    const fm_cuda_weights *w = a->w;
+    fm_fp4moe_query q = {.weights = w->fmt == FM_FORMAT_MXFP4 ? FM_ELEM_MXFP4 : FM_ELEM_NVFP4,
+                         .x_packed = a->x_packed != 0,
+                         .swiglu = a->epi == FM_CUDA_EPI_SWIGLU,
+                         .feature_blocks = a->feature_blocks,
+                         .smem_limit = limit};
+    fm_fp4moe_choice c;
+    size_t           n = 0;
+    int              rows = a->expected_rows > 0 ? a->expected_rows : 1;
+    fm_status        st = fm_plan_fp4moe(&g, &q, rows, w->n, w->k, w->n_experts, &c, 1, &n, NULL);
+    if (st != FM_OK) return fm_fail(st, "fm_cuda_gemm: no tile for this call: %s", fm_last_error());
+    *tile = (fm_cuda_tile){c.warps, c.mt, c.nt, c.kc, c.stages,
+                           c.family == FM_FAMILY_FP4MOE_WGMMA ? FM_CUDA_KERNEL_WGMMA : FM_CUDA_KERNEL_MMA};
+    if (feature_blocks) *feature_blocks = c.feature_blocks;
+    if (est_us) *est_us = c.est_us;
+    return FM_OK;
 }
 
 /* Feature blocks per CTA for tile t (index idx): -1 if a->feature_blocks > 1
@@ -227,21 +234,14 @@ static int feature_blocks(const fm_cuda_gemm_args *a, const fm_cuda_tile *t, int
 {
     int has = t->kernel == FM_CUDA_KERNEL_MMA && fm_swapab_has_mb(idx);
     if (a->feature_blocks > 1) return has ? a->feature_blocks : -1;
-    if (a->feature_blocks == 1 || !has || a->w->k > 512) return 1;
-    int    swiglu = a->epi == FM_CUDA_EPI_SWIGLU;
-    int    per_cta = swiglu ? t->warps * t->mt / 2 : t->warps * t->mt;
-    int    blocks = ((swiglu ? a->w->n / 32 : a->w->n / 16) + per_cta - 1) / per_cta;
-    double ctas = (double)blocks * a->w->n_experts / (16.0 * 132);
-    return ctas >= 8 ? 8 : (ctas >= 2 ? (int)ctas : 1);
-}
-
-static size_t device_smem_limit(int *dev_out)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    if (dev_out) *dev_out = dev;
-    return (size_t)v;
+    if (a->feature_blocks == 1 || !has) return 1;
+    int sms = 0, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    return fm_plan_fp4moe_auto_blocks(t->warps, t->mt, a->epi == FM_CUDA_EPI_SWIGLU, a->w->n, a->w->k,
+                                      a->w->n_experts, sms);
 }
 
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
@@ -279,22 +279,9 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
     int          cc = device_cc();
     fm_cuda_tile t;
-    if (a->tile) {
-        t = *a->tile;
-    } else { /* the first preferred tile that fits the limit */
-        fm_cuda_tile c[3];
-        int          nc = a->x_packed ? default_tiles_packed(a->expected_rows, a->epi, c)
-                                      : default_tiles(a->expected_rows, w->k, cc == 90, c);
-        t = c[nc - 1];
-        for (int i = 0; i < nc; i++) {
-            fm_smem_breakdown cb;
-            if (tile_smem_check(&c[i], limit, &cb) == FM_OK) {
-                t = c[i];
-                break;
-            }
-        }
-        fm_clear_error();
-    }
+    int          chosen_nb = 0;
+    if (a->tile) t = *a->tile;
+    else FM_CHECK(fm_cuda_gemm_choose(a, &t, &chosen_nb, NULL)); /* the planner's first candidate (fm_plan_fp4moe) */
     char name[64];
     if ((int)t.kernel != FM_CUDA_KERNEL_MMA && t.kernel != FM_CUDA_KERNEL_WGMMA)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown tile kernel %d", (int)t.kernel);
@@ -324,7 +311,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
                        tile_name(&t, name, sizeof name), w->n);
-    int nb = feature_blocks(a, &t, idx);
+    int nb = chosen_nb ? chosen_nb : feature_blocks(a, &t, idx);
     if (nb < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
                                            "kernel (include/fp4moe/cuda.h lists them); %s has none",

@@ -23,7 +23,8 @@
  *    (MB, p.nb > 1) gives a CTA p.nb consecutive feature blocks with one K pipeline
  *    across them (short K);
  *  - BF16 outputs of 16+-token tiles leave through shared memory as 16-byte row
- *    segments (epilogue_staged); the other epilogues store from the registers.
+ *    segments (epilogue_staged, kernel_common.cuh, shared with the wgmma
+ *    kernels); the other epilogues store from the registers.
  * Shared memory = fm_smem_swapab(tile) (src/plan/fm_kernels_smem.c), all dynamic.
  * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on
  * SM120 within its 99 KB), nothing here needs wgmma.
@@ -56,52 +57,6 @@ constexpr int swapab_min_blocks(int warps, int mt, int nt, int kc, int stages)
  * expert, one K pipeline running across them, so that the next block's stages
  * are in flight while this block finishes and writes its epilogue (short K: a
  * block alone is one or two stages, too few to keep bytes in flight). */
-/* BF16 outputs (NONE, SWIGLU) of a pass through shared memory: the CTA's
- * [tokens][output columns] tile goes to the idle stage buffers (column order as
- * written: natural, or the prepack K order for y_packed, which the CTA's whole
- * 64-column blocks allow), then every token row leaves as 16-byte segments, where
- * the direct epilogue makes 2-byte stores over four token rows per warp
- * instruction. Called by every thread after the pipeline has drained. */
-template <int WARPS, int MT, int NT>
-__device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int blk0, int warp,
-                                                const bool (&bvalid)[MT], int rbase, int rows, float osc, int g, int t,
-                                                const float (&acc)[MT][NT][4])
-{
-    constexpr int FS = WARPS * MT * 16, RS = 2 * FS + 16, HALF = MT >= 2 ? MT / 2 : 1;
-    const bool    swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
-    const int     fout = swiglu ? FS / 2 : FS, width = swiglu ? p.n / 2 : p.n, col0 = blk0 * fout;
-#pragma unroll
-    for (int n = 0; n < NT; n++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int tok = n * 8 + 2 * t + (q & 1), fo = g + 8 * (q >> 1);
-            __nv_bfloat16 *row = (__nv_bfloat16 *)(smem + tok * RS);
-            if (swiglu) {
-#pragma unroll
-                for (int i = 0; i < MT / 2; i++)
-                    if (bvalid[i]) {
-                        int lc = (warp * HALF + i) * 16 + fo;
-                        row[p.y_packed ? kpack_col(lc) : lc] =
-                            __float2bfloat16(silu(acc[i][n][q] * osc) * (acc[i + MT / 2][n][q] * osc));
-                    }
-            } else {
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-                    if (bvalid[i]) {
-                        int lc = (warp * MT + i) * 16 + fo;
-                        row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(acc[i][n][q] * osc);
-                    }
-            }
-        }
-    __syncthreads();
-    const int vpr = fout / 8; /* 16-byte segments per token row */
-    for (int v = threadIdx.x; v < rows * vpr; v += WARPS * 32) {
-        const int r = v / vpr, c8 = (v - r * vpr) * 8;
-        if (col0 + c8 >= width) continue; /* bands past N (a segment lies in one band; packed: in one 64-block) */
-        *(uint4 *)((__nv_bfloat16 *)p.y + (size_t)(rbase + r) * width + col0 + c8) = *(const uint4 *)(smem + r * RS + c8 * 2);
-    }
-}
-
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
 __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, KC, STAGES))
     swapab_kernel(const fm_swapab_params p)
@@ -165,7 +120,7 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     /* BF16 outputs through shared memory (epilogue_staged): tiles of 16+ tokens
      * without MB (whose next block is in flight during the epilogue), the output
      * 16-byte aligned, the staged tile within the stage buffers */
-    constexpr bool STAGE_FITS = !MB && NT >= 2 && TOK * (2 * WARPS * MT * 16 + 16) <= STAGES * STAGE_B;
+    constexpr bool STAGE_FITS = !MB && NT >= 2 && staged_tile_bytes(WARPS * MT * 16, TOK) <= STAGES * STAGE_B;
     const bool     staged = STAGE_FITS && (p.epi == FM_CUDA_EPI_NONE || p.epi == FM_CUDA_EPI_SWIGLU) &&
                         (uintptr_t)p.y % 16 == 0;
 
@@ -290,7 +245,11 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
             if (staged) { /* every thread: the tile goes through shared memory */
                 cp_async_wait<0>();
                 __syncthreads(); /* all stage reads done, no copy in flight */
-                epilogue_staged<WARPS, MT, NT>(p, smem, blk0, warp, vj, row0 + pass0, rows, osc, g, t, acc);
+                epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
+                    p, smem, blk0, vj, row0 + pass0, rows, osc, g, t, threadIdx.x,
+                    [&](int i, int n, int q) { return acc[i][n][q]; },
+                    [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
+                    [] { __syncthreads(); });
             } else if (wv) {
                 epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, osc, g, t,
                                  [&](int i, int n, int q) { return acc[i][n][q]; });

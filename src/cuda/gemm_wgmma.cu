@@ -30,6 +30,11 @@
  * weights and scale bytes come by cp.async, STAGES deep, one barrier a stage;
  * the tensor cores run stage k while the warps decode stage k+1 into a second
  * register set and store the token tile of stage k+2.
+ * Epilogue: BF16 outputs (NONE, SWIGLU) of 16+-token tiles leave through the
+ * drained stage buffers as 16-byte row segments (wg_staged / wg_epilogue_staged
+ * in wgmma_common.cuh, on kernel_common.cuh's epilogue_staged, which the mma.sync
+ * kernel uses too) when y is 16-byte aligned; FINALIZE, FINALIZE_DET and the
+ * 8-token tiles store from the registers (kernel_common.cuh's epilogue).
  * Shared memory = fm_smem_wgmma(tile) (src/plan/fm_kernels_smem.c), all dynamic.
  * Only the sm_90a build has a body; the launcher refuses other devices.
  */

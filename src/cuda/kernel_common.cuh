@@ -1,6 +1,8 @@
 /* kernel_common.cuh - device helpers shared by the FP4 grouped-GEMM kernels
  * (gemm_swapab.cu: mma.sync, gemm_wgmma.cu: wgmma): BF16 math, cp.async, the
- * E2M1 -> BF16 dequantization of one prepacked word, and the epilogue. */
+ * E2M1 -> BF16 dequantization of one prepacked word, and the two epilogues:
+ * epilogue (every epilogue, stores from the registers) and epilogue_staged
+ * (BF16 outputs, through the idle stage buffers as 16-byte row segments). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -109,6 +111,69 @@ __device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&
                     if (bvalid[i]) y[band[i] * 16 + fo] = acc(i, n, q) * rw;
             }
         }
+}
+
+/* Bytes of epilogue_staged's tile: tok token rows of fs features (BF16), each
+ * row padded by 16 B (a warp's 2-byte writes of 4 token rows x 8 features then
+ * fall in distinct banks for natural columns). */
+constexpr int staged_tile_bytes(int fs, int tok) { return tok * (2 * fs + 16); }
+
+/* BF16 outputs (NONE, SWIGLU) of one pass through shared memory: the CTA's
+ * [tokens][output columns] tile goes to smem (row stride 2*FS + 16 bytes; column
+ * order as written: natural, or the prepack K order (kpack_col) for y_packed,
+ * which needs the CTA's output columns to be whole 64-column blocks), then every
+ * valid token row leaves as 16-byte segments, where epilogue() makes 2-byte
+ * stores over four token rows per warp instruction.
+ *  FS: features of the CTA (output columns: FS, or FS/2 with SwiGLU);
+ *  blk: the CTA's output column block (first output column blk * columns);
+ *  lcol(i, sw): the CTA-local output column of feature 0 of band i, sw = false;
+ *    with SwiGLU (sw = true, a literal, so that the caller's choice folds) of the
+ *    gate/up pair i, i + MT/2, for i < MT/2; bands with bvalid[i] false (past N)
+ *    are neither written nor stored;
+ *  acc(i, n, q), g, t, rbase, rows, osc: as in epilogue();
+ *  run by NTHR threads, tid = 0..NTHR-1 among them; bar() is a barrier among
+ *    exactly those threads (between the smem writes and the row reads).
+ * The caller guarantees that nothing reads or writes smem[0, staged_tile_bytes(FS,
+ * 8*NT)) any more when the first of them writes (its MMAs waited for, its copies
+ * landed, then a barrier), and that y is 16-byte aligned. */
+template <int FS, int MT, int NT, int NTHR, class Acc, class Col, class Bar>
+__device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int blk,
+                                                const bool (&bvalid)[MT], int rbase, int rows, float osc, int g, int t,
+                                                int tid, Acc acc, Col lcol, Bar bar)
+{
+    constexpr int RS = 2 * FS + 16;
+    const bool    swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+    const int     fout = swiglu ? FS / 2 : FS, width = swiglu ? p.n / 2 : p.n, col0 = blk * fout;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int tok = n * 8 + 2 * t + (q & 1), fo = g + 8 * (q >> 1);
+            __nv_bfloat16 *row = (__nv_bfloat16 *)(smem + tok * RS);
+            if (swiglu) {
+#pragma unroll
+                for (int i = 0; i < MT / 2; i++)
+                    if (bvalid[i]) {
+                        int lc = lcol(i, true) + fo;
+                        row[p.y_packed ? kpack_col(lc) : lc] =
+                            __float2bfloat16(silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc));
+                    }
+            } else {
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (bvalid[i]) {
+                        int lc = lcol(i, false) + fo;
+                        row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(acc(i, n, q) * osc);
+                    }
+            }
+        }
+    bar();
+    const int vpr = fout / 8; /* 16-byte segments per token row */
+    for (int v = tid; v < rows * vpr; v += NTHR) {
+        const int r = v / vpr, c8 = (v - r * vpr) * 8;
+        if (col0 + c8 >= width) continue; /* bands past N (a segment lies in one band; packed: in one 64-block) */
+        *(uint4 *)((__nv_bfloat16 *)p.y + (size_t)(rbase + r) * width + col0 + c8) = *(const uint4 *)(smem + r * RS + c8 * 2);
+    }
 }
 
 } // namespace fm_kc

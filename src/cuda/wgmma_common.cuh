@@ -1,7 +1,9 @@
 /* wgmma_common.cuh - what the two wgmma kernels of gemm_wgmma.cu share: the
- * layout switch, the shared-memory matrix descriptor, mbarrier helpers and the
- * device-side tile lookup. Included inside gemm_wgmma.cu's anonymous namespace
- * (after kernel_common.cuh and wgmma_rs.cuh). */
+ * layout switch, the shared-memory matrix descriptor, mbarrier helpers, the
+ * device-side tile lookup, the consumer side (decode, MMA issue) and the staged
+ * BF16 epilogue (wg_staged, wg_epilogue_staged: kernel_common.cuh's
+ * epilogue_staged with the wgmma band mapping). Included inside gemm_wgmma.cu's
+ * anonymous namespace (after kernel_common.cuh and wgmma_rs.cuh). */
 #pragma once
 
 #ifndef FM_WGMMA_SW128
@@ -148,5 +150,47 @@ __device__ __forceinline__ void wg_issue(uint32_t sb, float (&acc)[MT][TOK / 2],
             for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a.r[c][i][s], desc);
         }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+/* Barrier 1 among the NTHR threads that reach it (the warp-specialized kernel's
+ * consumers: its producer warpgroup has left by then; barrier 0 is __syncthreads). */
+template <int NTHR> __device__ __forceinline__ void wg_bar_sync()
+{
+    asm volatile("bar.sync 1, %0;" ::"n"(NTHR) : "memory");
+}
+
+/* Whether a pass's output leaves through shared memory (wg_epilogue_staged): BF16
+ * (NONE, or SWIGLU with its gate/up pair of m64 tiles, MT == 2), 16+ tokens (as
+ * the mma.sync kernel's rule), the staged tile within the stage buffers
+ * (stage_bytes = STAGES * STAGE_B: below the ws kernel's mbarriers), y 16-byte
+ * aligned, and for y_packed the CTA's output columns whole 64-column blocks (the
+ * kpack order stays inside the CTA's columns; every compiled tile has them). */
+template <int WARPS, int MT, int NT, int STAGE_BYTES>
+__device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
+{
+    constexpr int  FS = WARPS * MT * 16;
+    constexpr bool FITS = NT >= 2 && staged_tile_bytes(FS, 8 * NT) <= STAGE_BYTES;
+    if (!FITS || (uintptr_t)p.y % 16) return false;
+    if (p.epi == FM_CUDA_EPI_NONE) return !p.y_packed || FS % 64 == 0;
+    if (p.epi == FM_CUDA_EPI_SWIGLU) return MT == 2 && (!p.y_packed || (FS / 2) % 64 == 0);
+    return false;
+}
+
+/* The staged epilogue (kernel_common.cuh) of consumer warp cw = 0..WARPS-1 of the
+ * CTA of feature block fb, run by all WARPS*32 consumer threads (tid = 0.. among
+ * them, bar a barrier among exactly them), after every consumer has waited for its
+ * MMAs and a barrier (bar) has followed. Warp cw is row block cw%4 of warpgroup cw/4:
+ * band ((fb * WARPS/4 + cw/4) * MT + i) * 4 + cw%4, CTA-local output band
+ * (cw/4 * MT + i) * 4 + cw%4; with SwiGLU (MT == 2) gate band (fb * WARPS/4 + cw/4) * 4
+ * + cw%4, local output band cw. Accumulator j of m64 tile i: 8-token group j/4,
+ * element j%4 of the m16n8 C layout. */
+template <int WARPS, int MT, int NT, class Bar>
+__device__ __forceinline__ void wg_epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int fb, int cw,
+                                                   const bool (&bvalid)[MT], int rbase, int rows, float osc, int g,
+                                                   int t, int tid, const float (&acc)[MT][NT * 4], Bar bar)
+{
+    epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
+        p, smem, fb, bvalid, rbase, rows, osc, g, t, tid, [&](int i, int n, int q) { return acc[i][n * 4 + q]; },
+        [&](int i, bool sw) { return sw ? cw * 16 : (((cw >> 2) * MT + i) * 4 + (cw & 3)) * 16; }, bar);
 }
 #endif

@@ -1,8 +1,10 @@
 /* wgmma_natural.cuh - the single-role wgmma kernel: X in its natural column
  * order (see gemm_wgmma.cu). Every warp loads (16-byte loads, a 4x4 word
  * transpose into the swizzled core-matrix layout, one stage ahead), decodes its
- * weights and issues the MMAs; one CTA barrier per stage. Included inside
- * gemm_wgmma.cu's anonymous namespace. */
+ * weights and issues the MMAs; one CTA barrier per stage. BF16 outputs leave
+ * through the drained stage buffers when wg_staged allows (after a CTA barrier:
+ * every warp's MMAs waited for, no copy in flight), the others from the
+ * registers. Included inside gemm_wgmma.cu's anonymous namespace. */
 #pragma once
 
 template <int WARPS, int MT, int NT, int KC, int STAGES>
@@ -179,6 +181,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
     }
     cp_async_wait<0>();
 
+    if (wg_staged<WARPS, MT, NT, STAGES * STAGE_B>(p)) { /* BF16 output through the stage buffers */
+        /* every warp has waited for its MMAs (wait_group 0: their shared-memory reads
+         * done) and for its copies, and its last decode and X stores are behind it */
+        __syncthreads();
+        wg_epilogue_staged<WARPS, MT, NT>(p, smem, fb, warp, bvalid, row0 + pass0, rows, osc, g, t, threadIdx.x, acc,
+                                          [] { __syncthreads(); });
+        return;
+    }
     /* accumulator j of a thread: 8-token group j/4, element j%4 of the m16n8 C layout */
     epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
                      [&](int i, int n, int q) { return acc[i][n * 4 + q]; });

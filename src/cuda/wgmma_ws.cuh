@@ -10,7 +10,11 @@
  * register sets while the MMAs of stage k-1 may still run, and stage k-1's
  * buffer is handed back (`empty` mbarrier) once they have. No CTA-wide barrier
  * in the main loop. With two consumer warpgroups, setmaxnreg moves registers
- * from the producer (56) to the consumers (224). */
+ * from the producer (56) to the consumers (224). BF16 outputs leave through the
+ * drained stage buffers when wg_staged allows (consumer-only named barrier 1:
+ * the producer has issued exactly nks stage loads, each waited for by every
+ * consumer on its `full` mbarrier, and leaves after them), the others from the
+ * registers. */
 template <int WARPS, int MT, int NT, int KC, int STAGES>
 __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_swapab_params p, int nfb)
 {
@@ -194,6 +198,16 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc();
 
+    if (wg_staged<WARPS, MT, NT, STAGES * STAGE_B>(p)) { /* BF16 output through the stage buffers */
+        /* Consumers only (barrier 1; the producer warpgroup has left or is leaving:
+         * its nks stage loads were all waited for on their `full` mbarriers, by every
+         * consumer thread, so none of its copies is still writing). After it, every
+         * consumer's MMAs (wait_group 0) and decode reads are done. */
+        wg_bar_sync<WARPS * 32>();
+        wg_epilogue_staged<WARPS, MT, NT>(p, smem, fb, cw, bvalid, row0 + pass0, rows, osc, g, t, threadIdx.x - 128,
+                                          acc, [] { wg_bar_sync<WARPS * 32>(); });
+        return;
+    }
     epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
                      [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
 #else

@@ -43,6 +43,22 @@ const fm_swapab_tile *fm_swapab_tiles(size_t *count)
     return k_swapab_tiles;
 }
 
+/* The tiles with a multi-block kernel (gemm_swapab.cu FM_SWAPAB_ENTRY_MB). */
+static const fm_swapab_tile k_swapab_mb[] = {
+    {8, 1, 1, 64, 4},  {4, 1, 1, 128, 8}, {4, 1, 1, 128, 4}, {4, 2, 1, 128, 8},
+    {4, 1, 1, 256, 3}, {4, 2, 1, 256, 3}, {4, 2, 1, 128, 4}, {4, 4, 1, 128, 3},
+};
+
+int fm_swapab_tile_has_mb(const fm_swapab_tile *t)
+{
+    for (size_t i = 0; t && i < FM_ARRAY_LEN(k_swapab_mb); i++) {
+        const fm_swapab_tile *m = &k_swapab_mb[i];
+        if (m->warps == t->warps && m->mt == t->mt && m->nt == t->nt && m->kc == t->kc && m->stages == t->stages)
+            return 1;
+    }
+    return 0;
+}
+
 static int is_pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
 
 fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out)

@@ -84,6 +84,10 @@ fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_s
  * in the order the default heuristic prefers for small batches. *count gets the
  * number of entries. Never NULL. */
 const fm_swapab_tile *fm_swapab_tiles(size_t *count);
+/* 1 if the compiled swapab tile t also has the multi-block kernel (feature
+ * blocks > 1, gemm_swapab.cu's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
+ * the two lists agree), else 0. */
+int fm_swapab_tile_has_mb(const fm_swapab_tile *t);
 
 /* "swapab_w4m1n1k256s4" into buf (NUL-terminated, truncated to n). Returns buf. */
 char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n);

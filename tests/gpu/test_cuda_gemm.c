@@ -14,6 +14,8 @@
 
 #include "gpu_common.h"
 
+#include "cuda/cuda_internal.h"
+#include "fp4moe/plan.h"
 #include "plan/fm_kernels_smem.h"
 
 typedef struct {
@@ -554,6 +556,75 @@ static void test_partial_warp_bands(void **state)
     }
 }
 
+/* No tile given: the launcher runs the planner's first candidate (fm_plan_fp4moe on
+ * the device's row of the GPU table), within a lowered limit too, and the planner's
+ * list of multi-block tiles is the compiled one. */
+static void test_planner_choice(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 9);
+    size_t                n = 0;
+    const fm_swapab_tile *sw = fm_swapab_tiles(&n);
+    for (size_t i = 0; i < n; i++) {
+        fm_cuda_tile t = {sw[i].warps, sw[i].mt, sw[i].nt, sw[i].kc, sw[i].stages, FM_CUDA_KERNEL_MMA};
+        assert_int_equal(fm_swapab_has_mb(fm_swapab_find(&t)), fm_swapab_tile_has_mb(&sw[i]));
+    }
+    fm_device_info dev;
+    assert_int_equal(fm_device_query(0, &dev), FM_OK);
+    const fm_gpu_info *h200 = NULL;
+    int on_h200 = dev.cc == 90 && dev.sms == 132 && fm_gpu_find("h200", &h200) == FM_OK;
+    static const struct { int e, n, k; } shapes[] = {{32, 4096, 6144}, {256, 6144, 256}, {8, 512, 1024}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int m = 1; m <= 1024; m *= 4)
+            for (int pk = 0; pk < 2; pk++)
+                for (size_t lim = 0; lim <= 101376; lim += 101376) {
+                    fm_cuda_weights fake; /* only the shape and format are read */
+                    memset(&fake, 0, sizeof fake);
+                    fake.fmt = FM_FORMAT_NVFP4, fake.n_experts = shapes[si].e, fake.n = shapes[si].n,
+                    fake.k = shapes[si].k;
+                    fm_cuda_gemm_args a = {.w = &fake, .epi = FM_CUDA_EPI_NONE, .expected_rows = m, .x_packed = pk,
+                                           .smem_limit = lim};
+                    fm_cuda_tile t;
+                    int          nb = 0;
+                    fm_status    st = fm_cuda_gemm_choose(&a, &t, &nb, NULL);
+                    if (pk && dev.cc != 90) {
+                        assert_int_equal(st, FM_ERR_ARCH_MISMATCH);
+                        continue;
+                    }
+                    assert_int_equal(st, FM_OK);
+                    fm_smem_breakdown bd;
+                    assert_int_equal(tile_smem(&t, &bd), FM_OK);
+                    assert_true(bd.total <= (lim ? lim : dev.smem_block_optin));
+                    if (pk) assert_int_equal(t.kernel, FM_CUDA_KERNEL_WGMMA);
+                    if (!on_h200) continue;
+                    fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4, .x_packed = pk, .smem_limit = lim};
+                    fm_fp4moe_choice c;
+                    size_t           cnt = 0;
+                    assert_int_equal(fm_plan_fp4moe(h200, &q, m, shapes[si].n, shapes[si].k, shapes[si].e, &c, 1,
+                                                    &cnt, NULL),
+                                     FM_OK);
+                    assert_int_equal(t.warps, c.warps);
+                    assert_int_equal(t.mt, c.mt);
+                    assert_int_equal(t.nt, c.nt);
+                    assert_int_equal(t.kc, c.kc);
+                    assert_int_equal(t.stages, c.stages);
+                    assert_int_equal(nb, c.feature_blocks);
+                    assert_int_equal(t.kernel == FM_CUDA_KERNEL_WGMMA, c.family == FM_FAMILY_FP4MOE_WGMMA);
+                }
+    /* nothing fits: the planner's status, nothing launched */
+    fm_cuda_weights fake;
+    memset(&fake, 0, sizeof fake);
+    fake.fmt = FM_FORMAT_NVFP4, fake.n_experts = 4, fake.n = 256, fake.k = 256;
+    fm_cuda_gemm_args a = {.w = &fake, .expected_rows = 1, .smem_limit = 1000};
+    fm_cuda_tile      t;
+    assert_int_equal(fm_cuda_gemm_choose(&a, &t, NULL, NULL), FM_ERR_SMEM_EXCEEDED);
+    /* and the chosen tiles compute: SwiGLU and plain, with the SM120 limit and without */
+    static const gcase c1 = {5, 512, 384, {3, 0, 17, 1, 40}};
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &c1, NULL, FM_CUDA_EPI_SWIGLU, 101376), FM_OK);
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_MXFP4, &c1, NULL, FM_CUDA_EPI_NONE, 0), FM_OK);
+}
+
 int main(void)
 {
     fm_test_require_gpu();
@@ -567,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_statuses),
         cmocka_unit_test(test_multi_block),
         cmocka_unit_test(test_smem_model),
+        cmocka_unit_test(test_planner_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""fit_tile_model.py - fit the planner's cost model of fp4moe's own GEMM tiles
+(src/plan/cost_fp4moe.c) to the per-tile timings of a full GPU run, and write
+its parameters as C (src/plan/fp4moe_cost_h200.inc).
+
+    python3 bench/fit_tile_model.py [--csv bench/h200_fp4moe_tiles.csv]
+                                    [--out src/plan/fp4moe_cost_h200.inc] [--cv]
+
+The model (the C file says the same, and must compute the same): for a tile of
+`warps` W, bands per warp MT, 8*NT tokens a pass, KC of K per stage, at rows m
+per expert of E experts, [N x K] weights,
+  CTAs per SM O   from the shared-memory model (what fits in the SM's 228 KB),
+                  the kernel's launch bounds / register use, and threads;
+  per stage       ps = max(bytes x O x SMs / bw, instructions x O / issue rate,
+                       tensor FLOPs x O / tensor rate)   (the SM's O CTAs share
+                  the chip's bandwidth and the SM's issue slots / tensor cores)
+  per CTA         fixed latency + passes x pipeline fill + stages x ps + the
+                  output tile's bytes (the mma.sync CTA loops over its expert's
+                  passes and, multi-block, over nb feature blocks; a wgmma CTA
+                  is one pass of one block)
+  time            max(1, CTAs / (SMs x O)) x per-CTA time + launch
+and a per-tile efficiency factor (the median of measured / modelled over the
+tile's timings): what the few global parameters cannot see (spills, the
+instruction mix of one instantiation). The global parameters are fitted by
+random search on the mean |log(model / measured)|, alternating with the
+per-tile factors. --cv also fits on three shapes and reports the regret of the
+model's pick on the fourth (how it generalises to a shape it has not seen).
+Regret = time of the tile the model ranks first / time of the fastest measured
+tile at that point - 1, over the candidates the launcher chooses among:
+natural X (mma tiles, with and without multi-block, and the natural-X wgmma
+kernel) and packed X (the packed-X wgmma kernel)."""
+import argparse, collections, csv, math, random, sys, datetime
+
+# compiled multi-block mma tiles (gemm_swapab.cu FM_SWAPAB_ENTRY_MB rows)
+MB = {(8,1,1,64,4),(4,1,1,128,8),(4,1,1,128,4),(4,2,1,128,8),(4,1,1,256,3),(4,2,1,256,3),(4,2,1,128,4),(4,4,1,128,3)}
+SMS, SMEM_SM, RES, REGS = 132, 228*1024, 1024, 65536     # the H200 (sm_90): fm_arch / fm_gpu tables
+CLK_ISSUE = 4 * 1.9e9      # warp instructions per second per SM: 4 schedulers x ~1.9 GHz (H200 boost ~1.98)
+
+def smem_sw(W,MT,NT,KC,S): return S*(W*MT*(KC//64)*576 + 8*NT*(2*KC+16))      # fm_smem_swapab
+def smem_wg(W,MT,NT,KC,S):                                                      # fm_smem_wgmma
+    raw = W*MT*(KC//64)*576 + 16*NT*KC
+    return S*((raw+1023)//1024*1024 + 16)
+def minb(W,MT,NT,KC,S):                      # gemm_swapab.cu swapab_min_blocks (launch bounds)
+    sm = smem_sw(W,MT,NT,KC,S) + 1024
+    b = 1 if NT > 2 else 225*1024//sm
+    b = min(b, 65536//(W*32*64))
+    return max(1, min(8, b))
+def auto_nb(t, N, K, E, sms=SMS):            # gemm_launch.c feature_blocks(), automatic
+    if t not in MB or K > 512: return 1
+    W,MT = t[0],t[1]
+    c = ((N//16 + W*MT - 1)//(W*MT)) * E / (16.0*sms)
+    return 8 if c >= 8 else (int(c) if c >= 2 else 1)
+def occupancy(fam, t):
+    W,MT,NT,KC,S = t
+    if fam == 'mma':
+        o = SMEM_SM // (smem_sw(*t) + RES)
+        o = min(o, minb(*t) if NT <= 2 else max(1, REGS//(240*W*32)), 2048//(W*32))
+    else:
+        o = min(SMEM_SM // (smem_wg(*t) + RES), 2048//((W+4)*32))
+    return max(1, o)
+def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16):
+    W,MT,NT,KC,S = t
+    TOK = 8*NT; passes = -(-m//TOK); F = 16*W*MT
+    B = -(-N//F); nks = -(-K//KC)
+    wst = F*KC*(0.5 + sf); xst = TOK*KC*2
+    O = occupancy(fam, t)
+    if fam == 'mma':
+        ctas = E * -(-B//nb)
+        iss = W*(MT*(KC//64)*(4*P['dec'] + 4*NT*P['mma']) + (KC//64)*2*NT + P['stg'])
+        tc = W*MT*(KC//64)*4*NT*4096*2 / P['rmma']
+    else:
+        ctas = E*B*passes
+        iss = W*(MT*(KC//64)*(4*P['dec'] + 4*P['wgi']) + P['stg'])
+        if not packed: iss += TOK*KC*2/16/32 * P['natx'] * 4
+        tc = F*TOK*KC*2 / P['rwg']
+    ps = max((wst+xst)*O*SMS/P['bw'], iss*O/(CLK_ISSUE*P['u']), tc*O)
+    out = P['epi']*TOK*F*2*O*SMS/P['bw']
+    if fam == 'mma':
+        t_cta = (P['l0mb'] if nb > 1 else P['l0']) + passes*P['fill'] + \
+                nb*passes*(1 + (P['mbp'] if nb > 1 and passes > 1 else 0))*(nks*ps + out)
+    else:
+        t_cta = (P['l0p'] if packed else P['l0w']) + P['ltok']*TOK*MT + nks*ps + out
+    return max(1.0, ctas/(SMS*O))*t_cta*1e6 + P['launch']
+
+def key(fam, t, nb, packed):
+    return (fam, t, nb > 1 if fam == 'mma' else packed)
+
+def load(path):
+    rows = [r for r in csv.reader(l for l in open(path) if not l.startswith('#'))]
+    D = [dict(zip(rows[0], r)) for r in rows[1:]]
+    for d in D:
+        for k in ('experts','n','k','rows_per_expert','warps','mt','nt','kc','stages'): d[k] = int(d[k])
+        d['us'] = float(d['us'])
+        d['fam'] = d['family']; d['t'] = (d['warps'],d['mt'],d['nt'],d['kc'],d['stages'])
+        d['packed'] = d['variant'] == 'packed_x'
+        nb = 1
+        if d['fam'] == 'mma':
+            if d['variant'] == 'auto': nb = auto_nb(d['t'], d['n'], d['k'], d['experts'])
+            elif d['variant'].startswith('feature_blocks_'): nb = int(d['variant'].split('_')[-1])
+        d['nb'] = nb; d['key'] = key(d['fam'], d['t'], nb, d['packed'])
+    return D
+
+P0 = dict(bw=4.3e12, dec=13, mma=1.0, stg=65, u=0.6, rmma=4.6e12, l0=7e-7, l0mb=7e-6, mbp=0.1, fill=3e-7,
+          epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8)
+FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
+
+def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P)
+
+def fit(D, iters=700, rounds=4, seed=1):
+    rnd = random.Random(seed)
+    P = dict(P0); eff = {}
+    def loss(P):
+        return sum(abs(math.log(pred(d, P)*eff.get(d['key'], 1.0)/d['us'])) for d in D)/len(D)
+    for _ in range(rounds):
+        g = collections.defaultdict(list)
+        for d in D: g[d['key']].append(math.log(d['us']/pred(d, P)))
+        eff = {k: math.exp(sorted(v)[len(v)//2]) for k, v in g.items()}
+        best = loss(P)
+        for _ in range(iters):
+            Q = dict(P); k = rnd.choice([x for x in Q if x not in FIXED]); Q[k] *= math.exp(rnd.gauss(0, 0.2))
+            l = loss(Q)
+            if l < best: best, P = l, Q
+    return P, eff, best
+
+def regret(D, P, eff):
+    pts = collections.defaultdict(list)
+    for d in D: pts[(d['shape'], d['rows_per_expert'])].append(d)
+    res = {}
+    for which in ('natural', 'packed'):
+        out = []
+        for k, l in sorted(pts.items()):
+            if which == 'natural':
+                c = [d for d in l if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1')) or d['variant'] == 'natural_x']
+            else: c = [d for d in l if d['packed']]
+            if not c: continue
+            best = min(x['us'] for x in c)
+            pk = min(c, key=lambda x: pred(x, P)*eff.get(x['key'], 1.0))
+            out.append((pk['us']/best - 1, k))
+        res[which] = out
+    return res
+
+def summary(r):
+    v = sorted(x[0] for x in r)
+    worst = max(r)
+    return 'median %.1f %%, p90 %.1f %%, max %.1f %% (%s %d rows)' % (100*v[len(v)//2], 100*v[int(len(v)*0.9)], 100*worst[0], worst[1][0], worst[1][1])
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--csv', default='bench/h200_fp4moe_tiles.csv')
+    ap.add_argument('--out', default='src/plan/fp4moe_cost_h200.inc')
+    ap.add_argument('--cv', action='store_true')
+    a = ap.parse_args()
+    D = load(a.csv)
+    P, eff, l = fit(D)
+    lines = ['mean |log(model / measured)| over %d timings: %.3f' % (len(D), l)]
+    for w, r in regret(D, P, eff).items(): lines.append('regret of the pick, %s X, %d points: %s' % (w, len(r), summary(r)))
+    if a.cv:
+        for sh in sorted({d['shape'] for d in D}):
+            P2, e2, _ = fit([d for d in D if d['shape'] != sh])
+            for w, r in regret([d for d in D if d['shape'] == sh], P2, e2).items():
+                lines.append('fitted without %s, regret there, %s X: %s' % (sh, w, summary(r)))
+    for s in lines: print(s)
+    src = open(a.csv).read().splitlines()
+    meta = [s[2:] for s in src if s.startswith('# ') and 'generated' not in s]
+    o = ['/* fp4moe_cost_h200.inc - generated by bench/fit_tile_model.py from %s; do not edit by hand.' % a.csv]
+    o += [' * %s' % s for s in meta]
+    o += [' * %s' % s for s in lines]
+    o += [' * Included by src/plan/cost_fp4moe.c: the model there, its parameters here. */']
+    o.append('static const fm_cost_params k_cost_h200 = {')
+    for k in P0: o.append('    .%s = %.6g,' % (k, P[k]))
+    o.append('};')
+    o.append('/* family, warps, mt, nt, kc, stages, multi-block (mma) or packed X (wgmma), efficiency */')
+    o.append('static const fm_cost_eff k_eff_h200[] = {')
+    for (fam, t, flag), v in sorted(eff.items()):
+        o.append('    {%s, %d, %d, %d, %d, %d, %d, %.4f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, int(flag), v))
+    o.append('};')
+    open(a.out, 'w').write('\n'.join(o) + '\n')
+    print('wrote', a.out)
+
+if __name__ == '__main__':
+    main()

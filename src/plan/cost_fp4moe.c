@@ -1,0 +1,261 @@
+/* cost_fp4moe.c - the planner's cost model of fp4moe's own grouped-GEMM tiles,
+ * and the ranking fm_cuda_gemm takes its tile from (fm_plan_fp4moe).
+ *
+ * A roofline alone cannot rank these tiles: at a few rows per expert every tile
+ * streams the same weight bytes, and what separates them is how many bytes each
+ * SM keeps in flight (CTAs per SM, stages), how much of the SM's issue the E2M1
+ * decode takes, pipeline fill on short K, and how the output leaves. The model,
+ * for a tile of W warps x MT 16-feature bands, 8*NT tokens a pass, KC of K per
+ * stage, at m rows per expert of E experts and [N x K] weights:
+ *
+ *   O      CTAs per SM: what fits in the SM's shared memory (the launcher's own
+ *          fm_smem_swapab / fm_smem_wgmma + the 1 KB the driver reserves per
+ *          block), the mma kernel's launch bounds (gemm_swapab.cu
+ *          swapab_min_blocks; 8+-token tiles of 4+ bands ~240 registers a thread),
+ *          threads (the wgmma kernels count their producer warpgroup);
+ *   ps     per stage of one CTA, its SM shared by O CTAs:
+ *          max(bytes x O x SMs / bw, warp instructions x O / issue rate,
+ *              tensor FLOPs x O / tensor rate per SM)
+ *          (instructions: per 64-K chunk, the decode `dec` x 4 and the MMAs;
+ *          per stage the copies `stg`; the natural-X wgmma kernel's transpose);
+ *   t_cta  fixed latency + passes x fill + stages x ps + the output tile's bytes
+ *          (an mma CTA loops over its expert's passes and, multi-block, over nb
+ *          feature blocks, with `mbp` more per pass when there are several; a
+ *          wgmma CTA is one pass of one block, plus a latency per token row);
+ *   time   max(1, CTAs / (SMs x O)) x t_cta + launch, times the tile's
+ *          efficiency factor.
+ *
+ * bench/fit_tile_model.py implements the same model in Python, fits its
+ * parameters to every tile's timing of a full H200 run (bench/h200_fp4moe_tiles.csv)
+ * and writes them to fp4moe_cost_h200.inc, with the fit's error and the regret
+ * of the model's pick; tests/test_plan_rank.c checks this C model's pick against
+ * the same timings. On another GPU the H200's parameters are scaled by its
+ * bandwidth and BF16 rate per SM (the gpu table): an untested prediction.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/fm_kernels_smem.h"
+#include "plan_internal.h"
+
+typedef struct {
+    double bw;     /* B/s the chip streams (the H200's, fitted) */
+    double dec;    /* warp instructions to decode a 16x16 weight fragment */
+    double mma;    /* per mma.sync (and its operand loads) */
+    double stg;    /* per stage per warp: copies, barriers, loop */
+    double u;      /* share of the SM's issue slots reachable */
+    double rmma;   /* mma.sync FLOP/s per SM */
+    double l0;     /* s: fixed latency of an mma CTA */
+    double l0mb;   /* s: the same, multi-block kernel */
+    double mbp;    /* multi-block: extra share per pass when there are several */
+    double fill;   /* s: pipeline fill per pass (mma) */
+    double epi;    /* output bytes weight (vs streamed bytes) */
+    double launch; /* us per launch */
+    double wgi;    /* warp instructions per wgmma issue */
+    double natx;   /* natural-X wgmma: instructions per 16-byte X segment transposed */
+    double rwg;    /* wgmma FLOP/s per SM */
+    double l0w;    /* s: fixed latency of a natural-X wgmma CTA */
+    double l0p;    /* s: the same, packed-X (warp-specialized) kernel */
+    double ltok;   /* s: per token row and band (wgmma epilogue) */
+} fm_cost_params;
+
+typedef struct {
+    fm_kernel_family family;
+    int              warps, mt, nt, kc, stages;
+    int              flag; /* mma: the multi-block kernel; wgmma: packed X */
+    double           eff;
+} fm_cost_eff;
+
+#include "fp4moe_cost_h200.inc"
+
+#define FM_H200_GBS 4800.0     /* the gpu table's H200 row the parameters were fitted on */
+#define FM_H200_BF16_SM (989.0 / 132.0)
+#define FM_ISSUE_PER_SM (4 * 1.9e9) /* warp instructions per second: 4 schedulers at ~1.9 GHz */
+
+static int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+
+/* gemm_swapab.cu swapab_min_blocks: the launch bounds' blocks per SM */
+static int swapab_min_blocks(const fm_swapab_tile *t)
+{
+    int smem = t->stages * (t->warps * t->mt * (t->kc / 64) * 576 + 8 * t->nt * (2 * t->kc + 16)) + 1024;
+    int b = t->nt > 2 ? 1 : 225 * 1024 / smem;
+    int r = 65536 / (t->warps * 32 * 64);
+    if (b > r) b = r;
+    return b < 1 ? 1 : (b > 8 ? 8 : b);
+}
+
+static double efficiency(fm_kernel_family fam, const fm_swapab_tile *t, int flag)
+{
+    for (size_t i = 0; i < FM_ARRAY_LEN(k_eff_h200); i++) {
+        const fm_cost_eff *e = &k_eff_h200[i];
+        if (e->family == fam && e->warps == t->warps && e->mt == t->mt && e->nt == t->nt && e->kc == t->kc &&
+            e->stages == t->stages && e->flag == flag)
+            return e->eff;
+    }
+    return 1.0;
+}
+
+int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t k, int64_t experts, int sms)
+{
+    if (k > 512 || warps < 1 || mt < 1 || sms < 1) return 1;
+    int64_t per_cta = swiglu ? (int64_t)warps * mt / 2 : (int64_t)warps * mt;
+    int64_t bands = swiglu ? n / 32 : n / 16;
+    if (per_cta < 1) return 1;
+    double ctas = (double)((bands + per_cta - 1) / per_cta) * (double)experts / (16.0 * sms);
+    return ctas >= 8 ? 8 : (ctas >= 2 ? (int)ctas : 1);
+}
+
+/* CTAs per SM and the model's time of one candidate. */
+static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t,
+                      size_t smem, int nb, int packed, double sf, int64_t m, int64_t n, int64_t k, int64_t experts,
+                      int *occ)
+{
+    const fm_cost_params *P = &k_cost_h200;
+    double bw = P->bw * (g->mem_gbs > 0 ? g->mem_gbs / FM_H200_GBS : 1.0);
+    double rate = g->bf16_tflops > 0 && g->sms > 0 ? g->bf16_tflops / g->sms / FM_H200_BF16_SM : 1.0;
+    double sms = g->sms;
+    int    mma = fam == FM_FAMILY_FP4MOE_SWAPAB;
+    int    W = t->warps, MT = t->mt, NT = t->nt, KC = t->kc, TOK = 8 * NT, F = 16 * W * MT;
+    int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(k, KC), chunks = KC / 64;
+    double wst = (double)F * KC * (0.5 + sf), xst = (double)TOK * KC * 2;
+    int    o = (int)(arch->smem_per_sm / (smem + arch->smem_reserved));
+    int    thr = arch->max_threads_sm / ((mma ? W : W + 4) * 32);
+    if (mma) {
+        int lb = NT <= 2 ? swapab_min_blocks(t) : arch->regs_sm / (240 * W * 32);
+        if (o > lb) o = lb;
+    }
+    if (o > thr) o = thr;
+    if (o > arch->max_blocks_sm) o = arch->max_blocks_sm;
+    if (o < 1) o = 1;
+    double ctas, iss, tc;
+    if (mma) {
+        ctas = (double)experts * ceil_div(B, nb);
+        iss = W * (MT * chunks * (4 * P->dec + 4.0 * NT * P->mma) + chunks * 2.0 * NT + P->stg);
+        tc = (double)W * MT * chunks * 4 * NT * 4096 * 2 / (P->rmma * rate);
+    } else {
+        ctas = (double)experts * B * passes;
+        iss = W * (MT * chunks * (4 * P->dec + 4 * P->wgi) + P->stg);
+        if (!packed) iss += (double)TOK * KC * 2 / 16 / 32 * P->natx * 4;
+        tc = (double)F * TOK * KC * 2 / (P->rwg * rate);
+    }
+    double tb = (wst + xst) * o * sms / bw, ti = iss * o / (FM_ISSUE_PER_SM * P->u), tt = tc * o;
+    double ps = tb > ti ? tb : ti;
+    if (tt > ps) ps = tt;
+    double out = P->epi * TOK * F * 2.0 * o * sms / bw, t_cta;
+    if (mma)
+        t_cta = (nb > 1 ? P->l0mb : P->l0) + passes * P->fill +
+                nb * passes * (1 + (nb > 1 && passes > 1 ? P->mbp : 0)) * (nks * ps + out);
+    else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + nks * ps + out;
+    double waves = ctas / (sms * o);
+    *occ = o;
+    return ((waves > 1 ? waves : 1) * t_cta * 1e6 + P->launch) * efficiency(fam, t, mma ? nb > 1 : packed);
+}
+
+static int by_est(const void *pa, const void *pb)
+{
+    const fm_fp4moe_choice *a = pa, *b = pb;
+    if (a->est_us != b->est_us) return a->est_us > b->est_us ? 1 : -1;
+    return (a->smem_bytes > b->smem_bytes) - (a->smem_bytes < b->smem_bytes);
+}
+
+#define FM_CHOICE_MAX 128
+
+fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64_t rows, int64_t n, int64_t k,
+                         int64_t experts, fm_fp4moe_choice *out, size_t cap, size_t *count, size_t *total)
+{
+    fm_clear_error();
+    if (!gpu || !q || !count || (!out && cap)) return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_fp4moe: NULL argument");
+    if (q->weights != FM_ELEM_NVFP4 && q->weights != FM_ELEM_MXFP4)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_fp4moe: weights must be nvfp4 or mxfp4, not %s",
+                       fm_elem_name(q->weights));
+    if (q->feature_blocks < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_fp4moe: feature_blocks=%d < 0", q->feature_blocks);
+    if (rows < 1 || n < 1 || k < 1 || experts < 1 || rows > INT32_MAX || n > INT32_MAX || k > INT32_MAX ||
+        experts > INT32_MAX)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_plan_fp4moe: rows per expert, N, K and experts must be 1..2^31-1 "
+                                         "(rows=%lld N=%lld K=%lld experts=%lld)",
+                       (long long)rows, (long long)n, (long long)k, (long long)experts);
+    int kq = q->weights == FM_ELEM_NVFP4 ? 16 : 32;
+    if (n % 16 || k % kq)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_plan_fp4moe: N=%lld must be a multiple of 16 and K=%lld of %d (%s blocks)",
+                       (long long)n, (long long)k, kq, fm_elem_name(q->weights));
+    if (q->swiglu && n % 32)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_plan_fp4moe: SwiGLU needs N %% 32 == 0 (gate/up halves of 16-row bands), "
+                                         "N=%lld",
+                       (long long)n);
+    const fm_arch_info *arch = NULL;
+    FM_CHECK(fm_arch_get(gpu->cc, &arch));
+    FM_CHECK(fm_fp4moe_arch_check(FM_FAMILY_FP4MOE_SWAPAB, arch));
+    int wg = fm_fp4moe_arch_check(FM_FAMILY_FP4MOE_WGMMA, arch) == FM_OK;
+    fm_clear_error();
+    if (q->x_packed && !wg)
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "fm_plan_fp4moe: packed X is read by the wgmma kernel only (sm_90a), "
+                                             "not on %s",
+                       arch->name);
+    if (q->x_packed && k % 64)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_plan_fp4moe: packed X needs K %% 64 == 0 (K=%lld)", (long long)k);
+    size_t limit = arch->smem_block_optin;
+    if (q->smem_limit && q->smem_limit < limit) limit = q->smem_limit;
+    double sf = q->weights == FM_ELEM_NVFP4 ? 1.0 / 16 : 1.0 / 32;
+
+    fm_fp4moe_choice all[FM_CHOICE_MAX];
+    size_t got = 0, over = 0, odd = 0, no_mb = 0;
+    for (int f = 0; f < 2; f++) {
+        fm_kernel_family fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
+        if (f ? !wg : q->x_packed) continue;
+        size_t nt = 0;
+        const fm_swapab_tile *tiles = f ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
+        for (size_t i = 0; i < nt; i++) {
+            const fm_swapab_tile *t = &tiles[i];
+            fm_smem_breakdown bd;
+            fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_swapab(t, &bd);
+            if (st != FM_OK) return st; /* a compiled tile outside its model: a bug, said as it is */
+            if (q->swiglu && t->mt % 2) {
+                odd++;
+                continue;
+            }
+            if (bd.total > limit) {
+                over++;
+                continue;
+            }
+            int has_mb = !f && fm_swapab_tile_has_mb(t);
+            int nbs[2], nn = 0;
+            if (q->feature_blocks == 1 || (f && q->feature_blocks == 0)) nbs[nn++] = 1;
+            else if (q->feature_blocks > 1) {
+                if (!has_mb) {
+                    no_mb++;
+                    continue;
+                }
+                nbs[nn++] = q->feature_blocks;
+            } else {
+                nbs[nn++] = 1;
+                int a = has_mb ? fm_plan_fp4moe_auto_blocks(t->warps, t->mt, q->swiglu, n, k, experts, gpu->sms) : 1;
+                if (a > 1) nbs[nn++] = a;
+            }
+            for (int j = 0; j < nn && got < FM_CHOICE_MAX; j++) {
+                fm_fp4moe_choice *c = &all[got++];
+                memset(c, 0, sizeof *c);
+                c->family = fam;
+                c->warps = t->warps, c->mt = t->mt, c->nt = t->nt, c->kc = t->kc, c->stages = t->stages;
+                c->feature_blocks = nbs[j];
+                c->smem_bytes = bd.total;
+                c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], q->x_packed, sf, rows, n, k, experts,
+                                    &c->ctas_per_sm);
+                c->efficiency = efficiency(fam, t, f ? q->x_packed : nbs[j] > 1);
+            }
+        }
+    }
+    if (!got)
+        return fm_fail(over && !odd && !no_mb ? FM_ERR_SMEM_EXCEEDED : FM_ERR_UNSUPPORTED,
+                       "fm_plan_fp4moe: no compiled fp4moe tile qualifies on %s (sm_%d)%s: %zu over the %zu B "
+                       "shared-memory limit, %zu without gate/up pairs for SwiGLU, %zu without a multi-block kernel",
+                       gpu->name, gpu->cc, q->x_packed ? " for packed X" : "", over, limit, odd, no_mb);
+    qsort(all, got, sizeof all[0], by_est);
+    size_t w = got < cap ? got : cap;
+    if (w) memcpy(out, all, w * sizeof all[0]);
+    *count = w;
+    if (total) *total = got;
+    return FM_OK;
+}
