@@ -178,8 +178,9 @@ __device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
 
 /* The staged epilogue (kernel_common.cuh) of consumer warp cw = 0..WARPS-1 of the
  * CTA of feature block fb, run by all WARPS*32 consumer threads (tid = 0.. among
- * them, bar a barrier among exactly them), after every consumer has waited for its
- * MMAs and a barrier (bar) has followed. Warp cw is row block cw%4 of warpgroup cw/4:
+ * them, bar a barrier among exactly them). The caller first makes every consumer
+ * wait for its MMAs (wait_group 0) and its copies, then runs bar (or the same
+ * barrier): no stage buffer is read or written any more. Warp cw is row block cw%4 of warpgroup cw/4:
  * band ((fb * WARPS/4 + cw/4) * MT + i) * 4 + cw%4, CTA-local output band
  * (cw/4 * MT + i) * 4 + cw%4; with SwiGLU (MT == 2) gate band (fb * WARPS/4 + cw/4) * 4
  * + cw%4, local output band cw. Accumulator j of m64 tile i: 8-token group j/4,

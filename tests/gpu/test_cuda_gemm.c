@@ -308,7 +308,13 @@ static void test_wgmma_epilogues(void **state)
     run_case(&r, FM_FORMAT_NVFP4, &wide_out, &big, FM_CUDA_EPI_SWIGLU);
     run_case(&r, FM_FORMAT_NVFP4, &wide_out, &mid, FM_CUDA_EPI_NONE);
     run_case(&r, FM_FORMAT_NVFP4, &wide_out, &mma, FM_CUDA_EPI_SWIGLU);
+    /* the natural-X kernel's staged epilogue: packed outputs, SwiGLU */
+    g_x_packed = 0;
+    run_case(&r, FM_FORMAT_NVFP4, &wide_out, &big, FM_CUDA_EPI_SWIGLU);
+    run_case(&r, FM_FORMAT_NVFP4, &wide_out, &wide, FM_CUDA_EPI_NONE);
     g_y_packed = 0;
+    run_case(&r, FM_FORMAT_MXFP4, &k_skewed, &mid, FM_CUDA_EPI_SWIGLU);
+    g_x_packed = 1;
 }
 
 /* fm_cuda_x_pack against the host permutation; its statuses; x_packed refused by
@@ -547,11 +553,17 @@ static void test_partial_warp_bands(void **state)
         const fm_cuda_tile *t = &tiles[i];
         run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
         if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
-        if (t->kernel == FM_CUDA_KERNEL_MMA && t->nt >= 2) { /* output not 16-byte aligned: the direct epilogue */
+        if (t->nt >= 2) { /* output not 16-byte aligned: the direct epilogue */
             g_y_off = 2;
             run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
             g_y_off = 0;
+        }
+        if (t->kernel == FM_CUDA_KERNEL_WGMMA) { /* the natural-X kernel: partial bands, both epilogues */
+            g_x_packed = 0;
+            run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
+            if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
+            g_x_packed = 1;
         }
     }
 }
