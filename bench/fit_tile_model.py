@@ -74,6 +74,8 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16):
         if not packed: iss += TOK*KC*2/16/32 * P['natx'] * 4
         tc = F*TOK*KC*2 / P['rwg']
     ps = max((wst+xst)*O*SMS/P['bw'], iss*O/(CLK_ISSUE*P['u']), tc*O)
+    if fam != 'mma' and not packed:  # natural X through registers, one stage ahead: latency per 16-byte load a thread
+        ps = max(ps, P['xlat'] * xst / (W*32*16))
     out = P['epi']*TOK*F*2*O*SMS/P['bw']
     if fam == 'mma':
         t_cta = (P['l0mb'] if nb > 1 else P['l0']) + passes*P['fill'] + \
@@ -101,7 +103,7 @@ def load(path):
     return D
 
 P0 = dict(bw=4.3e12, dec=13, mma=1.0, stg=65, u=0.6, rmma=4.6e12, l0=7e-7, l0mb=7e-6, mbp=0.1, fill=3e-7,
-          epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8)
+          epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8, xlat=1e-7)
 FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
 def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P)

@@ -173,7 +173,32 @@ static size_t device_smem_limit(int *dev_out)
  * compute capability and SM count nearest in memory bandwidth (the cost model's
  * parameters are scaled by its bandwidth and BF16 rate), else the device's own
  * figures with an unknown BF16 rate (the H200's rates are used). */
+#define FM_GPU_CACHE 64 /* devices whose row is kept (the memory-clock query costs milliseconds) */
+static fm_gpu_info k_gpu_cache[FM_GPU_CACHE];
+static int         k_gpu_cached[FM_GPU_CACHE];
+
+static fm_status device_gpu_query(fm_gpu_info *g);
+
 static fm_status device_gpu(fm_gpu_info *g)
+{
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
+    }
+    if (dev >= 0 && dev < FM_GPU_CACHE && k_gpu_cached[dev]) { /* a race only repeats the same query */
+        *g = k_gpu_cache[dev];
+        return FM_OK;
+    }
+    FM_CHECK(device_gpu_query(g));
+    if (dev >= 0 && dev < FM_GPU_CACHE) {
+        k_gpu_cache[dev] = *g;
+        k_gpu_cached[dev] = 1;
+    }
+    return FM_OK;
+}
+
+static fm_status device_gpu_query(fm_gpu_info *g)
 {
     int dev = 0, sms = 0, clk = 0, bus = 0, cc = device_cc();
     if (!cc || cudaGetDevice(&dev) != cudaSuccess ||

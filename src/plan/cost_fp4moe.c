@@ -17,7 +17,9 @@
  *          max(bytes x O x SMs / bw, warp instructions x O / issue rate,
  *              tensor FLOPs x O / tensor rate per SM)
  *          (instructions: per 64-K chunk, the decode `dec` x 4 and the MMAs;
- *          per stage the copies `stg`; the natural-X wgmma kernel's transpose);
+ *          per stage the copies `stg`; the natural-X wgmma kernel's transpose),
+ *          and for the natural-X wgmma kernel at least `xlat` per 16-byte X load
+ *          of a thread (X goes through registers one stage ahead: latency-bound);
  *   t_cta  fixed latency + passes x fill + stages x ps + the output tile's bytes
  *          (an mma CTA loops over its expert's passes and, multi-block, over nb
  *          feature blocks, with `mbp` more per pass when there are several; a
@@ -59,6 +61,7 @@ typedef struct {
     double l0w;    /* s: fixed latency of a natural-X wgmma CTA */
     double l0p;    /* s: the same, packed-X (warp-specialized) kernel */
     double ltok;   /* s: per token row and band (wgmma epilogue) */
+    double xlat;   /* s: natural-X wgmma, per 16-byte X load of a thread in a stage (loaded one stage ahead) */
 } fm_cost_params;
 
 typedef struct {
@@ -143,6 +146,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     double tb = (wst + xst) * o * sms / bw, ti = iss * o / (FM_ISSUE_PER_SM * P->u), tt = tc * o;
     double ps = tb > ti ? tb : ti;
     if (tt > ps) ps = tt;
+    if (!mma && !packed && P->xlat * xst / (W * 32 * 16) > ps) ps = P->xlat * xst / (W * 32 * 16);
     double out = P->epi * TOK * F * 2.0 * o * sms / bw, t_cta;
     if (mma)
         t_cta = (nb > 1 ? P->l0mb : P->l0) + passes * P->fill +
