@@ -4,7 +4,7 @@ measured-times CSV (docs/simulate.md, "Measured times"), so `fp4moe simulate
 --measured` and `--validate` read the same numbers the bench reported.
 
 Why a script: RESULTS.md is the reviewed record (written by bench/gpu_table.py
-from a full gpu-check run; the newest full run's section is "## GPU, current kernels ...");
+from a full gpu-check run; the simulator's CSVs come from the section "## GPU, third session ..." (the fourth session's table has a launcher column this parser does not read));
 the CSV is derived from it and must be regenerated,
 never hand-edited, whenever the table changes:
 
@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--peer", choices=["fp4moe", "torch"], default="fp4moe",
                     help="fp4moe: the swap-AB NVFP4 times; torch: torch._grouped_mm BF16 times")
     ap.add_argument("--gpu", default="h200", help="GPU short name as in the planner's GPU table")
-    ap.add_argument("--section", default="GPU, current kernels",
+    ap.add_argument("--section", default="GPU, third session",
                     help="heading (after '## ') the table's section starts with: the newest full run by default "
                          "('GPU' alone: the first session's table)")
     ap.add_argument("-o", "--output", default=None)
