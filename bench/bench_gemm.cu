@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
     for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
         tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
-        if (mt_[i].nt == 1 && mt_[i].kc <= 256) {
+        if (fm_swapab_tile_has_mb(&mt_[i])) { /* tiles with a multi-block kernel: the other block count too */
             tiles[ntile] = tiles[ntile - 1];
             tnb1[ntile++] = 1;
         }
