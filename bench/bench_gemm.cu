@@ -104,6 +104,10 @@ int main(int argc, char **argv)
     double bf16_tflops = 0;
     int    reps = 25, quick = 0, only_m = 0; /* --shape/--m/--tile: one configuration (for ncu) */
     const char *only_shape = NULL, *only_tile = NULL;
+    /* --fdet: the FINALIZE_DET epilogue (FP32 rows x router weight to scratch, then the
+     * slot-order reduce into [rows/8][N], top-8 slots = 8 consecutive rows), at the
+     * points whose scratch fits in 2.2 GB; lines start with "csvf," */
+    int fdet = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bf16-tflops") && i + 1 < argc) bf16_tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -111,6 +115,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) only_m = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tile") && i + 1 < argc) only_tile = argv[++i];
+        else if (!strcmp(argv[i], "--fdet")) fdet = 1;
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -175,12 +180,32 @@ int main(int argc, char **argv)
             fill_bf16<<<1024, 256>>>(x[b], xrows * s->K, 7u + b);
         }
         CK(cudaMalloc((void **)&y, xrows * s->N * 2));
+        float   *scratch = NULL, *yf = NULL, *rwt = NULL;
+        int32_t *slots = NULL;
+        if (fdet) {
+            size_t fr = 0; /* rows of the largest point whose scratch fits */
+            for (int mi = 0; mi < nms; mi++)
+                if ((double)ms[mi] * s->E * s->N * 4 <= 2.2e9) fr = (size_t)ms[mi] * s->E;
+            if (!fr) fr = 8;
+            CK(cudaMalloc((void **)&scratch, fr * s->N * 4));
+            CK(cudaMalloc((void **)&yf, (fr / 8 + 1) * s->N * 4));
+            CK(cudaMalloc((void **)&rwt, fr * 4));
+            CK(cudaMalloc((void **)&slots, fr * 4));
+            float   *h = (float *)malloc(fr * 4);
+            int32_t *hs = (int32_t *)malloc(fr * 4);
+            for (size_t r = 0; r < fr; r++) h[r] = 0.125f, hs[r] = (int32_t)r;
+            CK(cudaMemcpy(rwt, h, fr * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(slots, hs, fr * 4, cudaMemcpyHostToDevice));
+            free(h);
+            free(hs);
+        }
         int32_t *offs, *hoff = (int32_t *)malloc(sizeof(int32_t) * (s->E + 1));
         CK(cudaMalloc((void **)&offs, sizeof(int32_t) * (s->E + 1)));
         CK(cudaGetLastError());
         for (int mi = 0; mi < nms; mi++) {
             int m = ms[mi];
             if (only_m && m != only_m) continue;
+            if (fdet && (double)m * s->E * s->N * 4 > 2.2e9) continue;
             for (int e = 0; e <= s->E; e++) hoff[e] = e * m;
             CK(cudaMemcpy(offs, hoff, sizeof(int32_t) * (s->E + 1), cudaMemcpyHostToDevice));
             double bytes = (double)s->E * s->N * s->K * (0.5 + 1.0 / 16) + (double)m * s->E * (s->K + s->N) * 2.0;
@@ -193,7 +218,7 @@ int main(int argc, char **argv)
             {
                 fm_cuda_gemm_args q = {};
                 q.w = &w;
-                q.epi = FM_CUDA_EPI_NONE;
+                q.epi = fdet ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_NONE;
                 q.expected_rows = m;
                 if (fm_cuda_gemm_choose(&q, &def, &def_nb, NULL) != FM_OK) {
                     fprintf(stderr, "fm_cuda_gemm_choose: %s\n", fm_last_error());
@@ -238,6 +263,15 @@ int main(int argc, char **argv)
                 a.max_rows = m * s->E; /* the rows of this call: the wgmma grid is sized by it */
                 a.epi = FM_CUDA_EPI_NONE;
                 a.y = y;
+                if (fdet) {
+                    a.epi = FM_CUDA_EPI_FINALIZE_DET;
+                    a.y = yf;
+                    a.scratch = scratch;
+                    a.row_weight = rwt;
+                    a.token_slots = slots;
+                    a.top_k = 8;
+                    a.n_tokens = m * s->E / 8;
+                }
                 a.tile = &tl;
                 a.x_packed = tpacked[ti]; /* random X: the column order changes nothing in the timing */
                 a.feature_blocks = tnb1[ti];
@@ -264,7 +298,7 @@ int main(int argc, char **argv)
                 }
                 qsort(t, reps, sizeof(float), cmp_f);
                 double us = t[reps / 2] * 1e3;
-                printf("csv,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
+                printf("%s,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", fdet ? "csvf" : "csv", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
                        flops / (us * 1e-6) / 1e12, floor_us);
                 if (is_def == 1) def_us = us;
                 if (is_def == 2) defp_us = us;
@@ -285,6 +319,10 @@ int main(int argc, char **argv)
         CK(cudaFree(x[1]));
         CK(cudaFree(y));
         CK(cudaFree(offs));
+        cudaFree(scratch);
+        cudaFree(yf);
+        cudaFree(rwt);
+        cudaFree(slots);
         free(hoff);
     }
     printf("\n%-8s %5s %9s %9s %9s %-22s %7s %7s %8s %6s\n", "shape", "m/exp", "def_us", "defpk_us", "best_us", "best_tile", "TB/s",

@@ -121,8 +121,11 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
      * without MB (whose next block is in flight during the epilogue), the output
      * 16-byte aligned, the staged tile within the stage buffers */
     constexpr bool STAGE_FITS = !MB && NT >= 2 && staged_tile_bytes(WARPS * MT * 16, TOK) <= STAGES * STAGE_B;
-    const bool     staged = STAGE_FITS && (p.epi == FM_CUDA_EPI_NONE || p.epi == FM_CUDA_EPI_SWIGLU) &&
-                        (uintptr_t)p.y % 16 == 0;
+    constexpr bool STAGE_FITS32 = !MB && NT >= 2 && staged_tile_bytes_f32(WARPS * MT * 16, TOK) <= STAGES * STAGE_B;
+    /* FINALIZE_DET: scratch is 16-byte aligned (fm_cuda_gemm checks it) */
+    const bool staged = (STAGE_FITS && (p.epi == FM_CUDA_EPI_NONE || p.epi == FM_CUDA_EPI_SWIGLU) &&
+                         (uintptr_t)p.y % 16 == 0) ||
+                        (STAGE_FITS32 && p.epi == FM_CUDA_EPI_FINALIZE_DET);
 
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
         const int rows = min(TOK, m - pass0);

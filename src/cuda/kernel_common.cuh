@@ -117,8 +117,12 @@ __device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&
  * row padded by 16 B (a warp's 2-byte writes of 4 token rows x 8 features then
  * fall in distinct banks for natural columns). */
 constexpr int staged_tile_bytes(int fs, int tok) { return tok * (2 * fs + 16); }
+/* the same for FINALIZE_DET's FP32 rows */
+constexpr int staged_tile_bytes_f32(int fs, int tok) { return tok * (4 * fs + 16); }
 
-/* BF16 outputs (NONE, SWIGLU) of one pass through shared memory: the CTA's
+/* BF16 outputs (NONE, SWIGLU) and FINALIZE_DET's FP32 rows (weighted by the
+ * row's router weight, to p.scratch, row stride 4*FS + 16 bytes in smem:
+ * staged_tile_bytes_f32) of one pass through shared memory: the CTA's
  * [tokens][output columns] tile goes to smem (row stride 2*FS + 16 bytes; column
  * order as written: natural, or the prepack K order (kpack_col) for y_packed,
  * which needs the CTA's output columns to be whole 64-column blocks), then every
@@ -141,6 +145,30 @@ __device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsig
                                                 const bool (&bvalid)[MT], int rbase, int rows, float osc, int g, int t,
                                                 int tid, Acc acc, Col lcol, Bar bar)
 {
+    if (p.epi == FM_CUDA_EPI_FINALIZE_DET) { /* FP32 rows x router weight -> scratch */
+        constexpr int RS = 4 * FS + 16;
+        const int     col0 = blk * FS;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int tok = n * 8 + 2 * t + (q & 1), fo = g + 8 * (q >> 1);
+                if (tok >= rows) continue;
+                const float rw = p.row_weight[rbase + tok] * osc;
+                float      *row = (float *)(smem + tok * RS);
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    if (bvalid[i]) row[lcol(i, false) + fo] = acc(i, n, q) * rw;
+            }
+        bar();
+        constexpr int vpr = FS / 4; /* 16-byte segments per token row */
+        for (int v = tid; v < rows * vpr; v += NTHR) {
+            const int r = v / vpr, c4 = (v - r * vpr) * 4;
+            if (col0 + c4 >= p.n) continue; /* bands past N */
+            *(uint4 *)(p.scratch + (size_t)(rbase + r) * p.n + col0 + c4) = *(const uint4 *)(smem + r * RS + c4 * 4);
+        }
+        return;
+    }
     constexpr int RS = 2 * FS + 16;
     const bool    swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     const int     fout = swiglu ? FS / 2 : FS, width = swiglu ? p.n / 2 : p.n, col0 = blk * fout;

@@ -160,7 +160,8 @@ template <int NTHR> __device__ __forceinline__ void wg_bar_sync()
 }
 
 /* Whether a pass's output leaves through shared memory (wg_epilogue_staged): BF16
- * (NONE, or SWIGLU with its gate/up pair of m64 tiles, MT == 2), 16+ tokens (as
+ * (NONE, or SWIGLU with its gate/up pair of m64 tiles, MT == 2) or FINALIZE_DET's
+ * FP32 rows when its larger tile fits, 16+ tokens (as
  * the mma.sync kernel's rule), the staged tile within the stage buffers
  * (stage_bytes = STAGES * STAGE_B: below the ws kernel's mbarriers), y 16-byte
  * aligned, and for y_packed the CTA's output columns whole 64-column blocks (the
@@ -170,6 +171,8 @@ __device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
 {
     constexpr int  FS = WARPS * MT * 16;
     constexpr bool FITS = NT >= 2 && staged_tile_bytes(FS, 8 * NT) <= STAGE_BYTES;
+    constexpr bool FITS32 = NT >= 2 && staged_tile_bytes_f32(FS, 8 * NT) <= STAGE_BYTES;
+    if (p.epi == FM_CUDA_EPI_FINALIZE_DET) return FITS32; /* scratch 16-byte aligned: fm_cuda_gemm checks it */
     if (!FITS || (uintptr_t)p.y % 16) return false;
     if (p.epi == FM_CUDA_EPI_NONE) return !p.y_packed || FS % 64 == 0;
     if (p.epi == FM_CUDA_EPI_SWIGLU) return MT == 2 && (!p.y_packed || (FS / 2) % 64 == 0);

@@ -553,6 +553,7 @@ static void test_partial_warp_bands(void **state)
         const fm_cuda_tile *t = &tiles[i];
         run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
         if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
+        run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_FINALIZE_DET); /* staged FP32 rows where they fit */
         if (t->nt >= 2) { /* output not 16-byte aligned: the direct epilogue */
             g_y_off = 2;
             run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
