@@ -9,8 +9,9 @@ its parameters as C (src/plan/fp4moe_cost_h200.inc).
 The model (the C file says the same, and must compute the same): for a tile of
 `warps` W, bands per warp MT, 8*NT tokens a pass, KC of K per stage, at rows m
 per expert of E experts, [N x K] weights,
-  CTAs per SM O   from the shared-memory model (what fits in the SM's 228 KB),
-                  the kernel's launch bounds / register use, and threads;
+  CTAs per SM O   as the CUDA occupancy calculator counts them: shared memory
+                  (the SM's 228 KB), registers (src/plan/fp4moe_regs_sm90.inc,
+                  bench/regs_table.py), threads, block slots;
   per stage       ps = max(bytes x O x SMs / bw, instructions x O / issue rate,
                        tensor FLOPs x O / tensor rate)   (the SM's O CTAs share
                   the chip's bandwidth and the SM's issue slots / tensor cores)
@@ -29,7 +30,7 @@ Regret = time of the tile the model ranks first / time of the fastest measured
 tile at that point - 1, over the candidates the launcher chooses among:
 natural X (mma tiles, with and without multi-block, and the natural-X wgmma
 kernel) and packed X (the packed-X wgmma kernel)."""
-import argparse, collections, csv, math, random, sys, datetime
+import argparse, collections, csv, math, random, re, sys, datetime
 
 # compiled multi-block mma tiles (gemm_swapab.cu FM_SWAPAB_ENTRY_MB rows)
 MB = {(8,1,1,64,4),(4,1,1,128,8),(4,1,1,128,4),(4,2,1,128,8),(4,1,1,256,3),(4,2,1,256,3),(4,2,1,128,4),(4,4,1,128,3)}
@@ -50,20 +51,33 @@ def auto_nb(t, N, K, E, sms=SMS):            # gemm_launch.c feature_blocks(), a
     W,MT = t[0],t[1]
     c = ((N//16 + W*MT - 1)//(W*MT)) * E / (16.0*sms)
     return 8 if c >= 8 else (int(c) if c >= 2 else 1)
-def occupancy(fam, t):
+def load_regs(path='src/plan/fp4moe_regs_sm90.inc'):   # bench/regs_table.py's ptxas counts
+    r = {}
+    for line in open(path):
+        m = re.match(r'\s*\{FM_FAMILY_FP4MOE_(SWAPAB|WGMMA), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\},', line)
+        if m:
+            r[('mma' if m.group(1) == 'SWAPAB' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), int(m.group(7)))] = int(m.group(8))
+    return r
+REGTAB = {}
+def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy
     W,MT,NT,KC,S = t
-    if fam == 'mma':
-        o = SMEM_SM // (smem_sw(*t) + RES)
-        o = min(o, minb(*t) if NT <= 2 else max(1, REGS//(240*W*32)), 2048//(W*32))
+    warps = W + 4 if fam == 'wgmma' and flag else W
+    o = SMEM_SM // ((smem_sw(*t) if fam == 'mma' else smem_wg(*t)) + RES)
+    o = min(o, 2048//(warps*32), 32)
+    regs = REGTAB.get((fam, t, int(flag)), 0)
+    if regs:
+        o = min(o, REGS // ((regs*32 + 255)//256*256) // warps)
+    elif fam == 'mma':
+        o = min(o, minb(*t) if NT <= 2 else REGS//(240*W*32))
     else:
-        o = min(SMEM_SM // (smem_wg(*t) + RES), 2048//((W+4)*32))
+        o = min(o, 1)
     return max(1, o)
 def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16):
     W,MT,NT,KC,S = t
     TOK = 8*NT; passes = -(-m//TOK); F = 16*W*MT
     B = -(-N//F); nks = -(-K//KC)
-    wst = F*KC*(0.5 + sf); xst = TOK*KC*2
-    O = occupancy(fam, t)
+    wst = F*KC*(0.5 + sf); xst = (m/passes)*KC*2   # X bytes a stage: the pass's valid rows (the rest is not read)
+    O = occupancy(fam, t, nb > 1 if fam == 'mma' else packed)
     if fam == 'mma':
         ctas = E * -(-B//nb)
         iss = W*(MT*(KC//64)*(4*P['dec'] + 4*NT*P['mma']) + (KC//64)*2*NT + P['stg'])
@@ -108,7 +122,7 @@ FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
 def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P)
 
-def fit(D, iters=700, rounds=4, seed=1):
+def fit(D, iters=1500, rounds=5, seed=1):
     rnd = random.Random(seed)
     P = dict(P0); eff = {}
     def loss(P):
@@ -152,6 +166,7 @@ def main():
     ap.add_argument('--out', default='src/plan/fp4moe_cost_h200.inc')
     ap.add_argument('--cv', action='store_true')
     a = ap.parse_args()
+    REGTAB.update(load_regs())
     D = load(a.csv)
     P, eff, l = fit(D)
     lines = ['mean |log(model / measured)| over %d timings: %.3f' % (len(D), l)]

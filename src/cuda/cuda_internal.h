@@ -71,6 +71,12 @@ int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stre
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
 int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
+/* CTAs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor with the launch's
+ * attributes) and registers per thread of kernel idx (mb: its multi-block kernel;
+ * wgmma: x_packed = the warp-specialized one); a cudaError_t. For the planner's
+ * occupancy conformance test. */
+int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
+int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
 /* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
 int       fm_wgmma_find(const fm_cuda_tile *t);
 long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound) */

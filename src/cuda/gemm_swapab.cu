@@ -349,6 +349,22 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     return (int)cudaGetLastError();
 }
 
+extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs)
+{
+    if (idx < 0 || idx >= k_n_entries || (mb && !k_entries[idx].mb)) return (int)cudaErrorInvalidValue;
+    const entry &x = k_entries[idx];
+    kernel_fn    fn = mb ? x.mb : x.fn;
+    /* the launch's attributes (the tile's smem is fixed: fm_cuda_gemm sets this same value) */
+    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, fn, x.warps * 32, smem);
+    cudaFuncAttributes a;
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&a, fn);
+    if (err == cudaSuccess) *regs = a.numRegs;
+    return (int)err;
+}
+
 extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;

@@ -141,6 +141,22 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     return (int)cudaGetLastError();
 }
 
+extern "C" int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs)
+{
+    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
+    const entry &x = k_entries[idx];
+    kernel_fn    fn = x_packed ? x.fn : x.fn_nat;
+    cudaError_t  err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    if (err == cudaSuccess)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, fn, (x_packed ? x.warps + 4 : x.warps) * 32, smem);
+    cudaFuncAttributes a;
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&a, fn);
+    if (err == cudaSuccess) *regs = a.numRegs;
+    return (int)err;
+}
+
 extern "C" int fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;

@@ -8,11 +8,14 @@
  * for a tile of W warps x MT 16-feature bands, 8*NT tokens a pass, KC of K per
  * stage, at m rows per expert of E experts and [N x K] weights:
  *
- *   O      CTAs per SM: what fits in the SM's shared memory (the launcher's own
- *          fm_smem_swapab / fm_smem_wgmma + the 1 KB the driver reserves per
- *          block), the mma kernel's launch bounds (gemm_swapab.cu
- *          swapab_min_blocks; 8+-token tiles of 4+ bands ~240 registers a thread),
- *          threads (the wgmma kernels count their producer warpgroup);
+ *   O      CTAs per SM, as the CUDA occupancy calculator counts them: the fewest
+ *          of what the SM's shared memory (the launcher's own fm_smem_swapab /
+ *          fm_smem_wgmma + the 1 KB the driver reserves per block), registers
+ *          (each kernel's count from ptxas, fp4moe_regs_sm90.inc by
+ *          bench/regs_table.py; per warp in 256-register units), threads (the
+ *          packed-X wgmma kernel counts its producer warpgroup) and block slots
+ *          allow (fm_fp4moe_occupancy; test_cuda_gemm checks it against
+ *          cudaOccupancyMaxActiveBlocksPerMultiprocessor);
  *   ps     per stage of one CTA, its SM shared by O CTAs:
  *          max(bytes x O x SMs / bw, warp instructions x O / issue rate,
  *              tensor FLOPs x O / tensor rate per SM)
@@ -73,6 +76,15 @@ typedef struct {
 
 #include "fp4moe_cost_h200.inc"
 
+typedef struct {
+    fm_kernel_family family;
+    int              warps, mt, nt, kc, stages;
+    int              flag; /* mma: the multi-block kernel; wgmma: packed X (warp-specialized) */
+    int              regs; /* per thread (ptxas) */
+} fm_kernel_regs;
+
+#include "fp4moe_regs_sm90.inc"
+
 #define FM_H200_GBS 4800.0     /* the gpu table's H200 row the parameters were fitted on */
 #define FM_H200_BF16_SM (989.0 / 132.0)
 #define FM_ISSUE_PER_SM (4 * 1.9e9) /* warp instructions per second: 4 schedulers at ~1.9 GHz */
@@ -110,6 +122,38 @@ int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t
     return ctas >= 8 ? 8 : (ctas >= 2 ? (int)ctas : 1);
 }
 
+int fm_fp4moe_kernel_regs(fm_kernel_family fam, const fm_swapab_tile *t, int flag)
+{
+    for (size_t i = 0; i < FM_ARRAY_LEN(k_regs_sm90); i++) {
+        const fm_kernel_regs *r = &k_regs_sm90[i];
+        if (r->family == fam && r->warps == t->warps && r->mt == t->mt && r->nt == t->nt && r->kc == t->kc &&
+            r->stages == t->stages && r->flag == flag)
+            return r->regs;
+    }
+    return 0;
+}
+
+int fm_fp4moe_occupancy(const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t, int flag,
+                        size_t smem)
+{
+    int mma = fam == FM_FAMILY_FP4MOE_SWAPAB;
+    int warps = mma ? t->warps : (flag ? t->warps + 4 : t->warps); /* the packed-X kernel's producer warpgroup */
+    int o = (int)(arch->smem_per_sm / (smem + arch->smem_reserved));
+    int thr = arch->max_threads_sm / (warps * 32);
+    if (o > thr) o = thr;
+    if (o > arch->max_blocks_sm) o = arch->max_blocks_sm;
+    int regs = fm_fp4moe_kernel_regs(fam, t, flag);
+    if (regs > 0) { /* registers per warp in 256-register units */
+        int per_warp = (regs * 32 + 255) / 256 * 256;
+        int by_regs = arch->regs_sm / per_warp / warps;
+        if (o > by_regs) o = by_regs;
+    } else if (mma) { /* not in the table: the launch bounds' promise */
+        int lb = t->nt <= 2 ? swapab_min_blocks(t) : arch->regs_sm / (240 * t->warps * 32);
+        if (o > lb) o = lb;
+    } else if (o > 1) o = 1; /* wgmma: __launch_bounds__(threads, 1), registers up to the file */
+    return o < 1 ? 0 : o;
+}
+
 /* CTAs per SM and the model's time of one candidate. */
 static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t,
                       size_t smem, int nb, int packed, double sf, int64_t m, int64_t n, int64_t k, int64_t experts,
@@ -122,15 +166,9 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     int    mma = fam == FM_FAMILY_FP4MOE_SWAPAB;
     int    W = t->warps, MT = t->mt, NT = t->nt, KC = t->kc, TOK = 8 * NT, F = 16 * W * MT;
     int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(k, KC), chunks = KC / 64;
-    double wst = (double)F * KC * (0.5 + sf), xst = (double)TOK * KC * 2;
-    int    o = (int)(arch->smem_per_sm / (smem + arch->smem_reserved));
-    int    thr = arch->max_threads_sm / ((mma ? W : W + 4) * 32);
-    if (mma) {
-        int lb = NT <= 2 ? swapab_min_blocks(t) : arch->regs_sm / (240 * W * 32);
-        if (o > lb) o = lb;
-    }
-    if (o > thr) o = thr;
-    if (o > arch->max_blocks_sm) o = arch->max_blocks_sm;
+    /* X bytes a stage: the pass's valid rows (rows past an expert's count are not read) */
+    double wst = (double)F * KC * (0.5 + sf), xst = (double)m / passes * KC * 2;
+    int    o = fm_fp4moe_occupancy(arch, fam, t, mma ? nb > 1 : packed, smem);
     if (o < 1) o = 1;
     double ctas, iss, tc;
     if (mma) {

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 
+#include "fp4moe/plan.h"
 #include "fp4moe/smem.h"
 #include "fp4moe/status.h"
 
@@ -88,6 +89,15 @@ const fm_swapab_tile *fm_swapab_tiles(size_t *count);
  * blocks > 1, gemm_swapab.cu's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
  * the two lists agree), else 0. */
 int fm_swapab_tile_has_mb(const fm_swapab_tile *t);
+/* CTAs per SM of a compiled fp4moe kernel with `smem` bytes of dynamic shared
+ * memory on arch (src/plan/cost_fp4moe.c): the fewest of what shared memory,
+ * registers (the sm_90a ptxas counts, fp4moe_regs_sm90.inc), threads and block
+ * slots allow; flag: mma = the multi-block kernel, wgmma = the packed-X
+ * (warp-specialized, +4 producer warps) kernel. 0 if nothing fits. */
+int fm_fp4moe_occupancy(const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t, int flag,
+                        size_t smem);
+/* Registers per thread of that kernel in the sm_90a table (0: not in it). */
+int fm_fp4moe_kernel_regs(fm_kernel_family fam, const fm_swapab_tile *t, int flag);
 
 /* "swapab_w4m1n1k256s4" into buf (NUL-terminated, truncated to n). Returns buf. */
 char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n);

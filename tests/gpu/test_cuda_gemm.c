@@ -638,6 +638,47 @@ static void test_planner_choice(void **state)
     assert_int_equal(run_case_limit(&r, FM_FORMAT_MXFP4, &c1, NULL, FM_CUDA_EPI_NONE, 0), FM_OK);
 }
 
+/* The planner's CTAs per SM (fm_fp4moe_occupancy: shared memory, the ptxas register
+ * table, threads, block slots) equal the runtime's occupancy of every compiled kernel,
+ * and on compute capability 9.0 the table's registers equal cudaFuncGetAttributes'
+ * (the table is sm_90a's: bench/regs_table.py regenerates it). */
+static void test_occupancy(void **state)
+{
+    (void)state;
+    fm_device_info dev;
+    assert_int_equal(fm_device_query(0, &dev), FM_OK);
+    const fm_arch_info *arch = NULL;
+    assert_int_equal(fm_arch_get(dev.cc, &arch), FM_OK);
+    int    sm90 = dev.cc == 90, checked = 0, bad = 0;
+    size_t n = 0;
+    for (int f = 0; f < 2; f++) {
+        if (f && !sm90) continue;
+        const fm_swapab_tile *tl = f ? fm_wgmma_tiles(&n) : fm_swapab_tiles(&n);
+        fm_kernel_family      fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
+        for (size_t i = 0; i < n; i++)
+            for (int flag = 0; flag < 2; flag++) {
+                if (!f && flag && !fm_swapab_tile_has_mb(&tl[i])) continue;
+                fm_smem_breakdown bd;
+                assert_int_equal(f ? fm_smem_wgmma(&tl[i], &bd) : fm_smem_swapab(&tl[i], &bd), FM_OK);
+                int blocks = -1, regs = -1;
+                CK(f ? fm_wgmma_occupancy((int)i, flag, bd.total, &blocks, &regs)
+                     : fm_swapab_occupancy((int)i, flag, bd.total, &blocks, &regs));
+                int model = fm_fp4moe_occupancy(arch, fam, &tl[i], flag, bd.total);
+                int table = fm_fp4moe_kernel_regs(fam, &tl[i], flag);
+                char name[64];
+                (f ? fm_wgmma_tile_name : fm_swapab_tile_name)(&tl[i], name, sizeof name);
+                int ok = blocks == model && (!sm90 || regs == table);
+                printf("  %-22s %s  CTAs/SM runtime %d planner %d  registers %d table %d%s\n", name,
+                       f ? (flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks, model, regs, table,
+                       ok ? "" : "  <- differs");
+                bad += !ok;
+                checked++;
+            }
+    }
+    printf("  %d kernels, %d differ%s\n", checked, bad, sm90 ? "" : " (not sm_90: registers not compared)");
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     fm_test_require_gpu();
@@ -652,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_multi_block),
         cmocka_unit_test(test_smem_model),
         cmocka_unit_test(test_planner_choice),
+        cmocka_unit_test(test_occupancy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
