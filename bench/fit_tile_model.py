@@ -23,8 +23,9 @@ per expert of E experts, [N x K] weights,
 and a per-tile efficiency factor (the median of measured / modelled over the
 tile's timings): what the few global parameters cannot see (spills, the
 instruction mix of one instantiation). The global parameters are fitted by
-random search on the mean |log(model / measured)|, alternating with the
-per-tile factors. --cv also fits on three shapes and reports the regret of the
+random search on the mean |log(model / measured)| plus the mean regret of the
+model's pick over the launcher's candidate sets (the ranking is what the
+launcher uses), alternating with the per-tile factors. --cv also fits on three shapes and reports the regret of the
 model's pick on the fourth (how it generalises to a shape it has not seen).
 Regret = time of the tile the model ranks first / time of the fastest measured
 tile at that point - 1, over the candidates the launcher chooses among:
@@ -122,11 +123,33 @@ FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
 def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P)
 
+def candidate_sets(D):
+    """The launcher's choices per point: natural X (mma with and without multi-block,
+    natural-X wgmma) and packed X (packed-X wgmma), as lists of indices into D."""
+    pts = collections.defaultdict(lambda: ([], []))
+    for i, d in enumerate(D):
+        k = (d['shape'], d['rows_per_expert'])
+        if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1')) or d['variant'] == 'natural_x':
+            pts[k][0].append(i)
+        elif d['packed']: pts[k][1].append(i)
+    return [c for a, b in pts.values() for c in (a, b) if c]
+
+RANK_W = 1.0   # weight of the mean regret of the pick in the fit's objective
+
 def fit(D, iters=1500, rounds=5, seed=1):
+    """Objective: mean |log(model / measured)| + RANK_W x mean regret of the model's
+    pick over the launcher's candidate sets (the ranking is what the launcher uses)."""
     rnd = random.Random(seed)
     P = dict(P0); eff = {}
+    sets = candidate_sets(D)
     def loss(P):
-        return sum(abs(math.log(pred(d, P)*eff.get(d['key'], 1.0)/d['us'])) for d in D)/len(D)
+        pr = [pred(d, P)*eff.get(d['key'], 1.0) for d in D]
+        err = sum(abs(math.log(p/d['us'])) for p, d in zip(pr, D))/len(D)
+        reg = 0.0
+        for c in sets:
+            pick = min(c, key=lambda i: pr[i])
+            reg += D[pick]['us']/min(D[i]['us'] for i in c) - 1
+        return err + RANK_W*reg/len(sets)
     for _ in range(rounds):
         g = collections.defaultdict(list)
         for d in D: g[d['key']].append(math.log(d['us']/pred(d, P)))

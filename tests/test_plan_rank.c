@@ -7,7 +7,7 @@
  *    with and without multi-block and the natural-X wgmma kernel; packed X: the
  *    packed-X wgmma kernel). Bounds: median regret <= 2 % for both, worst <= 12 %
  *    natural, <= 25 % packed (bench/fit_tile_model.py reports the fit's own figures, run of
- *    2026-11-30: natural median 0.7 %, max 10.2 %; packed median 0 %, max 19.1 %). A changed
+ *    2026-11-30 ~01:25 UTC: natural median 0 %, max 8.1 %; packed median 0 %, max 15.4 %). A changed
  *    model, tile list or a refit that ranks worse fails.
  * 2. Invariants on random shapes and both GPU kinds: sorted, every entry fits the
  *    limit, SwiGLU gets gate/up pairs, packed X only wgmma, sm_120 no wgmma.
