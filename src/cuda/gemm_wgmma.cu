@@ -71,6 +71,9 @@ const entry k_entries[] = {
     FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
     FM_WGMMA_ENTRY(4, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
     FM_WGMMA_ENTRY(4, 1, 1, 128, 4), FM_WGMMA_ENTRY(4, 2, 1, 128, 4),
+    /* deeper pipelines: a wgmma CTA has the SM to itself (registers), smem to spare */
+    FM_WGMMA_ENTRY(8, 2, 8, 64, 8),  FM_WGMMA_ENTRY(8, 2, 4, 128, 6), FM_WGMMA_ENTRY(8, 2, 16, 64, 8),
+    FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64

@@ -127,6 +127,12 @@ static const fm_swapab_tile k_wgmma_tiles[] = {
     {4, 2, 2, 128, 4}, /*  53,312  128 x 16 (SwiGLU pairs) */
     {4, 1, 1, 128, 4}, /*  28,736   64 x 8  */
     {4, 2, 1, 128, 4}, /*  45,120  128 x 8 (SwiGLU pairs) */
+    /* deeper pipelines: every wgmma CTA has an SM to itself (its registers, bench/regs_table.py),
+     * so stages cost nothing but shared memory, of which one CTA leaves most unused */
+    {8, 2, 8, 64, 8},  /* 139,392  256 x 64, 7 stages in flight */
+    {8, 2, 4, 128, 6}, /* 159,840  256 x 32 */
+    {8, 2, 16, 64, 8}, /* 204,928  256 x 128 */
+    {8, 1, 32, 64, 6}, /* 227,424  128 x 256 */
 };
 
 const fm_swapab_tile *fm_wgmma_tiles(size_t *count)
