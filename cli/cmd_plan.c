@@ -1,5 +1,6 @@
 /* cmd_plan.c - `fp4moe plan`: every catalogue tile for a GPU/format/epilogue/shape,
- * checked (fits or not, bytes, stages) and ranked by an estimated cost. */
+ * checked (fits or not, bytes, stages) and ranked by an estimated cost; with
+ * --launcher, fp4moe's own tiles ranked as fm_cuda_gemm chooses (fm_plan_fp4moe). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,11 +18,71 @@ static void help(FILE *f)
                "sm_90 fp4moe-wgmma), ranked.\n"
                "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2%% is a tie,\n"
                "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage (a bad flag value, or a --k\n"
-               "that no tile's K divides), 1 failure\n");
+               "that no tile's K divides), 1 failure\n"
+               "\n"
+               "fp4moe plan --launcher --gpu NAME [--format nvfp4|mxfp4] [--packed-x] [--swiglu] [--feature-blocks N]\n"
+               "                   [--smem-limit BYTES] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
+               "fp4moe's compiled tiles ranked as fm_cuda_gemm picks them with no tile given (fm_plan_fp4moe: a cost\n"
+               "model with the CUDA calculator's occupancy, fitted to every tile's H200 timing; on other GPUs scaled,\n"
+               "unmeasured); the first row is what it launches. exit: 0, 5 no tile fits the limit, 2 usage, 1 failure\n");
+}
+
+static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query *q, long rows, long n, long k,
+                         long experts, int json)
+{
+    fm_fp4moe_choice c[128];
+    size_t           cnt = 0;
+    fm_fp4moe_query  qq = *q;
+    qq.weights = ab;
+    fm_status st = fm_plan_fp4moe(g, &qq, rows, n, k, experts, c, 128, &cnt, NULL);
+    if (st == FM_ERR_SMEM_EXCEEDED) {
+        fprintf(stderr, "fp4moe plan: %s\n", fm_last_error());
+        return FM_EXIT_REJECTED;
+    }
+    if (st != FM_OK)
+        return fm_cli_usage_status("plan", st == FM_ERR_BAD_SHAPE ? "--n/--k/--rows-per-expert" : "--gpu/--format/--packed-x",
+                                   st);
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    if (!json)
+        printf("%s (sm_%d, %d SMs), %s weights, %s X%s, %ld rows/expert, N=%ld K=%ld, %ld experts: fm_cuda_gemm's "
+               "ranking\n  %4s %-6s %-22s %6s %8s %8s %9s %6s\n",
+               g->full_name, g->cc, g->sms, fm_elem_name(ab), q->x_packed ? "packed" : "natural",
+               q->swiglu ? ", SwiGLU" : "", rows, n, k, experts, "rank", "kernel", "tile", "blocks", "CTAs/SM",
+               "smem", "est_us", "eff");
+    for (size_t i = 0; i < cnt; i++) {
+        char name[64];
+        int  wg = c[i].family == FM_FAMILY_FP4MOE_WGMMA;
+        snprintf(name, sizeof name, "%s_w%dm%dn%dk%ds%d", wg ? "wgmma" : "swapab", c[i].warps, c[i].mt, c[i].nt,
+                 c[i].kc, c[i].stages); /* the library's tile names */
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "rank", (double)(i + 1));
+            cJSON_AddStringToObject(o, "family", fm_family_name(c[i].family));
+            cJSON_AddStringToObject(o, "tile", name);
+            cJSON_AddNumberToObject(o, "feature_blocks", c[i].feature_blocks);
+            cJSON_AddNumberToObject(o, "ctas_per_sm", c[i].ctas_per_sm);
+            cJSON_AddNumberToObject(o, "smem_bytes", (double)c[i].smem_bytes);
+            cJSON_AddNumberToObject(o, "est_us", c[i].est_us);
+            cJSON_AddNumberToObject(o, "efficiency", c[i].efficiency);
+            cJSON_AddItemToArray(arr, o);
+        } else
+            printf("  %4zu %-6s %-22s %6d %8d %8zu %9.1f %6.3f\n", i + 1, wg ? "wgmma" : "mma", name,
+                   c[i].feature_blocks, c[i].ctas_per_sm, c[i].smem_bytes, c[i].est_us, c[i].efficiency);
+    }
+    if (json) {
+        char *t = cJSON_Print(arr);
+        printf("%s\n", t);
+        free(t);
+        cJSON_Delete(arr);
+    }
+    return FM_EXIT_OK;
 }
 
 int fm_cmd_plan(int argc, char **argv)
 {
+    int             launcher = 0;
+    fm_fp4moe_query q = {.weights = FM_ELEM_NVFP4};
+    long            fb = 0, lim = 0;
     const char *gpu_s = NULL;
     fm_elem ab = FM_ELEM_NVFP4;
     fm_epilogue epi = FM_EPI_TMA;
@@ -34,6 +95,9 @@ int fm_cmd_plan(int argc, char **argv)
             help(stdout);
             return FM_EXIT_OK;
         } else if (!strcmp(f, "--json")) json = 1;
+        else if (!strcmp(f, "--launcher")) launcher = 1;
+        else if (!strcmp(f, "--packed-x")) q.x_packed = 1;
+        else if (!strcmp(f, "--swiglu")) q.swiglu = 1;
         else if (!strcmp(f, "--swap-ab")) swap = 1;
         else if (!v) {
             fprintf(stderr, "fp4moe plan: %s needs a value (or unknown flag)\n", f);
@@ -54,6 +118,8 @@ int fm_cmd_plan(int argc, char **argv)
             else if (!strcmp(f, "--n")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &n)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--k")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &k)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--experts")) { if (!fm_cli_int("plan", f, v, 1, 1 << 16, &experts)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--feature-blocks")) { if (!fm_cli_int("plan", f, v, 0, 64, &fb)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--smem-limit")) { if (!fm_cli_int("plan", f, v, 0, 1L << 30, &lim)) return FM_EXIT_USAGE; }
             else {
                 fprintf(stderr, "fp4moe plan: unknown flag %s (see --help)\n", f);
                 return FM_EXIT_USAGE;
@@ -67,6 +133,20 @@ int fm_cmd_plan(int argc, char **argv)
     }
     const fm_gpu_info *g = NULL;
     if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_usage_status("plan", "--gpu", st);
+    if (launcher) {
+        if (ab != FM_ELEM_NVFP4 && ab != FM_ELEM_MXFP4) {
+            fprintf(stderr, "fp4moe plan: --launcher ranks fp4moe's FP4 kernels: --format nvfp4 or mxfp4, not %s\n",
+                    fm_elem_name(ab));
+            return FM_EXIT_USAGE;
+        }
+        q.feature_blocks = (int)fb;
+        q.smem_limit = (size_t)lim;
+        return launcher_rank(g, ab, &q, rows, n, k, experts, json);
+    }
+    if (q.x_packed || q.swiglu || fb || lim) {
+        fprintf(stderr, "fp4moe plan: --packed-x, --swiglu, --feature-blocks and --smem-limit go with --launcher\n");
+        return FM_EXIT_USAGE;
+    }
     fm_plan_candidate c[64];
     size_t cnt = 0;
     /* the flags are the whole input: a shape no tile takes (BAD_SHAPE: K) or a format the

@@ -173,6 +173,44 @@ static void wgmma_family(void **s)
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64 --stages 5", "not compiled in");
 }
 
+/* --launcher: fm_cuda_gemm's ranking (fm_plan_fp4moe): the decode pick on the H200, packed X only
+ * wgmma, no wgmma on sm_120, SwiGLU pairs, the limit, and the usage errors. */
+static void launcher_ranking(void **s)
+{
+    (void)s;
+    static result r;
+    struct {
+        const char *args;
+        int         rc;
+        const char *has[3];
+        const char *lacks;
+    } cases[] = {
+        {"plan --launcher --gpu h200 --rows-per-expert 1", 0, {"\n     1 mma    swapab_w4m2n1k256s3 ", "fm_cuda_gemm", NULL},
+         NULL},
+        {"plan --launcher --gpu h200 --packed-x --rows-per-expert 64 --json", 0, {"\"rank\":\t1", "wgmma_w8m", NULL},
+         "swapab_"},
+        {"plan --launcher --gpu rtx-pro-6000 --swiglu --format mxfp4", 0, {"swapab_w4m2", NULL}, "wgmma_"},
+        {"plan --launcher --gpu h200 --smem-limit 30000 --n 512 --k 512", 0, {"swapab_w8m1n1k64s4", NULL}, "w4m2n1k256s3"},
+        {"plan --launcher --gpu h200 --smem-limit 1000", 5, {NULL}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run(cases[i].args, &r);
+        int ok = r.rc == cases[i].rc;
+        for (int w = 0; ok && w < 3 && cases[i].has[w]; w++) ok = strstr(r.out, cases[i].has[w]) != NULL;
+        if (ok && cases[i].lacks) ok = strstr(r.out, cases[i].lacks) == NULL;
+        if (!ok) {
+            print_error("fp4moe %s: exit %d (want %d)\nstdout: %.600s\nstderr: %.400s\n", cases[i].args, r.rc,
+                        cases[i].rc, r.out, r.err);
+            fail();
+        }
+    }
+    USAGE("plan --launcher --gpu rtx-pro-6000 --packed-x", "--packed-x", "sm_120");
+    USAGE("plan --launcher --gpu h200 --format fp8", "--launcher", "nvfp4");
+    USAGE("plan --launcher --gpu h200 --n 100", "--n", "N=100");
+    USAGE("plan --gpu h200 --swiglu", "--launcher");
+    USAGE("plan --launcher --gpu h200 --feature-blocks -1", "--feature-blocks");
+}
+
 static void no_gpu_is_exit_3(void **s)
 {
     (void)s;
@@ -210,6 +248,7 @@ int main(void)
         cmocka_unit_test(explain_bad_flags),
         cmocka_unit_test(explain_good_flags),
         cmocka_unit_test(wgmma_family),
+        cmocka_unit_test(launcher_ranking),
         cmocka_unit_test(no_gpu_is_exit_3),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
