@@ -42,6 +42,10 @@ int fm_cli_fail(const char *cmd, fm_status s);
  * (or the flags, for a combination). */
 int fm_cli_usage_status(const char *cmd, const char *flag, fm_status s);
 
+/* Print a JSON document (cJSON_Print) and a newline on stdout, then free it. */
+struct cJSON;
+void fm_cli_print_json(struct cJSON *j);
+
 /* Progress line on stderr, only when stderr is a terminal or FM_PROGRESS=1. */
 void fm_cli_progress(const char *fmt, ...);
 

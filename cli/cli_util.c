@@ -1,5 +1,7 @@
 /* cli_util.c - flag parsing and error printing shared by the subcommands. */
 #define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 #include <errno.h>
@@ -69,4 +71,12 @@ void fm_cli_progress(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fflush(stderr);
+}
+
+void fm_cli_print_json(struct cJSON *j)
+{
+    char *t = cJSON_Print(j);
+    if (t) puts(t);
+    free(t);
+    cJSON_Delete(j);
 }

@@ -63,10 +63,7 @@ int fm_cmd_devices(int argc, char **argv)
         }
     }
     if (json) {
-        char *t = cJSON_Print(arr);
-        printf("%s\n", t);
-        free(t);
-        cJSON_Delete(arr);
+        fm_cli_print_json(arr);
     }
     return FM_EXIT_OK;
 }

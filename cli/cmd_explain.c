@@ -178,10 +178,7 @@ int fm_cmd_explain(int argc, char **argv)
         cJSON_AddNumberToObject(o, "best_stages", r.best_stages);
         cJSON_AddNumberToObject(o, "best_bytes", (double)r.best_bytes);
         cJSON_AddStringToObject(o, "reason", r.reason);
-        char *txt = cJSON_Print(o);
-        printf("%s\n", txt);
-        free(txt);
-        cJSON_Delete(o);
+        fm_cli_print_json(o);
     } else {
         if (swapab)
             printf("%s %s, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "

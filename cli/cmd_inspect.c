@@ -209,10 +209,7 @@ int fm_cmd_inspect(int argc, char **argv)
                 cJSON_AddItemToArray(tl, o);
             }
         }
-        char *txt = cJSON_Print(j);
-        if (txt) puts(txt);
-        free(txt);
-        cJSON_Delete(j);
+        fm_cli_print_json(j);
         goto done;
     }
     printf("checkpoint  %s\n", path);

@@ -70,10 +70,7 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
                    c[i].feature_blocks, c[i].ctas_per_sm, c[i].smem_bytes, c[i].est_us, c[i].efficiency);
     }
     if (json) {
-        char *t = cJSON_Print(arr);
-        printf("%s\n", t);
-        free(t);
-        cJSON_Delete(arr);
+        fm_cli_print_json(arr);
     }
     return FM_EXIT_OK;
 }
@@ -197,10 +194,7 @@ int fm_cmd_plan(int argc, char **argv)
         }
     }
     if (json) {
-        char *t = cJSON_Print(arr);
-        printf("%s\n", t);
-        free(t);
-        cJSON_Delete(arr);
+        fm_cli_print_json(arr);
     } else
         printf("  ('a' = automatic stage count - for fp4moe-swapab/-wgmma the compiled one; a CUTLASS row without it\n"
                "   is the fix for the rejected row above; fp4moe tile = tokens a pass x features x K / warps)\n");

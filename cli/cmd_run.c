@@ -251,10 +251,7 @@ int fm_cmd_run(int argc, char **argv)
             cJSON_AddNumberToObject(j, "nmse_bound", bound);
             cJSON_AddBoolToObject(j, "check_passed", rc == FM_EXIT_OK);
         }
-        char *txt = cJSON_Print(j);
-        if (txt) puts(txt);
-        free(txt);
-        cJSON_Delete(j);
+        fm_cli_print_json(j);
     } else {
         printf("fp4moe run: %s backend, %s weights, %d experts (top-%d), hidden %d, inter %d, %d token%s%s\n",
                fm_backend_name(bk), fm_format_traits_get(cfg->wfmt)->name, cfg->n_experts, cfg->top_k, cfg->hidden,

@@ -70,6 +70,28 @@ static void expect_usage(const char *args, const char *const *words)
 
 #define USAGE(args, ...) expect_usage(args, (const char *const[]){__VA_ARGS__, NULL})
 
+/* One run: its exit code, up to three strings stdout must hold and one it must not. */
+typedef struct {
+    const char *args;
+    int         rc;
+    const char *has[3];
+    const char *lacks;
+} cli_case;
+
+static void expect_case(const cli_case *c)
+{
+    static result r;
+    run(c->args, &r);
+    int ok = r.rc == c->rc;
+    for (int w = 0; ok && w < 3 && c->has[w]; w++) ok = strstr(r.out, c->has[w]) != NULL;
+    if (ok && c->lacks) ok = strstr(r.out, c->lacks) == NULL;
+    if (!ok) {
+        print_error("fp4moe %s: exit %d (want %d)\nstdout: %.600s\nstderr: %.400s\n", c->args, r.rc, c->rc, r.out,
+                    r.err);
+        fail();
+    }
+}
+
 static void plan_bad_flags(void **s)
 {
     (void)s;
@@ -141,13 +163,7 @@ static void explain_good_flags(void **s)
 static void wgmma_family(void **s)
 {
     (void)s;
-    static result r;
-    struct {
-        const char *args;
-        int         rc;
-        const char *has[3];
-        const char *lacks;
-    } cases[] = {
+    const cli_case cases[] = {
         {"plan --gpu h200", 0, {"\n  fp4moe-wgmma  ", "\n  fp4moe-swapab ", NULL}, NULL},
         {"plan --gpu h200 --rows-per-expert 256 --json", 0, {"\"family\":\t\"fp4moe-wgmma\"", "wgmma_w8m", NULL}, NULL},
         {"plan --gpu rtx-pro-6000", 0, {"\n  fp4moe-swapab ", NULL}, "\n  fp4moe-wgmma"},
@@ -156,17 +172,7 @@ static void wgmma_family(void **s)
         {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x128 --warps 4 --json", 0,
          {"\"warps\":\t4", "\"total_bytes\":\t28736", NULL}, NULL},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run(cases[i].args, &r);
-        int ok = r.rc == cases[i].rc;
-        for (int w = 0; ok && w < 3 && cases[i].has[w]; w++) ok = strstr(r.out, cases[i].has[w]) != NULL;
-        if (ok && cases[i].lacks) ok = strstr(r.out, cases[i].lacks) == NULL;
-        if (!ok) {
-            print_error("fp4moe %s: exit %d (want %d)\nstdout: %.600s\nstderr: %.400s\n", cases[i].args, r.rc,
-                        cases[i].rc, r.out, r.err);
-            fail();
-        }
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
     USAGE("explain --family fp4moe-wgmma --arch sm120 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_120");
     USAGE("explain --family fp4moe-wgmma --arch sm_100 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_100");
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 8x64x128", "warps", "8x64x128/w4/s4"); /* default 8 warps */
@@ -178,13 +184,7 @@ static void wgmma_family(void **s)
 static void launcher_ranking(void **s)
 {
     (void)s;
-    static result r;
-    struct {
-        const char *args;
-        int         rc;
-        const char *has[3];
-        const char *lacks;
-    } cases[] = {
+    const cli_case cases[] = {
         {"plan --launcher --gpu h200 --rows-per-expert 1", 0, {"\n     1 mma    swapab_w4m2n1k256s3 ", "fm_cuda_gemm", NULL},
          NULL},
         {"plan --launcher --gpu h200 --packed-x --rows-per-expert 64 --json", 0, {"\"rank\":\t1", "wgmma_w8m", NULL},
@@ -193,17 +193,7 @@ static void launcher_ranking(void **s)
         {"plan --launcher --gpu h200 --smem-limit 30000 --n 512 --k 512", 0, {"swapab_w8m1n1k64s4", NULL}, "w4m2n1k256s3"},
         {"plan --launcher --gpu h200 --smem-limit 1000", 5, {NULL}, NULL},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run(cases[i].args, &r);
-        int ok = r.rc == cases[i].rc;
-        for (int w = 0; ok && w < 3 && cases[i].has[w]; w++) ok = strstr(r.out, cases[i].has[w]) != NULL;
-        if (ok && cases[i].lacks) ok = strstr(r.out, cases[i].lacks) == NULL;
-        if (!ok) {
-            print_error("fp4moe %s: exit %d (want %d)\nstdout: %.600s\nstderr: %.400s\n", cases[i].args, r.rc,
-                        cases[i].rc, r.out, r.err);
-            fail();
-        }
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
     USAGE("plan --launcher --gpu rtx-pro-6000 --packed-x", "--packed-x", "sm_120");
     USAGE("plan --launcher --gpu h200 --format fp8", "--launcher", "nvfp4");
     USAGE("plan --launcher --gpu h200 --n 100", "--n", "N=100");
