@@ -100,6 +100,8 @@ typedef struct {
     int             x_packed, y_packed;
     const fm_cuda_tile *tile;
     int             expected_rows; /* average rows per expert, for the tile choice (< 1 counts as 1) */
+    int             active_experts; /* experts expected to have rows, for the tile choice (0 or > n_experts:
+                                       all; decode: min(experts, tokens x top_k)) */
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
     /* feature_blocks (the mma tiles of one token group that have a multi-block
@@ -142,7 +144,8 @@ fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void
 /* The tile (and feature blocks per CTA) fm_cuda_gemm launches when a->tile is
  * NULL: the first candidate of the planner's ranking fm_plan_fp4moe (fp4moe/plan.h)
  * for this call on the current device: a->w's format and shape, a->expected_rows
- * rows per expert (< 1: 1), a->epi (SwiGLU: gate/up pairs), a->x_packed,
+ * rows per expert (< 1: 1) on a->active_experts experts (0: all), a->epi (SwiGLU:
+ * gate/up pairs), a->x_packed,
  * a->feature_blocks and the shared-memory limit (the device's opt-in limit, or
  * a->smem_limit when lower). The device is matched to the planner's GPU table by
  * compute capability, SMs and memory bandwidth. Only a, a->w and tile are read

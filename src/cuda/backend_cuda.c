@@ -206,15 +206,17 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
         return cu_err((cudaError_t)le, "permutation");
     if ((e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
         return cu_err(e, "clear out");
-    int avg = (R + E - 1) / E; /* tile choice only: the real counts stay on the device */
+    /* tile choice only (the real counts stay on the device): at most R experts have rows */
+    int act = R < E ? (R > 0 ? R : 1) : E, avg = (R + act - 1) / act;
     /* X layout of each GEMM: packed (the prepack K order, read by the sm_90a wgmma
      * kernel only) where the planner's estimate for it beats natural X; the gather
      * writes FC1's X and FC1's epilogue FC2's X in the chosen order at no cost. */
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
-                            .y = s->d_h, .expected_rows = avg};
+                            .y = s->d_h, .expected_rows = avg, .active_experts = act};
     fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
-                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg};
+                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg,
+                            .active_experts = act};
     int pk1 = s->sm90 && H % 64 == 0 && prefer_packed(&a1);
     int pk2 = s->sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
     if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, pk1, s->d_xp, NULL)) != 0)

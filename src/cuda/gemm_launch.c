@@ -242,7 +242,8 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, in
     fm_fp4moe_choice c;
     size_t           n = 0;
     int              rows = a->expected_rows > 0 ? a->expected_rows : 1;
-    fm_status        st = fm_plan_fp4moe(&g, &q, rows, w->n, w->k, w->n_experts, &c, 1, &n, NULL);
+    int              ex = a->active_experts > 0 && a->active_experts < w->n_experts ? a->active_experts : w->n_experts;
+    fm_status        st = fm_plan_fp4moe(&g, &q, rows, w->n, w->k, ex, &c, 1, &n, NULL);
     if (st != FM_OK) return fm_fail(st, "fm_cuda_gemm: no tile for this call: %s", fm_last_error());
     *tile = (fm_cuda_tile){c.warps, c.mt, c.nt, c.kc, c.stages,
                            c.family == FM_FAMILY_FP4MOE_WGMMA ? FM_CUDA_KERNEL_WGMMA : FM_CUDA_KERNEL_MMA};

@@ -45,15 +45,24 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
     const uint16_t *xr = x + (size_t)t * H;
     const float    *wr = rw + (size_t)e * H;
     float           part = 0.0f; /* the CPU's part[c] = {0} */
-#pragma unroll 4
-    for (int k0 = 0; k0 < H; k0 += 32) {
-        const int k = k0 + lane;
-        const float p = k < H ? __fmul_rn(__uint_as_float((uint32_t)xr[k] << 16), wr[k]) : 0.0f;
+    /* U groups of 32 products loaded before any is summed: U loads of x and w in flight
+     * per lane (one warp per logit has nothing else to hide the latency with: at decode
+     * T x E warps are a few per SM); the sums stay in the CPU's order, k ascending */
+    constexpr int U = 16;
+    for (int k0 = 0; k0 < H; k0 += 32 * U) {
+        float p[U];
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-            const float q = __shfl_sync(FM_FULL, p, c + 8 * m);
-            if (k0 + c + 8 * m < H) part = __fadd_rn(part, q);
+        for (int u = 0; u < U; u++) {
+            const int k = k0 + 32 * u + lane;
+            p[u] = k < H ? __fmul_rn(__uint_as_float((uint32_t)xr[k] << 16), wr[k]) : 0.0f;
         }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const float q = __shfl_sync(FM_FULL, p[u], c + 8 * m);
+                if (k0 + 32 * u + c + 8 * m < H) part = __fadd_rn(part, q);
+            }
     }
     /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) on lane 0 (FP32 addition commutes) */
     part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 1));
