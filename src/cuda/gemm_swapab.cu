@@ -224,11 +224,9 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                         }
 #pragma unroll
                         for (int i = 0; i < MT; i++) {
-                            int      slot = (warp * MT + i) * CPS + c;
-                            uint4    wq = *(const uint4 *)(buf + W_OFF + slot * 512 + lane * 16);
-                            uint32_t sc = *(const uint16_t *)(buf + S_OFF + slot * 64 + lane * 2);
-                            uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
-                            uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+                            uint4    wq;
+                            uint32_t s_lo, s_hi;
+                            load_chunk(buf, W_OFF, S_OFF, (warp * MT + i) * CPS + c, lane, p, wq, s_lo, s_hi);
                             uint32_t wv4[4] = {wq.x, wq.y, wq.z, wq.w};
 #pragma unroll
                             for (int s = 0; s < 4; s++) {

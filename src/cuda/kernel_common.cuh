@@ -52,6 +52,20 @@ __device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t
     a[3] = bf16x2_mul(__funnelshift_l(w, w, 10) & M, s_hi);
 }
 
+/* One prepacked 16-row x 64-K weight chunk of a stage for this lane (slot = the
+ * chunk's index in the stage: 512 B of E2M1 at w_off, 64 B of scale codes at s_off)
+ * and its two scale multipliers: rows g (s_lo) and g + 8 (s_hi) of the band, the
+ * code turned into the BF16x2 factor that dequant_step expects (p.sc_mul/sc_add:
+ * NVFP4 E4M3 or MXFP4 E8M0, prepack.c). */
+__device__ __forceinline__ void load_chunk(const unsigned char *buf, int w_off, int s_off, int slot, int lane,
+                                           const fm_swapab_params &p, uint4 &wq, uint32_t &s_lo, uint32_t &s_hi)
+{
+    wq = *(const uint4 *)(buf + w_off + slot * 512 + lane * 16);
+    const uint32_t sc = *(const uint16_t *)(buf + s_off + slot * 64 + lane * 2);
+    s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
+    s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 

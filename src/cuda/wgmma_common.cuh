@@ -96,11 +96,9 @@ __device__ __forceinline__ void wg_dequant(const unsigned char *buf, int w_off, 
     for (int c = 0; c < CPS; c++)
 #pragma unroll
         for (int i = 0; i < MT; i++) {
-            int      sl = (w * MT + i) * CPS + c;
-            uint4    wq = *(const uint4 *)(buf + w_off + sl * 512 + lane * 16);
-            uint32_t sc = *(const uint16_t *)(buf + s_off + sl * 64 + lane * 2);
-            uint32_t s_lo = (sc & 0xFFu) * p.sc_mul + p.sc_add;
-            uint32_t s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
+            uint4    wq;
+            uint32_t s_lo, s_hi;
+            load_chunk(buf, w_off, s_off, (w * MT + i) * CPS + c, lane, p, wq, s_lo, s_hi);
             dequant_step(wq.x, s_lo, s_hi, a.r[c][i][0]);
             dequant_step(wq.y, s_lo, s_hi, a.r[c][i][1]);
             dequant_step(wq.z, s_lo, s_hi, a.r[c][i][2]);
