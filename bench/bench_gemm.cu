@@ -143,9 +143,10 @@ int main(int argc, char **argv)
     }
     if (prop.major == 9 && prop.minor == 0)
         for (size_t i = 0; i < nwg && ntile + 2 <= 64; i++)
-            for (int pk = 1; pk >= 0; pk--) {
+            for (int pk = 1; pk >= (wt_[i].persist ? 1 : 0); pk--) { /* the persistent kernel: packed X only */
                 tpacked[ntile] = pk;
-                tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages, FM_CUDA_KERNEL_WGMMA};
+                tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages,
+                                  wt_[i].persist ? FM_CUDA_KERNEL_WGMMA_PERSISTENT : FM_CUDA_KERNEL_WGMMA};
             }
     char  table[64][200];
     int   nt = 0;
@@ -236,7 +237,7 @@ int main(int argc, char **argv)
                 /* the feature blocks this row runs with: explicit, or the automatic count for a given tile */
                 int vnb = tnb1[ti];
                 if (!vnb) {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
                     vnb = tl.kernel == FM_CUDA_KERNEL_MMA && fm_swapab_tile_has_mb(&st)
                               ? fm_plan_fp4moe_auto_blocks(tl.warps, tl.mt, 0, s->N, s->K, s->E, prop.multiProcessorCount)
                               : 1;
@@ -246,14 +247,14 @@ int main(int argc, char **argv)
                                  ? 1
                                  : (have_defp && !memcmp(&tl, &defp, sizeof tl) && tpacked[ti] ? 2 : 0);
                 if (!is_def && m > 64 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
-                if (!is_def && tl.kernel == FM_CUDA_KERNEL_WGMMA && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
+                if (!is_def && tl.kernel != FM_CUDA_KERNEL_MMA && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
                     continue; /* mostly padding tokens */
                 char nm[64];
                 {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages};
-                    if (tl.kernel == FM_CUDA_KERNEL_WGMMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+                    if (tl.kernel != FM_CUDA_KERNEL_MMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
                     else fm_swapab_tile_name(&st, nm, sizeof nm);
-                    if (tl.kernel == FM_CUDA_KERNEL_WGMMA && !tpacked[ti]) strcat(nm, "_natx");
+                    if (tl.kernel != FM_CUDA_KERNEL_MMA && !tpacked[ti]) strcat(nm, "_natx");
                     if (tnb1[ti]) strcat(nm, tnb1[ti] == 1 ? "_nb1" : "_nb4");
                 }
                 if (only_tile && strcmp(only_tile, nm)) continue;

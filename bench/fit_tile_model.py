@@ -39,9 +39,9 @@ SMS, SMEM_SM, RES, REGS = 132, 228*1024, 1024, 65536     # the H200 (sm_90): fm_
 CLK_ISSUE = 4 * 1.9e9      # warp instructions per second per SM: 4 schedulers x ~1.9 GHz (H200 boost ~1.98)
 
 def smem_sw(W,MT,NT,KC,S): return S*(W*MT*(KC//64)*576 + 8*NT*(2*KC+16))      # fm_smem_swapab
-def smem_wg(W,MT,NT,KC,S):                                                      # fm_smem_wgmma
+def smem_wg(W,MT,NT,KC,S,persist=False):                                       # fm_smem_wgmma
     raw = W*MT*(KC//64)*576 + 16*NT*KC
-    return S*((raw+1023)//1024*1024 + 16)
+    return S*((raw+1023)//1024*1024 + 16) + (8*NT*(32*W*MT + 16) if persist else 0)
 def minb(W,MT,NT,KC,S):                      # gemm_swapab.cu swapab_min_blocks (launch bounds)
     sm = smem_sw(W,MT,NT,KC,S) + 1024
     b = 1 if NT > 2 else 225*1024//sm
@@ -60,10 +60,10 @@ def load_regs(path='src/plan/fp4moe_regs_sm90.inc'):   # bench/regs_table.py's p
             r[('mma' if m.group(1) == 'SWAPAB' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), int(m.group(7)))] = int(m.group(8))
     return r
 REGTAB = {}
-def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy
+def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy (wgmma flag 2: the persistent kernel)
     W,MT,NT,KC,S = t
     warps = W + 4 if fam == 'wgmma' and flag else W
-    o = SMEM_SM // ((smem_sw(*t) if fam == 'mma' else smem_wg(*t)) + RES)
+    o = SMEM_SM // ((smem_sw(*t) if fam == 'mma' else smem_wg(*t, flag == 2)) + RES)
     o = min(o, 2048//(warps*32), 32)
     regs = REGTAB.get((fam, t, int(flag)), 0)
     if regs:
@@ -73,12 +73,12 @@ def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy
     else:
         o = min(o, 1)
     return max(1, o)
-def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16):
+def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
     W,MT,NT,KC,S = t
     TOK = 8*NT; passes = -(-m//TOK); F = 16*W*MT
     B = -(-N//F); nks = -(-K//KC)
     wst = F*KC*(0.5 + sf); xst = (m/passes)*KC*2   # X bytes a stage: the pass's valid rows (the rest is not read)
-    O = occupancy(fam, t, nb > 1 if fam == 'mma' else packed)
+    O = occupancy(fam, t, nb > 1 if fam == 'mma' else (2 if persist else packed))
     if fam == 'mma':
         ctas = E * -(-B//nb)
         iss = W*(MT*(KC//64)*(4*P['dec'] + 4*NT*P['mma']) + (KC//64)*2*NT + P['stg'])
@@ -97,10 +97,12 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16):
                 nb*passes*(1 + (P['mbp'] if nb > 1 and passes > 1 else 0))*(nks*ps + out)
     else:
         t_cta = (P['l0p'] if packed else P['l0w']) + P['ltok']*TOK*MT + nks*ps + out
+    if persist:   # one CTA per SM over all tiles: the fixed latency once
+        return (P['l0p'] + max(1.0, ctas/(SMS*O))*(t_cta - P['l0p']))*1e6 + P['launch']
     return max(1.0, ctas/(SMS*O))*t_cta*1e6 + P['launch']
 
-def key(fam, t, nb, packed):
-    return (fam, t, nb > 1 if fam == 'mma' else packed)
+def key(fam, t, nb, packed, persist=False):
+    return (fam, t, 2 if persist else (nb > 1 if fam == 'mma' else packed))
 
 def load(path):
     rows = [r for r in csv.reader(l for l in open(path) if not l.startswith('#'))]
@@ -109,19 +111,21 @@ def load(path):
         for k in ('experts','n','k','rows_per_expert','warps','mt','nt','kc','stages'): d[k] = int(d[k])
         d['us'] = float(d['us'])
         d['fam'] = d['family']; d['t'] = (d['warps'],d['mt'],d['nt'],d['kc'],d['stages'])
-        d['packed'] = d['variant'] == 'packed_x'
+        d['persist'] = d['variant'] == 'persistent'
+        d['packed'] = d['variant'] in ('packed_x', 'persistent')
         nb = 1
         if d['fam'] == 'mma':
             if d['variant'] == 'auto': nb = auto_nb(d['t'], d['n'], d['k'], d['experts'])
             elif d['variant'].startswith('feature_blocks_'): nb = int(d['variant'].split('_')[-1])
-        d['nb'] = nb; d['key'] = key(d['fam'], d['t'], nb, d['packed'])
+        d['nb'] = nb; d['key'] = key(d['fam'], d['t'], nb, d['packed'], d['persist'])
     return D
 
 P0 = dict(bw=4.3e12, dec=13, mma=1.0, stg=65, u=0.6, rmma=4.6e12, l0=7e-7, l0mb=7e-6, mbp=0.1, fill=3e-7,
           epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8, xlat=1e-7)
 FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
-def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P)
+def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P,
+                             persist=d['persist'])
 
 def candidate_sets(D):
     """The launcher's choices per point: natural X (mma with and without multi-block,
@@ -209,7 +213,7 @@ def main():
     o.append('static const fm_cost_params k_cost_h200 = {')
     for k in P0: o.append('    .%s = %.6g,' % (k, P[k]))
     o.append('};')
-    o.append('/* family, warps, mt, nt, kc, stages, multi-block (mma) or packed X (wgmma), efficiency */')
+    o.append('/* family, warps, mt, nt, kc, stages, multi-block (mma) or packed X (wgmma; 2: persistent), efficiency */')
     o.append('static const fm_cost_eff k_eff_h200[] = {')
     for (fam, t, flag), v in sorted(eff.items()):
         o.append('    {%s, %d, %d, %d, %d, %d, %d, %.4f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, int(flag), v))

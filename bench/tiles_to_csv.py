@@ -11,7 +11,7 @@ the planner's ranking is fitted and checked against), with the run's provenance:
 
 Columns: gpu, shape (GLM-5 per-GPU GEMM: EP8 = 32 experts full size, TP8 = 256
 experts sliced by 8), experts, n, k, rows_per_expert, family (mma / wgmma), warps,
-mt, nt, kc, stages, variant (natural X, packed X, feature_blocks 1 / 4), default
+mt, nt, kc, stages, variant (natural X, packed X, persistent (packed X), feature_blocks 1 / 4), default
 (1 = the launcher's default tile for that point, natural X), us, tb_s, tflop_s,
 floor_us. Only the standard library is used.
 """
@@ -21,7 +21,7 @@ import sys
 
 SHAPES = {"EP8-FC1": (32, 4096, 6144), "EP8-FC2": (32, 6144, 2048),
           "TP8-FC1": (256, 512, 6144), "TP8-FC2": (256, 6144, 256)}
-TILE = re.compile(r"^(swapab|wgmma)_w(\d+)m(\d+)n(\d+)k(\d+)s(\d+)(_natx|_nb1|_nb4)?$")
+TILE = re.compile(r"^(swapab|wgmma)_w(\d+)m(\d+)n(\d+)k(\d+)s(\d+)(p)?(_natx|_nb1|_nb4)?$")
 
 
 def main():
@@ -46,10 +46,10 @@ def main():
             m = TILE.match(c[3])
             if not m:
                 sys.exit(f"{a.log}:{lineno}: tile name {c[3]!r}")
-            fam, w, mt, nt, kc, st, suf = m.groups()
+            fam, w, mt, nt, kc, st, pers, suf = m.groups()
             wg = fam == "wgmma"
             variant = {"_natx": "natural_x", "_nb1": "feature_blocks_1", "_nb4": "feature_blocks_4"}.get(
-                suf, "packed_x" if wg else "auto")
+                suf, ("persistent" if pers else "packed_x") if wg else "auto")
             e, n, k = SHAPES[c[1]]
             out.append(",".join([a.gpu, c[1], str(e), str(n), str(k), c[2], "wgmma" if wg else "mma", w, mt, nt, kc,
                                  st, variant, c[4], c[5], c[6], c[7], c[8]]))

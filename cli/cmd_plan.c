@@ -52,8 +52,8 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
     for (size_t i = 0; i < cnt; i++) {
         char name[64];
         int  wg = c[i].family == FM_FAMILY_FP4MOE_WGMMA;
-        snprintf(name, sizeof name, "%s_w%dm%dn%dk%ds%d", wg ? "wgmma" : "swapab", c[i].warps, c[i].mt, c[i].nt,
-                 c[i].kc, c[i].stages); /* the library's tile names */
+        snprintf(name, sizeof name, "%s_w%dm%dn%dk%ds%d%s", wg ? "wgmma" : "swapab", c[i].warps, c[i].mt, c[i].nt,
+                 c[i].kc, c[i].stages, c[i].persistent ? "p" : ""); /* the library's tile names */
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "rank", (double)(i + 1));

@@ -82,7 +82,7 @@ static void same_bytes_as_launcher(void **s)
                     assert_non_null(fix); /* every nt in the list has a tile that fits SM120 */
                     int fw, fm, fn, fk, fs;
                     assert_int_equal(sscanf(fix, "use swapab_w%dm%dn%dk%ds%d", &fw, &fm, &fn, &fk, &fs), 5);
-                    fm_swapab_tile ft = {fw, fm, fn, fk, fs};
+                    fm_swapab_tile ft = {fw, fm, fn, fk, fs, 0};
                     fm_kernel_config fc = swapab_cfg(archs[a].cc, &ft, 0);
                     fm_plan_result fr;
                     assert_int_equal(fm_plan_check(&fc, 8, 4096, 6144, 32, 188, &fr), FM_OK);

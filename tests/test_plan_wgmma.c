@@ -38,12 +38,13 @@ static fm_kernel_config wg_cfg(int cc, const fm_swapab_tile *t, int stages)
     c.cc = cc, c.family = FM_FAMILY_FP4MOE_WGMMA, c.a = c.b = FM_ELEM_NVFP4;
     c.tile_m = 8 * t->nt, c.tile_n = t->warps * t->mt * 16, c.tile_k = t->kc, c.warps = t->warps;
     c.stages = stages;
+    c.persistent = t->persist;
     return c;
 }
 
 /* The test's own formula (fm_kernels_smem.h's comment), part by part. */
 typedef struct {
-    size_t a, sf, b, pad, bar, total;
+    size_t a, sf, b, pad, bar, epi, total;
 } want_bytes;
 
 static want_bytes formula(const fm_swapab_tile *t)
@@ -56,7 +57,9 @@ static want_bytes formula(const fm_swapab_tile *t)
     size_t stage = (w.a + w.sf + w.b) / (size_t)t->stages;
     w.pad = (size_t)t->stages * ((stage + 1023) / 1024 * 1024 - stage);
     w.bar = (size_t)t->stages * 16;
-    w.total = w.a + w.sf + w.b + w.pad + w.bar;
+    /* the persistent kernel's output tile: 8*nt token rows of warps*mt*16 BF16 + 16 B */
+    w.epi = t->persist ? 8 * (size_t)t->nt * ((size_t)t->warps * t->mt * 16 * 2 + 16) : 0;
+    w.total = w.a + w.sf + w.b + w.pad + w.bar + w.epi;
     return w;
 }
 
@@ -67,10 +70,11 @@ static void expect_bytes(const fm_smem_breakdown *b, const fm_swapab_tile *t)
     assert_int_equal(b->a, w.a);
     assert_int_equal(b->sf, w.sf);
     assert_int_equal(b->b, w.b);
-    assert_int_equal(b->mainloop, w.total);
+    assert_int_equal(b->mainloop, w.total - w.epi);
     assert_int_equal(b->stages, t->stages);
     assert_int_equal(b->padding, w.pad);
-    assert_int_equal(b->epilogue, 0);
+    assert_int_equal(b->epilogue, w.epi);
+    assert_int_equal(b->epi_d, w.epi);
     assert_int_equal(b->barriers, w.bar);
     assert_int_equal(b->tensormaps, 0);
     assert_int_equal(b->scheduler, 0);
@@ -80,7 +84,9 @@ static void expect_bytes(const fm_smem_breakdown *b, const fm_swapab_tile *t)
 static size_t first_of_shape(const fm_swapab_tile *l, size_t i)
 {
     for (size_t j = 0; j < i; j++)
-        if (l[j].warps == l[i].warps && l[j].mt == l[i].mt && l[j].nt == l[i].nt && l[j].kc == l[i].kc) return j;
+        if (l[j].warps == l[i].warps && l[j].mt == l[i].mt && l[j].nt == l[i].nt && l[j].kc == l[i].kc &&
+            l[j].persist == l[i].persist)
+            return j;
     return i;
 }
 
@@ -124,7 +130,7 @@ static void every_tile_byte_exact(void **s)
         }
     }
     /* two literals from the header's table, sized on request (compiled or not) */
-    const fm_swapab_tile lit[] = {{8, 2, 16, 64, 4}, {4, 2, 1, 256, 4}};
+    const fm_swapab_tile lit[] = {{8, 2, 16, 64, 4, 0}, {4, 2, 1, 256, 4, 0}};
     const size_t lit_bytes[] = {102400 + 64, 90112 + 64}; /* + 4 stages x two 8-byte mbarriers */
     for (size_t i = 0; i < 2; i++) {
         fm_kernel_config c = wg_cfg(90, &lit[i], lit[i].stages);
@@ -216,10 +222,10 @@ static void over_limit_and_fix(void **s)
             char over[64];
             snprintf(over, sizeof over, "(%zu B over)", formula(&t[i]).total - limit);
             assert_non_null(strstr(res.reason, over));
-            /* the widest compiled tile with the same tokens a pass that fits, found here */
+            /* the widest compiled tile of the same kind with the same tokens a pass that fits, found here */
             int best = -1;
             for (size_t j = 0; j < n; j++)
-                if (t[j].nt == t[i].nt && formula(&t[j]).total <= limit &&
+                if (t[j].nt == t[i].nt && t[j].persist == t[i].persist && formula(&t[j]).total <= limit &&
                     (best < 0 || t[j].warps * t[j].mt > t[best].warps * t[best].mt))
                     best = (int)j;
             const char *fix = strstr(res.reason, "use wgmma_");
@@ -232,7 +238,8 @@ static void over_limit_and_fix(void **s)
             assert_non_null(fix);
             int fw, fm, fn, fk, fs;
             assert_int_equal(sscanf(fix, "use wgmma_w%dm%dn%dk%ds%d", &fw, &fm, &fn, &fk, &fs), 5);
-            fm_swapab_tile ft = {fw, fm, fn, fk, fs};
+            fm_swapab_tile ft = {fw, fm, fn, fk, fs, t[i].persist}; /* a fix of the same kind */
+            assert_int_equal(fix[strlen("use ") + strcspn(fix + strlen("use "), " ") - 1] == 'p', t[i].persist != 0);
             assert_int_equal(fn, t[i].nt);
             assert_int_equal(fw * fm, t[best].warps * t[best].mt);
             assert_true(formula(&ft).total <= limit);
@@ -248,7 +255,7 @@ static void over_limit_and_fix(void **s)
     fm_clear_error();
     /* through the public API: a deeper, uncompiled instantiation is sized (over the
      * limit) but never accepted - the launcher could not run it */
-    fm_swapab_tile big = {8, 1, 32, 64, 8};
+    fm_swapab_tile big = {8, 1, 32, 64, 8, 0};
     assert_true(formula(&big).total > SM90_LIMIT);
     fm_kernel_config c = wg_cfg(90, &big, 8);
     fm_smem_breakdown b;
@@ -273,7 +280,7 @@ static void refused_shapes(void **s)
     /* not compiled: listed.  A valid shape the list lacks, found here. */
     size_t n = 0;
     const fm_swapab_tile *l = fm_wgmma_tiles(&n);
-    fm_swapab_tile un = {0, 0, 0, 0, 0};
+    fm_swapab_tile un = {0, 0, 0, 0, 0, 0};
     for (int w = 4; w <= 8 && !un.warps; w += 4)
         for (int mt = 1; mt <= 2 && !un.warps; mt *= 2)
             for (int nt = 1; nt <= 32 && !un.warps; nt *= 2)
@@ -281,7 +288,7 @@ static void refused_shapes(void **s)
                     int listed = 0;
                     for (size_t i = 0; i < n; i++)
                         listed |= l[i].warps == w && l[i].mt == mt && l[i].nt == nt && l[i].kc == kc;
-                    if (!listed) un = (fm_swapab_tile){w, mt, nt, kc, 4};
+                    if (!listed) un = (fm_swapab_tile){w, mt, nt, kc, 4, 0};
                 }
     assert_true(un.warps != 0);
     c = wg_cfg(90, &un, 0);
@@ -361,7 +368,7 @@ static void candidates(void **s)
             assert_true(c[i].res.fits);
             assert_true(c[i].est_us > 0);
             int w = c[i].cfg.warps;
-            fm_swapab_tile tt = {w, c[i].cfg.tile_n / (16 * w), c[i].cfg.tile_m / 8, c[i].cfg.tile_k, c[i].cfg.stages};
+            fm_swapab_tile tt = {w, c[i].cfg.tile_n / (16 * w), c[i].cfg.tile_m / 8, c[i].cfg.tile_k, c[i].cfg.stages, c[i].cfg.persistent};
             assert_int_equal(c[i].res.bytes.total, formula(&tt).total);
         }
         for (size_t j = 0; j < nw; j++) { /* each compiled tile exactly once */
@@ -369,7 +376,8 @@ static void candidates(void **s)
             for (size_t i = 0; i < n; i++)
                 seen += c[i].cfg.family == FM_FAMILY_FP4MOE_WGMMA && c[i].cfg.tile_m == 8 * wt[j].nt &&
                         c[i].cfg.tile_n == wt[j].warps * wt[j].mt * 16 && c[i].cfg.tile_k == wt[j].kc &&
-                        c[i].cfg.warps == wt[j].warps && c[i].cfg.stages == wt[j].stages;
+                        c[i].cfg.warps == wt[j].warps && c[i].cfg.stages == wt[j].stages &&
+                        c[i].cfg.persistent == wt[j].persist;
             assert_int_equal(seen, 1);
         }
         /* from 256 rows a pass of up to 256 tokens on wgmma beats mma.sync's 64 */

@@ -40,6 +40,11 @@ extern "C" {
 typedef enum {
     FM_CUDA_KERNEL_MMA = 0,   /* mma.sync m16n8k16 (gemm_swapab.cu): sm_80 and later, SM120 within 99 KB */
     FM_CUDA_KERNEL_WGMMA = 1, /* wgmma m64nNk16, weights from registers (gemm_wgmma.cu): sm_90a (H100/H200) only */
+    /* the same, persistent: one CTA per SM loops over the tiles, loading the next
+     * tile while the last one's output leaves (its own output buffer in shared
+     * memory: fm_smem_wgmma counts it); packed X only (fm_wgmma_tiles rows with
+     * persist = 1, names ending in "p") */
+    FM_CUDA_KERNEL_WGMMA_PERSISTENT = 2,
 } fm_cuda_kernel;
 
 /* Tile configuration (see src/plan/fm_kernels_smem.h): the CTA covers

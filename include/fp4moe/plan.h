@@ -84,6 +84,8 @@ typedef struct {
     int              swap_ab;     /* TensorRT-LLM swap-AB variant (only FINALIZE bytes depend on it) */
     int              cutlass;     /* CUTLASS version * 100 + minor * 10: 420 (default when 0), 430+ */
     int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default: swapab 4, wgmma 8) */
+    int              persistent;  /* fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its
+                                     own output buffer in shared memory); 0 elsewhere */
 } fm_kernel_config;
 
 /* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
@@ -181,6 +183,7 @@ typedef struct {
 typedef struct {
     fm_kernel_family family;   /* FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA */
     int    warps, mt, nt, kc, stages; /* the compiled tile (fm_swapab_tiles / fm_wgmma_tiles) */
+    int    persistent;         /* wgmma: the persistent kernel (packed X only; one CTA per SM) */
     int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
     int    ctas_per_sm;        /* the model's CTAs resident per SM */
     size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_swapab / fm_smem_wgmma) */

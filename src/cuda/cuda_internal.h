@@ -79,7 +79,8 @@ int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
 int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
 /* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
 int       fm_wgmma_find(const fm_cuda_tile *t);
-long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound) */
+long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound), -1: no device */
+int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
 int       fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* out[t][n] += sum_j scratch[token_slots[t*top_k+j]][n] in j order. */

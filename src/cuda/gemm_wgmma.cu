@@ -61,11 +61,12 @@ typedef void (*kernel_fn)(const fm_swapab_params, int);
  * fn_nat: the single-role kernel for natural X (the same smem less the unused
  * mbarrier bytes; it is launched with fm_smem_wgmma's size too). */
 struct entry {
-    int       warps, mt, nt, kc, stages;
-    kernel_fn fn, fn_nat;
+    int       warps, mt, nt, kc, stages, persist;
+    kernel_fn fn, fn_nat; /* fn_nat NULL: packed X only (the persistent kernel) */
 };
 #define FM_WGMMA_ENTRY(w, mt, nt, kc, st)                                                                            \
-    {w, mt, nt, kc, st, wgmma_ws_kernel<w, mt, nt, kc, st>, wgmma_kernel<w, mt, nt, kc, st>}
+    {w, mt, nt, kc, st, 0, wgmma_ws_kernel<w, mt, nt, kc, st, false>, wgmma_kernel<w, mt, nt, kc, st>}
+#define FM_WGMMA_PERSISTENT(w, mt, nt, kc, st) {w, mt, nt, kc, st, 1, wgmma_ws_kernel<w, mt, nt, kc, st, true>, NULL}
 const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
     FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
@@ -74,6 +75,8 @@ const entry k_entries[] = {
     /* deeper pipelines: a wgmma CTA has the SM to itself (registers), smem to spare */
     FM_WGMMA_ENTRY(8, 2, 8, 64, 8),  FM_WGMMA_ENTRY(8, 2, 4, 128, 6), FM_WGMMA_ENTRY(8, 2, 16, 64, 8),
     FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
+    /* persistent (packed X): one CTA per SM, the next tile's loads under the last one's epilogue */
+    FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 16, 64, 6), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64
@@ -95,14 +98,20 @@ __global__ void x_pack_kernel(const uint4 *x, uint4 *out, int rows, int k)
 
 extern "C" int fm_wgmma_find(const fm_cuda_tile *t)
 {
-    if (!t || t->kernel != FM_CUDA_KERNEL_WGMMA) return -1;
+    if (!t || (t->kernel != FM_CUDA_KERNEL_WGMMA && t->kernel != FM_CUDA_KERNEL_WGMMA_PERSISTENT)) return -1;
     for (int i = 0; i < k_n_entries; i++) {
         const entry &x = k_entries[i];
-        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages) return i;
+        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages &&
+            x.persist == (t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT))
+            return i;
     }
     return -1;
 }
 
+extern "C" int fm_wgmma_persistent(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].persist; }
+
+/* CTAs of a launch: one per tile (an upper bound: the device has the counts), the
+ * persistent kernel at most one per SM */
 extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
 {
     if (idx < 0 || idx >= k_n_entries) return -1;
@@ -113,7 +122,16 @@ extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
     long long    nfb = (bands + per_cta - 1) / per_cta;
     /* sum over experts of ceil(m_e / tok) <= (max_rows + E*(tok-1)) / tok */
     long long passes = ((long long)p->max_rows + (long long)p->n_experts * (tok - 1)) / tok;
-    return nfb * passes;
+    long long tiles = nfb * passes;
+    if (x.persist) {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return -1;
+        }
+        if (tiles > sms) tiles = sms; /* one CTA per SM: its registers and shared memory allow no second */
+    }
+    return tiles;
 }
 
 extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
@@ -124,6 +142,7 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
     const int nat = !p->x_packed;
     kernel_fn fn = nat ? x.fn_nat : x.fn;
+    if (!fn) return (int)cudaErrorInvalidValue; /* the launcher refuses natural X for it first */
     size_t   *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV ? &k_dyn_set[dev][idx][nat] : NULL;
     if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -137,7 +156,8 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     int       bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
     int       nfb = (bands + per_cta - 1) / per_cta;
     long long grid = fm_wgmma_grid(idx, p);
-    if (grid <= 0) return 0; /* no rows: nothing to launch */
+    if (grid < 0) return (int)cudaErrorInvalidDevice;
+    if (grid == 0) return 0; /* no rows: nothing to launch */
     if (grid > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
     if (nat) fn<<<(unsigned)grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, nfb);
     else fn<<<(unsigned)grid, (x.warps + 4) * 32, smem, (cudaStream_t)stream>>>(*p, nfb); /* + producer warpgroup */
@@ -149,7 +169,8 @@ extern "C" int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *block
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];
     kernel_fn    fn = x_packed ? x.fn : x.fn_nat;
-    cudaError_t  err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (!fn) return (int)cudaErrorInvalidValue;
+    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err == cudaSuccess)
         err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     if (err == cudaSuccess)
@@ -164,7 +185,9 @@ extern "C" int fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, s
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     cudaFuncAttributes a;
-    cudaError_t        err = cudaFuncGetAttributes(&a, x_packed ? k_entries[idx].fn : k_entries[idx].fn_nat);
+    kernel_fn          fn = x_packed ? k_entries[idx].fn : k_entries[idx].fn_nat;
+    if (!fn) return (int)cudaErrorInvalidValue;
+    cudaError_t err = cudaFuncGetAttributes(&a, fn);
     if (err != cudaSuccess) return (int)err;
     if (static_smem) *static_smem = a.sharedSizeBytes;
     if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;

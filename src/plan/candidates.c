@@ -174,7 +174,7 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
             const fm_swapab_tile *t = is_sw ? &sw[i - nt] : &wg[i - nt - ns];
             c.cfg.family = is_sw ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
             c.cfg.tile_m = 8 * t->nt, c.cfg.tile_n = t->warps * t->mt * 16, c.cfg.tile_k = t->kc;
-            c.cfg.warps = t->warps, c.cfg.stages = t->stages;
+            c.cfg.warps = t->warps, c.cfg.stages = t->stages, c.cfg.persistent = t->persist;
         }
         int seen = 0; /* the distinct tile Ks, for the error when K fits none */
         for (size_t q = 0; q < nks; q++) seen |= tks[q] == c.cfg.tile_k;

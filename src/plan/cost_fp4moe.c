@@ -28,7 +28,11 @@
  *          feature blocks, with `mbp` more per pass when there are several; a
  *          wgmma CTA is one pass of one block, plus a latency per token row);
  *   time   max(1, CTAs / (SMs x O)) x t_cta + launch, times the tile's
- *          efficiency factor.
+ *          efficiency factor;
+ *   persistent wgmma kernel: one CTA per SM runs tiles back to back, the next
+ *          tile's stages loading under the last one's epilogue: the fixed
+ *          latency once, then max(1, tiles / SMs) x (token rows + stages x ps +
+ *          output), and its own efficiency factor.
  *
  * bench/fit_tile_model.py implements the same model in Python, fits its
  * parameters to every tile's timing of a full H200 run (bench/h200_fp4moe_tiles.csv)
@@ -70,7 +74,7 @@ typedef struct {
 typedef struct {
     fm_kernel_family family;
     int              warps, mt, nt, kc, stages;
-    int              flag; /* mma: the multi-block kernel; wgmma: packed X */
+    int              flag; /* mma: the multi-block kernel; wgmma: packed X (2: the persistent kernel) */
     double           eff;
 } fm_cost_eff;
 
@@ -79,7 +83,7 @@ typedef struct {
 typedef struct {
     fm_kernel_family family;
     int              warps, mt, nt, kc, stages;
-    int              flag; /* mma: the multi-block kernel; wgmma: packed X (warp-specialized) */
+    int              flag; /* mma: the multi-block kernel; wgmma: packed X (warp-specialized; 2: persistent) */
     int              regs; /* per thread (ptxas) */
 } fm_kernel_regs;
 
@@ -168,7 +172,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(k, KC), chunks = KC / 64;
     /* X bytes a stage: the pass's valid rows (rows past an expert's count are not read) */
     double wst = (double)F * KC * (0.5 + sf), xst = (double)m / passes * KC * 2;
-    int    o = fm_fp4moe_occupancy(arch, fam, t, mma ? nb > 1 : packed, smem);
+    int    o = fm_fp4moe_occupancy(arch, fam, t, mma ? nb > 1 : (t->persist ? 2 : packed), smem);
     if (o < 1) o = 1;
     double ctas, iss, tc;
     if (mma) {
@@ -192,6 +196,8 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + nks * ps + out;
     double waves = ctas / (sms * o);
     *occ = o;
+    if (t->persist) /* one CTA per SM over all tiles: the fixed latency once */
+        return ((P->l0p + (waves > 1 ? waves : 1) * (t_cta - P->l0p)) * 1e6 + P->launch) * efficiency(fam, t, 2);
     return ((waves > 1 ? waves : 1) * t_cta * 1e6 + P->launch) * efficiency(fam, t, mma ? nb > 1 : packed);
 }
 
@@ -254,6 +260,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
             fm_smem_breakdown bd;
             fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_swapab(t, &bd);
             if (st != FM_OK) return st; /* a compiled tile outside its model: a bug, said as it is */
+            if (t->persist && !q->x_packed) continue; /* reads packed X only: not a candidate */
             if (q->swiglu && t->mt % 2) {
                 odd++;
                 continue;
@@ -281,11 +288,12 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                 memset(c, 0, sizeof *c);
                 c->family = fam;
                 c->warps = t->warps, c->mt = t->mt, c->nt = t->nt, c->kc = t->kc, c->stages = t->stages;
+                c->persistent = t->persist;
                 c->feature_blocks = nbs[j];
                 c->smem_bytes = bd.total;
                 c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], q->x_packed, sf, rows, n, k, experts,
                                     &c->ctas_per_sm);
-                c->efficiency = efficiency(fam, t, f ? q->x_packed : nbs[j] > 1);
+                c->efficiency = efficiency(fam, t, f ? (t->persist ? 2 : q->x_packed) : nbs[j] > 1);
             }
         }
     }

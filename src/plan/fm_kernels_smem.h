@@ -37,13 +37,17 @@ extern "C" {
  *   nt      8-token MMA fragments per pass (1, 2, 4 or 8): 8*nt rows of an expert
  *           per pass; more rows loop over passes
  *   kc      K per pipeline stage, a multiple of 64 (64..1024)
- *   stages  X staging stages (1..8) */
+ *   stages  X staging stages (1..8)
+ *   persist wgmma only: 1 = the persistent kernel (one CTA per SM looping over
+ *           tiles, its own epilogue buffer; packed X only); 0 for every other
+ *           tile (a positional initializer of the first five fields) */
 typedef struct {
     int warps;
     int mt;
     int nt;
     int kc;
     int stages;
+    int persist;
 } fm_swapab_tile;
 
 #define FM_SWAPAB_ROW_PAD 16 /* bytes of padding per staged X row: breaks the 8-way bank conflict */
@@ -69,12 +73,17 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
  * the breakdown's padding; the 16 B are the stage's full and empty mbarriers,
  * after the last stage). `warps` counts the consumer (MMA) warps: the CTA has
  * one more warpgroup, the producer that streams the stages. No static shared
- * memory, nothing for the epilogue. */
+ * memory. The per-tile kernels stage their BF16 output in the drained stage
+ * buffers (nothing for the epilogue); the persistent kernel (persist = 1) keeps
+ * loading the next tile's stages meanwhile, so its output tile has a buffer of
+ * its own between the stages and the mbarriers:
+ *   epilogue = 8*nt * (2 * warps*mt*16 + 16)   (token rows of BF16 features, +16 B a row)
+ * counted as epi_d. */
 fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out);
 fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
 /* The compiled wgmma instantiations, fastest-first per regime (see the .c). */
 const fm_swapab_tile *fm_wgmma_tiles(size_t *count);
-/* "wgmma_w8m2n16k64s4" into buf. Returns buf. */
+/* "wgmma_w8m2n16k64s4" (persistent: "wgmma_w8m1n32k64s4p") into buf. Returns buf. */
 char *fm_wgmma_tile_name(const fm_swapab_tile *t, char *buf, size_t n);
 
 /* fm_smem_swapab and a limit check: FM_ERR_SMEM_EXCEEDED (with the breakdown in

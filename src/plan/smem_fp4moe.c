@@ -56,7 +56,7 @@ static fm_swapab_tile to_tile(const fm_kernel_config *c)
 {
     const own_family *F = fam_of(c->family);
     int w = c->warps ? c->warps : F->default_warps;
-    fm_swapab_tile t = {w, c->tile_n / (16 * w), c->tile_m / 8, c->tile_k, c->stages};
+    fm_swapab_tile t = {w, c->tile_n / (16 * w), c->tile_m / 8, c->tile_k, c->stages, c->persistent != 0};
     return t;
 }
 
@@ -88,7 +88,7 @@ int fm_fp4moe_compiled(const fm_kernel_config *cfg)
     fm_swapab_tile x = to_tile(cfg);
     for (size_t i = 0; i < n; i++)
         if (t[i].warps == x.warps && t[i].mt == x.mt && t[i].nt == x.nt && t[i].kc == x.kc &&
-            (x.stages == 0 || t[i].stages == x.stages))
+            (x.stages == 0 || t[i].stages == x.stages) && t[i].persist == x.persist)
             return (int)i;
     return -1;
 }
@@ -99,8 +99,8 @@ static void list_compiled(const own_family *F, char *buf, size_t cap)
     const fm_swapab_tile *t = F->tiles(&n);
     buf[0] = 0;
     for (size_t i = 0; i < n && used + 1 < cap; i++) {
-        int w = snprintf(buf + used, cap - used, "%s%dx%dx%d/w%d/s%d", i ? " " : "", 8 * t[i].nt,
-                         t[i].warps * t[i].mt * 16, t[i].kc, t[i].warps, t[i].stages);
+        int w = snprintf(buf + used, cap - used, "%s%dx%dx%d/w%d/s%d%s", i ? " " : "", 8 * t[i].nt,
+                         t[i].warps * t[i].mt * 16, t[i].kc, t[i].warps, t[i].stages, t[i].persist ? "/p" : "");
         if (w < 0) break;
         used += (size_t)w;
     }
@@ -122,6 +122,8 @@ fm_status fm_resolve_fp4moe(fm_kernel_config *c)
         return fm_fail(FM_ERR_BAD_SHAPE, "%s runs without clusters (1x1), not %dx%d", nm, c->cluster_m, c->cluster_n);
     if (c->warps < 0 || c->warps > 31 || (c->warps && !(F->warps_mask & (1u << c->warps))))
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: warps=%d, the family takes %s", nm, c->warps, F->warps_text);
+    if (c->persistent && F->family != FM_FAMILY_FP4MOE_WGMMA)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s has no persistent kernel (fp4moe-wgmma has)", nm);
     int w = c->warps ? c->warps : F->default_warps;
     char list[400];
     if (c->tile_m <= 0 || c->tile_m % 8 || c->tile_n <= 0 || c->tile_n % (16 * w) || c->tile_k <= 0 ||
@@ -182,7 +184,14 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
     res->best_bytes = res->fits ? b->total : 0;
     size_t S = (size_t)b->stages;
     if (res->fits) {
-        if (wg)
+        if (wg && b->epilogue)
+            snprintf(res->reason, sizeof res->reason,
+                     "fits: %s needs %zu B = %d stages x (FP4 weights %zu + scales %zu + BF16 X %zu in wgmma's "
+                     "swizzled core-matrix layout + %zu to align the stage on 1 KB) + the persistent kernel's output "
+                     "tile %zu <= %zu B opt-in (%zu B spare)",
+                     name, b->total, b->stages, b->a / S, b->sf / S, b->b / S, b->padding / S, b->epilogue, limit,
+                     limit - b->total);
+        else if (wg)
             snprintf(res->reason, sizeof res->reason,
                      "fits: %s needs %zu B = %d stages x (FP4 weights %zu + scales %zu + BF16 X %zu in wgmma's "
                      "swizzled core-matrix layout + %zu to align the stage on 1 KB; the epilogue uses none) <= %zu B "
@@ -196,14 +205,15 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
                      limit - b->total);
         return;
     }
-    /* the fix: the widest compiled tile of the family with the same tokens per pass that fits */
+    /* the fix: the widest compiled tile of the family (and kind: persistent or not) with the
+     * same tokens per pass that fits */
     size_t n = 0;
     const fm_swapab_tile *c = F->tiles(&n);
     int best = -1;
     size_t best_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         fm_smem_breakdown x;
-        if (c[i].nt != t.nt || F->smem(&c[i], &x) != FM_OK || x.total > limit) continue;
+        if (c[i].nt != t.nt || c[i].persist != t.persist || F->smem(&c[i], &x) != FM_OK || x.total > limit) continue;
         if (best < 0 || c[i].warps * c[i].mt > c[best].warps * c[best].mt) best = (int)i, best_bytes = x.total;
     }
     fm_clear_error();
@@ -214,9 +224,10 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
                  c[best].warps * c[best].mt * 16, c[best].kc, best_bytes);
     } else snprintf(fix, sizeof fix, "no compiled %s tile with %d tokens a pass fits", F->name, 8 * t.nt);
     int used = snprintf(res->reason, sizeof res->reason,
-                        "needs %zu B with %d stages (FP4 weights %zu + scales %zu + BF16 X %zu + padding %zu) > "
+                        "needs %zu B with %d stages (FP4 weights %zu + scales %zu + BF16 X %zu + padding %zu%s%.0zu) > "
                         "%zu B opt-in (%zu B over): the launcher refuses %s with FM_ERR_SMEM_EXCEEDED; ",
-                        b->total, b->stages, b->a, b->sf, b->b, b->padding, limit, b->total - limit, name);
+                        b->total, b->stages, b->a, b->sf, b->b, b->padding, b->epilogue ? " + output tile " : "",
+                        b->epilogue, limit, b->total - limit, name);
     if (used > 0 && (size_t)used < sizeof res->reason)
         snprintf(res->reason + used, sizeof res->reason - (size_t)used, "%s", fix);
 }

@@ -41,20 +41,21 @@ static size_t all_tiles(fm_cuda_tile *out, size_t cap)
         out[n++] = (fm_cuda_tile){m[i].warps, m[i].mt, m[i].nt, m[i].kc, m[i].stages, FM_CUDA_KERNEL_MMA};
     if (device_is_sm90())
         for (size_t i = 0; i < nw && n < cap; i++)
-            out[n++] = (fm_cuda_tile){w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages, FM_CUDA_KERNEL_WGMMA};
+            out[n++] = (fm_cuda_tile){w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages,
+                                      w[i].persist ? FM_CUDA_KERNEL_WGMMA_PERSISTENT : FM_CUDA_KERNEL_WGMMA};
     return n;
 }
 
 static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
 {
-    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages};
-    return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
+    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
 }
 
 static fm_status tile_smem(const fm_cuda_tile *t, fm_smem_breakdown *bd)
 {
-    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages};
-    return t->kernel == FM_CUDA_KERNEL_WGMMA ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
+    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
 }
 
 /* X layout for the wgmma tiles: 1 = packed (fm_cuda_kpack_col order, the fast
@@ -89,7 +90,7 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
 
     fm_cuda_weights *cw = NULL;
     assert_int_equal(fm_cuda_weights_create(w.w, c->E, &cw), FM_OK);
-    int pack = tile && tile->kernel == FM_CUDA_KERNEL_WGMMA && K % 64 == 0 && g_x_packed;
+    int pack = tile && tile->kernel != FM_CUDA_KERNEL_MMA && K % 64 == 0 && g_x_packed;
     if (pack) { /* the caller's job: X columns in the prepack K order */
         uint16_t *xp = malloc(sizeof(uint16_t) * (size_t)(rows ? rows : 1) * K);
         for (int rr = 0; rr < rows; rr++)
@@ -224,9 +225,13 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
     return ret;
 }
 
+/* Runs and checks one case; the persistent kernel reads packed X only, so with
+ * natural X (K % 64 != 0, or g_x_packed = 0) it must refuse, output untouched. */
 static void run_case(fm_rng *r, fm_format f, const gcase *c, const fm_cuda_tile *tile, fm_cuda_epilogue epi)
 {
-    assert_int_equal(run_case_limit(r, f, c, tile, epi, 0), FM_OK);
+    int natural_x = !g_x_packed || c->K % 64;
+    int refused = tile && tile->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT && natural_x;
+    assert_int_equal(run_case_limit(r, f, c, tile, epi, 0), refused ? FM_ERR_UNSUPPORTED : FM_OK);
 }
 
 /* zero-row experts, counts off the tile, K = 16 (mod 64) for NVFP4 / 32 for MXFP4 */
@@ -258,11 +263,11 @@ static void test_every_tile_nvfp4(void **state)
         const fm_cuda_tile *t = &tiles[i];
         run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_NONE);
         if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_SWIGLU);
-        if (t->kernel == FM_CUDA_KERNEL_WGMMA || t->nt == 8) { /* the tiles meant for many rows */
+        if (t->kernel != FM_CUDA_KERNEL_MMA || t->nt == 8) { /* the tiles meant for many rows */
             run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE); /* wgmma: packed X */
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_SWIGLU);
         }
-        if (t->kernel == FM_CUDA_KERNEL_WGMMA) { /* the natural-X wgmma kernel */
+        if (t->kernel != FM_CUDA_KERNEL_MMA) { /* the natural-X wgmma kernel (persistent: refused) */
             g_x_packed = 0;
             run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
             g_x_packed = 1;
@@ -315,6 +320,59 @@ static void test_wgmma_epilogues(void **state)
     g_y_packed = 0;
     run_case(&r, FM_FORMAT_MXFP4, &k_skewed, &mid, FM_CUDA_EPI_SWIGLU);
     g_x_packed = 1;
+}
+
+/* The persistent kernel: one CTA per SM loops over tiles blockIdx.x + i x gridDim.x,
+ * its stage ring running on across tiles and its output buffer reused, so the
+ * cases have more tiles than the device has SMs (N = 4,096: 16-32 feature blocks;
+ * 1,123 rows over 8 experts, zero-row ones among them, counts off every tile): each
+ * CTA then runs several tiles of different experts, passes and feature blocks. Every
+ * epilogue, both formats, packed output, a misaligned output (the register path),
+ * and natural X refused with nothing written. FM_QUICK (the sanitizers): the smaller
+ * case, the first persistent tile. */
+static void test_persistent(void **state)
+{
+    (void)state;
+    if (!device_is_sm90()) {
+        printf("  (not compute capability 9.0: no wgmma kernel)\n");
+        return;
+    }
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 10);
+    static const gcase many = {8, 4096, 256, {40, 0, 300, 9, 260, 1, 0, 513}};
+    static const gcase many_small = {8, 2048, 128, {40, 0, 300, 9, 260, 1, 0, 130}};
+    const int quick = getenv("FM_QUICK") != NULL;
+    const gcase *c = quick ? &many_small : &many;
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    size_t nw = 0, tested = 0;
+    const fm_swapab_tile *w = fm_wgmma_tiles(&nw);
+    for (size_t i = 0; i < nw; i++) {
+        if (!w[i].persist || (quick && tested)) continue;
+        fm_cuda_tile t = {w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages, FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+        int tok = 8 * t.nt, fs = t.warps * t.mt * 16, ntiles = 0;
+        for (int e = 0; e < c->E; e++) ntiles += (c->counts[e] + tok - 1) / tok * (c->N / fs);
+        char name[64];
+        printf("  %s: %d tiles on %d SMs\n", tile_name(&t, name, sizeof name), ntiles, sms);
+        if (!quick) assert_true(ntiles > sms); /* several tiles per CTA */
+        run_case(&r, FM_FORMAT_NVFP4, c, &t, FM_CUDA_EPI_NONE);
+        run_case(&r, FM_FORMAT_MXFP4, c, &t, FM_CUDA_EPI_NONE);
+        if (t.mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, c, &t, FM_CUDA_EPI_SWIGLU);
+        run_case(&r, FM_FORMAT_NVFP4, c, &t, FM_CUDA_EPI_FINALIZE_DET);
+        if (!quick) run_case(&r, FM_FORMAT_NVFP4, c, &t, FM_CUDA_EPI_FINALIZE);
+        g_y_packed = 1;
+        run_case(&r, FM_FORMAT_NVFP4, c, &t, t.mt % 2 == 0 ? FM_CUDA_EPI_SWIGLU : FM_CUDA_EPI_NONE);
+        g_y_packed = 0;
+        g_y_off = 2;
+        run_case(&r, FM_FORMAT_NVFP4, c, &t, FM_CUDA_EPI_NONE);
+        g_y_off = 0;
+        g_x_packed = 0; /* natural X: refused (run_case expects FM_ERR_UNSUPPORTED, output untouched) */
+        run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE);
+        g_x_packed = 1;
+        tested++;
+    }
+    assert_true(tested > 0);
 }
 
 /* fm_cuda_x_pack against the host permutation; its statuses; x_packed refused by
@@ -560,7 +618,7 @@ static void test_partial_warp_bands(void **state)
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
             g_y_off = 0;
         }
-        if (t->kernel == FM_CUDA_KERNEL_WGMMA) { /* the natural-X kernel: partial bands, both epilogues */
+        if (t->kernel != FM_CUDA_KERNEL_MMA) { /* the natural-X kernel: partial bands, both epilogues (persistent: refused) */
             g_x_packed = 0;
             run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
@@ -609,7 +667,8 @@ static void test_planner_choice(void **state)
                     fm_smem_breakdown bd;
                     assert_int_equal(tile_smem(&t, &bd), FM_OK);
                     assert_true(bd.total <= (lim ? lim : dev.smem_block_optin));
-                    if (pk) assert_int_equal(t.kernel, FM_CUDA_KERNEL_WGMMA);
+                    if (pk) assert_true(t.kernel != FM_CUDA_KERNEL_MMA);
+                    else assert_true(t.kernel != FM_CUDA_KERNEL_WGMMA_PERSISTENT); /* packed X only */
                     if (!on_h200) continue;
                     fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4, .x_packed = pk, .smem_limit = lim};
                     fm_fp4moe_choice c;
@@ -623,7 +682,8 @@ static void test_planner_choice(void **state)
                     assert_int_equal(t.kc, c.kc);
                     assert_int_equal(t.stages, c.stages);
                     assert_int_equal(nb, c.feature_blocks);
-                    assert_int_equal(t.kernel == FM_CUDA_KERNEL_WGMMA, c.family == FM_FAMILY_FP4MOE_WGMMA);
+                    assert_int_equal(t.kernel != FM_CUDA_KERNEL_MMA, c.family == FM_FAMILY_FP4MOE_WGMMA);
+                    assert_int_equal(t.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT, c.persistent);
                 }
     /* nothing fits: the planner's status, nothing launched */
     fm_cuda_weights fake;
@@ -658,18 +718,21 @@ static void test_occupancy(void **state)
         for (size_t i = 0; i < n; i++)
             for (int flag = 0; flag < 2; flag++) {
                 if (!f && flag && !fm_swapab_tile_has_mb(&tl[i])) continue;
+                if (f && tl[i].persist && !flag) continue; /* the persistent kernel: packed X only */
+                int pflag = f && tl[i].persist ? 2 : flag; /* the planner's and the table's variant */
                 fm_smem_breakdown bd;
                 assert_int_equal(f ? fm_smem_wgmma(&tl[i], &bd) : fm_smem_swapab(&tl[i], &bd), FM_OK);
                 int blocks = -1, regs = -1;
                 CK(f ? fm_wgmma_occupancy((int)i, flag, bd.total, &blocks, &regs)
                      : fm_swapab_occupancy((int)i, flag, bd.total, &blocks, &regs));
-                int model = fm_fp4moe_occupancy(arch, fam, &tl[i], flag, bd.total);
-                int table = fm_fp4moe_kernel_regs(fam, &tl[i], flag);
+                int model = fm_fp4moe_occupancy(arch, fam, &tl[i], pflag, bd.total);
+                int table = fm_fp4moe_kernel_regs(fam, &tl[i], pflag);
                 char name[64];
                 (f ? fm_wgmma_tile_name : fm_swapab_tile_name)(&tl[i], name, sizeof name);
                 int ok = blocks == model && (!sm90 || regs == table);
                 printf("  %-22s %s  CTAs/SM runtime %d planner %d  registers %d table %d%s\n", name,
-                       f ? (flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks, model, regs, table,
+                       f ? (pflag == 2 ? "persist" : flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks,
+                       model, regs, table,
                        ok ? "" : "  <- differs");
                 bad += !ok;
                 checked++;
@@ -687,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_every_tile_mxfp4),
         cmocka_unit_test(test_skew_and_finalize),
         cmocka_unit_test(test_wgmma_epilogues),
+        cmocka_unit_test(test_persistent),
         cmocka_unit_test(test_x_pack),
         cmocka_unit_test(test_partial_warp_bands),
         cmocka_unit_test(test_statuses),
