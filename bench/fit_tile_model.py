@@ -96,9 +96,13 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
         t_cta = (P['l0mb'] if nb > 1 else P['l0']) + passes*P['fill'] + \
                 nb*passes*(1 + (P['mbp'] if nb > 1 and passes > 1 else 0))*(nks*ps + out)
     else:
-        t_cta = (P['l0p'] if packed else P['l0w']) + P['ltok']*TOK*MT + nks*ps + out
-    if persist:   # one CTA per SM over all tiles: the fixed latency once
-        return (P['l0p'] + max(1.0, ctas/(SMS*O))*(t_cta - P['l0p']))*1e6 + P['launch']
+        t_cta = (P['l0p'] if packed else P['l0w']) + P['ltok']*TOK*MT + P['lmt']*(MT - 1) + nks*ps + out
+    if persist:   # one CTA per SM over all tiles: the fixed latency once, then per tile its own
+                  # latency l0pp, the epilogue (token rows, output bytes) scaled by pov (the next
+                  # tile's stages load under it) and the stages scaled by pps (its main loop is
+                  # measured slower at long K: static tile assignment, the suspect)
+        t_tile = P['l0pp'] + P['pov']*(P['ltok']*TOK*MT + out) + P['lmt']*(MT - 1) + P['pps']*nks*ps
+        return (P['l0p'] + max(1.0, ctas/(SMS*O))*t_tile)*1e6 + P['launch']
     return max(1.0, ctas/(SMS*O))*t_cta*1e6 + P['launch']
 
 def key(fam, t, nb, packed, persist=False):
@@ -121,7 +125,8 @@ def load(path):
     return D
 
 P0 = dict(bw=4.3e12, dec=13, mma=1.0, stg=65, u=0.6, rmma=4.6e12, l0=7e-7, l0mb=7e-6, mbp=0.1, fill=3e-7,
-          epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8, xlat=1e-7)
+          epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8, xlat=1e-7,
+          l0pp=1e-6, pov=0.5, pps=1.1, lmt=1e-6)
 FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
 def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P,

@@ -64,7 +64,7 @@ static void load_csv(void)
 
 static int is_candidate(const meas *r, int packed)
 {
-    if (packed) return !strcmp(r->variant, "packed_x");
+    if (packed) return !strcmp(r->variant, "packed_x") || !strcmp(r->variant, "persistent");
     return (!strcmp(r->family, "mma") && (!strcmp(r->variant, "auto") || !strcmp(r->variant, "feature_blocks_1"))) ||
            !strcmp(r->variant, "natural_x");
 }
@@ -78,7 +78,8 @@ static double measured(const char *shape, int m, const fm_fp4moe_choice *c, int 
             r->kc != c->kc || r->st != c->stages)
             continue;
         if (c->family == FM_FAMILY_FP4MOE_WGMMA) {
-            if (!strcmp(r->family, "wgmma") && !strcmp(r->variant, packed ? "packed_x" : "natural_x")) return r->us;
+            const char *v = c->persistent ? "persistent" : packed ? "packed_x" : "natural_x";
+            if (!strcmp(r->family, "wgmma") && !strcmp(r->variant, v)) return r->us;
             continue;
         }
         if (strcmp(r->family, "mma")) continue;
@@ -131,9 +132,10 @@ static void test_pick_vs_h200_measurements(void **state)
             assert_int_equal(fm_plan_fp4moe(h200, &q, r->m, r->n, r->k, r->e, c, 8, &cnt, NULL), FM_OK);
             assert_true(cnt >= 1);
             double us = measured(r->shape, r->m, &c[0], packed, h200->sms);
-            printf("  %-7s %4d rows %s X: pick %s w%dm%dn%dk%ds%d nb %d est %7.1f us, measured %7.1f, best %7.1f (%+.1f %%)\n",
+            printf("  %-7s %4d rows %s X: pick %s w%dm%dn%dk%ds%d%s nb %d est %7.1f us, measured %7.1f, best %7.1f (%+.1f %%)\n",
                    r->shape, r->m, packed ? "packed " : "natural", c[0].family == FM_FAMILY_FP4MOE_WGMMA ? "wgmma" : "mma  ",
-                   c[0].warps, c[0].mt, c[0].nt, c[0].kc, c[0].stages, c[0].feature_blocks, c[0].est_us, us, best,
+                   c[0].warps, c[0].mt, c[0].nt, c[0].kc, c[0].stages, c[0].persistent ? "p" : "", c[0].feature_blocks,
+                   c[0].est_us, us, best,
                    us > 0 ? 100 * (us / best - 1) : NAN);
             if (us < 0) {
                 unmeasured++;

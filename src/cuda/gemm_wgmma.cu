@@ -76,7 +76,7 @@ const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 2, 8, 64, 8),  FM_WGMMA_ENTRY(8, 2, 4, 128, 6), FM_WGMMA_ENTRY(8, 2, 16, 64, 8),
     FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
     /* persistent (packed X): one CTA per SM, the next tile's loads under the last one's epilogue */
-    FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 16, 64, 6), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
+    FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64

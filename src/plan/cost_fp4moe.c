@@ -26,13 +26,14 @@
  *   t_cta  fixed latency + passes x fill + stages x ps + the output tile's bytes
  *          (an mma CTA loops over its expert's passes and, multi-block, over nb
  *          feature blocks, with `mbp` more per pass when there are several; a
- *          wgmma CTA is one pass of one block, plus a latency per token row);
+ *          wgmma CTA is one pass of one block, plus a latency per token row and
+ *          one per m64 tile past the first);
  *   time   max(1, CTAs / (SMs x O)) x t_cta + launch, times the tile's
  *          efficiency factor;
  *   persistent wgmma kernel: one CTA per SM runs tiles back to back, the next
  *          tile's stages loading under the last one's epilogue: the fixed
- *          latency once, then max(1, tiles / SMs) x (token rows + stages x ps +
- *          output), and its own efficiency factor.
+ *          latency once, then max(1, tiles / SMs) x (l0pp + pov x (token rows +
+ *          output) + pps x stages x ps), and its own efficiency factor.
  *
  * bench/fit_tile_model.py implements the same model in Python, fits its
  * parameters to every tile's timing of a full H200 run (bench/h200_fp4moe_tiles.csv)
@@ -69,6 +70,12 @@ typedef struct {
     double l0p;    /* s: the same, packed-X (warp-specialized) kernel */
     double ltok;   /* s: per token row and band (wgmma epilogue) */
     double xlat;   /* s: natural-X wgmma, per 16-byte X load of a thread in a stage (loaded one stage ahead) */
+    double l0pp;   /* s: persistent wgmma kernel, fixed latency per tile */
+    double pov;    /* persistent wgmma kernel: share of the epilogue (token rows, output) not hidden */
+    double pps;    /* persistent wgmma kernel: its stages' time vs the per-tile kernel's (measured slower at
+                      long K; static tile assignment is the suspect) */
+    double lmt;    /* s: wgmma, per tile and m64 tile past the first (two m64 tiles a warpgroup: measured
+                      slower per tile at short K, e.g. TP8-FC2) */
 } fm_cost_params;
 
 typedef struct {
@@ -193,11 +200,13 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     if (mma)
         t_cta = (nb > 1 ? P->l0mb : P->l0) + passes * P->fill +
                 nb * passes * (1 + (nb > 1 && passes > 1 ? P->mbp : 0)) * (nks * ps + out);
-    else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + nks * ps + out;
+    else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + P->lmt * (MT - 1) + nks * ps + out;
     double waves = ctas / (sms * o);
     *occ = o;
-    if (t->persist) /* one CTA per SM over all tiles: the fixed latency once */
-        return ((P->l0p + (waves > 1 ? waves : 1) * (t_cta - P->l0p)) * 1e6 + P->launch) * efficiency(fam, t, 2);
+    if (t->persist) { /* one CTA per SM over all tiles: the fixed latency once */
+        double t_tile = P->l0pp + P->pov * (P->ltok * TOK * MT + out) + P->lmt * (MT - 1) + P->pps * nks * ps;
+        return ((P->l0p + (waves > 1 ? waves : 1) * t_tile) * 1e6 + P->launch) * efficiency(fam, t, 2);
+    }
     return ((waves > 1 ? waves : 1) * t_cta * 1e6 + P->launch) * efficiency(fam, t, mma ? nb > 1 : packed);
 }
 

@@ -134,9 +134,10 @@ static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 2, 4, 128, 6, 0}, /* 159,840  256 x 32 */
     {8, 2, 16, 64, 8, 0}, /* 204,928  256 x 128 */
     {8, 1, 32, 64, 6, 0}, /* 227,424  128 x 256 */
-    /* persistent (packed X): one CTA per SM over all tiles, + the output tile's buffer */
+    /* persistent (packed X): one CTA per SM over all tiles, + the output tile's buffer
+     * (256 x 128, 6 stages, was measured too: never the fastest, at K = 256 half the
+     * speed of the 128 x 256 one, bench/RESULTS.md) */
     {8, 1, 32, 64, 4, 1}, /* 221,248  128 x 256 */
-    {8, 2, 16, 64, 6, 1}, /* 221,280  256 x 128 (SwiGLU pairs) */
     {8, 2, 8, 64, 8, 1},  /* 173,184  256 x 64 (SwiGLU pairs) */
 };
 

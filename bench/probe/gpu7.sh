@@ -1,0 +1,22 @@
+# The persistent wgmma kernel (session 5): what binds TP8-FC2 (K = 256) at 256 rows,
+# and EP8-FC2 (K = 2,048) at 512 rows where it is slower than the per-tile kernel:
+# ncu throughputs (SM, tensor pipe, L2, DRAM) and the consumers' stall reasons.
+# Usage (repo root, GPU machine): bash bench/probe/gpu7.sh      carry=[".debs"]
+OUT=${OUT:-/tmp/out}
+SYS=/tmp/sysroot; for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
+export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
+export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+cmake -S . -B build-gpu -DFM_WERROR=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" >/dev/null 2>&1
+cmake --build build-gpu -j16 --target bench_gemm >$OUT/build.log 2>&1 || tail -20 $OUT/build.log
+M="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
+S="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+run() { # shape m tile
+  echo "== ncu $1 m=$2 $3"
+  timeout 120 ncu --clock-control none --metrics $M,$S -k regex:wgmma --launch-skip 2 --launch-count 1 \
+    build-gpu/bench/bench_gemm --shape $1 --m $2 --tile $3 --reps 2 > $OUT/ncu_$1_$2_$3.log 2>&1
+  grep -E "ratio|pct|sum|per_second" $OUT/ncu_$1_$2_$3.log | awk '{ if ($NF+0 >= 0.1 || $0 !~ /ratio/) print }' | sed 's/smsp__average_warps_issue_stalled_//' | head -40
+}
+run TP8-FC2 256 wgmma_w8m1n32k64s4p
+run TP8-FC2 256 wgmma_w8m1n32k64s6
+run EP8-FC2 512 wgmma_w8m1n32k64s4p
+run EP8-FC2 512 wgmma_w8m1n32k64s4
