@@ -186,29 +186,65 @@ __device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsig
     constexpr int RS = 2 * FS + 16;
     const bool    swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     const int     fout = swiglu ? FS / 2 : FS, width = swiglu ? p.n / 2 : p.n, col0 = blk * fout;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const bool use_stm = !p.y_packed && NT % 2 == 0;
+    if (use_stm) {
+        /* sm_90: stmatrix .trans, four 8x8 BF16 matrices a warp instruction (8 values a
+         * thread instead of one): the m16n8 accumulator of 8 tokens x 16 features is two
+         * 8x8 matrices (features g, g + 8 by rows; tokens 2t, 2t + 1 a register), stored
+         * transposed = 8 token rows of 8 features (16 B each); lane L gives the row
+         * address of matrix L / 8: 8-token group n + L / 16, feature half (L / 8) % 2 */
+        const int lane = 4 * g + t, nbands = swiglu ? MT / 2 : MT;
+        auto      val = [&](int i, int n, int q) {
+            return swiglu ? silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc) : acc(i, n, q) * osc;
+        };
+        auto pack = [](float lo, float hi) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+            return *(uint32_t *)&v;
+        };
+        const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(smem);
 #pragma unroll
-    for (int n = 0; n < NT; n++)
+        for (int i = 0; i < MT; i++) {
+            if (i >= nbands || !bvalid[i]) continue; /* the same in every lane: bands are per warp */
+            const int col = (swiglu ? lcol(i, true) : lcol(i, false)) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int tok = n * 8 + 2 * t + (q & 1), fo = g + 8 * (q >> 1);
-            __nv_bfloat16 *row = (__nv_bfloat16 *)(smem + tok * RS);
-            if (swiglu) {
-#pragma unroll
-                for (int i = 0; i < MT / 2; i++)
-                    if (bvalid[i]) {
-                        int lc = lcol(i, true) + fo;
-                        row[p.y_packed ? kpack_col(lc) : lc] =
-                            __float2bfloat16(silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc));
-                    }
-            } else {
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-                    if (bvalid[i]) {
-                        int lc = lcol(i, false) + fo;
-                        row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(acc(i, n, q) * osc);
-                    }
+            for (int n = 0; n < NT; n += 2) {
+                const uint32_t a = s0 + (uint32_t)((8 * (n + (lane >> 4)) + (lane & 7)) * RS + col * 2);
+                asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a),
+                             "r"(pack(val(i, n, 0), val(i, n, 1))), "r"(pack(val(i, n, 2), val(i, n, 3))),
+                             "r"(pack(val(i, n + 1, 0), val(i, n + 1, 1))), "r"(pack(val(i, n + 1, 2), val(i, n + 1, 3)))
+                             : "memory");
             }
         }
+    }
+#else
+    constexpr bool use_stm = false;
+#endif
+    if (!use_stm) {
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int tok = n * 8 + 2 * t + (q & 1), fo = g + 8 * (q >> 1);
+                __nv_bfloat16 *row = (__nv_bfloat16 *)(smem + tok * RS);
+                if (swiglu) {
+#pragma unroll
+                    for (int i = 0; i < MT / 2; i++)
+                        if (bvalid[i]) {
+                            int lc = lcol(i, true) + fo;
+                            row[p.y_packed ? kpack_col(lc) : lc] =
+                                __float2bfloat16(silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc));
+                        }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < MT; i++)
+                        if (bvalid[i]) {
+                            int lc = lcol(i, false) + fo;
+                            row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(acc(i, n, q) * osc);
+                        }
+                }
+            }
+    }
     bar();
     const int vpr = fout / 8; /* 16-byte segments per token row */
     for (int v = tid; v < rows * vpr; v += NTHR) {
