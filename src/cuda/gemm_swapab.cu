@@ -247,7 +247,8 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                 cp_async_wait<0>();
                 __syncthreads(); /* all stage reads done, no copy in flight */
                 epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
-                    p, smem, blk0, vj, row0 + pass0, rows, osc, g, t, threadIdx.x,
+                    p, smem, blk0, vj, row0 + pass0, rows, osc, g, t, threadIdx.x, 0,
+                    p.epi == FM_CUDA_EPI_SWIGLU ? WARPS * MT * 8 : WARPS * MT * 16, /* every output column */
                     [&](int i, int n, int q) { return acc[i][n][q]; },
                     [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
                     [] { __syncthreads(); });

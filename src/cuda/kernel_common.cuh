@@ -28,6 +28,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* (the .L2::256B prefetch hint was measured: 1-3 % slower at 1-8 rows, bench/probe/gpu8.sh) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -150,14 +151,19 @@ constexpr int staged_tile_bytes_f32(int fs, int tok) { return tok * (4 * fs + 16
  *    are neither written nor stored;
  *  acc(i, n, q), g, t, rbase, rows, osc: as in epilogue();
  *  run by NTHR threads, tid = 0..NTHR-1 among them; bar() is a barrier among
- *    exactly those threads (between the smem writes and the row reads).
+ *    exactly those threads (between the smem writes and the row reads); they
+ *    write the bands of their own warps and store the CTA-local output columns
+ *    [c0, c0 + cn) of the tile (c0, cn multiples of 64 for y_packed): the whole
+ *    tile (0, all) when the group is the CTA's every MMA warp, or the columns of
+ *    its own bands (a warpgroup of the warp-specialized kernel: no barrier with
+ *    the other warpgroup, whose columns are other bytes).
  * The caller guarantees that nothing reads or writes smem[0, staged_tile_bytes(FS,
  * 8*NT)) any more when the first of them writes (its MMAs waited for, its copies
  * landed, then a barrier), and that y is 16-byte aligned. */
 template <int FS, int MT, int NT, int NTHR, class Acc, class Col, class Bar>
 __device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int blk,
                                                 const bool (&bvalid)[MT], int rbase, int rows, float osc, int g, int t,
-                                                int tid, Acc acc, Col lcol, Bar bar)
+                                                int tid, int c0, int cn, Acc acc, Col lcol, Bar bar)
 {
     if (p.epi == FM_CUDA_EPI_FINALIZE_DET) { /* FP32 rows x router weight -> scratch */
         constexpr int RS = 4 * FS + 16;
@@ -175,9 +181,9 @@ __device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsig
                     if (bvalid[i]) row[lcol(i, false) + fo] = acc(i, n, q) * rw;
             }
         bar();
-        constexpr int vpr = FS / 4; /* 16-byte segments per token row */
+        const int vpr = cn / 4; /* 16-byte segments per token row in the group's columns */
         for (int v = tid; v < rows * vpr; v += NTHR) {
-            const int r = v / vpr, c4 = (v - r * vpr) * 4;
+            const int r = v / vpr, c4 = c0 + (v - r * vpr) * 4;
             if (col0 + c4 >= p.n) continue; /* bands past N */
             *(uint4 *)(p.scratch + (size_t)(rbase + r) * p.n + col0 + c4) = *(const uint4 *)(smem + r * RS + c4 * 4);
         }
@@ -246,9 +252,9 @@ __device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsig
             }
     }
     bar();
-    const int vpr = fout / 8; /* 16-byte segments per token row */
+    const int vpr = cn / 8; /* 16-byte segments per token row in the group's columns */
     for (int v = tid; v < rows * vpr; v += NTHR) {
-        const int r = v / vpr, c8 = (v - r * vpr) * 8;
+        const int r = v / vpr, c8 = c0 + (v - r * vpr) * 8;
         if (col0 + c8 >= width) continue; /* bands past N (a segment lies in one band; packed: in one 64-block) */
         *(uint4 *)((__nv_bfloat16 *)p.y + (size_t)(rbase + r) * width + col0 + c8) = *(const uint4 *)(smem + r * RS + c8 * 2);
     }

@@ -195,13 +195,29 @@ __device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
  * (cw/4 * MT + i) * 4 + cw%4; with SwiGLU (MT == 2) gate band (fb * WARPS/4 + cw/4) * 4
  * + cw%4, local output band cw. Accumulator j of m64 tile i: 8-token group j/4,
  * element j%4 of the m16n8 C layout. */
-template <int WARPS, int MT, int NT, class Bar>
+template <int WARPS, int MT, int NT, int NTHR, class Bar>
 __device__ __forceinline__ void wg_epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int fb, int cw,
                                                    const bool (&bvalid)[MT], int rbase, int rows, float osc, int g,
-                                                   int t, int tid, const float (&acc)[MT][NT * 4], Bar bar)
+                                                   int t, int tid, int c0, int cn, const float (&acc)[MT][NT * 4],
+                                                   Bar bar)
 {
-    epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
-        p, smem, fb, bvalid, rbase, rows, osc, g, t, tid, [&](int i, int n, int q) { return acc[i][n * 4 + q]; },
+    epilogue_staged<WARPS * MT * 16, MT, NT, NTHR>(
+        p, smem, fb, bvalid, rbase, rows, osc, g, t, tid, c0, cn, [&](int i, int n, int q) { return acc[i][n * 4 + q]; },
         [&](int i, bool sw) { return sw ? cw * 16 : (((cw >> 2) * MT + i) * 4 + (cw & 3)) * 16; }, bar);
+}
+
+/* The CTA-local output columns of warpgroup wg's bands in wg_epilogue_staged's
+ * mapping: MT m64 tiles = MT * 64 features (NONE, FINALIZE_DET), or 64 SwiGLU
+ * outputs (gate/up pair, MT == 2) */
+__device__ __forceinline__ void wg_columns(const fm_swapab_params &p, int mt, int wg, int &c0, int &cn)
+{
+    cn = p.epi == FM_CUDA_EPI_SWIGLU ? 64 : mt * 64;
+    c0 = wg * cn;
+}
+
+/* Named barrier `id` among nthr threads (a runtime id: one per warpgroup). */
+__device__ __forceinline__ void wg_bar_sync_id(int id, int nthr)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthr) : "memory");
 }
 #endif

@@ -234,17 +234,25 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
         if (PERSIST) mbar_arrive(bar_empty + 8 * ((it - 1) % STAGES)); /* the tile's last stage */
 
         if (wg_staged<WARPS, MT, NT, PERSIST ? EPI_B : STAGES * STAGE_B>(p)) { /* BF16 output through smem */
-            /* Consumers only (barrier 1). Persistent: the output buffer is the CTA's
-             * own, and the barrier orders this tile's writes after every consumer's
-             * reads of the last tile's. Otherwise the stage buffers: the producer
-             * warpgroup has left or is leaving (its nks stage loads were all waited for
-             * on their `full` mbarriers, by every consumer thread, so none of its
-             * copies is still writing), and after the barrier every consumer's MMAs
-             * (wait_group 0) and decode reads are done. */
-            wg_bar_sync<WARPS * 32>();
-            wg_epilogue_staged<WARPS, MT, NT>(p, smem + (PERSIST ? STAGES * STAGE_B : 0), tl.fb, cw, bvalid, tl.row0,
-                                              tl.rows, osc, g, t, threadIdx.x - 128, acc,
-                                              [] { wg_bar_sync<WARPS * 32>(); });
+            /* Each consumer warpgroup writes its own bands and stores its own output
+             * columns, with a barrier of its own (2 + warpgroup): the warpgroups do not
+             * wait for each other, so one's epilogue can run under the other's next MMAs
+             * (persistent kernel). Before the writes: persistent, the output buffer is
+             * the CTA's own and the warpgroup's barrier orders this tile's writes after
+             * its reads of the last tile's (the same bytes: its own columns); per-tile
+             * kernel, the stage buffers, so every consumer first (barrier 1, all of
+             * them): the producer warpgroup has left or is leaving (its nks stage loads
+             * were all waited for on their `full` mbarriers, by every consumer thread,
+             * so none of its copies is still writing), and after it every consumer's
+             * MMAs (wait_group 0) and decode reads are done. */
+            const int wgi = cw >> 2;
+            int       c0, cn;
+            wg_columns(p, MT, wgi, c0, cn);
+            if (PERSIST) wg_bar_sync_id(2 + wgi, 128);
+            else wg_bar_sync<WARPS * 32>();
+            wg_epilogue_staged<WARPS, MT, NT, 128>(p, smem + (PERSIST ? STAGES * STAGE_B : 0), tl.fb, cw, bvalid, tl.row0,
+                                                   tl.rows, osc, g, t, threadIdx.x - 128 * (1 + wgi), c0, cn, acc,
+                                                   [wgi] { wg_bar_sync_id(2 + wgi, 128); });
         } else {
             epilogue<MT, NT>(p, band, bvalid, tl.row0, tl.rows, osc, g, t,
                              [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
