@@ -1,10 +1,6 @@
 # ncu stall breakdown of the wgmma tiles (no tests, no bench)
-OUT=${OUT:-/tmp/out}
-SYS=/tmp/sysroot; for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
-export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
-export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-cmake -S . -B build-gpu -DFM_WERROR=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" >/dev/null 2>&1
-cmake --build build-gpu -j16 --target bench_gemm >$OUT/build.log 2>&1 || tail -20 $OUT/build.log
+. bench/probe/common.sh
+fm_probe_build
 for T in ${NCU_TILES:-wgmma_w8m2n16k64s4 wgmma_w8m1n32k64s4}; do
   echo "== ncu $T EP8-FC1 m=${NCU_M:-128}"
   timeout 150 ncu --clock-control none --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \

@@ -2,12 +2,8 @@
 # and EP8-FC2 (K = 2,048) at 512 rows where it is slower than the per-tile kernel:
 # ncu throughputs (SM, tensor pipe, L2, DRAM) and the consumers' stall reasons.
 # Usage (repo root, GPU machine): bash bench/probe/gpu7.sh      carry=[".debs"]
-OUT=${OUT:-/tmp/out}
-SYS=/tmp/sysroot; for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
-export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
-export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-cmake -S . -B build-gpu -DFM_WERROR=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" >/dev/null 2>&1
-cmake --build build-gpu -j16 --target bench_gemm >$OUT/build.log 2>&1 || tail -20 $OUT/build.log
+. bench/probe/common.sh
+fm_probe_build
 M="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
 S="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
 run() { # shape m tile

@@ -6,10 +6,7 @@
 # slower at 1-2 rows, the same elsewhere; the macro was removed from kernel_common.cuh
 # afterwards (this script's second build now equals the first).
 # Usage (repo root, GPU machine): bash bench/probe/gpu8.sh      carry=[".debs"]
-OUT=${OUT:-/tmp/out}
-SYS=/tmp/sysroot; for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
-export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
-export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/probe/common.sh
 ( cmake -S . -B build-l2 -DFM_WERROR=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" \
     -DCMAKE_CUDA_FLAGS="-DFM_CP_ASYNC_L2_256=1" >/dev/null 2>&1 &&
   cmake --build build-l2 -j8 --target bench_gemm >$OUT/build-l2.log 2>&1 ) &
