@@ -19,6 +19,8 @@ static void help(FILE *f)
             "                  fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)\n"
             "  --warps W       fp4moe kernels: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
             "                  fp4moe-wgmma 4 or 8, default 8)\n"
+            "  --persistent    fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its\n"
+            "                  output tile in a buffer of its own: counted as epilogue D)\n"
             "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch (with --arch too,\n"
             "                  both must name the same architecture) and the SM count for waves\n"
             "  --tile MxNxK    CTA tile\n"
@@ -69,6 +71,7 @@ int fm_cmd_explain(int argc, char **argv)
             return FM_EXIT_OK;
         } else if (!strcmp(f, "--json")) json = 1;
         else if (!strcmp(f, "--swap-ab")) cfg.swap_ab = 1;
+        else if (!strcmp(f, "--persistent")) cfg.persistent = 1;
         else if (!v) {
             fprintf(stderr, "fp4moe explain: %s needs a value (or unknown flag)\n", f);
             return FM_EXIT_USAGE;
@@ -150,6 +153,7 @@ int fm_cmd_explain(int argc, char **argv)
         cJSON_AddStringToObject(o, "arch", arch->name);
         cJSON_AddStringToObject(o, "family", fm_family_name(fam));
         if (swapab) cJSON_AddNumberToObject(o, "warps", rc.warps); /* resolved: the family's default if not given */
+        if (wgmma) cJSON_AddBoolToObject(o, "persistent", rc.persistent);
         cJSON_AddStringToObject(o, "a", fm_elem_name(cfg.a));
         cJSON_AddStringToObject(o, "b", fm_elem_name(cfg.b));
         cJSON_AddStringToObject(o, "epilogue", fm_epilogue_name(cfg.epilogue));
@@ -181,10 +185,10 @@ int fm_cmd_explain(int argc, char **argv)
         fm_cli_print_json(o);
     } else {
         if (swapab)
-            printf("%s %s, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "
+            printf("%s %s%s, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "
                    "the launcher sizes shared memory with the same function\n",
-                   arch->name, fm_family_name(fam), fm_elem_name(cfg.a), cfg.tile_m, cfg.tile_n, cfg.tile_k, rc.warps,
-                   b->stages, cfg.stages ? "fixed" : "compiled");
+                   arch->name, fm_family_name(fam), rc.persistent ? " (persistent)" : "", fm_elem_name(cfg.a),
+                   cfg.tile_m, cfg.tile_n, cfg.tile_k, rc.warps, b->stages, cfg.stages ? "fixed" : "compiled");
         else
             printf("%s %s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s, %d stages (%s), CUTLASS %d.%d model\n",
                    arch->name, fm_family_name(fam), fm_elem_name(cfg.a), fm_elem_name(cfg.b), cfg.tile_m, cfg.tile_n,
@@ -206,7 +210,8 @@ int fm_cmd_explain(int argc, char **argv)
         printf("  %-34s %9zu   (limit %zu B opt-in)\n", "TOTAL sizeof(SharedStorage)", b->total, r.limit_bytes);
         if (wgmma)
             printf("  (all dynamic, from fm_smem_wgmma - the launcher's own function; X in the 128-byte-swizzled\n"
-                   "   core-matrix layout, each stage on a 1 KB boundary (the padding), two mbarriers per stage)\n");
+                   "   core-matrix layout, each stage on a 1 KB boundary (the padding), two mbarriers per stage%s)\n",
+                   rc.persistent ? ";\n   epilogue D = the persistent kernel's output tile, tokens x (2 x features + 16) B" : "");
         else if (swapab)
             printf("  (all dynamic, from fm_smem_swapab - the launcher's own function; padding = 16 B per X row)\n");
         else

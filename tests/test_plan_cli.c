@@ -171,12 +171,24 @@ static void wgmma_family(void **s)
         {"explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64", 0, {"fm_smem_wgmma", "8 warps", "FITS"}, NULL},
         {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x128 --warps 4 --json", 0,
          {"\"warps\":\t4", "\"total_bytes\":\t28736", NULL}, NULL},
+        /* the persistent kernel: its output tile (256 tokens x (2 x 128 + 16) B) counted */
+        {"explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --persistent", 0,
+         {"(persistent)", "221248", "output tile 69632"}, NULL},
+        {"explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --persistent --json", 0,
+         {"\"persistent\":\ttrue", "\"epi_d_bytes\":\t69632", "\"total_bytes\":\t221248"}, NULL},
+        {"explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --json", 0,
+         {"\"persistent\":\tfalse", "\"epi_d_bytes\":\t0", "\"total_bytes\":\t151616"}, NULL},
+        {"plan --launcher --gpu h200 --packed-x --rows-per-expert 256 --n 6144 --k 256 --experts 256", 0,
+         {"wgmma_w8m1n32k64s4p", "221248", NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
     USAGE("explain --family fp4moe-wgmma --arch sm120 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_120");
     USAGE("explain --family fp4moe-wgmma --arch sm_100 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_100");
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 8x64x128", "warps", "8x64x128/w4/s4"); /* default 8 warps */
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64 --stages 5", "not compiled in");
+    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --stages 6 --persistent", "not compiled in");
+    USAGE("explain --family fp4moe-swapab --arch sm90 --tile 8x64x256 --persistent", "no persistent kernel");
+    USAGE("explain --arch sm120 --tile 128x128x128 --persistent", "persistent is fp4moe-wgmma's");
 }
 
 /* --launcher: fm_cuda_gemm's ranking (fm_plan_fp4moe): the decode pick on the H200, packed X only

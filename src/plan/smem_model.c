@@ -62,7 +62,13 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
     if (c->family == FM_FAMILY_AUTO && (c->family = fm_family_for_cc(c->cc)) == FM_FAMILY_AUTO)
         return fm_fail(FM_ERR_ARCH_MISMATCH, "%s has no TMA grouped-GEMM kernel family (needs sm_90 or newer)",
                        arch->name);
+    if (c->persistent != 0 && c->persistent != 1)
+        return fm_fail(FM_ERR_INVALID_ARG, "persistent=%d in fm_kernel_config: 0 or 1", c->persistent);
     if (fm_family_is_fp4moe(c->family)) return fm_resolve_fp4moe(c); /* their own tile and arch rules */
+    if (c->persistent)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: persistent is fp4moe-wgmma's kernel variant; CUTLASS's own "
+                                           "persistence is its tile scheduler, modelled without this flag",
+                       fm_family_name(c->family));
     if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) || !pow2(c->tile_n) ||
         !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 || c->tile_n < 32 || c->tile_n > 256 ||
         c->tile_k < 32 || c->tile_k > 512)
