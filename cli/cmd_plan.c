@@ -164,13 +164,16 @@ int fm_cmd_plan(int argc, char **argv)
         char tile[48];
         int own = p->cfg.family == FM_FAMILY_FP4MOE_SWAPAB || p->cfg.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's */
         snprintf(tile, sizeof tile, "%dx%dx%d", p->cfg.tile_m, p->cfg.tile_n, p->cfg.tile_k);
-        if (own) snprintf(tile + strlen(tile), sizeof tile - strlen(tile), "/w%d", p->cfg.warps);
+        if (own) /* "/p": the persistent wgmma kernel (packed X only; its output tile counted) */
+            snprintf(tile + strlen(tile), sizeof tile - strlen(tile), "/w%d%s", p->cfg.warps,
+                     p->cfg.persistent ? "/p" : "");
         const char *sched = own ? "-" : fm_schedule_name(p->cfg.schedule);
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "family", fm_family_name(p->cfg.family));
             cJSON_AddStringToObject(o, "tile", tile);
             if (own) cJSON_AddNumberToObject(o, "warps", p->cfg.warps);
+            if (p->cfg.family == FM_FAMILY_FP4MOE_WGMMA) cJSON_AddBoolToObject(o, "persistent", p->cfg.persistent);
             cJSON_AddStringToObject(o, "schedule", sched);
             cJSON_AddBoolToObject(o, "fits", p->res.fits);
             cJSON_AddNumberToObject(o, "total_bytes", (double)p->res.bytes.total);

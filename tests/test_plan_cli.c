@@ -180,6 +180,8 @@ static void wgmma_family(void **s)
          {"\"persistent\":\tfalse", "\"epi_d_bytes\":\t0", "\"total_bytes\":\t151616"}, NULL},
         {"plan --launcher --gpu h200 --packed-x --rows-per-expert 256 --n 6144 --k 256 --experts 256", 0,
          {"wgmma_w8m1n32k64s4p", "221248", NULL}, NULL},
+        {"plan --gpu h200 --rows-per-expert 256 --n 6144 --k 256 --experts 256", 0, {"256x128x64/w8/p", "221248", NULL},
+         NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
     USAGE("explain --family fp4moe-wgmma --arch sm120 --tile 128x256x64", "needs wgmma (sm_90a)", "sm_120");
