@@ -26,15 +26,20 @@
  * grid enumerates tiles expert by expert (each expert's weights and rows are
  * then read by CTAs that run at the same time: the L2 serves the re-reads),
  * and every warp finds its CTA's tile from the device offsets by a warp scan,
- * so the host never needs the row counts (graph-capturable). The stage
+ * so the host never needs the row counts (graph-capturable). The persistent
+ * form of the warp-specialized kernel (packed X, tiles with persist = 1)
+ * launches at most one CTA per SM instead and each takes tiles blockIdx.x +
+ * i * gridDim.x in the same order (wgmma_ws.cuh). The stage
  * weights and scale bytes come by cp.async, STAGES deep, one barrier a stage;
  * the tensor cores run stage k while the warps decode stage k+1 into a second
  * register set and store the token tile of stage k+2.
  * Epilogue: BF16 outputs (NONE, SWIGLU) of 16+-token tiles leave through the
- * drained stage buffers as 16-byte row segments (wg_staged / wg_epilogue_staged
- * in wgmma_common.cuh, on kernel_common.cuh's epilogue_staged, which the mma.sync
- * kernel uses too) when y is 16-byte aligned; FINALIZE, FINALIZE_DET and the
- * 8-token tiles store from the registers (kernel_common.cuh's epilogue).
+ * drained stage buffers (the persistent kernel: a buffer of its own) as 16-byte
+ * row segments (wg_staged / wg_epilogue_staged in wgmma_common.cuh, on
+ * kernel_common.cuh's epilogue_staged, which the mma.sync kernel uses too; written
+ * with stmatrix, per consumer warpgroup in the warp-specialized kernels) when y
+ * is 16-byte aligned, FINALIZE_DET's FP32 rows where their tile fits; FINALIZE
+ * and the 8-token tiles store from the registers (kernel_common.cuh's epilogue).
  * Shared memory = fm_smem_wgmma(tile) (src/plan/fm_kernels_smem.c), all dynamic.
  * Only the sm_90a build has a body; the launcher refuses other devices.
  */

@@ -11,8 +11,9 @@
  * buffer is handed back (`empty` mbarrier) once they have. No CTA-wide barrier
  * in the main loop. With two consumer warpgroups, setmaxnreg moves registers
  * from the producer (56) to the consumers (224). BF16 outputs leave through
- * shared memory when wg_staged allows (consumer-only named barrier 1), the
- * others from the registers.
+ * shared memory when wg_staged allows, each consumer warpgroup staging and
+ * storing its own output columns behind its own named barrier (2 + warpgroup),
+ * the others from the registers.
  * PERSIST = false: one CTA per tile; the staged output reuses the drained stage
  * buffers (the producer has issued exactly nks stage loads, each waited for by
  * every consumer on its `full` mbarrier, and leaves after them).
