@@ -20,6 +20,9 @@ per expert of E experts, [N x K] weights,
                   passes and, multi-block, over nb feature blocks; a wgmma CTA
                   is one pass of one block)
   time            max(1, CTAs / (SMs x O)) x per-CTA time + launch
+                  (the persistent wgmma kernel, one CTA per SM over all tiles: the
+                  fixed latency once, then per tile l0pp + pov x (token rows + output)
+                  + pps x stages; wgmma tiles pay lmt per m64 tile past the first)
 and a per-tile efficiency factor (the median of measured / modelled over the
 tile's timings): what the few global parameters cannot see (spills, the
 instruction mix of one instantiation). The global parameters are fitted by
