@@ -4,8 +4,8 @@ measured-times CSV (docs/simulate.md, "Measured times"), so `fp4moe simulate
 --measured` and `--validate` read the same numbers the bench reported.
 
 Why a script: RESULTS.md is the reviewed record (written by bench/gpu_table.py
-from a full gpu-check run; the simulator's CSVs come from the section "## GPU, third session ..." (the fourth session's table has a launcher column this parser does not read));
-the CSV is derived from it and must be regenerated,
+from a full gpu-check run; the simulator's CSVs come from the newest full run's section,
+"## GPU, 2026-11-30 fifth session ..."); the CSV is derived from it and must be regenerated,
 never hand-edited, whenever the table changes:
 
     python3 bench/results_to_csv.py                   # -> bench/h200_fp4moe_gemm.csv
@@ -14,7 +14,9 @@ never hand-edited, whenever the table changes:
 Rows of the table look like
     | EP8-FC1 | 8 | 162.1 | swapab_w4m1n1k256s4 | 2.83 | 80 | 108.8 | 1.49 | 579.9 | 3.58 |
 columns: shape, rows/expert, fp4moe us, tile, TB/s, TFLOP/s, floor us, x floor,
-torch BF16 us, speed-up.  The shape names map to GLM-5's per-GPU GEMMs
+torch BF16 us, speed-up (the fourth session's tables and later have a `launcher us`
+column before torch's: the columns are found by the header row's names).  The shape
+names map to GLM-5's per-GPU GEMMs
 (background.md): EP8 = 32 experts with full shapes, TP8 = 256 experts sliced.
 Only the standard library is used.
 """
@@ -29,8 +31,12 @@ SHAPES = {
     "TP8-FC1": (256, 512, 6144),
     "TP8-FC2": (256, 6144, 256),
 }
-# table columns (0-based after splitting on '|')
-COL_SHAPE, COL_ROWS, COL_FP4MOE_US, COL_TILE, COL_TORCH_US = 0, 1, 2, 3, 8
+# table columns (0-based after splitting on '|'), the header row's names
+HEAD_SHAPE, HEAD_ROWS, HEAD_FP4MOE_US, HEAD_TILE, HEAD_TORCH_US = "shape", "rows/expert", "fp4moe us", "tile", "torch BF16 us"
+
+
+def ncols(col):
+    return len(col)
 
 
 def parse(path, section):
@@ -38,6 +44,7 @@ def parse(path, section):
     `section`: (shape, rows, fp4moe_us, tile, torch_us)."""
     out = []
     in_gpu = False
+    col = None
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if line.startswith("## "):
@@ -52,17 +59,25 @@ def parse(path, section):
                     break  # the section's first table only (later tables are quick re-checks)
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells and cells[0] == HEAD_SHAPE:  # the header: where each column is
+                col = {name: i for i, name in enumerate(cells)}
+                need = (HEAD_SHAPE, HEAD_ROWS, HEAD_FP4MOE_US, HEAD_TILE, HEAD_TORCH_US)
+                if any(n not in col for n in need):
+                    sys.exit(f"{path}:{lineno}: the table header lacks {[n for n in need if n not in col]}")
+                continue
             if not cells or cells[0] not in SHAPES:
-                continue  # header, separator or another table
-            if len(cells) < 10:
-                sys.exit(f"{path}:{lineno}: expected 10 columns, got {len(cells)}")
+                continue  # separator or another table
+            if col is None:
+                sys.exit(f"{path}:{lineno}: a table row before the table's header")
+            if len(cells) != ncols(col):
+                sys.exit(f"{path}:{lineno}: expected {ncols(col)} columns (the header's), got {len(cells)}")
             try:
-                rows = int(cells[COL_ROWS])
-                us = float(cells[COL_FP4MOE_US].replace(",", ""))
-                torch_us = float(cells[COL_TORCH_US].replace(",", ""))
+                rows = int(cells[col[HEAD_ROWS]])
+                us = float(cells[col[HEAD_FP4MOE_US]].replace(",", ""))
+                torch_us = float(cells[col[HEAD_TORCH_US]].replace(",", ""))
             except ValueError as e:
                 sys.exit(f"{path}:{lineno}: {e}")
-            out.append((cells[COL_SHAPE], rows, us, cells[COL_TILE], torch_us))
+            out.append((cells[col[HEAD_SHAPE]], rows, us, cells[col[HEAD_TILE]], torch_us))
     if not out:
         sys.exit(f"{path}: no GPU table rows ({', '.join(SHAPES)}) found under '## {section}'")
     return out
@@ -74,7 +89,7 @@ def main():
     ap.add_argument("--peer", choices=["fp4moe", "torch"], default="fp4moe",
                     help="fp4moe: the swap-AB NVFP4 times; torch: torch._grouped_mm BF16 times")
     ap.add_argument("--gpu", default="h200", help="GPU short name as in the planner's GPU table")
-    ap.add_argument("--section", default="GPU, third session",
+    ap.add_argument("--section", default="GPU, 2026-11-30 fifth session",
                     help="heading (after '## ') the table's section starts with: the newest full run by default "
                          "('GPU' alone: the first session's table)")
     ap.add_argument("-o", "--output", default=None)
