@@ -9,8 +9,13 @@ def main():
     log, peer_json = sys.argv[1], sys.argv[2]
     peer = json.load(open(peer_json))
     tp = {(p["shape"], p["m"]): p["us"] for p in peer["grouped_mm"]}
-    best, chosen = {}, {}
+    tp1 = {(p["shape"], p["m"]): p.get("us_single", float("nan")) for p in peer["grouped_mm"]}
+    best, chosen, single = {}, {}, {}
     for line in open(log):
+        if line.startswith("csvs,"):  # the best tile timed one launch at a time (host path included)
+            _, shape, m, tile, us = line.strip().split(",")
+            single[(shape, int(m))] = float(us)
+            continue
         if not line.startswith("csv,"):
             continue
         _, shape, m, tile, is_def, us, tbs, tfl, floor = line.strip().split(",")
@@ -20,16 +25,18 @@ def main():
         if key not in best or float(us) < best[key][1]:
             best[key] = (tile, float(us), float(tbs), float(tfl), float(floor))
     print(f"copy {peer['copy_tbs']:.3f} TB/s, BF16 {peer['bf16_tflops']:.0f} TFLOP/s (torch, same run)")
-    print("fp4moe us = the fastest tile measured at the point; launcher us = what fm_cuda_gemm runs with no tile "
-          "(the planner's first candidate), natural X / packed X")
-    print(f"| shape | rows/expert | fp4moe us | tile | TB/s | TFLOP/s | floor us | x floor | launcher us nat / pk | torch BF16 us | speed-up |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("fp4moe us = the fastest tile measured at the point, launches queued back to back (an event between each "
+          "two); launcher us = what fm_cuda_gemm runs with no tile (the planner's first candidate), natural X / packed X; "
+          "1-launch us = fp4moe's tile and torch timed one launch at a time (event, launch, event, synchronize: the host's "
+          "launch path inside the time, the earlier sections' method)")
+    print(f"| shape | rows/expert | fp4moe us | tile | TB/s | TFLOP/s | floor us | x floor | launcher us nat / pk | torch BF16 us | speed-up | 1-launch us fp4moe / torch |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (shape, m), (tile, us, tbs, tfl, floor) in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         t = tp.get((shape, m), float("nan"))
         c1, c2 = chosen.get(((shape, m), "1")), chosen.get(((shape, m), "2"))
         ch = " / ".join(f"{c:.1f}" if c else "-" for c in (c1, c2))
         print(f"| {shape} | {m} | {us:.1f} | {tile} | {tbs:.2f} | {tfl:.0f} | {floor:.1f} | {us / floor:.2f} | "
-              f"{ch} | {t:.1f} | {t / us:.2f} |")
+              f"{ch} | {t:.1f} | {t / us:.2f} | {single.get((shape, m), float('nan')):.1f} / {tp1.get((shape, m), float('nan')):.1f} |")
 
 
 if __name__ == "__main__":

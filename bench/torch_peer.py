@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """torch_peer.py - the peer and the ceilings for bench_gemm (issue 4), same run.
 
-Measures on the current GPU, CUDA events, median after warm-up:
+Measures on the current GPU, CUDA events, median after warm-up (calls queued back to
+back with an event between each two; the peer also one call at a time, "us_single"):
   * copy ceiling: 2 GiB device-to-device copy (bytes read + written);
   * BF16 GEMM ceiling: 8192^3 torch.matmul on random data;
   * torch._grouped_mm with BF16 weights on the GLM-5 EP8/TP8 shapes at 1..1024
@@ -20,17 +21,31 @@ SHAPES = [("EP8-FC1", 32, 4096, 6144), ("EP8-FC2", 32, 6144, 2048),
 MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
-def bench(fn, reps=25, warm=3):
+def bench(fn, reps=25, warm=3, queued=True):
+    """Median us of one call. queued: the calls enqueued back to back with an event
+    between each two (the GPU's time per call, not the host's dispatch path: every
+    call timed here takes 100+ us on the GPU, more than Python's dispatch); else
+    one call at a time (event, call, event, synchronize), as bench_gemm's `csvs`."""
     for _ in range(warm):
         fn()
+    torch.cuda.synchronize()
     ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
+    if queued:
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+        ev[0].record()
+        for r in range(reps):
+            fn()
+            ev[r + 1].record()
+        ev[reps].synchronize()
+        ts = [ev[r].elapsed_time(ev[r + 1]) for r in range(reps)]
+    else:
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b))
     ts.sort()
     return ts[len(ts) // 2] * 1e3  # us
 
@@ -58,8 +73,9 @@ def main():
     peer = []
     ms = [1, 8, 32, 128] if args.quick else MS
     for name, E, N, K in SHAPES:
-        w = torch.randn(E, N, K, device=dev, dtype=torch.bfloat16) * 0.02
-        wt = w.transpose(-2, -1)  # [E, K, N] view, column-major as _grouped_mm wants
+        # two weight sets used alternately (0.8-1.6 GB each): no call finds its weights in L2
+        w = [torch.randn(E, N, K, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(2)]
+        wt = [v.transpose(-2, -1) for v in w]  # [E, K, N] views, column-major as _grouped_mm wants
         for m in ms:
             x = [torch.randn(m * E, K, device=dev, dtype=torch.bfloat16) for _ in range(2)]
             offs = torch.arange(1, E + 1, device=dev, dtype=torch.int32) * m
@@ -67,15 +83,16 @@ def main():
 
             def run():
                 i[0] ^= 1
-                return torch._grouped_mm(x[i[0]], wt, offs=offs)
+                return torch._grouped_mm(x[i[0]], wt[i[0]], offs=offs)
             try:
                 us = bench(run)
+                us1 = bench(run, reps=15, queued=False)
             except Exception as ex:  # an old torch without _grouped_mm for this shape
                 print(f"# {name} m={m}: torch._grouped_mm failed: {ex}", file=sys.stderr)
-                us = float("nan")
+                us = us1 = float("nan")
             bytes_ = E * N * K * 2 + m * E * (K + N) * 2
             flops = 2 * m * E * N * K
-            peer.append({"shape": name, "m": m, "us": us, "tbs": bytes_ / (us * 1e-6) / 1e12,
+            peer.append({"shape": name, "m": m, "us": us, "us_single": us1, "tbs": bytes_ / (us * 1e-6) / 1e12,
                          "tflops": flops / (us * 1e-6) / 1e12})
             print(f"torch,{name},{m},{us:.1f},{peer[-1]['tbs']:.3f},{peer[-1]['tflops']:.1f}", flush=True)
             del x
