@@ -21,7 +21,7 @@
  *    (the descriptor and fragment conventions are checked by
  *    bench/probe/wgmma_rs_probe.cu, the whole kernel by tests/gpu);
  *  - N = 8*NT tokens per wgmma (up to 256), M = 64 features per warpgroup and
- *    m64 tile, MT tiles per warpgroup, 1 or 2 warpgroups per CTA.
+ *    m64 tile, MT tiles per warpgroup, 1, 2 or 3 warpgroups per CTA.
  * One CTA computes one (expert, 8*NT-token pass, feature block) tile; the 1-D
  * grid enumerates tiles expert by expert (each expert's weights and rows are
  * then read by CTAs that run at the same time: the L2 serves the re-reads),
@@ -80,6 +80,9 @@ const entry k_entries[] = {
     /* deeper pipelines: a wgmma CTA has the SM to itself (registers), smem to spare */
     FM_WGMMA_ENTRY(8, 2, 8, 64, 8),  FM_WGMMA_ENTRY(8, 2, 4, 128, 6), FM_WGMMA_ENTRY(8, 2, 16, 64, 8),
     FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
+    /* three consumer warpgroups (12 decoding warps a CTA, as many as the mma.sync kernel's
+     * 3 CTAs x 4 warps): 16-64 tokens, where the decode's issue, not the tensor cores, binds */
+    FM_WGMMA_ENTRY(12, 2, 4, 64, 8), FM_WGMMA_ENTRY(12, 1, 8, 64, 8),
     /* persistent (packed X): one CTA per SM, the next tile's loads under the last one's epilogue */
     FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
 };

@@ -9,8 +9,8 @@
  * warpgroups) decode and run the MMAs: stage k is decoded into one of two
  * register sets while the MMAs of stage k-1 may still run, and stage k-1's
  * buffer is handed back (`empty` mbarrier) once they have. No CTA-wide barrier
- * in the main loop. With two consumer warpgroups, setmaxnreg moves registers
- * from the producer (56) to the consumers (224). BF16 outputs leave through
+ * in the main loop. With two (three) consumer warpgroups, setmaxnreg moves registers
+ * from the producer (56) to the consumers (224; 152 with three). BF16 outputs leave through
  * shared memory when wg_staged allows, each consumer warpgroup staging and
  * storing its own output columns behind its own named barrier (2 + warpgroup),
  * the others from the registers.
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
 
     if (warp < 4) {
         /* ================= producer warpgroup ================= */
-        if (WARPS == 8) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+        if (WARPS >= 8) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
         const int pt = threadIdx.x; /* 0..127 */
         /* Every copy of this thread, worked out once a tile: only the K offset moves
          * from stage to stage (the producer is one warp per scheduler: its issue rate
@@ -183,7 +183,10 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
     }
 
     /* ================= consumer warpgroups ================= */
+    /* the CTA's 65,536 registers: 128 producer threads x 56 + the consumers' share
+     * (8 warps: 168 each at launch, 224 after; 12 warps: 128 each at launch, 152 after) */
     if (WARPS == 8) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    if (WARPS == 12) asm volatile("setmaxnreg.inc.sync.aligned.u32 152;");
     const int cw = warp - 4;
     typedef stage_regs_t<CPS, MT> stage_regs;
     float acc[MT][TOK / 2];

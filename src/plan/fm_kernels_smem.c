@@ -134,6 +134,9 @@ static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 2, 4, 128, 6, 0}, /* 159,840  256 x 32 */
     {8, 2, 16, 64, 8, 0}, /* 204,928  256 x 128 */
     {8, 1, 32, 64, 6, 0}, /* 227,424  128 x 256 */
+    /* three consumer warpgroups: 12 decoding warps per SM, as the mma kernel's 3 CTAs x 4 */
+    {12, 2, 4, 64, 8, 0}, /* 147,584  384 x 32 */
+    {12, 1, 8, 64, 8, 0}, /* 123,008  192 x 64 */
     /* persistent (packed X): one CTA per SM over all tiles, + the output tile's buffer
      * (256 x 128, 6 stages, was measured too: never the fastest, at K = 256 half the
      * speed of the 128 x 256 one, bench/RESULTS.md) */
@@ -150,10 +153,10 @@ const fm_swapab_tile *fm_wgmma_tiles(size_t *count)
 fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
 {
     if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_wgmma: NULL argument");
-    if ((t->warps != 4 && t->warps != 8) || !is_pow2_upto(t->mt, 2) || !is_pow2_upto(t->nt, 32) || t->kc < 64 ||
+    if ((t->warps != 4 && t->warps != 8 && t->warps != 12) || !is_pow2_upto(t->mt, 2) || !is_pow2_upto(t->nt, 32) || t->kc < 64 ||
         t->kc > 256 || t->kc % 64 != 0 || t->stages < 4 || t->stages > 8 || (t->persist != 0 && t->persist != 1))
         return fm_fail(FM_ERR_BAD_SHAPE,
-                       "fm_smem_wgmma: tile warps=%d mt=%d nt=%d kc=%d stages=%d persist=%d outside warps 4/8, mt 1/2, "
+                       "fm_smem_wgmma: tile warps=%d mt=%d nt=%d kc=%d stages=%d persist=%d outside warps 4/8/12, mt 1/2, "
                        "nt 1..32 (power of 2), kc 64..256 step 64, stages 4..8, persist 0/1",
                        t->warps, t->mt, t->nt, t->kc, t->stages, t->persist);
     fm_smem_breakdown b = {0};

@@ -44,8 +44,8 @@ typedef struct {
 
 static const own_family k_swapab = {FM_FAMILY_FP4MOE_SWAPAB, "fp4moe-swapab", 4, 0x1FEu, "1..8", 4, 8, 1024,
                                     fm_swapab_tiles, fm_smem_swapab, fm_swapab_tile_name};
-static const own_family k_wgmma = {FM_FAMILY_FP4MOE_WGMMA, "fp4moe-wgmma", 8, (1u << 4) | (1u << 8),
-                                   "4 or 8 (one or two warpgroups)", 2, 32, 256, fm_wgmma_tiles, fm_smem_wgmma,
+static const own_family k_wgmma = {FM_FAMILY_FP4MOE_WGMMA, "fp4moe-wgmma", 8, (1u << 4) | (1u << 8) | (1u << 12),
+                                   "4, 8 or 12 (one to three consumer warpgroups)", 2, 32, 256, fm_wgmma_tiles, fm_smem_wgmma,
                                    fm_wgmma_tile_name};
 
 static const own_family *fam_of(fm_kernel_family f) { return f == FM_FAMILY_FP4MOE_WGMMA ? &k_wgmma : &k_swapab; }
