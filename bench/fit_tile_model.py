@@ -219,12 +219,12 @@ def main():
     o += [' * %s' % s for s in lines]
     o += [' * Included by src/plan/cost_fp4moe.c: the model there, its parameters here. */']
     o.append('static const fm_cost_params k_cost_h200 = {')
-    for k in P0: o.append('    .%s = %.6g,' % (k, P[k]))
+    for k in P0: o.append('    .%s = %.9g,' % (k, P[k]))  # 9 digits: the C model's ranking must equal the fit's (near ties)
     o.append('};')
     o.append('/* family, warps, mt, nt, kc, stages, multi-block (mma) or packed X (wgmma; 2: persistent), efficiency */')
     o.append('static const fm_cost_eff k_eff_h200[] = {')
     for (fam, t, flag), v in sorted(eff.items()):
-        o.append('    {%s, %d, %d, %d, %d, %d, %d, %.4f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, int(flag), v))
+        o.append('    {%s, %d, %d, %d, %d, %d, %d, %.6f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, int(flag), v))  # 6 decimals: see the parameters
     o.append('};')
     open(a.out, 'w').write('\n'.join(o) + '\n')
     print('wrote', a.out)

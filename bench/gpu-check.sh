@@ -8,7 +8,9 @@
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
-# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results]      carry=[".debs"]
+# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify]      carry=[".debs"]
+#   verify: build, ctest -L gpu, bench_gemm --quick, fp4moe run (--check at 1 and 4 tokens;
+#           16-1,024 tokens timed), memcheck + racecheck of test_cuda_gemm's quick subset
 #   results: build, ctest -L gpu, torch peer + ceilings, the full bench, the CLI on the
 #            GPU, the table, then memcheck + racecheck of test_cuda_gemm's quick subset
 #   test: steps 1-3 only (correctness + sanitizers, no timing)
@@ -37,6 +39,23 @@ if [ "$MODE" = perf ]; then
   build-gpu/bench/bench_gemm ${BENCH_ARGS:---quick} >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
   grep -E "^#" "$OUT/bench.log"
   sed -n '/^shape/,$p' "$OUT/bench.log"
+  exit 0
+fi
+if [ "$MODE" = verify ]; then
+  # after a refit or a small change: the quick bench (launcher columns), the layer on the
+  # GPU (fp4moe run, --check at 1 and 4 tokens), then memcheck + racecheck (quick subset)
+  echo "== bench_gemm --quick"
+  build-gpu/bench/bench_gemm --quick >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
+  grep -E "^#" "$OUT/bench.log"
+  sed -n '/^shape/,$p' "$OUT/bench.log"
+  echo "== fp4moe run (GLM-5 EP8 defaults)"
+  for tk in 1 4; do timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E "time|check"; done
+  for tk in 16 64 256 1024; do echo "tokens $tk: $(timeout 90 build-gpu/fp4moe run --tokens $tk 2>&1 | grep -E 'time')"; done
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  FM_QUICK=1 timeout ${MEMCHECK_S:-150} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/memcheck.log" 2>&1
+  echo "memcheck (FM_QUICK) rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  FM_QUICK=1 timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/racecheck.log" 2>&1
+  echo "racecheck (FM_QUICK) rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
   exit 0
 fi
 if [ "$MODE" = results ]; then

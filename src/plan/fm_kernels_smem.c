@@ -136,7 +136,6 @@ static const fm_swapab_tile k_wgmma_tiles[] = {
     {8, 1, 32, 64, 6, 0}, /* 227,424  128 x 256 */
     /* three consumer warpgroups: 12 decoding warps per SM, as the mma kernel's 3 CTAs x 4 */
     {12, 2, 4, 64, 8, 0}, /* 147,584  384 x 32 */
-    {12, 1, 8, 64, 8, 0}, /* 123,008  192 x 64 */
     /* persistent (packed X): one CTA per SM over all tiles, + the output tile's buffer
      * (256 x 128, 6 stages, was measured too: never the fastest, at K = 256 half the
      * speed of the 128 x 256 one, bench/RESULTS.md) */
