@@ -52,6 +52,89 @@ __device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, in
         base += tot;
     }
 }
+/* The persistent mma kernel's walk over units (the same enumeration as find_tile) without
+ * a global load per unit: a cursor keeps the scan of its 32-expert group in registers (this
+ * lane's inclusive prefix and count, the group's total), so finding the next unit is a
+ * ballot until the walk crosses into the next group; and a CTA's units are a contiguous
+ * range [lo, hi) of the enumeration (the total split in gridDim.x near-equal parts), so
+ * it crosses groups rarely (find_tile's global loads sat on every unit's critical path:
+ * measured 20-70 % slower than one CTA per unit at K = 256). */
+__device__ __forceinline__ int units_of(const fm_swapab_params &p, int nfb, int tok, int ee)
+{
+    if (ee >= p.n_experts) return 0;
+    int r0 = p.offsets[ee], r1 = min(p.offsets[ee + 1], p.max_rows);
+    return r0 >= 0 && r1 > r0 ? ((r1 - r0 + tok - 1) / tok) * nfb : 0;
+}
+struct unit_cursor {
+    int e0, base; /* the group's first expert, the units before it */
+    int inc, cnt; /* this lane's expert: inclusive prefix within the group, its units */
+    int tot;      /* the group's units */
+};
+__device__ __forceinline__ void cursor_load(const fm_swapab_params &p, int nfb, int tok, int lane, unit_cursor &c)
+{
+    c.cnt = units_of(p, nfb, tok, c.e0 + lane);
+    c.inc = c.cnt;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        int v = __shfl_up_sync(0xFFFFFFFFu, c.inc, d);
+        if (lane >= d) c.inc += v;
+    }
+    c.tot = __shfl_sync(0xFFFFFFFFu, c.inc, 31);
+}
+/* Unit `slot` (>= the cursor's base; slots only grow): expert e and its local index; false
+ * past the last unit. Every warp the same answer. */
+__device__ __forceinline__ bool cursor_find(const fm_swapab_params &p, int nfb, int tok, int lane, int slot,
+                                            unit_cursor &c, int &e, int &local)
+{
+    while (slot >= c.base + c.tot) {
+        if (c.e0 + 32 >= p.n_experts) return false;
+        c.base += c.tot;
+        c.e0 += 32;
+        cursor_load(p, nfb, tok, lane, c);
+    }
+    unsigned bal = __ballot_sync(0xFFFFFFFFu, slot < c.base + c.inc);
+    int      l = __ffs(bal) - 1;
+    int      inc_l = __shfl_sync(0xFFFFFFFFu, c.inc, l), cnt_l = __shfl_sync(0xFFFFFFFFu, c.cnt, l);
+    e = c.e0 + l;
+    local = slot - (c.base + inc_l - cnt_l);
+    return true;
+}
+/* This CTA's range [lo, hi) of the U units (part blockIdx.x of gridDim.x near-equal
+ * parts) and a cursor at lo's group: two passes over the offsets, 256 experts (8
+ * independent loads a lane) per step. */
+__device__ __forceinline__ void cursor_start(const fm_swapab_params &p, int nfb, int tok, int lane, unit_cursor &c,
+                                             int &lo, int &hi)
+{
+    long long U = 0;
+    for (int g0 = 0; g0 < p.n_experts; g0 += 256) {
+        int s = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s += units_of(p, nfb, tok, g0 + 32 * j + lane);
+        U += __reduce_add_sync(0xFFFFFFFFu, (unsigned)s);
+    }
+    if (U > 0x7FFFFFFFLL) U = 0x7FFFFFFFLL; /* the launcher's grid bound keeps U below 2^31 */
+    lo = (int)(U * blockIdx.x / gridDim.x);
+    hi = (int)(U * (blockIdx.x + 1) / gridDim.x);
+    c.e0 = 0;
+    c.base = 0;
+    for (int g0 = 0; g0 < p.n_experts && lo < hi; g0 += 256) {
+        int t[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) t[j] = units_of(p, nfb, tok, g0 + 32 * j + lane);
+        bool found = false;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (found) break;
+            int tj = (int)__reduce_add_sync(0xFFFFFFFFu, (unsigned)t[j]);
+            if (lo < c.base + tj) {
+                c.e0 = g0 + 32 * j;
+                found = true;
+            } else c.base += tj;
+        }
+        if (found) break;
+    }
+    cursor_load(p, nfb, tok, lane, c);
+}
 __device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int &e, int &local)
 {
     int e0 = 0, base = 0;
