@@ -263,10 +263,9 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
 }
 
 /* Persistent form (tiles with persist = 1): min(units, CTAs per SM x SMs) CTAs; CTA c
- * takes a contiguous range of the units (expert with rows, 8*NT-token pass, feature
- * block) in find_tile's order, the total split in gridDim.x near-equal parts (cursor_start,
- * cursor_find: kernel_common.cuh; no global load per unit), and ONE cp.async pipeline
- * runs across all of its units: the next unit's first stages are
+ * takes the units (expert with rows, 8*NT-token pass, feature block) c, c + G, c + 2G ...
+ * in the order find_tile enumerates them from the device offsets (G = gridDim.x), and
+ * ONE cp.async pipeline runs across all of its units: the next unit's first stages are
  * in flight while this one finishes its last stage and stores its outputs (from the
  * registers: the stage buffers are busy). Against one CTA per (feature block, expert),
  * a unit costs no CTA start, pointer set-up from scratch or pipeline fill: what short K
@@ -294,18 +293,16 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     const int  nbands = p.n / 16;
     const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* the launcher refuses SwiGLU with MT == 1 */
+    const int  step = (int)gridDim.x;
 
     struct unit_t {
         int e, fb, row0, rows;
     };
-    /* this CTA's units [lo, hi) of the enumeration, found by a cursor (every warp the same answer) */
-    unit_cursor cur0;
-    int         lo, hi;
-    cursor_start(p, nfb, TOK, lane, cur0, lo, hi);
-    if (lo >= hi) return; /* the whole CTA: no unit */
-    auto unit_at = [&](int slot, unit_t &u, unit_cursor &c) {
+    /* the unit of a slot (every warp the same answer); cursor (ce0, cbase): slots only grow */
+    auto unit_at = [&](int slot, unit_t &u, int &ce0, int &cbase) {
         int e, local;
-        if (slot >= hi || !cursor_find(p, nfb, TOK, lane, slot, c, e, local)) return false;
+        find_tile(p, nfb, TOK, lane, slot, e, local, ce0, cbase);
+        if (e < 0) return false;
         const int r0 = p.offsets[e], m = min(p.offsets[e + 1], p.max_rows) - r0;
         const int npass = (m + TOK - 1) / TOK, pass0 = (local % npass) * TOK;
         u.e = e;
@@ -332,10 +329,10 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     };
 
     /* ---- the load side: unit lu, its K stage lks, the copy sources of this thread ---- */
-    int         l_slot = lo, lks = 0;
-    unit_cursor lcur = cur0;
-    unit_t      lu;
-    bool        l_ok = unit_at(l_slot, lu, lcur);
+    int    l_slot = blockIdx.x, le0 = 0, lbase = 0, lks = 0;
+    unit_t lu;
+    bool   l_ok = unit_at(l_slot, lu, le0, lbase);
+    if (!l_ok) return; /* the whole CTA: no unit */
     const uint4         *wsrc[MT];
     const unsigned char *ssrc[MT];
     bool                 wok[MT];
@@ -388,17 +385,16 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
         }
         if (++lks == nks) {
             lks = 0;
-            l_ok = unit_at(++l_slot, lu, lcur);
+            l_ok = l_slot <= INT_MAX - step && unit_at(l_slot += step, lu, le0, lbase);
             if (l_ok) sources();
         }
     };
 
     /* ---- the compute side: unit cu; stage q of the CTA (loads and computes in the same
      * order) lives in buffer q % STAGES; one commit a stage, empty past the last load ---- */
-    int         c_slot = lo, q = 0;
-    unit_cursor ccur = cur0;
-    unit_t      cu;
-    unit_at(c_slot, cu, ccur);
+    int    c_slot = blockIdx.x, ce0 = 0, cbase = 0, q = 0;
+    unit_t cu;
+    unit_at(c_slot, cu, ce0, cbase);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (l_ok) load_next(s);
@@ -458,7 +454,7 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
         if (wv)
             epilogue<MT, NT>(p, band, bvalid, cu.row0, cu.rows, osc, g, t,
                              [&](int i, int n, int r) { return acc[i][n][r]; });
-        if (!unit_at(++c_slot, cu, ccur)) break;
+        if (c_slot > INT_MAX - step || !unit_at(c_slot += step, cu, ce0, cbase)) break;
     }
     cp_async_wait<0>(); /* no copy of this CTA outlives it (the empty tail groups) */
 }
@@ -564,7 +560,6 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     if (x.persist) {
         /* units: sum over experts of ceil(m_e / tok) x blocks <= (max_rows + E (tok - 1)) / tok x blocks */
         long long tok = 8LL * x.nt, units = ((long long)p->max_rows + (long long)p->n_experts * (tok - 1)) / tok * blocks;
-        if (units > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration; /* the kernel counts units in int */
         int occ = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? k_occ[dev][idx] : 0, sms = 0;
         if (!occ) {
             cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, x.pfn, x.warps * 32, smem);
