@@ -134,21 +134,20 @@ int main(int argc, char **argv)
     const int       *ms = quick ? ms_quick : ms_full;
     int              nms = quick ? 4 : 11;
     /* every compiled tile of both families (wgmma only on compute capability 9.0) */
-    fm_cuda_tile tiles[96];
-    int          tpacked[96] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
-    int          tnb1[96] = {0};    /* one-token-group mma tiles run again with feature_blocks: _nb1 (short K), _nb4 (long K) */
+    fm_cuda_tile tiles[64];
+    int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
+    int          tnb1[64] = {0};    /* one-token-group mma tiles run again with feature_blocks: _nb1 (short K), _nb4 (long K) */
     size_t       ntile = 0, nmma = 0, nwg = 0;
     const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
-    for (size_t i = 0; i < nmma && ntile + 2 <= 96; i++) {
-        tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages,
-                          mt_[i].persist ? FM_CUDA_KERNEL_MMA_PERSISTENT : FM_CUDA_KERNEL_MMA};
+    for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
+        tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
         if (fm_swapab_tile_has_mb(&mt_[i])) { /* tiles with a multi-block kernel: the other block count too */
             tiles[ntile] = tiles[ntile - 1];
             tnb1[ntile++] = 1;
         }
     }
     if (prop.major == 9 && prop.minor == 0)
-        for (size_t i = 0; i < nwg && ntile + 2 <= 96; i++)
+        for (size_t i = 0; i < nwg && ntile + 2 <= 64; i++)
             for (int pk = 1; pk >= (wt_[i].persist ? 1 : 0); pk--) { /* the persistent kernel: packed X only */
                 tpacked[ntile] = pk;
                 tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages,
@@ -298,7 +297,7 @@ int main(int argc, char **argv)
                 /* the feature blocks this row runs with: explicit, or the automatic count for a given tile */
                 int vnb = tnb1[ti];
                 if (!vnb) {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, fm_cuda_kernel_is_persistent(tl.kernel)};
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
                     vnb = tl.kernel == FM_CUDA_KERNEL_MMA && fm_swapab_tile_has_mb(&st)
                               ? fm_plan_fp4moe_auto_blocks(tl.warps, tl.mt, 0, s->N, s->K, s->E, prop.multiProcessorCount)
                               : 1;
@@ -308,14 +307,14 @@ int main(int argc, char **argv)
                                  ? 1
                                  : (have_defp && !memcmp(&tl, &defp, sizeof tl) && tpacked[ti] ? 2 : 0);
                 if (!is_def && m > 64 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
-                if (!is_def && fm_cuda_kernel_is_wgmma(tl.kernel) && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
+                if (!is_def && tl.kernel != FM_CUDA_KERNEL_MMA && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
                     continue; /* mostly padding tokens */
                 char nm[64];
                 {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, fm_cuda_kernel_is_persistent(tl.kernel)};
-                    if (fm_cuda_kernel_is_wgmma(tl.kernel)) fm_wgmma_tile_name(&st, nm, sizeof nm);
+                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+                    if (tl.kernel != FM_CUDA_KERNEL_MMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
                     else fm_swapab_tile_name(&st, nm, sizeof nm);
-                    if (fm_cuda_kernel_is_wgmma(tl.kernel) && !tpacked[ti]) strcat(nm, "_natx");
+                    if (tl.kernel != FM_CUDA_KERNEL_MMA && !tpacked[ti]) strcat(nm, "_natx");
                     if (tnb1[ti]) strcat(nm, tnb1[ti] == 1 ? "_nb1" : "_nb4");
                 }
                 if (only_tile && strcmp(only_tile, nm)) continue;

@@ -81,7 +81,7 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
     TOK = 8*NT; passes = -(-m//TOK); F = 16*W*MT
     B = -(-N//F); nks = -(-K//KC)
     wst = F*KC*(0.5 + sf); xst = (m/passes)*KC*2   # X bytes a stage: the pass's valid rows (the rest is not read)
-    O = occupancy(fam, t, 2 if persist else (nb > 1 if fam == 'mma' else packed))
+    O = occupancy(fam, t, nb > 1 if fam == 'mma' else (2 if persist else packed))
     if fam == 'mma':
         ctas = E * -(-B//nb)
         iss = W*(MT*(KC//64)*(4*P['dec'] + 4*NT*P['mma']) + (KC//64)*2*NT + P['stg'])
@@ -95,9 +95,6 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
     if fam != 'mma' and not packed:  # natural X through registers, one stage ahead: latency per 16-byte load a thread
         ps = max(ps, P['xlat'] * xst / (W*32*16))
     out = P['epi']*TOK*F*2*O*SMS/P['bw']
-    if fam == 'mma' and persist:   # min(units, CTAs) CTAs, one pipeline over units c, c + G, ...:
-                                   # one fill, the last wave one unit deep (cost_fp4moe.c)
-        return (P['l0'] + max(1.0, E*B*passes/(SMS*O))*(nks*ps + out + P['lpu']))*1e6 + P['launch']
     if fam == 'mma':
         t_cta = (P['l0mb'] if nb > 1 else P['l0']) + passes*P['fill'] + \
                 nb*passes*(1 + (P['mbp'] if nb > 1 and passes > 1 else 0))*(nks*ps + out)
@@ -122,7 +119,7 @@ def load(path):
         d['us'] = float(d['us'])
         d['fam'] = d['family']; d['t'] = (d['warps'],d['mt'],d['nt'],d['kc'],d['stages'])
         d['persist'] = d['variant'] == 'persistent'
-        d['packed'] = d['fam'] == 'wgmma' and d['variant'] in ('packed_x', 'persistent')
+        d['packed'] = d['variant'] in ('packed_x', 'persistent')
         nb = 1
         if d['fam'] == 'mma':
             if d['variant'] == 'auto': nb = auto_nb(d['t'], d['n'], d['k'], d['experts'])
@@ -132,7 +129,7 @@ def load(path):
 
 P0 = dict(bw=4.3e12, dec=13, mma=1.0, stg=65, u=0.6, rmma=4.6e12, l0=7e-7, l0mb=7e-6, mbp=0.1, fill=3e-7,
           epi=1.5, launch=3.0, wgi=2, natx=2, rwg=3.8e12, l0w=4e-6, l0p=1e-5, ltok=2e-8, xlat=1e-7,
-          l0pp=1e-6, pov=0.5, pps=1.1, lmt=1e-6, lpu=3e-7)
+          l0pp=1e-6, pov=0.5, pps=1.1, lmt=1e-6)
 FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
 def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P,
@@ -144,7 +141,7 @@ def candidate_sets(D):
     pts = collections.defaultdict(lambda: ([], []))
     for i, d in enumerate(D):
         k = (d['shape'], d['rows_per_expert'])
-        if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1', 'persistent')) or d['variant'] == 'natural_x':
+        if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1')) or d['variant'] == 'natural_x':
             pts[k][0].append(i)
         elif d['packed']: pts[k][1].append(i)
     return [c for a, b in pts.values() for c in (a, b) if c]
@@ -184,7 +181,7 @@ def regret(D, P, eff):
         out = []
         for k, l in sorted(pts.items()):
             if which == 'natural':
-                c = [d for d in l if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1', 'persistent')) or d['variant'] == 'natural_x']
+                c = [d for d in l if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1')) or d['variant'] == 'natural_x']
             else: c = [d for d in l if d['packed']]
             if not c: continue
             best = min(x['us'] for x in c)

@@ -11,7 +11,7 @@ the planner's ranking is fitted and checked against), with the run's provenance:
 
 Columns: gpu, shape (GLM-5 per-GPU GEMM: EP8 = 32 experts full size, TP8 = 256
 experts sliced by 8), experts, n, k, rows_per_expert, family (mma / wgmma), warps,
-mt, nt, kc, stages, variant (natural X, packed X, persistent (wgmma: packed X; mma: natural X), feature_blocks 1 / 4), default
+mt, nt, kc, stages, variant (natural X, packed X, persistent (packed X), feature_blocks 1 / 4), default
 (1 = the launcher's default tile for that point, natural X), us, tb_s, tflop_s,
 floor_us. Only the standard library is used.
 
@@ -67,7 +67,7 @@ def main():
             fam, w, mt, nt, kc, st, pers, suf = m.groups()
             wg = fam == "wgmma"
             variant = {"_natx": "natural_x", "_nb1": "feature_blocks_1", "_nb4": "feature_blocks_4"}.get(
-                suf, "persistent" if pers else ("packed_x" if wg else "auto"))
+                suf, ("persistent" if pers else "packed_x") if wg else "auto")
             e, n, k = SHAPES[c[1]]
             if variant in avg and (c[1], c[2], c[3]) in also:
                 us0 = float(c[5])

@@ -45,24 +45,7 @@ typedef enum {
      * memory: fm_smem_wgmma counts it); packed X only (fm_wgmma_tiles rows with
      * persist = 1, names ending in "p") */
     FM_CUDA_KERNEL_WGMMA_PERSISTENT = 2,
-    /* mma.sync, persistent: min(units, CTAs per SM x SMs) CTAs, each runs one
-     * cp.async pipeline across its (expert, pass, feature block) units, so the
-     * next unit loads while the last one's output leaves; natural X, every
-     * epilogue, no feature_blocks > 1 (fm_swapab_tiles rows with persist = 1,
-     * names ending in "p"; sm_80 and later like FM_CUDA_KERNEL_MMA) */
-    FM_CUDA_KERNEL_MMA_PERSISTENT = 3,
 } fm_cuda_kernel;
-
-/* 1 if k runs on wgmma (FM_CUDA_KERNEL_WGMMA, _WGMMA_PERSISTENT), else 0. */
-static inline int fm_cuda_kernel_is_wgmma(fm_cuda_kernel k)
-{
-    return k == FM_CUDA_KERNEL_WGMMA || k == FM_CUDA_KERNEL_WGMMA_PERSISTENT;
-}
-/* 1 if k is a persistent kernel (FM_CUDA_KERNEL_WGMMA_PERSISTENT, _MMA_PERSISTENT), else 0. */
-static inline int fm_cuda_kernel_is_persistent(fm_cuda_kernel k)
-{
-    return k == FM_CUDA_KERNEL_WGMMA_PERSISTENT || k == FM_CUDA_KERNEL_MMA_PERSISTENT;
-}
 
 /* Tile configuration (see src/plan/fm_kernels_smem.h): the CTA covers
  * warps*mt*16 output features and 8*nt tokens (an expert's rows) a pass, kc of K

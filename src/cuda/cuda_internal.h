@@ -70,8 +70,6 @@ int fm_swapab_find(const fm_cuda_tile *t);
 int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
-/* 1 if tile idx is a persistent kernel (FM_CUDA_KERNEL_MMA_PERSISTENT) */
-int fm_swapab_persistent(int idx);
 int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 /* CTAs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor with the launch's
  * attributes) and registers per thread of kernel idx (mb: its multi-block kernel;

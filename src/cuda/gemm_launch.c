@@ -13,7 +13,7 @@
 
 static fm_swapab_tile to_swapab(const fm_cuda_tile *t)
 {
-    fm_swapab_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, fm_cuda_kernel_is_persistent(t->kernel)};
+    fm_swapab_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
     return s;
 }
 
@@ -21,13 +21,13 @@ static fm_swapab_tile to_swapab(const fm_cuda_tile *t)
 static fm_status tile_smem_check(const fm_cuda_tile *t, size_t limit, fm_smem_breakdown *bd)
 {
     fm_swapab_tile st = to_swapab(t);
-    return fm_cuda_kernel_is_wgmma(t->kernel) ? fm_smem_wgmma_check(&st, limit, bd) : fm_smem_swapab_check(&st, limit, bd);
+    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma_check(&st, limit, bd) : fm_smem_swapab_check(&st, limit, bd);
 }
 
 static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
 {
     fm_swapab_tile st = to_swapab(t);
-    return fm_cuda_kernel_is_wgmma(t->kernel) ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
+    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
 }
 
 static fm_status cuda_fail(cudaError_t err, const char *what)
@@ -246,9 +246,9 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, in
     fm_status        st = fm_plan_fp4moe(&g, &q, rows, w->n, w->k, ex, &c, 1, &n, NULL);
     if (st != FM_OK) return fm_fail(st, "fm_cuda_gemm: no tile for this call: %s", fm_last_error());
     *tile = (fm_cuda_tile){c.warps, c.mt, c.nt, c.kc, c.stages,
-                           c.family != FM_FAMILY_FP4MOE_WGMMA
-                               ? (c.persistent ? FM_CUDA_KERNEL_MMA_PERSISTENT : FM_CUDA_KERNEL_MMA)
-                               : (c.persistent ? FM_CUDA_KERNEL_WGMMA_PERSISTENT : FM_CUDA_KERNEL_WGMMA)};
+                           c.family != FM_FAMILY_FP4MOE_WGMMA ? FM_CUDA_KERNEL_MMA
+                           : c.persistent                     ? FM_CUDA_KERNEL_WGMMA_PERSISTENT
+                                                              : FM_CUDA_KERNEL_WGMMA};
     if (feature_blocks) *feature_blocks = c.feature_blocks;
     if (est_us) *est_us = c.est_us;
     return FM_OK;
@@ -311,9 +311,9 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->tile) t = *a->tile;
     else FM_CHECK(fm_cuda_gemm_choose(a, &t, &chosen_nb, NULL)); /* the planner's first candidate (fm_plan_fp4moe) */
     char name[64];
-    if ((int)t.kernel < FM_CUDA_KERNEL_MMA || t.kernel > FM_CUDA_KERNEL_MMA_PERSISTENT)
+    if ((int)t.kernel < FM_CUDA_KERNEL_MMA || t.kernel > FM_CUDA_KERNEL_WGMMA_PERSISTENT)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown tile kernel %d", (int)t.kernel);
-    int wg = fm_cuda_kernel_is_wgmma(t.kernel);
+    int wg = t.kernel != FM_CUDA_KERNEL_MMA;
     int idx = wg ? fm_wgmma_find(&t) : fm_swapab_find(&t);
     if (idx < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
@@ -379,7 +379,7 @@ fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *
     fm_clear_error();
     (void)fmt; /* one kernel serves both formats (scale decode constants are parameters) */
     if (!t) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_tile_attributes: t is NULL");
-    int wg = fm_cuda_kernel_is_wgmma(t->kernel);
+    int wg = t->kernel != FM_CUDA_KERNEL_MMA;
     int idx = wg ? fm_wgmma_find(t) : fm_swapab_find(t);
     if (idx < 0) return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_tile_attributes: tile not compiled in");
     int err = wg ? fm_wgmma_attributes(idx, 1, static_smem, max_dynamic_smem) /* the packed-X kernel */

@@ -262,203 +262,6 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     }
 }
 
-/* Persistent form (tiles with persist = 1): min(units, CTAs per SM x SMs) CTAs; CTA c
- * takes the units (expert with rows, 8*NT-token pass, feature block) c, c + G, c + 2G ...
- * in the order find_tile enumerates them from the device offsets (G = gridDim.x), and
- * ONE cp.async pipeline runs across all of its units: the next unit's first stages are
- * in flight while this one finishes its last stage and stores its outputs (from the
- * registers: the stage buffers are busy). Against one CTA per (feature block, expert),
- * a unit costs no CTA start, pointer set-up from scratch or pipeline fill: what short K
- * pays on every CTA (TP8-FC2: 4 stages a CTA, ~850 set-up instructions a warp next to
- * ~630 a stage, bench/NOTES-gpu.md), and the last wave is one unit deep, not one CTA.
- * Tiles whose token tile is whole copies per thread only (XFULL): rows past a unit's
- * count are zero-filled by their own cp.async in every stage. */
-template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, KC, STAGES))
-    swapab_persist_kernel(const fm_swapab_params p, int nfb)
-{
-    constexpr int TOK = 8 * NT;
-    constexpr int CPS = KC / 64;
-    constexpr int ROWB = 2 * KC + FM_SWAPAB_ROW_PAD;
-    constexpr int W_OFF = TOK * ROWB;
-    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
-    constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
-    constexpr int SEGS_ROW = KC / 8;
-    constexpr int XIT = TOK * SEGS_ROW / (WARPS * 32);
-    static_assert(TOK * SEGS_ROW % (WARPS * 32) == 0, "the persistent kernel needs whole X copies per thread");
-    extern __shared__ __align__(16) unsigned char smem[];
-
-    const int  warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int  KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
-    const int  nbands = p.n / 16;
-    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
-    constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* the launcher refuses SwiGLU with MT == 1 */
-    const int  step = (int)gridDim.x;
-
-    struct unit_t {
-        int e, fb, row0, rows;
-    };
-    /* the unit of a slot (every warp the same answer); cursor (ce0, cbase): slots only grow */
-    auto unit_at = [&](int slot, unit_t &u, int &ce0, int &cbase) {
-        int e, local;
-        find_tile(p, nfb, TOK, lane, slot, e, local, ce0, cbase);
-        if (e < 0) return false;
-        const int r0 = p.offsets[e], m = min(p.offsets[e + 1], p.max_rows) - r0;
-        const int npass = (m + TOK - 1) / TOK, pass0 = (local % npass) * TOK;
-        u.e = e;
-        u.fb = local / npass;
-        u.row0 = r0 + pass0;
-        u.rows = min(TOK, m - pass0);
-        return true;
-    };
-    /* the bands of this warp's tiles in feature block fb, and whether each is inside N */
-    auto bands_of = [&](int fb, int (&band)[MT], bool (&valid)[MT]) {
-#pragma unroll
-        for (int i = 0; i < MT; i++) {
-            int lim;
-            if (swiglu) {
-                int gb = (fb * WARPS + warp) * HALF + (i % HALF);
-                band[i] = gb + (i >= HALF ? nbands / 2 : 0);
-                lim = i >= HALF ? nbands : nbands / 2;
-            } else {
-                band[i] = (fb * WARPS + warp) * MT + i;
-                lim = nbands;
-            }
-            valid[i] = band[i] < lim;
-        }
-    };
-
-    /* ---- the load side: unit lu, its K stage lks, the copy sources of this thread ---- */
-    int    l_slot = blockIdx.x, le0 = 0, lbase = 0, lks = 0;
-    unit_t lu;
-    bool   l_ok = unit_at(l_slot, lu, le0, lbase);
-    if (!l_ok) return; /* the whole CTA: no unit */
-    const uint4         *wsrc[MT];
-    const unsigned char *ssrc[MT];
-    bool                 wok[MT];
-    const uint16_t      *xsrc[XIT];
-    int                  xdst[XIT], xcol[XIT];
-    auto sources = [&]() { /* of unit lu: each stage then only adds its K offset */
-        int  band[MT];
-        bool valid[MT];
-        bands_of(lu.fb, band, valid);
-#pragma unroll
-        for (int i = 0; i < MT; i++) {
-            size_t b = valid[i] ? (size_t)band[i] : 0;
-            wok[i] = valid[i];
-            wsrc[i] = (const uint4 *)p.wdata + ((size_t)lu.e * nbands + b) * KB * 32 + lane;
-            ssrc[i] = (const unsigned char *)p.wscale + (((size_t)lu.e * nbands + b) * KB * 32) * 2 + (lane & 3) * 16;
-        }
-#pragma unroll
-        for (int j = 0; j < XIT; j++) {
-            int  sgi = threadIdx.x + j * (WARPS * 32);
-            int  r = sgi / SEGS_ROW, c8 = (sgi % SEGS_ROW) * 8;
-            bool in = r < lu.rows;
-            xsrc[j] = p.x + (size_t)(lu.row0 + (in ? r : 0)) * p.k + c8;
-            xdst[j] = r * ROWB + c8 * 2;
-            xcol[j] = in ? c8 : INT_MAX / 2; /* past the unit's rows: zero fill */
-        }
-    };
-    sources();
-    /* load stage (lu, lks) into buffer `buf`, then step the load side on (next unit: its sources) */
-    auto load_next = [&](int bi) {
-        unsigned char *buf = smem + bi * STAGE_B;
-        const int      ks = lks;
-#pragma unroll
-        for (int j = 0; j < XIT; j++) {
-            int  k = ks * KC + xcol[j];
-            bool ok = k < p.k;
-            cp_async16(buf + xdst[j], ok ? xsrc[j] + ks * KC : p.x, ok ? 16 : 0);
-        }
-#pragma unroll
-        for (int c = 0; c < CPS; c++) {
-            int  kb = ks * CPS + c;
-            bool kin = kb < KB;
-            int  kbc = kin ? kb : 0;
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                bool ok = wok[i] && kin;
-                int  slot = (warp * MT + i) * CPS + c;
-                cp_async16(buf + W_OFF + slot * 512 + lane * 16, wsrc[i] + kbc * 32, ok ? 16 : 0);
-                if (lane < 4) cp_async16(buf + S_OFF + slot * 64 + lane * 16, ssrc[i] + kbc * 64, ok ? 16 : 0);
-            }
-        }
-        if (++lks == nks) {
-            lks = 0;
-            l_ok = l_slot <= INT_MAX - step && unit_at(l_slot += step, lu, le0, lbase);
-            if (l_ok) sources();
-        }
-    };
-
-    /* ---- the compute side: unit cu; stage q of the CTA (loads and computes in the same
-     * order) lives in buffer q % STAGES; one commit a stage, empty past the last load ---- */
-    int    c_slot = blockIdx.x, ce0 = 0, cbase = 0, q = 0;
-    unit_t cu;
-    unit_at(c_slot, cu, ce0, cbase);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (l_ok) load_next(s);
-        cp_async_commit();
-    }
-    for (;;) {
-        int  band[MT];
-        bool bvalid[MT], wv = false;
-        bands_of(cu.fb, band, bvalid);
-#pragma unroll
-        for (int i = 0; i < MT; i++) wv |= bvalid[i];
-        const float osc = p.oscale[cu.e];
-        float       acc[MT][NT][4];
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) acc[i][n][r] = 0.0f;
-        for (int ks = 0; ks < nks; ks++, q++) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads(); /* stage q visible to all; the buffer of stage q-1 free for reuse */
-            if (l_ok) load_next((q + STAGES - 1) % STAGES);
-            cp_async_commit();
-            const unsigned char *buf = smem + (q % STAGES) * STAGE_B;
-            if (wv) {
-#pragma unroll
-                for (int c = 0; c < CPS; c++) {
-                    uint4 xb[NT][2];
-#pragma unroll
-                    for (int n = 0; n < NT; n++) { /* rows past the count read zeros */
-                        const uint4 *src = (const uint4 *)(buf + (n * 8 + g) * ROWB + (c * 64 + 16 * t) * 2);
-                        xb[n][0] = src[0];
-                        xb[n][1] = src[1];
-                    }
-#pragma unroll
-                    for (int i = 0; i < MT; i++) {
-                        uint4    wq;
-                        uint32_t s_lo, s_hi;
-                        load_chunk(buf, W_OFF, S_OFF, (warp * MT + i) * CPS + c, lane, p, wq, s_lo, s_hi);
-                        uint32_t wv4[4] = {wq.x, wq.y, wq.z, wq.w};
-#pragma unroll
-                        for (int s = 0; s < 4; s++) {
-                            uint32_t a[4];
-                            dequant_step(wv4[s], s_lo, s_hi, a);
-#pragma unroll
-                            for (int n = 0; n < NT; n++) {
-                                const uint4 &xq = xb[n][s >> 1];
-                                uint32_t     b0 = (s & 1) ? xq.z : xq.x, b1 = (s & 1) ? xq.w : xq.y;
-                                mma_bf16(acc[i][n], a, b0, b1);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if (wv)
-            epilogue<MT, NT>(p, band, bvalid, cu.row0, cu.rows, osc, g, t,
-                             [&](int i, int n, int r) { return acc[i][n][r]; });
-        if (c_slot > INT_MAX - step || !unit_at(c_slot += step, cu, ce0, cbase)) break;
-    }
-    cp_async_wait<0>(); /* no copy of this CTA outlives it (the empty tail groups) */
-}
-
 __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
                                        int n, int max_rows, float *out)
 {
@@ -479,20 +282,16 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
 }
 
 typedef void (*kernel_fn)(const fm_swapab_params);
-typedef void (*pkernel_fn)(const fm_swapab_params, int);
 
 /* Same rows, same order as k_swapab_tiles in src/plan/fm_kernels_smem.c; mb: the
- * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm);
- * persist = 1: the persistent kernel (pfn; fn and mb NULL). */
+ * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). */
 struct entry {
-    int        warps, mt, nt, kc, stages, persist;
-    kernel_fn  fn, mb;
-    pkernel_fn pfn;
+    int       warps, mt, nt, kc, stages;
+    kernel_fn fn, mb;
 };
-#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, 0, swapab_kernel<w, mt, nt, kc, st, false>, NULL, NULL}
+#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, NULL}
 #define FM_SWAPAB_ENTRY_MB(w, mt, nt, kc, st)                                                                        \
-    {w, mt, nt, kc, st, 0, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>, NULL}
-#define FM_SWAPAB_PERSISTENT(w, mt, nt, kc, st) {w, mt, nt, kc, st, 1, NULL, NULL, swapab_persist_kernel<w, mt, nt, kc, st>}
+    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>}
 const entry k_entries[] = {
     FM_SWAPAB_ENTRY(4, 1, 1, 256, 4),    FM_SWAPAB_ENTRY_MB(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 8),
     FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
@@ -501,39 +300,27 @@ const entry k_entries[] = {
     FM_SWAPAB_ENTRY(4, 2, 1, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
     FM_SWAPAB_ENTRY(4, 2, 2, 256, 4),    FM_SWAPAB_ENTRY(4, 2, 2, 128, 4),    FM_SWAPAB_ENTRY(4, 4, 2, 128, 3),    FM_SWAPAB_ENTRY(4, 1, 4, 128, 4),    FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
     FM_SWAPAB_ENTRY(4, 2, 8, 128, 3),    FM_SWAPAB_ENTRY(4, 4, 8, 128, 3),    FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
-    /* persistent: one pipeline across a CTA's units (short K, the last wave one unit deep) */
-    FM_SWAPAB_PERSISTENT(4, 4, 1, 128, 3), FM_SWAPAB_PERSISTENT(4, 2, 1, 256, 3), FM_SWAPAB_PERSISTENT(4, 1, 1, 128, 4),
-    FM_SWAPAB_PERSISTENT(4, 4, 2, 128, 3),
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
-/* Dynamic shared-memory attribute already set, per device and kernel (plain or persistent, MB)
+/* Dynamic shared-memory attribute already set, per device and kernel (plain, MB)
  * (the attribute is per device and per function). A race between threads only repeats the
- * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it.
- * k_occ: the persistent kernels' CTAs per SM at that size (0: not asked yet). */
+ * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
 #define FM_SWAPAB_MAX_DEV 64
 size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][2];
-int    k_occ[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])];
-
-const void *entry_fn(const entry &x, int mb) { return x.persist ? (const void *)x.pfn : mb ? (const void *)x.mb : (const void *)x.fn; }
 
 } // namespace
 
 extern "C" int fm_swapab_find(const fm_cuda_tile *t)
 {
-    if (!t || (t->kernel != FM_CUDA_KERNEL_MMA && t->kernel != FM_CUDA_KERNEL_MMA_PERSISTENT)) return -1;
-    const int persist = t->kernel == FM_CUDA_KERNEL_MMA_PERSISTENT;
+    if (!t || t->kernel != FM_CUDA_KERNEL_MMA) return -1;
     for (int i = 0; i < k_n_entries; i++) {
         const entry &x = k_entries[i];
-        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages &&
-            x.persist == persist)
-            return i;
+        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages) return i;
     }
     return -1;
 }
 
 extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
-
-extern "C" int fm_swapab_persistent(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].persist; }
 
 extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
 {
@@ -541,8 +328,8 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     const entry &x = k_entries[idx];
     const int    mb = p->nb > 1;
     if (mb && !x.mb) return (int)cudaErrorInvalidValue;
-    const void *fn = entry_fn(x, mb);
-    int         dev = 0;
+    kernel_fn fn = mb ? x.mb : x.fn;
+    int       dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
     size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][mb] : NULL;
     if (!set || smem > *set) {
@@ -552,30 +339,12 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
         err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         if (err != cudaSuccess) return (int)err;
         if (set) *set = smem;
-        if (dev >= 0 && dev < FM_SWAPAB_MAX_DEV) k_occ[dev][idx] = 0; /* the size changed: ask again */
     }
-    int per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
-    int bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
-    int blocks = (bands + per_cta - 1) / per_cta;
-    if (x.persist) {
-        /* units: sum over experts of ceil(m_e / tok) x blocks <= (max_rows + E (tok - 1)) / tok x blocks */
-        long long tok = 8LL * x.nt, units = ((long long)p->max_rows + (long long)p->n_experts * (tok - 1)) / tok * blocks;
-        int occ = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? k_occ[dev][idx] : 0, sms = 0;
-        if (!occ) {
-            cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, x.pfn, x.warps * 32, smem);
-            if (err != cudaSuccess) return (int)err;
-            if (occ < 1) return (int)cudaErrorInvalidConfiguration;
-            if (dev >= 0 && dev < FM_SWAPAB_MAX_DEV) k_occ[dev][idx] = occ;
-        }
-        cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (err != cudaSuccess) return (int)err;
-        long long grid = units < (long long)occ * sms ? units : (long long)occ * sms;
-        if (grid <= 0) return 0; /* no rows: nothing to launch */
-        x.pfn<<<(unsigned)grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, blocks);
-        return (int)cudaGetLastError();
-    }
+    int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
+    int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
+    int  blocks = (bands + per_cta - 1) / per_cta;
     dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
-    (mb ? x.mb : x.fn)<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
+    fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
     return (int)cudaGetLastError();
 }
 
@@ -583,7 +352,7 @@ extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, in
 {
     if (idx < 0 || idx >= k_n_entries || (mb && !k_entries[idx].mb)) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];
-    const void  *fn = entry_fn(x, mb);
+    kernel_fn    fn = mb ? x.mb : x.fn;
     /* the launch's attributes (the tile's smem is fixed: fm_cuda_gemm sets this same value) */
     cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err == cudaSuccess)
@@ -599,7 +368,7 @@ extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dy
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     cudaFuncAttributes a;
-    cudaError_t        err = cudaFuncGetAttributes(&a, entry_fn(k_entries[idx], 0));
+    cudaError_t        err = cudaFuncGetAttributes(&a, k_entries[idx].fn);
     if (err != cudaSuccess) return (int)err;
     if (static_smem) *static_smem = a.sharedSizeBytes;
     if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;

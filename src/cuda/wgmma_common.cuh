@@ -42,7 +42,51 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
 }
 #endif
 
-/* find_tile (the device tile scan): kernel_common.cuh */
+/* Which tile `slot` is: tiles are enumerated expert by expert, nfb feature
+ * blocks x ceil(rows / tok) passes each, from the device offsets (rows clamped
+ * to max_rows; a negative start or no rows: no tile). A warp scan over 32
+ * experts at a time, from the group at expert *e0 whose tiles start at *base
+ * (0, 0: the first; the persistent kernel's slots only grow, so it resumes where
+ * its last tile was found, and find_tile leaves the cursor at the tile's group);
+ * every warp computes the same answer. e = -1: no tile with that slot. */
+__device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int slot, int &e,
+                                          int &local, int &cur_e0, int &cur_base)
+{
+    constexpr unsigned FULL = 0xFFFFFFFFu;
+    int                base = cur_base;
+    e = -1;
+    local = 0;
+    for (int e0 = cur_e0; e0 < p.n_experts; e0 += 32) {
+        int ee = e0 + lane, cnt = 0;
+        if (ee < p.n_experts) {
+            int r0 = p.offsets[ee], r1 = min(p.offsets[ee + 1], p.max_rows);
+            if (r0 >= 0 && r1 > r0) cnt = ((r1 - r0 + tok - 1) / tok) * nfb;
+        }
+        int inc = cnt;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            int v = __shfl_up_sync(FULL, inc, d);
+            if (lane >= d) inc += v;
+        }
+        int tot = __shfl_sync(FULL, inc, 31);
+        if (slot < base + tot) {
+            unsigned bal = __ballot_sync(FULL, slot < base + inc);
+            int      l = __ffs(bal) - 1;
+            int      inc_l = __shfl_sync(FULL, inc, l), cnt_l = __shfl_sync(FULL, cnt, l);
+            e = e0 + l;
+            local = slot - (base + inc_l - cnt_l);
+            cur_e0 = e0;
+            cur_base = base;
+            return;
+        }
+        base += tot;
+    }
+}
+__device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int &e, int &local)
+{
+    int e0 = 0, base = 0;
+    find_tile(p, nfb, tok, lane, (int)blockIdx.x, e, local, e0, base);
+}
 
 #ifdef FM_WGMMA_BODY
 /* ---- the consumer side both kernels share ---- */

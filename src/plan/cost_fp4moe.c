@@ -76,14 +76,12 @@ typedef struct {
                       long K; static tile assignment is the suspect) */
     double lmt;    /* s: wgmma, per tile and m64 tile past the first (two m64 tiles a warpgroup: measured
                       slower per tile at short K, e.g. TP8-FC2) */
-    double lpu;    /* s: persistent mma kernel, per unit (its epilogue from the registers, the next unit's
-                      look-up and copy sources) */
 } fm_cost_params;
 
 typedef struct {
     fm_kernel_family family;
     int              warps, mt, nt, kc, stages;
-    int              flag; /* mma: the multi-block kernel (2: persistent); wgmma: packed X (2: persistent) */
+    int              flag; /* mma: the multi-block kernel; wgmma: packed X (2: the persistent kernel) */
     double           eff;
 } fm_cost_eff;
 
@@ -92,8 +90,7 @@ typedef struct {
 typedef struct {
     fm_kernel_family family;
     int              warps, mt, nt, kc, stages;
-    int              flag; /* mma: the multi-block kernel (2: persistent); wgmma: packed X (warp-specialized;
-                              2: persistent) */
+    int              flag; /* mma: the multi-block kernel; wgmma: packed X (warp-specialized; 2: persistent) */
     int              regs; /* per thread (ptxas) */
 } fm_kernel_regs;
 
@@ -182,7 +179,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(k, KC), chunks = KC / 64;
     /* X bytes a stage: the pass's valid rows (rows past an expert's count are not read) */
     double wst = (double)F * KC * (0.5 + sf), xst = (double)m / passes * KC * 2;
-    int    o = fm_fp4moe_occupancy(arch, fam, t, t->persist ? 2 : mma ? nb > 1 : packed, smem);
+    int    o = fm_fp4moe_occupancy(arch, fam, t, mma ? nb > 1 : (t->persist ? 2 : packed), smem);
     if (o < 1) o = 1;
     double ctas, iss, tc;
     if (mma) {
@@ -206,12 +203,6 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + P->lmt * (MT - 1) + nks * ps + out;
     double waves = ctas / (sms * o);
     *occ = o;
-    if (mma && t->persist) { /* min(units, CTAs) CTAs, one pipeline over units c, c + G, ...: one fill, the last
-                                wave one unit deep */
-        double units = (double)experts * B * passes, per_unit = nks * ps + out + P->lpu;
-        double uw = units / (sms * o);
-        return ((P->l0 + (uw > 1 ? uw : 1) * per_unit) * 1e6 + P->launch) * efficiency(fam, t, 2);
-    }
     if (t->persist) { /* one CTA per SM over all tiles: the fixed latency once */
         double t_tile = P->l0pp + P->pov * (P->ltok * TOK * MT + out) + P->lmt * (MT - 1) + P->pps * nks * ps;
         return ((P->l0p + (waves > 1 ? waves : 1) * t_tile) * 1e6 + P->launch) * efficiency(fam, t, 2);
@@ -278,7 +269,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
             fm_smem_breakdown bd;
             fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_swapab(t, &bd);
             if (st != FM_OK) return st; /* a compiled tile outside its model: a bug, said as it is */
-            if (f && t->persist && !q->x_packed) continue; /* the persistent wgmma kernel reads packed X only */
+            if (t->persist && !q->x_packed) continue; /* reads packed X only: not a candidate */
             if (q->swiglu && t->mt % 2) {
                 odd++;
                 continue;
@@ -311,7 +302,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                 c->smem_bytes = bd.total;
                 c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], q->x_packed, sf, rows, n, k, experts,
                                     &c->ctas_per_sm);
-                c->efficiency = efficiency(fam, t, t->persist ? 2 : f ? q->x_packed : nbs[j] > 1);
+                c->efficiency = efficiency(fam, t, f ? (t->persist ? 2 : q->x_packed) : nbs[j] > 1);
             }
         }
     }

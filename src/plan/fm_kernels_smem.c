@@ -12,7 +12,7 @@
  * rows in its dispatch table; tests/gpu/test_cuda_gemm.c launches every row
  * here, so a row missing there fails with FM_ERR_UNSUPPORTED).
  * Dynamic smem in the last column = stages * (8*nt * (2*kc + 16) + warps*mt*(kc/64) * (512 + 64)).
- *   warps mt  nt  kc    stages  persist    smem bytes  regime */
+ *   warps mt  nt  kc    stages      smem bytes  regime */
 static const fm_swapab_tile k_swapab_tiles[] = {
     {4, 1, 1, 256, 4, 0}, /*  53,760  1-8 rows per expert */
     {8, 1, 1, 64, 4, 0},  /*  23,040  1-8, small K (TP8 FC2: K = 256): more CTAs in flight */
@@ -35,12 +35,6 @@ static const fm_swapab_tile k_swapab_tiles[] = {
     {4, 2, 8, 128, 3, 0}, /*  79,872  33+ */
     {4, 4, 8, 128, 3, 0}, /* 107,520  33+ : Hopper/A100 only */
     {8, 2, 8, 128, 3, 0}, /* 107,520  33+ : Hopper/A100 only */
-    /* persistent (last field 1, FM_CUDA_KERNEL_MMA_PERSISTENT): the same bytes, one
-     * pipeline across each CTA's units (short K, the last wave one unit deep) */
-    {4, 4, 1, 128, 3, 1}, /*  61,824  1-8 */
-    {4, 2, 1, 256, 3, 1}, /*  67,968  1-8, SwiGLU pairs */
-    {4, 1, 1, 128, 4, 1}, /*  27,136  1-8, 64-feature units */
-    {4, 4, 2, 128, 3, 1}, /*  68,352  9-16 */
 };
 
 const fm_swapab_tile *fm_swapab_tiles(size_t *count)
@@ -59,8 +53,7 @@ int fm_swapab_tile_has_mb(const fm_swapab_tile *t)
 {
     for (size_t i = 0; t && i < FM_ARRAY_LEN(k_swapab_mb); i++) {
         const fm_swapab_tile *m = &k_swapab_mb[i];
-        if (m->warps == t->warps && m->mt == t->mt && m->nt == t->nt && m->kc == t->kc && m->stages == t->stages &&
-            !t->persist)
+        if (m->warps == t->warps && m->mt == t->mt && m->nt == t->nt && m->kc == t->kc && m->stages == t->stages)
             return 1;
     }
     return 0;
@@ -72,11 +65,11 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out)
 {
     if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_swapab: NULL argument");
     if (t->warps < 1 || t->warps > 8 || !is_pow2_upto(t->mt, 4) || !is_pow2_upto(t->nt, 8) || t->kc < 64 ||
-        t->kc > 1024 || t->kc % 64 != 0 || t->stages < 1 || t->stages > 8 || (t->persist != 0 && t->persist != 1))
+        t->kc > 1024 || t->kc % 64 != 0 || t->stages < 1 || t->stages > 8)
         return fm_fail(FM_ERR_BAD_SHAPE,
-                       "fm_smem_swapab: tile warps=%d mt=%d nt=%d kc=%d stages=%d persist=%d outside warps 1..8, mt "
-                       "1/2/4, nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0/1",
-                       t->warps, t->mt, t->nt, t->kc, t->stages, t->persist);
+                       "fm_smem_swapab: tile warps=%d mt=%d nt=%d kc=%d stages=%d outside warps 1..8, mt 1/2/4, "
+                       "nt 1/2/4/8, kc 64..1024 step 64, stages 1..8",
+                       t->warps, t->mt, t->nt, t->kc, t->stages);
     fm_smem_breakdown b = {0};
     size_t rows = 8u * (size_t)t->nt;
     b.stages = t->stages;
@@ -116,7 +109,7 @@ char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
         snprintf(buf, n, "swapab_(null)");
         return buf;
     }
-    snprintf(buf, n, "swapab_w%dm%dn%dk%ds%d%s", t->warps, t->mt, t->nt, t->kc, t->stages, t->persist ? "p" : "");
+    snprintf(buf, n, "swapab_w%dm%dn%dk%ds%d", t->warps, t->mt, t->nt, t->kc, t->stages);
     return buf;
 }
 

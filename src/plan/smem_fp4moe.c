@@ -122,6 +122,8 @@ fm_status fm_resolve_fp4moe(fm_kernel_config *c)
         return fm_fail(FM_ERR_BAD_SHAPE, "%s runs without clusters (1x1), not %dx%d", nm, c->cluster_m, c->cluster_n);
     if (c->warps < 0 || c->warps > 31 || (c->warps && !(F->warps_mask & (1u << c->warps))))
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: warps=%d, the family takes %s", nm, c->warps, F->warps_text);
+    if (c->persistent && F->family != FM_FAMILY_FP4MOE_WGMMA)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s has no persistent kernel (fp4moe-wgmma has)", nm);
     int w = c->warps ? c->warps : F->default_warps;
     char list[400];
     if (c->tile_m <= 0 || c->tile_m % 8 || c->tile_n <= 0 || c->tile_n % (16 * w) || c->tile_k <= 0 ||

@@ -38,8 +38,7 @@ static size_t all_tiles(fm_cuda_tile *out, size_t cap)
     size_t n = 0, nm = 0, nw = 0;
     const fm_swapab_tile *m = fm_swapab_tiles(&nm), *w = fm_wgmma_tiles(&nw);
     for (size_t i = 0; i < nm && n < cap; i++)
-        out[n++] = (fm_cuda_tile){m[i].warps, m[i].mt, m[i].nt, m[i].kc, m[i].stages,
-                                  m[i].persist ? FM_CUDA_KERNEL_MMA_PERSISTENT : FM_CUDA_KERNEL_MMA};
+        out[n++] = (fm_cuda_tile){m[i].warps, m[i].mt, m[i].nt, m[i].kc, m[i].stages, FM_CUDA_KERNEL_MMA};
     if (device_is_sm90())
         for (size_t i = 0; i < nw && n < cap; i++)
             out[n++] = (fm_cuda_tile){w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages,
@@ -49,14 +48,14 @@ static size_t all_tiles(fm_cuda_tile *out, size_t cap)
 
 static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
 {
-    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, fm_cuda_kernel_is_persistent(t->kernel)};
-    return fm_cuda_kernel_is_wgmma(t->kernel) ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
+    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
 }
 
 static fm_status tile_smem(const fm_cuda_tile *t, fm_smem_breakdown *bd)
 {
-    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, fm_cuda_kernel_is_persistent(t->kernel)};
-    return fm_cuda_kernel_is_wgmma(t->kernel) ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
+    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
 }
 
 /* X layout for the wgmma tiles: 1 = packed (fm_cuda_kpack_col order, the fast
@@ -91,7 +90,7 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
 
     fm_cuda_weights *cw = NULL;
     assert_int_equal(fm_cuda_weights_create(w.w, c->E, &cw), FM_OK);
-    int pack = tile && fm_cuda_kernel_is_wgmma(tile->kernel) && K % 64 == 0 && g_x_packed;
+    int pack = tile && tile->kernel != FM_CUDA_KERNEL_MMA && K % 64 == 0 && g_x_packed;
     if (pack) { /* the caller's job: X columns in the prepack K order */
         uint16_t *xp = malloc(sizeof(uint16_t) * (size_t)(rows ? rows : 1) * K);
         for (int rr = 0; rr < rows; rr++)
@@ -264,12 +263,11 @@ static void test_every_tile_nvfp4(void **state)
         const fm_cuda_tile *t = &tiles[i];
         run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_NONE);
         if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_SWIGLU);
-        /* the tiles meant for many rows; the persistent mma kernel: several passes a expert, units across experts */
-        if (t->kernel != FM_CUDA_KERNEL_MMA || t->nt == 8) {
+        if (t->kernel != FM_CUDA_KERNEL_MMA || t->nt == 8) { /* the tiles meant for many rows */
             run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE); /* wgmma: packed X */
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_SWIGLU);
         }
-        if (fm_cuda_kernel_is_wgmma(t->kernel)) { /* the natural-X wgmma kernel (persistent: refused) */
+        if (t->kernel != FM_CUDA_KERNEL_MMA) { /* the natural-X wgmma kernel (persistent: refused) */
             g_x_packed = 0;
             run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
             g_x_packed = 1;
@@ -324,21 +322,21 @@ static void test_wgmma_epilogues(void **state)
     g_x_packed = 1;
 }
 
-/* The persistent kernels: a CTA loops over tiles blockIdx.x + i x gridDim.x (wgmma: one
- * CTA per SM, its stage ring running on across tiles and its output buffer reused; mma:
- * CTAs per SM x SMs CTAs, one cp.async pipeline across the units), so the cases have
- * more tiles than the launch has CTAs (N = 4,096: 16-64 feature blocks; 1,123 rows over
- * 8 experts, zero-row ones among them, counts off every tile; K = 256: a unit is 1-4
- * stages, the loads run units ahead): each CTA then runs several tiles of different
- * experts, passes and feature blocks. Every epilogue, both formats, packed output, a
- * misaligned output (the register path); wgmma: natural X refused with nothing written;
- * mma: feature_blocks > 1 refused, all rows on one expert. FM_QUICK (the sanitizers): the
- * smaller case, the first persistent tile of each family. */
+/* The persistent kernel: one CTA per SM loops over tiles blockIdx.x + i x gridDim.x,
+ * its stage ring running on across tiles and its output buffer reused, so the
+ * cases have more tiles than the device has SMs (N = 4,096: 16-32 feature blocks;
+ * 1,123 rows over 8 experts, zero-row ones among them, counts off every tile): each
+ * CTA then runs several tiles of different experts, passes and feature blocks. Every
+ * epilogue, both formats, packed output, a misaligned output (the register path),
+ * and natural X refused with nothing written. FM_QUICK (the sanitizers): the smaller
+ * case, the first persistent tile. */
 static void test_persistent(void **state)
 {
     (void)state;
-    const int sm90 = device_is_sm90();
-    if (!sm90) printf("  (not compute capability 9.0: the persistent mma kernel only)\n");
+    if (!device_is_sm90()) {
+        printf("  (not compute capability 9.0: no wgmma kernel)\n");
+        return;
+    }
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 10);
     static const gcase many = {8, 4096, 256, {40, 0, 300, 9, 260, 1, 0, 513}};
@@ -348,15 +346,11 @@ static void test_persistent(void **state)
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    size_t nw = 0, nm = 0, tested = 0, tested_mma = 0;
-    const fm_swapab_tile *w = fm_wgmma_tiles(&nw), *m = fm_swapab_tiles(&nm);
-    for (size_t j = 0; j < nm + nw; j++) {
-        const int             mma = j < nm; /* the persistent mma kernel (natural X) first, then wgmma's */
-        const fm_swapab_tile *s = mma ? &m[j] : &w[j - nm];
-        if (!s->persist || (quick && (mma ? tested_mma : tested - tested_mma))) continue;
-        if (!mma && !sm90) continue;
-        fm_cuda_tile t = {s->warps, s->mt, s->nt, s->kc, s->stages,
-                          mma ? FM_CUDA_KERNEL_MMA_PERSISTENT : FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    size_t nw = 0, tested = 0;
+    const fm_swapab_tile *w = fm_wgmma_tiles(&nw);
+    for (size_t i = 0; i < nw; i++) {
+        if (!w[i].persist || (quick && tested)) continue;
+        fm_cuda_tile t = {w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages, FM_CUDA_KERNEL_WGMMA_PERSISTENT};
         int tok = 8 * t.nt, fs = t.warps * t.mt * 16, ntiles = 0;
         for (int e = 0; e < c->E; e++) ntiles += (c->counts[e] + tok - 1) / tok * (c->N / fs);
         char name[64];
@@ -373,20 +367,12 @@ static void test_persistent(void **state)
         g_y_off = 2;
         run_case(&r, FM_FORMAT_NVFP4, c, &t, FM_CUDA_EPI_NONE);
         g_y_off = 0;
-        g_x_packed = 0; /* wgmma: natural X refused (run_case expects FM_ERR_UNSUPPORTED, output untouched) */
+        g_x_packed = 0; /* natural X: refused (run_case expects FM_ERR_UNSUPPORTED, output untouched) */
         run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE);
         g_x_packed = 1;
-        if (mma) { /* feature_blocks > 1: no multi-block form, refused with nothing launched */
-            g_blocks = 2;
-            assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_skewed, &t, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
-            g_blocks = 0;
-            run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &t, FM_CUDA_EPI_NONE);
-            tested_mma++;
-        }
         tested++;
     }
-    assert_true(tested_mma > 0);
-    if (sm90) assert_true(tested > tested_mma);
+    assert_true(tested > 0);
 }
 
 /* fm_cuda_x_pack against the host permutation; its statuses; x_packed refused by
@@ -632,7 +618,7 @@ static void test_partial_warp_bands(void **state)
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
             g_y_off = 0;
         }
-        if (fm_cuda_kernel_is_wgmma(t->kernel)) { /* the natural-X kernel: partial bands, both epilogues (persistent: refused) */
+        if (t->kernel != FM_CUDA_KERNEL_MMA) { /* the natural-X kernel: partial bands, both epilogues (persistent: refused) */
             g_x_packed = 0;
             run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_NONE);
             if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &wide, t, FM_CUDA_EPI_SWIGLU);
@@ -652,11 +638,8 @@ static void test_planner_choice(void **state)
     size_t                n = 0;
     const fm_swapab_tile *sw = fm_swapab_tiles(&n);
     for (size_t i = 0; i < n; i++) {
-        fm_cuda_tile t = {sw[i].warps, sw[i].mt, sw[i].nt, sw[i].kc, sw[i].stages,
-                          sw[i].persist ? FM_CUDA_KERNEL_MMA_PERSISTENT : FM_CUDA_KERNEL_MMA};
-        assert_int_equal((int)fm_swapab_find(&t), (int)i);
+        fm_cuda_tile t = {sw[i].warps, sw[i].mt, sw[i].nt, sw[i].kc, sw[i].stages, FM_CUDA_KERNEL_MMA};
         assert_int_equal(fm_swapab_has_mb(fm_swapab_find(&t)), fm_swapab_tile_has_mb(&sw[i]));
-        assert_int_equal(fm_swapab_persistent(fm_swapab_find(&t)), sw[i].persist);
     }
     fm_device_info dev;
     assert_int_equal(fm_device_query(0, &dev), FM_OK);
@@ -684,7 +667,7 @@ static void test_planner_choice(void **state)
                     fm_smem_breakdown bd;
                     assert_int_equal(tile_smem(&t, &bd), FM_OK);
                     assert_true(bd.total <= (lim ? lim : dev.smem_block_optin));
-                    if (pk) assert_true(fm_cuda_kernel_is_wgmma(t.kernel));
+                    if (pk) assert_true(t.kernel != FM_CUDA_KERNEL_MMA);
                     else assert_true(t.kernel != FM_CUDA_KERNEL_WGMMA_PERSISTENT); /* packed X only */
                     if (!on_h200) continue;
                     fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4, .x_packed = pk, .smem_limit = lim};
@@ -699,8 +682,8 @@ static void test_planner_choice(void **state)
                     assert_int_equal(t.kc, c.kc);
                     assert_int_equal(t.stages, c.stages);
                     assert_int_equal(nb, c.feature_blocks);
-                    assert_int_equal(fm_cuda_kernel_is_wgmma(t.kernel), c.family == FM_FAMILY_FP4MOE_WGMMA);
-                    assert_int_equal(fm_cuda_kernel_is_persistent(t.kernel), c.persistent);
+                    assert_int_equal(t.kernel != FM_CUDA_KERNEL_MMA, c.family == FM_FAMILY_FP4MOE_WGMMA);
+                    assert_int_equal(t.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT, c.persistent);
                 }
     /* nothing fits: the planner's status, nothing launched */
     fm_cuda_weights fake;
@@ -736,7 +719,7 @@ static void test_occupancy(void **state)
             for (int flag = 0; flag < 2; flag++) {
                 if (!f && flag && !fm_swapab_tile_has_mb(&tl[i])) continue;
                 if (f && tl[i].persist && !flag) continue; /* the persistent kernel: packed X only */
-                int pflag = tl[i].persist ? 2 : flag; /* the planner's and the table's variant */
+                int pflag = f && tl[i].persist ? 2 : flag; /* the planner's and the table's variant */
                 fm_smem_breakdown bd;
                 assert_int_equal(f ? fm_smem_wgmma(&tl[i], &bd) : fm_smem_swapab(&tl[i], &bd), FM_OK);
                 int blocks = -1, regs = -1;
@@ -748,7 +731,7 @@ static void test_occupancy(void **state)
                 (f ? fm_wgmma_tile_name : fm_swapab_tile_name)(&tl[i], name, sizeof name);
                 int ok = blocks == model && (!sm90 || regs == table);
                 printf("  %-22s %s  CTAs/SM runtime %d planner %d  registers %d table %d%s\n", name,
-                       pflag == 2 ? "persist" : f ? (flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks,
+                       f ? (pflag == 2 ? "persist" : flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks,
                        model, regs, table,
                        ok ? "" : "  <- differs");
                 bad += !ok;
