@@ -5,13 +5,7 @@
 . bench/probe/common.sh
 fm_probe_build
 M="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
-S="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
-run() { # shape m tile
-  echo "== ncu $1 m=$2 $3"
-  timeout 120 ncu --clock-control none --metrics $M,$S -k regex:wgmma --launch-skip 2 --launch-count 1 \
-    build-gpu/bench/bench_gemm --shape $1 --m $2 --tile $3 --reps 2 > $OUT/ncu_$1_$2_$3.log 2>&1
-  grep -E "ratio|pct|sum|per_second" $OUT/ncu_$1_$2_$3.log | awk '{ if ($NF+0 >= 0.1 || $0 !~ /ratio/) print }' | sed 's/smsp__average_warps_issue_stalled_//' | head -40
-}
+run() { fm_ncu wgmma 2 "$@"; } # shape m tile
 run TP8-FC2 256 wgmma_w8m1n32k64s4p
 run TP8-FC2 256 wgmma_w8m1n32k64s6
 run EP8-FC2 512 wgmma_w8m1n32k64s4p

@@ -7,13 +7,7 @@
 . bench/probe/common.sh
 [ -x build-gpu/bench/bench_gemm ] || fm_probe_build
 M="gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second,sm__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
-S="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
-run() { # shape m tile
-  echo "== ncu $1 m=$2 $3"
-  timeout 120 ncu --clock-control none --metrics $M,$S -k regex:swapab --launch-skip 3 --launch-count 1 \
-    build-gpu/bench/bench_gemm --shape $1 --m $2 --tile $3 --reps 2 > $OUT/ncu_$1_$2_$3.log 2>&1
-  grep -E "ratio|pct|sum|per_second|launch__" $OUT/ncu_$1_$2_$3.log | awk '{ if ($NF+0 >= 0.1 || $0 !~ /ratio/) print }' | sed 's/smsp__average_warps_issue_stalled_//' | head -40
-}
+run() { fm_ncu swapab 3 "$@"; } # shape m tile
 run TP8-FC2 1 swapab_w4m4n1k128s3
 run EP8-FC2 1 swapab_w4m4n1k128s3
 run EP8-FC1 1 swapab_w4m2n1k256s3
