@@ -18,7 +18,7 @@ static void help(FILE *f)
             "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
             "                  fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)\n"
             "  --warps W       fp4moe kernels: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
-            "                  fp4moe-wgmma 4 or 8, default 8)\n"
+            "                  fp4moe-wgmma 4, 8 or 12 consumer warps, default 8)\n"
             "  --persistent    fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its\n"
             "                  output tile in a buffer of its own: counted as epilogue D)\n"
             "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch (with --arch too,\n"
@@ -91,7 +91,7 @@ int fm_cmd_explain(int argc, char **argv)
             else if (!strcmp(f, "--family")) st = fm_family_parse(v, &cfg.family);
             else if (!strcmp(f, "--warps")) {
                 long w = 0;
-                if (!fm_cli_int("explain", "--warps", v, 1, 8, &w)) return FM_EXIT_USAGE;
+                if (!fm_cli_int("explain", "--warps", v, 1, 12, &w)) return FM_EXIT_USAGE; /* the family says which */
                 cfg.warps = (int)w;
             }
             else if (!strcmp(f, "--cutlass")) st = fm_cutlass_version_parse(v, &cfg.cutlass);

@@ -171,6 +171,9 @@ static void wgmma_family(void **s)
         {"explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64", 0, {"fm_smem_wgmma", "8 warps", "FITS"}, NULL},
         {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x128 --warps 4 --json", 0,
          {"\"warps\":\t4", "\"total_bytes\":\t28736", NULL}, NULL},
+        /* three consumer warpgroups: 8 stages x (12 x 2 x (512 + 64) + 32 x 128, on 1 KB) + 8 x 16 */
+        {"explain --family fp4moe-wgmma --arch sm90 --tile 32x384x64 --warps 12", 0, {"147584", "12 warps", NULL},
+         NULL},
         /* the persistent kernel: its output tile (256 tokens x (2 x 128 + 16) B) counted */
         {"explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --persistent", 0,
          {"(persistent)", "221248", "output tile 69632"}, NULL},
@@ -189,6 +192,9 @@ static void wgmma_family(void **s)
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 8x64x128", "warps", "8x64x128/w4/s4"); /* default 8 warps */
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64 --stages 5", "not compiled in");
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --stages 6 --persistent", "not compiled in");
+    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 32x384x64 --warps 6", "4, 8 or 12");
+    USAGE("explain --family fp4moe-swapab --arch sm90 --tile 8x64x256 --warps 12", "1..8");
+    USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 32x384x64 --warps 13", "--warps", "[1, 12]");
     USAGE("explain --family fp4moe-swapab --arch sm90 --tile 8x64x256 --persistent", "no persistent kernel");
     USAGE("explain --arch sm120 --tile 128x128x128 --persistent", "persistent is fp4moe-wgmma's");
 }
