@@ -5,7 +5,7 @@ measured-times CSV (docs/simulate.md, "Measured times"), so `fp4moe simulate
 
 Why a script: RESULTS.md is the reviewed record (written by bench/gpu_table.py
 from a full gpu-check run; the simulator's CSVs come from the newest full run's section,
-"## GPU, 2026-11-30 fifth session ..."); the CSV is derived from it and must be regenerated,
+"## GPU, 2026-11-30 sixth session ..."); the CSV is derived from it and must be regenerated,
 never hand-edited, whenever the table changes:
 
     python3 bench/results_to_csv.py                   # -> bench/h200_fp4moe_gemm.csv
@@ -89,7 +89,7 @@ def main():
     ap.add_argument("--peer", choices=["fp4moe", "torch"], default="fp4moe",
                     help="fp4moe: the swap-AB NVFP4 times; torch: torch._grouped_mm BF16 times")
     ap.add_argument("--gpu", default="h200", help="GPU short name as in the planner's GPU table")
-    ap.add_argument("--section", default="GPU, 2026-11-30 fifth session",
+    ap.add_argument("--section", default="GPU, 2026-11-30 sixth session",
                     help="heading (after '## ') the table's section starts with: the newest full run by default "
                          "('GPU' alone: the first session's table)")
     ap.add_argument("-o", "--output", default=None)

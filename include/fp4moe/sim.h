@@ -238,12 +238,13 @@ fm_status fm_sim_validate(const fm_sim_config *c, const fm_sim_measured *m, fm_s
 fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, double *bw_eff, double *compute_eff);
 
 /* Efficiencies of fp4moe's kernels on the H200, fitted by fm_sim_fit_eff to
- * bench/h200_fp4moe_gemm.csv (RESULTS.md, "GPU, 2026-11-30 fifth session"):
- * `fp4moe simulate --calibrated-h200`.  Not the defaults: those describe a kernel
- * at the measured copy/GEMM ceilings (docs/simulate.md says why).  The third
- * session's kernels fitted 0.69 / 0.43. */
-#define FM_SIM_H200_FP4MOE_BW_EFF 0.67       /* 3.22 TB/s: 76 % of the 4.228 TB/s copy ceiling */
-#define FM_SIM_H200_FP4MOE_COMPUTE_EFF 0.70  /* 692 TFLOP/s: the wgmma kernels at 128+ rows (655-745) */
+ * bench/h200_fp4moe_gemm.csv (RESULTS.md, "GPU, 2026-11-30 sixth session": launches
+ * timed queued back to back): `fp4moe simulate --calibrated-h200`.  Not the defaults:
+ * those describe a kernel at the measured copy/GEMM ceilings (docs/simulate.md says
+ * why).  The fifth session's table (one launch at a time) fitted 0.67 / 0.70, the
+ * third session's kernels 0.69 / 0.43. */
+#define FM_SIM_H200_FP4MOE_BW_EFF 0.725      /* 3.48 TB/s: 82 % of the 4.234 TB/s copy ceiling */
+#define FM_SIM_H200_FP4MOE_COMPUTE_EFF 0.67  /* 663 TFLOP/s: the wgmma kernels at 128+ rows (591-744) */
 
 /* Per-point table and the summary by regime. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO. */
 fm_status fm_sim_write_validation(FILE *f, const fm_sim_config *c, const fm_sim_check_point *p, int n,
