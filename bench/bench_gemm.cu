@@ -15,8 +15,15 @@
  * from torch in the same gpu-check run (--bf16-tflops, else 0 = not used).
  *
  * Output: one CSV line per tile and point (prefix "csv,"; "csvs,<shape>,<rows>,<tile>,<us>":
- * the best tile timed one launch at a time), then a table.
- * Usage: bench_gemm [--bf16-tflops X] [--reps N] [--quick]
+ * the best tile timed one launch at a time; "csvc,...": the best tile in three launch modes
+ * interleaved round by round, see time_modes), then a table.
+ * Same-size references, same method (queued, two buffers alternated): "# read,<shape>,<bytes>,<us>"
+ * = a plain read of the shape's weight set (FP4 data + scale bytes), the bytes every 1-8-row
+ * point streams, so the fixed cost of one launch of that size is in view next to the floor
+ * (which is the 2 GiB copy's bandwidth); "# empty kernel" = the interval of an empty launch.
+ * --timeline FILE (with --shape/--m/--tile, an mma tile, a probe build -DFM_PROBE_TIMELINE=ON):
+ * 4 queued launches, every CTA's SM, start and end (ns) to FILE as CSV.
+ * Usage: bench_gemm [--bf16-tflops X] [--reps N] [--quick] [--shape S --m M --tile T [--timeline F]]
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -68,6 +75,32 @@ __global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed)
     }
 }
 
+/* the same-size read reference: every byte of [a, a + na x 16) and [b, b + nb x 16) read
+ * once, in one launch as the GEMM reads its data and scale bytes, 4 loads in flight a thread */
+__global__ void read_ref(const uint4 *a, size_t na, const uint4 *b, size_t nb, uint32_t *sink)
+{
+    uint32_t acc = 0;
+    size_t   stride = (size_t)gridDim.x * blockDim.x, n = na + nb;
+    size_t   i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            size_t q = i + j * stride;
+            v[j] = __ldcs(q < na ? a + q : b + (q - na));
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    for (; i < n; i += stride) {
+        uint4 v = __ldcs(i < na ? a + i : b + (i - na));
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9E3779B9u) *sink = acc; /* (almost) never true; keeps the loads */
+}
+
+__global__ void empty_kernel(void) {}
+
 static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -107,11 +140,12 @@ int main(int argc, char **argv)
 {
     double bf16_tflops = 0;
     int    reps = 25, quick = 0, only_m = 0; /* --shape/--m/--tile: one configuration (for ncu) */
-    const char *only_shape = NULL, *only_tile = NULL;
+    const char *only_shape = NULL, *only_tile = NULL, *timeline = NULL;
     /* --fdet: the FINALIZE_DET epilogue (FP32 rows x router weight to scratch, then the
      * slot-order reduce into [rows/8][N], top-8 slots = 8 consecutive rows), at the
      * points whose scratch fits in 2.2 GB; lines start with "csvf," */
-    int fdet = 0;
+    int fdet = 0, tl_pdl = 0; /* --timeline launches: 0 = event between each two, 1 (--pdl) = with PDL and
+                                 2 (--chain) = plain, both without events between them */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bf16-tflops") && i + 1 < argc) bf16_tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -120,6 +154,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) only_m = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tile") && i + 1 < argc) only_tile = argv[++i];
         else if (!strcmp(argv[i], "--fdet")) fdet = 1;
+        else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
+        else if (!strcmp(argv[i], "--pdl")) tl_pdl = 1;
+        else if (!strcmp(argv[i], "--chain")) tl_pdl = 2;
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -159,6 +196,20 @@ int main(int argc, char **argv)
     cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (reps + 1));
     for (int i = 0; i <= reps; i++) CK(cudaEventCreate(&ev[i]));
     float *t = (float *)malloc(sizeof(float) * reps);
+    uint32_t *sink;
+    CK(cudaMalloc((void **)&sink, 4));
+    { /* the interval of an empty launch, queued: the device-side gap between two launches */
+        for (int r = 0; r < 3; r++) empty_kernel<<<132, 128>>>();
+        CK(cudaEventRecord(ev[0]));
+        for (int r = 0; r < reps; r++) {
+            empty_kernel<<<132, 128>>>();
+            CK(cudaEventRecord(ev[r + 1]));
+        }
+        CK(cudaEventSynchronize(ev[reps]));
+        for (int r = 0; r < reps; r++) CK(cudaEventElapsedTime(&t[r], ev[r], ev[r + 1]));
+        qsort(t, reps, sizeof(float), cmp_f);
+        printf("# empty kernel (132 x 128 threads), queued interval %.2f us\n", t[reps / 2] * 1e3);
+    }
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *s = &shapes[si];
         if (only_shape && strcmp(only_shape, s->name)) continue;
@@ -179,6 +230,21 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&wset[1].d_scale, w.scale_bytes * s->E));
         fill_random<<<1024, 256>>>((uint32_t *)wset[1].d_data, w.data_bytes * s->E / 4, 5678u + si, 0xFFFFFFFFu, 0, 0);
         fill_random<<<1024, 256>>>((uint32_t *)wset[1].d_scale, w.scale_bytes * s->E / 4, 77u + si, 0xFFFFFFFFu, 40, 60);
+        { /* same-size read reference: the weight set's data + scale bytes, sets alternated, queued */
+            size_t nd = w.data_bytes * s->E / 16, ns = w.scale_bytes * s->E / 16;
+            int    g = prop.multiProcessorCount * 8;
+            for (int r = 0; r < 3 + reps; r++) {
+                if (r == 3) CK(cudaEventRecord(ev[0]));
+                read_ref<<<g, 256>>>((const uint4 *)wset[r & 1].d_data, nd, (const uint4 *)wset[r & 1].d_scale, ns, sink);
+                if (r >= 3) CK(cudaEventRecord(ev[r - 2]));
+            }
+            CK(cudaEventSynchronize(ev[reps]));
+            for (int r = 0; r < reps; r++) CK(cudaEventElapsedTime(&t[r], ev[r], ev[r + 1]));
+            qsort(t, reps, sizeof(float), cmp_f);
+            double rb = (double)(w.data_bytes + w.scale_bytes) * s->E;
+            printf("# read,%s,%.0f,%.2f   (same-size read of the weight set: %.3f TB/s)\n", s->name, rb, t[reps / 2] * 1e3,
+                   rb / (t[reps / 2] * 1e-3) / 1e12);
+        }
         float *hos = (float *)malloc(sizeof(float) * s->E);
         for (int e = 0; e < s->E; e++) hos[e] = 1e-3f;
         CK(cudaMemcpy(w.d_oscale, hos, sizeof(float) * s->E, cudaMemcpyHostToDevice));
@@ -261,6 +327,44 @@ int main(int argc, char **argv)
             qsort(t, reps, sizeof(float), cmp_f);
             return t[reps / 2] * 1e3;
         };
+        /* Chained: CHAIN launches back to back with no event between them (an event
+         * record between two kernels also ends a programmatic overlap), time / CHAIN,
+         * median of 9 chains: what one GEMM costs in a stream of GEMMs, as in a layer's
+         * FC1 -> FC2 or a graph of layers; pdl = 1 launches each with PDL */
+        /* Three ways of launching the same GEMM, interleaved round by round so that the
+         * GPU's clock drift over a run (it warms up: a point measured later reads slower)
+         * falls on all three alike: per round, CHAIN launches (a) queued with an event
+         * between each two, (b) chained back to back with no event between them (an event
+         * record between two kernels also ends a programmatic overlap), (c) chained with
+         * PDL (fm_cuda_gemm_args.pdl); each = its total / CHAIN; 9 rounds after a warm-up
+         * one; out[0..2] = medians, out[3..8] = min/max of each. */
+        auto time_modes = [&](fm_cuda_gemm_args a, double *out) {
+            const int CHAIN = 20, ROUNDS = 9;
+            float     tm[3][ROUNDS];
+            for (int c = -1; c < ROUNDS; c++)
+                for (int mode = 0; mode < 3; mode++) {
+                    a.pdl = mode == 2;
+                    CK(cudaEventRecord(ev[0]));
+                    for (int r = 0; r < CHAIN; r++) {
+                        a.x = x[r & 1];
+                        a.w = &wset[r & 1];
+                        if (fm_cuda_gemm(&a) != FM_OK) {
+                            fprintf(stderr, "fm_cuda_gemm: %s\n", fm_last_error());
+                            exit(1);
+                        }
+                        if (mode == 0 && r + 1 < CHAIN) CK(cudaEventRecord(ev[1]));
+                    }
+                    CK(cudaEventRecord(ev[2]));
+                    CK(cudaEventSynchronize(ev[2]));
+                    if (c >= 0) CK(cudaEventElapsedTime(&tm[mode][c], ev[0], ev[2]));
+                }
+            for (int mode = 0; mode < 3; mode++) {
+                qsort(tm[mode], ROUNDS, sizeof(float), cmp_f);
+                out[mode] = tm[mode][ROUNDS / 2] * 1e3 / CHAIN;
+                out[3 + 2 * mode] = tm[mode][0] * 1e3 / CHAIN;
+                out[4 + 2 * mode] = tm[mode][ROUNDS - 1] * 1e3 / CHAIN;
+            }
+        };
         for (int mi = 0; mi < nms; mi++) {
             int m = ms[mi];
             if (only_m && m != only_m) continue;
@@ -338,6 +442,47 @@ int main(int argc, char **argv)
                 a.feature_blocks = tnb1[ti];
                 double us = time_gemm(a, 1);
                 if (us < 0) continue; /* no multi-block kernel for this tile */
+                if (timeline && tl.kernel == FM_CUDA_KERNEL_MMA) { /* probe build: 4 queued launches, every CTA */
+                    unsigned            cap = (unsigned)(s->E * (s->N / 16));
+                    size_t              tb = (size_t)4 * cap * 3 * 8;
+                    unsigned long long *dtl, *htl = (unsigned long long *)malloc(tb);
+                    CK(cudaMalloc((void **)&dtl, tb));
+                    CK(cudaMemset(dtl, 0, tb));
+                    if (fm_swapab_probe_timeline(dtl, cap) != 0) {
+                        fprintf(stderr, "--timeline needs a probe build (cmake -DFM_PROBE_TIMELINE=ON)\n");
+                        exit(1);
+                    }
+                    CK(cudaEventRecord(ev[0]));
+                    for (int r = 0; r < 4; r++) {
+                        a.x = x[r & 1];
+                        a.w = &wset[r & 1];
+                        a.pdl = tl_pdl == 1;
+                        if (fm_cuda_gemm(&a) != FM_OK) exit(1);
+                        if (!tl_pdl || r == 3) CK(cudaEventRecord(ev[r + 1]));
+                    }
+                    a.pdl = 0;
+                    CK(cudaEventSynchronize(ev[4]));
+                    CK(cudaMemcpy(htl, dtl, tb, cudaMemcpyDeviceToHost));
+                    CK(fm_swapab_probe_timeline(NULL, 0) == 0 ? cudaSuccess : cudaErrorUnknown);
+                    FILE *f = fopen(timeline, "w");
+                    if (!f) exit(1);
+                    fprintf(f, "# %s m=%d %s, events (us):", s->name, m, nm);
+                    for (int r = 0; r < 4; r++) {
+                        float ms_;
+                        if (tl_pdl && r < 3) continue;
+                        CK(cudaEventElapsedTime(&ms_, ev[tl_pdl ? 0 : r], ev[r + 1]));
+                        fprintf(f, " %.2f%s", ms_ * 1e3, tl_pdl == 1 ? " (4 launches, PDL)" : tl_pdl ? " (4 launches, chained)" : "");
+                    }
+                    fprintf(f, "\nlaunch,cta,sm,start_ns,end_ns\n");
+                    for (int r = 0; r < 4; r++)
+                        for (unsigned c = 0; c < cap; c++) {
+                            const unsigned long long *q = htl + ((size_t)r * cap + c) * 3;
+                            if (q[1]) fprintf(f, "%d,%u,%llu,%llu,%llu\n", r, c, q[0], q[1], q[2]);
+                        }
+                    fclose(f);
+                    free(htl);
+                    CK(cudaFree(dtl));
+                }
                 printf("%s,%s,%d,%s,%d,%.2f,%.3f,%.1f,%.2f\n", fdet ? "csvf" : "csv", s->name, m, nm, is_def, us, bytes / (us * 1e-6) / 1e12,
                        flops / (us * 1e-6) / 1e12, floor_us);
                 if (is_def == 1) def_us = us;
@@ -353,6 +498,11 @@ int main(int argc, char **argv)
                 best_a.tile = &best_tl;
                 double us1 = time_gemm(best_a, 0);
                 printf("csvs,%s,%d,%s,%.2f\n", s->name, m, best_name, us1);
+                /* interleaved: csvc,<shape>,<rows>,<tile>,<queued>,<chained>,<chained+PDL>, then min,max of each */
+                double md[9];
+                time_modes(best_a, md);
+                printf("csvc,%s,%d,%s,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n", s->name, m, best_name, md[0], md[1],
+                       md[2], md[3], md[4], md[5], md[6], md[7], md[8]);
             }
             if (nt < 64)
                 snprintf(table[nt++], 200, "%-8s %5d %9.1f %9.1f %9.1f %-22s %7.3f %7.1f %8.1f %6.2f", s->name, m,

@@ -2,7 +2,7 @@
 # gpu-check.sh - everything the GPU machine is for, in one call (device time is scarce):
 #   1. unpack the carried .debs (cmocka, cJSON: the device image has neither) into /tmp/sysroot
 #   2. configure + build (build-gpu, -DFM_WERROR=ON): library, GPU tests, bench_gemm
-#   3. ctest -L gpu, then compute-sanitizer memcheck + racecheck on test_cuda_gemm
+#   3. ctest -L gpu, then compute-sanitizer memcheck + racecheck on test_cuda_gemm (and test_cuda_pdl)
 #   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
 #   5. ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
@@ -34,6 +34,14 @@ cmake --build build-gpu -j16 >>"$OUT/build.log" 2>&1 || echo "(full build failed
 echo "== ctest -L gpu"
 (cd build-gpu && ctest -L gpu --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
 grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
+# the PDL chains (test_cuda_pdl, small) under memcheck and racecheck
+pdl_sanitize() {
+  local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  timeout 120 "$cs" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_pdl >"$OUT/memcheck_pdl.log" 2>&1
+  echo "memcheck test_cuda_pdl rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_pdl.log" | tail -1)"
+  timeout 150 "$cs" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_pdl >"$OUT/racecheck_pdl.log" 2>&1
+  echo "racecheck test_cuda_pdl rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_pdl.log" | tail -1)"
+}
 if [ "$MODE" = perf ]; then
   echo "== bench_gemm --quick"
   build-gpu/bench/bench_gemm ${BENCH_ARGS:---quick} >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"
@@ -56,6 +64,7 @@ if [ "$MODE" = verify ]; then
   echo "memcheck (FM_QUICK) rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   FM_QUICK=1 timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/racecheck.log" 2>&1
   echo "racecheck (FM_QUICK) rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+  pdl_sanitize
   exit 0
 fi
 if [ "$MODE" = results ]; then
@@ -80,6 +89,7 @@ if [ "$MODE" = results ]; then
   [ "${RACECHECK_S:-150}" = 0 ] && exit 0
   FM_QUICK=1 timeout ${RACECHECK_S:-150} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/racecheck.log" 2>&1
   echo "racecheck (FM_QUICK) rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+  pdl_sanitize
   exit 0
 fi
 echo "== compute-sanitizer"
@@ -88,6 +98,7 @@ timeout 240 "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_g
 echo "memcheck rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 FM_QUICK=1 timeout 150 "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/racecheck.log" 2>&1
 echo "racecheck rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+pdl_sanitize
 [ "$MODE" = test ] && exit 0
 echo "== torch peer + ceilings"
 Q=""; [ "$MODE" = quick ] && Q="--quick"

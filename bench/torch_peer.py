@@ -5,7 +5,8 @@ Measures on the current GPU, CUDA events, median after warm-up (calls queued bac
 back with an event between each two; the peer also one call at a time, "us_single"):
   * copy ceiling: 2 GiB device-to-device copy (bytes read + written);
   * BF16 GEMM ceiling: 8192^3 torch.matmul on random data;
-  * torch._grouped_mm with BF16 weights on the GLM-5 EP8/TP8 shapes at 1..1024
+  * torch._grouped_mm with BF16 weights (also chained: 20 calls back to back, no event
+    between them, "us_chain") on the GLM-5 EP8/TP8 shapes at 1..1024
     rows per expert (the peer the FP4 kernel is compared with).
 Writes JSON to --out and prints a table. Weights are random (never zeros), several
 times the L2, so each call streams them from HBM.
@@ -19,6 +20,24 @@ import torch
 SHAPES = [("EP8-FC1", 32, 4096, 6144), ("EP8-FC2", 32, 6144, 2048),
           ("TP8-FC1", 256, 512, 6144), ("TP8-FC2", 256, 6144, 256)]
 MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+
+
+def bench_chain(fn, chain=20, chains=9):
+    """Median us of one call in a chain: `chain` calls back to back with no event between
+    them, 9 chains (after one warm-up chain), each timed from an event before its first call
+    to one after its last, divided by `chain` (bench_gemm's `csvc` plain column)."""
+    ts = []
+    for c in range(chains + 1):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(chain):
+            fn()
+        b.record()
+        b.synchronize()
+        if c:
+            ts.append(a.elapsed_time(b) / chain)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e3  # us
 
 
 def bench(fn, reps=25, warm=3, queued=True):
@@ -87,12 +106,13 @@ def main():
             try:
                 us = bench(run)
                 us1 = bench(run, reps=15, queued=False)
+                usc = bench_chain(run)
             except Exception as ex:  # an old torch without _grouped_mm for this shape
                 print(f"# {name} m={m}: torch._grouped_mm failed: {ex}", file=sys.stderr)
-                us = us1 = float("nan")
+                us = us1 = usc = float("nan")
             bytes_ = E * N * K * 2 + m * E * (K + N) * 2
             flops = 2 * m * E * N * K
-            peer.append({"shape": name, "m": m, "us": us, "us_single": us1, "tbs": bytes_ / (us * 1e-6) / 1e12,
+            peer.append({"shape": name, "m": m, "us": us, "us_single": us1, "us_chain": usc, "tbs": bytes_ / (us * 1e-6) / 1e12,
                          "tflops": flops / (us * 1e-6) / 1e12})
             print(f"torch,{name},{m},{us:.1f},{peer[-1]['tbs']:.3f},{peer[-1]['tflops']:.1f}", flush=True)
             del x

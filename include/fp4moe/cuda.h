@@ -118,6 +118,15 @@ typedef struct {
      * below; a tile given: K <= 512 and enough blocks, up to 8), 1 = one block per CTA,
      * > 1 = that many (FM_ERR_UNSUPPORTED for a tile without that kernel). */
     int             feature_blocks;
+    /* pdl = 1: programmatic dependent launch (compute capability 9.0+; elsewhere a plain
+     * launch). The kernel may be scheduled while the previous kernel in the stream
+     * finishes: its CTAs take the SM slots that kernel's last CTAs free and wait there
+     * (griddepcontrol.wait) until it has completed and its writes are visible, before
+     * reading or writing anything; so stream order holds for all data as with a plain
+     * launch, and the launch latency is off the critical path. Each kernel lets the next
+     * one do the same (it triggers at its start). Graph-capturable (a programmatic edge).
+     * 0 = plain launch. */
+    int             pdl;
 } fm_cuda_gemm_args;
 
 /* Launch the grouped GEMM (asynchronous on a->stream).

@@ -222,6 +222,9 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
     if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, pk1, s->d_xp, NULL)) != 0)
         return cu_err((cudaError_t)le, "gather");
     a1.x_packed = pk1, a1.y_packed = pk2, a2.x_packed = pk2;
+    /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees and
+     * start the moment it completes */
+    a1.pdl = a2.pdl = 1;
     FM_CHECK(fm_cuda_gemm(&a1));
     if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
                                                                  s->d_hs, s->d_out, NULL)) != 0)

@@ -59,6 +59,7 @@ typedef struct {
     const float    *row_weight;
     const int32_t  *row_token;
     float          *scratch;
+    int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
 } fm_swapab_params;
 
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
@@ -70,6 +71,10 @@ int fm_swapab_find(const fm_cuda_tile *t);
 int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
+/* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,
+ * end ns} into buf (4 launch slots of cap CTAs x 3 uint64, launch by launch; buf NULL =
+ * off). Returns 0, a cudaError_t, or -1 when the library is not a probe build. */
+int fm_swapab_probe_timeline(void *buf, unsigned cap);
 int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 /* CTAs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor with the launch's
  * attributes) and registers per thread of kernel idx (mb: its multi-block kernel;

@@ -356,7 +356,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,
         .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi,
         .x_packed = a->x_packed != 0, .y_packed = a->y_packed != 0, .y = a->y,
-        .nb = nb, .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch};
+        .nb = nb, .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch,
+        .pdl = a->pdl && cc >= 90};
     if (wg && fm_wgmma_grid(idx, &p) < 0) {
         cudaGetLastError();
         return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device (SM count)");

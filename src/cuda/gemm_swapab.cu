@@ -37,6 +37,40 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/kernel_common.cuh"
 
+#ifdef FM_PROBE_TIMELINE
+/* Probe builds only (cmake -DFM_PROBE_TIMELINE=ON; bench_gemm --timeline): thread 0 of
+ * every CTA writes its SM, start and end (%globaltimer, ns) into launch slot
+ * seq % FM_PROBE_TL_LAUNCHES of fm_probe_tl; the last CTA to finish advances seq.
+ * Launches in one stream do not overlap, so every CTA of a launch reads the same seq. */
+#define FM_PROBE_TL_LAUNCHES 4
+__device__ unsigned long long *fm_probe_tl;
+__device__ unsigned            fm_probe_tl_cap, fm_probe_tl_seq, fm_probe_tl_done;
+__device__ __forceinline__ unsigned long long fm_probe_now()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void fm_probe_end(unsigned long long t0)
+{
+    if (threadIdx.x != 0 || !fm_probe_tl) return;
+    unsigned smid, seq = *(volatile unsigned *)&fm_probe_tl_seq;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    size_t cta = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
+    if (cta < fm_probe_tl_cap) {
+        unsigned long long *r = fm_probe_tl + ((size_t)(seq % FM_PROBE_TL_LAUNCHES) * fm_probe_tl_cap + cta) * 3;
+        r[0] = smid;
+        r[1] = t0;
+        r[2] = fm_probe_now();
+    }
+    __threadfence();
+    if (atomicAdd(&fm_probe_tl_done, 1u) == gridDim.x * gridDim.y - 1) {
+        fm_probe_tl_done = 0;
+        atomicAdd(&fm_probe_tl_seq, 1u);
+    }
+}
+#endif
+
 namespace {
 using namespace fm_kc;
 
@@ -68,12 +102,22 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512; /* their scale bytes */
     constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
     extern __shared__ __align__(16) unsigned char smem[];
+#ifdef FM_PROBE_TIMELINE
+    const unsigned long long probe_t0 = fm_probe_now();
+#endif
 
     const int e = blockIdx.y;
+    pdl_trigger();
+    pdl_wait();
     int       row0 = p.offsets[e], row1 = p.offsets[e + 1];
     if (row1 > p.max_rows) row1 = p.max_rows;
     const int m = row1 - row0;
-    if (m <= 0 || row0 < 0) return;
+    if (m <= 0 || row0 < 0) {
+#ifdef FM_PROBE_TIMELINE
+        fm_probe_end(probe_t0);
+#endif
+        return;
+    }
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
@@ -260,6 +304,9 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
         cp_async_wait<0>();
         __syncthreads(); /* the next pass overwrites the stages */
     }
+#ifdef FM_PROBE_TIMELINE
+    fm_probe_end(probe_t0);
+#endif
 }
 
 __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
@@ -344,8 +391,12 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
     int  blocks = (bands + per_cta - 1) / per_cta;
     dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
-    fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
-    return (int)cudaGetLastError();
+    if (!p->pdl) {
+        fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
+        return (int)cudaGetLastError();
+    }
+    void *args[] = {(void *)p};
+    return (int)fm_launch_pdl((const void *)fn, grid, dim3(x.warps * 32), smem, stream, args);
 }
 
 extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs)
@@ -373,6 +424,22 @@ extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dy
     if (static_smem) *static_smem = a.sharedSizeBytes;
     if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;
     return 0;
+}
+
+extern "C" int fm_swapab_probe_timeline(void *buf, unsigned cap)
+{
+#ifdef FM_PROBE_TIMELINE
+    unsigned    zero = 0;
+    cudaError_t err = cudaMemcpyToSymbol(fm_probe_tl, &buf, sizeof buf);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_cap, &cap, sizeof cap);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_seq, &zero, sizeof zero);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_done, &zero, sizeof zero);
+    return (int)err;
+#else
+    (void)buf;
+    (void)cap;
+    return -1; /* not a probe build */
+#endif
 }
 
 extern "C" int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,

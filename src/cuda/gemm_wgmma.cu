@@ -168,8 +168,12 @@ extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, 
     if (grid < 0) return (int)cudaErrorInvalidDevice;
     if (grid == 0) return 0; /* no rows: nothing to launch */
     if (grid > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
-    if (nat) fn<<<(unsigned)grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, nfb);
-    else fn<<<(unsigned)grid, (x.warps + 4) * 32, smem, (cudaStream_t)stream>>>(*p, nfb); /* + producer warpgroup */
+    const int threads = (nat ? x.warps : x.warps + 4) * 32; /* packed X: + the producer warpgroup */
+    if (p->pdl) {
+        void *args[] = {(void *)p, (void *)&nfb};
+        return (int)fm_launch_pdl((const void *)fn, dim3((unsigned)grid), dim3(threads), smem, stream, args);
+    }
+    fn<<<(unsigned)grid, threads, smem, (cudaStream_t)stream>>>(*p, nfb);
     return (int)cudaGetLastError();
 }
 

@@ -67,6 +67,48 @@ __device__ __forceinline__ void load_chunk(const unsigned char *buf, int w_off, 
     s_hi = (sc >> 8) * p.sc_mul + p.sc_add;
 }
 
+/* Programmatic dependent launch (sm_90+; no-ops on sm_80, and when the grid was launched
+ * without the attribute). pdl_trigger: the next grid in the stream may be scheduled once
+ * every CTA of this one has run it (each CTA runs it first: the next grid's CTAs then take
+ * the SM slots this grid's last CTAs free). pdl_wait: block until the previous grid has
+ * completed and its writes are visible; nothing the previous grid may write is read (and
+ * nothing is written) before it. */
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait()
+{
+    /* FM_TEST_PDL_NO_WAIT: a build that must fail test_cuda_pdl (the test's own check) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FM_TEST_PDL_NO_WAIT)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+} // namespace fm_kc
+
+/* Launch fn(args...) with programmatic stream serialization (the PDL attribute): it may
+ * start while the previous kernel in the stream finishes (the kernels call pdl_trigger and
+ * pdl_wait). Host side; compute capability 9.0+ (fm_cuda_gemm sets pdl only there). */
+static inline cudaError_t fm_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, void *stream,
+                                        void **args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelExC(&cfg, fn, args);
+}
+
+namespace fm_kc {
+
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 

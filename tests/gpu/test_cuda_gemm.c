@@ -67,6 +67,8 @@ static int g_blocks = 0;
 /* BF16 outputs written g_y_off bytes past a 256-byte aligned allocation (2: not
  * 16-byte aligned, so the staged epilogue's 16-byte stores must not be used) */
 static int g_y_off = 0;
+/* launch with programmatic dependent launch (args.pdl; the dependent chains are in test_cuda_pdl) */
+static int g_pdl = 0;
 
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
@@ -102,7 +104,7 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
     void *doff = dev_upload(offsets, sizeof(int32_t) * (c->E + 1));
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
                            .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack,
-                           .feature_blocks = g_blocks};
+                           .feature_blocks = g_blocks, .pdl = g_pdl};
     char   what[128], name[64];
     if (tile) {
         tile_name(tile, name, sizeof name);
@@ -110,9 +112,9 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
     }
-    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s", fm_format_traits_get(f)->name,
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s", fm_format_traits_get(f)->name,
              name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "", g_y_packed ? " y_packed" : "", g_blocks,
-             g_y_off ? " y+2" : "");
+             g_y_off ? " y+2" : "", g_pdl ? " pdl" : "");
 
     if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
         int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
@@ -282,10 +284,12 @@ static void test_every_tile_mxfp4(void **state)
     fm_rng_init(&r, fm_test_seed() + 1);
     fm_cuda_tile tiles[64];
     size_t       n = all_tiles(tiles, 64);
+    g_pdl = 1; /* (the NVFP4 test runs them plain) */
     for (size_t i = 0; i < n; i++) {
         if (skip_tile(i, n)) continue;
         run_case(&r, FM_FORMAT_MXFP4, &k_mixed_mx, &tiles[i], FM_CUDA_EPI_NONE);
     }
+    g_pdl = 0;
 }
 
 /* The wgmma family with the FC2 epilogues, skewed routing and all rows on one expert. */
