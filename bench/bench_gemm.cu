@@ -16,16 +16,14 @@
  *
  * Output: one CSV line per tile and point (prefix "csv,"; "csvs,<shape>,<rows>,<tile>,<us>":
  * the best tile timed one launch at a time; "csvc,...": the best tile in three launch modes
- * interleaved round by round, see time_modes: csvc,<shape>,<rows>,<tile>,<queued>,<chained>,
- * <chained+PDL>,<chained+PDL+tail split>, then min,max of each), then a table.
+ * interleaved round by round, see time_modes), then a table.
  * Same-size references, same method (queued, two buffers alternated): "# read,<shape>,<bytes>,<us>"
  * = a plain read of the shape's weight set (FP4 data + scale bytes), the bytes every 1-8-row
  * point streams, so the fixed cost of one launch of that size is in view next to the floor
  * (which is the 2 GiB copy's bandwidth); "# empty kernel" = the interval of an empty launch.
  * --timeline FILE (with --shape/--m/--tile, an mma tile, a probe build -DFM_PROBE_TIMELINE=ON):
  * 4 queued launches, every CTA's SM, start and end (ns) to FILE as CSV.
- * --tail-frac F: the tail split's share of the feature blocks (fm_cuda_gemm_tail_split; default the library's).
- * Usage: bench_gemm [--bf16-tflops X] [--reps N] [--quick] [--tail-frac F] [--shape S --m M --tile T [--timeline F]]
+ * Usage: bench_gemm [--bf16-tflops X] [--reps N] [--quick] [--shape S --m M --tile T [--timeline F]]
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -146,8 +144,6 @@ int main(int argc, char **argv)
     /* --fdet: the FINALIZE_DET epilogue (FP32 rows x router weight to scratch, then the
      * slot-order reduce into [rows/8][N], top-8 slots = 8 consecutive rows), at the
      * points whose scratch fits in 2.2 GB; lines start with "csvf," */
-    double tail_frac = fm_cuda_gemm_tail_split(0, 0); /* the library's default; --tail-frac F */
-    fm_cuda_gemm_tail_split(tail_frac, 0);
     int fdet = 0, tl_pdl = 0; /* --timeline launches: 0 = event between each two, 1 (--pdl) = with PDL and
                                  2 (--chain) = plain, both without events between them */
     for (int i = 1; i < argc; i++) {
@@ -161,7 +157,6 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--pdl")) tl_pdl = 1;
         else if (!strcmp(argv[i], "--chain")) tl_pdl = 2;
-        else if (!strcmp(argv[i], "--tail-frac") && i + 1 < argc) fm_cuda_gemm_tail_split(tail_frac = atof(argv[++i]), 0);
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -336,22 +331,19 @@ int main(int argc, char **argv)
          * record between two kernels also ends a programmatic overlap), time / CHAIN,
          * median of 9 chains: what one GEMM costs in a stream of GEMMs, as in a layer's
          * FC1 -> FC2 or a graph of layers; pdl = 1 launches each with PDL */
-        /* Four ways of launching the same GEMM, interleaved round by round so that the
+        /* Three ways of launching the same GEMM, interleaved round by round so that the
          * GPU's clock drift over a run (it warms up: a point measured later reads slower)
-         * falls on all alike: per round, CHAIN launches (a) queued with an event between
-         * each two, (b) chained back to back with no event between them (an event record
-         * between two kernels also ends a programmatic overlap), (c) chained with PDL
-         * (fm_cuda_gemm_args.pdl) without the tail split, (d) with PDL and the tail split
-         * (fm_cuda_gemm_tail_split; it applies to one-group mma tiles at long K only, so
-         * elsewhere (d) repeats (c)); each = its total / CHAIN; 9 rounds after a warm-up
-         * one; out[0..3] = medians, out[4..11] = min/max of each. */
+         * falls on all three alike: per round, CHAIN launches (a) queued with an event
+         * between each two, (b) chained back to back with no event between them (an event
+         * record between two kernels also ends a programmatic overlap), (c) chained with
+         * PDL (fm_cuda_gemm_args.pdl); each = its total / CHAIN; 9 rounds after a warm-up
+         * one; out[0..2] = medians, out[3..8] = min/max of each. */
         auto time_modes = [&](fm_cuda_gemm_args a, double *out) {
-            const int CHAIN = 20, ROUNDS = 9, NM = 4;
-            float     tm[NM][ROUNDS];
+            const int CHAIN = 20, ROUNDS = 9;
+            float     tm[3][ROUNDS];
             for (int c = -1; c < ROUNDS; c++)
-                for (int mode = 0; mode < NM; mode++) {
-                    a.pdl = mode >= 2;
-                    fm_cuda_gemm_tail_split(mode == 3 ? tail_frac : 0, 0);
+                for (int mode = 0; mode < 3; mode++) {
+                    a.pdl = mode == 2;
                     CK(cudaEventRecord(ev[0]));
                     for (int r = 0; r < CHAIN; r++) {
                         a.x = x[r & 1];
@@ -366,12 +358,11 @@ int main(int argc, char **argv)
                     CK(cudaEventSynchronize(ev[2]));
                     if (c >= 0) CK(cudaEventElapsedTime(&tm[mode][c], ev[0], ev[2]));
                 }
-            fm_cuda_gemm_tail_split(tail_frac, 0);
-            for (int mode = 0; mode < NM; mode++) {
+            for (int mode = 0; mode < 3; mode++) {
                 qsort(tm[mode], ROUNDS, sizeof(float), cmp_f);
                 out[mode] = tm[mode][ROUNDS / 2] * 1e3 / CHAIN;
-                out[NM + 2 * mode] = tm[mode][0] * 1e3 / CHAIN;
-                out[NM + 1 + 2 * mode] = tm[mode][ROUNDS - 1] * 1e3 / CHAIN;
+                out[3 + 2 * mode] = tm[mode][0] * 1e3 / CHAIN;
+                out[4 + 2 * mode] = tm[mode][ROUNDS - 1] * 1e3 / CHAIN;
             }
         };
         for (int mi = 0; mi < nms; mi++) {
@@ -508,13 +499,10 @@ int main(int argc, char **argv)
                 double us1 = time_gemm(best_a, 0);
                 printf("csvs,%s,%d,%s,%.2f\n", s->name, m, best_name, us1);
                 /* interleaved: csvc,<shape>,<rows>,<tile>,<queued>,<chained>,<chained+PDL>, then min,max of each */
-                double md[12];
-                if (reps >= 5) { /* (--reps < 5: a profiler run, one launch of interest) */
-                    time_modes(best_a, md);
-                    printf("csvc,%s,%d,%s", s->name, m, best_name);
-                    for (int i = 0; i < 12; i++) printf(",%.2f", md[i]);
-                    printf("\n");
-                }
+                double md[9];
+                if (reps >= 5) time_modes(best_a, md); /* (--reps < 5: a profiler run, one launch of interest) */
+                if (reps >= 5) printf("csvc,%s,%d,%s,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n", s->name, m, best_name, md[0], md[1],
+                       md[2], md[3], md[4], md[5], md[6], md[7], md[8]);
             }
             if (nt < 64)
                 snprintf(table[nt++], 200, "%-8s %5d %9.1f %9.1f %9.1f %-22s %7.3f %7.1f %8.1f %6.2f", s->name, m,

@@ -13,9 +13,9 @@ def main():
     tpc = {(p["shape"], p["m"]): p.get("us_chain", float("nan")) for p in peer["grouped_mm"]}
     best, chosen, single, chain, read = {}, {}, {}, {}, {}
     for line in open(log):
-        if line.startswith("csvc,"):  # the best tile, interleaved: queued, chained, +PDL, +PDL+split (medians), min/max of each
+        if line.startswith("csvc,"):  # the best tile, interleaved: queued, chained, chained+PDL (medians), min/max of each
             f = line.strip().split(",")
-            chain[(f[1], int(f[2]))] = ([float(v) for v in f[4:16]] + [float("nan")] * 12)[:12]
+            chain[(f[1], int(f[2]))] = ([float(v) for v in f[4:13]] + [float("nan")] * 9)[:9]
             continue
         if line.startswith("# read,"):  # same-size plain read of the weight set
             f = line.split()[1].split(",")
@@ -51,22 +51,20 @@ def main():
     print()
     print("launch modes, interleaved round by round (9 rounds of 20 launches each, median of the rounds' time / 20, "
           "min-max): queued = an event between each two launches (the table above's method), chained = no event "
-          "between them, +PDL = chained with fm_cuda_gemm_args.pdl, +split = PDL with the tail split (one-group mma "
-          "tiles at K >= 1,024: the last feature blocks as a second grid of 64-feature CTAs; elsewhere the same as "
-          "+PDL); fp4moe's tile of the table above. torch chained = 20 calls back to back (torch_peer.py, before the "
-          "bench; torch has no PDL). read us = a plain read of the shape's weight bytes (FP4 + scales) in one launch, "
-          "queued: what one launch of that size costs with no GEMM")
-    print("| shape | rows/expert | queued us | chained us | +PDL us | +PDL+split us | x floor (best) | floor us | read us | torch chained us | speed-up (best) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "between them, +PDL = chained with fm_cuda_gemm_args.pdl; fp4moe's tile of the table above. torch chained = "
+          "20 calls back to back (torch_peer.py, before the bench; torch has no PDL). read us = a plain read of the "
+          "shape's weight bytes (FP4 + scales) in one launch, queued: what one launch of that size costs with no GEMM")
+    print("| shape | rows/expert | queued us | chained us | chained+PDL us | x floor (PDL) | floor us | read us | torch chained us | speed-up (PDL) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (shape, m), (tile, us, tbs, tfl, floor) in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         c = chain.get((shape, m))
         if not c:
             continue
         t = tpc.get((shape, m), float("nan"))
-        b = min(v for v in c[:4] if v == v)
-        cells = " | ".join(f"{c[i]:.1f} ({c[4 + 2 * i]:.1f}-{c[5 + 2 * i]:.1f})" for i in range(4))
-        print(f"| {shape} | {m} | {cells} | {b / floor:.2f} | {floor:.1f} | {read.get(shape, float('nan')):.1f} | "
-              f"{t:.1f} | {t / b:.2f} |")
+        print(f"| {shape} | {m} | {c[0]:.1f} ({c[3]:.1f}-{c[4]:.1f}) | {c[1]:.1f} ({c[5]:.1f}-{c[6]:.1f}) | "
+              f"{c[2]:.1f} ({c[7]:.1f}-{c[8]:.1f}) | {c[2] / floor:.2f} | {floor:.1f} | {read.get(shape, float('nan')):.1f} | "
+              f"{t:.1f} | {t / c[2]:.2f} |")
+
 
 if __name__ == "__main__":
     main()

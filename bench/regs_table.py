@@ -29,9 +29,7 @@ for src in ('src/cuda/gemm_swapab.cu', 'src/cuda/gemm_wgmma.cu'):
         m = re.search(r'Used (\d+) registers', line)
         if m and name:
             dm = subprocess.run(['c++filt', name], capture_output=True, text=True).stdout.strip()
-            k = re.search(r'(swapab_kernel|wgmma_ws_kernel|wgmma_kernel)<(\d+), (\d+), (\d+), (\d+), (\d+)(?:, (true|false))?(?:, (true|false))?>', dm)
-            if k and k.group(8) == 'true':  # the tail split's second-grid kernels: not planned (gemm_launch.c)
-                k = None
+            k = re.search(r'(swapab_kernel|wgmma_ws_kernel|wgmma_kernel)<(\d+), (\d+), (\d+), (\d+), (\d+)(?:, (true|false))?>', dm)
             if k:
                 fam = 'FM_FAMILY_FP4MOE_SWAPAB' if k.group(1) == 'swapab_kernel' else 'FM_FAMILY_FP4MOE_WGMMA'
                 flag = int(k.group(7) == 'true') if k.group(1) == 'swapab_kernel' else (0 if k.group(1) == 'wgmma_kernel' else 1 + (k.group(7) == 'true'))

@@ -124,11 +124,8 @@ typedef struct {
      * (griddepcontrol.wait) until it has completed and its writes are visible, before
      * reading or writing anything; so stream order holds for all data as with a plain
      * launch, and the launch latency is off the critical path. Each kernel lets the next
-     * one do the same (it triggers right after its wait). A one-group mma tile at K >= 1,024
-     * with two or more CTAs per SM runs as two grids with PDL (the tail split: the last ~10 %
-     * of the feature blocks as 64-feature CTAs that fill the slots the first grid's last CTAs
-     * free; the second grid completes only after the first). Graph-capturable (programmatic
-     * edges). 0 = plain launch. */
+     * one do the same (it triggers at its start). Graph-capturable (a programmatic edge).
+     * 0 = plain launch. */
     int             pdl;
 } fm_cuda_gemm_args;
 

@@ -60,12 +60,6 @@ typedef struct {
     const int32_t  *row_token;
     float          *scratch;
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
-    /* mma kernel, the tail split of a PDL launch (gemm_launch.c): band0 = the first band
-     * of block 0 (SwiGLU: of the gate half), nblk = grid blocks (0: all from band0);
-     * tail = 1: the grid that runs the last feature blocks next to the one before it (no
-     * grid-dependency wait at its start; every CTA waits before it exits, so this grid
-     * completes only after that one has) */
-    int             band0, nblk, tail;
 } fm_swapab_params;
 
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
@@ -81,12 +75,6 @@ int fm_swapab_has_mb(int idx);
  * end ns} into buf (4 launch slots of cap CTAs x 3 uint64, launch by launch; buf NULL =
  * off). Returns 0, a cudaError_t, or -1 when the library is not a probe build. */
 int fm_swapab_probe_timeline(void *buf, unsigned cap);
-/* The tail split of PDL launches of one-token-group mma tiles (fm_cuda_gemm): the last
- * `frac` of the feature blocks run as a second grid of 64-feature CTAs that fills the SM
- * slots the first grid's last CTAs free. frac <= 0: off; force: also below the size
- * rule (K >= 1,024 and at least two CTAs per SM over the active experts), for the
- * tests. Process-wide, for tests and benchmarks; returns the fraction it replaces. */
-double fm_cuda_gemm_tail_split(double frac, int force);
 int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 /* CTAs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor with the launch's
  * attributes) and registers per thread of kernel idx (mb: its multi-block kernel;

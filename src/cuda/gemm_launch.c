@@ -160,17 +160,6 @@ static int device_cc(void)
     return major * 10 + minor;
 }
 
-/* SMs of the current device, 0 if none. */
-static int device_sms(void)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return v;
-}
-
 static size_t device_smem_limit(int *dev_out)
 {
     int dev = 0, v = 0;
@@ -283,19 +272,6 @@ static int feature_blocks(const fm_cuda_gemm_args *a, const fm_cuda_tile *t, int
                                       a->w->n_experts, sms);
 }
 
-/* the tail split of PDL launches (fm_cuda_gemm_tail_split): the share of the feature blocks
- * the second grid runs; the default measured on the H200 (bench/NOTES-gpu.md, seventh session) */
-static double g_tail_frac = 0.10;
-static int    g_tail_force = 0;
-
-double fm_cuda_gemm_tail_split(double frac, int force)
-{
-    double old = g_tail_frac;
-    g_tail_frac = frac > 0.9 ? 0.9 : frac;
-    g_tail_force = force != 0;
-    return old;
-}
-
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
 {
     fm_clear_error();
@@ -389,39 +365,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
                        tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p), a->max_rows);
-    /* The tail split (PDL launches of a one-group mma tile, long K, two+ CTAs per SM): the
-     * first grid runs the feature blocks [0, nblk1), a second grid of 64-feature CTAs the
-     * rest, scheduled into the SM slots the first grid's last CTAs free (its tail, where
-     * SMs otherwise run out of CTAs one after another: bench/RESULTS.md, seventh session) */
-    fm_cuda_tile tt = {4, a->epi == FM_CUDA_EPI_SWIGLU ? 2 : 1, 1, 128, 4, FM_CUDA_KERNEL_MMA};
-    int          tidx = -1, nblk1 = 0;
-    fm_smem_breakdown tbd;
-    if (p.pdl && !wg && t.nt == 1 && nb == 1 && g_tail_frac > 0) {
-        int per = a->epi == FM_CUDA_EPI_SWIGLU ? t.warps * t.mt / 2 : t.warps * t.mt;
-        int bands = a->epi == FM_CUDA_EPI_SWIGLU ? w->n / 32 : w->n / 16;
-        int blocks = (bands + per - 1) / per;
-        int sms = device_sms();
-        int act = a->active_experts > 0 && a->active_experts < w->n_experts ? a->active_experts : w->n_experts;
-        int big = g_tail_force || (w->kp >= 1024 && (long long)blocks * act >= 2LL * sms);
-        nblk1 = (int)((double)blocks * (1.0 - g_tail_frac));
-        tidx = fm_swapab_find(&tt);
-        if (!big || nblk1 < 1 || nblk1 >= blocks || tidx < 0 || tile_smem_check(&tt, limit, &tbd) != FM_OK) {
-            fm_clear_error();
-            tidx = -1;
-        }
-    }
-    int err;
-    if (tidx >= 0) {
-        fm_swapab_params p2 = p;
-        int per = a->epi == FM_CUDA_EPI_SWIGLU ? t.warps * t.mt / 2 : t.warps * t.mt;
-        p.nblk = nblk1;
-        p2.band0 = nblk1 * per;
-        p2.tail = 1;
-        err = fm_swapab_launch(idx, &p, bd.total, a->stream);
-        if (!err) err = fm_swapab_launch(tidx, &p2, tbd.total, a->stream);
-    } else {
-        err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream) : fm_swapab_launch(idx, &p, bd.total, a->stream);
-    }
+    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream) : fm_swapab_launch(idx, &p, bd.total, a->stream);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,

@@ -91,11 +91,7 @@ constexpr int swapab_min_blocks(int warps, int mt, int nt, int kc, int stages)
  * expert, one K pipeline running across them, so that the next block's stages
  * are in flight while this block finishes and writes its epilogue (short K: a
  * block alone is one or two stages, too few to keep bytes in flight). */
-/* TAIL: the second grid of the tail split (gemm_launch.c; p.band0, p.tail): it starts next
- * to the grid before it without a grid-dependency wait (that grid waited for its own
- * predecessor before it let this one be scheduled), reads what earlier grids wrote past L1,
- * and waits before it exits, so that it completes only after that grid. */
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool TAIL = false>
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
 __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, KC, STAGES))
     swapab_kernel(const fm_swapab_params p)
 {
@@ -111,22 +107,12 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
 #endif
 
     const int e = blockIdx.y;
-    /* PDL: wait for the previous grid, then let the next one be scheduled (a tail grid,
-     * p.tail, runs next to the grid before it: that one waited for its own predecessor
-     * before it let this one start; this one waits at its end instead). The reads of
-     * data an earlier grid may have written go through L2 (ld.cg, cp.async.cg). */
-#ifndef FM_TEST_PDL_EARLY_TRIGGER
-    if (!TAIL) pdl_wait();
     pdl_trigger();
-#else /* a build that must fail test_cuda_pdl's tail-split case: the tail grid may start before the wait */
-    pdl_trigger();
-    if (!TAIL) pdl_wait();
-#endif
-    int row0 = TAIL ? __ldcg(p.offsets + e) : p.offsets[e], row1 = TAIL ? __ldcg(p.offsets + e + 1) : p.offsets[e + 1];
+    pdl_wait();
+    int       row0 = p.offsets[e], row1 = p.offsets[e + 1];
     if (row1 > p.max_rows) row1 = p.max_rows;
     const int m = row1 - row0;
     if (m <= 0 || row0 < 0) {
-        if (TAIL) pdl_wait();
 #ifdef FM_PROBE_TIMELINE
         fm_probe_end(probe_t0);
 #endif
@@ -148,11 +134,11 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (swiglu) {
-            int gb = (TAIL ? p.band0 : 0) + (blk0 * WARPS + warp) * HALF + (i % HALF);
+            int gb = (blk0 * WARPS + warp) * HALF + (i % HALF);
             band[i] = gb + (i >= HALF ? nbands / 2 : 0);
             blim[i] = i >= HALF ? nbands : nbands / 2;
         } else {
-            band[i] = (TAIL ? p.band0 : 0) + (blk0 * WARPS + warp) * MT + i;
+            band[i] = (blk0 * WARPS + warp) * MT + i;
             blim[i] = nbands;
         }
         bvalid[i] = band[i] < blim[i];
@@ -181,10 +167,9 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
     constexpr bool STAGE_FITS = !MB && NT >= 2 && staged_tile_bytes(WARPS * MT * 16, TOK) <= STAGES * STAGE_B;
     constexpr bool STAGE_FITS32 = !MB && NT >= 2 && staged_tile_bytes_f32(WARPS * MT * 16, TOK) <= STAGES * STAGE_B;
     /* FINALIZE_DET: scratch is 16-byte aligned (fm_cuda_gemm checks it) */
-    const bool staged = !TAIL && /* (the staged column base is block 0's; the tail grids are one-group tiles) */
-                        ((STAGE_FITS && (p.epi == FM_CUDA_EPI_NONE || p.epi == FM_CUDA_EPI_SWIGLU) &&
-                          (uintptr_t)p.y % 16 == 0) ||
-                         (STAGE_FITS32 && p.epi == FM_CUDA_EPI_FINALIZE_DET));
+    const bool staged = (STAGE_FITS && (p.epi == FM_CUDA_EPI_NONE || p.epi == FM_CUDA_EPI_SWIGLU) &&
+                         (uintptr_t)p.y % 16 == 0) ||
+                        (STAGE_FITS32 && p.epi == FM_CUDA_EPI_FINALIZE_DET);
 
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
         const int rows = min(TOK, m - pass0);
@@ -312,14 +297,13 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
                     [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
                     [] { __syncthreads(); });
             } else if (wv) {
-                epilogue<MT, NT, TAIL>(p, bj, vj, row0 + pass0, rows, osc, g, t,
+                epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, osc, g, t,
                                  [&](int i, int n, int q) { return acc[i][n][q]; });
             }
         }
         cp_async_wait<0>();
         __syncthreads(); /* the next pass overwrites the stages */
     }
-    if (TAIL) pdl_wait(); /* this grid completes only after the one before it */
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);
 #endif
@@ -350,18 +334,15 @@ typedef void (*kernel_fn)(const fm_swapab_params);
  * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). */
 struct entry {
     int       warps, mt, nt, kc, stages;
-    kernel_fn fn, mb, tail; /* tail: the tail split's second-grid kernel (w4m1n1k128s4, w4m2n1k128s4) */
+    kernel_fn fn, mb;
 };
-#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, NULL, NULL}
+#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, NULL}
 #define FM_SWAPAB_ENTRY_MB(w, mt, nt, kc, st)                                                                        \
-    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>, NULL}
-#define FM_SWAPAB_ENTRY_MB_TAIL(w, mt, nt, kc, st)                                                                   \
-    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>,              \
-     swapab_kernel<w, mt, nt, kc, st, false, true>}
+    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>}
 const entry k_entries[] = {
     FM_SWAPAB_ENTRY(4, 1, 1, 256, 4),    FM_SWAPAB_ENTRY_MB(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 8),
-    FM_SWAPAB_ENTRY_MB_TAIL(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
-    FM_SWAPAB_ENTRY_MB(4, 1, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 256, 3), FM_SWAPAB_ENTRY_MB_TAIL(4, 2, 1, 128, 4),
+    FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
+    FM_SWAPAB_ENTRY_MB(4, 1, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 4),
     FM_SWAPAB_ENTRY_MB(4, 4, 1, 128, 3), FM_SWAPAB_ENTRY(4, 4, 1, 256, 2),
     FM_SWAPAB_ENTRY(4, 2, 1, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
     FM_SWAPAB_ENTRY(4, 2, 2, 256, 4),    FM_SWAPAB_ENTRY(4, 2, 2, 128, 4),    FM_SWAPAB_ENTRY(4, 4, 2, 128, 3),    FM_SWAPAB_ENTRY(4, 1, 4, 128, 4),    FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
@@ -372,7 +353,7 @@ const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
  * (the attribute is per device and per function). A race between threads only repeats the
  * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
 #define FM_SWAPAB_MAX_DEV 64
-size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][3]; /* plain, MB, tail */
+size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][2];
 
 } // namespace
 
@@ -393,11 +374,11 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];
     const int    mb = p->nb > 1;
-    if ((mb && !x.mb) || (p->tail && (!x.tail || mb))) return (int)cudaErrorInvalidValue;
-    kernel_fn fn = p->tail ? x.tail : mb ? x.mb : x.fn;
+    if (mb && !x.mb) return (int)cudaErrorInvalidValue;
+    kernel_fn fn = mb ? x.mb : x.fn;
     int       dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
-    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][p->tail ? 2 : mb] : NULL;
+    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][mb] : NULL;
     if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
@@ -408,8 +389,7 @@ extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem,
     }
     int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
-    int  blocks = (bands - p->band0 + per_cta - 1) / per_cta;
-    if (p->nblk > 0 && p->nblk < blocks) blocks = p->nblk;
+    int  blocks = (bands + per_cta - 1) / per_cta;
     dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
     if (!p->pdl) {
         fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);

@@ -68,12 +68,11 @@ __device__ __forceinline__ void load_chunk(const unsigned char *buf, int w_off, 
 }
 
 /* Programmatic dependent launch (sm_90+; no-ops on sm_80, and when the grid was launched
- * without the attribute). pdl_wait: block until the previous grid has completed and its
- * writes are visible; nothing the previous grid may write is read (and nothing is written)
- * before it. pdl_trigger: the next grid in the stream may be scheduled once every CTA of
- * this one has run it; each CTA runs it right after its wait, so the next grid's CTAs take
- * the SM slots this grid's last CTAs free, and by then this grid's own dependency is met
- * (the tail split's second grid relies on that: gemm_launch.c). */
+ * without the attribute). pdl_trigger: the next grid in the stream may be scheduled once
+ * every CTA of this one has run it (each CTA runs it first: the next grid's CTAs then take
+ * the SM slots this grid's last CTAs free). pdl_wait: block until the previous grid has
+ * completed and its writes are visible; nothing the previous grid may write is read (and
+ * nothing is written) before it. */
 __device__ __forceinline__ void pdl_trigger()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -125,9 +124,7 @@ __device__ __forceinline__ int kpack_col(int c)
     return (c & ~63) + (pr & 7) * 8 + (pr >> 3) * 2 + (n & 1);
 }
 
-/* CG: the router rows (FINALIZE) are read past L1 (ld.cg: the tail split's second grid,
- * which starts without a grid-dependency wait of its own) */
-template <int MT, int NT, bool CG = false, class Acc>
+template <int MT, int NT, class Acc>
 __device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
                                          int rbase, int rows, float osc, int g, int t, Acc acc)
 {
@@ -158,14 +155,14 @@ __device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&
                         y[p.y_packed ? kpack_col(col) : col] = __float2bfloat16(acc(i, n, q) * osc);
                     }
             } else if (p.epi == FM_CUDA_EPI_FINALIZE) {
-                float *y = (float *)p.y + (size_t)(CG ? __ldcg(p.row_token + r) : p.row_token[r]) * p.n;
-                float  rw = (CG ? __ldcg(p.row_weight + r) : p.row_weight[r]) * osc;
+                float *y = (float *)p.y + (size_t)p.row_token[r] * p.n;
+                float  rw = p.row_weight[r] * osc;
 #pragma unroll
                 for (int i = 0; i < MT; i++)
                     if (bvalid[i]) atomicAdd(&y[band[i] * 16 + fo], acc(i, n, q) * rw);
             } else { /* FINALIZE_DET: weighted rows to scratch, reduced in slot order later */
                 float *y = p.scratch + (size_t)r * p.n;
-                float  rw = (CG ? __ldcg(p.row_weight + r) : p.row_weight[r]) * osc;
+                float  rw = p.row_weight[r] * osc;
 #pragma unroll
                 for (int i = 0; i < MT; i++)
                     if (bvalid[i]) y[band[i] * 16 + fo] = acc(i, n, q) * rw;

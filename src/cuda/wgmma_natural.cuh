@@ -18,8 +18,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
     constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024; /* swizzle atoms 1 KB aligned */
     extern __shared__ __align__(1024) unsigned char smem[];
 
-    pdl_wait();    /* PDL: nothing is read before the previous grid completes; */
-    pdl_trigger(); /* then the next grid may take the SM slots this one frees */
+    pdl_trigger(); /* PDL: the next grid may take the SM slots this one frees */
+    pdl_wait();    /* ... and this one reads nothing before the previous grid completes */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 
     int e = -1, local = 0;

@@ -40,8 +40,8 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
     const uint32_t bar_full = smem0 + STAGES * STAGE_B + EPI_B, bar_empty = bar_full + 8 * STAGES;
 
-    pdl_wait();    /* PDL: nothing is read before the previous grid completes; */
-    pdl_trigger(); /* then the next grid may take the SM slots this one frees */
+    pdl_trigger(); /* PDL: the next grid may take the SM slots this one frees */
+    pdl_wait();    /* ... and this one reads nothing before the previous grid completes */
     const int  warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int  KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
     const int  nbands = p.n / 16;

@@ -292,33 +292,6 @@ static void test_every_tile_mxfp4(void **state)
     g_pdl = 0;
 }
 
-/* The tail split of PDL launches (fm_cuda_gemm_tail_split, forced on these small shapes):
- * every one-group mma tile runs as two grids, the second with 64-feature CTAs from a band
- * offset and no grid-dependency wait at its start; every epilogue; 40 % and 80 % of the
- * feature blocks in the second grid (N = 1,024: 4-16 blocks for the first grid's tile). */
-static void test_tail_split(void **state)
-{
-    (void)state;
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed() + 9);
-    static const gcase k_split = {3, 1024, 320, {1, 0, 6}};
-    fm_cuda_tile tiles[64];
-    size_t       n = all_tiles(tiles, 64);
-    g_pdl = 1;
-    for (int fi = 0; fi < 2; fi++) {
-        double old = fm_cuda_gemm_tail_split(fi ? 0.8 : 0.4, 1);
-        for (size_t i = 0; i < n; i++) {
-            const fm_cuda_tile *t = &tiles[i];
-            if (t->kernel != FM_CUDA_KERNEL_MMA || t->nt != 1 || skip_tile(i, n)) continue;
-            run_case(&r, FM_FORMAT_NVFP4, &k_split, t, FM_CUDA_EPI_NONE);
-            if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &k_split, t, FM_CUDA_EPI_SWIGLU);
-            run_case(&r, FM_FORMAT_NVFP4, &k_split, t, fi ? FM_CUDA_EPI_FINALIZE : FM_CUDA_EPI_FINALIZE_DET);
-        }
-        fm_cuda_gemm_tail_split(old, 0);
-    }
-    g_pdl = 0;
-}
-
 /* The wgmma family with the FC2 epilogues, skewed routing and all rows on one expert. */
 static void test_wgmma_epilogues(void **state)
 {
@@ -779,7 +752,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_tile_nvfp4),
         cmocka_unit_test(test_every_tile_mxfp4),
-        cmocka_unit_test(test_tail_split),
         cmocka_unit_test(test_skew_and_finalize),
         cmocka_unit_test(test_wgmma_epilogues),
         cmocka_unit_test(test_persistent),

@@ -9,9 +9,7 @@
  *  - write after read: GEMM A reads X = buf, then GEMM C with pdl writes its output over
  *    buf: A must have read the original buf;
  *  - the same chain captured into a CUDA graph (the dependency becomes a programmatic
- *    edge) and replayed;
- *  - all of it again with the tail split forced (the one-group mma GEMMs as two grids, the
- *    second started next to the first without a wait of its own).
+ *    edge) and replayed.
  * Every tile family the device runs: the planner's choice at 2 rows (an mma tile), an
  * mma tile with several token groups and, on compute capability 9.0, a wgmma tile
  * (natural X). Without the kernels' grid-dependency wait these fail: FC2 reads the
@@ -239,22 +237,6 @@ static void test_pdl_write_after_read(void **state)
     }
 }
 
-/* The same chains with the tail split forced (fm_cuda_gemm_tail_split): the one-group mma
- * GEMMs run as two grids, the second without a grid-dependency wait at its start (it relies
- * on the first grid's wait) and with one before it exits. */
-static void test_pdl_tail_split(void **state)
-{
-    (void)state;
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed() + 3);
-    double             old = fm_cuda_gemm_tail_split(0.5, 1);
-    const fm_cuda_tile mma1 = {4, 2, 1, 256, 3, FM_CUDA_KERNEL_MMA}, mma2 = {4, 4, 1, 128, 3, FM_CUDA_KERNEL_MMA};
-    chain_raw(&r, &mma1, &mma2, 2, 0, "split: swapab_w4m2n1k256s3 -> w4m4n1k128s3");
-    chain_raw(&r, &mma2, &mma1, 3, 1, "split, graph: swapab_w4m4n1k128s3 -> w4m2n1k256s3");
-    chain_war(&r, &mma1, 2, "split: swapab_w4m2n1k256s3");
-    fm_cuda_gemm_tail_split(old, 0);
-}
-
 static void test_pdl_graph(void **state)
 {
     (void)state;
@@ -270,7 +252,6 @@ int main(void)
         cmocka_unit_test(test_pdl_read_after_write),
         cmocka_unit_test(test_pdl_write_after_read),
         cmocka_unit_test(test_pdl_graph),
-        cmocka_unit_test(test_pdl_tail_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
