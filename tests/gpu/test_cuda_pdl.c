@@ -58,6 +58,19 @@ static void download_bf16(const void *d, size_t n, float *out)
     free(h);
 }
 
+/* The BF16 device output d[n] against ref[n] (FP64), NMSE bound 2e-5; `what: part` names it. */
+static void check_bf16(const void *d, const double *ref, size_t n, const char *what, const char *part)
+{
+    float *got = malloc(sizeof(float) * (n ? n : 1)), *want = malloc(sizeof(float) * (n ? n : 1));
+    char   msg[192];
+    download_bf16(d, n, got);
+    for (size_t i = 0; i < n; i++) want[i] = (float)ref[i];
+    snprintf(msg, sizeof msg, "%s: %s", what, part);
+    fm_assert_close(got, want, n, 2e-5, msg);
+    free(got);
+    free(want);
+}
+
 /* FC1 (SwiGLU) -> h -> FC2 (pdl), optionally captured into a graph; tile1/tile2 NULL =
  * the planner's choice for `rows_hint` rows per expert. */
 static void chain_raw(fm_rng *r, const fm_cuda_tile *tile1, const fm_cuda_tile *tile2, int rows_hint, int graph,
@@ -105,26 +118,20 @@ static void chain_raw(fm_rng *r, const fm_cuda_tile *tile1, const fm_cuda_tile *
         CK(cudaStreamSynchronize(s));
     }
     /* h against FC1's reference */
-    double *ref1 = malloc(sizeof(double) * (size_t)rows * N1);
+    double *ref1 = malloc(sizeof(double) * (size_t)rows * N1), *want = malloc(sizeof(double) * (size_t)rows * I);
     gpu_ref_gemm(&w1.w, offsets, xf, ref1);
-    float *h = malloc(sizeof(float) * (size_t)rows * I), *want = malloc(sizeof(float) * (size_t)rows * (I > N2 ? I : N2));
-    download_bf16(dh, (size_t)rows * I, h);
     for (int rr = 0; rr < rows; rr++)
         for (int n = 0; n < I; n++) {
             double g = ref1[(size_t)rr * N1 + n], u = ref1[(size_t)rr * N1 + n + I];
-            want[(size_t)rr * I + n] = (float)(g / (1.0 + exp(-g)) * u);
+            want[(size_t)rr * I + n] = g / (1.0 + exp(-g)) * u;
         }
-    char msg[160];
-    snprintf(msg, sizeof msg, "%s: FC1 h", what);
-    fm_assert_close(h, want, (size_t)rows * I, 2e-5, msg);
+    check_bf16(dh, want, (size_t)rows * I, what, "FC1 h");
     /* FC2 against the reference from the h FC1 wrote */
+    float *h = malloc(sizeof(float) * (size_t)rows * I);
+    download_bf16(dh, (size_t)rows * I, h);
     double *ref2 = malloc(sizeof(double) * (size_t)rows * N2);
     gpu_ref_gemm(&w2.w, offsets, h, ref2);
-    float *y = malloc(sizeof(float) * (size_t)rows * N2);
-    download_bf16(dy, (size_t)rows * N2, y);
-    for (size_t i = 0; i < (size_t)rows * N2; i++) want[i] = (float)ref2[i];
-    snprintf(msg, sizeof msg, "%s: FC2 (pdl) reads h", what);
-    fm_assert_close(y, want, (size_t)rows * N2, 2e-5, msg);
+    check_bf16(dy, ref2, (size_t)rows * N2, what, "FC2 (pdl) reads h");
     CK(cudaStreamDestroy(s));
     CK(cudaFree(dx));
     CK(cudaFree(doff));
@@ -136,7 +143,6 @@ static void chain_raw(fm_rng *r, const fm_cuda_tile *tile1, const fm_cuda_tile *
     free(ref2);
     free(h);
     free(want);
-    free(y);
     experts_free(&w1);
     experts_free(&w2);
 }
@@ -171,18 +177,10 @@ static void chain_war(fm_rng *r, const fm_cuda_tile *tile, int rows_hint, const 
     assert_int_equal(fm_cuda_gemm(&ac), FM_OK);
     CK(cudaStreamSynchronize(s));
     double *ref = malloc(sizeof(double) * (size_t)rows * (NA > NC ? NA : NC));
-    float  *got = malloc(sizeof(float) * (size_t)rows * NC), *want = malloc(sizeof(float) * (size_t)rows * NC);
-    char    msg[160];
     gpu_ref_gemm(&wa.w, offsets, xf, ref); /* A on the original buf */
-    download_bf16(dya, (size_t)rows * NA, got);
-    for (size_t i = 0; i < (size_t)rows * NA; i++) want[i] = (float)ref[i];
-    snprintf(msg, sizeof msg, "%s: A read buf before C (pdl) overwrote it", what);
-    fm_assert_close(got, want, (size_t)rows * NA, 2e-5, msg);
+    check_bf16(dya, ref, (size_t)rows * NA, what, "A read buf before C (pdl) overwrote it");
     gpu_ref_gemm(&wc.w, offsets, xcf, ref);
-    download_bf16(dbuf, (size_t)rows * NC, got);
-    for (size_t i = 0; i < (size_t)rows * NC; i++) want[i] = (float)ref[i];
-    snprintf(msg, sizeof msg, "%s: C's output", what);
-    fm_assert_close(got, want, (size_t)rows * NC, 2e-5, msg);
+    check_bf16(dbuf, ref, (size_t)rows * NC, what, "C's output");
     CK(cudaStreamDestroy(s));
     CK(cudaFree(dbuf));
     CK(cudaFree(dxc));
@@ -193,8 +191,6 @@ static void chain_war(fm_rng *r, const fm_cuda_tile *tile, int rows_hint, const 
     free(xh);
     free(xch);
     free(ref);
-    free(got);
-    free(want);
     experts_free(&wa);
     experts_free(&wc);
 }
