@@ -24,6 +24,8 @@ int fm_cmd_plan(int argc, char **argv);
 int fm_cmd_explain(int argc, char **argv);
 int fm_cmd_simulate(int argc, char **argv);
 int fm_cmd_inspect(int argc, char **argv);
+int fm_cmd_plan_engine(int argc, char **argv); /* fp4moe plan --engine E (cmd_plan_engine.c) */
+int fm_cmd_advise(int argc, char **argv);
 
 /* Parse a whole decimal integer in [lo, hi]; on error prints
  * "fp4moe <cmd>: --flag expects an integer in [lo, hi], got 'x'" and returns 0. */

@@ -33,6 +33,7 @@ static void help(FILE *f)
             "  --cluster MxN   cluster shape (default 1x1)\n"
             "  --stages N      pipeline stages, or auto (default)\n"
             "  --cutlass V     CUTLASS version whose builder picks the stages: 4.2 (default) .. 4.7\n"
+            "  --kernel K      grouped (ptr-array, default: what MoE engines run) | plain (one GEMM)\n"
             "  --k K           problem K (must be a multiple of the tile's K)\n"
             "  --json          machine-readable output\n"
             "exit: 0 fits, 5 rejected, 2 usage (a bad flag value, or flags that describe no valid kernel),\n"
@@ -95,6 +96,14 @@ int fm_cmd_explain(int argc, char **argv)
                 cfg.warps = (int)w;
             }
             else if (!strcmp(f, "--cutlass")) st = fm_cutlass_version_parse(v, &cfg.cutlass);
+            else if (!strcmp(f, "--kernel")) {
+                if (!strcmp(v, "grouped")) cfg.plain = 0;
+                else if (!strcmp(v, "plain")) cfg.plain = 1;
+                else {
+                    fprintf(stderr, "fp4moe explain: --kernel expects grouped or plain, got '%s'\n", v);
+                    return FM_EXIT_USAGE;
+                }
+            }
             else if (!strcmp(f, "--cluster")) {
                 if (!cluster_parse(v, &cfg.cluster_m, &cfg.cluster_n)) {
                     fprintf(stderr, "fp4moe explain: --cluster expects MxN with M, N in [1, 16] (e.g. 2x1), got '%s'\n",

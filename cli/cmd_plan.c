@@ -77,6 +77,8 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
 
 int fm_cmd_plan(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* the engines' own tactic lists: cmd_plan_engine.c */
+        if (!strcmp(argv[i], "--engine")) return fm_cmd_plan_engine(argc, argv);
     int             launcher = 0;
     fm_fp4moe_query q = {.weights = FM_ELEM_NVFP4};
     long            fb = 0, lim = 0;

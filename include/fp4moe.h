@@ -28,6 +28,7 @@
 #include "fp4moe/smem.h"
 #include "fp4moe/arch.h"
 #include "fp4moe/plan.h"
+#include "fp4moe/tactics.h"
 #include "fp4moe/io.h"
 #include "fp4moe/sim.h"
 #ifdef FM_HAVE_CUDA /* defined for users of a library built with nvcc (pkg-config / CMake target) */

@@ -82,10 +82,15 @@ typedef struct {
     fm_epilogue      epilogue;
     int              stages;      /* 0 = automatic (StageCountAutoCarveout of the epilogue) */
     int              swap_ab;     /* TensorRT-LLM swap-AB variant (only FINALIZE bytes depend on it) */
-    int              cutlass;     /* CUTLASS version * 100 + minor * 10: 420 (default when 0), 430+ */
+    int              cutlass;     /* CUTLASS version: major * 100 + minor * 10 + patch (4.7.0 = 470); 0 = 420.
+                                     The bytes follow the version: 4.2, 4.4, 4.5, 4.7 are checked against
+                                     measured CUTLASS trees (tests/conformance/truth-*.csv) */
     int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default: swapab 4, wgmma 8) */
     int              persistent;  /* fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its
                                      own output buffer in shared memory); 0 elsewhere */
+    int              plain;       /* CUTLASS families: 1 = one GEMM (the non-ptr-array kernel: no tensor maps
+                                     in shared memory, the persistent tile scheduler), 0 = grouped (ptr-array,
+                                     what MoE engines run) */
 } fm_kernel_config;
 
 /* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
