@@ -17,6 +17,7 @@ static const fm_cli_cmd k_cmds[] = {
     {"plan",     fm_cmd_plan,     "rank the GPU tiles that fit a GPU/format/epilogue/shape"},
     {"explain",  fm_cmd_explain,  "byte-by-byte shared-memory breakdown of one tile, the verdict and the fix"},
     {"simulate", fm_cmd_simulate, "from server settings to rows per expert, kernel efficiency and tokens/s"},
+    {"advise",   fm_cmd_advise,   "the engine's dying tactics, rows per expert and the settings, kernels vs tokens/s"},
     {"inspect",  fm_cmd_inspect,  "list the tensors, formats, layers and experts of a safetensors checkpoint"},
 };
 

@@ -102,6 +102,11 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
 void fm_kernel_sm90_array(const fm_kernel_config *cfg, size_t ml_tensors, size_t ml_tensors_align, size_t ml_tmaps,
                           size_t ml_pipeline, const fm_epi_out *epi, fm_smem_breakdown *bd);
 
+/* The same for the plain (non-ptr-array) kernel: { pipelines; scheduler; tensors { epilogue;
+ * mainloop } }, no tensor maps in shared memory. */
+void fm_kernel_sm90_plain(const fm_kernel_config *cfg, size_t ml_tensors, size_t ml_tensors_align,
+                          size_t ml_pipeline, const fm_epi_out *epi, fm_smem_breakdown *bd);
+
 /* The CUTLASS family of an architecture, FM_FAMILY_AUTO if it has none (before sm_90).
  * The only place this choice is made: the resolver, the candidates and the CLI ask it. */
 fm_kernel_family fm_family_for_cc(int cc);

@@ -58,18 +58,19 @@ static void mainloop_layout(const fm_kernel_config *cfg, const mainloop_shape *m
         fm_lay_put(&t, m->sfb ? m->sfb * S : 1, 1);
     }
     size_t tensors = fm_lay_size(&t);
-    size_t tmaps = (size_t)m->n_tmaps * 128, pipe = 16 * (size_t)S;
+    size_t tmaps = cfg->plain ? 0 : (size_t)m->n_tmaps * 128, pipe = 16 * (size_t)S;
     fm_lay ml;
     fm_lay_init(&ml, 1);
     fm_lay_put(&ml, tensors, t.align);
-    fm_lay_put(&ml, tmaps, 128);
+    if (tmaps) fm_lay_put(&ml, tmaps, 128);
     fm_lay_put(&ml, pipe, 16);
 
     memset(bd, 0, sizeof *bd);
     bd->stages = S;
     bd->a = m->a * S, bd->b = m->b * S, bd->sf = (m->sfa + m->sfb) * S;
     bd->mainloop = fm_lay_size(&ml);
-    fm_kernel_sm90_array(cfg, tensors, t.align, tmaps, pipe, epi, bd);
+    if (cfg->plain) fm_kernel_sm90_plain(cfg, tensors, t.align, pipe, epi, bd);
+    else fm_kernel_sm90_array(cfg, tensors, t.align, tmaps, pipe, epi, bd);
 }
 
 fm_status fm_model_cutlass_sm120(const fm_kernel_config *cfg, fm_model_out *o)
@@ -107,7 +108,8 @@ fm_status fm_model_cutlass_sm90(const fm_kernel_config *cfg, fm_model_out *o)
     fm_epi_out epi;
     FM_CHECK(fm_epilogue_sm90_style(cfg, 0, &epi));
     int S;
-    FM_CHECK(finish(cfg, o, m.a + m.b, 0, 232448 - 2 * 128 - 128, &epi, &S));
+    /* the builder's carve-out: 2 tensor maps + the scheduler pipeline, for ptr-array kernels only */
+    FM_CHECK(finish(cfg, o, m.a + m.b, 0, cfg->plain ? 232448 : 232448 - 2 * 128 - 128, &epi, &S));
     mainloop_layout(cfg, &m, S, &epi, &o->bd);
     return FM_OK;
 }

@@ -91,16 +91,48 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
     o->tensors = fm_lay_size(&t), o->tensors_align = t.align;
     o->fusion = fus;
     o->stages_c = sc, o->stages_d = sd;
-    o->tmaps = 128u * (1 + 2); /* C + D per epilogue warp group (2 for cooperative and ping-pong) */
+    /* C + D per epilogue warp group (2 for cooperative and ping-pong); a plain GEMM's TMA
+     * descriptors live in the kernel parameters, not in shared memory */
+    o->tmaps = cfg->plain ? 0 : 128u * (1 + 2);
     o->pipeline = 16u * (size_t)sc;
 
     fm_lay s;
     fm_lay_init(&s, 1);
     fm_lay_put(&s, o->tensors, o->tensors_align);
-    fm_lay_put(&s, o->tmaps, 128);
+    if (!cfg->plain) fm_lay_put(&s, o->tmaps, 128);
     fm_lay_put(&s, o->pipeline, 8);
     o->shared = fm_lay_size(&s);
     return FM_OK;
+}
+
+void fm_kernel_sm90_plain(const fm_kernel_config *cfg, size_t ml_tensors, size_t ml_tensors_align,
+                          size_t ml_pipeline, const fm_epi_out *epi, fm_smem_breakdown *bd)
+{
+    const size_t load_order = 16, math_order = 32;
+    int pingpong = cfg->schedule == FM_SCHED_PINGPONG;
+    fm_lay p; /* PipelineStorage : aligned_struct<16> { mainloop; epi_load; [math_wg_order;] load_order; } */
+    fm_lay_init(&p, 16);
+    fm_lay_put(&p, ml_pipeline, 16);
+    fm_lay_put(&p, epi->pipeline ? epi->pipeline : 1, 16);
+    if (pingpong) fm_lay_put(&p, math_order, 16);
+    fm_lay_put(&p, load_order, 16);
+    fm_lay t; /* TensorStorage : aligned_struct<128> { epilogue; mainloop; } */
+    fm_lay_init(&t, 128);
+    fm_lay_put(&t, epi->tensors, epi->tensors_align);
+    fm_lay_put(&t, ml_tensors, ml_tensors_align);
+    fm_lay k; /* { pipelines; alignas(16) scheduler (an empty class); tensors; } */
+    fm_lay_init(&k, 1);
+    fm_lay_put(&k, fm_lay_size(&p), 16);
+    fm_lay_put(&k, 1, 16);
+    fm_lay_put(&k, fm_lay_size(&t), t.align);
+    bd->total = fm_lay_size(&k);
+    bd->tensormaps = 0;
+    bd->scheduler = 1;
+    bd->barriers = ml_pipeline + epi->pipeline + load_order + (pingpong ? math_order : 0);
+    bd->epi_c = epi->c, bd->epi_d = epi->d, bd->epi_other = epi->fusion;
+    bd->epilogue = epi->shared;
+    size_t counted = bd->a + bd->b + bd->sf + bd->barriers + bd->epi_c + bd->epi_d + bd->epi_other + bd->scheduler;
+    bd->padding = bd->total > counted ? bd->total - counted : 0;
 }
 
 void fm_kernel_sm90_array(const fm_kernel_config *cfg, size_t ml_tensors, size_t ml_tensors_align, size_t ml_tmaps,

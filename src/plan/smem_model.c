@@ -67,8 +67,8 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
     if (fm_family_is_fp4moe(c->family)) return fm_resolve_fp4moe(c); /* their own tile and arch rules */
     if (c->plain != 0 && c->plain != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "plain=%d in fm_kernel_config: 0 (grouped) or 1", c->plain);
-    if (c->plain)
-        return fm_fail(FM_ERR_UNSUPPORTED, "plain (non-grouped) CUTLASS kernels are not modelled yet");
+    if (c->plain && c->family == FM_FAMILY_CUTLASS_SM100)
+        return fm_fail(FM_ERR_UNSUPPORTED, "the plain (non-grouped) SM100 kernel is not modelled (grouped is)");
     if (c->plain && c->epilogue == FM_EPI_FINALIZE)
         return fm_fail(FM_ERR_UNSUPPORTED, "FINALIZE is TensorRT-LLM's grouped-GEMM epilogue (per-group router "
                                            "scales): a plain GEMM has none");

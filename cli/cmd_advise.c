@@ -1,0 +1,245 @@
+/* cmd_advise.c - `fp4moe advise`: the three levers of the field problem in one report.
+ *  1. which of the serving engine's MoE tactics die on this GPU, and the fix (fm_tactics_check);
+ *  2. rows per expert at these settings, and the max-running / tokens-per-step settings that
+ *     reach 8, 16 and 32 rows (the simulator, fm_sim_find_crossings);
+ *  3. the time of the engine's surviving tiles against fp4moe's own kernels at those rows,
+ *     and the predicted tokens/s for each (fm_sim_run with the tile's M, and with fp4moe's kernel).
+ * Everything is a model (docs/advise.md): nothing here needs a GPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: fp4moe advise --model M --gpu G --gpus N [--engine trtllm|flashinfer|sglang|vllm]\n"
+               "                     [--format nvfp4|mxfp4|fp8xfp4] [--parallel ep|tp] [--max-running R]\n"
+               "                     [--tokens-per-step T] [--decode-steps S] [--json | --plot]\n"
+               "  (1) the engine's tactics that die on the GPU and the fix; (2) rows per expert at the settings\n"
+               "  and the settings that reach 8/16/32 rows; (3) the engine's surviving tiles vs fp4moe's kernels\n"
+               "  at those rows, predicted MoE tokens/s (a model: docs/advise.md). --plot draws tokens/s against\n"
+               "  max-running for each. Defaults: engine trtllm, nvfp4, EP, 64 requests, 1 token/step, 1 step.\n"
+               "exit: 0, 2 usage (unknown model/GPU/engine: the message lists the known ones), 1 failure\n");
+}
+
+#define NSET 4 /* the settings compared: now, and the max-running reaching 8, 16, 32 rows */
+typedef struct {
+    char   label[48];
+    int    tile_m; /* 0: fp4moe's kernel */
+    double us[NSET], tps[NSET];
+} option;
+
+static fm_status sim_with(const fm_sim_config *base, int tile_m, int max_running, fm_sim_result *r)
+{
+    fm_sim_config c = *base;
+    c.max_running = max_running;
+    c.kernel = tile_m ? FM_SIM_KERNEL_CUTLASS : FM_SIM_KERNEL_FP4MOE;
+    c.tile_m = tile_m;
+    return fm_sim_run(&c, r);
+}
+
+int fm_cmd_advise(int argc, char **argv)
+{
+    const char *model_s = NULL, *gpu_s = NULL, *engine = "trtllm", *format = "nvfp4", *parallel = "ep";
+    long gpus = 0, running = 64, tps = 1, steps = 1;
+    int json = 0, plot = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            help(stdout);
+            return FM_EXIT_OK;
+        } else if (!strcmp(f, "--json")) json = 1;
+        else if (!strcmp(f, "--plot")) plot = 1;
+        else if (!v) {
+            fprintf(stderr, "fp4moe advise: %s needs a value (or unknown flag)\n", f);
+            return FM_EXIT_USAGE;
+        } else {
+            i++;
+            if (!strcmp(f, "--model")) model_s = v;
+            else if (!strcmp(f, "--gpu")) gpu_s = v;
+            else if (!strcmp(f, "--engine")) engine = v;
+            else if (!strcmp(f, "--format")) format = v;
+            else if (!strcmp(f, "--parallel")) parallel = v;
+            else if (!strcmp(f, "--gpus")) { if (!fm_cli_int("advise", f, v, 1, 4096, &gpus)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--max-running")) { if (!fm_cli_int("advise", f, v, 1, 1 << 16, &running)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--tokens-per-step")) { if (!fm_cli_int("advise", f, v, 1, 64, &tps)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--decode-steps")) { if (!fm_cli_int("advise", f, v, 1, 1024, &steps)) return FM_EXIT_USAGE; }
+            else {
+                fprintf(stderr, "fp4moe advise: unknown flag %s (see --help)\n", f);
+                return FM_EXIT_USAGE;
+            }
+        }
+    }
+    if (!model_s || !gpu_s || !gpus) {
+        fprintf(stderr, "fp4moe advise: --model, --gpu and --gpus are required\n");
+        help(stderr);
+        return FM_EXIT_USAGE;
+    }
+    if (json && plot) {
+        fprintf(stderr, "fp4moe advise: --json and --plot: give one\n");
+        return FM_EXIT_USAGE;
+    }
+    if (strcmp(parallel, "ep") && strcmp(parallel, "tp")) {
+        fprintf(stderr, "fp4moe advise: --parallel expects ep or tp, got '%s'\n", parallel);
+        return FM_EXIT_USAGE;
+    }
+    fm_sim_config cfg;
+    fm_sim_config_default(&cfg);
+    fm_status st;
+    if ((st = fm_sim_model_find(model_s, &cfg.model)) != FM_OK) return fm_cli_usage_status("advise", "--model", st);
+    const fm_gpu_info *g = NULL;
+    if ((st = fm_tactics_check(engine, NULL, gpu_s, format, NULL, 0, &(size_t){0}, NULL)) != FM_OK)
+        return fm_cli_usage_status("advise", "--engine/--gpu/--format", st);
+    if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_usage_status("advise", "--gpu", st);
+    cfg.gpu = *g;
+    cfg.gpus = (int)gpus;
+    cfg.parallel = strcmp(parallel, "tp") ? FM_PARALLEL_EP : FM_PARALLEL_TP;
+    cfg.max_running = (int)running;
+    cfg.tokens_per_step = (int)tps;
+    cfg.decode_steps = (int)steps;
+    if ((st = fm_sim_config_check(&cfg)) != FM_OK) return fm_cli_usage_status("advise", "--gpus/--parallel", st);
+
+    /* (1) the engine's tactics on this GPU */
+    fm_tactic_check tc[64];
+    size_t nt = 0;
+    if ((st = fm_tactics_check(engine, NULL, gpu_s, format, tc, 64, &nt, NULL)) != FM_OK) return fm_cli_fail("advise", st);
+    /* (2) rows per expert now, and the settings that reach 8/16/32 */
+    fm_sim_result now;
+    if ((st = fm_sim_run(&cfg, &now)) != FM_OK) return fm_cli_fail("advise", st);
+    fm_sim_crossings cr, cr2;
+    fm_sim_config mtp = cfg; /* the same with twice the tokens per step (MTP / speculative drafts) */
+    mtp.tokens_per_step = 2 * cfg.tokens_per_step;
+    if ((st = fm_sim_find_crossings(&cfg, 1 << 14, &cr)) != FM_OK ||
+        (st = fm_sim_find_crossings(&mtp, 1 << 14, &cr2)) != FM_OK)
+        return fm_cli_fail("advise", st);
+    /* (3) surviving tile heights (fc1 list: the M of each distinct fitting tile) and fp4moe's kernel */
+    option opt[16];
+    int no = 0;
+    for (size_t i = 0; i < nt && no < 15; i++) {
+        if (tc[i].verdict != FM_TACTIC_FITS) continue;
+        int m = tc[i].tactic->cfg.tile_m, dup = 0;
+        for (int j = 0; j < no; j++) dup |= opt[j].tile_m == m;
+        if (dup) continue;
+        snprintf(opt[no].label, sizeof opt[no].label, "%s %d-row tiles", engine, m);
+        opt[no++].tile_m = m;
+    }
+    snprintf(opt[no].label, sizeof opt[no].label, "fp4moe kernels");
+    opt[no++].tile_m = 0;
+    int set[NSET] = {cfg.max_running, cr.rows_at[0], cr.rows_at[1], cr.rows_at[2]};
+    for (int j = 0; j < no; j++)
+        for (int s = 0; s < NSET; s++) {
+            fm_sim_result r = {0};
+            if (set[s] && (st = sim_with(&cfg, opt[j].tile_m, set[s], &r)) != FM_OK) return fm_cli_fail("advise", st);
+            opt[j].us[s] = r.fc1_us + r.fc2_us, opt[j].tps[s] = r.tokens_per_s;
+        }
+    static const int targets[3] = {8, 16, 32};
+    if (json) {
+        cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
+        cJSON_AddStringToObject(o, "model", cfg.model.name);
+        cJSON_AddStringToObject(o, "gpu", g->name);
+        cJSON_AddNumberToObject(o, "gpus", cfg.gpus);
+        cJSON_AddStringToObject(o, "engine", engine);
+        for (size_t i = 0; i < nt; i++) {
+            cJSON *t = cJSON_CreateObject();
+            char tile[40];
+            snprintf(tile, sizeof tile, "%dx%dx%d", tc[i].tactic->cfg.tile_m, tc[i].tactic->cfg.tile_n,
+                     tc[i].tactic->cfg.tile_k);
+            cJSON_AddStringToObject(t, "gemm", tc[i].tactic->gemm);
+            cJSON_AddStringToObject(t, "tile", tile);
+            cJSON_AddStringToObject(t, "epilogue", fm_epilogue_name(tc[i].tactic->cfg.epilogue));
+            cJSON_AddStringToObject(t, "verdict", fm_tactic_verdict_name(tc[i].verdict));
+            cJSON_AddNumberToObject(t, "total_bytes", (double)tc[i].res.bytes.total);
+            cJSON_AddStringToObject(t, "fix", tc[i].fix);
+            cJSON_AddItemToArray(a, t);
+        }
+        cJSON_AddItemToObject(o, "tactics", a);
+        cJSON_AddNumberToObject(o, "rows_per_active_expert", now.rows_per_active);
+        cJSON *reach = cJSON_CreateObject();
+        for (int j = 0; j < 3; j++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", targets[j]);
+            cJSON_AddNumberToObject(reach, key, cr.rows_at[j]);
+            snprintf(key, sizeof key, "%d_mtp", targets[j]);
+            cJSON_AddNumberToObject(reach, key, cr2.rows_at[j]);
+        }
+        cJSON_AddItemToObject(o, "max_running_for_rows", reach);
+        cJSON *ops = cJSON_CreateArray();
+        for (int j = 0; j < no; j++) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "kernel", opt[j].label);
+            cJSON_AddNumberToObject(p, "tile_m", opt[j].tile_m);
+            cJSON *at = cJSON_CreateArray();
+            for (int s = 0; s < NSET; s++) {
+                if (!set[s]) continue;
+                cJSON *q = cJSON_CreateObject();
+                cJSON_AddNumberToObject(q, "max_running", set[s]);
+                cJSON_AddNumberToObject(q, "moe_gemm_us_per_layer", opt[j].us[s]);
+                cJSON_AddNumberToObject(q, "tokens_per_s", opt[j].tps[s]);
+                cJSON_AddItemToArray(at, q);
+            }
+            cJSON_AddItemToObject(p, "at", at);
+            cJSON_AddItemToArray(ops, p);
+        }
+        cJSON_AddItemToObject(o, "kernels", ops);
+        fm_cli_print_json(o);
+        return FM_EXIT_OK;
+    }
+    if (plot) { /* tokens/s against max-running, one column per option, bars of '#' scaled to the best */
+        static const int rs[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+        double best = 0, v[10][16];
+        for (int i = 0; i < 10; i++)
+            for (int j = 0; j < no; j++) {
+                fm_sim_result r;
+                if ((st = sim_with(&cfg, opt[j].tile_m, rs[i], &r)) != FM_OK) return fm_cli_fail("advise", st);
+                v[i][j] = r.tokens_per_s;
+                if (v[i][j] > best) best = v[i][j];
+            }
+        printf("predicted MoE tokens/s (ceiling) of %s on %d x %s, by max-running (each bar: one kernel choice)\n",
+               cfg.model.name, cfg.gpus, g->name);
+        for (int i = 0; i < 10; i++)
+            for (int j = 0; j < no; j++) {
+                int w = best > 0 ? (int)(50 * v[i][j] / best + 0.5) : 0;
+                printf("%5d %-22s %10.0f |%.*s\n", rs[i], opt[j].label, v[i][j], w,
+                       "##################################################");
+            }
+        return FM_EXIT_OK;
+    }
+    printf("advise: %s on %d x %s (%s), %s %s, %d requests x %d token(s)/step, %d decode step(s)/round\n",
+           cfg.model.name, cfg.gpus, g->full_name, cfg.parallel == FM_PARALLEL_EP ? "EP" : "TP", engine, format,
+           cfg.max_running, cfg.tokens_per_step, cfg.decode_steps);
+    printf("\n(1) %s's MoE tactics on this GPU (%s @ %.12s):\n", engine, tc[0].tactic->source, tc[0].tactic->commit);
+    int dead = 0;
+    for (size_t i = 0; i < nt; i++) {
+        const fm_kernel_config *k = &tc[i].tactic->cfg;
+        printf("  %-7s %dx%dx%d %-8s %7zu B  %s\n", tc[i].tactic->gemm, k->tile_m, k->tile_n, k->tile_k,
+               fm_epilogue_name(k->epilogue), tc[i].res.bytes.total, fm_tactic_verdict_name(tc[i].verdict));
+        if (tc[i].verdict != FM_TACTIC_FITS) {
+            dead++;
+            printf("      why: %s\n      fix: %s\n", tc[i].why, tc[i].fix);
+        }
+    }
+    if (!dead) printf("  every tactic fits\n");
+    printf("\n(2) rows per active expert at %d requests: %.1f (p50 %d, p90 %d); %.0f%% of the 128-row tile is "
+           "padding\n", cfg.max_running, now.rows_per_active, now.rows_p50, now.rows_p90, 100 * now.waste);
+    for (int j = 0; j < 3; j++) {
+        if (cr.rows_at[j])
+            printf("  %2d rows: max-running %d at %d token(s)/step, or %d with %d tokens/step (MTP)\n", targets[j],
+                   cr.rows_at[j], cfg.tokens_per_step, cr2.rows_at[j], mtp.tokens_per_step);
+        else
+            printf("  %2d rows: not reached below %d requests\n", targets[j], 1 << 14);
+    }
+    printf("\n(3) routed-GEMM time per layer (us) / predicted MoE tokens/s, by max-running:\n  %-22s", "kernel");
+    for (int s = 0; s < NSET; s++)
+        if (set[s]) printf(" %9d%s%-9s", set[s], s ? "" : "", s ? (s == 1 ? " (8 r)" : s == 2 ? " (16 r)" : " (32 r)") : " (now)");
+    printf("\n");
+    for (int j = 0; j < no; j++) {
+        printf("  %-22s", opt[j].label);
+        for (int s = 0; s < NSET; s++)
+            if (set[s]) printf(" %6.0f/%-11.0f", opt[j].us[s], opt[j].tps[s]);
+        printf("\n");
+    }
+    printf("(model figures: the simulator's roofline with the GPU table; docs/simulate.md, docs/advise.md)\n");
+    return FM_EXIT_OK;
+}

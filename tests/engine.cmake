@@ -1,0 +1,18 @@
+# The engines' tactic lists (fp4moe plan --engine) and fp4moe advise against golden
+# outputs: the seed (TensorRT-LLM's SM120 NVFP4 list on an RTX PRO 6000: the 128x256x128
+# and 256x128x128 FINALIZE tiles die in initialize()), the unknown-name errors, and the
+# advise report.  Regenerate a golden file deliberately: cmake -DUPDATE=1 ... (see run_golden.cmake).
+set(FM_GOLDEN ${CMAKE_CURRENT_SOURCE_DIR}/golden)
+function(fm_golden name)
+  add_test(NAME ${name}
+           COMMAND ${CMAKE_COMMAND} -DFM=$<TARGET_FILE:fp4moe_cli> -DGOLD=${FM_GOLDEN}/${name}.txt
+                   "-DARGS=${ARGN}" -P ${FM_GOLDEN}/run_golden.cmake)
+  set_tests_properties(${name} PROPERTIES LABELS "cpu")
+endfunction()
+fm_golden(golden_plan_engine_trtllm_sm120 plan --engine trtllm --gpu rtx-pro-6000 --format nvfp4)
+fm_golden(golden_plan_engine_trtllm_sm120_json plan --engine trtllm --gpu rtx-pro-6000 --format nvfp4 --json)
+fm_golden(golden_plan_engine_unknown_engine plan --engine foo --gpu rtx-pro-6000)
+fm_golden(golden_plan_engine_unknown_gpu plan --engine trtllm --gpu no-such-gpu)
+fm_golden(golden_plan_engine_unknown_version plan --engine trtllm --engine-version 0000000 --gpu rtx-pro-6000)
+fm_golden(golden_advise_glm5_rtxpro6000 advise --model glm5 --gpu rtx-pro-6000 --gpus 8)
+fm_golden(golden_advise_glm5_rtxpro6000_json advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --json)
