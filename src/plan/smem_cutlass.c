@@ -23,7 +23,9 @@
 static fm_status finish(const fm_kernel_config *cfg, fm_model_out *o, size_t stage_ab, size_t stage_sf, size_t capacity,
                         const fm_epi_out *epi, int *stages)
 {
-    o->stage_bytes = stage_ab + stage_sf + 16;
+    /* one stage's pipeline barrier: 16 B; the block-scaled builders count it rounded up to
+     * 128 B since 4.4 (sm100_compute_stage_count_or_override_blockscaled) */
+    o->stage_bytes = stage_ab + stage_sf + (stage_sf && cfg->cutlass >= 440 ? 128 : 16);
     o->capacity = capacity;
     o->carveout = epi->shared;
     o->auto_stages = capacity > epi->shared ? (int)((capacity - epi->shared) / o->stage_bytes) : 0;
@@ -78,10 +80,13 @@ fm_status fm_model_cutlass_sm120(const fm_kernel_config *cfg, fm_model_out *o)
     int f8f6f4 = cfg->a == FM_ELEM_FP8 || cfg->b == FM_ELEM_FP8;
     int vec = (cfg->a == FM_ELEM_NVFP4) ? 16 : 32;
     int bits = f8f6f4 ? 8 : 4;
-    int newer = cfg->cutlass >= 430;
+    /* the builder's capacity carve-out (scheduler pipeline, 2 tensor maps, tensor-map-ready
+     * pipeline) arrived in 4.4; SFB rounded up to one 128-column block in 4.5; SFA is
+     * floor(M / 128) blocks in every version (M = 64: an empty array, 1 byte) */
+    int newer = cfg->cutlass >= 440;
     int sfk = 4 * ((cfg->tile_k / vec) / 4);
-    int mblk = newer ? (cfg->tile_m + 127) / 128 : cfg->tile_m / 128;
-    int nblk = newer ? (cfg->tile_n < 128 ? 128 : cfg->tile_n) / 128 : cfg->tile_n / 128;
+    int mblk = cfg->tile_m / 128;
+    int nblk = cfg->cutlass >= 450 ? (cfg->tile_n < 128 ? 128 : cfg->tile_n) / 128 : cfg->tile_n / 128;
     mainloop_shape m = {.a = (size_t)cfg->tile_m * cfg->tile_k * bits / 8,
                         .b = (size_t)cfg->tile_n * cfg->tile_k * bits / 8,
                         .ab_align = 1024,

@@ -36,8 +36,12 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
     int bd = fin ? 16 : bd_decl; /* FINALIZE stages D as bf16 (its aux element) */
     int coop = cfg->schedule != FM_SCHED_PINGPONG;
     int em, en;
-    if (sm120) {
+    if (sm120) { /* 64 x 32; since 4.7 narrow tiles: N < 32 -> N wide, N < 16 -> 128 rows */
         em = 64, en = 32;
+        if (cfg->cutlass >= 470) {
+            en = cfg->tile_n < 32 ? cfg->tile_n : 32;
+            em = cfg->tile_n < 16 ? 128 : 64;
+        }
     } else if (coop) {
         em = cfg->tile_m < 128 ? cfg->tile_m : 128;
         en = cfg->tile_n < 32 ? cfg->tile_n : 32;

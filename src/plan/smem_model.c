@@ -76,12 +76,12 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
         return fm_fail(FM_ERR_UNSUPPORTED, "%s: persistent is fp4moe-wgmma's kernel variant; CUTLASS's own "
                                            "persistence is its tile scheduler, modelled without this flag",
                        fm_family_name(c->family));
-    if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) || !pow2(c->tile_n) ||
-        !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 || c->tile_n < 32 || c->tile_n > 256 ||
-        c->tile_k < 32 || c->tile_k > 512)
+    if (c->tile_m <= 0 || c->tile_n <= 0 || c->tile_k <= 0 || !pow2(c->tile_m) ||
+        !(pow2(c->tile_n) || c->tile_n == 192) || !pow2(c->tile_k) || c->tile_m < 64 || c->tile_m > 256 ||
+        c->tile_n < 8 || c->tile_n > 256 || c->tile_k < 32 || c->tile_k > 512)
         return fm_fail(FM_ERR_BAD_SHAPE,
-                       "tile %dx%dx%d: M must be 64/128/256, N a power of two in [32, 256], K a power of two in "
-                       "[32, 512]",
+                       "tile %dx%dx%d: M must be 64/128/256, N a power of two in [8, 256] (or 192), K a power of two "
+                       "in [32, 512]",
                        c->tile_m, c->tile_n, c->tile_k);
     if (c->stages < 0 || c->stages == 1 || c->stages > 32)
         return fm_fail(FM_ERR_BAD_SHAPE, "stages=%d: use 0 (auto) or 2..32 (the collectives need at least 2)",
@@ -108,9 +108,13 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
                 return fm_fail(FM_ERR_ARCH_MISMATCH,
                                "SM120 block-scaled MMA takes nvfp4 x nvfp4 or MX operands (mxfp4/fp8), not %s x %s",
                                fm_elem_name(c->a), fm_elem_name(c->b));
-            if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
-                return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
-            int vec = nv ? 16 : 32;
+            if (c->tile_n == 192)
+                return fm_fail(FM_ERR_BAD_SHAPE, "SM120 tile N=192 is not a power of two");
+            if (c->epilogue == FM_EPI_NOSMEM) /* measured: tests/conformance/truth-*.csv */
+                return fm_fail(FM_ERR_UNSUPPORTED, "rejected at compile time: the SM120 epilogue builder has no "
+                                                   "no-smem epilogue (static_assert: Could not build a collective "
+                                                   "epilogue for given parameters.)");
+            int vec = nv ? 16 : 32; /* a 64-row cooperative tile builds on SM120 (2 warp groups of 32 rows) */
             if (c->tile_k < 64 || c->tile_k % (4 * vec))
                 return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d must be a multiple of %d (4 scale factors of %d)",
                                c->tile_k, 4 * vec, vec);
@@ -150,7 +154,10 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
                            "(got %dx%d, %s, cluster %dx%d)",
                            c->tile_m, c->tile_n, fm_schedule_name(c->schedule), c->cluster_m, c->cluster_n);
         if (c->tile_n < 64)
-            return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile N=%d: use 64, 128 or 256", c->tile_n);
+            return fm_fail(FM_ERR_BAD_SHAPE,
+                           "rejected at compile time: SM100 block-scaled tile N=%d is not 64, 128, 192 or 256 "
+                           "(sm100_common.inl static_assert: Invalid TileShape_N.)",
+                           c->tile_n);
         if (c->tile_k != 128 && c->tile_k != 256)
             return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile K=%d: use 128 or 256", c->tile_k);
         if (c->epilogue == FM_EPI_FINALIZE)

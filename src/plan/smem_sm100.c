@@ -130,7 +130,7 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     int acc_stages = cfg->tile_n == 256 ? 1 : 2;
     size_t carve = 16u * acc_stages + 16 * SCHED_STAGES + 16 + 8 + 16 * SCHED_STAGES + 16 * SCHED_STAGES +
                    4 * SCHED_STAGES + 4 * TMAP;
-    o->stage_bytes = a + b + sfa + sfb + 16;
+    o->stage_bytes = a + b + sfa + sfb + (cfg->cutlass >= 440 ? 128 : 16); /* the barrier, 128 B since 4.4 */
     o->capacity = SM100_CAPACITY - carve;
     o->carveout = epi.shared;
     o->auto_stages = o->capacity > epi.shared ? (int)((o->capacity - epi.shared) / o->stage_bytes) : 0;

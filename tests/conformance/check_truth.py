@@ -31,6 +31,7 @@ PAIRS = (('total', 'total_bytes'), ('mainloop', 'mainloop_bytes'), ('epilogue', 
 def load(text):
     lines = text.splitlines()
     head = dict(kv.split('=', 1) for kv in lines[0].lstrip('# ').split())
+    lines[1] = lines[1].replace(',stages,', ',stage_policy,', 1)  # the grid's column; the measured one follows
     rows = list(csv.DictReader(io.StringIO('\n'.join(lines[1:]))))
     return head, rows
 
@@ -54,7 +55,7 @@ def known_misses(label):
 def explain(fm, ver, r):
     cmd = [fm, 'explain', '--json', '--cutlass', ver, '--arch', r['arch'], '--a', r['a'], '--b', r['b'], '--c',
            r['c'], '--d', r['d'], '--tile', r['tile'], '--cluster', r['cluster'], '--schedule', r['sched'],
-           '--epilogue', r['epi'], '--stages', r['stages']]
+           '--epilogue', r['epi'], '--stages', r['stage_policy']]
     if r['swap'] == '1':
         cmd.append('--swap-ab')
     if r['kind'] == 'plain':

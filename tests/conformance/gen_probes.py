@@ -126,6 +126,19 @@ def elem(arch, f):
     return ELEM[f]
 
 
+def finalize_tree(root, cta, swap):
+    """ProbeFinalize<cta, swap>::type of HEAD with another root (written out, so HEAD and the
+    cache keys of the rows measured with it stay as they were)."""
+    rn = 'cutlass::FloatRoundStyle::round_to_nearest'
+    row = lambda e, a: f'fz::Sm90RowBroadcast<0, {cta}, {e} *, float, Stride<_0, _1, int64_t>, {a}>'
+    col = lambda e, a: f'fz::Sm90ColBroadcast<0, {cta}, {e} *, float, Stride<_1, _0, int64_t>, {a}>'
+    scale, bias = (row('float', 1), col('cutlass::bfloat16_t', 8)) if swap == '1' else \
+        (col('float', 1), row('cutlass::bfloat16_t', 8))
+    return (f'fz::Sm90EVT<{root}, fz::Sm90EVT<fz::Sm90Compute<cutlass::multiplies, float, float, {rn}>, {scale}, '
+            f'fz::Sm90EVT<fz::Sm90Compute<cutlass::homogeneous_multiply_add, float, float, {rn}>, '
+            f'fz::Sm90ScalarBroadcastPtrArray<float, Stride<_0, _0, int64_t>>, fz::Sm90AccFetch, {bias}>>>')
+
+
 def probe(row):
     (cid, arch, a, b, c, d, tile, cluster, sched, epi, stages, swap, kind) = row
     grouped = kind == 'grouped'
@@ -180,8 +193,17 @@ def probe(row):
             esched = f'cutlass::epilogue::{pa}NoSmemWarpSpecialized'
     # SM100 2-SM kernels: the epilogue sees the per-SM tile
     epi_ts = ts if not (arch == 'sm100' and sched == '2sm') else f'Shape<_{int(tm) // 2},_{tn},_{tk}>'
-    fusion = ''
-    if epi == 'finalize':
+    fusion, local = '', ''
+    if epi == 'finalize' and arch == 'sm100':
+        # The SM100 epilogue constructs its fusion callbacks on the host, so the root needs
+        # Sm90Compute's constructors (the shared ProbeScatterRoot lacks them; sm_90 / sm_120
+        # never construct it there, and their measured rows keep the shared tree)
+        cmp = ('fz::Sm90Compute<cutlass::epilogue::thread::Identity, cutlass::bfloat16_t, float, '
+               'cutlass::FloatRoundStyle::round_to_nearest>')
+        local = (f'struct Root : {cmp} {{\n  using {cmp}::Sm90Compute;\n  using ElementAux = cutlass::bfloat16_t;\n}};\n'
+                 f'using Fin = {finalize_tree("Root", epi_ts, swap)};\n')
+        fusion = ', Fin'
+    elif epi == 'finalize':
         fusion = f', typename ProbeFinalize<{epi_ts}, {swap}>::type'
     if arch == 'sm100':
         epi_ts = ts  # the SM100 epilogue builder takes the MMA tile and divides by the 2-SM cluster itself
@@ -190,7 +212,7 @@ def probe(row):
     shape = 'cutlass::gemm::GroupProblemShape<Shape<int, int, int>>' if grouped else 'Shape<int, int, int, int>'
     return f"""
 namespace p_{cid} {{
-using EP_ = typename cutlass::epilogue::collective::CollectiveBuilder<{arch_tag}, {opclass}, {epi_ts}, {cs},
+{local}using EP_ = typename cutlass::epilogue::collective::CollectiveBuilder<{arch_tag}, {opclass}, {epi_ts}, {cs},
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, {ec}, {layc}{ptr}, {ac}, {ed}, {layc}{ptr}, {ad},
     {esched}{fusion}>::CollectiveOp;
 using ML_ = typename cutlass::gemm::collective::CollectiveBuilder<{arch_tag}, {opclass},
