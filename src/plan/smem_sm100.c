@@ -128,8 +128,14 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     sm100_epi epi;
     FM_CHECK(epilogue_sm100(cfg, m_sm, &epi));
     int acc_stages = cfg->tile_n == 256 ? 1 : 2;
-    size_t carve = 16u * acc_stages + 16 * SCHED_STAGES + 16 + 8 + 16 * SCHED_STAGES + 16 * SCHED_STAGES +
-                   4 * SCHED_STAGES + 4 * TMAP;
+    /* 4.4+: the grouped kernel updates tensor maps asynchronously (4 updater warps): 5 copies of the
+     * tensor maps, 2 x 8 scheduler responses with 4 more bytes each, a tensor-map-ready pipeline;
+     * the builder's carve-out counts 2 CLC pipelines and 2 x 8 responses, 5 x 4 tensor maps and
+     * that pipeline (sm100_pipeline_carveout.inl) */
+    int async = cfg->cutlass >= 440;
+    size_t ntm = async ? 5 : 1, nresp = async ? 2 : 1;
+    size_t carve = 16u * acc_stages + 16 * SCHED_STAGES * nresp + 16 + 8 + 16 * SCHED_STAGES +
+                   16 * SCHED_STAGES * nresp + 4 * SCHED_STAGES + 4 * TMAP * ntm + (async ? 16 * SCHED_STAGES : 0);
     o->stage_bytes = a + b + sfa + sfb + (cfg->cutlass >= 440 ? 128 : 16); /* the barrier, 128 B since 4.4 */
     o->capacity = SM100_CAPACITY - carve;
     o->carveout = epi.shared;
@@ -160,6 +166,8 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     fm_lay_put(&p, acc, 16);
     fm_lay_put(&p, throttle, 16);
     fm_lay_put(&p, dealloc, 16);
+    const size_t tmap_ready = async ? 16 * SCHED_STAGES : 0; /* PipelineAsync<8> */
+    if (async) fm_lay_put(&p, tmap_ready, 16);
     fm_lay m; /* TensorMapStorage : aligned_struct<128> { alignas(128) epilogue; alignas(128) mainloop; } */
     fm_lay_init(&m, 128);
     fm_lay_put(&m, epi.tmaps, 128);
@@ -168,13 +176,14 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     fm_lay_init(&tt, 128);
     fm_lay_put(&tt, epi.tensors, epi.align);
     fm_lay_put(&tt, ml_tensors, 128);
-    const size_t responses = 16 * SCHED_STAGES;
+    /* CLC responses: 16 B (WorkTileInfo); with async updates 2 x 8 of 20 B (+ batch_changed, TMA_stage) */
+    const size_t responses = async ? 2 * SCHED_STAGES * 20 : 16 * SCHED_STAGES;
     fm_lay k;
     fm_lay_init(&k, 1);
     fm_lay_put(&k, fm_lay_size(&p), 16);
     fm_lay_put(&k, responses, 16);
     fm_lay_put(&k, 4, 4); /* tmem_base_ptr */
-    fm_lay_put(&k, fm_lay_size(&m), m.align);
+    fm_lay_put(&k, fm_lay_size(&m) * ntm, m.align); /* TensorMapStorage tensormaps[ntm] */
     fm_lay_put(&k, fm_lay_size(&tt), tt.align);
 
     fm_smem_breakdown *bd = &o->bd;
@@ -184,9 +193,9 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     bd->mainloop = fm_lay_size(&ml);
     bd->epi_c = epi.c, bd->epi_d = epi.d, bd->epi_other = epi.fusion;
     bd->epilogue = epi.shared;
-    bd->tensormaps = ml_tmaps + (cfg->epilogue == FM_EPI_NOSMEM ? 0 : epi.tmaps);
+    bd->tensormaps = (ml_tmaps + (cfg->epilogue == FM_EPI_NOSMEM ? 0 : epi.tmaps)) * ntm;
     bd->scheduler = clc + throttle + responses;
-    bd->barriers = ml_pipe + epi.pipeline + load_order + acc + dealloc;
+    bd->barriers = ml_pipe + epi.pipeline + load_order + acc + dealloc + tmap_ready;
     bd->total = fm_lay_size(&k);
     size_t counted = bd->a + bd->b + bd->sf + bd->barriers + bd->epi_c + bd->epi_d + bd->epi_other + bd->tensormaps +
                      bd->scheduler;
