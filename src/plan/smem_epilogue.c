@@ -54,7 +54,10 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
         return fm_fail(FM_ERR_BAD_SHAPE, "tile %dx%d is not a multiple of the epilogue sub-tile %dx%d", cfg->tile_m,
                        cfg->tile_n, em, en);
     int tiles = (cfg->tile_m / em) * (cfg->tile_n / en);
-    int reuse_b = (bc == bd_decl) && bd_decl > 8; /* the builder's ReuseSmem (void D has width 0) */
+    /* the builder's ReuseSmem (void D has width 0); the SM90 builder sizes FINALIZE's C stages
+     * with D as the fusion's bf16 aux element (measured: truth-4.7.0.csv sm_90 FINALIZE rows) */
+    int bd_stage = (fin && !sm120) ? bd : bd_decl;
+    int reuse_b = (bc == bd_stage) && bd_stage > 8;
     int sd = tiles < 2 ? tiles : 2;
     int sc;
     if (sm120) sc = reuse_b ? ((tiles < 2 ? tiles : 2) > sd + 1 ? (tiles < 2 ? tiles : 2) : sd + 1) : sd;
