@@ -32,7 +32,7 @@ static void help(FILE *f)
             "  --schedule S    auto | coop | pingpong (sm_90/sm_120) | 1sm | 2sm (sm_100)\n"
             "  --cluster MxN   cluster shape (default 1x1)\n"
             "  --stages N      pipeline stages, or auto (default)\n"
-            "  --cutlass V     CUTLASS version whose builder picks the stages: 4.2 (default) .. 4.7\n"
+            "  --cutlass V     CUTLASS version of the kernel: 4.2, 4.4, 4.5, 4.7 (default: the newest measured)\n"
             "  --kernel K      grouped (ptr-array, default: what MoE engines run) | plain (one GEMM)\n"
             "  --k K           problem K (must be a multiple of the tile's K)\n"
             "  --json          machine-readable output\n"
@@ -61,6 +61,7 @@ int fm_cmd_explain(int argc, char **argv)
     fm_kernel_config cfg;
     fm_kernel_config_init(&cfg);
     cfg.a = cfg.b = FM_ELEM_NVFP4;
+    cfg.cutlass = FM_CUTLASS_NEWEST;
     const char *arch_s = NULL, *gpu_s = NULL, *tile_s = NULL;
     int json = 0;
     long k = 0;

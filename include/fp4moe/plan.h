@@ -93,6 +93,9 @@ typedef struct {
                                      what MoE engines run) */
 } fm_kernel_config;
 
+/* The newest CUTLASS version measured (tests/conformance/truth-*.csv): `fp4moe explain`'s default. */
+#define FM_CUTLASS_NEWEST 470
+
 /* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
  * For FM_FAMILY_FP4MOE_SWAPAB and _WGMMA, stages = 0 means "the stage count of the
  * first compiled instantiation of that tile shape" (fm_swapab_tiles / fm_wgmma_tiles

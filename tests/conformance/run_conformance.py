@@ -96,7 +96,7 @@ def main():
     bad = 0
     for r in rows:
         (cid, arch, a, b, c, d, tile, cluster, sched, epi, stages, swap) = r
-        cmd = [fm, 'explain', '--json', '--arch', arch, '--a', a, '--b', b, '--c', c, '--d', d, '--tile', tile,
+        cmd = [fm, 'explain', '--json', '--cutlass', ver, '--arch', arch, '--a', a, '--b', b, '--c', c, '--d', d, '--tile', tile,
                '--cluster', cluster, '--schedule', sched, '--epilogue', epi, '--stages', stages]
         if swap == '1':
             cmd.append('--swap-ab')
