@@ -110,6 +110,11 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
                                fm_elem_name(c->a), fm_elem_name(c->b));
             if (c->tile_n == 192)
                 return fm_fail(FM_ERR_BAD_SHAPE, "SM120 tile N=192 is not a power of two");
+            if (c->tile_n < 32 && c->cutlass < 470) /* measured on 4.2; 4.7 builds N = 8 / 16 */
+                return fm_fail(FM_ERR_BAD_SHAPE,
+                               "rejected at compile time: SM120 tile N=%d needs CUTLASS 4.7 (before it: static_assert "
+                               "EPI_TILE_N must divide CTA_N, Invalid tile shape N.)",
+                               c->tile_n);
             if (c->epilogue == FM_EPI_NOSMEM) /* measured: tests/conformance/truth-*.csv */
                 return fm_fail(FM_ERR_UNSUPPORTED, "rejected at compile time: the SM120 epilogue builder has no "
                                                    "no-smem epilogue (static_assert: Could not build a collective "

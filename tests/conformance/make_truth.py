@@ -118,6 +118,7 @@ class Runner:
         self.inc = os.path.abspath(args.include)
         self.work = tempfile.mkdtemp(prefix='fm-truth-')
         self.compiles = 0
+        self.keys = {}
 
     def compile(self, arch, rows, tag):
         src, spans = gen_probes.translation_unit(rows)
@@ -138,18 +139,25 @@ class Runner:
             res[p[0]] = {k: int(v) for k, v in (x.split('=') for x in p[1:])}
         return res, '', spans, name
 
+    def store(self, res):
+        for rid, v in res.items():
+            if rid in self.keys:
+                json.dump(v, open(os.path.join(self.args.cache, self.keys[rid] + '.json'), 'w'))
+
     def solve(self, arch, rows, depth=0):
         """{row id: result} for rows of one arch; a result is a dict of FIELDS or {'rejected': msg}."""
         tag = hashlib.sha1(''.join(r[0] for r in rows).encode()).hexdigest()[:10]
         res, err, spans, name = self.compile(arch, rows, tag)
         if res is not None:
             print('  %s: %d rows compiled' % (arch, len(rows)), flush=True)
+            self.store(res)
             return res
         if len(rows) == 1:
             msg = first_error(err)
             with open(os.path.join(self.args.cache, 'rejected-%s-%s.err' % (arch, rows[0][0])), 'w') as f:
                 f.write(err)
             print('  %s: %s rejected: %s' % (arch, rows[0][0], msg), flush=True)
+            self.store({rows[0][0]: {'rejected': msg}})
             return {rows[0][0]: {'rejected': msg}}
         bad = failing_rows(err, spans, name)
         print('  %s: %d rows failed to compile together; failing: %s' % (arch, len(rows), ' '.join(sorted(bad)) or '?'),
@@ -205,7 +213,7 @@ def main():
             hh[arch], n = headers_hash(run.nvcc, run.inc, arch, run.work)
             open(hf, 'w').write('%s %d' % (hh[arch], n))
         print('make_truth: CUTLASS %s %s: %d headers, hash %s' % (ver, arch, n, hh[arch]), flush=True)
-    keys = {}
+    keys = run.keys = {}
     for r in rows:
         key = hashlib.sha256((gen_probes.HEAD + gen_probes.probe(r) + hh[r[1]] + nvv).encode()).hexdigest()[:20]
         keys[r[0]] = key
