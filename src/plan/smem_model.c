@@ -67,8 +67,6 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
     if (fm_family_is_fp4moe(c->family)) return fm_resolve_fp4moe(c); /* their own tile and arch rules */
     if (c->plain != 0 && c->plain != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "plain=%d in fm_kernel_config: 0 (grouped) or 1", c->plain);
-    if (c->plain && c->family == FM_FAMILY_CUTLASS_SM100)
-        return fm_fail(FM_ERR_UNSUPPORTED, "the plain (non-grouped) SM100 kernel is not modelled (grouped is)");
     if (c->plain && c->epilogue == FM_EPI_FINALIZE)
         return fm_fail(FM_ERR_UNSUPPORTED, "FINALIZE is TensorRT-LLM's grouped-GEMM epilogue (per-group router "
                                            "scales): a plain GEMM has none");
@@ -147,11 +145,15 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
         if (c->schedule == FM_SCHED_AUTO) c->schedule = c->tile_m == 256 ? FM_SCHED_2SM : FM_SCHED_1SM;
         if (c->schedule != FM_SCHED_1SM && c->schedule != FM_SCHED_2SM)
             return fm_fail(FM_ERR_ARCH_MISMATCH, "SM100 schedules are 1sm or 2sm, not %s", fm_schedule_name(c->schedule));
-        if (!((c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4) || (c->a == FM_ELEM_MXFP4 && c->b == FM_ELEM_MXFP4))) {
-            if (c->a == FM_ELEM_FP8 || c->b == FM_ELEM_FP8)
-                return fm_fail(FM_ERR_UNSUPPORTED, "SM100 MXF8F6F4 (fp8 x fp4) is not modelled; nvfp4 or mxfp4 pairs are");
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM100 block-scaled family takes nvfp4 or mxfp4 pairs, not %s x %s",
-                           fm_elem_name(c->a), fm_elem_name(c->b));
+        {
+            int mx = (c->a == FM_ELEM_MXFP4 || c->a == FM_ELEM_FP8) && (c->b == FM_ELEM_MXFP4 || c->b == FM_ELEM_FP8);
+            if (mx && c->a == FM_ELEM_FP8 && c->b == FM_ELEM_FP8)
+                return fm_fail(FM_ERR_UNSUPPORTED, "SM100 fp8 x fp8 (MXF8) is not modelled: nvfp4 and mxfp4 pairs and "
+                                                   "fp8 x mxfp4 are");
+            if (!((c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4) || mx))
+                return fm_fail(FM_ERR_ARCH_MISMATCH,
+                               "the SM100 block-scaled family takes nvfp4 pairs or MX operands (mxfp4 / fp8), not %s x %s",
+                               fm_elem_name(c->a), fm_elem_name(c->b));
         }
         if (c->schedule == FM_SCHED_1SM ? c->tile_m != 128 : (c->tile_m != 256 || c->cluster_m % 2))
             return fm_fail(FM_ERR_BAD_SHAPE,

@@ -105,12 +105,12 @@ static fm_status epilogue_sm100(const fm_kernel_config *cfg, int cta_m, sm100_ep
     fm_lay_put(&t, fm_lay_size(&coll), coll.align);
     fm_lay_put(&t, 1, 1);
     o->tensors = fm_lay_size(&t), o->align = t.align;
-    o->tmaps = 2 * TMAP, o->tmaps_al = 128;
+    o->tmaps = cfg->plain ? 0 : 2 * TMAP, o->tmaps_al = 128;
     o->pipeline = 16u * (size_t)sc;
     fm_lay s;
     fm_lay_init(&s, 1);
     fm_lay_put(&s, o->tensors, o->align);
-    fm_lay_put(&s, o->tmaps, 128);
+    if (o->tmaps) fm_lay_put(&s, o->tmaps, 128);
     fm_lay_put(&s, o->pipeline, 8);
     o->shared = fm_lay_size(&s);
     return FM_OK;
@@ -121,7 +121,9 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     int two = cfg->schedule == FM_SCHED_2SM;
     int vec = cfg->a == FM_ELEM_NVFP4 ? 16 : 32;
     int m_sm = cfg->tile_m / (two ? 2 : 1), n_sm = cfg->tile_n / (two ? 2 : 1);
-    size_t a = (size_t)m_sm * cfg->tile_k / 2, b = (size_t)n_sm * cfg->tile_k / 2; /* 4-bit operands */
+    /* MXF8F6F4 (an FP8 operand): both operands in 8-bit containers (measured: truth-4.7.0.csv) */
+    int bits = (cfg->a == FM_ELEM_FP8 || cfg->b == FM_ELEM_FP8) ? 8 : 4;
+    size_t a = (size_t)m_sm * cfg->tile_k * bits / 8, b = (size_t)n_sm * cfg->tile_k * bits / 8;
     size_t sfk = (size_t)cfg->tile_k / vec;
     size_t sfa = (size_t)(m_sm / 128) * 128 * sfk, sfb = (size_t)((cfg->tile_n + 127) / 128) * 128 * sfk;
 
@@ -132,10 +134,14 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
      * tensor maps, 2 x 8 scheduler responses with 4 more bytes each, a tensor-map-ready pipeline;
      * the builder's carve-out counts 2 CLC pipelines and 2 x 8 responses, 5 x 4 tensor maps and
      * that pipeline (sm100_pipeline_carveout.inl) */
-    int async = cfg->cutlass >= 440;
-    size_t ntm = async ? 5 : 1, nresp = async ? 2 : 1;
-    size_t carve = 16u * acc_stages + 16 * SCHED_STAGES * nresp + 16 + 8 + 16 * SCHED_STAGES +
-                   16 * SCHED_STAGES * nresp + 4 * SCHED_STAGES + 4 * TMAP * ntm + (async ? 16 * SCHED_STAGES : 0);
+    /* plain (one GEMM): the CLC dynamic scheduler with 2 stages, a PipelineAsync<2> throttle, one set
+     * of responses, no tensor maps in shared memory (sm100_gemm_tma_warpspecialized.hpp) */
+    int plain = cfg->plain;
+    int async = !plain && cfg->cutlass >= 440;
+    size_t sched = plain ? 2 : SCHED_STAGES;
+    size_t ntm = plain ? 0 : async ? 5 : 1, nresp = async ? 2 : 1;
+    size_t carve = 16u * acc_stages + 16 * sched * nresp + 16 + 8 + 16 * sched + 16 * sched * nresp + 4 * sched +
+                   4 * TMAP * ntm + (async ? 16 * sched : 0);
     o->stage_bytes = a + b + sfa + sfb + (cfg->cutlass >= 440 ? 128 : 16); /* the barrier, 128 B since 4.4 */
     o->capacity = SM100_CAPACITY - carve;
     o->carveout = epi.shared;
@@ -153,12 +159,14 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     fm_lay ml;
     fm_lay_init(&ml, 1);
     fm_lay_put(&ml, ml_tensors, 128);
-    fm_lay_put(&ml, ml_tmaps, 128);
+    if (plain) ml_tmaps = 0;
+    else fm_lay_put(&ml, ml_tmaps, 128);
     fm_lay_put(&ml, ml_pipe, 8);
 
     fm_lay p; /* PipelineStorage : aligned_struct<16>, every member alignas(16) */
     fm_lay_init(&p, 16);
-    const size_t load_order = 16, clc = 16 * SCHED_STAGES, acc = 16u * acc_stages, throttle = 1, dealloc = 8;
+    const size_t load_order = 16, clc = 16 * sched, acc = 16u * acc_stages, throttle = plain ? 16 * sched : 1,
+                 dealloc = 8;
     fm_lay_put(&p, ml_pipe, 16);
     fm_lay_put(&p, epi.pipeline, 16);
     fm_lay_put(&p, load_order, 16);
@@ -177,13 +185,13 @@ fm_status fm_model_cutlass_sm100(const fm_kernel_config *cfg, fm_model_out *o)
     fm_lay_put(&tt, epi.tensors, epi.align);
     fm_lay_put(&tt, ml_tensors, 128);
     /* CLC responses: 16 B (WorkTileInfo); with async updates 2 x 8 of 20 B (+ batch_changed, TMA_stage) */
-    const size_t responses = async ? 2 * SCHED_STAGES * 20 : 16 * SCHED_STAGES;
+    const size_t responses = async ? 2 * SCHED_STAGES * 20 : 16 * sched;
     fm_lay k;
     fm_lay_init(&k, 1);
     fm_lay_put(&k, fm_lay_size(&p), 16);
     fm_lay_put(&k, responses, 16);
     fm_lay_put(&k, 4, 4); /* tmem_base_ptr */
-    fm_lay_put(&k, fm_lay_size(&m) * ntm, m.align); /* TensorMapStorage tensormaps[ntm] */
+    if (ntm) fm_lay_put(&k, fm_lay_size(&m) * ntm, m.align); /* TensorMapStorage tensormaps[ntm] */
     fm_lay_put(&k, fm_lay_size(&tt), tt.align);
 
     fm_smem_breakdown *bd = &o->bd;
