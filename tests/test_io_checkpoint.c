@@ -278,7 +278,9 @@ static void test_shared_nvfp4(void **state)
 /* `test_io_checkpoint --write-sample DIR`: checkpoints for the CLI checks in
  * tests/io.cmake: DIR/modelopt (NVFP4, layers 1 and 3, two shards + index +
  * config.json), DIR/gptoss (MXFP4, layer 1), DIR/bad (expert 1's down_proj
- * weight_scale missing). */
+ * weight_scale missing), DIR/stray (modelopt plus one tensor of expert
+ * 999999999), DIR/nanscale (modelopt with a NaN E4M3 code in layer 3's
+ * expert 2 up_proj weight_scale). */
 static int write_sample(const char *dir)
 {
     snprintf(g_dir, sizeof g_dir, "%s", dir);
@@ -291,6 +293,17 @@ static int write_sample(const char *dir)
     const char *d = subdir("modelopt");
     write_set(d, s, 1);
     write_text(d, "config.json", k_config);
+    add(s, 1, "model.layers.1.mlp.experts.999999999.gate_proj.weight", FM_DTYPE_U8, 2, 1, 1, 0, 0, &k_one);
+    write_set(subdir("stray"), s, 1);
+    s->n--;
+    fm_st_write_item *sc = &s->it[find_item(s, "model.layers.3.mlp.experts.2.up_proj.weight_scale")];
+    static uint8_t nan_sc[I * H / 16];
+    memcpy(nan_sc, sc->data, sizeof nan_sc);
+    nan_sc[7] = 0xFF; /* E4M3 NaN */
+    const void *keep = sc->data;
+    sc->data = nan_sc;
+    write_set(subdir("nanscale"), s, 1);
+    sc->data = keep;
     remove_item(s, "model.layers.1.mlp.experts.1.down_proj.weight_scale");
     write_set(subdir("bad"), s, 1);
     model_free(m);

@@ -1,4 +1,4 @@
-/* fp4moe/io.h - safetensors checkpoints: read (memory-mapped, every offset
+/* fp4moe/io.h - safetensors checkpoints: read (pread, every offset
  * bounds-checked), write (so tests and tools make their own), multi-file
  * checkpoints with model.safetensors.index.json, and loading one MoE layer's
  * experts into fm_moe_config + fm_moe_weights (see docs/checkpoints.md).
@@ -12,7 +12,9 @@
  *                     fm_moe_forward_ref.
  *
  * Statuses used for bad input (the detail message names the file and tensor):
- *   FM_ERR_IO         cannot open / stat / map / read / write a file
+ *   FM_ERR_IO         cannot open / stat / read / write a file; not a regular
+ *                     file (FIFO, device, directory); a file shorter when read
+ *                     than when opened (truncated since)
  *   FM_ERR_FORMAT     not safetensors: truncated file, header length beyond the
  *                     file, malformed JSON, missing or ill-typed fields, unknown
  *                     dtype, duplicate names, offsets overlapping or leaving a
@@ -75,21 +77,28 @@ fm_status fm_dtype_parse(const char *s, fm_dtype *out);
 
 #define FM_ST_MAX_DIMS 8
 
-/* One tensor of a file: a read-only view into the mapping. */
+/* One tensor of a file or buffer. Read its bytes with fm_st_read. */
 typedef struct {
     const char    *name;
     fm_dtype       dtype;
     int            ndim;                  /* 0 = scalar */
     int64_t        shape[FM_ST_MAX_DIMS];
-    const uint8_t *data;                  /* nbytes bytes, no alignment promised */
+    const uint8_t *data;                  /* nbytes bytes inside the buffer of fm_safetensors_parse
+                                             (no alignment promised); NULL for a file opened with
+                                             fm_safetensors_open, which is never mapped */
     uint64_t       nbytes;
     uint64_t       file_offset;           /* absolute offset of data in the file */
     const char    *file;                  /* path (or label) of the file holding it */
+    const struct fm_safetensors *owner_;  /* internal: the open file fm_st_read reads (NULL: use data) */
 } fm_st_tensor;
 
 typedef struct fm_safetensors fm_safetensors;
 
-/* Map `path` read-only and parse it. The rules (those of the reference
+/* Open `path` read-only (a regular file: a FIFO, device or directory is
+ * FM_ERR_IO without blocking) and parse its header. The file is not mapped:
+ * tensor data is read on demand with fm_st_read (pread), so a file truncated
+ * or replaced after this returns gives FM_ERR_IO from the read, never a
+ * SIGBUS; the descriptor stays open until fm_safetensors_close. The rules (those of the reference
  * implementation): 8-byte little-endian header length N, N <= 100 MB and
  * 8 + N <= file size; the header is a JSON object starting with '{' (trailing
  * spaces allowed) mapping names to {"dtype", "shape", "data_offsets": [b, e]}
@@ -103,6 +112,14 @@ fm_status fm_safetensors_open(const char *path, fm_safetensors **out);
 /* Same rules over a caller's buffer (borrowed: it must outlive the handle);
  * `label` names it in messages. This is the parser the fuzzer drives. */
 fm_status fm_safetensors_parse(const void *buf, size_t len, const char *label, fm_safetensors **out);
+
+/* Copy bytes [off, off + n) of t's data into dst: pread from the file of
+ * fm_safetensors_open, memcpy from data otherwise (a buffer's tensor, or one
+ * the caller filled in with owner_ NULL). A file that has become shorter
+ * since it was opened, or fails to read, is FM_ERR_IO naming file, tensor and
+ * offset. Returns FM_OK, FM_ERR_INVALID_ARG (NULL argument, [off, off + n)
+ * beyond nbytes, or no data to read), FM_ERR_IO. */
+fm_status fm_st_read(const fm_st_tensor *t, uint64_t off, size_t n, void *dst);
 
 /* Tensors in file order of their data (ascending offsets). */
 size_t              fm_safetensors_count(const fm_safetensors *st);
