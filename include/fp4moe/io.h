@@ -173,7 +173,8 @@ typedef struct fm_checkpoint fm_checkpoint;
  * plain file names (no '/'): a checkpoint cannot point outside its folder.
  * Every tensor the index names must be in the file it names; a name in two
  * shards is an error. config.json next to the shards, if any, is read for
- * routing settings (fm_checkpoint_load_layer).
+ * routing settings (fm_checkpoint_load_layer). Every file is opened as in
+ * fm_safetensors_open: a FIFO, device or directory is FM_ERR_IO, never a hang.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_FORMAT, FM_ERR_OUT_OF_RANGE,
  * FM_ERR_BAD_SHAPE, FM_ERR_NOT_FOUND (no shards, or an indexed tensor missing),
  * FM_ERR_UNSUPPORTED, FM_ERR_OOM. */
@@ -239,6 +240,10 @@ typedef struct {
 
 /* Detect the layout (names->layout AUTO: whichever pattern matches tensors)
  * and list the MoE layers. names NULL = defaults of the detected layout.
+ * Given names must have a known layout, non-empty patterns that cannot make
+ * names of 512 bytes or more ({L}/{E} count 11, {P} 63, plus a 16-byte suffix)
+ * and projection names of 1-63 bytes without '.'; else FM_ERR_INVALID_ARG
+ * naming the field.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (no expert tensors match),
  * FM_ERR_FORMAT (expert weights of an unknown dtype), FM_ERR_OOM.
  * Free with fm_ckpt_scan_free. */
@@ -258,9 +263,12 @@ typedef struct {
     int first_expert;             /* load experts [first_expert, first_expert + n_experts) */
     int n_experts;                /* 0 = all from first_expert (an EP shard otherwise) */
     int swizzle_scales;           /* 1: also fill w13_sf_swizzled / w2_sf_swizzled */
-    int validate_only;            /* 1: check every tensor's presence, dtype and shape and
-                                     fill cfg and the flags, but load no weights (all
-                                     weight pointers NULL): what `fp4moe inspect` uses */
+    int validate_only;            /* 1: check every tensor's presence, dtype and shape, the
+                                     expert indices, and every block-scale byte for NaN
+                                     codes (the scales are read, 1/9 of NVFP4 expert bytes),
+                                     so it rejects what a load rejects; fill cfg and the
+                                     flags, but load no weights (all weight pointers NULL):
+                                     what `fp4moe inspect` uses */
 } fm_ckpt_load_opts;
 
 /* One layer in fp4moe's layout; owns every buffer it points to. */
@@ -295,11 +303,15 @@ typedef struct {
  * every expert and scale) before allocating, convert (gate/up concatenated or
  * de-interleaved into w13, UE8M0/E4M3 scales copied row-major, router weight to
  * FP32, shared expert to BF16) and fill cfg/weights. Nothing is read from the
- * mapping after this returns: the checkpoint may be closed first.
- * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (layer, expert, weight or
- * scale missing), FM_ERR_FORMAT (wrong dtype), FM_ERR_BAD_SHAPE, FM_ERR_OUT_OF_RANGE
- * (expert range beyond the layer's), FM_ERR_NONFINITE (global or input scale not
- * finite and positive, or a block-scale byte that is a NaN code), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
+ * checkpoint after this returns: it may be closed first.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, layer < 0, n_experts < 0, bad names:
+ * see fm_checkpoint_scan), FM_ERR_NOT_FOUND (layer, expert, weight or
+ * scale missing), FM_ERR_FORMAT (wrong dtype; a tensor of the expert pattern
+ * whose expert index is >= the router's expert count), FM_ERR_BAD_SHAPE,
+ * FM_ERR_OUT_OF_RANGE (expert range beyond the layer's, computed in 64 bits),
+ * FM_ERR_NONFINITE (global or input scale not finite and positive, or a
+ * block-scale byte that is a NaN code), FM_ERR_IO (a shard unreadable or
+ * truncated since it was opened), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
                                    fm_ckpt_layer **out);
 void fm_ckpt_layer_free(fm_ckpt_layer *l);
