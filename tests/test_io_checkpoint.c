@@ -267,10 +267,29 @@ static void test_shared_nvfp4(void **state)
         assert_int_equal(fm_dequantize(&q[p], deq), FM_OK);
         for (int i = 0; i < SI * H; i++)
             if (got[p][i] != fm_bf16_encode(deq[i])) fail_msg("%s element %d: 0x%04x", proj[p], i, got[p][i]);
-        free(bufs[p][0]), free(bufs[p][1]);
     }
     free(deq);
     fm_ckpt_layer_free(l);
+    /* A NaN E4M3 code in the shared down_proj scales: rejected by a load and by
+     * validate_only (inspect) alike, naming the tensor (issue 15). */
+    snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.down_proj.weight_scale", LAYER);
+    static uint8_t nan_sc[H * SI / 16];
+    memcpy(nan_sc, s->it[find_item(s, nm)].data, sizeof nan_sc);
+    nan_sc[3] = 0x7F;
+    s->it[find_item(s, nm)].data = nan_sc;
+    write_set(dir, s, 1);
+    fm_checkpoint *ck;
+    assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
+    for (int dry = 0; dry < 2; dry++) {
+        fm_ckpt_load_opts o = {.validate_only = dry};
+        l = (fm_ckpt_layer *)&l;
+        fm_status st = fm_checkpoint_load_layer(ck, LAYER, &o, &l);
+        if (st != FM_ERR_NONFINITE || !strstr(fm_last_error(), nm))
+            fail_msg("NaN shared scale%s: %s '%s'", dry ? " (validate only)" : "", fm_status_name(st), fm_last_error());
+        assert_null(l);
+    }
+    fm_checkpoint_close(ck);
+    for (int p = 0; p < 3; p++) free(bufs[p][0]), free(bufs[p][1]);
     free(s);
     model_free(m);
 }
