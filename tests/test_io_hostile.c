@@ -38,7 +38,8 @@ static long data_start(const char *path)
 }
 
 /* Open the checkpoint, then cut every shard (ftruncate, as another process
- * would) to `keep` bytes of its data section, then load: full and
+ * would) to `keep` bytes of its data section (keep < 0: to 0 bytes, so that
+ * every page of a mapping would be past the end: the SIGBUS), then load: full and
  * validate-only must fail with FM_ERR_IO naming a shard and the truncation,
  * never SIGBUS, and hand back NULL. */
 static void truncated_after_open(const char *dir, int keep, const char *what)
@@ -50,7 +51,7 @@ static void truncated_after_open(const char *dir, int keep, const char *what)
         snprintf(p, sizeof p, "%s/%s", dir, k_shards[f]);
         int fd = open(p, O_WRONLY);
         assert_true(fd >= 0);
-        assert_int_equal(ftruncate(fd, data_start(p) + keep), 0);
+        assert_int_equal(ftruncate(fd, keep < 0 ? 0 : data_start(p) + keep), 0);
         close(fd);
     }
     for (int dry = 0; dry < 2; dry++) {
@@ -79,6 +80,8 @@ static void test_truncated_after_open(void **state)
     truncated_after_open(dir, 0, "ModelOpt, data section gone");
     write_set(dir, s, 1);
     truncated_after_open(dir, 3, "ModelOpt, 3 data bytes left");
+    write_set(dir, s, 1);
+    truncated_after_open(dir, -1, "ModelOpt, cut to 0 bytes");
     model_free(m);
 
     memset(s, 0, sizeof *s);
