@@ -55,7 +55,12 @@ static fm_status epilogue_sm100(const fm_kernel_config *cfg, int cta_m, sm100_ep
         return FM_OK;
     }
     int cn = cfg->tile_n;
-    int bc = fm_elem_bits(cfg->c), bd = fm_elem_bits(cfg->d);
+    /* FINALIZE (D = void): D is staged as the fusion's bf16 aux element, apart from C, which keeps
+     * the reuse stage count; swap-AB writes a column-major view (swizzle along M); the fusion holds
+     * the per-column bias (bf16, no swap) or router scale (fp32, swap) of the tile's N
+     * (measured: truth-4.7.0.csv SM100 FINALIZE rows) */
+    int fin = cfg->epilogue == FM_EPI_FINALIZE;
+    int bc = fm_elem_bits(cfg->c), bd = fin ? 16 : fm_elem_bits(cfg->d);
     int src = cfg->c != FM_ELEM_VOID;
     int bce = src ? bc : bd; /* a void C takes D's type in the tile deduction */
     int maxbits = bce > bd ? bce : bd;
@@ -85,10 +90,15 @@ static fm_status epilogue_sm100(const fm_kernel_config *cfg, int cta_m, sm100_ep
     int sc = reuse ? (t4 > sd + 1 ? t4 : sd + 1) : t4;
 
     size_t cstage = (size_t)em * en * bce / 8, dstage = (size_t)em * en * bd / 8;
-    size_t al_c = fm_swizzle_align(en, bce), al_d = fm_swizzle_align(en, bd);
+    int colmajor = fin && cfg->swap_ab;
+    size_t al_c = fm_swizzle_align(colmajor ? em : en, bce), al_d = fm_swizzle_align(colmajor ? em : en, bd);
     fm_lay coll;
     fm_lay_init(&coll, 1);
-    if (!src) { /* union { array<C, 0>; alignas(AlignD) smem_D[StagesD]; } */
+    if (fin) { /* C (reuse stage count) and the aux D, apart */
+        fm_lay_put(&coll, cstage * sc, al_c);
+        fm_lay_put(&coll, dstage * sd, al_d);
+        o->c = cstage * sc, o->d = dstage * sd;
+    } else if (!src) { /* union { array<C, 0>; alignas(AlignD) smem_D[StagesD]; } */
         fm_lay_put(&coll, dstage * sd, al_d);
         o->d = dstage * sd;
     } else if (reuse) { /* union of C and D, StagesC stages of the wider one each */
@@ -103,7 +113,9 @@ static fm_status epilogue_sm100(const fm_kernel_config *cfg, int cta_m, sm100_ep
     fm_lay t; /* TensorStorage { collective; FusionStorage thread; } (LinearCombination: empty) */
     fm_lay_init(&t, 1);
     fm_lay_put(&t, fm_lay_size(&coll), coll.align);
-    fm_lay_put(&t, 1, 1);
+    size_t fus = fin ? (size_t)cn * (cfg->swap_ab ? 4 : 2) : 0;
+    fm_lay_put(&t, fus ? fus : 1, fus ? 16 : 1);
+    o->fusion = fus;
     o->tensors = fm_lay_size(&t), o->align = t.align;
     o->tmaps = cfg->plain ? 0 : 2 * TMAP, o->tmaps_al = 128;
     o->pipeline = 16u * (size_t)sc;
