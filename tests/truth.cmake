@@ -5,7 +5,7 @@
 if(Python3_EXECUTABLE)
   file(GLOB FM_TRUTH_CSV CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/conformance/truth-*.csv)
   foreach(csv ${FM_TRUTH_CSV})
-    get_filename_component(v ${csv} NAME_WE)
+    string(REGEX REPLACE ".*/truth-(.*)\\.csv$" "truth_\\1" v ${csv})
     add_test(NAME plan_${v}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/check_truth.py
                      $<TARGET_FILE:fp4moe_cli> ${csv})
