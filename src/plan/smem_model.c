@@ -167,9 +167,6 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
                            c->tile_n);
         if (c->tile_k != 128 && c->tile_k != 256)
             return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile K=%d: use 128 or 256", c->tile_k);
-        if (c->epilogue == FM_EPI_FINALIZE && c->cutlass < 470)
-            return fm_fail(FM_ERR_UNSUPPORTED, "TensorRT-LLM's FINALIZE epilogue on SM100 is measured on CUTLASS 4.7 "
-                                               "only (tma and nosmem on every version): use --cutlass 4.7");
         if (c->epilogue == FM_EPI_FINALIZE) c->d = FM_ELEM_VOID;
         else if (c->d != FM_ELEM_BF16 && c->d != FM_ELEM_FP16 && c->d != FM_ELEM_FP32)
             return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue D=%s is not modelled (bf16, fp16, fp32 are)",
