@@ -362,6 +362,40 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
                                    fm_ckpt_layer **out);
 void fm_ckpt_layer_free(fm_ckpt_layer *l);
 
+/* ---- numpy .npy arrays (layer inputs and outputs) -------------------------
+ * Versions 1.0, 2.0 and 3.0 of the format: the magic "\x93NUMPY", a version,
+ * a header length (2 bytes in 1.0, 4 in 2.0/3.0), a Python dict literal
+ * {'descr': ..., 'fortran_order': ..., 'shape': (...), } padded with spaces and
+ * a newline, then the data, C order, nothing after it. Element types read:
+ *   '<f4'            FP32                         -> FM_DTYPE_F32
+ *   '<u2'            raw BF16 bits (numpy has no bfloat16)  -> FM_DTYPE_BF16
+ *   '<V2' / '|V2'    what np.save writes for an ml_dtypes.bfloat16 array -> FM_DTYPE_BF16
+ * Big-endian types, fortran_order True, other types, a dict with other or
+ * missing keys, more than FM_ST_MAX_DIMS dimensions, or data shorter or longer
+ * than the shape says are errors naming the file. */
+typedef struct {
+    fm_dtype dtype;                  /* FM_DTYPE_F32 or FM_DTYPE_BF16 */
+    int      ndim;
+    int64_t  shape[FM_ST_MAX_DIMS];
+    void    *data;                   /* owned: numel x 4 or 2 bytes, C order */
+    uint64_t numel;
+} fm_npy;
+
+/* Read path. Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO (cannot open/read, not a
+ * regular file), FM_ERR_FORMAT (not .npy, bad header, unknown version, wrong
+ * dtype, truncated or trailing data), FM_ERR_UNSUPPORTED (fortran_order True,
+ * big-endian), FM_ERR_BAD_SHAPE (negative or overflowing shape, too many dims),
+ * FM_ERR_OOM. On failure *out is zeroed. Free with fm_npy_free. */
+fm_status fm_npy_read(const char *path, fm_npy *out);
+/* The same over a buffer (label names it): the parser the tests and fuzzers drive. */
+fm_status fm_npy_parse(const void *buf, size_t len, const char *label, fm_npy *out);
+void      fm_npy_free(fm_npy *a);
+
+/* Write a version 1.0 .npy ('<f4' for F32, '<u2' for BF16) via path.tmp + rename.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, dtype not F32/BF16, bad ndim or
+ * negative dim), FM_ERR_IO, FM_ERR_OOM. */
+fm_status fm_npy_write(const char *path, fm_dtype dtype, int ndim, const int64_t *shape, const void *data);
+
 #ifdef __cplusplus
 }
 #endif
