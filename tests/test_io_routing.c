@@ -96,6 +96,15 @@ static void test_other_families(void **state)
     assert_int_equal(l->route_from[FM_ROUTE_GROUPS].from, FM_ROUTE_FROM_CONFIG);
     assert_int_equal(l->route_from[FM_ROUTE_SCALE].from, FM_ROUTE_FROM_MODEL_DEFAULT);
     fm_ckpt_layer_free(l);
+    /* n_group without topk_group: the family's topk_group; topk_method greedy: no groups */
+    l = load_cfg("{\"model_type\": \"deepseek_v3\", \"num_experts_per_tok\": 2, \"n_group\": 4}", NULL);
+    assert_true(l->cfg.n_group == 4 && l->cfg.topk_group == 4);
+    fm_ckpt_layer_free(l);
+    l = load_cfg("{\"model_type\": \"deepseek_v3\", \"num_experts_per_tok\": 2, \"n_group\": 2, \"topk_method\": \"greedy\"}",
+                 NULL);
+    assert_int_equal(l->cfg.n_group, 0);
+    assert_string_equal(l->route_from[FM_ROUTE_GROUPS].key, "topk_method");
+    fm_ckpt_layer_free(l);
     /* GLM-4-MoE: x1 by default; GLM-5 (glm_moe_dsa): x2.5 */
     l = load_cfg("{\"model_type\": \"glm4_moe\", \"num_experts_per_tok\": 2}", NULL);
     assert_true(l->cfg.routed_scale == 1.0f && l->cfg.score == FM_SCORE_SIGMOID && l->cfg.n_group == 0);
@@ -136,6 +145,8 @@ static void test_errors(void **state)
     load_fails("[1, 2]", NULL, FM_ERR_FORMAT, "not a JSON object");
     load_fails("{\"model_type\": \"deepseek_v3\", \"scoring_func\": \"sigmod\"}", NULL, FM_ERR_UNSUPPORTED,
                "scoring_func \"sigmod\"");
+    load_fails("{\"model_type\": \"deepseek_v2\", \"topk_method\": \"group_limited_greedy\"}", NULL, FM_ERR_UNSUPPORTED,
+               "topk_method \"group_limited_greedy\"");
     load_fails("{\"model_type\": \"qwen3_moe\", \"num_experts_per_tok\": \"8\"}", NULL, FM_ERR_FORMAT,
                "\"num_experts_per_tok\" must be an integer");
     load_fails("{\"model_type\": \"qwen3_moe\", \"num_experts_per_tok\": 2.5}", NULL, FM_ERR_FORMAT, "num_experts_per_tok");

@@ -104,6 +104,16 @@ static fm_status parse_routing(const cJSON *c, const char *label, fm_cfgjson *r)
                            label, v->valuestring);
         r->has_score = 1;
     }
+    /* DeepSeek's topk_method: "noaux_tc" (V3: groups scored by their top-2 biased
+     * scores, what fp4moe does), "greedy" (plain top-k); "group_limited_greedy"
+     * (V2: groups scored by their best expert) is not fp4moe's group rule. */
+    if ((v = item(c, "topk_method"))) {
+        if (!cJSON_IsString(v)) return fm_fail(FM_ERR_FORMAT, "%s: \"topk_method\" must be a string", label);
+        if (!strcmp(v->valuestring, "greedy")) r->greedy = 1;
+        else if (strcmp(v->valuestring, "noaux_tc"))
+            return fm_fail(FM_ERR_UNSUPPORTED, "%s: topk_method \"%.64s\" is not one fp4moe routes (noaux_tc, greedy)",
+                           label, v->valuestring);
+    }
     if ((v = item(c, "norm_topk_prob"))) {
         if (!cJSON_IsBool(v)) return fm_fail(FM_ERR_FORMAT, "%s: \"norm_topk_prob\" must be true or false", label);
         r->has_renorm = 1;

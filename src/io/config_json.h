@@ -27,6 +27,7 @@ typedef struct {
     float scale;
     int   has_n_group, n_group;        /* n_group */
     int   has_topk_group, topk_group;  /* topk_group */
+    int   greedy;                      /* topk_method "greedy": plain top-k, any n_group ignored */
     /* quantization_config (root) */
     int   has_quant;
     char  quant_method[48];  /* "" if absent */

@@ -85,8 +85,11 @@ fm_status fm_load_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, cons
     TAKE(FM_ROUTE_SCORE, rd_score && cj->has_score, r.score = cj->score, "scoring_func")
     TAKE(FM_ROUTE_RENORMALIZE, rd_renorm && cj->has_renorm, r.renormalize = cj->renorm, "norm_topk_prob")
     TAKE(FM_ROUTE_SCALE, rd_scale && cj->has_scale, r.routed_scale = cj->scale, "routed_scaling_factor")
-    TAKE(FM_ROUTE_GROUPS, rd_groups && cj->has_n_group,
-         (r.n_group = cj->n_group, r.topk_group = cj->has_topk_group ? cj->topk_group : 1), "n_group")
+    TAKE(FM_ROUTE_GROUPS, rd_groups && cj->greedy, (r.n_group = 0, r.topk_group = 0), "topk_method")
+    TAKE(FM_ROUTE_GROUPS, rd_groups && (cj->has_n_group || cj->has_topk_group),
+         (r.n_group = cj->has_n_group ? cj->n_group : fam ? fam->n_group : 0,
+          r.topk_group = cj->has_topk_group ? cj->topk_group : fam ? fam->topk_group : 1),
+         cj->has_n_group ? "n_group" : "topk_group")
 #undef TAKE
     if (fam) { /* the rest from the family */
         const fm_moe_config d = {.top_k = fam->top_k, .score = fam->score, .renormalize = fam->renorm,
