@@ -184,7 +184,7 @@ static void test_ct_errors(void **state)
     expect_fail(dir, FM_ERR_UNSUPPORTED, "unsupported format");
     /* mixed-precision whose groups are all nvfp4 is read */
     write_text(dir, "config.json",
-               "{\"model_type\": \"deepseek_v3\", \"num_experts_per_tok\": 2, \"n_group\": 2, \"quantization_config\": "
+               "{\"model_type\": \"deepseek_v3\", \"num_experts_per_tok\": 2, \"n_group\": 2, \"topk_group\": 1, \"quantization_config\": "
                "{\"quant_method\": \"compressed-tensors\", \"format\": \"mixed-precision\", \"config_groups\": "
                "{\"g0\": {\"format\": \"nvfp4-pack-quantized\"}}}}");
     fm_ckpt_layer_free(load_ok(dir, LAYER, NULL));
