@@ -160,6 +160,10 @@ static void test_errors(void **state)
                FM_ERR_UNSUPPORTED, "unsupported format: config.json quantization_config quant_method \"fp8\"");
     load_fails("{\"model_type\": \"qwen3_moe\", \"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
                "\"format\": \"pack-quantized\"}}", NULL, FM_ERR_UNSUPPORTED, "format \"pack-quantized\"");
+    load_fails("{\"model_type\": \"qwen3_moe\", \"quantization_config\": {\"quant_method\": \"modelopt\", "
+               "\"quant_algo\": \"FP8\"}}", NULL, FM_ERR_UNSUPPORTED, "quant_algo \"FP8\"");
+    fm_ckpt_layer_free(load_cfg("{\"model_type\": \"qwen3_moe\", \"quantization_config\": {\"quant_method\": "
+                                "\"modelopt\", \"quant_algo\": \"NVFP4\"}}", NULL));
     fm_moe_config rt = g_m->cfg;
     fm_ckpt_load_opts o = {.routing = &rt, .routing_fields = 1u << FM_ROUTE_N};
     load_fails(k_config, &o, FM_ERR_INVALID_ARG, "routing_fields");

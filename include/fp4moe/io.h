@@ -280,7 +280,8 @@ typedef struct {
 const char *fm_route_setting_name(int setting);
 
 /* What config.json says about the model, and whether fp4moe reads its
- * quantization: quant_method "" (none given), "modelopt", "mxfp4" (gpt-oss), or
+ * quantization: quant_method "" (none given), "modelopt" (quant_algo NVFP4,
+ * MIXED_PRECISION or none), "mxfp4" (gpt-oss), or
  * "compressed-tensors" with format "nvfp4-pack-quantized"; anything else is
  * FM_ERR_UNSUPPORTED "unsupported format: ...".
  * Returns FM_OK (has_config 0 when there is no config.json), FM_ERR_INVALID_ARG,

@@ -135,6 +135,7 @@ static fm_status parse_quant(const cJSON *q, const char *label, fm_cfgjson *r)
     r->has_quant = 1;
     FM_CHECK(get_str(q, "quant_method", label, r->quant_method, sizeof r->quant_method));
     FM_CHECK(get_str(q, "format", label, r->quant_format, sizeof r->quant_format));
+    FM_CHECK(get_str(q, "quant_algo", label, r->quant_algo, sizeof r->quant_algo));
     if (strcmp(r->quant_format, "mixed-precision")) return FM_OK;
     /* mixed-precision: the format of each config group; fp4moe reads one format per checkpoint */
     const cJSON *groups = item(q, "config_groups"), *g;

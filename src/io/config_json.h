@@ -31,6 +31,7 @@ typedef struct {
     /* quantization_config (root) */
     int   has_quant;
     char  quant_method[48];  /* "" if absent */
+    char  quant_algo[48];    /* ModelOpt's "quant_algo" ("NVFP4", "FP8", ...); "" if absent */
     char  quant_format[64];  /* compressed-tensors "format" ("" if absent); "mixed-precision"
                                 is replaced by the one format all config_groups share */
 } fm_cfgjson;

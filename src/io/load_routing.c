@@ -23,6 +23,10 @@ fm_status fm_load_config(const fm_checkpoint *ck, fm_cfgjson *cj)
     FM_CHECK(fm_cfgjson_read(fm_checkpoint_dir(ck), cj));
     if (!cj->has_quant) return FM_OK;
     const char *m = cj->quant_method, *f = cj->quant_format;
+    const char *a = cj->quant_algo;
+    if (!strcmp(m, "modelopt") && *a && strcmp(a, "NVFP4") && strcmp(a, "MIXED_PRECISION"))
+        return fm_fail(FM_ERR_UNSUPPORTED, "unsupported format: config.json quantization_config quant_method \"modelopt\" "
+                                           "quant_algo \"%s\" (fp4moe reads ModelOpt NVFP4)", a);
     if (!*m || !strcmp(m, "modelopt") || !strcmp(m, "mxfp4")) return FM_OK;
     if (!strcmp(m, "compressed-tensors") && !strcmp(f, "nvfp4-pack-quantized")) return FM_OK;
     return fm_fail(FM_ERR_UNSUPPORTED,
