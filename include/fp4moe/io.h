@@ -22,7 +22,7 @@
  *                     whose shape disagrees with its role (scales vs weight,
  *                     gate vs up, experts of different sizes)
  *   FM_ERR_NOT_FOUND  a tensor, layer, expert or scale that must be there is not
- *   FM_ERR_UNSUPPORTED  a valid checkpoint fp4moe cannot represent
+ *   FM_ERR_UNSUPPORTED  a valid checkpoint fp4moe cannot represent ("unsupported format: ...")
  *   FM_ERR_INVALID_ARG, FM_ERR_OOM as usual.
  * Nothing the caller owns is written on failure (out pointers are set to NULL).
  */
@@ -357,7 +357,8 @@ typedef struct {
  * Routing (see above): FM_ERR_NOT_FOUND (no config.json and routing not given in
  * full), FM_ERR_FORMAT (config.json unparsable, or a routing key of the wrong
  * type), FM_ERR_UNSUPPORTED (unknown model type with settings missing, unknown
- * scoring_func, a quantization_config fp4moe does not read), FM_ERR_INVALID_ARG
+ * scoring_func, a quantization_config fp4moe does not read; also expert-like
+ * tensors, "*.experts.*", that match no layout: "unsupported format: <a tensor>"), FM_ERR_INVALID_ARG
  * (routing_fields has bits beyond FM_ROUTE_ALL). */
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
                                    fm_ckpt_layer **out);

@@ -279,7 +279,17 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     fm_load_ctx c = {.ck = ck, .layer = layer, .dry = opts && opts->validate_only};
     fm_cfgjson cj; /* first: an unreadable config.json or a quantization fp4moe does not read says so */
     FM_CHECK(fm_load_config(ck, &cj));
-    FM_CHECK(fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm));
+    fm_status ns = fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm);
+    if (ns == FM_ERR_NOT_FOUND) /* expert-like tensors in no layout: a format, not an absence */
+        for (size_t i = 0; i < fm_checkpoint_tensor_count(ck); i++) {
+            const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+            if (strstr(t->name, ".experts.") || strstr(t->name, ".experts_"))
+                return fm_fail(FM_ERR_UNSUPPORTED,
+                               "unsupported format: expert tensors such as '%s' (%s) match none of the layouts fp4moe "
+                               "reads (modelopt, compressed-tensors nvfp4-pack-quantized, gpt-oss mxfp4)",
+                               t->name, fm_dtype_name(t->dtype));
+        }
+    if (ns != FM_OK) return ns;
     const fm_st_tensor *r;
     if (fm_load_find(&c, c.nm.router, -1, NULL, NULL, &r) != FM_OK)
         return fm_fail(FM_ERR_NOT_FOUND, "layer %d: no router weight (%s, layout %s): not a MoE layer of this checkpoint",
