@@ -193,6 +193,58 @@ static void test_ct_errors(void **state)
     model_free(m);
 }
 
+/* An NVFP4 shared expert in compressed-tensors names loads as the ModelOpt one
+ * (global scales powers of two, so 1/gs is exact and the BF16 results equal). */
+static void test_ct_shared_nvfp4(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0x5a5);
+    model *m = model_new(&r, FM_FORMAT_NVFP4, 0);
+    static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const float g = 0.25f, gs = 4.0f;
+    fm_qtensor q[3];
+    uint8_t *bufs[3][2];
+    itemset *s[2] = {calloc(1, sizeof(itemset)), calloc(1, sizeof(itemset))};
+    for (int k = 0; k < 2; k++) build_modelopt(s[k], m, LAYER);
+    char nm[160];
+    for (int p = 0; p < 3; p++) {
+        quantize_into(&r, FM_FORMAT_NVFP4, p < 2 ? SI : H, p < 2 ? H : SI, &q[p], bufs[p]);
+        for (int k = 0; k < 2; k++) { /* k = 0 ModelOpt, 1 compressed-tensors */
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.%s.weight", LAYER, proj[p]);
+            remove_item(s[k], nm);
+            if (k) strcat(nm, "_packed");
+            add(s[k], 1, nm, FM_DTYPE_U8, 2, q[p].rows, q[p].cols / 2, 0, 0, q[p].data);
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.%s.weight_scale", LAYER, proj[p]);
+            add(s[k], 1, nm, FM_DTYPE_F8_E4M3, 2, q[p].rows, q[p].cols / 16, 0, 0, q[p].scales);
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.%s.%s", LAYER, proj[p],
+                     k ? "weight_global_scale" : "weight_scale_2");
+            add(s[k], 1, nm, FM_DTYPE_F32, 0, 0, 0, 0, 0, k ? &gs : &g);
+        }
+    }
+    to_ct(s[1], 0);
+    const char *dir = subdir("sh_mo");
+    write_set(dir, s[0], 1);
+    write_text(dir, "config.json", k_config);
+    fm_ckpt_layer *mo = load_ok(dir, LAYER, NULL);
+    dir = subdir("sh_ct");
+    write_set(dir, s[1], 1);
+    write_text(dir, "config.json", k_ct_config);
+    fm_ckpt_layer *ct = load_ok(dir, LAYER, NULL);
+    assert_int_equal(ct->cfg.shared_inter, SI);
+    assert_memory_equal(ct->shared_w13, mo->shared_w13, sizeof(uint16_t) * 2 * SI * H);
+    assert_memory_equal(ct->shared_w2, mo->shared_w2, sizeof(uint16_t) * H * SI);
+    int nonzero = 0;
+    for (int i = 0; i < 2 * SI * H; i++) nonzero += (ct->shared_w13[i] & 0x7fff) != 0;
+    assert_true(nonzero > SI * H); /* a vacuous all-zero expert would compare equal too */
+    fm_ckpt_layer_free(ct);
+    fm_ckpt_layer_free(mo);
+    for (int p = 0; p < 3; p++) free(bufs[p][0]), free(bufs[p][1]);
+    free(s[0]);
+    free(s[1]);
+    model_free(m);
+}
+
 /* `test_io_ct --write-sample DIR`: DIR/ct16, a W4A16 compressed-tensors checkpoint
  * (for inspect in tests/io.cmake), and DIR/gptq, expert tensors of a format
  * fp4moe does not read. */
@@ -226,6 +278,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ct_w4a4),
         cmocka_unit_test(test_ct_w4a16),
         cmocka_unit_test(test_ct_errors),
+        cmocka_unit_test(test_ct_shared_nvfp4),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
