@@ -319,7 +319,12 @@ static int write_sample(const char *dir)
     write_set(d, s, 1);
     write_text(d, "config.json", k_config);
     add(s, 1, "model.layers.1.mlp.experts.999999999.gate_proj.weight", FM_DTYPE_U8, 2, 1, 1, 0, 0, &k_one);
-    write_set(subdir("stray"), s, 1);
+    {
+        char sd[300];
+        snprintf(sd, sizeof sd, "%s", subdir("stray"));
+        write_set(sd, s, 1);
+        write_text(sd, "config.json", k_config);
+    }
     s->n--;
     fm_st_write_item *sc = &s->it[find_item(s, "model.layers.3.mlp.experts.2.up_proj.weight_scale")];
     static uint8_t nan_sc[I * H / 16];
@@ -327,7 +332,12 @@ static int write_sample(const char *dir)
     nan_sc[7] = 0xFF; /* E4M3 NaN */
     const void *keep = sc->data;
     sc->data = nan_sc;
-    write_set(subdir("nanscale"), s, 1);
+    {
+        char sd[300];
+        snprintf(sd, sizeof sd, "%s", subdir("nanscale"));
+        write_set(sd, s, 1);
+        write_text(sd, "config.json", k_config);
+    }
     sc->data = keep;
     remove_item(s, "model.layers.1.mlp.experts.1.down_proj.weight_scale");
     write_set(subdir("bad"), s, 1);
