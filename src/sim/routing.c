@@ -132,6 +132,7 @@ static fm_status probs_from_cdf(const fm_sim_config *c, const double *cdf, doubl
     fm_rng rng;
     fm_rng_init(&rng, c->seed ^ 0x9b1d0c0ffee5ull);
     for (int t = 0; t < FM_SIM_PI_TOKENS; t++) {
+        if (t % 1024 == 0) fm_sim_progress(c, "routing", (double)t / FM_SIM_PI_TOKENS);
         fm_sim_pick_topk(&rng, cdf, E, k, taken, ids);
         for (int j = 0; j < k; j++) cnt[ids[j]]++;
     }

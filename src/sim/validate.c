@@ -238,7 +238,7 @@ fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, doubl
     fm_status st = FM_OK;
     for (int q = 0; q < n && st == FM_OK; q++) {
         pt[q] = (fit_pt){p[q].compute_us / p[q].mem_us, p[q].mem_us, p[q].compute_us, p[q].meas.us};
-        if (!isfinite(pt[q].ratio) || !(p[q].mem_us > 0))
+        if (!isfinite(p[q].mem_us) || !isfinite(p[q].compute_us) || !isfinite(pt[q].ratio) || !(p[q].mem_us > 0))
             st = fm_fail(FM_ERR_NONFINITE, "fm_sim_fit_eff: row %d's roofline terms (%g, %g us) are not finite", q,
                          p[q].mem_us, p[q].compute_us);
     }
