@@ -113,8 +113,8 @@ typedef struct {
     int          mc_steps;        /* Monte-Carlo decode steps for the straggler time; 0 = off */
     fm_sim_kernel kernel;         /* whose tiles pad the rows (FM_SIM_KERNEL_CUTLASS default) */
     int          tile_m;          /* tile rows; 0 = the planner's pick (128 without a planner) */
-    double       bw_eff;          /* achieved / listed memory bandwidth, (0, 1] */
-    double       compute_eff;     /* achieved / listed tensor rate, (0, 1] */
+    double       bw_eff;          /* achieved / listed memory bandwidth, [0.001, 1] */
+    double       compute_eff;     /* achieved / listed tensor rate, [0.001, 1] */
     double       launch_us;       /* fixed cost per grouped-GEMM launch */
     const fm_sim_measured *measured; /* measured times, or NULL for the roofline only */
     /* Progress of long calls, or NULL: called now and then with the phase
