@@ -58,6 +58,8 @@ typedef struct {
     const char *model, *gpu, *measured, *plot, *validate;
     int         sweep, sweep_max, csv, json;
     int         fit, calibrated, eff_given, kernel_given;
+    unsigned    given;            /* bit s: numeric setting s was given */
+    const char *model_flag;       /* a model/serving string flag given (--model, --parallel, --format) */
 } opts;
 
 /* Fill c->gpu from the local device: the table row with the same CC and SMs. */
@@ -126,6 +128,7 @@ static int numeric_flag(const char *a, const char *val, fm_sim_config *c, fm_sim
             return -1;
         }
         set_value((fm_sim_setting)i, v, c, ov, o);
+        o->given |= 1u << i;
         return 1;
     }
     return 0;
@@ -155,6 +158,7 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
                         : !strcmp(a, "--format") ? &fmt : !strcmp(a, "--parallel") ? &parallel
                         : !strcmp(a, "--kernel") ? &kernel : NULL;
         if (sp) {
+            if (sp == &parallel) o->model_flag = a; /* --model and --format choose the rows (their format) */
             if (!val) {
                 fprintf(stderr, "fp4moe simulate: %s needs a value\n", a);
                 return FM_EXIT_USAGE;
@@ -258,6 +262,19 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
     }
     if (o->fit && !o->validate) {
         fprintf(stderr, "fp4moe simulate: --fit needs --validate FILE.csv\n");
+        return FM_EXIT_USAGE;
+    }
+    /* --validate asks the roofline about single grouped GEMMs, each row bringing its
+     * own shape: model, cluster, serving and routing settings would be ignored */
+    const unsigned validate_reads = 1u << FM_SIM_SET_TILE_M | 1u << FM_SIM_SET_BW_EFF | 1u << FM_SIM_SET_COMPUTE_EFF |
+                                    1u << FM_SIM_SET_LAUNCH_US;
+    if (o->validate && ((o->given & ~validate_reads) || o->model_flag)) {
+        const char *which = o->model_flag;
+        for (int i = 0; !which && i < FM_SIM_SET_COUNT; i++)
+            if ((o->given & ~validate_reads) >> i & 1) which = fm_sim_range_get((fm_sim_setting)i)->flag;
+        fprintf(stderr, "fp4moe simulate: --validate compares single grouped GEMMs, each row with its own shape; "
+                        "it reads only --gpu, --kernel, --tile-m, --bw-eff, --compute-eff, --launch-us (or "
+                        "--calibrated-h200), --format (or --model: its format) and --fit, not %s\n", which);
         return FM_EXIT_USAGE;
     }
     if (o->validate && (o->json || o->plot || o->sweep || o->measured)) {
@@ -434,7 +451,7 @@ static int simulate_main(int argc, char **argv, progress_state *ps)
     fm_sim_config_default(&c);
     c.progress = on_progress;
     c.progress_ctx = ps;
-    opts o = {NULL, NULL, NULL, NULL, NULL, 0, 512, 0, 0, 0, 0, 0, 0};
+    opts o = {NULL, NULL, NULL, NULL, NULL, 0, 512, 0, 0, 0, 0, 0, 0, 0, NULL};
     int rc = parse(argc, argv, &c, &o);
     if (rc) return rc < 0 ? FM_EXIT_OK : rc;
     if (o.validate) {

@@ -198,12 +198,40 @@ static void test_flag_ranges(void **state)
     for (size_t i = 0; i < sizeof k_bad / sizeof *k_bad; i++) {
         char *out;
         int rc = run(k_bad[i], 1, &out);
-        if (rc != 2 || strstr(out, "inf us") || strstr(out, "nan")) {
-            print_error("'%s': exit %d, '%s' (want 2, no inf/nan)\n", k_bad[i], rc, out);
+        if (rc != 2 || strstr(out, "inf us") || strstr(out, "-nan") || strstr(out, "tokens/s")) {
+            print_error("'%s': exit %d, '%s' (want 2 and no report)\n", k_bad[i], rc, out);
             fail();
         }
         free(out);
     }
+}
+
+/* --validate reads only the GPU, kernel, tile, efficiencies, launch cost and
+ * format: model, cluster, serving and routing flags are refused, not ignored. */
+static void test_validate_ignored_flags(void **state)
+{
+    (void)state;
+    const char *src = getenv("FM_SOURCE_DIR");
+    if (!src) skip();
+    static const char *const k_flags[] = {"--mc 10", "--skew 1", "--max-running-requests 8", "--gpus 4",
+                                          "--parallel tp", "--experts 128", "--tokens-per-step 2", "--sweep-max 8"};
+    for (size_t i = 0; i < sizeof k_flags / sizeof *k_flags; i++) {
+        char args[512], *out;
+        snprintf(args, sizeof args, "--validate '%s/bench/h200_fp4moe_gemm.csv' %s", src, k_flags[i]);
+        int rc = run(args, 1, &out);
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(k_flags[i], " "), k_flags[i]);
+        if (rc != 2 || !strstr(out, "--validate") || !strstr(out, flag)) {
+            print_error("'%s': exit %d, '%s' (want 2 naming %s)\n", args, rc, out, flag);
+            fail();
+        }
+        free(out);
+    }
+    char args[512], *out;
+    snprintf(args, sizeof args, "--validate '%s/bench/h200_fp4moe_gemm.csv' --kernel fp4moe --launch-us 4 --tile-m 64",
+             src);
+    assert_int_equal(run(args, 0, &out), 0);
+    free(out);
 }
 
 /* Issue 15: `--mc 100000 --max-running-requests 65536 --tokens-per-step 16` was
@@ -348,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_plot_unwritable),
         cmocka_unit_test(test_flag_ranges),
         cmocka_unit_test(test_work_refused),
+        cmocka_unit_test(test_validate_ignored_flags),
         cmocka_unit_test(test_plot_special_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
