@@ -328,7 +328,9 @@ fm_status fm_sim_write_csv(FILE *f, const fm_sim_result *r, int n);
 fm_status fm_sim_write_json(FILE *f, const fm_sim_config *c, const fm_sim_result *r, int n,
                             const fm_sim_crossings *x);
 /* Plot rows per active expert, efficiency and waste against max_running with
- * gnuplot into a PNG. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (gnuplot is
+ * gnuplot into a PNG (any path: quotes and backslashes are quoted into the
+ * script). FM_OK, FM_ERR_INVALID_ARG (NULL, no points, a path holding a
+ * newline or longer than 4000 bytes), FM_ERR_NOT_FOUND (gnuplot is
  * not installed: the detail says how to get it), FM_ERR_IO (gnuplot failed or
  * wrote nothing). */
 fm_status fm_sim_plot(const char *png_path, const fm_sim_config *c, const fm_sim_result *r, int n,
