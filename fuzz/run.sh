@@ -76,3 +76,14 @@ printf '%s' '{"text_config": {"model_type": "gpt_oss"}, "architectures": ["GptOs
 echo "fuzz: running $CBIN for ${SECS}s"
 "$CBIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$OUT/config-" "$OUT/config_corpus" "$OUT/config_seeds"
+# The simulator's CSV inputs (simulate --measured / --validate): fuzz/fuzz_sim_csv.c over src/sim and what it
+# calls (planner, GPU table, formats), seeds in fuzz/sim_csv_seeds, corpus in OUT_DIR/sim_corpus, same time.
+mkdir -p "$OUT/sim_corpus"
+"$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$SRC/include" -I"$SRC/src" \
+  $(pkg-config --cflags libcjson) "$SRC/fuzz/fuzz_sim_csv.c" "$SRC"/src/sim/*.c "$SRC"/src/plan/*.c "$SRC"/src/arch/*.c \
+  "$SRC"/src/format/*.c "$SRC/src/fm_file.c" "$SRC/src/status.c" "$SRC/src/rng.c" $(pkg-config --libs libcjson) -lm \
+  -o "$OUT/fuzz_sim_csv" ||
+  { echo "fuzz: FAILED: fuzz_sim_csv does not build (compiler errors above)." >&2; exit 1; }
+echo "fuzz: running $OUT/fuzz_sim_csv for ${SECS}s"
+"$OUT/fuzz_sim_csv" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  -dict="$SRC/fuzz/sim_csv.dict" -artifact_prefix="$OUT/sim-" "$OUT/sim_corpus" "$SRC/fuzz/sim_csv_seeds"
