@@ -18,7 +18,7 @@ the CLI has no --input/--output flags.
 Bound (FP32 on both sides, the same BF16 input, the same router weights and routing rules):
   * summation order: both sides accumulate in FP32 over K <= 128; the order differs
     (torch's GEMM vs fp4moe's lanes). Relative error per dot ~ sqrt(K) 2^-24 ~ 1e-6, so
-    NMSE ~ 1e-13 (measured 9e-14 .. 1.3e-13); docs/accuracy.md bounds order-only
+    NMSE ~ 1e-13 (measured 8.7e-14 .. 1.3e-13); docs/accuracy.md bounds order-only
     differences by 1e-9.
   * weight values: the reference rounds the exact E2M1 x E4M3 x global once to FP32; fp4moe
     multiplies the exact E2M1 x E4M3 product by the FP32 global (compressed-tensors: by the
@@ -28,7 +28,7 @@ Bound (FP32 on both sides, the same BF16 input, the same router weights and rout
   * a shared expert (DeepSeek-V3): fp4moe holds it as a BF16 MLP, so its dequantized NVFP4
     weights are rounded to BF16 (docs/checkpoints.md). Checked twice:
     - against y_ref_shared_bf16.npy (the model's block with exactly that rounding applied):
-      BOUND_EXACT, for the same reasons as above (measured 6e-14);
+      BOUND_EXACT, for the same reasons as above (measured 2.8e-14 .. 7.6e-14);
     - against y_ref.npy (the model's own values): BF16 RNE has relative error <= 2^-9, mean
       square <= 2^-18 / 3 = 1.3e-6 per weight; three independent weight tensors (gate, up,
       down) give ~4e-6 of the shared expert's output energy, at most that of the whole
@@ -90,8 +90,28 @@ def diagnose(y, ref, ids, wts):
     lines = []
     for t in np.argsort(-rel)[:4]:
         lines.append(f"    token {t}: relative error {rel[t]:.3g}; model's experts {ids[t].tolist()} "
-                     f"weights {np.round(wts[t], 4).tolist()}")
+                     f"weights {[round(float(v), 4) for v in wts[t]]}")
     return "\n".join(lines)
+
+
+def routing_diff(cli, ckdir, L, routing):
+    """On a failure: fp4moe's own account of the layer's routing (`inspect --json`) next to the
+    model's (fixture.json), the settings that differ first. Diagnostics only: the output
+    comparison is the test."""
+    rc, out, err = run(cli, ["inspect", "--json", "--layer", str(L), ckdir])
+    try:
+        lay = next(x for x in json.loads(out)["layers"] if x.get("layer") == L)
+    except Exception:
+        return f"    (fp4moe inspect --json gave no layer {L}: exit {rc} {err.strip()[-200:]})"
+    ng = routing["n_group"] if routing["n_group"] > 1 else 0
+    want = {"top_k": routing["top_k"], "score": routing["score"].split()[0], "renormalize": routing["renormalize"],
+            "routed_scale": routing["routed_scaling_factor"], "n_group": ng,
+            "topk_group": routing["topk_group"] if ng else 0, "router_bias": routing["correction_bias"],
+            "shared": routing["shared_experts"] > 0}
+    got = dict(lay, shared=lay.get("shared_inter", 0) > 0)
+    diff = [f"{k}: fp4moe {got.get(k)!r}, model {v!r}" for k, v in want.items() if got.get(k) != v]
+    return "    routing settings that differ: " + ("; ".join(diff) if diff else "none") + \
+        f"\n    fp4moe says they come from: {json.dumps(lay.get('routing_from'))}"
 
 
 def main():
@@ -161,7 +181,8 @@ def main():
                         else:
                             print(f"FAIL {tag} vs {rname}: NMSE {e:.3g} > bound {bound:g} against the model "
                                   f"({meta['model_type']}, {meta['tool']} {meta['scheme']}, routing "
-                                  f"{json.dumps(meta['routing'])})\n" + diagnose(y, r, ids, wts)
+                                  f"{json.dumps(meta['routing'])})\n" + diagnose(y, r, ids, wts) + "\n"
+                                  + routing_diff(cli, os.path.join(fx, "checkpoint"), L, meta["routing"])
                                   + (f"\n    stderr: {err.strip()}" if err.strip() else ""))
                             failed += 1
             # The two input encodings hold the same BF16 values: the outputs must be identical.
