@@ -41,6 +41,7 @@ by ~1e-7 relative) is the only benign way to exceed them; its probability with t
 inputs is ~1e-6 per token.
 """
 import hashlib
+import shutil
 import json
 import os
 import subprocess
@@ -200,6 +201,7 @@ def main():
                         print(f"FAIL {name} layer {L} {be}: BF16-bits and float32 inputs of the same values "
                               f"give different outputs (NMSE {nmse(a, b):.3g})")
                         failed += 1
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
