@@ -428,6 +428,10 @@ def main():
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--only", nargs="*", default=None, help="fixture names to (re)make")
     a = ap.parse_args()
+    names = [f"{pfx}-{m}" for m in ("qwen3moe", "dsv3") for pfx, _, _ in TOOLS]
+    unknown = sorted(set(a.only or []) - set(names))
+    if unknown:
+        ap.error(f"--only: unknown fixture(s) {unknown}; known: {names}")
     if not have_pins():
         bootstrap(a.venv)
     import tempfile
