@@ -8,17 +8,21 @@
  *    one prepacked 16-byte word per lane decodes to (src/cuda/prepack.c), so
  *    a weight element is decoded once per CTA and never stored back;
  *  - B = the token tile X[8*NT][KC], read by the tensor cores from shared
- *    memory in the no-swizzle K-major core-matrix layout: core matrix
- *    (token group rg, K group c) = 8 tokens x 8 K x 2 B = 128 contiguous bytes
- *    at (rg * KC/8 + c) * 128; descriptor LBO (next 8 K) = 128 B,
- *    SBO (next 8 tokens) = KC * 16 B. The K order inside a 64-K chunk is the
+ *    memory in the 128-byte-swizzled K-major layout: per 64-K chunk c, the 64 K
+ *    of one token row (8 core-matrix columns j of 16 B) fill one 128-byte line,
+ *    8 token rows make one 1 KB swizzle atom, column j of row r sits at
+ *    16 * (j ^ (r % 8)); stage tile = [chunk][token group][8 rows][128 B];
+ *    descriptor (wg_issue, wgmma_common.cuh): MMA step s starts 32 B into the
+ *    chunk's lines (the hardware applies the XOR), SBO (next 8 tokens) = 1 KB,
+ *    layout bits = 128-byte swizzle. The K order inside a 64-K chunk is the
  *    prepack's, not the natural one: the prepacked A fragment of MMA step s
  *    holds, in lane (g, t), K = 16t + 4s + {0,1} (logical k 2t, 2t+1) and
  *    16t + 4s + {2,3} (logical k 2t+8, 2t+9) (so that gemm_swapab.cu reads X
- *    with 16-byte loads), so core matrix 2s + h of a chunk holds, in 4-byte
- *    column t, X[16t + 4s + 2h .. +1]: the token tile is loaded into registers
- *    (16-byte loads) and stored transposed (16-byte stores), one stage ahead
- *    (the descriptor and fragment conventions are checked by
+ *    with 16-byte loads), so core-matrix column 2s + h of a chunk holds, in
+ *    4-byte word t, X[16t + 4s + 2h .. +1]: the natural-X kernel loads the token
+ *    tile into registers (16-byte loads) and stores it transposed (16-byte
+ *    stores), one stage ahead; packed X (fm_cuda_x_pack) is already in that order
+ *    and is copied by cp.async (the fragment conventions are checked by
  *    bench/probe/wgmma_rs_probe.cu, the whole kernel by tests/gpu);
  *  - N = 8*NT tokens per wgmma (up to 256), M = 64 features per warpgroup and
  *    m64 tile, MT tiles per warpgroup, 1, 2 or 3 warpgroups per CTA.

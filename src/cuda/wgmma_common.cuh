@@ -1,21 +1,18 @@
 /* wgmma_common.cuh - what the two wgmma kernels of gemm_wgmma.cu share: the
- * layout switch, the shared-memory matrix descriptor, mbarrier helpers, the
+ * shared-memory matrix descriptor, mbarrier helpers, the
  * device-side tile lookup, the consumer side (decode, MMA issue) and the staged
  * BF16 epilogue (wg_staged, wg_epilogue_staged: kernel_common.cuh's
  * epilogue_staged with the wgmma band mapping). Included inside gemm_wgmma.cu's
  * anonymous namespace (after kernel_common.cuh and wgmma_rs.cuh). */
 #pragma once
 
-#ifndef FM_WGMMA_SW128
-#define FM_WGMMA_SW128 1 /* token tile in the 128-byte-swizzled layout (0: no swizzle) */
-#endif
-
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FM_WGMMA_BODY 1
 
 __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
 {
-    /* start address, LBO, SBO in 16-byte units; base offset 0; layout 0 = no swizzle */
+    /* start address, LBO, SBO in 16-byte units; base offset 0; the layout bits (62-63)
+     * are the caller's: wg_issue sets 1 = 128-byte swizzle */
     return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
 #endif
@@ -146,13 +143,9 @@ __device__ __forceinline__ void wg_issue(uint32_t sb, float (&acc)[MT][TOK / 2],
     for (int c = 0; c < CPS; c++)
 #pragma unroll
         for (int s = 0; s < 4; s++) {
-#if FM_WGMMA_SW128
             /* step s = columns 2s, 2s+1 of chunk c's lines: +32 B inside the 1 KB atom
              * (the hardware applies the XOR); next 8 tokens: SBO = 1 KB */
             uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
-#else
-            uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
-#endif
 #pragma unroll
             for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a.r[c][i][s], desc);
         }

@@ -106,11 +106,7 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
         static_assert(XN <= 128 || XROWS % 8 == 0, "a thread's rows keep their swizzle phase");
         const int pj = pt & 7, prest = pt >> 3, xc64 = (prest % CPS) * 64 + pj * 8, pr = prest / CPS;
         const int xoff0 = pr * p.k + xc64;
-#if FM_WGMMA_SW128
         const int xdst0 = (prest % CPS) * TOK * 128 + pr * 128 + ((pj ^ (pr & 7)) * 16);
-#else
-        const int xdst0 = ((pr / 8) * (KC / 8) + (prest % CPS) * 8 + pj) * 128 + (pr & 7) * 16;
-#endif
         /* weights: slot sl = (consumer warp, tile, chunk) of 32 x 16 B; lane = 16-byte
          * part, slots pt/32 + 4i; its 4 x 16 B of scale bytes by threads sl*4 + part */
         constexpr int SLOTS = WARPS * MT * CPS, WPER = (SLOTS + 3) / 4;
@@ -153,11 +149,7 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
                 for (int i = 0; i < XPER; i++) {
                     if (pt + 128 * i >= XN) break;
                     bool ok = kin && ((xmask >> i) & 1);
-#if FM_WGMMA_SW128
                     int dst = xdst0 + XROWS * i * 128;
-#else
-                    int dst = xdst0 + (XROWS / 8) * i * (KC / 8) * 128;
-#endif
                     cp_async16(buf + dst, ok ? xg + xoff0 + (size_t)XROWS * i * p.k + ks * KC : p.x, ok ? 16 : 0);
                 }
                 const bool wkin = ks * CPS + wc < KB;

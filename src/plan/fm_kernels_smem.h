@@ -61,8 +61,8 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
  * straight from registers (a warp's 16 rows of each m64 tile are exactly the
  * mma.sync A fragment the prepacked layout gives a lane), the token tile is
  * its B operand, read by the tensor cores from shared memory in the
- * no-swizzle core-matrix layout (8 tokens x 16 B per 128-B core matrix, no
- * padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
+ * 128-byte-swizzled K-major layout (a token row's 64 K = one 128-B line, 8 rows
+ * = one 1 KB atom, no padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
  * warpgroups), mt = 64-feature tiles per warpgroup = 16-row bands per warp
  * (1 or 2), nt = 8-token groups per pass (wgmma N = 8*nt: 1..32, a power of 2),
  * kc (64..256, step 64), stages (4..8). Each stage (weights by cp.async, the
