@@ -28,7 +28,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* (the .L2::256B prefetch hint was measured: 1-3 % slower at 1-8 rows, bench/probe/gpu8.sh) */
+/* (the .L2::256B prefetch hint was measured: 1-3 % slower at 1-8 rows, bench/HISTORY.md, fifth session) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
