@@ -86,7 +86,7 @@ const entry k_entries[] = {
     FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
     /* three consumer warpgroups (12 decoding warps a CTA, as many as the mma.sync kernel's
      * 3 CTAs x 4 warps) for 16-32 tokens; with 64-K stages (152 registers hold no 128-K
-     * double buffer) it is the fastest only at EP8-FC2 16/32 rows (bench/RESULTS.md) */
+     * double buffer) it is the fastest only at EP8-FC2 16/32 rows (bench/HISTORY.md, sixth session) */
     FM_WGMMA_ENTRY(12, 2, 4, 64, 8),
     /* persistent (packed X): one CTA per SM, the next tile's loads under the last one's epilogue */
     FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
