@@ -65,31 +65,26 @@ using namespace fm_kc;
 
 typedef void (*kernel_fn)(const fm_swapab_params, int);
 
-/* Same rows, same order as k_wgmma_tiles in src/plan/fm_kernels_smem.c. fn: the
+/* The rows of src/plan/fm_tiles.def, in its order (= fm_wgmma_tiles()). fn: the
  * warp-specialized kernel for packed X (its smem is what fm_smem_wgmma counts);
  * fn_nat: the single-role kernel for natural X (the same smem less the unused
- * mbarrier bytes; it is launched with fm_smem_wgmma's size too). */
+ * mbarrier bytes; it is launched with fm_smem_wgmma's size too). Each row is checked
+ * at compile time (fields in the templates' ranges, shared memory within the opt-in
+ * limit). */
 struct entry {
     int       warps, mt, nt, kc, stages, persist;
     kernel_fn fn, fn_nat; /* fn_nat NULL: packed X only (the persistent kernel) */
 };
-#define FM_WGMMA_ENTRY(w, mt, nt, kc, st)                                                                            \
+#define FM_WGMMA_ENTRY_0(w, mt, nt, kc, st)                                                                          \
     {w, mt, nt, kc, st, 0, wgmma_ws_kernel<w, mt, nt, kc, st, false>, wgmma_kernel<w, mt, nt, kc, st>}
-#define FM_WGMMA_PERSISTENT(w, mt, nt, kc, st) {w, mt, nt, kc, st, 1, wgmma_ws_kernel<w, mt, nt, kc, st, true>, NULL}
+#define FM_WGMMA_ENTRY_1(w, mt, nt, kc, st) {w, mt, nt, kc, st, 1, wgmma_ws_kernel<w, mt, nt, kc, st, true>, NULL}
+#define FM_WGMMA_TILE(w, mt, nt, kc, st, p)                                                                  \
+    static_assert(FM_WGMMA_TILE_OK(w, mt, nt, kc, st, p) && FM_WGMMA_SMEM(w, mt, nt, kc, st, p) <= FM_SMEM_OPTIN_MAX, \
+                  "fm_tiles.def: bad wgmma row w" #w "m" #mt "n" #nt "k" #kc "s" #st);
+#include "plan/fm_tiles.def"
 const entry k_entries[] = {
-    FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
-    FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
-    FM_WGMMA_ENTRY(4, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
-    FM_WGMMA_ENTRY(4, 1, 1, 128, 4), FM_WGMMA_ENTRY(4, 2, 1, 128, 4),
-    /* deeper pipelines: a wgmma CTA has the SM to itself (registers), smem to spare */
-    FM_WGMMA_ENTRY(8, 2, 8, 64, 8),  FM_WGMMA_ENTRY(8, 2, 4, 128, 6), FM_WGMMA_ENTRY(8, 2, 16, 64, 8),
-    FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
-    /* three consumer warpgroups (12 decoding warps a CTA, as many as the mma.sync kernel's
-     * 3 CTAs x 4 warps) for 16-32 tokens; with 64-K stages (152 registers hold no 128-K
-     * double buffer) it is the fastest only at EP8-FC2 16/32 rows (bench/HISTORY.md, sixth session) */
-    FM_WGMMA_ENTRY(12, 2, 4, 64, 8),
-    /* persistent (packed X): one CTA per SM, the next tile's loads under the last one's epilogue */
-    FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
+#define FM_WGMMA_TILE(w, mt, nt, kc, st, p) FM_WGMMA_ENTRY_##p(w, mt, nt, kc, st),
+#include "plan/fm_tiles.def"
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64

@@ -13,9 +13,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;          /* tokens per pass = wgmma N */
     constexpr int CPS = KC / 64;         /* prepacked chunks per stage */
-    constexpr int W_OFF = TOK * KC * 2;  /* X tile of a stage, core-matrix layout */
-    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
-    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024; /* swizzle atoms 1 KB aligned */
+    constexpr int W_OFF = FM_WGMMA_W_OFF(NT, KC); /* X tile of a stage: swizzled K-major lines */
+    constexpr int S_OFF = FM_WGMMA_S_OFF(WARPS, MT, NT, KC);
+    constexpr int STAGE_B = FM_WGMMA_STAGE_BYTES(WARPS, MT, NT, KC); /* fm_tile_layout.h: 1 KB swizzle atoms */
     extern __shared__ __align__(1024) unsigned char smem[];
 
     pdl_trigger(); /* PDL: the next grid may take the SM slots this one frees */

@@ -30,12 +30,13 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;
     constexpr int CPS = KC / 64;
-    constexpr int W_OFF = TOK * KC * 2;
-    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
-    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024;
+    constexpr int W_OFF = FM_WGMMA_W_OFF(NT, KC);
+    constexpr int S_OFF = FM_WGMMA_S_OFF(WARPS, MT, NT, KC);
+    constexpr int STAGE_B = FM_WGMMA_STAGE_BYTES(WARPS, MT, NT, KC); /* fm_tile_layout.h */
     /* persistent: the staged output tile has its own buffer after the stages (the
      * producer fills the next tile's stages meanwhile); else it reuses the stages */
-    constexpr int EPI_B = PERSIST ? staged_tile_bytes(WARPS * MT * 16, TOK) : 0;
+    constexpr int EPI_B = PERSIST ? FM_WGMMA_EPI_BYTES(WARPS, MT, NT) : 0;
+    static_assert(!PERSIST || EPI_B == staged_tile_bytes(WARPS * MT * 16, TOK), "the output buffer holds the staged tile");
     extern __shared__ __align__(1024) unsigned char smem[];
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
     const uint32_t bar_full = smem0 + STAGES * STAGE_B + EPI_B, bar_empty = bar_full + 8 * STAGES;

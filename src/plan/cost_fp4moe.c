@@ -102,14 +102,10 @@ typedef struct {
 
 static int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
-/* gemm_swapab.cu swapab_min_blocks: the launch bounds' blocks per SM */
+/* the swapab kernel's launch-bounds blocks per SM (gemm_swapab.cu expands the same macro) */
 static int swapab_min_blocks(const fm_swapab_tile *t)
 {
-    int smem = t->stages * (t->warps * t->mt * (t->kc / 64) * 576 + 8 * t->nt * (2 * t->kc + 16)) + 1024;
-    int b = t->nt > 2 ? 1 : 225 * 1024 / smem;
-    int r = 65536 / (t->warps * 32 * 64);
-    if (b > r) b = r;
-    return b < 1 ? 1 : (b > 8 ? 8 : b);
+    return FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages);
 }
 
 static double efficiency(fm_kernel_family fam, const fm_swapab_tile *t, int flag)

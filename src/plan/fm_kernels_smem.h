@@ -16,6 +16,8 @@
  *        that the 16-byte fragment reads are free of bank conflicts
  *
  *   dynamic smem = stages * (warps*mt*(kc/64)*(512 + 64) + 8*nt*(2*kc + 16))
+ * (FM_SWAPAB_SMEM: fm_tile_layout.h has both families' stage layouts, which the
+ * kernels' offsets expand too; fm_tiles.def lists the compiled tiles.)
  */
 #ifndef FM_KERNELS_SMEM_H
 #define FM_KERNELS_SMEM_H
@@ -25,6 +27,7 @@
 #include "fp4moe/plan.h"
 #include "fp4moe/smem.h"
 #include "fp4moe/status.h"
+#include "plan/fm_tile_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,8 +52,6 @@ typedef struct {
     int stages;
     int persist;
 } fm_swapab_tile;
-
-#define FM_SWAPAB_ROW_PAD 16 /* bytes of padding per staged X row: breaks the 8-way bank conflict */
 
 /* Fill *out for tile t. Returns FM_OK, FM_ERR_INVALID_ARG (NULL) or
  * FM_ERR_BAD_SHAPE (a field outside the ranges above; *out untouched). */
