@@ -44,7 +44,8 @@ void fm_cuda_prepack_sizes(int64_t n, int64_t k, size_t *data_bytes, size_t *sca
 void fm_cuda_unpack(const uint8_t *data, const uint8_t *scale, float oscale, fm_format fmt, int64_t n, int64_t k,
                     float *dst);
 
-/* ---- launchers (gemm_swapab.cu) ---- */
+/* ---- the kernels' parameters: what both families (gemm_swapab.cu's mma.sync kernel
+ * and gemm_wgmma.cu's wgmma kernels) take, filled by fm_cuda_gemm (gemm_launch.c) ---- */
 typedef struct {
     const void     *wdata, *wscale;
     const float    *oscale;
@@ -60,15 +61,16 @@ typedef struct {
     const int32_t  *row_token;
     float          *scratch;
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
-} fm_swapab_params;
+} fm_gemm_params;
 
+/* ---- launchers (gemm_swapab.cu) ---- */
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
 /* Index of t in fm_swapab_tiles(), or -1. */
 int fm_swapab_find(const fm_cuda_tile *t);
 /* Launch compiled tile `idx` with `smem` dynamic bytes. Returns a cudaError_t as int. */
-int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
 /* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,
@@ -84,9 +86,9 @@ int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
 int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
 /* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
 int       fm_wgmma_find(const fm_cuda_tile *t);
-long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound), -1: no device */
+long long fm_wgmma_grid(int idx, const fm_gemm_params *p); /* CTAs the launch needs (upper bound), -1: no device */
 int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
-int       fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+int       fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* out[t][n] += sum_j scratch[token_slots[t*top_k+j]][n] in j order. */
 int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k, int n,

@@ -350,7 +350,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
                        a->feature_blocks, tile_name(&t, name, sizeof name));
     fm_smem_breakdown bd;
     FM_CHECK(tile_smem_check(&t, limit, &bd));
-    fm_swapab_params p = {
+    fm_gemm_params p = {
         .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
         .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,
         .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,

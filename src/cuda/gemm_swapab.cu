@@ -83,7 +83,7 @@ using namespace fm_kc;
  * (the cost model's occupancy uses it too). */
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
 __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
-    swapab_kernel(const fm_swapab_params p)
+    swapab_kernel(const fm_gemm_params p)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
@@ -318,7 +318,7 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
     *(float4 *)(out + (size_t)tkn * n + c) = acc;
 }
 
-typedef void (*kernel_fn)(const fm_swapab_params);
+typedef void (*kernel_fn)(const fm_gemm_params);
 
 /* The rows of src/plan/fm_tiles.def, in its order (= fm_swapab_tiles()); mb: the
  * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). Each
@@ -361,7 +361,7 @@ extern "C" int fm_swapab_find(const fm_cuda_tile *t)
 
 extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
 
-extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
+extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];

@@ -63,7 +63,7 @@ using namespace fm_kc;
 #include "cuda/wgmma_natural.cuh"
 #include "cuda/wgmma_ws.cuh"
 
-typedef void (*kernel_fn)(const fm_swapab_params, int);
+typedef void (*kernel_fn)(const fm_gemm_params, int);
 
 /* The rows of src/plan/fm_tiles.def, in its order (= fm_wgmma_tiles()). fn: the
  * warp-specialized kernel for packed X (its smem is what fm_smem_wgmma counts);
@@ -120,7 +120,7 @@ extern "C" int fm_wgmma_persistent(int idx) { return idx >= 0 && idx < k_n_entri
 
 /* CTAs of a launch: one per tile (an upper bound: the device has the counts), the
  * persistent kernel at most one per SM */
-extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
+extern "C" long long fm_wgmma_grid(int idx, const fm_gemm_params *p)
 {
     if (idx < 0 || idx >= k_n_entries) return -1;
     const entry &x = k_entries[idx];
@@ -142,7 +142,7 @@ extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
     return tiles;
 }
 
-extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
+extern "C" int fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];

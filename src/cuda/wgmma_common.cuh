@@ -46,7 +46,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
  * (0, 0: the first; the persistent kernel's slots only grow, so it resumes where
  * its last tile was found, and find_tile leaves the cursor at the tile's group);
  * every warp computes the same answer. e = -1: no tile with that slot. */
-__device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int slot, int &e,
+__device__ __forceinline__ void find_tile(const fm_gemm_params &p, int nfb, int tok, int lane, int slot, int &e,
                                           int &local, int &cur_e0, int &cur_base)
 {
     constexpr unsigned FULL = 0xFFFFFFFFu;
@@ -79,7 +79,7 @@ __device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, in
         base += tot;
     }
 }
-__device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int &e, int &local)
+__device__ __forceinline__ void find_tile(const fm_gemm_params &p, int nfb, int tok, int lane, int &e, int &local)
 {
     int e0 = 0, base = 0;
     find_tile(p, nfb, tok, lane, (int)blockIdx.x, e, local, e0, base);
@@ -96,7 +96,7 @@ template <int CPS, int MT> struct stage_regs_t {
 /* Decode this warp's weights of one stage (slots (w*MT + i)*CPS + c) into A registers. */
 template <int CPS, int MT>
 __device__ __forceinline__ void wg_dequant(const unsigned char *buf, int w_off, int s_off, int w, int lane,
-                                           const fm_swapab_params &p, stage_regs_t<CPS, MT> &a)
+                                           const fm_gemm_params &p, stage_regs_t<CPS, MT> &a)
 {
 #pragma unroll
     for (int c = 0; c < CPS; c++)
@@ -167,7 +167,7 @@ template <int NTHR> __device__ __forceinline__ void wg_bar_sync()
  * aligned, and for y_packed the CTA's output columns whole 64-column blocks (the
  * kpack order stays inside the CTA's columns; every compiled tile has them). */
 template <int WARPS, int MT, int NT, int STAGE_BYTES>
-__device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
+__device__ __forceinline__ bool wg_staged(const fm_gemm_params &p)
 {
     constexpr int  FS = WARPS * MT * 16;
     constexpr bool FITS = NT >= 2 && staged_tile_bytes(FS, 8 * NT) <= STAGE_BYTES;
@@ -189,7 +189,7 @@ __device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
  * + cw%4, local output band cw. Accumulator j of m64 tile i: 8-token group j/4,
  * element j%4 of the m16n8 C layout. */
 template <int WARPS, int MT, int NT, int NTHR, class Bar>
-__device__ __forceinline__ void wg_epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int fb, int cw,
+__device__ __forceinline__ void wg_epilogue_staged(const fm_gemm_params &p, unsigned char *smem, int fb, int cw,
                                                    const bool (&bvalid)[MT], int rbase, int rows, float osc, int g,
                                                    int t, int tid, int c0, int cn, const float (&acc)[MT][NT * 4],
                                                    Bar bar)
@@ -202,7 +202,7 @@ __device__ __forceinline__ void wg_epilogue_staged(const fm_swapab_params &p, un
 /* The CTA-local output columns of warpgroup wg's bands in wg_epilogue_staged's
  * mapping: MT m64 tiles = MT * 64 features (NONE, FINALIZE_DET), or 64 SwiGLU
  * outputs (gate/up pair, MT == 2) */
-__device__ __forceinline__ void wg_columns(const fm_swapab_params &p, int mt, int wg, int &c0, int &cn)
+__device__ __forceinline__ void wg_columns(const fm_gemm_params &p, int mt, int wg, int &c0, int &cn)
 {
     cn = p.epi == FM_CUDA_EPI_SWIGLU ? 64 : mt * 64;
     c0 = wg * cn;

@@ -8,7 +8,7 @@
 #pragma once
 
 template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_params p, int nfb)
+__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_gemm_params p, int nfb)
 {
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;          /* tokens per pass = wgmma N */
