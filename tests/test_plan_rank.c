@@ -98,7 +98,7 @@ static double measured(const char *shape, int m, const fm_fp4moe_choice *c, int 
         /* bench "auto" = the launcher's automatic block count for an explicit tile */
         int autonb = fm_plan_fp4moe_auto_blocks(c->warps, c->mt, 0, r->n, r->k, r->e, sms);
         size_t nt = 0;
-        const fm_swapab_tile *tl = fm_swapab_tiles(&nt);
+        const fm_tile *tl = fm_swapab_tiles(&nt);
         int has_mb = 0;
         for (size_t j = 0; j < nt; j++)
             if (tl[j].warps == c->warps && tl[j].mt == c->mt && tl[j].nt == c->nt && tl[j].kc == c->kc &&
@@ -118,7 +118,7 @@ static int unmeasured_tiles(void)
     int missing = 0;
     for (int fam = 0; fam < 2; fam++) {
         size_t                nt = 0;
-        const fm_swapab_tile *t = fam ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
+        const fm_tile *t = fam ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
         for (size_t i = 0; i < nt; i++) {
             int seen = 0;
             for (size_t j = 0; j < g_n && !seen; j++) {

@@ -11,22 +11,23 @@
 #include "fp4moe/plan.h"
 #include "fm_internal.h"
 
-static fm_swapab_tile to_swapab(const fm_cuda_tile *t)
+static fm_tile to_swapab(const fm_cuda_tile *t)
 {
-    fm_swapab_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    fm_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
+                 t->kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
     return s;
 }
 
 /* The family's shared-memory model (the planner's function) with a limit. */
 static fm_status tile_smem_check(const fm_cuda_tile *t, size_t limit, fm_smem_breakdown *bd)
 {
-    fm_swapab_tile st = to_swapab(t);
+    fm_tile st = to_swapab(t);
     return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma_check(&st, limit, bd) : fm_smem_swapab_check(&st, limit, bd);
 }
 
 static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
 {
-    fm_swapab_tile st = to_swapab(t);
+    fm_tile st = to_swapab(t);
     return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
 }
 

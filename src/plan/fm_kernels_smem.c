@@ -26,8 +26,8 @@
 
 /* The compiled swapab instantiations (fm_tiles.def; src/cuda/gemm_swapab.cu expands
  * the same rows into its dispatch table, so the two cannot differ). */
-static const fm_swapab_tile k_swapab_tiles[] = {
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, 0},
+static const fm_tile k_swapab_tiles[] = {
+#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, 0, FM_FAMILY_FP4MOE_SWAPAB},
 #include "plan/fm_tiles.def"
 };
 
@@ -37,23 +37,21 @@ static const unsigned char k_swapab_mb[] = {
 #include "plan/fm_tiles.def"
 };
 
-const fm_swapab_tile *fm_swapab_tiles(size_t *count)
+const fm_tile *fm_swapab_tiles(size_t *count)
 {
     if (count) *count = FM_ARRAY_LEN(k_swapab_tiles);
     return k_swapab_tiles;
 }
 
-int fm_swapab_tile_has_mb(const fm_swapab_tile *t)
+int fm_swapab_tile_has_mb(const fm_tile *t)
 {
     for (size_t i = 0; t && i < FM_ARRAY_LEN(k_swapab_tiles); i++) {
-        const fm_swapab_tile *m = &k_swapab_tiles[i];
-        if (m->warps == t->warps && m->mt == t->mt && m->nt == t->nt && m->kc == t->kc && m->stages == t->stages)
-            return k_swapab_mb[i];
+        if (fm_tile_equal(&k_swapab_tiles[i], t)) return k_swapab_mb[i];
     }
     return 0;
 }
 
-fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out)
+fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out)
 {
     if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_swapab: NULL argument");
     if (!FM_SWAPAB_TILE_OK(t->warps, t->mt, t->nt, t->kc, t->stages))
@@ -78,7 +76,7 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out)
     return FM_OK;
 }
 
-fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
+fm_status fm_smem_swapab_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
 {
     FM_CHECK(fm_smem_swapab(t, out));
     if (out->total > limit_bytes) {
@@ -93,31 +91,27 @@ fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_s
     return FM_OK;
 }
 
-char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
+char *fm_swapab_tile_name(const fm_tile *t, char *buf, size_t n)
 {
-    if (!buf || n == 0) return buf;
-    if (!t) {
-        snprintf(buf, n, "swapab_(null)");
-        return buf;
-    }
-    snprintf(buf, n, "swapab_w%dm%dn%dk%ds%d", t->warps, t->mt, t->nt, t->kc, t->stages);
-    return buf;
+    fm_tile x = t ? *t : (fm_tile){0};
+    x.family = FM_FAMILY_FP4MOE_SWAPAB;
+    return fm_tile_name(t ? &x : NULL, buf, n);
 }
 
 /* The compiled wgmma instantiations (fm_tiles.def; src/cuda/gemm_wgmma.cu expands
  * the same rows). */
-static const fm_swapab_tile k_wgmma_tiles[] = {
-#define FM_WGMMA_TILE(w, mt, nt, kc, st, p) {w, mt, nt, kc, st, p},
+static const fm_tile k_wgmma_tiles[] = {
+#define FM_WGMMA_TILE(w, mt, nt, kc, st, p) {w, mt, nt, kc, st, p, FM_FAMILY_FP4MOE_WGMMA},
 #include "plan/fm_tiles.def"
 };
 
-const fm_swapab_tile *fm_wgmma_tiles(size_t *count)
+const fm_tile *fm_wgmma_tiles(size_t *count)
 {
     if (count) *count = FM_ARRAY_LEN(k_wgmma_tiles);
     return k_wgmma_tiles;
 }
 
-fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
+fm_status fm_smem_wgmma(const fm_tile *t, fm_smem_breakdown *out)
 {
     if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_wgmma: NULL argument");
     if (!FM_WGMMA_TILE_OK(t->warps, t->mt, t->nt, t->kc, t->stages, t->persist))
@@ -145,7 +139,7 @@ fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out)
     return FM_OK;
 }
 
-fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
+fm_status fm_smem_wgmma_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
 {
     FM_CHECK(fm_smem_wgmma(t, out));
     if (out->total > limit_bytes) {
@@ -159,13 +153,9 @@ fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_sm
     return FM_OK;
 }
 
-char *fm_wgmma_tile_name(const fm_swapab_tile *t, char *buf, size_t n)
+char *fm_wgmma_tile_name(const fm_tile *t, char *buf, size_t n)
 {
-    if (!buf || n == 0) return buf;
-    if (!t) {
-        snprintf(buf, n, "wgmma_(null)");
-        return buf;
-    }
-    snprintf(buf, n, "wgmma_w%dm%dn%dk%ds%d%s", t->warps, t->mt, t->nt, t->kc, t->stages, t->persist ? "p" : "");
-    return buf;
+    fm_tile x = t ? *t : (fm_tile){0};
+    x.family = FM_FAMILY_FP4MOE_WGMMA;
+    return fm_tile_name(t ? &x : NULL, buf, n);
 }

@@ -78,7 +78,7 @@ fm_status fm_resolve_fp4moe(fm_kernel_config *cfg);
 fm_status fm_fp4moe_arch_check(fm_kernel_family f, const fm_arch_info *arch);
 /* The compiled tiles of fp4moe family f (fm_swapab_tiles / fm_wgmma_tiles); NULL and
  * *count = 0 for any other family. */
-const fm_swapab_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count);
+const fm_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count);
 /* Index of cfg's tile in its family's compiled list (stages 0 = any), -1 if not
  * compiled in. */
 int fm_fp4moe_compiled(const fm_kernel_config *cfg);
