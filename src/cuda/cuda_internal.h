@@ -19,11 +19,22 @@ extern "C" {
 #define FM_PACK_CHUNK_BYTES 512 /* 32 lanes x 16 bytes of FP4 codes */
 #define FM_PACK_SCALE_BYTES 64  /* 32 lanes x 2 scale bytes */
 
-/* Scale-code decoders, passed to the kernel: bf16x2 = code * mul + add (both halves). */
-#define FM_PACK_NV_MUL 0x00100010u /* E5M3 exponent-offset code << 4 */
-#define FM_PACK_NV_ADD 0x76007600u /* + (127 + 119 - 10) << 7 */
-#define FM_PACK_MX_MUL 0x00800080u /* biased exponent code << 7 */
-#define FM_PACK_MX_ADD 0x3F803F80u /* + 127 << 7 */
+/* Per weight format, what the prepack writes and the kernels decode: one row each
+ * (prepack.c k_pack_formats), so the prepack and the launcher ask the row, never the
+ * format. Adding a 4-bit block format = a row here (and its code in prepack.c).
+ *   code    the scale byte the prepack writes (prepack.c's header has the arithmetic):
+ *           E5M3 = an E4M3 scale as an unsigned E5M3 exponent-offset byte (NVFP4);
+ *           EXP_REBASED = a UE8M0 exponent minus the expert's smallest + 1 (MXFP4)
+ *   sc_mul, sc_add  the kernel's decode of that byte: bf16x2 = byte * mul + add (both halves) */
+typedef enum { FM_PACK_SCALE_E5M3 = 0, FM_PACK_SCALE_EXP_REBASED } fm_pack_scale_code;
+typedef struct {
+    fm_format          format;
+    fm_elem            elem; /* the planner's operand type (fm_fp4moe_query.weights) */
+    fm_pack_scale_code code;
+    unsigned           sc_mul, sc_add;
+} fm_pack_format;
+/* The row of format f; NULL if the prepack does not take it (only NVFP4 and MXFP4). */
+const fm_pack_format *fm_pack_format_get(fm_format f);
 
 struct fm_cuda_weights {
     fm_format fmt;
