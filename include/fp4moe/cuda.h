@@ -56,6 +56,9 @@ typedef struct {
     fm_cuda_kernel kernel;
 } fm_cuda_tile;
 
+/* The operation on the GEMM's output (the table at the top of this file); the planner's
+ * fm_epilogue (fp4moe/plan.h) is a different question, how a CUTLASS epilogue uses
+ * shared memory. */
 typedef enum {
     FM_CUDA_EPI_NONE = 0,
     FM_CUDA_EPI_SWIGLU = 1,

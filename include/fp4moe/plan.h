@@ -54,6 +54,13 @@ typedef enum {
 
 typedef enum { FM_SCHED_AUTO = 0, FM_SCHED_COOP, FM_SCHED_PINGPONG, FM_SCHED_1SM, FM_SCHED_2SM, FM_SCHED_COUNT } fm_schedule;
 
+/* The epilogue's shared-memory kind, for the planner's byte model: how CUTLASS's
+ * epilogue collective stores D (it changes the SharedStorage). Not the same concept as
+ * fm_cuda_epilogue (fp4moe/cuda.h), the operation fp4moe's own kernels apply to the
+ * output (plain, SwiGLU, router-weighted scatter-add): those kernels' bytes do not
+ * depend on it (their output leaves from registers or the drained stages), and a
+ * CUTLASS FINALIZE here is TensorRT-LLM's fused scatter, which fp4moe runs as
+ * FM_CUDA_EPI_FINALIZE(_DET). Two enums, two questions. */
 typedef enum {
     FM_EPI_TMA = 0,  /* CUTLASS TMA warp-specialized epilogue (TensorRT-LLM "default": C smem reused for D) */
     FM_EPI_NOSMEM,   /* no shared memory: registers straight to global */
