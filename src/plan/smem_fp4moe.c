@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "plan/fm_kernels_smem.h"
-#include "plan_internal.h"
+#include "plan_family.h"
 
 /* One of fp4moe's own families: its functions in fm_kernels_smem.c and its limits
  * (the ranges those functions accept, so the planner can name the bad field). */
