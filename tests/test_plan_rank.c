@@ -97,14 +97,8 @@ static double measured(const char *shape, int m, const fm_fp4moe_choice *c, int 
         if (strcmp(r->family, "mma")) continue;
         /* bench "auto" = the launcher's automatic block count for an explicit tile */
         int autonb = fm_plan_fp4moe_auto_blocks(c->warps, c->mt, 0, r->n, r->k, r->e, sms);
-        size_t nt = 0;
-        const fm_tile *tl = fm_swapab_tiles(&nt);
-        int has_mb = 0;
-        for (size_t j = 0; j < nt; j++)
-            if (tl[j].warps == c->warps && tl[j].mt == c->mt && tl[j].nt == c->nt && tl[j].kc == c->kc &&
-                tl[j].stages == c->stages)
-                has_mb = fm_swapab_tile_has_mb(&tl[j]);
-        if (!has_mb) autonb = 1;
+        fm_tile ct = {c->warps, c->mt, c->nt, c->kc, c->stages, 0, FM_FAMILY_FP4MOE_SWAPAB};
+        if (!fm_swapab_tile_has_mb(&ct)) autonb = 1;
         if (!strcmp(r->variant, "auto") && c->feature_blocks == autonb) return r->us;
         if (!strcmp(r->variant, "feature_blocks_1") && c->feature_blocks == 1) return r->us;
     }
