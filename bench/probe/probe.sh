@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # probe.sh - the one probe script: look inside a kernel launch (ncu, per-CTA timeline,
 # power under load, the layer's kernels) on the GPU machine, or at the kernels' SASS on
-# any machine with nvcc. Replaces the per-session scripts bench/probe/gpu1..15.sh (git
+# any machine with nvcc. Replaces the per-session scripts bench/probe/gpu1..14.sh (git
 # history; bench/HISTORY.md quotes their results). Run from the repository root; logs and
 # outputs go to $OUT (default /tmp/out). On the GPU machine carry ".debs" (cmocka, cJSON).
 #
