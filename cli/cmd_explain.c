@@ -144,7 +144,7 @@ int fm_cmd_explain(int argc, char **argv)
         cfg.cc = arch->cc;
     }
     if ((st = fm_arch_get(cfg.cc, &arch)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
-    if ((st = fm_tile_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK)
+    if ((st = fm_tile_shape_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK)
         return fm_cli_usage_status("explain", "--tile", st);
     if (cfg.epilogue == FM_EPI_FINALIZE) cfg.d = FM_ELEM_VOID;
     fm_plan_result r;

@@ -300,7 +300,7 @@ fm_status fm_sim_validate(const fm_sim_config *c, const fm_sim_measured *m, fm_s
 fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, double *bw_eff, double *compute_eff);
 
 /* Efficiencies of fp4moe's kernels on the H200, fitted by fm_sim_fit_eff to
- * bench/h200_fp4moe_gemm.csv (RESULTS.md, "GPU, 2026-11-30 sixth session": launches
+ * bench/h200_fp4moe_gemm.csv (bench/HISTORY.md, "GPU, 2026-11-30 sixth session": launches
  * timed queued back to back): `fp4moe simulate --calibrated-h200`.  Not the defaults:
  * those describe a kernel at the measured copy/GEMM ceilings (docs/simulate.md says
  * why).  The fifth session's table (one launch at a time) fitted 0.67 / 0.70, the
