@@ -60,3 +60,30 @@ seed mx '{"b":{"dtype":"U8","shape":[1,2,1,16],"data_offsets":[0,32]},"s":{"dtyp
 echo "fuzz: running $BIN for ${SECS}s"
 "$BIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
   -dict="$SRC/fuzz/safetensors.dict" -artifact_prefix="$OUT/" "$OUT/corpus" "$OUT/seeds"
+
+# The config.json parser (src/io/config.c): its own target, same limits, seeds written here.
+CBIN="$OUT/fuzz_config"
+mkdir -p "$OUT/config_corpus" "$OUT/config_seeds"
+if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+     -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
+     "$SRC/fuzz/fuzz_config.c" "$SRC/src/io/config.c" "$SRC/src/status.c" $(pkg-config --libs libcjson) -lm -o "$CBIN"; then
+  echo "fuzz: FAILED: the config.json fuzz target does not build (compiler errors above)." >&2
+  exit 1
+fi
+printf '%s' '{"model_type": "qwen3_moe", "num_experts_per_tok": 8, "norm_topk_prob": true}' >"$OUT/config_seeds/qwen3"
+printf '%s' '{"model_type": "deepseek_v3", "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}' >"$OUT/config_seeds/dsv3"
+printf '%s' '{"text_config": {"model_type": "gpt_oss"}, "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {"g": {"format": "nvfp4-pack-quantized"}}}}' >"$OUT/config_seeds/ct"
+echo "fuzz: running $CBIN for ${SECS}s"
+"$CBIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$OUT/config-" "$OUT/config_corpus" "$OUT/config_seeds"
+# The simulator's CSV inputs (simulate --measured / --validate): fuzz/fuzz_sim_csv.c over src/sim and what it
+# calls (planner, GPU table, formats), seeds in fuzz/sim_csv_seeds, corpus in OUT_DIR/sim_corpus, same time.
+mkdir -p "$OUT/sim_corpus"
+"$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$SRC/include" -I"$SRC/src" \
+  $(pkg-config --cflags libcjson) "$SRC/fuzz/fuzz_sim_csv.c" "$SRC"/src/sim/*.c "$SRC"/src/plan/*.c "$SRC"/src/arch/*.c \
+  "$SRC"/src/format/*.c "$SRC/src/fm_file.c" "$SRC/src/status.c" "$SRC/src/rng.c" $(pkg-config --libs libcjson) -lm \
+  -o "$OUT/fuzz_sim_csv" ||
+  { echo "fuzz: FAILED: fuzz_sim_csv does not build (compiler errors above)." >&2; exit 1; }
+echo "fuzz: running $OUT/fuzz_sim_csv for ${SECS}s"
+"$OUT/fuzz_sim_csv" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  -dict="$SRC/fuzz/sim_csv.dict" -artifact_prefix="$OUT/sim-" "$OUT/sim_corpus" "$SRC/fuzz/sim_csv_seeds"

@@ -144,6 +144,7 @@ static void test_gptoss_round_trip(void **state)
     build_gptoss(s, m, LAYER, gu_b, gu_s, dn_b, dn_s);
     const char *dir = subdir("gptoss");
     write_set(dir, s, 1);
+    write_text(dir, "config.json", k_config_gptoss);
 
     fm_checkpoint *ck;
     assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
@@ -161,10 +162,13 @@ static void test_gptoss_round_trip(void **state)
     assert_int_equal(l->cfg.wfmt, FM_FORMAT_MXFP4);
     assert_int_equal(l->cfg.inter, I);
     assert_int_equal(l->cfg.top_k, 4);
-    assert_int_equal(l->cfg.score, FM_SCORE_SOFTMAX);
+    assert_int_equal(l->cfg.score, FM_SCORE_SOFTMAX_TOPK); /* the gpt_oss family's */
+    assert_int_equal(l->route_from[FM_ROUTE_SCORE].from, FM_ROUTE_FROM_MODEL_DEFAULT);
+    assert_string_equal(l->model_type, "gpt_oss");
     assert_int_equal(l->ignored_bias, 1);
-    assert_int_equal(l->ignored_router_bias, 1);
-    assert_null(l->router_bias);
+    assert_int_equal(l->ignored_router_bias, 0); /* a logit bias, which softmax-topk adds */
+    assert_non_null(l->router_bias);
+    for (int e = 0; e < E; e++) assert_true(l->router_bias[e] == 0.0f); /* g_zero_bias */
     for (int e = 0; e < E; e++) {
         assert_qtensor_equal(&l->w13[e], &m->w13[e]);
         assert_qtensor_equal(&l->w2[e], &m->w2[e]);
@@ -214,6 +218,7 @@ static void test_rescaled_globals(void **state)
     }
     const char *dir = subdir("rescale");
     write_set(dir, s, 1);
+    write_text(dir, "config.json", k_config);
     fm_ckpt_layer *l = load_ok(dir, LAYER, NULL);
     assert_int_equal(l->rescaled_w13, E);
     float *got = malloc(sizeof(float) * 2 * I * H), *want = malloc(sizeof(float) * 2 * I * H);
@@ -259,6 +264,7 @@ static void test_shared_nvfp4(void **state)
     }
     const char *dir = subdir("shared_nvfp4");
     write_set(dir, s, 1);
+    write_text(dir, "config.json", k_config);
     fm_ckpt_layer *l = load_ok(dir, LAYER, NULL);
     assert_int_equal(l->cfg.shared_inter, SI);
     float *deq = malloc(sizeof(float) * SI * H);
@@ -313,7 +319,12 @@ static int write_sample(const char *dir)
     write_set(d, s, 1);
     write_text(d, "config.json", k_config);
     add(s, 1, "model.layers.1.mlp.experts.999999999.gate_proj.weight", FM_DTYPE_U8, 2, 1, 1, 0, 0, &k_one);
-    write_set(subdir("stray"), s, 1);
+    {
+        char sd[300];
+        snprintf(sd, sizeof sd, "%s", subdir("stray"));
+        write_set(sd, s, 1);
+        write_text(sd, "config.json", k_config);
+    }
     s->n--;
     fm_st_write_item *sc = &s->it[find_item(s, "model.layers.3.mlp.experts.2.up_proj.weight_scale")];
     static uint8_t nan_sc[I * H / 16];
@@ -321,7 +332,12 @@ static int write_sample(const char *dir)
     nan_sc[7] = 0xFF; /* E4M3 NaN */
     const void *keep = sc->data;
     sc->data = nan_sc;
-    write_set(subdir("nanscale"), s, 1);
+    {
+        char sd[300];
+        snprintf(sd, sizeof sd, "%s", subdir("nanscale"));
+        write_set(sd, s, 1);
+        write_text(sd, "config.json", k_config);
+    }
     sc->data = keep;
     remove_item(s, "model.layers.1.mlp.experts.1.down_proj.weight_scale");
     write_set(subdir("bad"), s, 1);
@@ -330,7 +346,9 @@ static int write_sample(const char *dir)
     memset(s, 0, sizeof *s);
     uint8_t *gu_b = malloc(GU_B), *gu_s = malloc(GU_S), *dn_b = malloc(DN_B), *dn_s = malloc(DN_S);
     build_gptoss(s, m, LAYER, gu_b, gu_s, dn_b, dn_s);
-    write_set(subdir("gptoss"), s, 1);
+    d = subdir("gptoss");
+    write_set(d, s, 1);
+    write_text(d, "config.json", k_config_gptoss);
     free(gu_b), free(gu_s), free(dn_b), free(dn_s);
     model_free(m);
     free(s);

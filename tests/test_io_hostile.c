@@ -17,6 +17,15 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+/* The routing, given: these checkpoints are written without a config.json. */
+static const fm_moe_config *routing(void)
+{
+    static fm_moe_config c;
+    fm_moe_config_default(&c);
+    c.top_k = 2;
+    return &c;
+}
+
 static void expect(const char *what, fm_status got, fm_status want, const char *needle)
 {
     if (got != want || !strstr(fm_last_error(), needle))
@@ -55,7 +64,7 @@ static void truncated_after_open(const char *dir, int keep, const char *what)
         close(fd);
     }
     for (int dry = 0; dry < 2; dry++) {
-        fm_ckpt_load_opts o = {.validate_only = dry};
+        fm_ckpt_load_opts o = {.validate_only = dry, .routing = routing()};
         fm_ckpt_layer *l = (fm_ckpt_layer *)&l; /* poisoned: must come back NULL */
         fm_status st = fm_checkpoint_load_layer(ck, LAYER, &o, &l);
         char w[160];
@@ -142,7 +151,8 @@ static void test_expert_range_overflow(void **state)
     };
     for (size_t i = 0; i < FM_ARRAY_LEN(k); i++)
         for (int dry = 0; dry < 2; dry++) {
-            fm_ckpt_load_opts o = {.first_expert = k[i].first, .n_experts = k[i].n, .validate_only = dry};
+            fm_ckpt_load_opts o = {.first_expert = k[i].first, .n_experts = k[i].n, .validate_only = dry,
+                                   .routing = routing()};
             fm_ckpt_layer *l = (fm_ckpt_layer *)&l;
             char w[80];
             snprintf(w, sizeof w, "experts (%d, %d)", k[i].first, k[i].n);
@@ -150,7 +160,7 @@ static void test_expert_range_overflow(void **state)
             assert_null(l);
         }
     fm_ckpt_layer *l = NULL; /* the edges that are valid still load */
-    fm_ckpt_load_opts o = {.first_expert = E - 1, .n_experts = 1};
+    fm_ckpt_load_opts o = {.first_expert = E - 1, .n_experts = 1, .routing = routing()};
     assert_int_equal(fm_checkpoint_load_layer(ck, LAYER, &o, &l), FM_OK);
     assert_int_equal(l->cfg.n_experts, 1);
     fm_ckpt_layer_free(l);
@@ -206,15 +216,16 @@ static void test_not_regular_files(void **state)
     expect("directory among the shards", fm_checkpoint_open(dir, &ck), FM_ERR_IO, "not a regular file (a directory)");
     expect("character device", fm_safetensors_open("/dev/null", &st), FM_ERR_IO, "a character device");
 
-    /* config.json a FIFO: the load must not block on it (it is skipped, as an absent one) */
+    /* config.json a FIFO: the load must not block on it; the routing the model
+     * defines cannot be read from it, which is an error (never a silent default) */
     dir = subdir("fifo_config");
     write_set(dir, s, 1);
     make_fifo(dir, "config.json", p, sizeof p);
     assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
     fm_ckpt_layer *l = NULL;
     fm_ckpt_load_opts o = {.validate_only = 1};
-    assert_int_equal(fm_checkpoint_load_layer(ck, LAYER, &o, &l), FM_OK);
-    fm_ckpt_layer_free(l);
+    expect("config.json a FIFO", fm_checkpoint_load_layer(ck, LAYER, &o, &l), FM_ERR_IO, "not a regular file");
+    assert_null(l);
     fm_checkpoint_close(ck);
 
     /* the simulator's measured table */
@@ -245,7 +256,8 @@ static void test_stray_expert(void **state)
         fm_checkpoint *ck;
         assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
         for (int dry = 0; dry < 2; dry++) {
-            fm_ckpt_load_opts o = {.validate_only = dry, .first_expert = 1, .n_experts = 2}; /* any range */
+            fm_ckpt_load_opts o = {.validate_only = dry, .first_expert = 1, .n_experts = 2, /* any range */
+                                   .routing = routing()};
             fm_ckpt_layer *l = (fm_ckpt_layer *)&l;
             expect(k_stray[k], fm_checkpoint_load_layer(ck, LAYER, &o, &l), FM_ERR_FORMAT, k_stray[k]);
             expect(k_stray[k], FM_ERR_FORMAT, FM_ERR_FORMAT, "router has 4 experts");
@@ -259,8 +271,9 @@ static void test_stray_expert(void **state)
     write_set(dir, s, 1);
     fm_checkpoint *ck;
     assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
-    fm_ckpt_layer *l = NULL;
-    assert_int_equal(fm_checkpoint_load_layer(ck, LAYER, NULL, &l), FM_OK);
+    fm_ckpt_layer    *l = NULL;
+    fm_ckpt_load_opts o = {.routing = routing()};
+    assert_int_equal(fm_checkpoint_load_layer(ck, LAYER, &o, &l), FM_OK);
     fm_ckpt_layer_free(l);
     fm_checkpoint_close(ck);
     model_free(m);

@@ -200,7 +200,7 @@ static void test_detail_quotes_detail(void **state)
     build_modelopt(s, m, LAYER);
     const char *dir = subdir("badcfg");
     write_set(dir, s, 1);
-    write_text(dir, "config.json", "{\"n_group\": 3, \"topk_group\": 1}");
+    write_text(dir, "config.json", "{\"model_type\": \"deepseek_v3\", \"n_group\": 3, \"topk_group\": 1}");
     fm_checkpoint *ck = NULL;
     assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
     fm_ckpt_layer *l = (fm_ckpt_layer *)&l;

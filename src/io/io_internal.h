@@ -66,7 +66,20 @@ typedef struct {
  * and fill l->w13, l->w2, l->a1_scale, l->a2_scale, l->cfg.inter, l->cfg.wfmt,
  * l->rescaled_w13, l->ignored_bias. On failure l may hold partial allocations
  * that fm_ckpt_layer_free releases. */
-fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l);
+fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l); /* also COMPRESSED_TENSORS */
+
+/* Tensor suffixes of an NVFP4 projection in the ModelOpt-named layouts; with
+ * `reciprocal` the stored global and input scales are 1 / ModelOpt's
+ * (compressed-tensors). NULL for a layout without them. */
+typedef struct {
+    const char *weight, *scale, *global, *input;
+    int         reciprocal;
+} fm_nvfp4_suffixes;
+const fm_nvfp4_suffixes *fm_nvfp4_suffixes_of(fm_ckpt_layout l);
+/* A global / input scale as ModelOpt defines it (multiply): fm_load_scalar,
+ * then, with reciprocal, 1/x in FP32 (correctly rounded), itself checked
+ * finite and > 0 (FM_ERR_NONFINITE naming the tensor). */
+fm_status fm_load_global(const fm_st_tensor *t, int reciprocal, float *out);
 fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l);
 
 /* Bytes of one expert in l->owned_: w13 data, w13 scales, w2 data, w2 scales. */

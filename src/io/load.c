@@ -3,19 +3,19 @@
  * Order of work: resolve names; take the expert count and hidden size from the
  * router weight (the one tensor every MoE layer has, [n_total][hidden]); check
  * the expert range; let the layout file validate and convert the experts;
- * then the router rows, the optional ranking bias and shared expert; routing
- * settings from the caller, config.json or defaults; optional 128x4 swizzled
+ * then the routing settings (load_routing.c: caller, config.json, the model
+ * type's family; never a silent default); the router rows, the optional bias
+ * and shared expert; optional 128x4 swizzled
  * scales; finally fm_moe_config_check + fm_moe_weights_check, so what is handed
  * out is a layer fm_layer_create accepts.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "io_internal.h"
+#include "config_json.h"
 
 #include "backend.h" /* fm_moe_weights_check */
 #include "fm_file.h"
 #include "format/format_internal.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,70 +107,24 @@ void fm_ckpt_layer_free(fm_ckpt_layer *l)
     free(l);
 }
 
-/* Routing settings from config.json (or its "text_config"), when present. */
-static void routing_from_config_json(const fm_checkpoint *ck, fm_moe_config *cfg)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/config.json", fm_checkpoint_dir(ck)) >= (int)sizeof path) return;
-    FILE *f = NULL;
-    if (fm_file_fopen(path, &f) != FM_OK) { /* absent, or not a regular file (a FIFO would block) */
-        fm_clear_error();
-        return;
-    }
-    char *buf = malloc(1 << 20); /* config.json files are a few KB */
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (!buf) return;
-    cJSON *root = cJSON_ParseWithLength(buf, n);
-    free(buf);
-    if (!root) return;
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    if (!cJSON_IsObject(c)) c = root;
-    const cJSON *v;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "num_experts_per_tok")) && v->valuedouble >= 1)
-        cfg->top_k = v->valueint;
-    else if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "experts_per_token")) && v->valuedouble >= 1)
-        cfg->top_k = v->valueint;
-    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "scoring_func")))
-        cfg->score = strcmp(v->valuestring, "sigmoid") ? FM_SCORE_SOFTMAX : FM_SCORE_SIGMOID;
-    if (cJSON_IsBool(v = cJSON_GetObjectItemCaseSensitive(c, "norm_topk_prob"))) cfg->renormalize = cJSON_IsTrue(v);
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "routed_scaling_factor")) && v->valuedouble > 0)
-        cfg->routed_scale = (float)v->valuedouble;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "n_group")) && v->valuedouble >= 0)
-        cfg->n_group = v->valueint;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "topk_group")) && v->valuedouble >= 0)
-        cfg->topk_group = v->valueint;
-    cJSON_Delete(root);
-}
-
-static void set_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_moe_config *cfg)
-{
-    fm_moe_config r;
-    fm_moe_config_default(&r);
-    if (c->nm.layout == FM_LAYOUT_GPT_OSS) { /* gpt-oss: softmax over the top-4 logits */
-        r.score = FM_SCORE_SOFTMAX;
-        r.top_k = 4;
-        r.routed_scale = 1.0f;
-    }
-    if (o && o->routing) r = *o->routing;
-    else routing_from_config_json(c->ck, &r);
-    cfg->top_k = r.top_k < c->n ? r.top_k : c->n;
-    cfg->score = r.score;
-    cfg->renormalize = r.renormalize;
-    cfg->routed_scale = r.routed_scale;
-    cfg->act_nvfp4 = o && o->routing ? r.act_nvfp4 : 0;
-    /* Group-limited routing is defined over all experts; an EP shard routes
-     * among its own experts only, so groups are dropped there. */
-    int full = c->n == c->n_total;
-    cfg->n_group = full && r.n_group > 1 ? r.n_group : 0;
-    cfg->topk_group = cfg->n_group ? r.topk_group : 0;
-}
-
+/* The router weight and its optional bias: the ranking bias of the names, or,
+ * with FM_SCORE_SOFTMAX_TOPK on a gpt-oss layout, the router's logit bias
+ * ("...router.bias" next to "...router.weight"), which that score adds to the logits. */
 static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
 {
     const fm_st_tensor *t, *bias = NULL;
     FM_CHECK(fm_load_find(c, c->nm.router, -1, NULL, NULL, &t));
-    if (c->nm.router_bias && fm_load_find(c, c->nm.router_bias, -1, NULL, NULL, &bias) == FM_OK) { /* optional */
+    const char *bias_pat = c->nm.router_bias;
+    char rb[512];
+    size_t rl = strlen(c->nm.router);
+    if (!bias_pat && c->nm.layout == FM_LAYOUT_GPT_OSS && l->cfg.score == FM_SCORE_SOFTMAX_TOPK && rl > 7 &&
+        rl < sizeof rb && !strcmp(c->nm.router + rl - 7, ".weight")) {
+        memcpy(rb, c->nm.router, rl - 7);
+        strcpy(rb + rl - 7, ".bias");
+        bias_pat = rb;
+    }
+    if (bias_pat && fm_load_find(c, bias_pat, -1, NULL, NULL, &bias) == FM_OK) { /* optional */
+        if (bias_pat == rb) l->ignored_router_bias = 0;
         if (bias->dtype != FM_DTYPE_F32 && bias->dtype != FM_DTYPE_BF16 && bias->dtype != FM_DTYPE_F16)
             return fm_fail(FM_ERR_FORMAT, "%s: router bias '%s' has dtype %s, expected F32, BF16 or F16", bias->file,
                            bias->name, fm_dtype_name(bias->dtype));
@@ -198,15 +152,16 @@ static fm_status shared_proj(const fm_load_ctx *c, const char *proj, int nvfp4, 
 {
     const fm_st_tensor *w, *sc = NULL;
     float g = 1.0f;
-    FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight", &w));
+    const fm_nvfp4_suffixes *sx = fm_nvfp4_suffixes_of(c->nm.layout);
+    FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, nvfp4 ? sx->weight : ".weight", &w));
     int64_t ws[2] = {N, nvfp4 ? K / 2 : K}, ss[2] = {N, K / 16};
     FM_CHECK(fm_load_expect(w, nvfp4 ? FM_DTYPE_U8 : FM_DTYPE_BF16, -1, 2, ws));
     if (nvfp4) {
         const fm_st_tensor *gt;
-        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale", &sc));
+        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, sx->scale, &sc));
         FM_CHECK(fm_load_expect(sc, FM_DTYPE_F8_E4M3, FM_DTYPE_U8, 2, ss));
-        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale_2", &gt));
-        FM_CHECK(fm_load_scalar(gt, &g));
+        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, sx->global, &gt));
+        FM_CHECK(fm_load_global(gt, sx->reciprocal, &g));
     }
     if (!dst) return nvfp4 ? fm_load_scales(sc, -1, 0, N, K / 16, FM_SCALE_E4M3, NULL) : FM_OK;
     size_t n = (size_t)(N * K);
@@ -231,7 +186,10 @@ static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
     if (!c->nm.shared) return FM_OK;
     const char *up = c->nm.proj_up ? c->nm.proj_up : "up_proj";
     const fm_st_tensor *g;
-    if (fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, ".weight", &g) != FM_OK) { /* none */
+    const fm_nvfp4_suffixes *sx = fm_nvfp4_suffixes_of(c->nm.layout);
+    /* BF16 ".weight" (a shared expert left unquantized), else the layout's NVFP4 weight */
+    if (fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, ".weight", &g) != FM_OK &&
+        (!sx || fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, sx->weight, &g) != FM_OK)) { /* none */
         fm_clear_error();
         return FM_OK;
     }
@@ -280,7 +238,7 @@ static fm_status swizzle_all(fm_ckpt_layer *l)
     return FM_OK;
 }
 
-static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_ckpt_layer *l)
+static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, const fm_cfgjson *cj, fm_ckpt_layer *l)
 {
     l->layer = c->layer;
     l->first_expert = c->first;
@@ -289,9 +247,15 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_
     l->cfg.hidden = c->hidden;
     if (c->nm.layout == FM_LAYOUT_GPT_OSS) FM_CHECK(fm_load_gptoss(c, l));
     else FM_CHECK(fm_load_modelopt(c, l));
+    /* Routing before the router (the score decides what its bias is), but a
+     * routing error is reported after the tensors validated: a broken tensor
+     * is the first thing to fix. */
+    char rmsg[1024] = "";
+    fm_status rs = fm_load_routing(c, o, cj, l);
+    if (rs != FM_OK) snprintf(rmsg, sizeof rmsg, "%s", fm_last_error());
     FM_CHECK(load_router(c, l));
     FM_CHECK(load_shared(c, l));
-    set_routing(c, o, &l->cfg);
+    if (rs != FM_OK) return fm_fail(rs, "%s", rmsg);
     l->w = (fm_moe_weights){.router_w = l->router_w, .router_bias = l->router_bias, .w13 = l->w13, .w2 = l->w2,
                             .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
                             .shared_w2 = l->shared_w2};
@@ -311,7 +275,19 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     if (!ck) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: checkpoint is NULL");
     if (layer < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: layer %d < 0", layer);
     fm_load_ctx c = {.ck = ck, .layer = layer, .dry = opts && opts->validate_only};
-    FM_CHECK(fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm));
+    fm_cfgjson cj; /* first: an unreadable config.json or a quantization fp4moe does not read says so */
+    FM_CHECK(fm_load_config(ck, &cj));
+    fm_status ns = fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm);
+    if (ns == FM_ERR_NOT_FOUND) /* expert-like tensors in no layout: a format, not an absence */
+        for (size_t i = 0; i < fm_checkpoint_tensor_count(ck); i++) {
+            const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+            if (strstr(t->name, ".experts.") || strstr(t->name, ".experts_"))
+                return fm_fail(FM_ERR_UNSUPPORTED,
+                               "unsupported format: expert tensors such as '%s' (%s) match none of the layouts fp4moe "
+                               "reads (modelopt, compressed-tensors nvfp4-pack-quantized, gpt-oss mxfp4)",
+                               t->name, fm_dtype_name(t->dtype));
+        }
+    if (ns != FM_OK) return ns;
     const fm_st_tensor *r;
     if (fm_load_find(&c, c.nm.router, -1, NULL, NULL, &r) != FM_OK)
         return fm_fail(FM_ERR_NOT_FOUND, "layer %d: no router weight (%s, layout %s): not a MoE layer of this checkpoint",
@@ -337,7 +313,7 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     FM_CHECK(fm_ckpt_check_expert_indices(ck, &c.nm, layer, c.n_total));
     fm_ckpt_layer *l = calloc(1, sizeof *l);
     if (!l) return fm_fail(FM_ERR_OOM, "out of memory");
-    fm_status s = load_into(&c, opts, l);
+    fm_status s = load_into(&c, opts, &cj, l);
     if (s != FM_OK) {
         fm_ckpt_layer_free(l);
         return s;

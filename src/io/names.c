@@ -105,6 +105,7 @@ const char *fm_ckpt_layout_name(fm_ckpt_layout l)
     case FM_LAYOUT_AUTO: return "auto";
     case FM_LAYOUT_MODELOPT: return "modelopt";
     case FM_LAYOUT_GPT_OSS: return "gpt-oss";
+    case FM_LAYOUT_COMPRESSED_TENSORS: return "compressed-tensors";
     }
     return "?";
 }
@@ -125,6 +126,10 @@ fm_status fm_ckpt_names_default(fm_ckpt_layout layout, fm_ckpt_names *out)
             .router_bias = "model.layers.{L}.mlp.gate.e_score_correction_bias",
             .shared = "model.layers.{L}.mlp.shared_experts.{P}",
         };
+        return FM_OK;
+    case FM_LAYOUT_COMPRESSED_TENSORS: /* ModelOpt's names; the suffixes differ (weight_suffix) */
+        FM_CHECK(fm_ckpt_names_default(FM_LAYOUT_MODELOPT, out));
+        out->layout = FM_LAYOUT_COMPRESSED_TENSORS;
         return FM_OK;
     case FM_LAYOUT_GPT_OSS:
         *out = (fm_ckpt_names){
@@ -169,7 +174,10 @@ static int is_proj(const fm_ckpt_names *nm, const char *p)
 }
 
 /* The weight tensor suffix that marks an expert in each layout. */
-static const char *weight_suffix(fm_ckpt_layout l) { return l == FM_LAYOUT_GPT_OSS ? "_blocks" : ".weight"; }
+static const char *weight_suffix(fm_ckpt_layout l)
+{
+    return l == FM_LAYOUT_GPT_OSS ? "_blocks" : l == FM_LAYOUT_COMPRESSED_TENSORS ? ".weight_packed" : ".weight";
+}
 
 static size_t count_matches(const fm_checkpoint *ck, const fm_ckpt_names *nm)
 {
@@ -229,11 +237,12 @@ static fm_status check_pattern(const char *what, const char *pat)
 fm_status fm_ckpt_names_resolve(const fm_checkpoint *ck, const fm_ckpt_names *given, fm_ckpt_names *nm)
 {
     if (given && given->layout != FM_LAYOUT_AUTO) {
-        if (given->layout != FM_LAYOUT_MODELOPT && given->layout != FM_LAYOUT_GPT_OSS)
+        if (given->layout != FM_LAYOUT_MODELOPT && given->layout != FM_LAYOUT_GPT_OSS &&
+            given->layout != FM_LAYOUT_COMPRESSED_TENSORS)
             return fm_fail(FM_ERR_INVALID_ARG, "checkpoint names: unknown layout %d", (int)given->layout);
         if (!given->expert || !given->proj_gate || !given->proj_down || !given->router)
             return fm_fail(FM_ERR_INVALID_ARG, "checkpoint names: expert, proj_gate, proj_down and router are required");
-        if (given->layout == FM_LAYOUT_MODELOPT && !given->proj_up)
+        if ((given->layout == FM_LAYOUT_MODELOPT || given->layout == FM_LAYOUT_COMPRESSED_TENSORS) && !given->proj_up)
             return fm_fail(FM_ERR_INVALID_ARG, "checkpoint names: the modelopt layout needs proj_up");
         FM_CHECK(check_pattern("expert", given->expert));
         FM_CHECK(check_pattern("router", given->router));
@@ -245,16 +254,17 @@ fm_status fm_ckpt_names_resolve(const fm_checkpoint *ck, const fm_ckpt_names *gi
         *nm = *given;
         return FM_OK;
     }
-    fm_ckpt_names mo, go;
+    fm_ckpt_names mo, go, ct;
     fm_ckpt_names_default(FM_LAYOUT_MODELOPT, &mo);
     fm_ckpt_names_default(FM_LAYOUT_GPT_OSS, &go);
-    size_t a = count_matches(ck, &mo), b = count_matches(ck, &go);
-    if (!a && !b)
+    fm_ckpt_names_default(FM_LAYOUT_COMPRESSED_TENSORS, &ct);
+    size_t a = count_matches(ck, &mo), b = count_matches(ck, &go), d = count_matches(ck, &ct);
+    if (!a && !b && !d)
         return fm_fail(FM_ERR_NOT_FOUND,
-                       "no routed-expert tensors: neither %s.weight (ModelOpt) nor %s_blocks (gpt-oss) matches any of "
-                       "the %zu tensors",
-                       mo.expert, go.expert, fm_checkpoint_tensor_count(ck));
-    *nm = a >= b ? mo : go;
+                       "no routed-expert tensors: none of %s.weight (ModelOpt), %s.weight_packed (compressed-tensors) "
+                       "or %s_blocks (gpt-oss) matches any of the %zu tensors",
+                       mo.expert, ct.expert, go.expert, fm_checkpoint_tensor_count(ck));
+    *nm = d > a && d >= b ? ct : a >= b ? mo : go;
     return FM_OK;
 }
 
