@@ -91,7 +91,7 @@ typedef struct {
     int              swap_ab;     /* TensorRT-LLM swap-AB variant (only FINALIZE bytes depend on it) */
     int              cutlass;     /* CUTLASS version: major * 100 + minor * 10 + patch (4.7.0 = 470); 0 = 420.
                                      The bytes follow the version: 4.2, 4.4, 4.5, 4.7 are checked against
-                                     measured CUTLASS trees (tests/conformance/truth-*.csv) */
+                                     measured CUTLASS trees (tests/conformance/truth-*.csv), exact */
     int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default: swapab 4, wgmma 8) */
     int              persistent;  /* fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its
                                      own output buffer in shared memory); 0 elsewhere */
