@@ -115,7 +115,8 @@ def mutate(text, seed):
     """One byte of one measured number changed (a digit of total / mainloop / epilogue / stages)."""
     head_line, body = text.split('\n', 1)
     rows = list(csv.reader(io.StringIO(body)))
-    cols = rows[0]
+    cols = list(rows[0])
+    cols[cols.index('stages')] = 'stage_policy'  # the grid's column ("auto" or N); the measured one follows
     rng = random.Random(seed)
     ok = [i for i, r in enumerate(rows[1:], 1) if r[cols.index('status')] == 'ok']
     i = rng.choice(ok)
