@@ -125,7 +125,7 @@ class LoadedLayer:
     def weights(self):
         """Copies of the loaded arrays as MoEWeights (for inspection or a reference)."""
         c, cfg = self._c.contents, self.cfg
-        E, H, I, S = cfg.n_experts, cfg.hidden, cfg.inter, cfg.shared_inter
+        E, H, S = cfg.n_experts, cfg.hidden, cfg.shared_inter
 
         def f32(p, n):
             return None if not p else np.ctypeslib.as_array(p, (n,)).copy()
