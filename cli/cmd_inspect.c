@@ -4,8 +4,9 @@
  * and shapes, and bytes.
  *
  * Every MoE layer is validated as fp4moe would load it (presence, dtype and
- * shape of every expert tensor and scale) without reading the weights
- * (fm_checkpoint_load_layer with validate_only), so a checkpoint inspect
+ * shape of every expert tensor and scale, no stray expert index, no NaN block
+ * scale code) without reading the weights (fm_checkpoint_load_layer with
+ * validate_only, which reads only scales), so a checkpoint inspect
  * accepts is one `fp4moe run --weights` can load; a bad one fails here with the
  * status naming the file and tensor, exit 1. A checkpoint with no routed
  * experts is not an error: inspect lists its tensors and says so.
@@ -132,10 +133,11 @@ int fm_cmd_inspect(int argc, char **argv)
         r->experts = sc.experts[i];
         r->found = sc.found[i];
         s = fm_checkpoint_load_layer(ck, r->layer, &lo, &r->info);
-        if (s != FM_OK) {
+        if (s != FM_OK) { /* a stray expert index, a NaN scale code ...: what a load rejects */
             rc = fm_cli_fail("inspect", s);
             break;
         }
+        r->experts = r->info->cfg.n_experts; /* the router's count, every expert present (not max index + 1) */
     }
     if (rc == FM_EXIT_OK && only >= 0 && !nrows) {
         fprintf(stderr, "fp4moe inspect: FM_ERR_NOT_FOUND: layer %ld has no routed experts in %s\n", only, path);

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# run.sh - build the libFuzzer target over the safetensors header parser and
-# run it for a bounded time (ctest: io_fuzz_safetensors_header, labels cpu;fuzz).
+# run.sh - build the libFuzzer target over the safetensors reader (the header
+# parser, and pread of a file cut short while open) and run it for a bounded
+# time (ctest: io_fuzz_safetensors_header, labels cpu;fuzz).
 #
 #   fuzz/run.sh OUT_DIR [SECONDS]      (default 30 s; FM_FUZZ_SECONDS overrides)
 #
 # Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with
 # a message rather than skipping, so CI cannot silently stop fuzzing.
-# The target is compiled straight from the parser's sources (src/io/safetensors.c,
-# src/io/dtype.c, src/status.c, src/format/codec.c) with -fsanitize=fuzzer,address,undefined, apart
-# from the CMake build, whose compiler may be gcc. Seeds are generated here;
+# The target is compiled straight from the reader's sources (src/io/safetensors.c,
+# src/io/dtype.c, src/fm_file.c, src/status.c, src/format/codec.c) with
+# -fsanitize=fuzzer,address,undefined, apart from the CMake build, whose
+# compiler may be gcc. Seeds are generated here;
 # the corpus grows in OUT_DIR/corpus between runs; crashes land in OUT_DIR.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +37,7 @@ fi
 # Then the target itself: a failure here is a build error in the parser's sources (shown above).
 if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
      -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
-     "$SRC/fuzz/fuzz_safetensors.c" "$SRC/src/io/safetensors.c" "$SRC/src/io/dtype.c" "$SRC/src/status.c" \
+     "$SRC/fuzz/fuzz_safetensors.c" "$SRC/src/io/safetensors.c" "$SRC/src/io/dtype.c" "$SRC/src/fm_file.c" "$SRC/src/status.c" \
      "$SRC/src/format/codec.c" $(pkg-config --libs libcjson) -lm -o "$BIN"; then
   echo "fuzz: FAILED: the fuzz target does not build (compiler errors above)." >&2
   exit 1

@@ -3,6 +3,11 @@
 #   io_sample_write          test_io_checkpoint writes small checkpoints (fixture)
 #   io_cli_inspect_*         `fp4moe inspect` on them: text, --json, a bad one, usage
 #   io_cli_run_weights       `fp4moe run --weights DIR --layer 1 --check` on them
+#   io_cli_inspect_stray     inspect names a stray expert index and exits 1 (issue 15)
+#   io_cli_inspect_nanscale  inspect rejects NaN scale codes as run does, exit 1 (issue 15)
+#   io_cli_hostile_paths     inspect / run / simulate --measured on a FIFO and a
+#                            directory: exit 1 with FM_ERR_IO at once, no hang
+# and a TIMEOUT on every test_io_* program: a blocked open() fails, not stalls.
 #   io_fuzz_safetensors_header  libFuzzer over the header parser, 30 s (labels cpu;fuzz);
 #                            FAILS with a message when clang/libFuzzer is missing
 set(FM_IO_SAMPLE ${CMAKE_CURRENT_BINARY_DIR}/io_sample)
@@ -34,6 +39,19 @@ fm_io_cli_check(io_cli_inspect_usage
   "\"$0\" inspect --help | grep -q 'usage: fp4moe inspect' && { \"$0\" inspect >/dev/null 2>&1; [ $? -eq 2 ]; } && { \"$0\" inspect --layout nope \"$1\" >/dev/null 2>&1; [ $? -eq 2 ]; }")
 fm_io_cli_check(io_cli_run_weights
   "\"$0\" run --weights \"$1/modelopt\" --layer 1 --check --backend cpu --iters 1 && \"$0\" run --weights \"$1/gptoss\" --layer 1 --check --backend cpu --iters 1")
+
+fm_io_cli_check(io_cli_inspect_stray
+  "err=$(\"$0\" inspect \"$1/stray\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_FORMAT.*experts.999999999.gate_proj.weight.*expert index 999999999'")
+fm_io_cli_check(io_cli_inspect_nanscale
+  "err=$(\"$0\" inspect \"$1/nanscale\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_NONFINITE.*layers.3.mlp.experts.2.up_proj.weight_scale' && { \"$0\" run --weights \"$1/nanscale\" --layer 3 --backend cpu --iters 1 >/dev/null 2>&1; [ $? -eq 1 ]; }")
+fm_io_cli_check(io_cli_hostile_paths
+  "d=\"$1/hostile\"; rm -rf \"$d\" && mkdir -p \"$d/dir.safetensors\" && mkfifo \"$d/fifo.safetensors\" \"$d/m.csv\" && err=$(\"$0\" inspect \"$d/fifo.safetensors\" 2>&1 >/dev/null); [ $? -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*not a regular file (a FIFO' && err=$(\"$0\" inspect \"$d\" 2>&1 >/dev/null); [ $? -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*not a regular file' && { \"$0\" run --weights \"$d/fifo.safetensors\" --layer 1 --backend cpu >/dev/null 2>&1; [ $? -eq 1 ]; } && err=$(\"$0\" simulate --measured \"$d/m.csv\" 2>&1 >/dev/null); [ $? -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*m.csv: not a regular file'")
+set_tests_properties(io_cli_hostile_paths PROPERTIES TIMEOUT 60)
+foreach(t test_io_safetensors test_io_checkpoint test_io_load_errors test_io_hostile)
+  if(TEST ${t})
+    set_tests_properties(${t} PROPERTIES TIMEOUT 120)
+  endif()
+endforeach()
 
 add_test(NAME io_fuzz_safetensors_header
          COMMAND bash ${PROJECT_SOURCE_DIR}/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz 30)

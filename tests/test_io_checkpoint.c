@@ -267,10 +267,29 @@ static void test_shared_nvfp4(void **state)
         assert_int_equal(fm_dequantize(&q[p], deq), FM_OK);
         for (int i = 0; i < SI * H; i++)
             if (got[p][i] != fm_bf16_encode(deq[i])) fail_msg("%s element %d: 0x%04x", proj[p], i, got[p][i]);
-        free(bufs[p][0]), free(bufs[p][1]);
     }
     free(deq);
     fm_ckpt_layer_free(l);
+    /* A NaN E4M3 code in the shared down_proj scales: rejected by a load and by
+     * validate_only (inspect) alike, naming the tensor (issue 15). */
+    snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.down_proj.weight_scale", LAYER);
+    static uint8_t nan_sc[H * SI / 16];
+    memcpy(nan_sc, s->it[find_item(s, nm)].data, sizeof nan_sc);
+    nan_sc[3] = 0x7F;
+    s->it[find_item(s, nm)].data = nan_sc;
+    write_set(dir, s, 1);
+    fm_checkpoint *ck;
+    assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
+    for (int dry = 0; dry < 2; dry++) {
+        fm_ckpt_load_opts o = {.validate_only = dry};
+        l = (fm_ckpt_layer *)&l;
+        fm_status st = fm_checkpoint_load_layer(ck, LAYER, &o, &l);
+        if (st != FM_ERR_NONFINITE || !strstr(fm_last_error(), nm))
+            fail_msg("NaN shared scale%s: %s '%s'", dry ? " (validate only)" : "", fm_status_name(st), fm_last_error());
+        assert_null(l);
+    }
+    fm_checkpoint_close(ck);
+    for (int p = 0; p < 3; p++) free(bufs[p][0]), free(bufs[p][1]);
     free(s);
     model_free(m);
 }
@@ -278,7 +297,9 @@ static void test_shared_nvfp4(void **state)
 /* `test_io_checkpoint --write-sample DIR`: checkpoints for the CLI checks in
  * tests/io.cmake: DIR/modelopt (NVFP4, layers 1 and 3, two shards + index +
  * config.json), DIR/gptoss (MXFP4, layer 1), DIR/bad (expert 1's down_proj
- * weight_scale missing). */
+ * weight_scale missing), DIR/stray (modelopt plus one tensor of expert
+ * 999999999), DIR/nanscale (modelopt with a NaN E4M3 code in layer 3's
+ * expert 2 up_proj weight_scale). */
 static int write_sample(const char *dir)
 {
     snprintf(g_dir, sizeof g_dir, "%s", dir);
@@ -291,6 +312,17 @@ static int write_sample(const char *dir)
     const char *d = subdir("modelopt");
     write_set(d, s, 1);
     write_text(d, "config.json", k_config);
+    add(s, 1, "model.layers.1.mlp.experts.999999999.gate_proj.weight", FM_DTYPE_U8, 2, 1, 1, 0, 0, &k_one);
+    write_set(subdir("stray"), s, 1);
+    s->n--;
+    fm_st_write_item *sc = &s->it[find_item(s, "model.layers.3.mlp.experts.2.up_proj.weight_scale")];
+    static uint8_t nan_sc[I * H / 16];
+    memcpy(nan_sc, sc->data, sizeof nan_sc);
+    nan_sc[7] = 0xFF; /* E4M3 NaN */
+    const void *keep = sc->data;
+    sc->data = nan_sc;
+    write_set(subdir("nanscale"), s, 1);
+    sc->data = keep;
     remove_item(s, "model.layers.1.mlp.experts.1.down_proj.weight_scale");
     write_set(subdir("bad"), s, 1);
     model_free(m);

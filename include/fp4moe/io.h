@@ -1,4 +1,4 @@
-/* fp4moe/io.h - safetensors checkpoints: read (memory-mapped, every offset
+/* fp4moe/io.h - safetensors checkpoints: read (pread, every offset
  * bounds-checked), write (so tests and tools make their own), multi-file
  * checkpoints with model.safetensors.index.json, and loading one MoE layer's
  * experts into fm_moe_config + fm_moe_weights (see docs/checkpoints.md).
@@ -12,7 +12,9 @@
  *                     fm_moe_forward_ref.
  *
  * Statuses used for bad input (the detail message names the file and tensor):
- *   FM_ERR_IO         cannot open / stat / map / read / write a file
+ *   FM_ERR_IO         cannot open / stat / read / write a file; not a regular
+ *                     file (FIFO, device, directory); a file shorter when read
+ *                     than when opened (truncated since)
  *   FM_ERR_FORMAT     not safetensors: truncated file, header length beyond the
  *                     file, malformed JSON, missing or ill-typed fields, unknown
  *                     dtype, duplicate names, offsets overlapping or leaving a
@@ -75,21 +77,28 @@ fm_status fm_dtype_parse(const char *s, fm_dtype *out);
 
 #define FM_ST_MAX_DIMS 8
 
-/* One tensor of a file: a read-only view into the mapping. */
+/* One tensor of a file or buffer. Read its bytes with fm_st_read. */
 typedef struct {
     const char    *name;
     fm_dtype       dtype;
     int            ndim;                  /* 0 = scalar */
     int64_t        shape[FM_ST_MAX_DIMS];
-    const uint8_t *data;                  /* nbytes bytes, no alignment promised */
+    const uint8_t *data;                  /* nbytes bytes inside the buffer of fm_safetensors_parse
+                                             (no alignment promised); NULL for a file opened with
+                                             fm_safetensors_open, which is never mapped */
     uint64_t       nbytes;
     uint64_t       file_offset;           /* absolute offset of data in the file */
     const char    *file;                  /* path (or label) of the file holding it */
+    const struct fm_safetensors *owner_;  /* internal: the open file fm_st_read reads (NULL: use data) */
 } fm_st_tensor;
 
 typedef struct fm_safetensors fm_safetensors;
 
-/* Map `path` read-only and parse it. The rules (those of the reference
+/* Open `path` read-only (a regular file: a FIFO, device or directory is
+ * FM_ERR_IO without blocking) and parse its header. The file is not mapped:
+ * tensor data is read on demand with fm_st_read (pread), so a file truncated
+ * or replaced after this returns gives FM_ERR_IO from the read, never a
+ * SIGBUS; the descriptor stays open until fm_safetensors_close. The rules (those of the reference
  * implementation): 8-byte little-endian header length N, N <= 100 MB and
  * 8 + N <= file size; the header is a JSON object starting with '{' (trailing
  * spaces allowed) mapping names to {"dtype", "shape", "data_offsets": [b, e]}
@@ -103,6 +112,14 @@ fm_status fm_safetensors_open(const char *path, fm_safetensors **out);
 /* Same rules over a caller's buffer (borrowed: it must outlive the handle);
  * `label` names it in messages. This is the parser the fuzzer drives. */
 fm_status fm_safetensors_parse(const void *buf, size_t len, const char *label, fm_safetensors **out);
+
+/* Copy bytes [off, off + n) of t's data into dst: pread from the file of
+ * fm_safetensors_open, memcpy from data otherwise (a buffer's tensor, or one
+ * the caller filled in with owner_ NULL). A file that has become shorter
+ * since it was opened, or fails to read, is FM_ERR_IO naming file, tensor and
+ * offset. Returns FM_OK, FM_ERR_INVALID_ARG (NULL argument, [off, off + n)
+ * beyond nbytes, or no data to read), FM_ERR_IO. */
+fm_status fm_st_read(const fm_st_tensor *t, uint64_t off, size_t n, void *dst);
 
 /* Tensors in file order of their data (ascending offsets). */
 size_t              fm_safetensors_count(const fm_safetensors *st);
@@ -156,7 +173,8 @@ typedef struct fm_checkpoint fm_checkpoint;
  * plain file names (no '/'): a checkpoint cannot point outside its folder.
  * Every tensor the index names must be in the file it names; a name in two
  * shards is an error. config.json next to the shards, if any, is read for
- * routing settings (fm_checkpoint_load_layer).
+ * routing settings (fm_checkpoint_load_layer). Every file is opened as in
+ * fm_safetensors_open: a FIFO, device or directory is FM_ERR_IO, never a hang.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_FORMAT, FM_ERR_OUT_OF_RANGE,
  * FM_ERR_BAD_SHAPE, FM_ERR_NOT_FOUND (no shards, or an indexed tensor missing),
  * FM_ERR_UNSUPPORTED, FM_ERR_OOM. */
@@ -222,6 +240,10 @@ typedef struct {
 
 /* Detect the layout (names->layout AUTO: whichever pattern matches tensors)
  * and list the MoE layers. names NULL = defaults of the detected layout.
+ * Given names must have a known layout, non-empty patterns that cannot make
+ * names of 512 bytes or more ({L}/{E} count 11, {P} 63, plus a 16-byte suffix)
+ * and projection names of 1-63 bytes without '.'; else FM_ERR_INVALID_ARG
+ * naming the field.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (no expert tensors match),
  * FM_ERR_FORMAT (expert weights of an unknown dtype), FM_ERR_OOM.
  * Free with fm_ckpt_scan_free. */
@@ -241,9 +263,12 @@ typedef struct {
     int first_expert;             /* load experts [first_expert, first_expert + n_experts) */
     int n_experts;                /* 0 = all from first_expert (an EP shard otherwise) */
     int swizzle_scales;           /* 1: also fill w13_sf_swizzled / w2_sf_swizzled */
-    int validate_only;            /* 1: check every tensor's presence, dtype and shape and
-                                     fill cfg and the flags, but load no weights (all
-                                     weight pointers NULL): what `fp4moe inspect` uses */
+    int validate_only;            /* 1: check every tensor's presence, dtype and shape, the
+                                     expert indices, and every block-scale byte for NaN
+                                     codes (the scales are read, 1/9 of NVFP4 expert bytes),
+                                     so it rejects what a load rejects; fill cfg and the
+                                     flags, but load no weights (all weight pointers NULL):
+                                     what `fp4moe inspect` uses */
 } fm_ckpt_load_opts;
 
 /* One layer in fp4moe's layout; owns every buffer it points to. */
@@ -278,11 +303,15 @@ typedef struct {
  * every expert and scale) before allocating, convert (gate/up concatenated or
  * de-interleaved into w13, UE8M0/E4M3 scales copied row-major, router weight to
  * FP32, shared expert to BF16) and fill cfg/weights. Nothing is read from the
- * mapping after this returns: the checkpoint may be closed first.
- * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (layer, expert, weight or
- * scale missing), FM_ERR_FORMAT (wrong dtype), FM_ERR_BAD_SHAPE, FM_ERR_OUT_OF_RANGE
- * (expert range beyond the layer's), FM_ERR_NONFINITE (global or input scale not
- * finite and positive, or a block-scale byte that is a NaN code), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
+ * checkpoint after this returns: it may be closed first.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, layer < 0, n_experts < 0, bad names:
+ * see fm_checkpoint_scan), FM_ERR_NOT_FOUND (layer, expert, weight or
+ * scale missing), FM_ERR_FORMAT (wrong dtype; a tensor of the expert pattern
+ * whose expert index is >= the router's expert count), FM_ERR_BAD_SHAPE,
+ * FM_ERR_OUT_OF_RANGE (expert range beyond the layer's, computed in 64 bits),
+ * FM_ERR_NONFINITE (global or input scale not finite and positive, or a
+ * block-scale byte that is a NaN code), FM_ERR_IO (a shard unreadable or
+ * truncated since it was opened), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
                                    fm_ckpt_layer **out);
 void fm_ckpt_layer_free(fm_ckpt_layer *l);

@@ -71,6 +71,67 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
     if (lane == 0) logits[(size_t)t * E + e] = part;
 }
 
+/* Large T: a 32-token x 32-expert tile per CTA (256 threads, 2 x 2 logits each),
+ * x and w staged through shared memory 32 columns at a time, so each x row is read
+ * once per 32 experts instead of once per expert. Every logit keeps the CPU's 8
+ * partial sums, part[k % 8] += x[k] * w[k] in ascending k (products and sums
+ * rounded separately), folded the same way: bit-identical to the warp kernel. */
+__global__ void __launch_bounds__(256) router_logits_tiled_kernel(const uint16_t *x, const float *rw, int T, int E,
+                                                                  int H, float *logits)
+{
+    constexpr int TT = 32, TE = 32, KC = 32;
+    __shared__ float xs[KC][TT + 1], ws[KC][TE + 1];
+    const int        tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
+    const int        t0 = blockIdx.y * TT, e0 = blockIdx.x * TE;
+    float            part[2][2][8];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int l = 0; l < 8; l++) part[i][j][l] = 0.0f;
+    for (int k0 = 0; k0 < H; k0 += KC) {
+        for (int q = tid; q < TT * KC; q += 256) { /* coalesced along k */
+            const int r = q / KC, kk = q % KC, k = k0 + kk;
+            const int t = t0 + r, e = e0 + r;
+            xs[kk][r] = t < T && k < H ? __uint_as_float((uint32_t)x[(size_t)t * H + k] << 16) : 0.0f;
+            ws[kk][r] = e < E && k < H ? rw[(size_t)e * H + k] : 0.0f;
+        }
+        __syncthreads();
+        if (k0 + KC <= H) {
+#pragma unroll
+            for (int kk = 0; kk < KC; kk++)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        part[i][j][kk & 7] =
+                            __fadd_rn(part[i][j][kk & 7], __fmul_rn(xs[kk][2 * ty + i], ws[kk][2 * tx + j]));
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < KC; kk++)
+                if (k0 + kk < H)
+#pragma unroll
+                    for (int i = 0; i < 2; i++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++)
+                            part[i][j][kk & 7] =
+                                __fadd_rn(part[i][j][kk & 7], __fmul_rn(xs[kk][2 * ty + i], ws[kk][2 * tx + j]));
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int t = t0 + 2 * ty + i, e = e0 + 2 * tx + j;
+            const float *p = part[i][j];
+            if (t < T && e < E)
+                logits[(size_t)t * E + e] = __fadd_rn(__fadd_rn(__fadd_rn(p[0], p[1]), __fadd_rn(p[2], p[3])),
+                                                      __fadd_rn(__fadd_rn(p[4], p[5]), __fadd_rn(p[6], p[7])));
+        }
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 
 typedef struct {
@@ -208,12 +269,31 @@ __global__ void route_kernel(route_cfg c, const float *bias, const float *logits
 /* ---- stable permutation ---------------------------------------------------------- */
 
 /* off[1 + e] += rows of expert e (off zeroed by the launcher). */
-__global__ void permute_count_kernel(const int32_t *ids, int R, int E, int32_t *off)
+__global__ void permute_count_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
+                                     int32_t *off, int32_t *token_slots, fm_moe_dev_errors *err,
+                                     const unsigned long long *bad_logit)
 {
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= R) return;
-    const int e = ids[s];
-    if (e >= 0 && e < E) atomicAdd(&off[1 + e], 1);
+    token_slots[s] = -1; /* placed slots are overwritten by permute_place_kernel */
+    const int g = ids[s], e = g - first;
+    if (e >= 0 && e < E) {
+        atomicAdd(&off[1 + e], 1);
+        if (err && !isfinite(weights[s])) atomicAdd(&err->nonfinite_w, 1ull);
+    } else if (err && (g < -1 || g >= n_global)) {
+        atomicAdd(&err->bad_ids, 1ull);
+        atomicMin(&err->first_bad_slot, (unsigned long long)s);
+    }
+    if (s == 0 && err && bad_logit && *bad_logit != ~0ull) atomicMin(&err->bad_logit, *bad_logit);
+}
+
+__global__ void dev_errors_reset_kernel(fm_moe_dev_errors *err)
+{
+    err->bad_ids = 0;
+    err->first_bad_slot = ~0ull;
+    err->first_nonfinite_x = ~0ull;
+    err->bad_logit = ~0ull;
+    err->nonfinite_w = 0;
 }
 
 /* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]).
@@ -247,9 +327,63 @@ __global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
     }
 }
 
+/* count + scan in one CTA (E <= FM_FUSED_E): counts in shared memory, then the
+ * prefix sums written as offsets[E+1]; the same token_slots / error bookkeeping as
+ * permute_count_kernel. Saves the offsets memset and a launch: at decode the
+ * permutation is a few microseconds of launches, not of work. */
+#define FM_FUSED_E 8192
+__global__ void __launch_bounds__(1024)
+    permute_count_scan_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
+                              int32_t *off, int32_t *token_slots, fm_moe_dev_errors *err,
+                              const unsigned long long *bad_logit)
+{
+    __shared__ int cnt[FM_FUSED_E];
+    __shared__ int wsum[32];
+    const int      tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    for (int e = tid; e < E; e += 1024) cnt[e] = 0;
+    __syncthreads();
+    for (int s = tid; s < R; s += 1024) {
+        token_slots[s] = -1;
+        const int g = ids[s], e = g - first;
+        if (e >= 0 && e < E) {
+            atomicAdd(&cnt[e], 1);
+            if (err && !isfinite(weights[s])) atomicAdd(&err->nonfinite_w, 1ull);
+        } else if (err && (g < -1 || g >= n_global)) {
+            atomicAdd(&err->bad_ids, 1ull);
+            atomicMin(&err->first_bad_slot, (unsigned long long)s);
+        }
+    }
+    if (tid == 0 && err && bad_logit && *bad_logit != ~0ull) atomicMin(&err->bad_logit, *bad_logit);
+    if (tid == 0) off[0] = 0;
+    __syncthreads();
+    int carry = 0;
+    for (int base = 0; base < E; base += 1024) {
+        const int i = base + tid;
+        int       v = i < E ? cnt[i] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int n = __shfl_up_sync(FM_FULL, v, o);
+            if (lane >= o) v += n;
+        }
+        if (lane == 31) wsum[w] = v;
+        __syncthreads();
+        if (w == 0) {
+            int q = wsum[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int n = __shfl_up_sync(FM_FULL, q, o);
+                if (lane >= o) q += n;
+            }
+            wsum[lane] = q;
+        }
+        __syncthreads();
+        if (i < E) off[1 + i] = carry + (w ? wsum[w - 1] : 0) + v;
+        carry += wsum[31];
+        __syncthreads();
+    }
+}
+
 /* One warp per expert e: walks the slots in ascending order, 128 per step (4
  * loads in flight), and places each of e's slots at the next row of e. */
-__global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E,
+__global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E, int first,
                                      const int32_t *off, int32_t *perm, int32_t *token_slots, float *row_weight,
                                      int32_t *row_token)
 {
@@ -262,7 +396,7 @@ __global__ void permute_place_kernel(const int32_t *ids, const float *weights, i
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int s = s0 + 32 * q + lane;
-            v[q] = s < R ? ids[s] : -1;
+            v[q] = s < R ? ids[s] - first : -1;
         }
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -287,6 +421,11 @@ extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, i
 {
     const long long warps = (long long)T * E;
     if (warps <= 0) return 0;
+    if (T >= 64 && (T + 31) / 32 <= 65535) { /* enough tokens to share each weight row: the tiled kernel */
+        dim3 grid((unsigned)((E + 31) / 32), (unsigned)((T + 31) / 32));
+        router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        return (int)cudaGetLastError();
+    }
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
     router_logits_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
     return (int)cudaGetLastError();
@@ -316,20 +455,34 @@ extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, 
     return (int)cudaGetLastError();
 }
 
-extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E,
-                                     int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
-                                     int32_t *row_token, void *stream)
+extern "C" int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream)
+{
+    dev_errors_reset_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(err);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
+                                     int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots,
+                                     float *row_weight, int32_t *row_token, fm_moe_dev_errors *err,
+                                     const unsigned long long *bad_logit, void *stream)
 {
     cudaStream_t    st = (cudaStream_t)stream;
     const long long R = (long long)T * top_k;
-    cudaError_t     err = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st);
-    if (err != cudaSuccess || R <= 0 || E <= 0) return (int)err;
-    permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, (int)R, E, offsets);
-    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
-    permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
-    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
+    cudaError_t     err_ = cudaSuccess;
+    if (R <= 0 || E <= 0) return (int)cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)(E > 0 ? E : 0) + 1), st);
+    if (E <= FM_FUSED_E) {
+        permute_count_scan_kernel<<<1, 1024, 0, st>>>(ids, weights, (int)R, E, first, n_global, offsets, token_slots,
+                                                      err, bad_logit);
+    } else {
+        if ((err_ = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st)) != cudaSuccess) return (int)err_;
+        permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, weights, (int)R, E, first, n_global,
+                                                                           offsets, token_slots, err, bad_logit);
+        if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
+        permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
+    }
+    if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
     const int warps_per_block = 8;
     permute_place_kernel<<<(unsigned)((E + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
-        ids, weights, (int)R, top_k, E, offsets, perm, token_slots, row_weight, row_token);
+        ids, weights, (int)R, top_k, E, first, offsets, perm, token_slots, row_weight, row_token);
     return (int)cudaGetLastError();
 }

@@ -12,6 +12,7 @@
 #include "io_internal.h"
 
 #include "backend.h" /* fm_moe_weights_check */
+#include "fm_file.h"
 #include "format/format_internal.h"
 
 #include <cjson/cJSON.h>
@@ -37,7 +38,7 @@ fm_status fm_load_scalar(const fm_st_tensor *t, float *out)
 {
     if (fm_st_numel(t->ndim, t->shape) != 1 || t->ndim > 1)
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' should be a scalar ([] or [1])", t->file, t->name);
-    FM_CHECK(fm_st_to_f32(t, out, 1));
+    FM_CHECK(fm_st_to_f32(t, 0, 1, out));
     if (!isfinite(*out) || *out <= 0.0f)
         return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s' = %g, must be finite and > 0", t->file, t->name,
                        (double)*out);
@@ -111,8 +112,11 @@ static void routing_from_config_json(const fm_checkpoint *ck, fm_moe_config *cfg
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/config.json", fm_checkpoint_dir(ck)) >= (int)sizeof path) return;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
+    FILE *f = NULL;
+    if (fm_file_fopen(path, &f) != FM_OK) { /* absent, or not a regular file (a FIFO would block) */
+        fm_clear_error();
+        return;
+    }
     char *buf = malloc(1 << 20); /* config.json files are a few KB */
     size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
     fclose(f);
@@ -179,17 +183,15 @@ static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
     size_t rows = (size_t)c->n, H = (size_t)c->hidden;
     l->router_w = malloc(rows * H * sizeof *l->router_w);
     if (!l->router_w) return fm_fail(FM_ERR_OOM, "router weight: out of memory");
-    fm_st_tensor sub = *t; /* the rows of the loaded experts */
-    sub.data = t->data + (size_t)c->first * H * (size_t)fm_dtype_bits(t->dtype) / 8;
-    FM_CHECK(fm_st_to_f32(&sub, l->router_w, (int64_t)(rows * H)));
+    /* the rows of the loaded experts */
+    FM_CHECK(fm_st_to_f32(t, (int64_t)c->first * (int64_t)H, (int64_t)(rows * H), l->router_w));
     if (!bias) return FM_OK;
     if (!(l->router_bias = malloc(rows * sizeof *l->router_bias))) return fm_fail(FM_ERR_OOM, "out of memory");
-    sub = *bias;
-    sub.data = bias->data + (size_t)c->first * (size_t)fm_dtype_bits(bias->dtype) / 8;
-    return fm_st_to_f32(&sub, l->router_bias, (int64_t)rows);
+    return fm_st_to_f32(bias, c->first, (int64_t)rows, l->router_bias);
 }
 
-/* One shared-expert projection [N][K] into BF16 dst (NULL: validate only):
+/* One shared-expert projection [N][K] into BF16 dst (NULL: validate only,
+ * which reads the NVFP4 block scales for NaN codes as a load would):
  * a BF16 weight is copied; an NVFP4 one (ModelOpt tensors) is dequantized and
  * rounded to BF16, since fp4moe's shared expert is a BF16 MLP. */
 static fm_status shared_proj(const fm_load_ctx *c, const char *proj, int nvfp4, int64_t N, int64_t K, uint16_t *dst)
@@ -206,20 +208,19 @@ static fm_status shared_proj(const fm_load_ctx *c, const char *proj, int nvfp4, 
         FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale_2", &gt));
         FM_CHECK(fm_load_scalar(gt, &g));
     }
-    if (!dst) return FM_OK;
+    if (!dst) return nvfp4 ? fm_load_scales(sc, -1, 0, N, K / 16, FM_SCALE_E4M3, NULL) : FM_OK;
     size_t n = (size_t)(N * K);
-    if (!nvfp4) {
-        memcpy(dst, w->data, n * 2);
-        return FM_OK;
-    }
-    FM_CHECK(fm_load_check_scale_codes(sc, -1, sc->data, N, K / 16, FM_SCALE_E4M3));
+    if (!nvfp4) return fm_st_read(w, 0, n * 2, dst);
     float *tmp = malloc(n * sizeof *tmp);
-    if (!tmp) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
-    /* read-only view of the mapping: fm_dequantize does not write through it */
-    fm_qtensor q = {.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = (void *)(uintptr_t)w->data,
-                    .scales = (uint8_t *)(uintptr_t)sc->data, .global_scale = g};
-    fm_status s = fm_dequantize(&q, tmp);
+    uint8_t *codes = malloc(w->nbytes + sc->nbytes + 1); /* data, then scales */
+    fm_status s = tmp && codes ? FM_OK : fm_fail(FM_ERR_OOM, "shared expert: out of memory");
+    if (s == FM_OK) s = fm_st_read(w, 0, (size_t)w->nbytes, codes);
+    if (s == FM_OK) s = fm_load_scales(sc, -1, 0, N, K / 16, FM_SCALE_E4M3, codes + w->nbytes);
+    fm_qtensor q = {.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = codes, .scales = codes + w->nbytes,
+                    .global_scale = g};
+    if (s == FM_OK) s = fm_dequantize(&q, tmp);
     for (size_t i = 0; s == FM_OK && i < n; i++) dst[i] = fm_bf16_encode(tmp[i]);
+    free(codes);
     free(tmp);
     return s;
 }
@@ -322,11 +323,18 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
                        fm_dtype_name(r->dtype));
     c.n_total = (int)r->shape[0];
     c.hidden = (int)r->shape[1];
-    c.first = opts ? opts->first_expert : 0;
-    c.n = opts && opts->n_experts ? opts->n_experts : c.n_total - c.first;
-    if (c.first < 0 || c.n < 1 || c.first > c.n_total - c.n)
-        return fm_fail(FM_ERR_OUT_OF_RANGE, "layer %d: experts [%d, %d) outside the layer's [0, %d)", layer, c.first,
-                       c.first + c.n, c.n_total);
+    /* 64-bit: first_expert and n_experts are any ints (INT_MIN, INT_MAX + 1 ...) */
+    const int64_t first = opts ? opts->first_expert : 0;
+    if (opts && opts->n_experts < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "layer %d: n_experts %d < 0 (0 = all from first_expert)", layer,
+                       opts->n_experts);
+    const int64_t n = opts && opts->n_experts ? opts->n_experts : c.n_total - first;
+    if (first < 0 || n < 1 || first + n > c.n_total)
+        return fm_fail(FM_ERR_OUT_OF_RANGE, "layer %d: experts [%lld, %lld) outside the layer's [0, %d)", layer,
+                       (long long)first, (long long)(first + n), c.n_total);
+    c.first = (int)first;
+    c.n = (int)n;
+    FM_CHECK(fm_ckpt_check_expert_indices(ck, &c.nm, layer, c.n_total));
     fm_ckpt_layer *l = calloc(1, sizeof *l);
     if (!l) return fm_fail(FM_ERR_OOM, "out of memory");
     fm_status s = load_into(&c, opts, l);
@@ -336,6 +344,18 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     }
     *out = l;
     return FM_OK;
+}
+
+fm_status fm_load_scales(const fm_st_tensor *t, int expert, uint64_t off, int64_t rows, int64_t cols, fm_scale_type st,
+                         uint8_t *dst)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    uint8_t *buf = dst ? dst : malloc(n + 1);
+    if (!buf) return fm_fail(FM_ERR_OOM, "%s: tensor '%s': out of memory for %zu scale bytes", t->file, t->name, n);
+    fm_status s = fm_st_read(t, off, n, buf);
+    if (s == FM_OK) s = fm_load_check_scale_codes(t, expert, buf, rows, cols, st);
+    if (!dst) free(buf);
+    return s;
 }
 
 fm_status fm_load_check_scale_codes(const fm_st_tensor *t, int expert, const uint8_t *codes, int64_t rows,

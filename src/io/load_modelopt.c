@@ -58,16 +58,13 @@ static fm_status copy_proj(const proj_src *ps, fm_qtensor *q, int64_t r0, float 
 {
     size_t rb = fm_format_row_bytes(q->fmt, q->cols), sb = fm_format_row_scale_bytes(q->fmt, q->cols);
     size_t rows = (size_t)ps->w->shape[0];
-    memcpy((uint8_t *)q->data + (size_t)r0 * rb, ps->w->data, rows * rb);
+    FM_CHECK(fm_st_read(ps->w, 0, rows * rb, (uint8_t *)q->data + (size_t)r0 * rb));
     if (!ps->s) return FM_OK;
     uint8_t *dst = q->scales + (size_t)r0 * sb;
-    FM_CHECK(fm_load_check_scale_codes(ps->s, -1, ps->s->data, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3));
-    if (ps->g == g_target) {
-        memcpy(dst, ps->s->data, rows * sb);
-        return FM_OK;
-    }
+    FM_CHECK(fm_load_scales(ps->s, -1, 0, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3, dst));
+    if (ps->g == g_target) return FM_OK;
     float ratio = ps->g / g_target; /* < 1: this half had the smaller global */
-    for (size_t i = 0; i < rows * sb; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(ps->s->data[i]) * ratio);
+    for (size_t i = 0; i < rows * sb; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(dst[i]) * ratio);
     return FM_OK;
 }
 
@@ -105,6 +102,10 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
     l->cfg.wfmt = f;
     l->has_input_scales = has_in;
     for (int i = 0; s == FM_OK && i < n; i++) l->rescaled_w13 += src[i * P_COUNT + P_GATE].g != src[i * P_COUNT + P_UP].g;
+    /* Validate only: still read the block scales (not the weights), so that a
+     * NaN scale code, which the full load rejects, is rejected here too. */
+    for (int i = 0; s == FM_OK && c->dry && f == FM_FORMAT_NVFP4 && i < n * P_COUNT; i++)
+        s = fm_load_scales(src[i].s, -1, 0, src[i].s->shape[0], src[i].s->shape[1], FM_SCALE_E4M3, NULL);
     if (s != FM_OK || c->dry) {
         free(src);
         return s;
