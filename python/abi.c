@@ -46,11 +46,11 @@ static const fm_py_field k_fields[] = {
 
     S(fm_layer_error_info), F(fm_layer_error_info, bad_ids), F(fm_layer_error_info, first_bad_slot),
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),
-    F(fm_layer_error_info, nonfinite_logits),
+    F(fm_layer_error_info, nonfinite_logits), F(fm_layer_error_info, nonfinite_weights),
 
     S(fm_st_tensor), F(fm_st_tensor, name), F(fm_st_tensor, dtype), F(fm_st_tensor, ndim),
     F(fm_st_tensor, shape), F(fm_st_tensor, data), F(fm_st_tensor, nbytes), F(fm_st_tensor, file_offset),
-    F(fm_st_tensor, file),
+    F(fm_st_tensor, file), F(fm_st_tensor, owner_),
 
     S(fm_ckpt_scan), F(fm_ckpt_scan, layout), F(fm_ckpt_scan, wfmt), F(fm_ckpt_scan, n_layers),
     F(fm_ckpt_scan, layers), F(fm_ckpt_scan, experts), F(fm_ckpt_scan, found), F(fm_ckpt_scan, expert_bytes),

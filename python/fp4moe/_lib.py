@@ -55,7 +55,7 @@ class LayerRunArgs(C.Structure):
 
 class LayerErrorInfo(C.Structure):
     _fields_ = [("bad_ids", C.c_longlong), ("first_bad_slot", C.c_longlong), ("nonfinite_x", c_int),
-                ("first_nonfinite", C.c_longlong), ("nonfinite_logits", c_int)]
+                ("first_nonfinite", C.c_longlong), ("nonfinite_logits", c_int), ("nonfinite_weights", C.c_longlong)]
 
 
 ST_MAX_DIMS = 8
@@ -63,7 +63,8 @@ ST_MAX_DIMS = 8
 
 class StTensor(C.Structure):
     _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_int), ("shape", c_int64 * ST_MAX_DIMS),
-                ("data", c_void_p), ("nbytes", C.c_uint64), ("file_offset", C.c_uint64), ("file", c_char_p)]
+                ("data", c_void_p), ("nbytes", C.c_uint64), ("file_offset", C.c_uint64), ("file", c_char_p),
+                ("owner_", c_void_p)]
 
 
 class CkptScan(C.Structure):
@@ -128,6 +129,7 @@ _PROTOS = {
     "fm_checkpoint_tensor_count": (c_size_t, [c_void_p]),
     "fm_checkpoint_tensor_at": (P(StTensor), [c_void_p, c_size_t]),
     "fm_checkpoint_find": (c_int, [c_void_p, c_char_p, P(P(StTensor))]),
+    "fm_st_read": (c_int, [P(StTensor), C.c_uint64, c_size_t, c_void_p]),
     "fm_checkpoint_scan": (c_int, [c_void_p, c_void_p, P(CkptScan)]),
     "fm_ckpt_scan_free": (None, [P(CkptScan)]),
     "fm_ckpt_layout_name": (c_char_p, [c_int]),

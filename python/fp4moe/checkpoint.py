@@ -66,7 +66,8 @@ class Checkpoint:
         p = C.POINTER(_lib.StTensor)()
         check(lib.fm_checkpoint_find(self._handle(), name.encode(), C.byref(p)), name)
         t = p.contents
-        raw = np.frombuffer(C.string_at(t.data, t.nbytes), np.uint8).copy()
+        raw = np.empty(t.nbytes, np.uint8)
+        check(lib.fm_st_read(p, 0, t.nbytes, raw.ctypes.data), name)
         dt = _np_dtype(t.dtype)
         shape = tuple(t.shape[i] for i in range(t.ndim))
         return raw if dt is None else raw.view(dt).reshape(shape)
