@@ -14,9 +14,10 @@ blocks run on fp4moe.
 
 Each replaced block rounds its input to BF16 (what fp4moe takes), runs
 fp4moe and the original block on it, and compares the outputs (NMSE bound
-1e-5: FP32 summation order gives ~1e-12, a BF16 output, with the
-device-resident API, ~1.3e-6; a wrong expert, scale or routing weight gives
->= 1e-3). The final logits are compared too (1e-3: the BF16 rounding of each
+2e-5: FP32 summation order gives ~1e-13, the BF16 output ~3e-6 as measured on
+the CPU backend, a BF16 FC2 input on the GPU's tensor-core path another
+~1e-6; renormalising the top-k weights when the model does not gives 7e-5
+on one block, a wrong expert or scale >= 1e-3). The final logits are compared too (1e-3: the BF16 rounding of each
 block's input changes the model's path slightly; the residual stream dilutes
 errors there, which is why the blocks are checked one by one). The router weights are scaled up so that top-k choices
 are not near-ties (a random model's router is near-uniform, and a tie decided
@@ -39,7 +40,7 @@ import fp4moe
 from fp4moe.torch_ops import MoE
 
 
-BLOCK_BOUND, LOGIT_BOUND = 1e-5, 1e-3
+BLOCK_BOUND, LOGIT_BOUND = 2e-5, 1e-3
 
 
 def tiny_qwen3_moe():
