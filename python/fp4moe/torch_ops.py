@@ -86,6 +86,7 @@ class MoE:
         self._dev_index = dev.index if self._cuda else -1
         self._h = self.layer._handle()
         self._args = _lib.LayerRunArgs()
+        self._aref = C.byref(self._args)  # made once: a byref per call costs more than the fields
         self._run = lib.fm_layer_run if _lib.HAS_RUN_API else None
         with _reg_lock:
             self.id = next(_ids)
@@ -153,7 +154,7 @@ class MoE:
         if self._cuda:
             a.stream = _raw_stream(self._dev_index) if _raw_stream else \
                 torch.cuda.current_stream(self.device).cuda_stream
-        rc = self._run(self._h, C.byref(a))
+        rc = self._run(self._h, self._aref)
         if rc:
             check(rc, "fp4moe.moe")
 
