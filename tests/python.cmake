@@ -2,14 +2,12 @@
 # build tree against the shared library just built (python/python.cmake):
 # PYTHONPATH points at the package sources, FP4MOE_LIBRARY at build/python/
 # libfp4moe.so, FP4MOE_FORMAT_DUMP at the C format filter (bit-exactness).
-# Python: $PYTHON at configure time, else the interpreter CMake found (the
-# project venv's, scripts/deps.sh), else python3 on PATH. The interpreter needs
+# Python: the interpreter of every Python test, Python3_EXECUTABLE (the project
+# venv's, scripts/deps.sh, as the Makefile passes it), else python3 on PATH. It needs
 # numpy, ml-dtypes and pytest: without them the test FAILS (not skips). torch
 # tests skip with a message when torch (or a GPU) is missing.
 if(TARGET fp4moe_shared)
-  if(DEFINED ENV{PYTHON} AND NOT "$ENV{PYTHON}" STREQUAL "")
-    set(FM_PYTEST_PY "$ENV{PYTHON}")
-  elseif(Python3_EXECUTABLE)
+  if(Python3_EXECUTABLE)
     set(FM_PYTEST_PY "${Python3_EXECUTABLE}")
   else()
     set(FM_PYTEST_PY python3)
