@@ -9,9 +9,10 @@ Host part (any machine, no GPU):
   * the whole eager path on a tiny CPU layer: Layer.run and, with torch,
     torch.ops.fp4moe.moe, minus the same layer called by ctypes directly.
 GPU part (torch with CUDA and the library's fm_layer_run; the coordinator runs it):
-  * per-call host overhead of the op in eager mode at T = 1: CUDA events around
-    N back-to-back calls, the host time of issuing them, and a torch.profiler
-    trace (--trace FILE, chrome format);
+  * per-call host overhead of the op in eager mode at T = 1, on a small layer
+    whose kernels are shorter than the calls: CUDA events around N back-to-back
+    calls, the host time of issuing 8 calls into an idle queue (op vs the C
+    layer called by ctypes), and a torch.profiler trace (--trace FILE, chrome);
   * the op's GPU time vs the C layer's (fm_layer_run by ctypes on the same
     stream, and the same calls replayed from a CUDA graph) at T = 1, 64, 1024.
 Timings are printed, never asserted. Usage:
@@ -88,10 +89,10 @@ def per_call(fn, n, reps=5):
     return float(np.median(best))
 
 
-def tiny_layer(rng):
-    cfg = fp4moe.MoEConfig(n_experts=4, top_k=2, hidden=64, inter=32)
-    W = fp4moe.MoEWeights.quantize(cfg, rng.standard_normal((4, 64)).astype(np.float32),
-                                   rng.standard_normal((4, 64, 64)) * 0.1, rng.standard_normal((4, 64, 32)) * 0.1)
+def tiny_layer(rng, E=4, k=2, H=64, I=32):
+    cfg = fp4moe.MoEConfig(n_experts=E, top_k=k, hidden=H, inter=I)
+    W = fp4moe.MoEWeights.quantize(cfg, rng.standard_normal((E, H)).astype(np.float32),
+                                   rng.standard_normal((E, 2 * I, H)) * 0.1, rng.standard_normal((E, H, I)) * 0.1)
     return cfg, W
 
 
@@ -161,24 +162,19 @@ def big_layer(args, rng):
     return cfg, W
 
 
-def gpu_part(args, res):
+def gpu_measure(args, cfg, W, tokens, label, res):
     import torch
     from fp4moe.torch_ops import MoE
 
-    if not torch.cuda.is_available() or not _lib.HAS_RUN_API:
-        print("GPU part skipped: " + ("no CUDA device" if not torch.cuda.is_available() else
-                                      "the library has no fm_layer_run"))
-        return
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(2)
     dev = torch.device("cuda", 0)
-    cfg, W = big_layer(args, rng)
-    m = MoE(cfg, W, device=dev, max_tokens=max(args.tokens))
+    m = MoE(cfg, W, device=dev, max_tokens=max(tokens))
     lib, h = _lib.lib, m.layer._handle()
     H, k, E = cfg.hidden, cfg.top_k, cfg.n_experts
     op = torch.ops.fp4moe.moe_out.default
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    for T in args.tokens:
-        x = torch.randn(T, H, device=dev).bfloat16()
+    for T in tokens:
+        x = torch.from_numpy(rng.standard_normal((T, H)).astype(np.float32)).to(dev).bfloat16()
         ids = torch.stack([torch.randperm(E)[:k] for _ in range(T)]).int().to(dev)
         w = torch.rand(T, k, device=dev)
         out = torch.empty(T, H, dtype=torch.bfloat16, device=dev)
@@ -187,7 +183,8 @@ def gpu_part(args, res):
         def c_call(stream):
             a = _lib.LayerRunArgs(x.data_ptr(), T, ids.data_ptr(), w.data_ptr(), out.data_ptr(), None,
                                   stream.cuda_stream)
-            return lambda: lib.fm_layer_run(h, C.byref(a))
+            ref = C.byref(a)
+            return lambda: lib.fm_layer_run(h, ref)
 
         calls = {"op": (lambda: op(m.id, x, ids, w, out),) * 2,
                  "c_layer": (c_call(torch.cuda.current_stream(dev)), c_call(cap))}
@@ -197,17 +194,26 @@ def gpu_part(args, res):
             for _ in range(10):
                 fn()
             torch.cuda.synchronize()
+            # (a) CUDA events around n back-to-back calls: per-call time, host- or GPU-bound
             e0, e1 = ev(), ev()
             e0.record()
-            t0 = time.perf_counter()
             for _ in range(n):
                 fn()
-            host = (time.perf_counter() - t0) / n * 1e6
             e1.record()
             torch.cuda.synchronize()
-            r[name + "_eager_us"] = e0.elapsed_time(e1) / n * 1e3  # per call, back to back
-            r[name + "_host_issue_us"] = host
-            g = torch.cuda.CUDAGraph()  # the GPU time alone: the same call replayed from a graph
+            r[name + "_eager_us"] = e0.elapsed_time(e1) / n * 1e3
+            # (b) host time to issue 8 calls from an idle queue (their launches fit in
+            # it, so the host never waits for the GPU), median of 50
+            issue = []
+            for _ in range(50):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(8):
+                    fn()
+                issue.append((time.perf_counter() - t0) / 8 * 1e6)
+            r[name + "_host_issue_us"] = float(np.median(issue))
+            # (c) the GPU time alone: the same call replayed from a graph
+            g = torch.cuda.CUDAGraph()
             reps = 20
             with torch.cuda.graph(g, stream=cap):
                 for _ in range(reps):
@@ -221,11 +227,13 @@ def gpu_part(args, res):
             e1.record()
             torch.cuda.synchronize()
             r[name + "_graph_us"] = e0.elapsed_time(e1) / (5 * reps) * 1e3
+        r["op_minus_c_host_us"] = r["op_host_issue_us"] - r["c_layer_host_issue_us"]
         r["op_vs_c_gpu_ratio"] = r["op_graph_us"] / r["c_layer_graph_us"]
         r["op_vs_c_eager_ratio"] = r["op_eager_us"] / r["c_layer_eager_us"]
         m.errors()
-        res[f"gpu_T{T}"] = r
-        if T == 1 and args.trace:
+        res[f"gpu_{label}_T{T}"] = r
+        print(f"{label} T={T}: " + ", ".join(f"{k_} {v:.2f}" for k_, v in r.items()), flush=True)
+        if T == 1 and args.trace and label == "tiny":
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(50):
@@ -233,6 +241,22 @@ def gpu_part(args, res):
                 torch.cuda.synchronize()
             prof.export_chrome_trace(args.trace)
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    m.close()
+
+
+def gpu_part(args, res):
+    import torch
+
+    if not torch.cuda.is_available() or not _lib.HAS_RUN_API or not fp4moe.backend_available("cuda"):
+        print("GPU part skipped: no CUDA device, no fm_layer_run, or a library without the CUDA backend")
+        return
+    rng = np.random.default_rng(1)
+    # host overhead: a small layer whose kernels take less than the calls' host time
+    cfg, W = tiny_layer(rng, 8, 2, 256, 128)
+    gpu_measure(args, cfg, W, [1], "tiny", res)
+    # GPU time vs the C layer on the real shape (default: GLM-5 EP8 shard)
+    cfg, W = big_layer(args, rng)
+    gpu_measure(args, cfg, W, args.tokens, "model", res)
 
 
 def main():
@@ -245,7 +269,7 @@ def main():
     p.add_argument("--topk", type=int, default=8)
     p.add_argument("--hidden", type=int, default=6144)
     p.add_argument("--inter", type=int, default=2048)
-    p.add_argument("--trace", help="torch.profiler chrome trace of 50 eager calls at T = 1")
+    p.add_argument("--trace", help="torch.profiler chrome trace of 50 eager calls at T = 1 (small layer)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = p.parse_args()
