@@ -52,6 +52,10 @@ static const fm_py_field k_fields[] = {
     F(fm_st_tensor, shape), F(fm_st_tensor, data), F(fm_st_tensor, nbytes), F(fm_st_tensor, file_offset),
     F(fm_st_tensor, file), F(fm_st_tensor, owner_),
 
+    S(fm_ckpt_names), F(fm_ckpt_names, layout), F(fm_ckpt_names, expert), F(fm_ckpt_names, proj_gate),
+    F(fm_ckpt_names, proj_up), F(fm_ckpt_names, proj_down), F(fm_ckpt_names, router),
+    F(fm_ckpt_names, router_bias), F(fm_ckpt_names, shared),
+
     S(fm_ckpt_scan), F(fm_ckpt_scan, layout), F(fm_ckpt_scan, wfmt), F(fm_ckpt_scan, n_layers),
     F(fm_ckpt_scan, layers), F(fm_ckpt_scan, experts), F(fm_ckpt_scan, found), F(fm_ckpt_scan, expert_bytes),
 

@@ -67,6 +67,11 @@ class StTensor(C.Structure):
                 ("owner_", c_void_p)]
 
 
+class CkptNames(C.Structure):
+    _fields_ = [("layout", c_int), ("expert", c_char_p), ("proj_gate", c_char_p), ("proj_up", c_char_p),
+                ("proj_down", c_char_p), ("router", c_char_p), ("router_bias", c_char_p), ("shared", c_char_p)]
+
+
 class CkptScan(C.Structure):
     _fields_ = [("layout", c_int), ("wfmt", c_int), ("n_layers", c_int), ("layers", P(c_int)),
                 ("experts", P(c_int)), ("found", P(c_int)), ("expert_bytes", C.c_uint64)]
@@ -95,7 +100,7 @@ class _AbiField(C.Structure):
 _MIRRORS = {
     "fm_moe_config": MoeConfig, "fm_qtensor": QTensor, "fm_moe_weights": MoeWeights, "fm_run_stats": RunStats,
     "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_error_info": LayerErrorInfo,
-    "fm_st_tensor": StTensor, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
+    "fm_st_tensor": StTensor, "fm_ckpt_names": CkptNames, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
     "fm_ckpt_layer": CkptLayer,
 }
 
@@ -133,6 +138,7 @@ _PROTOS = {
     "fm_checkpoint_scan": (c_int, [c_void_p, c_void_p, P(CkptScan)]),
     "fm_ckpt_scan_free": (None, [P(CkptScan)]),
     "fm_ckpt_layout_name": (c_char_p, [c_int]),
+    "fm_ckpt_names_default": (c_int, [c_int, P(CkptNames)]),
     "fm_checkpoint_load_layer": (c_int, [c_void_p, c_int, P(CkptLoadOpts), P(P(CkptLayer))]),
     "fm_ckpt_layer_free": (None, [P(CkptLayer)]),
     "fm_dtype_name": (c_char_p, [c_int]),

@@ -102,6 +102,30 @@ class Checkpoint:
         return LoadedLayer(out)
 
 
+    def load_shard(self, layer, first_expert, n_local, routing=None):
+        """An expert-parallel shard: experts [first_expert, first_expert + n_local)
+        with the GLOBAL router (all experts' rows, and the ranking bias), so that
+        Layer(cfg, weights, first_expert=, n_local=) routes over global ids and
+        returns this shard's partial sum. (load_layer with first_expert/n_experts
+        instead makes a standalone layer routing among the loaded experts only.)
+        Returns (cfg with the global n_experts, MoEWeights)."""
+        part = self.load_layer(layer, first_expert, n_local, routing)
+        try:
+            w = part.weights()
+            names = _lib.CkptNames()
+            layout = {"modelopt": 1, "gpt-oss": 2}[part.layout]
+            check(lib.fm_ckpt_names_default(layout, C.byref(names)), "load_shard")
+            sub = lambda pat: pat.decode().replace("{L}", str(int(layer)))  # noqa: E731
+            w.router_w = np.ascontiguousarray(self.tensor(sub(names.router)).astype(np.float32))
+            if w.router_bias is not None and names.router_bias:
+                w.router_bias = np.ascontiguousarray(self.tensor(sub(names.router_bias)).astype(np.float32))
+            cfg = part.cfg
+            cfg.n_experts = w.router_w.shape[0]
+            return cfg, w
+        finally:
+            part.close()
+
+
 class LoadedLayer:
     """One layer loaded from a checkpoint (owns the library's fm_ckpt_layer).
     Pass it as the weights of fp4moe.Layer; .weights() copies it into MoEWeights."""

@@ -174,12 +174,17 @@ class MoE:
 
     # ---- weights as checkpoints store them ---------------------------------
     @classmethod
-    def from_checkpoint(cls, path, layer, *, routing=None, first_expert=0, n_experts=0, **kw):
-        """Load layer `layer` of a ModelOpt / gpt-oss checkpoint (file, folder or index)."""
+    def from_checkpoint(cls, path, layer, *, routing=None, first_expert=0, n_local=0, **kw):
+        """Load layer `layer` of a ModelOpt / gpt-oss checkpoint (file, folder or index);
+        with n_local, the expert-parallel shard [first_expert, first_expert + n_local)
+        (global router and ids, the output is the shard's partial sum)."""
         from .checkpoint import Checkpoint
 
         with Checkpoint(path) as ck:
-            loaded = ck.load_layer(layer, first_expert=first_expert, n_experts=n_experts, routing=routing)
+            if n_local:
+                cfg, w = ck.load_shard(layer, first_expert, n_local, routing)
+                return cls(cfg, w, first_expert=first_expert, n_local=n_local, **kw)
+            loaded = ck.load_layer(layer, routing=routing)
         try:
             return cls(None, loaded, **kw)
         finally:

@@ -147,6 +147,15 @@ def test_modelopt_checkpoint(rng, tmp_path):
     loaded.close()
     want, margin = reference(cfg, ref, xf)
     check(got, want, margin)
+    if fp4moe.HAS_RUN_API:  # expert-parallel shards of the checkpoint: global router, partial sums
+        total = 0
+        with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+            for first in (0, 2):
+                scfg, sw = ck.load_shard(0, first, 2, routing=cfg)
+                assert scfg.n_experts == cfg.n_experts and sw.w13_data.shape[0] == 2
+                with fp4moe.Layer(scfg, sw, backend="cpu", max_tokens=4, first_expert=first, n_local=2) as L:
+                    total = total + L.run(bits)
+        check(total, want, margin)
 
 
 def test_route_matches_formula(rng):
