@@ -81,23 +81,37 @@ static void make_experts(fm_rng *r, fm_qtensor *q, int E, int N, int K)
 int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
-    int    reps = 30, warm = 5, quick = 0, only_local = 0;
+    int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--local")) only_local = 1;
+        else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
+            char *p = argv[++i];
+            n_user = 0;
+            while (*p && n_user < 16) {
+                ts_user[n_user++] = atoi(p);
+                while (*p && *p != ',') p++;
+                if (*p == ',') p++;
+            }
+        }
         else {
-            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local]\n");
+            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...]\n");
             return 2;
         }
     }
     if (reps < 3) reps = 3;
     const int H = 6144, I = 2048, EL = 32, K = 8, MAXT = 4096;
     const int Ts_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096}, Ts_quick[] = {1, 4, 64, 1024};
-    const int *Ts = quick ? Ts_quick : Ts_full;
-    const int  nT = quick ? 4 : (int)(sizeof Ts_full / sizeof Ts_full[0]);
+    const int *Ts = n_user ? ts_user : quick ? Ts_quick : Ts_full;
+    const int  nT = n_user ? n_user : quick ? 4 : (int)(sizeof Ts_full / sizeof Ts_full[0]);
+    for (int i = 0; i < nT; i++)
+        if (Ts[i] < 1 || Ts[i] > MAXT) {
+            fprintf(stderr, "bench_layer: T=%d outside [1, %d]\n", Ts[i], MAXT);
+            return 2;
+        }
     fm_rng     r;
     fm_rng_init(&r, 12345);
     fm_cuda_device *dev;

@@ -31,7 +31,8 @@ def layer(x, ids, wts, w13t, w2t, out):
     local = flat < EL
     key = torch.where(local, flat, torch.full_like(flat, EL))  # non-local slots sort last
     order = torch.argsort(key, stable=True)
-    counts = torch.bincount(key, minlength=EL + 1)[:EL]
+    counts = torch.zeros(EL + 1, dtype=torch.int64, device=x.device).scatter_add_(0, key, torch.ones_like(key))[:EL]
+    # (bincount would read its max back to the host: no graph capture)
     offs = torch.cumsum(counts, 0).to(torch.int32)
     slot = order  # slots in expert order; the tail (non-local) is masked below
     xs = x.index_select(0, slot // K)

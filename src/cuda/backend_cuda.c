@@ -46,7 +46,7 @@ typedef struct {
 
 /* Byte offsets of the per-run buffers inside the workspace. */
 typedef struct {
-    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, hs, badlogit, total;
+    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, total;
 } ws_layout;
 
 typedef struct {
@@ -113,6 +113,7 @@ static ws_layout layout_of(const fm_layer_params *p)
     l.ids = take(&at, sizeof(int32_t) * R);
     l.wts = take(&at, sizeof(float) * R);
     l.rscratch = take(&at, fm_moe_route_scratch_bytes(c, p->max_tokens));
+    l.pscratch = take(&at, fm_moe_permute_scratch_bytes(p->max_tokens, c->top_k, p->n_local) + 4);
     l.hs = take(&at, sizeof(float) * (T * S + 1));
     l.badlogit = take(&at, sizeof(unsigned long long));
     l.total = at;
@@ -308,8 +309,8 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
             return cu_err((cudaError_t)le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
     }
-    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, s->d_err, bl,
-                                    stream)) != 0)
+    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
+                                    s->d_err, bl, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    stream)) != 0)

@@ -62,11 +62,15 @@ int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream);
  * = s / top_k (row_token may be NULL). err (or NULL): ids outside [-1,
  * n_global) are counted there, non-finite weights of local slots too, and
  * *bad_logit (or NULL: the routing kernel's word) is folded into it.
+ * scratch: fm_moe_permute_scratch_bytes (per-chunk counts, so the placement runs
+ * in parallel over slot chunks: at T x top_k = 32,768 one warp per expert walking
+ * every slot took ~0.25 ms), or NULL (one chunk).
  * Deterministic: no atomics decide an order. */
-int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first, int n_global,
-                          int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
-                          int32_t *row_token, fm_moe_dev_errors *err, const unsigned long long *bad_logit,
-                          void *stream);
+size_t fm_moe_permute_scratch_bytes(int T, int top_k, int E);
+int    fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
+                             int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
+                             int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
+                             const unsigned long long *bad_logit, void *stream);
 
 /* out[t] += W2 . (silu(W13[0:S] . x[t]) * (W13[S:2S] . x[t])), BF16 weights, FP32 hs[T][S] scratch;
  * H % 8 == 0, S % 8 == 0, 16-byte aligned buffers. */

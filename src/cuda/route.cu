@@ -71,67 +71,6 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
     if (lane == 0) logits[(size_t)t * E + e] = part;
 }
 
-/* Large T: a 32-token x 32-expert tile per CTA (256 threads, 2 x 2 logits each),
- * x and w staged through shared memory 32 columns at a time, so each x row is read
- * once per 32 experts instead of once per expert. Every logit keeps the CPU's 8
- * partial sums, part[k % 8] += x[k] * w[k] in ascending k (products and sums
- * rounded separately), folded the same way: bit-identical to the warp kernel. */
-__global__ void __launch_bounds__(256) router_logits_tiled_kernel(const uint16_t *x, const float *rw, int T, int E,
-                                                                  int H, float *logits)
-{
-    constexpr int TT = 32, TE = 32, KC = 32;
-    __shared__ float xs[KC][TT + 1], ws[KC][TE + 1];
-    const int        tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
-    const int        t0 = blockIdx.y * TT, e0 = blockIdx.x * TE;
-    float            part[2][2][8];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int l = 0; l < 8; l++) part[i][j][l] = 0.0f;
-    for (int k0 = 0; k0 < H; k0 += KC) {
-        for (int q = tid; q < TT * KC; q += 256) { /* coalesced along k */
-            const int r = q / KC, kk = q % KC, k = k0 + kk;
-            const int t = t0 + r, e = e0 + r;
-            xs[kk][r] = t < T && k < H ? __uint_as_float((uint32_t)x[(size_t)t * H + k] << 16) : 0.0f;
-            ws[kk][r] = e < E && k < H ? rw[(size_t)e * H + k] : 0.0f;
-        }
-        __syncthreads();
-        if (k0 + KC <= H) {
-#pragma unroll
-            for (int kk = 0; kk < KC; kk++)
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-#pragma unroll
-                    for (int j = 0; j < 2; j++)
-                        part[i][j][kk & 7] =
-                            __fadd_rn(part[i][j][kk & 7], __fmul_rn(xs[kk][2 * ty + i], ws[kk][2 * tx + j]));
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < KC; kk++)
-                if (k0 + kk < H)
-#pragma unroll
-                    for (int i = 0; i < 2; i++)
-#pragma unroll
-                        for (int j = 0; j < 2; j++)
-                            part[i][j][kk & 7] =
-                                __fadd_rn(part[i][j][kk & 7], __fmul_rn(xs[kk][2 * ty + i], ws[kk][2 * tx + j]));
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int t = t0 + 2 * ty + i, e = e0 + 2 * tx + j;
-            const float *p = part[i][j];
-            if (t < T && e < E)
-                logits[(size_t)t * E + e] = __fadd_rn(__fadd_rn(__fadd_rn(p[0], p[1]), __fadd_rn(p[2], p[3])),
-                                                      __fadd_rn(__fadd_rn(p[4], p[5]), __fadd_rn(p[6], p[7])));
-        }
-}
-
 /* ---- routing ------------------------------------------------------------------ */
 
 typedef struct {
@@ -331,26 +270,36 @@ __global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
  * prefix sums written as offsets[E+1]; the same token_slots / error bookkeeping as
  * permute_count_kernel. Saves the offsets memset and a launch: at decode the
  * permutation is a few microseconds of launches, not of work. */
-#define FM_FUSED_E 8192
+#define FM_FUSED_E 4096
+#define FM_PLACE_CHUNK 1024 /* slots per placement chunk: the count kernel's step */
 __global__ void __launch_bounds__(1024)
     permute_count_scan_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
-                              int32_t *off, int32_t *token_slots, fm_moe_dev_errors *err,
+                              int32_t *off, int32_t *token_slots, int32_t *hist, fm_moe_dev_errors *err,
                               const unsigned long long *bad_logit)
 {
-    __shared__ int cnt[FM_FUSED_E];
+    __shared__ int cnt[FM_FUSED_E], tmp[FM_FUSED_E];
     __shared__ int wsum[32];
     const int      tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     for (int e = tid; e < E; e += 1024) cnt[e] = 0;
-    __syncthreads();
-    for (int s = tid; s < R; s += 1024) {
-        token_slots[s] = -1;
-        const int g = ids[s], e = g - first;
-        if (e >= 0 && e < E) {
-            atomicAdd(&cnt[e], 1);
-            if (err && !isfinite(weights[s])) atomicAdd(&err->nonfinite_w, 1ull);
-        } else if (err && (g < -1 || g >= n_global)) {
-            atomicAdd(&err->bad_ids, 1ull);
-            atomicMin(&err->first_bad_slot, (unsigned long long)s);
+    for (int s0 = 0, c = 0; s0 < R; s0 += FM_PLACE_CHUNK, c++) { /* chunk c: its counts go to hist[c][e] */
+        for (int e = tid; e < E; e += 1024) tmp[e] = 0;
+        __syncthreads();
+        const int s = s0 + tid;
+        if (s < R) {
+            token_slots[s] = -1;
+            const int g = ids[s], e = g - first;
+            if (e >= 0 && e < E) {
+                atomicAdd(&tmp[e], 1);
+                if (err && !isfinite(weights[s])) atomicAdd(&err->nonfinite_w, 1ull);
+            } else if (err && (g < -1 || g >= n_global)) {
+                atomicAdd(&err->bad_ids, 1ull);
+                atomicMin(&err->first_bad_slot, (unsigned long long)s);
+            }
+        }
+        __syncthreads();
+        for (int e = tid; e < E; e += 1024) {
+            hist[(size_t)c * E + e] = tmp[e];
+            cnt[e] += tmp[e];
         }
     }
     if (tid == 0 && err && bad_logit && *bad_logit != ~0ull) atomicMin(&err->bad_logit, *bad_logit);
@@ -384,19 +333,25 @@ __global__ void __launch_bounds__(1024)
 /* One warp per expert e: walks the slots in ascending order, 128 per step (4
  * loads in flight), and places each of e's slots at the next row of e. */
 __global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E, int first,
-                                     const int32_t *off, int32_t *perm, int32_t *token_slots, float *row_weight,
-                                     int32_t *row_token)
+                                     const int32_t *off, const int32_t *hist, int chunk, int32_t *perm,
+                                     int32_t *token_slots, float *row_weight, int32_t *row_token)
 {
-    const int e = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-    if (e >= E) return;
+    /* warp (e, c): expert e's slots in chunk c = [c*chunk, (c+1)*chunk), placed from
+     * off[e] + e's count in the chunks before c (hist[c'][e]); hist NULL: one chunk */
+    const long long wid = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int       e = (int)(wid % E), c = (int)(wid / E), lane = threadIdx.x & 31;
+    if ((long long)c * chunk >= R) return;
+    int row = off[e];
+    if (hist)
+        for (int q = 0; q < c; q++) row += hist[(size_t)q * E + e];
+    const int s_end = (long long)(c + 1) * chunk < R ? (c + 1) * chunk : R;
     const unsigned lt = (1u << lane) - 1u; /* lanes below this one */
-    int            row = off[e];
-    for (int s0 = 0; s0 < R; s0 += 128) {
+    for (int s0 = c * chunk; s0 < s_end; s0 += 128) {
         int v[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int s = s0 + 32 * q + lane;
-            v[q] = s < R ? ids[s] - first : -1;
+            v[q] = s < s_end ? ids[s] - first : -1;
         }
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -421,11 +376,6 @@ extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, i
 {
     const long long warps = (long long)T * E;
     if (warps <= 0) return 0;
-    if (T >= 64 && (T + 31) / 32 <= 65535) { /* enough tokens to share each weight row: the tiled kernel */
-        dim3 grid((unsigned)((E + 31) / 32), (unsigned)((T + 31) / 32));
-        router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
-        return (int)cudaGetLastError();
-    }
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
     router_logits_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
     return (int)cudaGetLastError();
@@ -461,18 +411,25 @@ extern "C" int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stre
     return (int)cudaGetLastError();
 }
 
+extern "C" size_t fm_moe_permute_scratch_bytes(int T, int top_k, int E)
+{
+    const long long R = (long long)T * top_k;
+    return R > 0 && E > 0 ? sizeof(int32_t) * (size_t)((R + FM_PLACE_CHUNK - 1) / FM_PLACE_CHUNK) * (size_t)E : 0;
+}
+
 extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
                                      int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots,
-                                     float *row_weight, int32_t *row_token, fm_moe_dev_errors *err,
+                                     float *row_weight, int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
                                      const unsigned long long *bad_logit, void *stream)
 {
     cudaStream_t    st = (cudaStream_t)stream;
     const long long R = (long long)T * top_k;
     cudaError_t     err_ = cudaSuccess;
     if (R <= 0 || E <= 0) return (int)cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)(E > 0 ? E : 0) + 1), st);
-    if (E <= FM_FUSED_E) {
+    int32_t *hist = E <= FM_FUSED_E ? (int32_t *)scratch : NULL;
+    if (hist) { /* one launch for count + scan, then (expert, chunk) warps place */
         permute_count_scan_kernel<<<1, 1024, 0, st>>>(ids, weights, (int)R, E, first, n_global, offsets, token_slots,
-                                                      err, bad_logit);
+                                                      hist, err, bad_logit);
     } else {
         if ((err_ = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st)) != cudaSuccess) return (int)err_;
         permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, weights, (int)R, E, first, n_global,
@@ -481,8 +438,10 @@ extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, i
         permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
     }
     if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
-    const int warps_per_block = 8;
-    permute_place_kernel<<<(unsigned)((E + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
-        ids, weights, (int)R, top_k, E, first, offsets, perm, token_slots, row_weight, row_token);
+    const int       chunk = hist ? FM_PLACE_CHUNK : (int)R;
+    const long long warps = (long long)E * ((R + chunk - 1) / chunk);
+    const int       warps_per_block = 8;
+    permute_place_kernel<<<(unsigned)((warps + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
+        ids, weights, (int)R, top_k, E, first, offsets, hist, chunk, perm, token_slots, row_weight, row_token);
     return (int)cudaGetLastError();
 }

@@ -81,7 +81,7 @@ static void test_layer_device_path(void **state)
     for (int fi = 0; fi < 2; fi++) {
         layer_fx L;
         fx_make(&L, &r, (fm_format)fmts[fi], 16, 4);
-        const int maxT = 64, H = L.cfg.hidden, K = L.cfg.top_k;
+        const int maxT = 600, H = L.cfg.hidden, K = L.cfg.top_k; /* 600 x 4 slots: 3 placement chunks */
         fm_layer *gl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
         fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, 0, FM_OUT_F32, 0);
         cudaStream_t st;
@@ -92,7 +92,7 @@ static void test_layer_device_path(void **state)
         float    *dw = dmalloc(sizeof(float) * maxT * K);
         float    *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H),
               *again = malloc(sizeof(float) * maxT * H);
-        const int Ts[] = {1, 3, 8, 33, 64};
+        const int Ts[] = {1, 3, 8, 33, 64, 600};
         for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
             const int T = Ts[ti];
             const size_t n = (size_t)T * H;
