@@ -69,10 +69,11 @@ size_t fm_format_row_scale_bytes(fm_format f, int64_t cols);
  * E4M3 (float8_e4m3fn): finite-only, max 448; |x| > 448 (and ±Inf) saturates
  *       to ±448 (ml_dtypes gives NaN above 464); NaN -> 0x7F, or 0xFF when its
  *       sign bit is set (as ml_dtypes). Decoding 0x7F/0xFF gives NaN.
- * UE8M0 (float8_e8m0fnu, 2^(code-127)): encode rounds to the nearest power of
- *       two on the float32 mantissa; a tie (1.5 * 2^e) rounds UP (the kept
- *       significand is the implicit, odd, 1), as ml_dtypes; x < 2^-127 -> 0x00,
- *       x >= 1.5 * 2^127, x <= 0, Inf and NaN -> 0xFF (the NaN code).
+ * UE8M0 (float8_e8m0fnu, 2^(code-127)): a positive finite x gives the code of
+ *       the nearest power of two; a tie (1.5 * 2^e) rounds UP, as ml_dtypes
+ *       0.7; x <= 2^-127 -> 0x00 (also float32 subnormals below 1.5 * 2^-127);
+ *       x >= 1.5 * 2^127, x <= 0 (and -0), Inf and NaN -> 0xFF (the NaN code).
+ *       The full rule: docs/formats.md.
  * BF16, FP16: IEEE RNE; overflow -> Inf; NaN stays NaN (quiet). */
 uint8_t  fm_e2m1_encode(float x);
 float    fm_e2m1_decode(uint8_t code); /* low 4 bits used */
