@@ -1,28 +1,57 @@
 #!/usr/bin/env bash
-# run.sh - build the libFuzzer target over the safetensors header parser and
-# run it for a bounded time (ctest: io_fuzz_safetensors_header, labels cpu;fuzz).
+# run.sh - build the libFuzzer targets and run each for a bounded time
+# (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target).
 #
-#   fuzz/run.sh OUT_DIR [SECONDS]      (default 30 s; FM_FUZZ_SECONDS overrides)
+#   fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]
+#       SECONDS per target (default 30; FM_FUZZ_SECONDS overrides); no TARGET: all of them.
 #
-# Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with
-# a message rather than skipping, so CI cannot silently stop fuzzing.
-# The target is compiled straight from the parser's sources (src/io/safetensors.c,
-# src/io/dtype.c, src/status.c, src/format/codec.c) with -fsanitize=fuzzer,address,undefined, apart
-# from the CMake build, whose compiler may be gcc. Seeds are generated here;
-# the corpus grows in OUT_DIR/corpus between runs; crashes land in OUT_DIR.
+# Adding a target is one line in TARGETS below: its name NAME and the library sources it
+# needs; fuzz/fuzz_NAME.c holds LLVMFuzzerTestOneInput. Optional: fuzz/NAME.dict (a
+# libFuzzer dictionary), seed files in fuzz/seeds/NAME/, and a function seeds_NAME DIR
+# below that writes generated seeds into DIR.
+#
+# Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with a
+# message rather than skipping, so CI cannot silently stop fuzzing. Each target is
+# compiled straight from its sources with -fsanitize=fuzzer,address,undefined, apart from
+# the CMake build, whose compiler may be gcc. Per target, in OUT_DIR/NAME/: the binary,
+# the corpus (grows between runs), crash artifacts.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS]}
+
+# name         sources besides fuzz/fuzz_NAME.c (relative to the repository root)
+TARGETS=(
+  "safetensors src/io/safetensors.c src/io/dtype.c src/status.c src/format/codec.c"
+)
+
+OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}
 SECS=${FM_FUZZ_SECONDS:-${2:-30}}
+shift $(($# >= 2 ? 2 : 1))
 CC=${FM_FUZZ_CC:-clang}
 
+# ---- generated seeds (seeds_NAME DIR) -------------------------------------------------
+# st_seed DIR FILE HEADER DATA_BYTES: a safetensors file with an 8-byte LE header length.
+st_seed() {
+  local n=${#3}
+  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' \
+    $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)) $((n >> 24 & 255)))" >"$1/$2"
+  printf '%s' "$3" >>"$1/$2"
+  head -c "$4" /dev/zero >>"$1/$2"
+}
+seeds_safetensors() {
+  st_seed "$1" empty '{}' 0
+  st_seed "$1" one '{"a":{"dtype":"U8","shape":[2,4],"data_offsets":[0,8]}}' 8
+  st_seed "$1" meta '{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}' 4
+  st_seed "$1" nvfp4 '{"e.weight":{"dtype":"U8","shape":[4,8],"data_offsets":[0,32]},"e.weight_scale":{"dtype":"F8_E4M3","shape":[4,1],"data_offsets":[32,36]},"e.weight_scale_2":{"dtype":"F32","shape":[],"data_offsets":[36,40]}}' 40
+  st_seed "$1" mx '{"b":{"dtype":"U8","shape":[1,2,1,16],"data_offsets":[0,32]},"s":{"dtype":"F8_E8M0","shape":[1,2,1],"data_offsets":[32,34]},"f":{"dtype":"F4","shape":[4],"data_offsets":[34,36]}}  ' 36
+}
+
+# ---- toolchain ------------------------------------------------------------------------
 if ! command -v "$CC" >/dev/null 2>&1; then
   echo "fuzz: FAILED: '$CC' not found. Install clang with libFuzzer (Debian: apt-get install clang);" \
        "scripts/deps.sh should install it." >&2
   exit 1
 fi
-mkdir -p "$OUT/corpus" "$OUT/seeds"
-BIN="$OUT/fuzz_safetensors"
+mkdir -p "$OUT"
 # First: can this compiler build any libFuzzer program at all? (a toolchain problem)
 printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
   >"$OUT/probe.c"
@@ -32,29 +61,38 @@ if ! "$CC" -fsanitize=fuzzer "$OUT/probe.c" -o "$OUT/probe" 2>"$OUT/probe.log"; 
        "Install clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev)." >&2
   exit 1
 fi
-# Then the target itself: a failure here is a build error in the parser's sources (shown above).
-if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-     -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
-     "$SRC/fuzz/fuzz_safetensors.c" "$SRC/src/io/safetensors.c" "$SRC/src/io/dtype.c" "$SRC/src/status.c" \
-     "$SRC/src/format/codec.c" $(pkg-config --libs libcjson) -lm -o "$BIN"; then
-  echo "fuzz: FAILED: the fuzz target does not build (compiler errors above)." >&2
-  exit 1
-fi
 
-# seed FILE HEADER DATA_BYTES: a file with an 8-byte LE header length.
-seed() {
-  local n=${#2}
-  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' \
-    $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)) $((n >> 24 & 255)))" >"$OUT/seeds/$1"
-  printf '%s' "$2" >>"$OUT/seeds/$1"
-  head -c "$3" /dev/zero >>"$OUT/seeds/$1"
-}
-seed empty '{}' 0
-seed one '{"a":{"dtype":"U8","shape":[2,4],"data_offsets":[0,8]}}' 8
-seed meta '{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}' 4
-seed nvfp4 '{"e.weight":{"dtype":"U8","shape":[4,8],"data_offsets":[0,32]},"e.weight_scale":{"dtype":"F8_E4M3","shape":[4,1],"data_offsets":[32,36]},"e.weight_scale_2":{"dtype":"F32","shape":[],"data_offsets":[36,40]}}' 40
-seed mx '{"b":{"dtype":"U8","shape":[1,2,1,16],"data_offsets":[0,32]},"s":{"dtype":"F8_E8M0","shape":[1,2,1],"data_offsets":[32,34]},"f":{"dtype":"F4","shape":[4],"data_offsets":[34,36]}}  ' 36
-
-echo "fuzz: running $BIN for ${SECS}s"
-"$BIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -dict="$SRC/fuzz/safetensors.dict" -artifact_prefix="$OUT/" "$OUT/corpus" "$OUT/seeds"
+# ---- build and run each selected target -------------------------------------------------
+declare -A sources=()
+names=()
+for t in "${TARGETS[@]}"; do
+  read -r name srcs <<<"$t"
+  sources[$name]=$srcs
+  names+=("$name")
+done
+(($#)) && names=("$@")
+for name in "${names[@]}"; do
+  if [ -z "${sources[$name]+set}" ]; then
+    echo "fuzz: FAILED: no target '$name' (targets: ${!sources[*]})" >&2
+    exit 1
+  fi
+  dir="$OUT/$name"
+  bin="$dir/fuzz_$name"
+  mkdir -p "$dir/corpus" "$dir/seeds"
+  read -r -a files <<<"${sources[$name]}"
+  # A failure here is a build error in the target's sources (shown above).
+  if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+       -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
+       "$SRC/fuzz/fuzz_$name.c" "${files[@]/#/$SRC/}" $(pkg-config --libs libcjson) -lm -o "$bin"; then
+    echo "fuzz: FAILED: the fuzz target '$name' does not build (compiler errors above)." >&2
+    exit 1
+  fi
+  if declare -F "seeds_$name" >/dev/null; then "seeds_$name" "$dir/seeds"; fi
+  seed_dirs=("$dir/seeds")
+  [ -d "$SRC/fuzz/seeds/$name" ] && seed_dirs+=("$SRC/fuzz/seeds/$name")
+  dict=()
+  [ -f "$SRC/fuzz/$name.dict" ] && dict=(-dict="$SRC/fuzz/$name.dict")
+  echo "fuzz: running $bin for ${SECS}s"
+  "$bin" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "${dict[@]}" -artifact_prefix="$dir/" "$dir/corpus" "${seed_dirs[@]}"
+done
