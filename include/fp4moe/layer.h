@@ -13,6 +13,9 @@
 
 #include <stdint.h>
 
+#include <stddef.h>
+
+#include "fp4moe/arch.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/status.h"
 
@@ -66,6 +69,113 @@ fm_status fm_layer_forward(fm_layer *layer, const uint16_t *x, int T, float *out
 fm_backend_kind fm_layer_backend(const fm_layer *layer);
 
 void fm_layer_destroy(fm_layer *layer);
+
+/* ==== The layer as a serving engine calls it ===============================
+ *
+ * open a device once -> create a layer on it (weights uploaded, buffers and
+ * tiles chosen for every batch size up to max_tokens) -> fm_layer_run many
+ * times on the caller's stream (asynchronous, no allocation, no host planning,
+ * no synchronisation: capturable into a CUDA graph and replayable) ->
+ * fm_layer_errors now and then (synchronises; reports what the device found).
+ * The CPU backends take the same calls: host memory is their "device", the
+ * stream is ignored, and run is synchronous.
+ */
+
+/* A CUDA device, opened once: its ordinal, limits and row of the GPU table.
+ * Every CUDA call the library makes for a layer created on it runs with this
+ * device current and restores the caller's current device before returning. */
+typedef struct fm_cuda_device fm_cuda_device;
+
+/* Open CUDA device `ordinal` (0-based; the caller's current device is neither
+ * read nor changed). Returns FM_OK, FM_ERR_INVALID_ARG (NULL out),
+ * FM_ERR_OUT_OF_RANGE (no such device), FM_ERR_NO_DEVICE, FM_ERR_CUDA,
+ * FM_ERR_NO_BACKEND (built without CUDA), FM_ERR_OOM. *out is NULL on failure. */
+fm_status fm_cuda_device_open(int ordinal, fm_cuda_device **out);
+void      fm_cuda_device_close(fm_cuda_device *dev); /* after every layer on it is destroyed */
+/* Limits read off the device (fp4moe/arch.h fm_device_info); NULL for NULL. */
+const fm_device_info *fm_cuda_device_limits(const fm_cuda_device *dev);
+/* Its row of the planner's GPU table (matched by compute capability, SMs and
+ * memory), or NULL when no row matches (the planner then uses the limits only). */
+const fm_gpu_info *fm_cuda_device_gpu(const fm_cuda_device *dev);
+
+typedef enum {
+    FM_OUT_F32 = 0,  /* out: FP32 [T][hidden] */
+    FM_OUT_BF16 = 1, /* out: BF16 [T][hidden] (round to nearest even) */
+} fm_out_dtype;
+
+/* How a layer is created. Zero-initialise, then set what differs:
+ * {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = 256}. */
+typedef struct {
+    fm_backend_kind backend;    /* AUTO: cuda when a device is given or visible, else cpu */
+    fm_cuda_device *device;     /* cuda: the device (NULL: the library opens ordinal 0 for the layer) */
+    int             max_tokens; /* largest T a run may pass (>= 1) */
+    fm_out_dtype    out_dtype;
+    /* Expert shard: the layer holds experts [first_expert, first_expert + n_local)
+     * of the cfg->n_experts global experts; routing (internal or external) is over
+     * global ids and only local experts are computed, so `out` is this shard's
+     * partial sum: the shards' outputs summed are the whole layer. n_local = 0:
+     * all experts. With a shard, fm_moe_weights.w13/w2/a1_scale/a2_scale hold the
+     * n_local local experts; router_w/router_bias stay global. The shared expert
+     * (if any) is computed by the shard with first_expert == 0 only. */
+    int             first_expert, n_local;
+    /* 1: the caller passes workspace to every run (fm_layer_workspace_size bytes,
+     * 256-byte aligned, in the layer's memory space); 0: the layer owns it. */
+    int             caller_workspace;
+} fm_layer_desc;
+
+/* Create a layer from a description. Statuses as fm_layer_create, plus
+ * FM_ERR_INVALID_ARG (NULL desc, a shard outside [0, n_experts), a device given
+ * to a CPU backend) and FM_ERR_OUT_OF_RANGE (first_expert/n_local overflow). */
+fm_status fm_layer_create_desc(const fm_layer_desc *desc, const fm_moe_config *cfg, const fm_moe_weights *w,
+                               fm_layer **out);
+
+/* Bytes of workspace one run needs (at max_tokens); 0 when the layer owns it. */
+fm_status fm_layer_workspace_size(const fm_layer *layer, size_t *bytes);
+
+typedef struct {
+    const uint16_t *x;            /* [T][hidden] BF16, in the layer's memory space, 16-byte aligned */
+    int             T;            /* 1 <= T <= max_tokens */
+    /* External routing: [T][top_k] global expert ids (int32) and weights (FP32),
+     * in the layer's memory space; id -1 = no expert (skipped); ids of other
+     * shards are skipped; any other id outside [0, n_experts) is skipped and
+     * counted (fm_layer_errors). Weights are used as given (no renormalisation,
+     * no routed_scale). Both NULL: internal routing (router GEMM + fm_moe_route). */
+    const int32_t *topk_ids;
+    const float   *topk_weights;
+    void          *out;           /* [T][hidden] of desc.out_dtype, 16-byte aligned; fully written */
+    void          *workspace;     /* desc.caller_workspace: fm_layer_workspace_size bytes, else NULL */
+    void          *stream;        /* cudaStream_t of the layer's device (NULL: its legacy default stream);
+                                     ignored by the CPU backends */
+} fm_layer_run_args;
+
+/* Run the layer. cuda: asynchronous on a->stream, launches only (no allocation,
+ * host planning or synchronisation): capturable into a CUDA graph; what only
+ * the device can see (ids out of range, NaN/Inf in x or in the router logits)
+ * is recorded for fm_layer_errors and the output is still fully written (rows
+ * of bad ids skipped). CPU backends: synchronous; they return those statuses
+ * directly and leave out untouched. A layer runs one call at a time (its
+ * buffers, or one workspace, are shared by the calls in flight on one stream).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/x/out, only one of ids/weights,
+ * workspace missing or given wrongly), FM_ERR_BAD_SHAPE (T outside
+ * [1, max_tokens]), FM_ERR_MISALIGNED (x, out or workspace), FM_ERR_CUDA (a
+ * launch failed; capture errors included); CPU backends also
+ * FM_ERR_OUT_OF_RANGE (an id outside [-1, n_experts)), FM_ERR_NONFINITE. */
+fm_status fm_layer_run(fm_layer *layer, const fm_layer_run_args *a);
+
+/* What the device recorded since the last call, then cleared. */
+typedef struct {
+    long long bad_ids;        /* routed slots whose id was outside [-1, n_experts) */
+    long long first_bad_slot; /* smallest such slot t*top_k + j, or -1 */
+    int       nonfinite_x;    /* 1: NaN/Inf in x (in a row the layer read) */
+    long long first_nonfinite;/* smallest t*hidden + c, or -1 */
+    int       nonfinite_logits; /* 1: a router logit overflowed (internal routing) */
+} fm_layer_error_info;
+
+/* Synchronise `stream` (the one runs were enqueued on), read and clear what the
+ * device recorded. info may be NULL. Returns FM_OK (nothing recorded),
+ * FM_ERR_OUT_OF_RANGE (bad ids), FM_ERR_NONFINITE (NaN/Inf), FM_ERR_CUDA (an
+ * asynchronous failure of an earlier run), FM_ERR_INVALID_ARG. CPU backends: FM_OK. */
+fm_status fm_layer_errors(fm_layer *layer, void *stream, fm_layer_error_info *info);
 
 #ifdef __cplusplus
 }
