@@ -8,7 +8,8 @@
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
-# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify]      carry=[".debs"]
+# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer]      carry=[".debs"]
+#   layer: build, ctest -L gpu, memcheck + racecheck of test_cuda_layer, bench_layer, torch_layer
 #   verify: build, ctest -L gpu, bench_gemm --quick, fp4moe run (--check at 1 and 4 tokens;
 #           16-1,024 tokens timed), memcheck + racecheck of test_cuda_gemm's quick subset
 #   results: build, ctest -L gpu, torch peer + ceilings, the full bench, the CLI on the
@@ -42,6 +43,23 @@ pdl_sanitize() {
   timeout 150 "$cs" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_pdl >"$OUT/racecheck_pdl.log" 2>&1
   echo "racecheck test_cuda_pdl rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_pdl.log" | tail -1)"
 }
+if [ "$MODE" = layer ]; then
+  # the device-resident layer (issue 17): its GPU test under memcheck + racecheck, the layer
+  # benchmark (graph replay / eager / GEMMs alone vs the floor) and the torch BF16 layer peer
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/memcheck_layer.log" 2>&1
+  echo "memcheck test_cuda_layer rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layer.log" | tail -1)"
+  timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
+  echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
+  echo "== bench_layer"
+  timeout ${LAYER_S:-240} build-gpu/bench/bench_layer ${LAYER_ARGS:-} >"$OUT/bench_layer.log" 2>&1 || tail -5 "$OUT/bench_layer.log"
+  grep -v "^csv" "$OUT/bench_layer.log"
+  echo "== torch_layer"
+  PYTHONUNBUFFERED=1 timeout ${TORCH_S:-240} python3 bench/torch_layer.py ${LAYER_ARGS:-} --out "$OUT/torch_layer.json" >"$OUT/torch_layer.log" 2>&1 || tail -5 "$OUT/torch_layer.log"
+  cat "$OUT/torch_layer.log"
+  for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check' | tr '\n' ' ')"; done
+  exit 0
+fi
 if [ "$MODE" = perf ]; then
   echo "== bench_gemm --quick"
   build-gpu/bench/bench_gemm ${BENCH_ARGS:---quick} >"$OUT/bench.log" 2>&1 || tail -5 "$OUT/bench.log"

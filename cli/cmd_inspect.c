@@ -4,11 +4,15 @@
  * and shapes, and bytes.
  *
  * Every MoE layer is validated as fp4moe would load it (presence, dtype and
- * shape of every expert tensor and scale) without reading the weights
- * (fm_checkpoint_load_layer with validate_only), so a checkpoint inspect
+ * shape of every expert tensor and scale, no stray expert index, no NaN block
+ * scale code) without reading the weights (fm_checkpoint_load_layer with
+ * validate_only, which reads only scales), so a checkpoint inspect
  * accepts is one `fp4moe run --weights` can load; a bad one fails here with the
- * status naming the file and tensor, exit 1. A checkpoint with no routed
- * experts is not an error: inspect lists its tensors and says so.
+ * status naming the file and tensor, exit 1. The routing settings are shown
+ * with where each came from (config.json key, model-type default). A checkpoint
+ * with expert tensors in a layout fp4moe cannot read, or a quantization_config
+ * it does not read, is "unsupported format: ..." (exit 1); one with no
+ * expert-like tensors at all is not an error: inspect lists its tensors.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
@@ -25,7 +29,7 @@ static void usage(FILE *f)
             "usage: fp4moe inspect PATH [flags]\n"
             "List the tensors, quantization format, MoE layers and experts of a safetensors checkpoint.\n"
             "PATH is a .safetensors file, a folder of shards, or a model.safetensors.index.json.\n\n"
-            "  --layout L    auto | modelopt | gpt-oss   expert tensor layout (default auto)\n"
+            "  --layout L    auto | modelopt | compressed-tensors | gpt-oss   expert tensor layout (default auto)\n"
             "  --layer N     show (and validate) only MoE layer N\n"
             "  --tensors     also list every tensor: name, dtype, shape, bytes, file\n"
             "  --json        machine-readable output on stdout\n"
@@ -50,6 +54,66 @@ static const char *format_desc(fm_format f)
     case FM_FORMAT_BF16: return "BF16 (unquantized experts)";
     default: return "?";
     }
+}
+
+/* The checkpoint's layout as its writer names it. */
+static const char *layout_desc(fm_ckpt_layout l, fm_format f, int input_scales)
+{
+    switch (l) {
+    case FM_LAYOUT_MODELOPT:
+        return f == FM_FORMAT_BF16 ? "modelopt bf16 (unquantized experts)"
+               : input_scales      ? "modelopt nvfp4 (W4A4 input scales)"
+                                   : "modelopt nvfp4 (weight-only)";
+    case FM_LAYOUT_COMPRESSED_TENSORS:
+        return input_scales ? "compressed-tensors nvfp4-pack-quantized W4A4" : "compressed-tensors nvfp4-pack-quantized W4A16";
+    case FM_LAYOUT_GPT_OSS: return "gpt-oss mxfp4";
+    default: return "?";
+    }
+}
+
+/* "config.json num_experts_per_tok", "qwen3_moe default", "command line". */
+static void origin_str(const fm_ckpt_layer *l, int i, char *buf, size_t n)
+{
+    const fm_route_origin *r = &l->route_from[i];
+    switch (r->from) {
+    case FM_ROUTE_FROM_CONFIG: snprintf(buf, n, "config.json %s", r->key ? r->key : "?"); break;
+    case FM_ROUTE_FROM_MODEL_DEFAULT: snprintf(buf, n, "%s default", l->model_type); break;
+    case FM_ROUTE_FROM_CALLER: snprintf(buf, n, "command line"); break;
+    case FM_ROUTE_FROM_ABSENT: snprintf(buf, n, "no n_group in config.json"); break;
+    default: snprintf(buf, n, "unknown"); break;
+    }
+}
+
+static void value_str(const fm_moe_config *c, int i, char *buf, size_t n)
+{
+    switch (i) {
+    case FM_ROUTE_TOP_K: snprintf(buf, n, "%d", c->top_k); break;
+    case FM_ROUTE_SCORE: snprintf(buf, n, "%s", fm_score_name(c->score)); break;
+    case FM_ROUTE_RENORMALIZE: snprintf(buf, n, "%s", c->renormalize ? "yes" : "no"); break;
+    case FM_ROUTE_SCALE: snprintf(buf, n, "%g", (double)c->routed_scale); break;
+    default:
+        if (c->n_group > 1) snprintf(buf, n, "%d, keep %d", c->n_group, c->topk_group);
+        else snprintf(buf, n, "none");
+        break;
+    }
+}
+
+/* No layout matched: expert-like tensors mean a format fp4moe cannot read (an
+ * error); none at all is a checkpoint without routed experts (not one). */
+static int unsupported_experts(const fm_checkpoint *ck)
+{
+    for (size_t i = 0; i < fm_checkpoint_tensor_count(ck); i++) {
+        const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+        if (!strstr(t->name, ".experts.") && !strstr(t->name, ".experts_")) continue;
+        char sh[160];
+        fprintf(stderr,
+                "fp4moe inspect: FM_ERR_UNSUPPORTED: unsupported format: expert tensors such as '%s' (%s %s) match "
+                "none of the layouts fp4moe reads (modelopt .weight/.weight_scale/.weight_scale_2, compressed-tensors "
+                ".weight_packed/.weight_global_scale, gpt-oss _blocks/_scales)\n",
+                t->name, fm_dtype_name(t->dtype), fm_st_shape_str(t, sh, sizeof sh));
+        return 1;
+    }
+    return 0;
 }
 
 /* "1.25 GB", "512 B": decimal units, as disk sizes are quoted. */
@@ -83,8 +147,10 @@ int fm_cmd_inspect(int argc, char **argv)
             if (!strcmp(optarg, "auto")) layout = FM_LAYOUT_AUTO;
             else if (!strcmp(optarg, "modelopt")) layout = FM_LAYOUT_MODELOPT;
             else if (!strcmp(optarg, "gpt-oss")) layout = FM_LAYOUT_GPT_OSS;
+            else if (!strcmp(optarg, "compressed-tensors")) layout = FM_LAYOUT_COMPRESSED_TENSORS;
             else {
-                fprintf(stderr, "fp4moe inspect: --layout expects auto, modelopt or gpt-oss, got '%s'\n", optarg);
+                fprintf(stderr, "fp4moe inspect: --layout expects auto, modelopt, compressed-tensors or gpt-oss, got '%s'\n",
+                        optarg);
                 return FM_EXIT_USAGE;
             }
             break;
@@ -112,14 +178,20 @@ int fm_cmd_inspect(int argc, char **argv)
     fm_status s = fm_checkpoint_open(path, &ck);
     if (s != FM_OK) return fm_cli_fail("inspect", s);
 
+    fm_ckpt_model_info mi;
+    s = fm_checkpoint_model_info(ck, &mi); /* an unreadable config.json or an unsupported quantization */
+    if (s != FM_OK) {
+        fm_checkpoint_close(ck);
+        return fm_cli_fail("inspect", s);
+    }
     fm_ckpt_names names;
     fm_ckpt_names_default(layout, &names);
     fm_ckpt_scan sc = {0};
     s = fm_checkpoint_scan(ck, layout == FM_LAYOUT_AUTO ? NULL : &names, &sc);
     int have_moe = s == FM_OK;
-    if (s != FM_OK && s != FM_ERR_NOT_FOUND) {
+    if ((s != FM_OK && s != FM_ERR_NOT_FOUND) || (s == FM_ERR_NOT_FOUND && unsupported_experts(ck))) {
         fm_checkpoint_close(ck);
-        return fm_cli_fail("inspect", s);
+        return s == FM_ERR_NOT_FOUND ? FM_EXIT_FAIL : fm_cli_fail("inspect", s);
     }
     layer_row *rows = calloc((size_t)(have_moe ? sc.n_layers : 0) + 1, sizeof *rows);
     int nrows = 0, rc = FM_EXIT_OK;
@@ -132,10 +204,11 @@ int fm_cmd_inspect(int argc, char **argv)
         r->experts = sc.experts[i];
         r->found = sc.found[i];
         s = fm_checkpoint_load_layer(ck, r->layer, &lo, &r->info);
-        if (s != FM_OK) {
+        if (s != FM_OK) { /* a stray expert index, a NaN scale code ...: what a load rejects */
             rc = fm_cli_fail("inspect", s);
             break;
         }
+        r->experts = r->info->cfg.n_experts; /* the router's count, every expert present (not max index + 1) */
     }
     if (rc == FM_EXIT_OK && only >= 0 && !nrows) {
         fprintf(stderr, "fp4moe inspect: FM_ERR_NOT_FOUND: layer %ld has no routed experts in %s\n", only, path);
@@ -169,8 +242,17 @@ int fm_cmd_inspect(int argc, char **argv)
             cJSON_AddNumberToObject(o, "count", (double)cnt[d]);
             cJSON_AddNumberToObject(o, "bytes", (double)bytes[d]);
         }
+        if (mi.has_config) {
+            cJSON_AddStringToObject(j, "model_type", mi.model_type);
+            cJSON_AddStringToObject(j, "architecture", mi.architecture);
+        } else {
+            cJSON_AddNullToObject(j, "model_type");
+        }
         if (have_moe) {
             cJSON_AddStringToObject(j, "layout", fm_ckpt_layout_name(sc.layout));
+            if (nrows)
+                cJSON_AddStringToObject(j, "layout_desc",
+                                        layout_desc(sc.layout, sc.wfmt, rows[0].info->has_input_scales));
             cJSON_AddStringToObject(j, "format", fm_format_traits_get(sc.wfmt)->name);
             cJSON_AddNumberToObject(j, "expert_bytes", (double)sc.expert_bytes);
         } else {
@@ -187,7 +269,17 @@ int fm_cmd_inspect(int argc, char **argv)
             cJSON_AddNumberToObject(o, "inter", cf->inter);
             cJSON_AddNumberToObject(o, "shared_inter", cf->shared_inter);
             cJSON_AddNumberToObject(o, "top_k", cf->top_k);
-            cJSON_AddStringToObject(o, "score", cf->score == FM_SCORE_SIGMOID ? "sigmoid" : "softmax");
+            cJSON_AddStringToObject(o, "score", fm_score_name(cf->score));
+            cJSON_AddBoolToObject(o, "renormalize", cf->renormalize);
+            cJSON_AddNumberToObject(o, "routed_scale", cf->routed_scale);
+            cJSON_AddNumberToObject(o, "n_group", cf->n_group);
+            cJSON_AddNumberToObject(o, "topk_group", cf->topk_group);
+            cJSON *from = cJSON_AddObjectToObject(o, "routing_from");
+            for (int k = 0; k < FM_ROUTE_N; k++) {
+                char ob[96];
+                origin_str(rows[i].info, k, ob, sizeof ob);
+                cJSON_AddStringToObject(from, fm_route_setting_name(k), ob);
+            }
             cJSON_AddBoolToObject(o, "router_bias", rows[i].info->has_router_bias);
             cJSON_AddBoolToObject(o, "input_scales", rows[i].info->has_input_scales);
             cJSON_AddNumberToObject(o, "rescaled_w13", rows[i].info->rescaled_w13);
@@ -221,21 +313,34 @@ int fm_cmd_inspect(int argc, char **argv)
         if (cnt[d]) printf(" %s x%zu (%s)", fm_dtype_name((fm_dtype)d), cnt[d], human(bytes[d], hb, sizeof hb));
     printf("\n");
     if (!have_moe) {
-        printf("experts     none found (no ModelOpt or gpt-oss routed-expert tensors)\n");
+        printf("experts     none found (no tensor named like a routed expert)\n");
     } else {
-        printf("layout      %s\n", fm_ckpt_layout_name(sc.layout));
+        if (mi.has_config)
+            printf("model       %s%s%s\n", mi.model_type[0] ? mi.model_type : "(no model_type)",
+                   mi.architecture[0] ? ", " : "", mi.architecture);
+        printf("layout      %s\n", nrows ? layout_desc(sc.layout, sc.wfmt, rows[0].info->has_input_scales)
+                                         : fm_ckpt_layout_name(sc.layout));
         printf("format      %s\n", format_desc(sc.wfmt));
         printf("moe layers  %d, expert tensors %s\n", sc.n_layers, human(sc.expert_bytes, hb, sizeof hb));
-        printf("  %-6s %-8s %-7s %-6s %-7s %-5s %-8s %s\n", "layer", "experts", "hidden", "inter", "shared", "top_k",
+        printf("  %-6s %-8s %-7s %-6s %-7s %-5s %-12s %s\n", "layer", "experts", "hidden", "inter", "shared", "top_k",
                "score", "notes");
         for (int i = 0; i < nrows; i++) {
             const fm_ckpt_layer *in = rows[i].info;
-            printf("  %-6d %-8d %-7d %-6d %-7d %-5d %-8s%s%s%s%s%s\n", rows[i].layer, rows[i].experts, in->cfg.hidden,
+            printf("  %-6d %-8d %-7d %-6d %-7d %-5d %-12s%s%s%s%s%s\n", rows[i].layer, rows[i].experts, in->cfg.hidden,
                    in->cfg.inter, in->cfg.shared_inter, in->cfg.top_k,
-                   in->cfg.score == FM_SCORE_SIGMOID ? "sigmoid" : "softmax", in->has_router_bias ? " router-bias" : "",
+                   fm_score_name(in->cfg.score), in->has_router_bias ? " router-bias" : "",
                    in->has_input_scales ? " input-scales" : "", in->rescaled_w13 ? " gate/up-globals-differ" : "",
                    in->ignored_bias ? " expert-bias-ignored" : "",
                    in->ignored_router_bias ? " router-logit-bias-ignored" : "");
+        }
+        if (nrows) { /* the same for every layer: from the model, so shown once */
+            printf("routing     (where each setting comes from)\n");
+            for (int k = 0; k < FM_ROUTE_N; k++) {
+                char vb[64], ob[96];
+                value_str(&rows[0].info->cfg, k, vb, sizeof vb);
+                origin_str(rows[0].info, k, ob, sizeof ob);
+                printf("  %-13s %-14s %s\n", fm_route_setting_name(k), vb, ob);
+            }
         }
     }
     if (tensors) {

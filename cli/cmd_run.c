@@ -30,24 +30,32 @@ static void usage(FILE *f)
             "  --inter N          expert intermediate size             (default 2048)\n"
             "  --tokens N         tokens in the batch                  (default 4)\n"
             "  --format F         nvfp4 | mxfp4 | bf16                 (default nvfp4)\n"
-            "  --score S          sigmoid | softmax                    (default sigmoid)\n"
+            "  --score S          sigmoid | softmax | softmax-topk     (default sigmoid)\n"
             "  --groups G         expert groups for group-limited top-k (default 0: off)\n"
             "  --topk-group N     groups kept with --groups            (default 1)\n"
+            "  --renormalize B    1: top-k weights renormalised to sum 1, 0: not (default 1)\n"
+            "  --routed-scale X   routed scaling factor                (default 2.5)\n"
             "  --shared-inter N   BF16 shared expert size, 0 = none    (default 0)\n"
             "  --act-nvfp4        quantize activations to NVFP4 (W4A4)\n"
             "  --backend B        auto | cuda | cpu | cpu-ref          (default auto)\n"
             "  --iters N          timed repetitions, median reported   (default 5)\n"
             "  --seed S           random seed                          (default 1)\n"
             "  --check            compare with the CPU reference (exit 4 when outside the bound)\n"
-            "  --weights PATH     run a real layer from a safetensors checkpoint (with --layer)\n"
+            "  --weights PATH     run a real layer from a safetensors checkpoint (with --layer);\n"
+            "                     routing comes from its config.json; --topk --score --groups --topk-group\n"
+            "                     --renormalize --routed-scale override it (said on stderr), --act-nvfp4\n"
+            "                     runs it W4A4; shape flags are rejected\n"
             "  --layer L          layer index in the checkpoint\n"
+            "  --input X.npy      the input: [T][hidden] BF16 ('<u2' bits or ml_dtypes '<V2') or float32\n"
+            "                     ('<f4', rounded to BF16 RNE); T replaces --tokens\n"
+            "  --output Y.npy     write the layer's output: float32 [T][hidden]\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
 
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
-       OPT_JSON, OPT_HELP };
+       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -59,7 +67,9 @@ static const struct option k_opts[] = {
     {"iters", required_argument, 0, OPT_ITERS},     {"seed", required_argument, 0, OPT_SEED},
     {"check", no_argument, 0, OPT_CHECK},           {"weights", required_argument, 0, OPT_WEIGHTS},
     {"layer", required_argument, 0, OPT_LAYER},     {"json", no_argument, 0, OPT_JSON},
-    {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
+    {"help", no_argument, 0, OPT_HELP},             {"renormalize", required_argument, 0, OPT_RENORM},
+    {"routed-scale", required_argument, 0, OPT_RSCALE}, {"input", required_argument, 0, OPT_INPUT},
+    {"output", required_argument, 0, OPT_OUTPUT},   {0, 0, 0, 0}};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -87,6 +97,7 @@ int fm_cmd_run(int argc, char **argv)
     long v;
     double dv;
     const char *shape_flag = NULL; /* a flag that sets the layer's shape: not with --weights */
+    int topk_group_flag = 0;       /* --topk-group: with --weights only together with --groups */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -96,10 +107,10 @@ int fm_cmd_run(int argc, char **argv)
                 shape_flag = op->name;
         switch (c) {
         case OPT_EXPERTS: if (!fm_cli_int("run", "--experts", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.n_experts = (int)v; break;
-        case OPT_TOPK: if (!fm_cli_int("run", "--topk", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.top_k = (int)v; break;
+        case OPT_TOPK: if (!fm_cli_int("run", "--topk", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.top_k = (int)v; o.route_set |= 1u << FM_ROUTE_TOP_K; break;
         case OPT_HIDDEN: if (!fm_cli_int("run", "--hidden", optarg, 1, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.hidden = (int)v; break;
         case OPT_INTER: if (!fm_cli_int("run", "--inter", optarg, 1, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.inter = (int)v; break;
-        case OPT_TOKENS: if (!fm_cli_int("run", "--tokens", optarg, 1, 1 << 20, &v)) return FM_EXIT_USAGE; o.tokens = (int)v; break;
+        case OPT_TOKENS: if (!fm_cli_int("run", "--tokens", optarg, 1, 1 << 20, &v)) return FM_EXIT_USAGE; o.tokens = (int)v; o.tokens_set = 1; break;
         case OPT_FORMAT:
             if (fm_format_parse(optarg, &o.cfg.wfmt) != FM_OK) {
                 fprintf(stderr, "fp4moe run: --format expects nvfp4, mxfp4 or bf16, got '%s'\n", optarg);
@@ -109,13 +120,19 @@ int fm_cmd_run(int argc, char **argv)
         case OPT_SCORE:
             if (!strcasecmp(optarg, "sigmoid")) o.cfg.score = FM_SCORE_SIGMOID;
             else if (!strcasecmp(optarg, "softmax")) o.cfg.score = FM_SCORE_SOFTMAX;
+            else if (!strcasecmp(optarg, "softmax-topk")) o.cfg.score = FM_SCORE_SOFTMAX_TOPK;
             else {
-                fprintf(stderr, "fp4moe run: --score expects sigmoid or softmax, got '%s'\n", optarg);
+                fprintf(stderr, "fp4moe run: --score expects sigmoid, softmax or softmax-topk, got '%s'\n", optarg);
                 return FM_EXIT_USAGE;
             }
+            o.route_set |= 1u << FM_ROUTE_SCORE;
             break;
-        case OPT_GROUPS: if (!fm_cli_int("run", "--groups", optarg, 0, 4096, &v)) return FM_EXIT_USAGE; o.cfg.n_group = (int)v; break;
-        case OPT_TOPK_GROUP: if (!fm_cli_int("run", "--topk-group", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.topk_group = (int)v; break;
+        case OPT_GROUPS: if (!fm_cli_int("run", "--groups", optarg, 0, 4096, &v)) return FM_EXIT_USAGE; o.cfg.n_group = (int)v; o.route_set |= 1u << FM_ROUTE_GROUPS; break;
+        case OPT_TOPK_GROUP: if (!fm_cli_int("run", "--topk-group", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.topk_group = (int)v; topk_group_flag = 1; break;
+        case OPT_RENORM: if (!fm_cli_int("run", "--renormalize", optarg, 0, 1, &v)) return FM_EXIT_USAGE; o.cfg.renormalize = (int)v; o.route_set |= 1u << FM_ROUTE_RENORMALIZE; break;
+        case OPT_RSCALE: if (!fm_cli_double("run", "--routed-scale", optarg, 1e-30, 1e30, &dv)) return FM_EXIT_USAGE; o.cfg.routed_scale = (float)dv; o.route_set |= 1u << FM_ROUTE_SCALE; break;
+        case OPT_INPUT: o.input_path = optarg; break;
+        case OPT_OUTPUT: o.output_path = optarg; break;
         case OPT_SHARED: if (!fm_cli_int("run", "--shared-inter", optarg, 0, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.shared_inter = (int)v; break;
         case OPT_ACT: o.cfg.act_nvfp4 = 1; break;
         case OPT_BACKEND:
@@ -156,6 +173,11 @@ int fm_cmd_run(int argc, char **argv)
         return FM_EXIT_USAGE;
     }
     if (o.cfg.n_group > 1 && o.cfg.topk_group == 0) o.cfg.topk_group = 1;
+    if (o.weights_path && topk_group_flag && !(o.route_set & (1u << FM_ROUTE_GROUPS))) {
+        fprintf(stderr, "fp4moe run: with --weights, --topk-group overrides the groups only together with --groups\n");
+        return FM_EXIT_USAGE;
+    }
+    if (o.weights_path && (o.route_set & (1u << FM_ROUTE_GROUPS)) && o.cfg.n_group < 2) o.cfg.topk_group = 0;
 
     /* Say "no GPU" before spending seconds on quantizing weights. */
     fm_status s = fm_backend_available(o.backend);
@@ -164,10 +186,14 @@ int fm_cmd_run(int argc, char **argv)
     s = fm_run_model_build(&o, &m);
     if (s != FM_OK) { /* settings from flags that do not make a layer are usage errors; a bad checkpoint is not */
         int rc0 = fm_cli_fail("run", s);
+        const char *d = fm_last_error();
+        if (o.weights_path && d && strstr(d, "give ")) /* routing the checkpoint does not say */
+            fprintf(stderr, "fp4moe run: the routing flags are --topk, --score, --renormalize, --routed-scale "
+                            "and --groups/--topk-group\n");
         return !o.weights_path && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE : rc0;
     }
     const fm_moe_config *cfg = &m.cfg;
-    int T = o.tokens;
+    int T = m.tokens; /* --tokens, or the rows of --input */
     size_t n_out = (size_t)T * cfg->hidden;
     float *out = malloc(n_out * sizeof *out), *ref = NULL;
     double *ms = calloc((size_t)o.iters, sizeof *ms);
@@ -195,6 +221,11 @@ int fm_cmd_run(int argc, char **argv)
         ms[i] = st.ms;
     }
     fm_cli_progress("\n");
+    if (s != FM_OK) {
+        rc = fm_cli_fail("run", s);
+        goto done;
+    }
+    s = fm_run_write_output(&o, &m, out); /* the backend's output of the last iteration */
     if (s != FM_OK) {
         rc = fm_cli_fail("run", s);
         goto done;

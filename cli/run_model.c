@@ -1,4 +1,6 @@
-/* run_model.c - random GLM-5-shaped layers for `fp4moe run`.
+/* run_model.c - the layer `fp4moe run` executes: random GLM-5-shaped
+ * weights, or a checkpoint's layer (routing from the model, flags override);
+ * its input (seeded, or --input .npy) and output file; the up-front size check.
  *
  * Weights are Gaussian with sigma 1/sqrt(K) per matrix, drawn per expert from a
  * seeded xoshiro stream and quantized with fm_quantize (so every backend sees
@@ -6,11 +8,14 @@
  * generated in parallel (one RNG stream per expert: the result does not depend
  * on the thread count).
  */
+#define _POSIX_C_SOURCE 200809L
 #include "run_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "fm_internal.h"
@@ -129,17 +134,76 @@ static fm_status count_active(fm_run_model *m, int T)
     return s;
 }
 
-/* A real layer: every expert of layer --layer, routing settings from the
- * checkpoint's config.json (fm_checkpoint_load_layer documents the fallbacks). */
+/* What a routing setting is in cfg, for the stderr notes. */
+static void route_value(const fm_moe_config *c, int which, char *buf, size_t n)
+{
+    switch (which) {
+    case FM_ROUTE_TOP_K: snprintf(buf, n, "top_k %d", c->top_k); break;
+    case FM_ROUTE_SCORE: snprintf(buf, n, "score %s", fm_score_name(c->score)); break;
+    case FM_ROUTE_RENORMALIZE: snprintf(buf, n, "renormalize %d", c->renormalize); break;
+    case FM_ROUTE_SCALE: snprintf(buf, n, "routed_scale %g", (double)c->routed_scale); break;
+    default: snprintf(buf, n, "groups %d (keep %d)", c->n_group, c->topk_group); break;
+    }
+}
+
+/* "config.json num_experts_per_tok", "qwen3_moe default", ... */
+static void route_origin(const fm_ckpt_layer *l, int which, char *buf, size_t n)
+{
+    const fm_route_origin *r = &l->route_from[which];
+    switch (r->from) {
+    case FM_ROUTE_FROM_CONFIG: snprintf(buf, n, "config.json %s", r->key ? r->key : "?"); break;
+    case FM_ROUTE_FROM_MODEL_DEFAULT: snprintf(buf, n, "%s default", l->model_type[0] ? l->model_type : "model-type"); break;
+    case FM_ROUTE_FROM_CALLER: snprintf(buf, n, "command line"); break;
+    case FM_ROUTE_FROM_ABSENT: snprintf(buf, n, "no n_group in config.json"); break;
+    default: snprintf(buf, n, "unknown"); break;
+    }
+}
+
+/* A real layer: every expert of layer --layer, routing from the model
+ * (fm_checkpoint_load_layer); flags in route_set override, each said on stderr
+ * with the value and origin it replaces (from a validate-only load without them). */
 static fm_status load_checkpoint(const fm_run_opts *o, fm_run_model *m)
 {
     fm_checkpoint *ck = NULL;
-    fm_ckpt_layer *l = NULL;
-    fm_cli_progress("fp4moe run: loading layer %d from %s...\n", o->layer < 0 ? 0 : o->layer, o->weights_path);
+    fm_ckpt_layer *l = NULL, *base = NULL;
+    int L = o->layer < 0 ? 0 : o->layer;
+    fm_cli_progress("fp4moe run: loading layer %d from %s...\n", L, o->weights_path);
     FM_CHECK(fm_checkpoint_open(o->weights_path, &ck));
     fm_ckpt_load_opts lo = {0};
-    fm_status s = fm_checkpoint_load_layer(ck, o->layer < 0 ? 0 : o->layer, &lo, &l);
+    fm_moe_config keep; /* --act-nvfp4 alone: the model's routing, plus act_nvfp4 */
+    if (o->route_set || o->cfg.act_nvfp4) {
+        fm_ckpt_load_opts vo = {.validate_only = 1};
+        if (fm_checkpoint_load_layer(ck, L, &vo, &base) != FM_OK) base = NULL; /* the model alone does not say */
+        fm_clear_error();
+        lo.routing = &o->cfg;
+        lo.routing_fields = o->route_set ? o->route_set : 0u;
+        if (!o->route_set) { /* --act-nvfp4 alone: keep the model's routing, take only act_nvfp4 */
+            if (!base) {
+                fm_status s = fm_checkpoint_load_layer(ck, L, &vo, &base); /* its error is the answer */
+                fm_checkpoint_close(ck);
+                return s;
+            }
+            keep = base->cfg;
+            keep.act_nvfp4 = 1;
+            lo.routing = &keep;
+        }
+    }
+    fm_status s = fm_checkpoint_load_layer(ck, L, &lo, &l);
     fm_checkpoint_close(ck); /* the loaded layer owns copies of everything it needs */
+    if (s == FM_OK)
+        for (int i = 0; i < FM_ROUTE_N; i++) {
+            if (!(o->route_set & (1u << i))) continue;
+            char now[64], was[64] = "", from[96] = "";
+            route_value(&l->cfg, i, now, sizeof now);
+            if (base) {
+                route_value(&base->cfg, i, was, sizeof was);
+                route_origin(base, i, from, sizeof from);
+                fprintf(stderr, "fp4moe run: %s from the command line overrides %s (%s)\n", now, was, from);
+            } else {
+                fprintf(stderr, "fp4moe run: %s from the command line (the checkpoint does not say)\n", now);
+            }
+        }
+    fm_ckpt_layer_free(base);
     if (s != FM_OK) return s;
     m->ckpt = l;
     m->cfg = l->cfg;
@@ -147,18 +211,92 @@ static fm_status load_checkpoint(const fm_run_opts *o, fm_run_model *m)
     return FM_OK;
 }
 
+double fm_run_host_bytes(const fm_moe_config *c, int T, int check, int cpu_ws)
+{
+    double t = T, H = c->hidden, P = t * c->top_k, I = c->inter, S = c->shared_inter;
+    double b = t * H * (2.0 + 4.0 + (check ? 4.0 : 0.0)); /* x, out, ref */
+    b += t * c->n_experts * 4.0 + P * 12.0;             /* logits, weights, ids (count_active) */
+    if (cpu_ws) b += P * (H + 3 * I + H) * 4.0 + P * 16.0 + t * H * 4.0 * 3 + t * 3 * S * 4.0; /* backend_fast.c */
+    return b;
+}
+
+/* Refuse, before allocating anything big, a run that cannot work: what
+ * fm_layer_create would reject, or more host memory than the machine has. */
+static fm_status check_run_size(const fm_run_opts *o, const fm_moe_config *c, int T)
+{
+    if ((long long)T * c->hidden > 2147483647LL)
+        return fm_fail(FM_ERR_INVALID_ARG, "%d tokens x hidden %d = %lld elements exceeds 2^31-1, the most a layer takes "
+                       "per forward; run fewer tokens", T, c->hidden, (long long)T * c->hidden);
+    if ((long long)T * c->top_k > 2147483647LL)
+        return fm_fail(FM_ERR_INVALID_ARG, "%d tokens x top_k %d exceeds 2^31-1 routed rows", T, c->top_k);
+    int cpu = o->backend == FM_BACKEND_CPU || o->backend == FM_BACKEND_CPU_REF ||
+              (o->backend == FM_BACKEND_AUTO && fm_backend_available(FM_BACKEND_CUDA) != FM_OK);
+    fm_clear_error();
+    double need = fm_run_host_bytes(c, T, o->check, cpu);
+    if (!o->weights_path) { /* the random weights too */
+        size_t d13 = 0, s13 = 0, d2 = 0, s2 = 0;
+        if (fm_qtensor_bytes(c->wfmt, 2LL * c->inter, c->hidden, &d13, &s13) == FM_OK &&
+            fm_qtensor_bytes(c->wfmt, c->hidden, c->inter, &d2, &s2) == FM_OK)
+            need += (double)c->n_experts * (double)(d13 + s13 + d2 + s2);
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    if (have > 0 && need > have)
+        return fm_fail(FM_ERR_INVALID_ARG, "%d tokens at hidden %d would need about %.1f GB of host memory (inputs, "
+                       "outputs%s and %s buffers); this machine has %.1f GB: run fewer tokens", T, c->hidden, need / 1e9,
+                       o->check ? ", the --check reference" : "", cpu ? "CPU backend" : "routing", have / 1e9);
+    return FM_OK;
+}
+
+/* x from --input: [T][hidden], BF16 bits kept, FP32 rounded to BF16 (RNE). */
+static fm_status read_input(const fm_run_opts *o, fm_run_model *m)
+{
+    fm_npy a;
+    FM_CHECK(fm_npy_read(o->input_path, &a));
+    fm_status s = FM_OK;
+    if (a.ndim != 2 || a.shape[1] != m->cfg.hidden || a.shape[0] < 1 || a.shape[0] > (1 << 20))
+        s = fm_fail(FM_ERR_BAD_SHAPE, "%s: shape has %d dims (%lld x %lld...): expected [T][%d] with 1 <= T <= %d "
+                    "(T tokens, hidden %d)", o->input_path, a.ndim, (long long)(a.ndim > 0 ? a.shape[0] : 0),
+                    (long long)(a.ndim > 1 ? a.shape[1] : 0), m->cfg.hidden, 1 << 20, m->cfg.hidden);
+    else if (o->tokens_set && a.shape[0] != o->tokens)
+        s = fm_fail(FM_ERR_BAD_SHAPE, "%s holds %lld tokens but --tokens says %d", o->input_path, (long long)a.shape[0],
+                    o->tokens);
+    if (s == FM_OK) s = check_run_size(o, &m->cfg, (int)a.shape[0]);
+    if (s == FM_OK && !(m->x = malloc(a.numel * sizeof *m->x))) s = fm_fail(FM_ERR_OOM, "out of host memory (input)");
+    if (s == FM_OK) {
+        m->tokens = (int)a.shape[0];
+        if (a.dtype == FM_DTYPE_BF16) memcpy(m->x, a.data, a.numel * 2);
+        else
+            for (uint64_t i = 0; i < a.numel; i++) m->x[i] = fm_bf16_encode(((const float *)a.data)[i]);
+    }
+    fm_npy_free(&a);
+    return s;
+}
+
+fm_status fm_run_write_output(const fm_run_opts *o, const fm_run_model *m, const float *out)
+{
+    if (!o->output_path) return FM_OK;
+    int64_t shape[2] = {m->tokens, m->cfg.hidden};
+    return fm_npy_write(o->output_path, FM_DTYPE_F32, 2, shape, out);
+}
+
 fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
 {
     memset(m, 0, sizeof *m);
     m->cfg = o->cfg;
+    m->tokens = o->tokens;
     fm_status s;
     if (o->weights_path) {
         s = load_checkpoint(o, m);
+        if (s == FM_OK && !o->input_path) s = check_run_size(o, &m->cfg, o->tokens);
     } else {
         s = fm_moe_config_check(&m->cfg);
+        if (s == FM_OK && !o->input_path) s = check_run_size(o, &m->cfg, o->tokens);
         if (s == FM_OK) s = build_random(o, m);
     }
-    if (s == FM_OK) {
+    if (s == FM_OK && o->input_path) {
+        s = read_input(o, m);
+    } else if (s == FM_OK) {
         size_t n = (size_t)o->tokens * m->cfg.hidden;
         m->x = malloc(n * sizeof *m->x);
         if (!m->x) s = fm_fail(FM_ERR_OOM, "out of host memory (input)");
@@ -166,7 +304,7 @@ fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
         fm_rng_init(&r, o->seed ^ 0xabcdefull);
         for (size_t i = 0; s == FM_OK && i < n; i++) m->x[i] = fm_bf16_encode(fm_rng_normal_fast(&r));
     }
-    if (s == FM_OK) s = count_active(m, o->tokens);
+    if (s == FM_OK) s = count_active(m, m->tokens);
     if (s != FM_OK) fm_run_model_free(m);
     return s;
 }

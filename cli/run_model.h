@@ -11,14 +11,19 @@ typedef struct {
     fm_moe_config   cfg;
     fm_backend_kind backend;
     int             tokens, iters, check, json, layer;
+    int             tokens_set;   /* --tokens was given (it must then agree with --input) */
     uint64_t        seed;
     const char     *weights_path;
+    unsigned        route_set;    /* routing flags given: bits (1u << FM_ROUTE_x) of cfg */
+    const char     *input_path;   /* --input x.npy: [T][hidden] BF16 ('<u2', '<V2') or FP32 ('<f4') */
+    const char     *output_path;  /* --output y.npy: FP32 [T][hidden] */
 } fm_run_opts;
 
 typedef struct {
     fm_moe_config  cfg;
     fm_moe_weights w;
     uint16_t      *x;              /* [tokens][hidden] BF16 input */
+    int            tokens;         /* T: --tokens, or the rows of --input */
     int            active_experts; /* experts with >= 1 routed row for x */
     /* owned storage */
     fm_qtensor *w13, *w2;
@@ -29,7 +34,18 @@ typedef struct {
 } fm_run_model;
 
 void      fm_run_opts_default(fm_run_opts *o);
+/* Build the layer and its input: random weights of cfg's shape, or the layer
+ * of a checkpoint (routing flags in route_set override the model's, each said
+ * on stderr); x from --input or seeded N(0, 1). Refuses up front (FM_ERR_INVALID_ARG)
+ * a run whose host memory estimate (fm_run_host_bytes) exceeds the host's
+ * physical memory, or whose T x hidden / T x top_k exceed what a layer takes
+ * (2^31-1). m->cfg/T on return: the layer run and the token count used. */
 fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m);
+/* Host bytes a run of T tokens allocates beyond the weights: x, out, the --check
+ * reference, routing buffers, and (cpu_ws) the CPU backends' per-row workspace. */
+double fm_run_host_bytes(const fm_moe_config *c, int T, int check, int cpu_ws);
+/* Write out[T][hidden] to --output (FP32 .npy). */
+fm_status fm_run_write_output(const fm_run_opts *o, const fm_run_model *m, const float *out);
 void      fm_run_model_free(fm_run_model *m);
 /* Bytes the layer must read at least once for T tokens: weights + scales of the
  * active experts, the router, the shared expert, input x and output. */

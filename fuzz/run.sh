@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # run.sh - build the libFuzzer targets and run each for a bounded time
-# (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target).
+# (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target):
+#   safetensors  the safetensors reader (header parser; pread of a file cut short while open)
+#   config       the config.json parser (src/io/config.c)
 #
 #   fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]
 #       SECONDS per target (default 30; FM_FUZZ_SECONDS overrides); no TARGET: all of them.
@@ -20,7 +22,8 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 # name         sources besides fuzz/fuzz_NAME.c (relative to the repository root)
 TARGETS=(
-  "safetensors src/io/safetensors.c src/io/dtype.c src/status.c src/format/codec.c"
+  "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file.c src/status.c src/format/codec.c"
+  "config      src/io/config.c src/status.c"
 )
 
 OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}
@@ -43,6 +46,12 @@ seeds_safetensors() {
   st_seed "$1" meta '{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}' 4
   st_seed "$1" nvfp4 '{"e.weight":{"dtype":"U8","shape":[4,8],"data_offsets":[0,32]},"e.weight_scale":{"dtype":"F8_E4M3","shape":[4,1],"data_offsets":[32,36]},"e.weight_scale_2":{"dtype":"F32","shape":[],"data_offsets":[36,40]}}' 40
   st_seed "$1" mx '{"b":{"dtype":"U8","shape":[1,2,1,16],"data_offsets":[0,32]},"s":{"dtype":"F8_E8M0","shape":[1,2,1],"data_offsets":[32,34]},"f":{"dtype":"F4","shape":[4],"data_offsets":[34,36]}}  ' 36
+}
+
+seeds_config() {
+  printf '%s' '{"model_type": "qwen3_moe", "num_experts_per_tok": 8, "norm_topk_prob": true}' >"$1/qwen3"
+  printf '%s' '{"model_type": "deepseek_v3", "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}' >"$1/dsv3"
+  printf '%s' '{"text_config": {"model_type": "gpt_oss"}, "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {"g": {"format": "nvfp4-pack-quantized"}}}}' >"$1/ct"
 }
 
 # ---- toolchain ------------------------------------------------------------------------

@@ -1,19 +1,41 @@
 /* backend.h - the backend function table (ggml's backend interface, reduced).
- * Each backend defines one const fm_backend_ops; layer.c dispatches through it. */
+ * Each backend defines one const fm_backend_ops; layer.c dispatches through it
+ * and does every check the backends share, so a backend sees validated input. */
 #ifndef FM_BACKEND_H
 #define FM_BACKEND_H
 
 #include "fm_internal.h"
 
+/* What a backend is created with: the model's layer (cfg: n_experts is the
+ * global count routing runs over) and the deployment (desc, normalised: n_local
+ * >= 1, device set for cuda). */
+typedef struct {
+    fm_moe_config   cfg;
+    int             max_tokens;
+    int             first, n_local; /* the shard: local expert e = global first + e */
+    fm_out_dtype    out_dtype;
+    int             caller_workspace;
+    fm_cuda_device *device;         /* cuda only */
+} fm_layer_params;
+
 typedef struct {
     const char *name;
     /* FM_OK when this backend can run here (device present, ...). */
     fm_status (*available)(void);
-    /* cfg has passed fm_moe_config_check and w the shape checks in layer.c;
-     * copy/prepack what is needed: w does not outlive this call. */
-    fm_status (*create)(const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens, void **state);
-    /* x has passed the finite check; must not write out on failure. */
-    fm_status (*forward)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
+    /* p->cfg has passed fm_moe_config_check and w the shape checks in layer.c
+     * (w->w13/w2/a1/a2 hold p->n_local experts); copy/prepack what is needed:
+     * w does not outlive this call. */
+    fm_status (*create)(const fm_layer_params *p, const fm_moe_weights *w, void **state);
+    /* a has passed layer.c's argument checks (pointers, T, ids/weights paired,
+     * workspace, alignment); CPU backends must not write a->out on failure. */
+    fm_status (*run)(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
+    /* fm_layer_forward with host x / FP32 out; NULL: run is called with the host
+     * pointers (CPU backends). x has passed the finite check. */
+    fm_status (*forward_host)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
+    /* fm_layer_errors; NULL: nothing is deferred (CPU backends). */
+    fm_status (*errors)(void *state, void *stream, fm_layer_error_info *info);
+    /* bytes of caller workspace a run needs (p->caller_workspace); NULL: 0. */
+    size_t (*workspace_bytes)(void *state);
     void (*destroy)(void *state);
 } fm_backend_ops;
 
@@ -23,7 +45,11 @@ extern const fm_backend_ops fm_cpu_ops;     /* src/cpu/backend_fast.c */
 extern const fm_backend_ops fm_cuda_ops; /* src/cuda/backend_cuda.c */
 #endif
 
-/* Shape/format check of every weight tensor against cfg (shared by all backends). */
+/* Shape/format check of every weight tensor against cfg (shared by all backends);
+ * it checks cfg->n_experts experts (layer.c passes the shard's count). */
 fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w);
+
+/* out[i] = BF16(in[i]) (round to nearest even), n elements (CPU backends' BF16 output). */
+void fm_layer_store_bf16(const float *in, size_t n, uint16_t *out);
 
 #endif

@@ -11,14 +11,6 @@
 #include <string.h>
 #include <strings.h>
 
-struct fm_layer {
-    const fm_backend_ops *ops;
-    fm_backend_kind       kind;
-    fm_moe_config         cfg;
-    int                   max_tokens;
-    void                 *state;
-};
-
 static const char *const k_backend_names[FM_BACKEND_COUNT] = {
     [FM_BACKEND_AUTO] = "auto", [FM_BACKEND_CPU_REF] = "cpu-ref", [FM_BACKEND_CPU] = "cpu", [FM_BACKEND_CUDA] = "cuda"};
 
@@ -117,32 +109,74 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
     return FM_OK;
 }
 
-fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
-                          fm_layer **out)
+void fm_layer_store_bf16(const float *in, size_t n, uint16_t *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = fm_bf16_encode(in[i]);
+}
+
+struct fm_layer {
+    const fm_backend_ops *ops;
+    fm_backend_kind       kind;
+    fm_layer_params       p;
+    fm_cuda_device       *own_device; /* opened by the layer (desc.device NULL), closed with it */
+    void                 *state;
+};
+
+fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg, const fm_moe_weights *w,
+                               fm_layer **out)
 {
     fm_clear_error();
     if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: out is NULL");
     *out = NULL;
+    if (!d) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: desc is NULL");
     if (!cfg) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: cfg is NULL");
-    if (max_tokens < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: max_tokens=%d < 1", max_tokens);
+    if (d->max_tokens < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: max_tokens=%d < 1", d->max_tokens);
+    if ((int)d->out_dtype != FM_OUT_F32 && (int)d->out_dtype != FM_OUT_BF16)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: out_dtype=%d (expected FM_OUT_F32 or FM_OUT_BF16)",
+                       (int)d->out_dtype);
+    if (d->caller_workspace != 0 && d->caller_workspace != 1)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
+                       d->caller_workspace);
     FM_CHECK(fm_moe_config_check(cfg));
     /* Every backend indexes routed rows (token x slot) and token x hidden with
      * 32-bit ints on the device: bound both here, once, for all of them. */
-    if ((int64_t)max_tokens * cfg->top_k > INT32_MAX || (int64_t)max_tokens * cfg->hidden > INT32_MAX)
+    if ((int64_t)d->max_tokens * cfg->top_k > INT32_MAX || (int64_t)d->max_tokens * cfg->hidden > INT32_MAX)
         return fm_fail(FM_ERR_BAD_SHAPE,
                        "fm_layer_create: max_tokens=%d x top_k=%d (or x hidden=%d) exceeds 2^31-1 elements",
-                       max_tokens, cfg->top_k, cfg->hidden);
-    FM_CHECK(fm_moe_weights_check(cfg, w));
-    if (kind == FM_BACKEND_AUTO) kind = fm_backend_available(FM_BACKEND_CUDA) == FM_OK ? FM_BACKEND_CUDA : FM_BACKEND_CPU;
+                       d->max_tokens, cfg->top_k, cfg->hidden);
+    const int64_t first = d->first_expert, nl = d->n_local ? d->n_local : (int64_t)cfg->n_experts - first;
+    if (first < 0 || nl < 1 || first + nl > cfg->n_experts)
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "fm_layer_create: shard [%lld, %lld + %lld) is not a non-empty range of the %d experts",
+                       (long long)first, (long long)first, (long long)nl, cfg->n_experts);
+    fm_moe_config lcfg = *cfg; /* the shard's experts, for the weight checks */
+    lcfg.n_experts = (int)nl;
+    FM_CHECK(fm_moe_weights_check(&lcfg, w));
+    fm_backend_kind kind = d->backend;
+    if ((int)kind < 0 || kind >= FM_BACKEND_COUNT)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: unknown backend %d", (int)kind);
+    if (kind == FM_BACKEND_AUTO)
+        kind = d->device || fm_backend_available(FM_BACKEND_CUDA) == FM_OK ? FM_BACKEND_CUDA : FM_BACKEND_CPU;
+    if (d->device && kind != FM_BACKEND_CUDA)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: a CUDA device was given to the %s backend",
+                       fm_backend_name(kind));
     FM_CHECK(fm_backend_available(kind));
     fm_layer *l = calloc(1, sizeof *l);
     if (!l) return fm_fail(FM_ERR_OOM, "fm_layer_create: out of host memory");
     l->ops = ops_of(kind);
     l->kind = kind;
-    l->cfg = *cfg;
-    l->max_tokens = max_tokens;
-    fm_status s = l->ops->create(cfg, w, max_tokens, &l->state);
-    if (s != FM_OK) {
+    l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
+                             .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device};
+    fm_status s = FM_OK;
+    if (kind == FM_BACKEND_CUDA && !l->p.device) {
+        if ((s = fm_cuda_device_open(0, &l->own_device)) != FM_OK) {
+            free(l);
+            return s;
+        }
+        l->p.device = l->own_device;
+    }
+    if ((s = l->ops->create(&l->p, w, &l->state)) != FM_OK) {
+        fm_cuda_device_close(l->own_device);
         free(l);
         return s;
     }
@@ -150,18 +184,81 @@ fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const 
     return FM_OK;
 }
 
+fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
+                          fm_layer **out)
+{
+    fm_layer_desc d = {.backend = kind, .max_tokens = max_tokens};
+    return fm_layer_create_desc(&d, cfg, w, out);
+}
+
+static fm_status check_x_host(const fm_layer *l, const uint16_t *x, int T, const char *who)
+{
+    size_t n = (size_t)T * l->p.cfg.hidden;
+    for (size_t i = 0; i < n; i++)
+        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+            return fm_fail(FM_ERR_NONFINITE, "%s: x[%zu][%zu] is NaN or Inf (policy: reject)", who,
+                           i / l->p.cfg.hidden, i % l->p.cfg.hidden);
+    return FM_OK;
+}
+
 fm_status fm_layer_forward(fm_layer *l, const uint16_t *x, int T, float *out, fm_run_stats *stats)
 {
     fm_clear_error();
     if (!l || !x || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_forward: NULL layer, x or out");
-    if (T < 1 || T > l->max_tokens)
-        return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_forward: T=%d outside [1, max_tokens=%d]", T, l->max_tokens);
-    size_t n = (size_t)T * l->cfg.hidden;
-    for (size_t i = 0; i < n; i++)
-        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
-            return fm_fail(FM_ERR_NONFINITE, "fm_layer_forward: x[%zu][%zu] is NaN or Inf (policy: reject)",
-                           i / l->cfg.hidden, i % l->cfg.hidden);
-    return l->ops->forward(l->state, x, T, out, stats);
+    if (T < 1 || T > l->p.max_tokens)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_forward: T=%d outside [1, max_tokens=%d]", T, l->p.max_tokens);
+    if (l->p.out_dtype != FM_OUT_F32)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_forward: the layer was created with BF16 output; use fm_layer_run");
+    if (l->p.caller_workspace)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_forward: the layer takes caller workspace; use fm_layer_run");
+    FM_CHECK(check_x_host(l, x, T, "fm_layer_forward"));
+    if (l->ops->forward_host) return l->ops->forward_host(l->state, x, T, out, stats);
+    fm_layer_run_args a = {.x = x, .T = T, .out = out};
+    return l->ops->run(l->state, &a, stats);
+}
+
+static int misaligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
+
+fm_status fm_layer_run(fm_layer *l, const fm_layer_run_args *a)
+{
+    fm_clear_error();
+    if (!l || !a) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: NULL layer or args");
+    if (!a->x || !a->out) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: NULL x or out");
+    if (!a->topk_ids != !a->topk_weights)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: topk_ids and topk_weights must be given together (external "
+                                           "routing) or both NULL (internal routing)");
+    if (a->T < 1 || a->T > l->p.max_tokens)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_run: T=%d outside [1, max_tokens=%d]", a->T, l->p.max_tokens);
+    size_t ws_need = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
+    if (ws_need > 0 && !a->workspace)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: the layer takes caller workspace (fm_layer_workspace_size) "
+                                           "and none was given");
+    if (!l->p.caller_workspace && a->workspace)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: workspace given to a layer that owns its workspace");
+    if (misaligned(a->x, 16) || misaligned(a->out, 16))
+        return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: x (%p) and out (%p) must be 16-byte aligned", (const void *)a->x, a->out);
+    if (a->workspace && misaligned(a->workspace, 256))
+        return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: workspace (%p) must be 256-byte aligned", a->workspace);
+    if (a->topk_ids && (misaligned(a->topk_ids, 4) || misaligned(a->topk_weights, 4)))
+        return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: topk_ids and topk_weights must be 4-byte aligned");
+    return l->ops->run(l->state, a, NULL);
+}
+
+fm_status fm_layer_errors(fm_layer *l, void *stream, fm_layer_error_info *info)
+{
+    fm_clear_error();
+    if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_errors: NULL layer");
+    if (info) *info = (fm_layer_error_info){.first_bad_slot = -1, .first_nonfinite = -1};
+    if (!l->ops->errors) return FM_OK;
+    return l->ops->errors(l->state, stream, info);
+}
+
+fm_status fm_layer_workspace_size(const fm_layer *l, size_t *bytes)
+{
+    fm_clear_error();
+    if (!l || !bytes) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_workspace_size: NULL argument");
+    *bytes = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
+    return FM_OK;
 }
 
 fm_backend_kind fm_layer_backend(const fm_layer *l) { return l ? l->kind : FM_BACKEND_AUTO; }
@@ -170,5 +267,6 @@ void fm_layer_destroy(fm_layer *l)
 {
     if (!l) return;
     l->ops->destroy(l->state);
+    fm_cuda_device_close(l->own_device);
     free(l);
 }

@@ -144,6 +144,7 @@ static void test_gptoss_round_trip(void **state)
     build_gptoss(s, m, LAYER, gu_b, gu_s, dn_b, dn_s);
     const char *dir = subdir("gptoss");
     write_set(dir, s, 1);
+    write_text(dir, "config.json", k_config_gptoss);
 
     fm_checkpoint *ck;
     assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
@@ -161,10 +162,13 @@ static void test_gptoss_round_trip(void **state)
     assert_int_equal(l->cfg.wfmt, FM_FORMAT_MXFP4);
     assert_int_equal(l->cfg.inter, I);
     assert_int_equal(l->cfg.top_k, 4);
-    assert_int_equal(l->cfg.score, FM_SCORE_SOFTMAX);
+    assert_int_equal(l->cfg.score, FM_SCORE_SOFTMAX_TOPK); /* the gpt_oss family's */
+    assert_int_equal(l->route_from[FM_ROUTE_SCORE].from, FM_ROUTE_FROM_MODEL_DEFAULT);
+    assert_string_equal(l->model_type, "gpt_oss");
     assert_int_equal(l->ignored_bias, 1);
-    assert_int_equal(l->ignored_router_bias, 1);
-    assert_null(l->router_bias);
+    assert_int_equal(l->ignored_router_bias, 0); /* a logit bias, which softmax-topk adds */
+    assert_non_null(l->router_bias);
+    for (int e = 0; e < E; e++) assert_true(l->router_bias[e] == 0.0f); /* g_zero_bias */
     for (int e = 0; e < E; e++) {
         assert_qtensor_equal(&l->w13[e], &m->w13[e]);
         assert_qtensor_equal(&l->w2[e], &m->w2[e]);
@@ -214,6 +218,7 @@ static void test_rescaled_globals(void **state)
     }
     const char *dir = subdir("rescale");
     write_set(dir, s, 1);
+    write_text(dir, "config.json", k_config);
     fm_ckpt_layer *l = load_ok(dir, LAYER, NULL);
     assert_int_equal(l->rescaled_w13, E);
     float *got = malloc(sizeof(float) * 2 * I * H), *want = malloc(sizeof(float) * 2 * I * H);
@@ -259,6 +264,7 @@ static void test_shared_nvfp4(void **state)
     }
     const char *dir = subdir("shared_nvfp4");
     write_set(dir, s, 1);
+    write_text(dir, "config.json", k_config);
     fm_ckpt_layer *l = load_ok(dir, LAYER, NULL);
     assert_int_equal(l->cfg.shared_inter, SI);
     float *deq = malloc(sizeof(float) * SI * H);
@@ -267,10 +273,29 @@ static void test_shared_nvfp4(void **state)
         assert_int_equal(fm_dequantize(&q[p], deq), FM_OK);
         for (int i = 0; i < SI * H; i++)
             if (got[p][i] != fm_bf16_encode(deq[i])) fail_msg("%s element %d: 0x%04x", proj[p], i, got[p][i]);
-        free(bufs[p][0]), free(bufs[p][1]);
     }
     free(deq);
     fm_ckpt_layer_free(l);
+    /* A NaN E4M3 code in the shared down_proj scales: rejected by a load and by
+     * validate_only (inspect) alike, naming the tensor (issue 15). */
+    snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_experts.down_proj.weight_scale", LAYER);
+    static uint8_t nan_sc[H * SI / 16];
+    memcpy(nan_sc, s->it[find_item(s, nm)].data, sizeof nan_sc);
+    nan_sc[3] = 0x7F;
+    s->it[find_item(s, nm)].data = nan_sc;
+    write_set(dir, s, 1);
+    fm_checkpoint *ck;
+    assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
+    for (int dry = 0; dry < 2; dry++) {
+        fm_ckpt_load_opts o = {.validate_only = dry};
+        l = (fm_ckpt_layer *)&l;
+        fm_status st = fm_checkpoint_load_layer(ck, LAYER, &o, &l);
+        if (st != FM_ERR_NONFINITE || !strstr(fm_last_error(), nm))
+            fail_msg("NaN shared scale%s: %s '%s'", dry ? " (validate only)" : "", fm_status_name(st), fm_last_error());
+        assert_null(l);
+    }
+    fm_checkpoint_close(ck);
+    for (int p = 0; p < 3; p++) free(bufs[p][0]), free(bufs[p][1]);
     free(s);
     model_free(m);
 }
@@ -278,7 +303,9 @@ static void test_shared_nvfp4(void **state)
 /* `test_io_checkpoint --write-sample DIR`: checkpoints for the CLI checks in
  * tests/io.cmake: DIR/modelopt (NVFP4, layers 1 and 3, two shards + index +
  * config.json), DIR/gptoss (MXFP4, layer 1), DIR/bad (expert 1's down_proj
- * weight_scale missing). */
+ * weight_scale missing), DIR/stray (modelopt plus one tensor of expert
+ * 999999999), DIR/nanscale (modelopt with a NaN E4M3 code in layer 3's
+ * expert 2 up_proj weight_scale). */
 static int write_sample(const char *dir)
 {
     snprintf(g_dir, sizeof g_dir, "%s", dir);
@@ -291,6 +318,27 @@ static int write_sample(const char *dir)
     const char *d = subdir("modelopt");
     write_set(d, s, 1);
     write_text(d, "config.json", k_config);
+    add(s, 1, "model.layers.1.mlp.experts.999999999.gate_proj.weight", FM_DTYPE_U8, 2, 1, 1, 0, 0, &k_one);
+    {
+        char sd[300];
+        snprintf(sd, sizeof sd, "%s", subdir("stray"));
+        write_set(sd, s, 1);
+        write_text(sd, "config.json", k_config);
+    }
+    s->n--;
+    fm_st_write_item *sc = &s->it[find_item(s, "model.layers.3.mlp.experts.2.up_proj.weight_scale")];
+    static uint8_t nan_sc[I * H / 16];
+    memcpy(nan_sc, sc->data, sizeof nan_sc);
+    nan_sc[7] = 0xFF; /* E4M3 NaN */
+    const void *keep = sc->data;
+    sc->data = nan_sc;
+    {
+        char sd[300];
+        snprintf(sd, sizeof sd, "%s", subdir("nanscale"));
+        write_set(sd, s, 1);
+        write_text(sd, "config.json", k_config);
+    }
+    sc->data = keep;
     remove_item(s, "model.layers.1.mlp.experts.1.down_proj.weight_scale");
     write_set(subdir("bad"), s, 1);
     model_free(m);
@@ -298,7 +346,9 @@ static int write_sample(const char *dir)
     memset(s, 0, sizeof *s);
     uint8_t *gu_b = malloc(GU_B), *gu_s = malloc(GU_S), *dn_b = malloc(DN_B), *dn_s = malloc(DN_S);
     build_gptoss(s, m, LAYER, gu_b, gu_s, dn_b, dn_s);
-    write_set(subdir("gptoss"), s, 1);
+    d = subdir("gptoss");
+    write_set(d, s, 1);
+    write_text(d, "config.json", k_config_gptoss);
     free(gu_b), free(gu_s), free(dn_b), free(dn_s);
     model_free(m);
     free(s);

@@ -80,9 +80,9 @@ static inline model *model_new(fm_rng *r, fm_format f, int gptoss)
     m->cfg.hidden = H;
     m->cfg.inter = I;
     m->cfg.wfmt = f;
-    if (gptoss) { /* the loader's gpt-oss defaults (no config.json) */
+    if (gptoss) { /* the gpt_oss family's routing (k_config_gptoss) */
         m->cfg.top_k = 4;
-        m->cfg.score = FM_SCORE_SOFTMAX;
+        m->cfg.score = FM_SCORE_SOFTMAX_TOPK;
         m->cfg.routed_scale = 1.0f;
     } else { /* what config.json says below */
         m->cfg.top_k = 2;
@@ -225,8 +225,12 @@ static inline void write_text(const char *dir, const char *name, const char *tex
     fclose(f);
 }
 
+/* The routing of model_new's non-gpt-oss layer, every key given (a model type
+ * fp4moe does not know must give them all). */
 static const char *k_config __attribute__((unused)) = "{\"num_experts_per_tok\": 2, \"scoring_func\": \"sigmoid\", \"norm_topk_prob\": true,"
                               " \"routed_scaling_factor\": 2.5, \"n_group\": 2, \"topk_group\": 1}";
+/* gpt-oss: the family's defaults (softmax over the top-4 logits). */
+static const char *k_config_gptoss __attribute__((unused)) = "{\"model_type\": \"gpt_oss\", \"architectures\": [\"GptOssForCausalLM\"]}";
 
 static inline void assert_qtensor_equal(const fm_qtensor *a, const fm_qtensor *b)
 {

@@ -14,7 +14,8 @@ static float g_nan, g_zero;
 typedef void (*mutator)(itemset *s, void *ctx);
 
 /* Build layer LAYER, mutate, write with an index, open (must succeed), load
- * (must fail with want, naming needle). */
+ * (must fail with want, naming needle), and the same with validate_only (what
+ * `fp4moe inspect` runs): inspect must reject what a load rejects. */
 static void expect_load_fail(const char *what, const model *m, mutator mut, void *ctx, int layer,
                              const fm_ckpt_load_opts *o, fm_status want, const char *needle)
 {
@@ -26,12 +27,16 @@ static void expect_load_fail(const char *what, const model *m, mutator mut, void
     fm_checkpoint *ck = NULL;
     fm_status st = fm_checkpoint_open(dir, &ck);
     if (st != FM_OK) fail_msg("%s: open failed: %s: %s", what, fm_status_name(st), fm_last_error());
-    fm_ckpt_layer *l = (fm_ckpt_layer *)&l; /* poisoned: must come back NULL */
-    st = fm_checkpoint_load_layer(ck, layer, o, &l);
-    if (st != want || !strstr(fm_last_error(), needle))
-        fail_msg("%s: got %s '%s', want %s with '%s'", what, fm_status_name(st), fm_last_error(), fm_status_name(want),
-                 needle);
-    assert_null(l);
+    for (int dry = 0; dry < 2; dry++) {
+        fm_ckpt_load_opts od = o ? *o : (fm_ckpt_load_opts){0};
+        od.validate_only = dry;
+        fm_ckpt_layer *l = (fm_ckpt_layer *)&l; /* poisoned: must come back NULL */
+        st = fm_checkpoint_load_layer(ck, layer, &od, &l);
+        if (st != want || !strstr(fm_last_error(), needle))
+            fail_msg("%s%s: got %s '%s', want %s with '%s'", what, dry ? " (validate only)" : "", fm_status_name(st),
+                     fm_last_error(), fm_status_name(want), needle);
+        assert_null(l);
+    }
     fm_checkpoint_close(ck);
     free(s);
 }
@@ -144,11 +149,15 @@ static void test_bad_gptoss(void **state)
         write_set(dir, s, 1);
         fm_checkpoint *ck;
         assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
-        fm_ckpt_layer *l = NULL;
-        fm_status st = fm_checkpoint_load_layer(ck, LAYER, NULL, &l);
-        if (st != want[c] || !strstr(fm_last_error(), cases[c]))
-            fail_msg("gpt-oss case %d: %s '%s'", c, fm_status_name(st), fm_last_error());
-        assert_null(l);
+        for (int dry = 0; dry < 2; dry++) { /* a load, and validate-only (inspect) */
+            fm_ckpt_load_opts o = {.validate_only = dry};
+            fm_ckpt_layer *l = NULL;
+            fm_status st = fm_checkpoint_load_layer(ck, LAYER, &o, &l);
+            if (st != want[c] || !strstr(fm_last_error(), cases[c]))
+                fail_msg("gpt-oss case %d%s: %s '%s'", c, dry ? " (validate only)" : "", fm_status_name(st),
+                         fm_last_error());
+            assert_null(l);
+        }
         fm_checkpoint_close(ck);
         free(s);
     }
@@ -191,7 +200,7 @@ static void test_detail_quotes_detail(void **state)
     build_modelopt(s, m, LAYER);
     const char *dir = subdir("badcfg");
     write_set(dir, s, 1);
-    write_text(dir, "config.json", "{\"n_group\": 3, \"topk_group\": 1}");
+    write_text(dir, "config.json", "{\"model_type\": \"deepseek_v3\", \"n_group\": 3, \"topk_group\": 1}");
     fm_checkpoint *ck = NULL;
     assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
     fm_ckpt_layer *l = (fm_ckpt_layer *)&l;

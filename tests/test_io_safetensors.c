@@ -103,7 +103,7 @@ static void test_round_trip(void **state)
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
     assert_int_equal((8 + hlen) % 8, 0); /* data section 8-byte aligned */
 
-    for (int pass = 0; pass < 2; pass++) { /* from the file (mmap), then from a buffer */
+    for (int pass = 0; pass < 2; pass++) { /* from the file (pread), then from a buffer */
         fm_safetensors *st = NULL;
         if (pass == 0) assert_int_equal(fm_safetensors_open(path, &st), FM_OK);
         else assert_int_equal(fm_safetensors_parse(buf, len, "buf", &st), FM_OK);
@@ -119,9 +119,20 @@ static void test_round_trip(void **state)
             assert_int_equal(t->dtype, it[i].dtype);
             assert_int_equal(t->ndim, it[i].ndim);
             for (int d = 0; d < t->ndim; d++) assert_int_equal(t->shape[d], it[i].shape[d]);
-            assert_true(t->data >= buf || pass == 0);
-            if (t->nbytes) assert_memory_equal(t->data, it[i].data, t->nbytes);
+            if (pass == 0) assert_null(t->data); /* a file is never mapped */
+            else assert_true(t->data >= buf && t->data + t->nbytes <= buf + len);
+            uint8_t got[256];
+            assert_true(t->nbytes <= sizeof got);
+            fm_poison_bytes(got, sizeof got);
+            assert_int_equal(fm_st_read(t, 0, (size_t)t->nbytes, got), FM_OK);
+            if (t->nbytes) assert_memory_equal(got, it[i].data, t->nbytes);
             if (t->nbytes) assert_memory_equal(buf + t->file_offset, it[i].data, t->nbytes);
+            if (t->nbytes > 1) { /* a slice, and a range past the end */
+                assert_int_equal(fm_st_read(t, 1, (size_t)t->nbytes - 1, got), FM_OK);
+                assert_memory_equal(got, (const uint8_t *)it[i].data + 1, t->nbytes - 1);
+            }
+            assert_int_equal(fm_st_read(t, 1, (size_t)t->nbytes, got), FM_ERR_INVALID_ARG);
+            assert_non_null(strstr(fm_last_error(), it[i].name));
         }
         const fm_st_tensor *t;
         assert_int_equal(fm_safetensors_find(st, "w.weight", &t), FM_OK);
@@ -334,9 +345,9 @@ static void test_to_f32(void **state)
     for (int c = 0; c < 65536; c++) raw[2 * c] = (uint8_t)c, raw[2 * c + 1] = (uint8_t)(c >> 8);
     for (int k = 0; k < 2; k++) {
         fm_st_tensor t = {.name = "b", .file = "f", .dtype = k ? FM_DTYPE_F16 : FM_DTYPE_BF16, .ndim = 1,
-                          .shape = {65536}, .data = raw};
+                          .shape = {65536}, .data = raw, .nbytes = sizeof raw};
         fm_poison_f32(got, 65536);
-        assert_int_equal(fm_st_to_f32(&t, got, 65536), FM_OK);
+        assert_int_equal(fm_st_to_f32(&t, 0, 65536, got), FM_OK);
         for (int c = 0; c < 65536; c++) {
             float want = k ? fm_fp16_decode((uint16_t)c) : fm_bf16_decode((uint16_t)c);
             uint32_t gb, wb;
@@ -348,17 +359,24 @@ static void test_to_f32(void **state)
     /* F16 spot values: smallest subnormal, largest normal, -0, -Inf */
     const uint16_t h[4] = {0x0001, 0x7BFF, 0x8000, 0xFC00};
     const float hv[4] = {0x1p-24f, 65504.0f, -0.0f, -INFINITY};
-    fm_st_tensor t = {.name = "h", .file = "f", .dtype = FM_DTYPE_F16, .ndim = 1, .shape = {4}, .data = (const uint8_t *)h};
+    fm_st_tensor t = {.name = "h", .file = "f", .dtype = FM_DTYPE_F16, .ndim = 1, .shape = {4},
+                      .data = (const uint8_t *)h, .nbytes = sizeof h};
     float v[4];
-    assert_int_equal(fm_st_to_f32(&t, v, 4), FM_OK);
+    assert_int_equal(fm_st_to_f32(&t, 0, 4, v), FM_OK);
     for (int i = 0; i < 4; i++) assert_memory_equal(&v[i], &hv[i], 4);
+    fm_poison_f32(v, 4);
+    assert_int_equal(fm_st_to_f32(&t, 1, 3, v), FM_OK); /* a slice */
+    for (int i = 0; i < 3; i++) assert_memory_equal(&v[i], &hv[i + 1], 4);
+    assert_int_equal(fm_st_to_f32(&t, 2, 3, v), FM_ERR_OUT_OF_RANGE); /* past the end */
+    assert_int_equal(fm_st_to_f32(&t, -1, 1, v), FM_ERR_OUT_OF_RANGE);
     const double d = -2.5;
-    t = (fm_st_tensor){.name = "d", .file = "f", .dtype = FM_DTYPE_F64, .ndim = 0, .data = (const uint8_t *)&d};
-    assert_int_equal(fm_st_to_f32(&t, v, 1), FM_OK);
+    t = (fm_st_tensor){.name = "d", .file = "f", .dtype = FM_DTYPE_F64, .ndim = 0, .data = (const uint8_t *)&d,
+                       .nbytes = sizeof d};
+    assert_int_equal(fm_st_to_f32(&t, 0, 1, v), FM_OK);
     assert_true(v[0] == -2.5f);
     t.dtype = FM_DTYPE_I32;
     v[0] = 7.0f;
-    assert_int_equal(fm_st_to_f32(&t, v, 1), FM_ERR_FORMAT);
+    assert_int_equal(fm_st_to_f32(&t, 0, 1, v), FM_ERR_FORMAT);
     assert_non_null(strstr(fm_last_error(), "'d'"));
 }
 

@@ -95,6 +95,9 @@ typedef struct {
     int             top_k;       /* FINALIZE_DET: slots per token */
     const int32_t  *token_slots; /* FINALIZE_DET: device [n_tokens*top_k] permuted row of each slot */
     float          *scratch;     /* FINALIZE_DET: device FP32 [max_rows][N] */
+    int             y_zero_init; /* FINALIZE_DET: 1 = the sums start from 0, not from y's contents */
+    uint16_t       *y_bf16;      /* FINALIZE_DET: non-NULL = the sums go here as BF16 [n_tokens][N] (RNE),
+                                    not to y (y is then only read, and may be NULL with y_zero_init) */
     /* tile: NULL launches the planner's first candidate for expected_rows rows per
      * expert within the shared-memory limit (fm_cuda_gemm_choose says which) */
     /* x_packed: the columns of X are in the prepack's K order (fm_cuda_x_pack;

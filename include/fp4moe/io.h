@@ -1,4 +1,4 @@
-/* fp4moe/io.h - safetensors checkpoints: read (memory-mapped, every offset
+/* fp4moe/io.h - safetensors checkpoints: read (pread, every offset
  * bounds-checked), write (so tests and tools make their own), multi-file
  * checkpoints with model.safetensors.index.json, and loading one MoE layer's
  * experts into fm_moe_config + fm_moe_weights (see docs/checkpoints.md).
@@ -12,7 +12,9 @@
  *                     fm_moe_forward_ref.
  *
  * Statuses used for bad input (the detail message names the file and tensor):
- *   FM_ERR_IO         cannot open / stat / map / read / write a file
+ *   FM_ERR_IO         cannot open / stat / read / write a file; not a regular
+ *                     file (FIFO, device, directory); a file shorter when read
+ *                     than when opened (truncated since)
  *   FM_ERR_FORMAT     not safetensors: truncated file, header length beyond the
  *                     file, malformed JSON, missing or ill-typed fields, unknown
  *                     dtype, duplicate names, offsets overlapping or leaving a
@@ -22,7 +24,7 @@
  *                     whose shape disagrees with its role (scales vs weight,
  *                     gate vs up, experts of different sizes)
  *   FM_ERR_NOT_FOUND  a tensor, layer, expert or scale that must be there is not
- *   FM_ERR_UNSUPPORTED  a valid checkpoint fp4moe cannot represent
+ *   FM_ERR_UNSUPPORTED  a valid checkpoint fp4moe cannot represent ("unsupported format: ...")
  *   FM_ERR_INVALID_ARG, FM_ERR_OOM as usual.
  * Nothing the caller owns is written on failure (out pointers are set to NULL).
  */
@@ -75,21 +77,28 @@ fm_status fm_dtype_parse(const char *s, fm_dtype *out);
 
 #define FM_ST_MAX_DIMS 8
 
-/* One tensor of a file: a read-only view into the mapping. */
+/* One tensor of a file or buffer. Read its bytes with fm_st_read. */
 typedef struct {
     const char    *name;
     fm_dtype       dtype;
     int            ndim;                  /* 0 = scalar */
     int64_t        shape[FM_ST_MAX_DIMS];
-    const uint8_t *data;                  /* nbytes bytes, no alignment promised */
+    const uint8_t *data;                  /* nbytes bytes inside the buffer of fm_safetensors_parse
+                                             (no alignment promised); NULL for a file opened with
+                                             fm_safetensors_open, which is never mapped */
     uint64_t       nbytes;
     uint64_t       file_offset;           /* absolute offset of data in the file */
     const char    *file;                  /* path (or label) of the file holding it */
+    const struct fm_safetensors *owner_;  /* internal: the open file fm_st_read reads (NULL: use data) */
 } fm_st_tensor;
 
 typedef struct fm_safetensors fm_safetensors;
 
-/* Map `path` read-only and parse it. The rules (those of the reference
+/* Open `path` read-only (a regular file: a FIFO, device or directory is
+ * FM_ERR_IO without blocking) and parse its header. The file is not mapped:
+ * tensor data is read on demand with fm_st_read (pread), so a file truncated
+ * or replaced after this returns gives FM_ERR_IO from the read, never a
+ * SIGBUS; the descriptor stays open until fm_safetensors_close. The rules (those of the reference
  * implementation): 8-byte little-endian header length N, N <= 100 MB and
  * 8 + N <= file size; the header is a JSON object starting with '{' (trailing
  * spaces allowed) mapping names to {"dtype", "shape", "data_offsets": [b, e]}
@@ -103,6 +112,14 @@ fm_status fm_safetensors_open(const char *path, fm_safetensors **out);
 /* Same rules over a caller's buffer (borrowed: it must outlive the handle);
  * `label` names it in messages. This is the parser the fuzzer drives. */
 fm_status fm_safetensors_parse(const void *buf, size_t len, const char *label, fm_safetensors **out);
+
+/* Copy bytes [off, off + n) of t's data into dst: pread from the file of
+ * fm_safetensors_open, memcpy from data otherwise (a buffer's tensor, or one
+ * the caller filled in with owner_ NULL). A file that has become shorter
+ * since it was opened, or fails to read, is FM_ERR_IO naming file, tensor and
+ * offset. Returns FM_OK, FM_ERR_INVALID_ARG (NULL argument, [off, off + n)
+ * beyond nbytes, or no data to read), FM_ERR_IO. */
+fm_status fm_st_read(const fm_st_tensor *t, uint64_t off, size_t n, void *dst);
 
 /* Tensors in file order of their data (ascending offsets). */
 size_t              fm_safetensors_count(const fm_safetensors *st);
@@ -156,7 +173,8 @@ typedef struct fm_checkpoint fm_checkpoint;
  * plain file names (no '/'): a checkpoint cannot point outside its folder.
  * Every tensor the index names must be in the file it names; a name in two
  * shards is an error. config.json next to the shards, if any, is read for
- * routing settings (fm_checkpoint_load_layer).
+ * routing settings (fm_checkpoint_load_layer). Every file is opened as in
+ * fm_safetensors_open: a FIFO, device or directory is FM_ERR_IO, never a hang.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_FORMAT, FM_ERR_OUT_OF_RANGE,
  * FM_ERR_BAD_SHAPE, FM_ERR_NOT_FOUND (no shards, or an indexed tensor missing),
  * FM_ERR_UNSUPPORTED, FM_ERR_OOM. */
@@ -180,14 +198,24 @@ uint64_t    fm_checkpoint_data_bytes(const fm_checkpoint *ck);           /* sum 
  *     expert E and projection P in {gate_proj, up_proj, down_proj}:
  *     weight U8 [N][K/2] (BF16 [N][K] unquantized), weight_scale F8_E4M3 [N][K/16],
  *     weight_scale_2 F32 [] or [1], input_scale F32 [] or [1] (optional).
+ *   COMPRESSED_TENSORS (NVFP4 written by llmcompressor, "nvfp4-pack-quantized"):
+ *     ModelOpt's patterns, suffixes {weight_packed U8 [N][K/2], weight_scale
+ *     F8_E4M3 [N][K/16], weight_global_scale F32 [] or [1], input_global_scale
+ *     F32 [] or [1] (absent in W4A16)}; the global scales are the RECIPROCALS of
+ *     ModelOpt's: weight_scale_2 = 1 / weight_global_scale (docs/checkpoints.md).
  *   GPT_OSS (MXFP4, experts fused along dimension 0):
  *     {expert}_blocks U8 [E][N][K/32][16], {expert}_scales U8 or F8_E8M0
  *     [E][N][K/32], {expert}_bias [E][N] (optional); P in {gate_up_proj, down_proj};
  *     gate_up_proj rows interleave gate and up (row 2i = gate i, 2i+1 = up i).
  */
-typedef enum { FM_LAYOUT_AUTO = 0, FM_LAYOUT_MODELOPT = 1, FM_LAYOUT_GPT_OSS = 2 } fm_ckpt_layout;
+typedef enum {
+    FM_LAYOUT_AUTO = 0,
+    FM_LAYOUT_MODELOPT = 1,
+    FM_LAYOUT_GPT_OSS = 2,
+    FM_LAYOUT_COMPRESSED_TENSORS = 3 /* ModelOpt's names with compressed-tensors suffixes */
+} fm_ckpt_layout;
 
-/* "auto", "modelopt", "gpt-oss". */
+/* "auto", "modelopt", "gpt-oss", "compressed-tensors". */
 const char *fm_ckpt_layout_name(fm_ckpt_layout l);
 
 typedef struct {
@@ -222,6 +250,10 @@ typedef struct {
 
 /* Detect the layout (names->layout AUTO: whichever pattern matches tensors)
  * and list the MoE layers. names NULL = defaults of the detected layout.
+ * Given names must have a known layout, non-empty patterns that cannot make
+ * names of 512 bytes or more ({L}/{E} count 11, {P} 63, plus a 16-byte suffix)
+ * and projection names of 1-63 bytes without '.'; else FM_ERR_INVALID_ARG
+ * naming the field.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (no expert tensors match),
  * FM_ERR_FORMAT (expert weights of an unknown dtype), FM_ERR_OOM.
  * Free with fm_ckpt_scan_free. */
@@ -230,20 +262,80 @@ void      fm_ckpt_scan_free(fm_ckpt_scan *s);
 
 /* ---- loading one layer ---------------------------------------------------- */
 
+/* ---- routing settings and where they came from ---------------------------
+ * A layer's routing comes from the model, never from a built-in default:
+ * config.json's model_type (or architectures[0]; text_config first) selects a
+ * family whose defaults are those of its transformers configuration class, and
+ * the config.json keys that family's model code reads override them:
+ *   deepseek_v3, deepseek_v32  sigmoid, top-8, renormalise, x2.5, 8 groups keep 4
+ *   glm4_moe                   sigmoid, top-8, renormalise, x1, no groups
+ *   glm_moe_dsa (GLM-5)        sigmoid, top-8, renormalise, x2.5, no groups
+ *     (these read num_experts_per_tok, scoring_func, norm_topk_prob,
+ *      routed_scaling_factor, n_group, topk_group)
+ *   qwen2_moe, qwen3_moe       softmax, top-4 / top-8, norm_topk_prob (default
+ *                              false), x1 (read: num_experts_per_tok, norm_topk_prob)
+ *   mixtral                    softmax, top-2, always renormalised, x1
+ *   gpt_oss                    softmax over the top-4 logits (FM_SCORE_SOFTMAX_TOPK),
+ *                              router logit bias loaded, x1 (read: num_experts_per_tok
+ *                              or experts_per_token)
+ * A model type outside this list: every setting must be in config.json
+ * (num_experts_per_tok, scoring_func, norm_topk_prob, routed_scaling_factor;
+ * groups are off unless n_group is there) or given by the caller. No config.json,
+ * or settings that stay unknown: an error naming them. */
+enum { FM_ROUTE_TOP_K, FM_ROUTE_SCORE, FM_ROUTE_RENORMALIZE, FM_ROUTE_SCALE, FM_ROUTE_GROUPS, FM_ROUTE_N };
+#define FM_ROUTE_ALL ((1u << FM_ROUTE_N) - 1u)
+
+typedef enum {
+    FM_ROUTE_FROM_NONE = 0,      /* not set (validation failed before routing) */
+    FM_ROUTE_FROM_CALLER,        /* fm_ckpt_load_opts.routing (a CLI flag) */
+    FM_ROUTE_FROM_CONFIG,        /* a config.json key (key names it) */
+    FM_ROUTE_FROM_MODEL_DEFAULT, /* the default of the model type (fm_ckpt_layer.model_type) */
+    FM_ROUTE_FROM_ABSENT         /* groups only: no key, so no groups (unknown model type) */
+} fm_route_from;
+
+typedef struct {
+    fm_route_from from;
+    const char   *key; /* FM_ROUTE_FROM_CONFIG: the key ("num_experts_per_tok"); else NULL */
+} fm_route_origin;
+
+/* "top_k", "score", "renormalize", "routed_scale", "groups"; NULL out of range. */
+const char *fm_route_setting_name(int setting);
+
+/* What config.json says about the model, and whether fp4moe reads its
+ * quantization: quant_method "" (none given), "modelopt" (quant_algo NVFP4,
+ * MIXED_PRECISION or none), "mxfp4" (gpt-oss), or
+ * "compressed-tensors" with format "nvfp4-pack-quantized"; anything else is
+ * FM_ERR_UNSUPPORTED "unsupported format: ...".
+ * Returns FM_OK (has_config 0 when there is no config.json), FM_ERR_INVALID_ARG,
+ * FM_ERR_IO, FM_ERR_FORMAT (not JSON, a used key of the wrong type), FM_ERR_UNSUPPORTED
+ * (unknown scoring_func, a quantization fp4moe cannot read), FM_ERR_OOM. */
+typedef struct {
+    int  has_config;
+    char model_type[64];
+    char architecture[96];
+    char quant_method[48];
+    char quant_format[64];
+} fm_ckpt_model_info;
+fm_status fm_checkpoint_model_info(const fm_checkpoint *ck, fm_ckpt_model_info *out);
+
 typedef struct {
     const fm_ckpt_names *names;   /* NULL: detect layout, default patterns */
-    const fm_moe_config *routing; /* NULL: from config.json next to the checkpoint
-                                     (num_experts_per_tok, scoring_func, norm_topk_prob,
-                                     routed_scaling_factor, n_group, topk_group), else
-                                     fm_moe_config_default's; top_k is clamped to the
-                                     experts loaded. When given, its top_k, score, groups,
-                                     renormalize, routed_scale and act_nvfp4 are used. */
+    const fm_moe_config *routing; /* NULL: all routing from the model (see above).
+                                     Given: its act_nvfp4 is used, and the settings
+                                     routing_fields selects (0 = all five: top_k, score,
+                                     renormalize, routed_scale, n_group + topk_group)
+                                     override the model's. top_k is clamped to the
+                                     experts loaded; groups are dropped on an EP shard. */
+    unsigned routing_fields;      /* bits (1u << FM_ROUTE_x); 0 = FM_ROUTE_ALL */
     int first_expert;             /* load experts [first_expert, first_expert + n_experts) */
     int n_experts;                /* 0 = all from first_expert (an EP shard otherwise) */
     int swizzle_scales;           /* 1: also fill w13_sf_swizzled / w2_sf_swizzled */
-    int validate_only;            /* 1: check every tensor's presence, dtype and shape and
-                                     fill cfg and the flags, but load no weights (all
-                                     weight pointers NULL): what `fp4moe inspect` uses */
+    int validate_only;            /* 1: check every tensor's presence, dtype and shape, the
+                                     expert indices, and every block-scale byte for NaN
+                                     codes (the scales are read, 1/9 of NVFP4 expert bytes),
+                                     so it rejects what a load rejects; fill cfg and the
+                                     flags, but load no weights (all weight pointers NULL):
+                                     what `fp4moe inspect` uses */
 } fm_ckpt_load_opts;
 
 /* One layer in fp4moe's layout; owns every buffer it points to. */
@@ -265,12 +357,16 @@ typedef struct {
     int             has_router_bias;  /* the checkpoint has a ranking bias for this layer */
     int             has_input_scales; /* ... and per-expert input_scale (static W4A4 scales) */
     fm_ckpt_layout  layout;
+    char            model_type[64];            /* config.json's ("" if none) */
+    fm_route_origin route_from[FM_ROUTE_N];    /* where each routing setting came from */
     /* Things in the checkpoint that fp4moe's layer does not model: */
     int             rescaled_w13; /* experts whose gate and up weight_scale_2 differed: the
                                      smaller-global half's E4M3 block scales were re-encoded
                                      against the larger global (lossy, as fused kernels need) */
     int             ignored_bias; /* 1: expert biases (gpt-oss *_bias) were not loaded */
-    int             ignored_router_bias; /* 1: additive router logit bias (gpt-oss) not loaded */
+    int             ignored_router_bias; /* 1: additive router logit bias (gpt-oss) not loaded
+                                            (it is loaded as router_bias when the score is
+                                            FM_SCORE_SOFTMAX_TOPK, whose bias is a logit bias) */
     void           *owned_;       /* internal: the allocation holding expert data */
 } fm_ckpt_layer;
 
@@ -278,14 +374,57 @@ typedef struct {
  * every expert and scale) before allocating, convert (gate/up concatenated or
  * de-interleaved into w13, UE8M0/E4M3 scales copied row-major, router weight to
  * FP32, shared expert to BF16) and fill cfg/weights. Nothing is read from the
- * mapping after this returns: the checkpoint may be closed first.
- * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (layer, expert, weight or
- * scale missing), FM_ERR_FORMAT (wrong dtype), FM_ERR_BAD_SHAPE, FM_ERR_OUT_OF_RANGE
- * (expert range beyond the layer's), FM_ERR_NONFINITE (global or input scale not
- * finite and positive, or a block-scale byte that is a NaN code), FM_ERR_UNSUPPORTED, FM_ERR_OOM. On failure *out is NULL. */
+ * checkpoint after this returns: it may be closed first.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, layer < 0, n_experts < 0, bad names:
+ * see fm_checkpoint_scan; routing_fields has bits beyond FM_ROUTE_ALL),
+ * FM_ERR_NOT_FOUND (layer, expert, weight or scale missing; no config.json and
+ * routing not given in full), FM_ERR_FORMAT (wrong dtype; a tensor of the expert
+ * pattern whose expert index is >= the router's expert count; config.json
+ * unparsable, or a routing key of the wrong type), FM_ERR_BAD_SHAPE,
+ * FM_ERR_OUT_OF_RANGE (expert range beyond the layer's, computed in 64 bits),
+ * FM_ERR_NONFINITE (global or input scale not finite and positive, or a
+ * block-scale byte that is a NaN code), FM_ERR_IO (a shard unreadable or
+ * truncated since it was opened), FM_ERR_UNSUPPORTED (unknown model type with
+ * settings missing, unknown scoring_func, a quantization_config fp4moe does not
+ * read; also expert-like tensors, "*.experts.*", that match no layout:
+ * "unsupported format: <a tensor>"), FM_ERR_OOM. On failure *out is NULL. */
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
                                    fm_ckpt_layer **out);
 void fm_ckpt_layer_free(fm_ckpt_layer *l);
+
+/* ---- numpy .npy arrays (layer inputs and outputs) -------------------------
+ * Versions 1.0, 2.0 and 3.0 of the format: the magic "\x93NUMPY", a version,
+ * a header length (2 bytes in 1.0, 4 in 2.0/3.0), a Python dict literal
+ * {'descr': ..., 'fortran_order': ..., 'shape': (...), } padded with spaces and
+ * a newline, then the data, C order, nothing after it. Element types read:
+ *   '<f4'            FP32                         -> FM_DTYPE_F32
+ *   '<u2'            raw BF16 bits (numpy has no bfloat16)  -> FM_DTYPE_BF16
+ *   '<V2' / '|V2'    what np.save writes for an ml_dtypes.bfloat16 array -> FM_DTYPE_BF16
+ * Big-endian types, fortran_order True, other types, a dict with other or
+ * missing keys, more than FM_ST_MAX_DIMS dimensions, or data shorter or longer
+ * than the shape says are errors naming the file. */
+typedef struct {
+    fm_dtype dtype;                  /* FM_DTYPE_F32 or FM_DTYPE_BF16 */
+    int      ndim;
+    int64_t  shape[FM_ST_MAX_DIMS];
+    void    *data;                   /* owned: numel x 4 or 2 bytes, C order */
+    uint64_t numel;
+} fm_npy;
+
+/* Read path. Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO (cannot open/read, not a
+ * regular file), FM_ERR_FORMAT (not .npy, bad header, unknown version, wrong
+ * dtype, truncated or trailing data), FM_ERR_UNSUPPORTED (fortran_order True,
+ * big-endian), FM_ERR_BAD_SHAPE (negative or overflowing shape, too many dims),
+ * FM_ERR_OOM. On failure *out is zeroed. Free with fm_npy_free. */
+fm_status fm_npy_read(const char *path, fm_npy *out);
+/* The same over a buffer (label names it): the parser the tests and fuzzers drive. */
+fm_status fm_npy_parse(const void *buf, size_t len, const char *label, fm_npy *out);
+void      fm_npy_free(fm_npy *a);
+
+/* Write a version 1.0 .npy ('<f4' for F32, '<u2' for BF16) via path.tmp + rename.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, dtype not F32/BF16, bad ndim or
+ * negative dim), FM_ERR_IO, FM_ERR_OOM. */
+fm_status fm_npy_write(const char *path, fm_dtype dtype, int ndim, const int64_t *shape, const void *data);
 
 #ifdef __cplusplus
 }

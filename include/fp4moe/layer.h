@@ -169,11 +169,13 @@ typedef struct {
     int       nonfinite_x;    /* 1: NaN/Inf in x (in a row the layer read) */
     long long first_nonfinite;/* smallest t*hidden + c, or -1 */
     int       nonfinite_logits; /* 1: a router logit overflowed (internal routing) */
+    long long nonfinite_weights; /* external topk_weights of local slots that were NaN/Inf */
 } fm_layer_error_info;
 
 /* Synchronise `stream` (the one runs were enqueued on), read and clear what the
  * device recorded. info may be NULL. Returns FM_OK (nothing recorded),
- * FM_ERR_OUT_OF_RANGE (bad ids), FM_ERR_NONFINITE (NaN/Inf), FM_ERR_CUDA (an
+ * FM_ERR_OUT_OF_RANGE (bad ids), FM_ERR_NONFINITE (NaN/Inf in x, a logit, or an
+ * external weight), FM_ERR_CUDA (an
  * asynchronous failure of an earlier run), FM_ERR_INVALID_ARG. CPU backends: FM_OK. */
 fm_status fm_layer_errors(fm_layer *layer, void *stream, fm_layer_error_info *info);
 

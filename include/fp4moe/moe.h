@@ -3,12 +3,13 @@
  *
  * The layer, for T tokens x[T][hidden] (BF16):
  *   logits = x . router_w^T                        (FP32, [T][E])
- *   scores = softmax(logits) or sigmoid(logits)
+ *   scores = softmax(logits) or sigmoid(logits) (or, SOFTMAX_TOPK, logits + bias)
  *   choose top_k experts per token on (scores + router_bias) (bias only ranks;
  *     optional group limit: keep the topk_group best of n_group groups, a group
  *     scored by the sum of its top-2 biased scores, as DeepSeek-V3/GLM do)
  *   weights = scores of the chosen experts (unbiased), renormalised to sum 1 if
- *     `renormalize`, times routed_scale
+ *     `renormalize`, times routed_scale (SOFTMAX_TOPK: softmax of the chosen
+ *     biased logits, times routed_scale)
  *   per expert e and routed row r: h = SwiGLU(x_r . W13_e^T) where W13_e has the
  *     gate rows [0, inter) then the up rows [inter, 2*inter); SwiGLU = silu(g) * u
  *   y_r = h . W2_e^T ([hidden]); out[t] = sum over t's slots of weight * y_r
@@ -29,7 +30,15 @@
 extern "C" {
 #endif
 
-typedef enum { FM_SCORE_SOFTMAX = 0, FM_SCORE_SIGMOID = 1 } fm_score_func;
+/* SOFTMAX: softmax over all experts' logits (Qwen-MoE, Mixtral); SIGMOID:
+ * per-expert sigmoid (DeepSeek-V3, GLM); SOFTMAX_TOPK: top-k on the logits, then
+ * softmax over the k chosen logits only (gpt-oss). With SOFTMAX_TOPK the router
+ * bias is ADDED TO THE LOGITS (gpt-oss's router Linear bias): it ranks and it
+ * weighs; with the other two it only ranks (score-correction bias). */
+typedef enum { FM_SCORE_SOFTMAX = 0, FM_SCORE_SIGMOID = 1, FM_SCORE_SOFTMAX_TOPK = 2 } fm_score_func;
+
+/* "softmax", "sigmoid", "softmax-topk"; "?" for an invalid value. */
+const char *fm_score_name(fm_score_func s);
 
 typedef struct {
     int           n_experts;    /* routed experts held by this layer (E) */

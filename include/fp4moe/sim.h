@@ -71,7 +71,8 @@ fm_status fm_sim_model_find(const char *name, fm_sim_model *out);
  * rows_per_expert rows, taking `us` microseconds. */
 typedef struct fm_sim_measured fm_sim_measured;
 
-/* Load a CSV. FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_IO (cannot open/read),
+/* Load a CSV. FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_IO (cannot open/read, or
+ * not a regular file: a FIFO or device is refused at once, never waited on),
  * FM_ERR_FORMAT (bad header or row; the detail names file:line),
  * FM_ERR_OOM. *out untouched on failure. */
 fm_status fm_sim_measured_load(const char *path, fm_sim_measured **out);

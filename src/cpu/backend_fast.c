@@ -33,7 +33,8 @@ typedef struct {
 } work_item;
 
 typedef struct {
-    fm_moe_config  cfg;
+    fm_moe_config  cfg;        /* the model's layer (n_experts global) */
+    fm_layer_params p;
     int            max_tokens, nthreads;
     int64_t        max_k;   /* widest K of any GEMM: sizes the kernels' work buffers */
     fm_cpu_weights cw;
@@ -62,26 +63,31 @@ static void fast_destroy(void *state)
     free(s);
 }
 
-static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, int max_tokens, void **state)
+static fm_status fast_create(const fm_layer_params *lp, const fm_moe_weights *w, void **state)
 {
-    FM_CHECK(fm_moe_weights_check_scales(c, w));
+    const fm_moe_config *c = &lp->cfg;
+    const int max_tokens = lp->max_tokens;
+    fm_moe_config lcfg = *c; /* the shard's experts */
+    lcfg.n_experts = lp->n_local;
+    FM_CHECK(fm_moe_weights_check_scales(&lcfg, w));
     if ((int64_t)max_tokens * c->top_k > INT32_MAX)
         return fm_fail(FM_ERR_BAD_SHAPE, "cpu: max_tokens=%d x top_k=%d routed rows exceed int32", max_tokens,
                        c->top_k);
     fast_state *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(FM_ERR_OOM, "cpu: out of memory");
     s->cfg = *c;
+    s->p = *lp;
     s->max_tokens = max_tokens;
     s->nthreads = omp_get_max_threads();
     s->gemm = fm_cpu_gemm_select(&s->isa);
     fm_cpu_luts_init(&s->L, c->wfmt);
-    fm_status st = fm_cpu_weights_copy(c, w, &s->cw);
+    fm_status st = fm_cpu_weights_copy(c, lp->n_local, w, &s->cw);
     if (st != FM_OK) {
         free(s);
         return st;
     }
-    size_t T = (size_t)max_tokens, P = T * c->top_k, E = c->n_experts, H = c->hidden, I = c->inter,
-           S = c->shared_inter;
+    size_t T = (size_t)max_tokens, P = T * c->top_k, E = c->n_experts, L = lp->n_local, H = c->hidden,
+           I = c->inter, S = lp->first == 0 ? c->shared_inter : 0; /* the shared expert: the shard at expert 0 */
     if (S > 0) {
         s->sh13 = (fm_qtensor){FM_FORMAT_BF16, 2 * (int64_t)S, (int64_t)H, (void *)s->cw.w.shared_w13, NULL, 1.0f};
         s->sh2 = (fm_qtensor){FM_FORMAT_BF16, (int64_t)H, (int64_t)S, (void *)s->cw.w.shared_w2, NULL, 1.0f};
@@ -90,7 +96,7 @@ static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, in
     if (S > wide) wide = S;
     if (2 * S > rows) rows = 2 * S;
     s->max_k = (int64_t)wide;
-    s->max_items = (E + 1) * ((rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
+    s->max_items = (L + 1) * ((rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
     s->logits = malloc(sizeof(float) * T * E);
     s->wts = malloc(sizeof(float) * P);
     s->A1 = malloc(sizeof(float) * P * H);
@@ -104,7 +110,7 @@ static fm_status fast_create(const fm_moe_config *c, const fm_moe_weights *w, in
     s->acc = malloc(sizeof(float) * T * H);
     s->work = malloc(sizeof(float) * fm_cpu_work_floats(wide) * s->nthreads);
     s->ids = malloc(sizeof(int32_t) * P);
-    s->offsets = malloc(sizeof(int32_t) * (E + 1));
+    s->offsets = malloc(sizeof(int32_t) * (L + 1));
     s->perm = malloc(sizeof(int32_t) * P);
     s->pos = malloc(sizeof(int32_t) * P);
     s->rowexp = malloc(sizeof(int32_t) * P);
@@ -158,20 +164,24 @@ static long act_quant_rows(fast_state *s, float *X, int P, int n, const float *g
     return bad;
 }
 
-static fm_status fast_forward(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats *stats)
 {
     fast_state *s = state;
     const fm_moe_config *c = &s->cfg;
     const fm_moe_weights *w = &s->cw.w;
-    const int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter, S = c->shared_inter, P = T * K;
+    const uint16_t *x = a->x;
+    const int T = a->T, E = s->p.n_local, K = c->top_k, H = c->hidden, I = c->inter;
+    const int S = s->p.first == 0 ? c->shared_inter : 0;
+    int P = 0; /* local routed rows */
     double t0 = omp_get_wtime();
 
-    FM_CHECK(fm_moe_route_tokens(c, w, x, T, "cpu", s->logits, s->ids, s->wts, s->offsets, s->perm));
+    for (size_t i = 0; i < (size_t)T * H; i++)
+        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+            return fm_fail(FM_ERR_NONFINITE, "cpu: x[%zu][%zu] is NaN or Inf (policy: reject)", i / H, i % H);
+    FM_CHECK(fm_moe_plan_rows(c, w, x, T, a->topk_ids, a->topk_weights, s->p.first, E, "cpu", s->logits, s->ids,
+                              s->wts, s->offsets, s->perm, s->pos, &P));
     for (int e = 0; e < E; e++)
-        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
-            s->pos[s->perm[p]] = p;
-            s->rowexp[p] = e;
-        }
+        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) s->rowexp[p] = e;
 
     /* FC1 inputs: x in FP32 per token, then gathered per routed row. */
 #pragma omp parallel for schedule(static) num_threads(s->nthreads)
@@ -220,6 +230,7 @@ static fm_status fast_forward(void *state, const uint16_t *x, int T, float *out,
         float *o = s->acc + (size_t)t * H;
         for (int i = 0; i < H; i++) o[i] = 0.0f;
         for (int j = 0; j < K; j++) {
+            if (s->pos[t * K + j] < 0) continue; /* another shard's expert, or id -1 */
             const float *y = s->Y + (size_t)s->pos[t * K + j] * H;
             const float wt = s->wts[t * K + j];
             for (int i = 0; i < H; i++) o[i] += wt * y[i];
@@ -231,7 +242,8 @@ static fm_status fast_forward(void *state, const uint16_t *x, int T, float *out,
     if (bad >= 0)
         return fm_fail(FM_ERR_NONFINITE, "cpu: out[%ld][%ld] overflowed to %g (inputs too large)", bad / H, bad % H,
                        (double)s->acc[bad]);
-    memcpy(out, s->acc, sizeof(float) * (size_t)T * H);
+    if (s->p.out_dtype == FM_OUT_BF16) fm_layer_store_bf16(s->acc, (size_t)T * H, a->out);
+    else memcpy(a->out, s->acc, sizeof(float) * (size_t)T * H);
     if (stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
     return FM_OK;
 }
@@ -240,6 +252,6 @@ const fm_backend_ops fm_cpu_ops = {
     .name = "cpu",
     .available = fast_available,
     .create = fast_create,
-    .forward = fast_forward,
+    .run = fast_run,
     .destroy = fast_destroy,
 };

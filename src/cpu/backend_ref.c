@@ -8,21 +8,29 @@
 #include <stdlib.h>
 
 typedef struct {
-    fm_moe_config  cfg;
-    fm_cpu_weights cw;
+    fm_layer_params p;
+    fm_cpu_weights  cw;
+    float          *out32; /* BF16 output: the FP32 result before rounding [max_tokens][hidden] */
 } ref_state;
 
 static fm_status ref_available(void) { return FM_OK; }
 
-static fm_status ref_create(const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens, void **state)
+static fm_status ref_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
 {
-    (void)max_tokens; /* the reference allocates per call */
-    FM_CHECK(fm_moe_weights_check_scales(cfg, w));
+    fm_moe_config lcfg = p->cfg; /* the shard's experts */
+    lcfg.n_experts = p->n_local;
+    FM_CHECK(fm_moe_weights_check_scales(&lcfg, w));
     ref_state *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(FM_ERR_OOM, "cpu-ref: out of memory");
-    s->cfg = *cfg;
-    fm_status st = fm_cpu_weights_copy(cfg, w, &s->cw);
+    s->p = *p;
+    if (p->out_dtype == FM_OUT_BF16 &&
+        !(s->out32 = malloc(sizeof(float) * (size_t)p->max_tokens * p->cfg.hidden))) {
+        free(s);
+        return fm_fail(FM_ERR_OOM, "cpu-ref: out of memory");
+    }
+    fm_status st = fm_cpu_weights_copy(&p->cfg, p->n_local, w, &s->cw);
     if (st != FM_OK) {
+        free(s->out32);
         free(s);
         return st;
     }
@@ -30,11 +38,14 @@ static fm_status ref_create(const fm_moe_config *cfg, const fm_moe_weights *w, i
     return FM_OK;
 }
 
-static fm_status ref_forward(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+static fm_status ref_run(void *state, const fm_layer_run_args *a, fm_run_stats *stats)
 {
     ref_state *s = state;
     double t0 = omp_get_wtime();
-    FM_CHECK(fm_moe_forward_ref(&s->cfg, &s->cw.w, x, T, out));
+    float *o = s->p.out_dtype == FM_OUT_BF16 ? s->out32 : a->out;
+    FM_CHECK(fm_moe_forward_ref_run(&s->p.cfg, &s->cw.w, a->x, a->T, a->topk_ids, a->topk_weights, s->p.first,
+                                    s->p.n_local, o));
+    if (s->p.out_dtype == FM_OUT_BF16) fm_layer_store_bf16(o, (size_t)a->T * s->p.cfg.hidden, a->out);
     if (stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
     return FM_OK;
 }
@@ -44,6 +55,7 @@ static void ref_destroy(void *state)
     ref_state *s = state;
     if (!s) return;
     fm_cpu_weights_free(&s->cw);
+    free(s->out32);
     free(s);
 }
 
@@ -51,6 +63,6 @@ const fm_backend_ops fm_cpu_ref_ops = {
     .name = "cpu-ref",
     .available = ref_available,
     .create = ref_create,
-    .forward = ref_forward,
+    .run = ref_run,
     .destroy = ref_destroy,
 };

@@ -9,13 +9,14 @@
  * views into it (same layouts as the caller's: row-major data and scales). */
 typedef struct {
     fm_moe_weights w;
-    fm_qtensor    *w13, *w2; /* [n_experts] each, pointed to by w.w13 / w.w2 */
+    fm_qtensor    *w13, *w2; /* [n_local] each, pointed to by w.w13 / w.w2 */
     void          *blob;
     size_t         bytes;    /* size of blob */
 } fm_cpu_weights;
 
-/* Copy validated weights (layer.c has checked shapes). FM_OK or FM_ERR_OOM. */
-fm_status fm_cpu_weights_copy(const fm_moe_config *cfg, const fm_moe_weights *w, fm_cpu_weights *out);
+/* Copy validated weights (layer.c has checked shapes): the router over cfg->n_experts
+ * global experts, the n_local experts of the shard (w->w13/w2/a1/a2). FM_OK or FM_ERR_OOM. */
+fm_status fm_cpu_weights_copy(const fm_moe_config *cfg, int n_local, const fm_moe_weights *w, fm_cpu_weights *out);
 void      fm_cpu_weights_free(fm_cpu_weights *cw);
 
 /* ---- fast-path kernels (kernels*.c) ---------------------------------------

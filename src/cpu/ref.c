@@ -55,14 +55,14 @@ static fm_status shared_mlp(const fm_moe_config *cfg, const fm_moe_weights *w, c
 
 typedef struct {
     float   *logits, *wts, *a, *g, *h, *y, *acc, *wrow, *sy;
-    int32_t *ids, *offsets, *perm;
+    int32_t *ids, *offsets, *perm, *pos;
     void    *qscratch;
 } ref_bufs;
 
 static void bufs_free(ref_bufs *b)
 {
     void *all[] = {b->logits, b->wts, b->a, b->g, b->h, b->y, b->acc, b->wrow, b->sy, b->ids, b->offsets, b->perm,
-                   b->qscratch};
+                   b->pos, b->qscratch};
     for (size_t i = 0; i < FM_ARRAY_LEN(all); i++) free(all[i]);
 }
 
@@ -84,21 +84,24 @@ static fm_status bufs_alloc(const fm_moe_config *c, int T, ref_bufs *b)
     b->ids = malloc(sizeof(int32_t) * P);
     b->offsets = malloc(sizeof(int32_t) * ((size_t)c->n_experts + 1));
     b->perm = malloc(sizeof(int32_t) * P);
+    b->pos = malloc(sizeof(int32_t) * P);
     b->qscratch = malloc(fm_moe_act_quant_scratch((int)wide));
     if (!b->logits || !b->wts || !b->a || !b->g || !b->h || !b->y || !b->acc || !b->wrow || !b->sy || !b->ids ||
-        !b->offsets || !b->perm || !b->qscratch) {
+        !b->offsets || !b->perm || !b->pos || !b->qscratch) {
         bufs_free(b);
         return fm_fail(FM_ERR_OOM, "fm_moe_forward_ref: out of memory for T=%d (%zu routed rows)", T, P);
     }
     return FM_OK;
 }
 
-static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T, ref_bufs *b)
+static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T,
+                         const int32_t *ext_ids, const float *ext_wts, int first, int n_local, ref_bufs *b)
 {
-    int E = c->n_experts, K = c->top_k, H = c->hidden, I = c->inter;
-    FM_CHECK(fm_moe_route_tokens(c, w, x, T, "fm_moe_forward_ref", b->logits, b->ids, b->wts, b->offsets, b->perm));
+    int K = c->top_k, H = c->hidden, I = c->inter, rows = 0;
+    FM_CHECK(fm_moe_plan_rows(c, w, x, T, ext_ids, ext_wts, first, n_local, "fm_moe_forward_ref", b->logits, b->ids,
+                              b->wts, b->offsets, b->perm, b->pos, &rows));
 
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < n_local; e++) { /* local expert e = global first + e */
         for (int32_t p = b->offsets[e]; p < b->offsets[e + 1]; p++) {
             int t = b->perm[p] / K;
             for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(x[(size_t)t * H + k]);
@@ -112,18 +115,19 @@ static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const 
         }
     }
 
-    /* Finalize: row p of slot s sits where perm says; invert it once. */
-    int32_t *pos = b->ids; /* ids are no longer needed: reuse as slot -> row */
-    for (int32_t p = 0; p < T * K; p++) pos[b->perm[p]] = p;
+    /* Finalize: token t's slots in ascending j (skipped slots: other shards, id -1),
+     * then the shared expert (held by the shard that starts at expert 0). */
+    const int *pos = b->pos;
     for (int t = 0; t < T; t++) {
         float *o = b->acc + (size_t)t * H;
         for (int n = 0; n < H; n++) o[n] = 0.0f;
         for (int j = 0; j < K; j++) {
+            if (pos[t * K + j] < 0) continue;
             const float *y = b->y + (size_t)pos[t * K + j] * H;
             float wt = b->wts[t * K + j];
             for (int n = 0; n < H; n++) o[n] += wt * y[n];
         }
-        if (c->shared_inter > 0) {
+        if (c->shared_inter > 0 && first == 0) {
             for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(x[(size_t)t * H + k]);
             FM_CHECK(shared_mlp(c, w, b->a, b->wrow, b->g, b->h, b->sy));
             for (int n = 0; n < H; n++) o[n] += b->sy[n];
@@ -136,6 +140,28 @@ static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const 
     return FM_OK;
 }
 
+static fm_status check_x(const fm_moe_config *cfg, const uint16_t *x, int T, const char *who)
+{
+    size_t n = (size_t)T * cfg->hidden;
+    for (size_t i = 0; i < n; i++)
+        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+            return fm_fail(FM_ERR_NONFINITE, "%s: x[%zu][%zu] is NaN or Inf (policy: reject)", who, i / cfg->hidden,
+                           i % cfg->hidden);
+    return FM_OK;
+}
+
+fm_status fm_moe_forward_ref_run(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
+                                 const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out)
+{
+    FM_CHECK(check_x(cfg, x, T, "fm_moe_forward_ref"));
+    ref_bufs b;
+    FM_CHECK(bufs_alloc(cfg, T, &b));
+    fm_status s = forward(cfg, w, x, T, ext_ids, ext_wts, first, n_local, &b);
+    if (s == FM_OK) memcpy(out, b.acc, sizeof(float) * (size_t)T * cfg->hidden);
+    bufs_free(&b);
+    return s;
+}
+
 fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T, float *out)
 {
     fm_clear_error();
@@ -144,15 +170,5 @@ fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, 
     if (T < 1) return fm_fail(FM_ERR_BAD_SHAPE, "fm_moe_forward_ref: T=%d < 1", T);
     FM_CHECK(fm_moe_weights_check(cfg, w));
     FM_CHECK(fm_moe_weights_check_scales(cfg, w));
-    size_t n = (size_t)T * cfg->hidden;
-    for (size_t i = 0; i < n; i++)
-        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
-            return fm_fail(FM_ERR_NONFINITE, "fm_moe_forward_ref: x[%zu][%zu] is NaN or Inf (policy: reject)",
-                           i / cfg->hidden, i % cfg->hidden);
-    ref_bufs b;
-    FM_CHECK(bufs_alloc(cfg, T, &b));
-    fm_status s = forward(cfg, w, x, T, &b);
-    if (s == FM_OK) memcpy(out, b.acc, sizeof(float) * n);
-    bufs_free(&b);
-    return s;
+    return fm_moe_forward_ref_run(cfg, w, x, T, NULL, NULL, 0, cfg->n_experts, out);
 }

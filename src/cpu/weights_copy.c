@@ -28,20 +28,20 @@ static void *take(arena *a, const void *src, size_t n)
     return p;
 }
 
-static void lay_out(const fm_moe_config *c, const fm_moe_weights *w, arena *a, fm_cpu_weights *o)
+static void lay_out(const fm_moe_config *c, int L, const fm_moe_weights *w, arena *a, fm_cpu_weights *o)
 {
-    int E = c->n_experts, H = c->hidden, S = c->shared_inter;
-    o->w13 = take(a, NULL, sizeof(fm_qtensor) * E);
-    o->w2 = take(a, NULL, sizeof(fm_qtensor) * E);
+    int E = c->n_experts, H = c->hidden, S = c->shared_inter; /* router: E global experts; weights: L local */
+    o->w13 = take(a, NULL, sizeof(fm_qtensor) * L);
+    o->w2 = take(a, NULL, sizeof(fm_qtensor) * L);
     o->w.w13 = o->w13;
     o->w.w2 = o->w2;
     o->w.router_w = take(a, w->router_w, sizeof(float) * E * (size_t)H);
     o->w.router_bias = w->router_bias ? take(a, w->router_bias, sizeof(float) * E) : NULL;
-    o->w.a1_scale = w->a1_scale ? take(a, w->a1_scale, sizeof(float) * E) : NULL;
-    o->w.a2_scale = w->a2_scale ? take(a, w->a2_scale, sizeof(float) * E) : NULL;
+    o->w.a1_scale = w->a1_scale ? take(a, w->a1_scale, sizeof(float) * L) : NULL;
+    o->w.a2_scale = w->a2_scale ? take(a, w->a2_scale, sizeof(float) * L) : NULL;
     o->w.shared_w13 = S > 0 ? take(a, w->shared_w13, sizeof(uint16_t) * 2 * (size_t)S * H) : NULL;
     o->w.shared_w2 = S > 0 ? take(a, w->shared_w2, sizeof(uint16_t) * (size_t)H * S) : NULL;
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < L; e++) {
         const fm_qtensor *src[2] = {&w->w13[e], &w->w2[e]};
         fm_qtensor *dst[2] = {a->base ? &o->w13[e] : NULL, a->base ? &o->w2[e] : NULL};
         for (int j = 0; j < 2; j++) {
@@ -58,18 +58,18 @@ static void lay_out(const fm_moe_config *c, const fm_moe_weights *w, arena *a, f
     }
 }
 
-fm_status fm_cpu_weights_copy(const fm_moe_config *cfg, const fm_moe_weights *w, fm_cpu_weights *out)
+fm_status fm_cpu_weights_copy(const fm_moe_config *cfg, int n_local, const fm_moe_weights *w, fm_cpu_weights *out)
 {
     memset(out, 0, sizeof *out);
     arena a = {NULL, 0};
     fm_cpu_weights probe;
     memset(&probe, 0, sizeof probe);
-    lay_out(cfg, w, &a, &probe);
+    lay_out(cfg, n_local, w, &a, &probe);
     out->bytes = a.used;
     out->blob = aligned_alloc(FM_ALIGN, a.used);
     if (!out->blob) return fm_fail(FM_ERR_OOM, "cpu backend: cannot allocate %zu bytes for the weight copy", a.used);
     a = (arena){out->blob, 0};
-    lay_out(cfg, w, &a, out);
+    lay_out(cfg, n_local, w, &a, out);
     return FM_OK;
 }
 

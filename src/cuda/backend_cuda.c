@@ -1,26 +1,30 @@
-/* backend_cuda.c - the "cuda" backend: the routed MoE layer on the GPU.
+/* backend_cuda.c - the "cuda" backend: the routed MoE layer on the GPU, as a
+ * serving engine calls it (fp4moe/layer.h: fm_layer_run).
  *
- * forward(x[T][H]): x goes up, then everything runs on the device, in one
- * stream, with no host round trip until the output comes back (the part
- * between the upload and the download is CUDA-graph capturable):
- *   1. router logits (route.cu), bit-identical to the CPU's;
- *   2. routing: scores, bias, group limit, top-k, weights, as fm_moe_route
- *      (same ties; a NaN/Inf logit is flagged on the device, reported after);
- *   3. the stable permutation of fm_moe_permute: offsets, perm, row weights,
- *      token slots, all on the device;
- *   4. gather the routed rows into expert order;
- *   5. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16
- *      (on sm_90 with more than 16 rows per expert: X gathered and h written in
- *      the prepack K order, so both GEMMs run the packed-X wgmma kernel);
- *   6. the BF16 shared expert, if any: out[t] = its SwiGLU MLP of x[t] (FP32);
- *   7. FC2 + FINALIZE_DET: out[t] += sum over t's slots of weight * (h . W2^T),
- *      deterministic slot order;
- *   8. one host sync; the overflow flag (8 bytes) and out come back. The
- *      kernels' time (CUDA events, steps 1-7) goes into stats.
- * The GEMMs get max_rows = the capacity (max_tokens * top_k): the row counts
- * live only on the device (offsets). Every fm_moe_config routing mode runs on
- * the device; there is no host-routing fallback. Not done yet: act_nvfp4
- * (create returns FM_ERR_UNSUPPORTED).
+ * run(x[T][H] on the device, the caller's stream): launches only, no host
+ * round trip, no allocation, no planning (CUDA-graph capturable):
+ *   1. internal routing: router logits (route.cu, bit-identical to the CPU's),
+ *      then scores, bias, group limit, top-k, weights as fm_moe_route (a NaN/Inf
+ *      logit is recorded on the device); external routing: the caller's
+ *      topk_ids / topk_weights are read directly by step 2;
+ *   2. the stable permutation of the shard's local slots (fm_moe_permute's
+ *      order): offsets, perm, row weights, token slots (-1 for slots left out:
+ *      id -1, another shard's expert, a bad id, which is counted);
+ *   3. gather the routed rows into expert order (NaN/Inf in x recorded);
+ *   4. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16
+ *      (X gathered and h written in the prepack K order where the planner
+ *      prefers the packed-X wgmma kernel);
+ *   5. the BF16 shared expert (the shard holding expert 0 only);
+ *   6. FC2 + FINALIZE_DET: out[t] = (shared) + sum over t's local slots of
+ *      weight * (h . W2^T) in slot order (deterministic), FP32 or BF16.
+ * Tiles: chosen at create time for every batch-size bucket (T a power of two up
+ * to max_tokens; the planner's ranking for the rows per expert each bucket
+ * gives); run looks its bucket up. The GEMMs get max_rows = T * top_k: the row
+ * counts live only on the device (offsets).
+ * Devices: every CUDA call runs with the layer's device current and restores
+ * the caller's device. fm_layer_forward (host pointers) runs on a private
+ * stream of the layer: upload, run, one sync, the error word, download.
+ * Not done yet: act_nvfp4 (create returns FM_ERR_UNSUPPORTED).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -31,25 +35,42 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/moe_kernels.h"
 
+#define FM_BUCKETS 32 /* bucket b: T in (2^(b-1), 2^b] */
+#define FM_WS_ALIGN 256
+
 typedef struct {
-    fm_moe_config    cfg;
-    int              max_tokens;
-    fm_cuda_weights *w13, *w2;
-    int              bad_bias; /* index of a NaN/Inf router bias (reported by forward, as fm_moe_route does), or -1 */
-    int              sm90;     /* compute capability 9.0: the wgmma tiles (packed X) for > 16 rows per expert */
-    float            bad_bias_value;
-    float           *d_router, *d_bias; /* d_bias NULL without a bias */
-    uint16_t        *d_x, *d_xp, *d_h;
-    float           *d_logits, *d_out, *d_scratch, *d_rw, *d_hs, *d_wts;
-    uint16_t        *d_sw13, *d_sw2; /* shared expert, BF16 */
-    int32_t         *d_off, *d_perm, *d_slots, *d_ids;
-    void            *d_rscratch; /* routing scratch, fm_moe_route_scratch_bytes */
-    unsigned long long *d_bad;   /* first non-finite logit t*E+e, or UINT64_MAX */
-    cudaEvent_t      ev0, ev1;
+    fm_cuda_tile t1, t2;   /* FC1, FC2 tiles */
+    int          nb1, nb2; /* feature blocks per CTA */
+    int          pk1, pk2; /* packed X of FC1 / FC2 */
+} bucket_plan;
+
+/* Byte offsets of the per-run buffers inside the workspace. */
+typedef struct {
+    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, total;
+} ws_layout;
+
+typedef struct {
+    fm_layer_params     p;
+    const fm_cuda_device *dev;
+    fm_cuda_weights    *w13, *w2;
+    int                 bad_bias; /* index of a NaN/Inf router bias (run refuses internal routing), or -1 */
+    float               bad_bias_value;
+    float              *d_router, *d_bias; /* d_bias NULL without a bias */
+    uint16_t           *d_sw13, *d_sw2;    /* shared expert, BF16 */
+    fm_moe_dev_errors  *d_err;
+    ws_layout           ws;
+    void               *ws_own;            /* the layer's workspace (NULL with caller workspace) */
+    uint16_t           *d_xstage;          /* fm_layer_forward: x uploaded here */
+    float              *d_ostage;          /* fm_layer_forward: FP32 out before download */
+    cudaStream_t        own_stream;        /* fm_layer_forward's stream */
+    cudaEvent_t         ev0, ev1;
+    int                 n_buckets;
+    bucket_plan         plan[FM_BUCKETS];
 } cuda_state;
 
 static fm_status cu_err(cudaError_t e, const char *what)
 {
+    (void)cudaGetLastError();
     if (e == cudaErrorMemoryAllocation) return fm_fail(FM_ERR_OOM, "cuda backend: %s: %s", what, cudaGetErrorString(e));
     return fm_fail(FM_ERR_CUDA, "cuda backend: %s: %s", what, cudaGetErrorString(e));
 }
@@ -66,109 +87,54 @@ static fm_status cuda_available(void)
     return FM_OK;
 }
 
-static void cuda_destroy(void *p)
+static size_t take(size_t *at, size_t bytes)
 {
-    cuda_state *s = p;
+    size_t o = *at;
+    *at += (bytes + FM_WS_ALIGN - 1) / FM_WS_ALIGN * FM_WS_ALIGN;
+    return o;
+}
+
+static ws_layout layout_of(const fm_layer_params *p)
+{
+    const fm_moe_config *c = &p->cfg;
+    const size_t T = (size_t)p->max_tokens, R = T * c->top_k, E = (size_t)c->n_experts, H = (size_t)c->hidden,
+                 I = (size_t)c->inter, S = p->first == 0 ? (size_t)c->shared_inter : 0;
+    ws_layout l;
+    size_t    at = 0;
+    l.xp = take(&at, sizeof(uint16_t) * R * H);
+    l.h = take(&at, sizeof(uint16_t) * R * I);
+    l.logits = take(&at, sizeof(float) * T * E);
+    l.out32 = take(&at, sizeof(float) * T * H);
+    l.scratch = take(&at, sizeof(float) * R * H);
+    l.rw = take(&at, sizeof(float) * R);
+    l.off = take(&at, sizeof(int32_t) * ((size_t)p->n_local + 1));
+    l.perm = take(&at, sizeof(int32_t) * R);
+    l.slots = take(&at, sizeof(int32_t) * R);
+    l.ids = take(&at, sizeof(int32_t) * R);
+    l.wts = take(&at, sizeof(float) * R);
+    l.rscratch = take(&at, fm_moe_route_scratch_bytes(c, p->max_tokens));
+    l.pscratch = take(&at, fm_moe_permute_scratch_bytes(p->max_tokens, c->top_k, p->n_local) + 4);
+    l.hs = take(&at, sizeof(float) * (T * S + 1));
+    l.badlogit = take(&at, sizeof(unsigned long long));
+    l.total = at;
+    return l;
+}
+
+static void cuda_destroy(void *ptr)
+{
+    cuda_state *s = ptr;
     if (!s) return;
+    int prev = -1;
+    if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
-    void *dev[] = {s->d_router, s->d_bias, s->d_x,    s->d_xp,   s->d_h,    s->d_logits,   s->d_out, s->d_scratch,
-                   s->d_rw,     s->d_hs,   s->d_wts,  s->d_sw13, s->d_sw2,  s->d_off,      s->d_perm, s->d_slots,
-                   s->d_ids,    s->d_rscratch, s->d_bad};
+    void *dev[] = {s->d_router, s->d_bias, s->d_sw13, s->d_sw2, s->d_err, s->ws_own, s->d_xstage, s->d_ostage};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
+    if (s->own_stream) cudaStreamDestroy(s->own_stream);
+    fm_cuda_device_leave(s->dev, prev);
     free(s);
-}
-
-static fm_status cuda_create(const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens, void **state)
-{
-    if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
-    if (cfg->shared_inter % 16)
-        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: shared_inter=%d must be a multiple of 16", cfg->shared_inter);
-    if (cfg->wfmt == FM_FORMAT_BF16)
-        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: BF16 routed experts are not supported (FP4 only)");
-    /* The gather and the deterministic finalize put routed rows / tokens on the
-     * grid's y dimension (at most 65,535); bigger batches are split by the caller. */
-    if ((int64_t)max_tokens * cfg->top_k > 65535)
-        return fm_fail(FM_ERR_UNSUPPORTED,
-                       "cuda backend: max_tokens=%d x top_k=%d = %lld routed rows > 65,535 per forward (grid y limit); "
-                       "run the batch in chunks", max_tokens, cfg->top_k, (long long)max_tokens * cfg->top_k);
-    if (cfg->n_experts > 65535)
-        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: n_experts=%d > 65,535 (grid y limit)", cfg->n_experts);
-    if (cfg->hidden % 16 || cfg->inter % 16)
-        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: hidden=%d and inter=%d must be multiples of 16", cfg->hidden,
-                       cfg->inter);
-    FM_CHECK(cuda_available());
-    cuda_state *s = calloc(1, sizeof *s);
-    if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
-    s->cfg = *cfg;
-    s->max_tokens = max_tokens;
-    {
-        int dev = 0, major = 0, minor = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
-            s->sm90 = major == 9 && minor == 0;
-        cudaGetLastError();
-    }
-    const int    E = cfg->n_experts, H = cfg->hidden, I = cfg->inter, R = max_tokens * cfg->top_k;
-    fm_status    st = FM_OK;
-    cudaError_t  e = cudaSuccess;
-    if ((st = fm_cuda_weights_create(w->w13, E, &s->w13)) != FM_OK) goto fail;
-    if ((st = fm_cuda_weights_create(w->w2, E, &s->w2)) != FM_OK) goto fail;
-#define DALLOC(ptr, bytes) \
-    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) goto cuda_fail
-    DALLOC(s->d_router, sizeof(float) * (size_t)E * H);
-    DALLOC(s->d_x, sizeof(uint16_t) * (size_t)max_tokens * H);
-    DALLOC(s->d_xp, sizeof(uint16_t) * (size_t)R * H);
-    DALLOC(s->d_h, sizeof(uint16_t) * (size_t)R * I);
-    DALLOC(s->d_logits, sizeof(float) * (size_t)max_tokens * E);
-    DALLOC(s->d_out, sizeof(float) * (size_t)max_tokens * H);
-    DALLOC(s->d_scratch, sizeof(float) * (size_t)R * H);
-    DALLOC(s->d_rw, sizeof(float) * (size_t)R);
-    DALLOC(s->d_off, sizeof(int32_t) * (size_t)(E + 1));
-    DALLOC(s->d_perm, sizeof(int32_t) * (size_t)R);
-    DALLOC(s->d_slots, sizeof(int32_t) * (size_t)R);
-    DALLOC(s->d_ids, sizeof(int32_t) * (size_t)R);
-    DALLOC(s->d_wts, sizeof(float) * (size_t)R);
-    DALLOC(s->d_rscratch, fm_moe_route_scratch_bytes(cfg, max_tokens));
-    DALLOC(s->d_bad, sizeof(unsigned long long));
-    if (w->router_bias) {
-        DALLOC(s->d_bias, sizeof(float) * (size_t)E);
-    }
-    if (cfg->shared_inter > 0) {
-        const size_t S = (size_t)cfg->shared_inter;
-        DALLOC(s->d_hs, sizeof(float) * (size_t)max_tokens * S);
-        DALLOC(s->d_sw13, sizeof(uint16_t) * 2 * S * H);
-        DALLOC(s->d_sw2, sizeof(uint16_t) * S * H);
-        if ((e = cudaMemcpy(s->d_sw13, w->shared_w13, sizeof(uint16_t) * 2 * S * H, cudaMemcpyHostToDevice)) !=
-                cudaSuccess ||
-            (e = cudaMemcpy(s->d_sw2, w->shared_w2, sizeof(uint16_t) * S * H, cudaMemcpyHostToDevice)) != cudaSuccess)
-            goto cuda_fail;
-    }
-#undef DALLOC
-    if ((e = cudaMemcpy(s->d_router, w->router_w, sizeof(float) * (size_t)E * H, cudaMemcpyHostToDevice)) != cudaSuccess)
-        goto cuda_fail;
-    if ((e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess) goto cuda_fail;
-    s->bad_bias = -1;
-    if (w->router_bias) {
-        for (int i = 0; i < E && s->bad_bias < 0; i++)
-            if (!isfinite(w->router_bias[i])) {
-                s->bad_bias = i;
-                s->bad_bias_value = w->router_bias[i];
-            }
-        if ((e = cudaMemcpy(s->d_bias, w->router_bias, sizeof(float) * (size_t)E, cudaMemcpyHostToDevice)) !=
-            cudaSuccess)
-            goto cuda_fail;
-    }
-    *state = s;
-    return FM_OK;
-cuda_fail:
-    st = cu_err(e, "create");
-fail:
-    cuda_destroy(s);
-    return st;
 }
 
 /* 1 if the planner estimates the call faster with packed X than with natural X. */
@@ -183,64 +149,270 @@ static int prefer_packed(const fm_cuda_gemm_args *a)
     return ok && pk < nat;
 }
 
-static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+/* Rows per expert and active experts the planner ranks a bucket of T tokens for:
+ * T * top_k routed slots over the global experts, the shard's share of them. */
+static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
 {
-    cuda_state          *s = p;
-    const fm_moe_config *c = &s->cfg;
-    const int            E = c->n_experts, H = c->hidden, K = c->top_k, R = T * K; /* routed rows of this forward: the GEMM grids are sized by it */
-    cudaError_t          e;
-    int                  le;
-    if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
-        return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
-                       (double)s->bad_bias_value);
-    if ((e = cudaMemcpy(s->d_x, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice)) != cudaSuccess)
-        return cu_err(e, "upload x");
-    /* ---- from here to ev1: device work only, no host round trip ---- */
-    cudaEventRecord(s->ev0, 0);
-    if ((le = fm_moe_router_logits_launch(s->d_x, s->d_router, T, E, H, s->d_logits, NULL)) != 0)
-        return cu_err((cudaError_t)le, "router logits");
-    if ((le = fm_moe_route_launch(c, s->d_bias, s->d_logits, T, s->d_ids, s->d_wts, s->d_rscratch, s->d_bad, NULL)) != 0)
-        return cu_err((cudaError_t)le, "routing");
-    if ((le = fm_moe_permute_launch(s->d_ids, s->d_wts, T, K, E, s->d_off, s->d_perm, s->d_slots, s->d_rw, NULL,
-                                    NULL)) != 0)
+    const double R = (double)T * p->cfg.top_k, local = R * p->n_local / p->cfg.n_experts;
+    int          rows = (int)ceil(local), a = rows < p->n_local ? (rows > 0 ? rows : 1) : p->n_local;
+    *act = a;
+    *avg = (rows + a - 1) / a;
+    if (*avg < 1) *avg = 1;
+}
+
+static fm_status plan_buckets(cuda_state *s)
+{
+    const fm_moe_config *c = &s->p.cfg;
+    const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
+    s->n_buckets = 0;
+    for (int b = 0; b < FM_BUCKETS; b++) {
+        long long Tb = 1LL << b;
+        int       T = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens, avg, act;
+        bucket_rows(&s->p, T, &avg, &act);
+        fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act};
+        fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
+                                .active_experts = act};
+        bucket_plan *pl = &s->plan[b];
+        pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
+        pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
+        a1.x_packed = pl->pk1;
+        a2.x_packed = pl->pk2;
+        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, NULL));
+        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, NULL));
+        s->n_buckets = b + 1;
+        if (Tb >= s->p.max_tokens) break;
+    }
+    return FM_OK;
+}
+
+static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *cfg = &p->cfg;
+    const int E = cfg->n_experts, H = cfg->hidden, L = p->n_local, S = p->first == 0 ? cfg->shared_inter : 0;
+    cudaError_t e = cudaSuccess;
+    FM_CHECK(fm_cuda_weights_create(w->w13, L, &s->w13));
+    FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
+#define DALLOC(ptr, bytes) \
+    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) return cu_err(e, "cudaMalloc")
+#define UPLOAD(dst, src, bytes) \
+    if ((e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice)) != cudaSuccess) return cu_err(e, "upload")
+    DALLOC(s->d_router, sizeof(float) * (size_t)E * H);
+    UPLOAD(s->d_router, w->router_w, sizeof(float) * (size_t)E * H);
+    if (w->router_bias) {
+        DALLOC(s->d_bias, sizeof(float) * (size_t)E);
+        UPLOAD(s->d_bias, w->router_bias, sizeof(float) * (size_t)E);
+        for (int i = 0; i < E && s->bad_bias < 0; i++)
+            if (!isfinite(w->router_bias[i])) {
+                s->bad_bias = i;
+                s->bad_bias_value = w->router_bias[i];
+            }
+    }
+    if (S > 0) {
+        DALLOC(s->d_sw13, sizeof(uint16_t) * 2 * (size_t)S * H);
+        DALLOC(s->d_sw2, sizeof(uint16_t) * (size_t)S * H);
+        UPLOAD(s->d_sw13, w->shared_w13, sizeof(uint16_t) * 2 * (size_t)S * H);
+        UPLOAD(s->d_sw2, w->shared_w2, sizeof(uint16_t) * (size_t)S * H);
+    }
+    DALLOC(s->d_err, sizeof(fm_moe_dev_errors));
+    s->ws = layout_of(p);
+    if (!p->caller_workspace) DALLOC(s->ws_own, s->ws.total);
+    DALLOC(s->d_xstage, sizeof(uint16_t) * (size_t)p->max_tokens * H);
+    DALLOC(s->d_ostage, sizeof(float) * (size_t)p->max_tokens * H);
+#undef DALLOC
+#undef UPLOAD
+    if ((e = cudaStreamCreateWithFlags(&s->own_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess)
+        return cu_err(e, "stream/event create");
+    int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
+    if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
+        return cu_err(le ? (cudaError_t)le : e, "clear the error word");
+    return plan_buckets(s);
+}
+
+static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
+{
+    const fm_moe_config *cfg = &p->cfg;
+    if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
+    if (cfg->score == FM_SCORE_SOFTMAX_TOPK) /* route.cu knows softmax and sigmoid only */
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "cuda backend: score softmax-topk (gpt-oss routing) is not implemented; use a CPU backend");
+    if (cfg->shared_inter % 16)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: shared_inter=%d must be a multiple of 16", cfg->shared_inter);
+    if (cfg->wfmt == FM_FORMAT_BF16)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: BF16 routed experts are not supported (FP4 only)");
+    /* The gather and the deterministic finalize put routed rows / tokens on the
+     * grid's y dimension (at most 65,535); bigger batches are split by the caller. */
+    if ((int64_t)p->max_tokens * cfg->top_k > 65535)
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "cuda backend: max_tokens=%d x top_k=%d = %lld routed rows > 65,535 per run (grid y limit); "
+                       "run the batch in chunks",
+                       p->max_tokens, cfg->top_k, (long long)p->max_tokens * cfg->top_k);
+    if (cfg->n_experts > 65535)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: n_experts=%d > 65,535 (grid y limit)", cfg->n_experts);
+    if (cfg->hidden % 16 || cfg->inter % 16)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: hidden=%d and inter=%d must be multiples of 16", cfg->hidden,
+                       cfg->inter);
+    cuda_state *s = calloc(1, sizeof *s);
+    if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
+    s->p = *p;
+    s->dev = p->device;
+    s->bad_bias = -1;
+    int       prev = -1;
+    fm_status st = fm_cuda_device_enter(s->dev, &prev);
+    if (st != FM_OK) {
+        free(s);
+        return st;
+    }
+    st = create_on_device(s, w);
+    fm_cuda_device_leave(s->dev, prev);
+    if (st != FM_OK) {
+        cuda_destroy(s);
+        return st;
+    }
+    *state = s;
+    return FM_OK;
+}
+
+static int bucket_of(int T)
+{
+    int b = 0;
+    while ((1LL << b) < T) b++;
+    return b;
+}
+
+/* Enqueue one run on `stream` (the layer's device is current). */
+static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    const int T = a->T, E = c->n_experts, H = c->hidden, K = c->top_k, L = p->n_local, R = T * K;
+    const int shared = p->first == 0 && c->shared_inter > 0;
+    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
+    float    *logits = (float *)(ws + s->ws.logits), *out32 = (float *)(ws + s->ws.out32);
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
+    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
+    int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
+    float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
+    unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
+    const bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
+    int le;
+
+    const int32_t *rid = a->topk_ids;
+    const float   *rwt = a->topk_weights;
+    const unsigned long long *bl = NULL;
+    if (!rid) {
+        if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
+            return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
+                           (double)s->bad_bias_value);
+        if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
+            return cu_err((cudaError_t)le, "router logits");
+        if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
+            return cu_err((cudaError_t)le, "routing");
+        rid = ids, rwt = wts, bl = badlogit;
+    }
+    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
+                                    s->d_err, bl, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
-    if ((e = cudaMemsetAsync(s->d_out, 0, sizeof(float) * (size_t)T * H, 0)) != cudaSuccess)
-        return cu_err(e, "clear out");
-    /* tile choice only (the real counts stay on the device): at most R experts have rows */
-    int act = R < E ? (R > 0 ? R : 1) : E, avg = (R + act - 1) / act;
-    /* X layout of each GEMM: packed (the prepack K order, read by the sm_90a wgmma
-     * kernel only) where the planner's estimate for it beats natural X; the gather
-     * writes FC1's X and FC1's epilogue FC2's X in the chosen order at no cost. */
-    fm_cuda_gemm_args a1 = {.w = s->w13, .x = s->d_xp, .offsets = s->d_off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU,
-                            .y = s->d_h, .expected_rows = avg, .active_experts = act};
-    fm_cuda_gemm_args a2 = {.w = s->w2, .x = s->d_h, .offsets = s->d_off, .max_rows = R,
-                            .epi = FM_CUDA_EPI_FINALIZE_DET, .y = s->d_out, .row_weight = s->d_rw, .n_tokens = T,
-                            .top_k = K, .token_slots = s->d_slots, .scratch = s->d_scratch, .expected_rows = avg,
-                            .active_experts = act};
-    int pk1 = s->sm90 && H % 64 == 0 && prefer_packed(&a1);
-    int pk2 = s->sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
-    if ((le = fm_moe_gather_launch(s->d_x, s->d_perm, R, K, H, pk1, s->d_xp, NULL)) != 0)
+    if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
+                                   stream)) != 0)
         return cu_err((cudaError_t)le, "gather");
-    a1.x_packed = pk1, a1.y_packed = pk2, a2.x_packed = pk2;
-    /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees and
-     * start the moment it completes */
-    a1.pdl = a2.pdl = 1;
+    /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
+    fm_cuda_gemm_args a1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
+                            .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
+                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1};
     FM_CHECK(fm_cuda_gemm(&a1));
-    if (c->shared_inter > 0 && (le = fm_moe_shared_expert_launch(s->d_x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
-                                                                 s->d_hs, s->d_out, NULL)) != 0)
-        return cu_err((cudaError_t)le, "shared expert");
+    const int bf16 = p->out_dtype == FM_OUT_BF16;
+    float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
+    if (shared) {
+        cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
+        if (e != cudaSuccess) return cu_err(e, "clear out");
+        if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
+            return cu_err((cudaError_t)le, "shared expert");
+    }
+    fm_cuda_gemm_args a2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_FINALIZE_DET,
+                            .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
+                            .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
+                            .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
+                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1};
     FM_CHECK(fm_cuda_gemm(&a2));
-    cudaEventRecord(s->ev1, 0);
-    /* ---- the one host sync ---- */
-    if ((e = cudaEventSynchronize(s->ev1)) != cudaSuccess) return cu_err(e, "forward");
-    unsigned long long bad = 0;
-    if ((e = cudaMemcpy(&bad, s->d_bad, sizeof bad, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        return cu_err(e, "download routing status");
-    if (bad != ~0ull) /* the CPU backends' check and message (fm_moe_route_tokens) */
+    return FM_OK;
+}
+
+static fm_status cuda_run(void *ptr, const fm_layer_run_args *a, fm_run_stats *stats)
+{
+    (void)stats;
+    cuda_state *s = ptr;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = enqueue(s, a, a->stream);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
+
+/* Read and clear the error word (stream already synchronised by the caller). */
+static fm_status read_errors(cuda_state *s, cudaStream_t stream, fm_layer_error_info *info)
+{
+    fm_moe_dev_errors h;
+    cudaError_t       e = cudaMemcpyAsync(&h, s->d_err, sizeof h, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) {
+        int le = fm_moe_dev_errors_reset_launch(s->d_err, stream);
+        e = le ? (cudaError_t)le : cudaStreamSynchronize(stream);
+    }
+    if (e != cudaSuccess) return cu_err(e, "read the error word");
+    const int E = s->p.cfg.n_experts, K = s->p.cfg.top_k, H = s->p.cfg.hidden;
+    if (info) {
+        info->bad_ids = (long long)h.bad_ids;
+        info->first_bad_slot = h.first_bad_slot == ~0ull ? -1 : (long long)h.first_bad_slot;
+        info->nonfinite_x = h.first_nonfinite_x != ~0ull;
+        info->first_nonfinite = h.first_nonfinite_x == ~0ull ? -1 : (long long)h.first_nonfinite_x;
+        info->nonfinite_logits = h.bad_logit != ~0ull;
+        info->nonfinite_weights = (long long)h.nonfinite_w;
+    }
+    if (h.bad_ids)
+        return fm_fail(FM_ERR_OUT_OF_RANGE,
+                       "cuda backend: %llu routed slot(s) had an expert id outside [-1, %d) (first: topk_ids[%llu][%llu]); "
+                       "they were skipped", h.bad_ids, E, h.first_bad_slot / K, h.first_bad_slot % K);
+    if (h.first_nonfinite_x != ~0ull)
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: x[%llu][%llu] is NaN or Inf", h.first_nonfinite_x / H,
+                       h.first_nonfinite_x % H);
+    if (h.bad_logit != ~0ull) /* the CPU backends' check and message (fm_moe_route_tokens) */
         return fm_fail(FM_ERR_NONFINITE, "cuda backend: router logit [%llu][%llu] overflowed (inputs too large)",
-                       bad / (unsigned long long)E, bad % (unsigned long long)E);
+                       h.bad_logit / (unsigned long long)E, h.bad_logit % (unsigned long long)E);
+    if (h.nonfinite_w)
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: %llu topk_weights of local slots were NaN or Inf",
+                       h.nonfinite_w);
+    return FM_OK;
+}
+
+static fm_status cuda_errors(void *ptr, void *stream, fm_layer_error_info *info)
+{
+    cuda_state *s = ptr;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    fm_status   st = e != cudaSuccess ? cu_err(e, "an earlier run failed") : read_errors(s, (cudaStream_t)stream, info);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
+
+static fm_status forward_host_on(cuda_state *s, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+{
+    const int    H = s->p.cfg.hidden;
+    cudaStream_t st = s->own_stream;
+    cudaError_t  e;
+    if ((e = cudaMemcpyAsync(s->d_xstage, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice, st)) !=
+        cudaSuccess)
+        return cu_err(e, "upload x");
+    cudaEventRecord(s->ev0, st);
+    fm_layer_run_args a = {.x = s->d_xstage, .T = T, .out = s->d_ostage};
+    FM_CHECK(enqueue(s, &a, st));
+    cudaEventRecord(s->ev1, st);
+    if ((e = cudaStreamSynchronize(st)) != cudaSuccess) return cu_err(e, "forward");
+    FM_CHECK(read_errors(s, st, NULL));
     /* copy out only now: `out` stays untouched on every failure above */
-    if ((e = cudaMemcpy(out, s->d_out, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
+    if ((e = cudaMemcpy(out, s->d_ostage, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
         return cu_err(e, "download out");
     if (stats) {
         float ms = 0;
@@ -250,6 +422,23 @@ static fm_status cuda_forward(void *p, const uint16_t *x, int T, float *out, fm_
     return FM_OK;
 }
 
-const fm_backend_ops fm_cuda_ops = {
-    .name = "cuda", .available = cuda_available, .create = cuda_create, .forward = cuda_forward,
-    .destroy = cuda_destroy};
+static fm_status cuda_forward_host(void *ptr, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+{
+    cuda_state *s = ptr;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = forward_host_on(s, x, T, out, stats);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
+
+static size_t cuda_workspace_bytes(void *ptr) { return ((cuda_state *)ptr)->ws.total; }
+
+const fm_backend_ops fm_cuda_ops = {.name = "cuda",
+                                    .available = cuda_available,
+                                    .create = cuda_create,
+                                    .run = cuda_run,
+                                    .forward_host = cuda_forward_host,
+                                    .errors = cuda_errors,
+                                    .workspace_bytes = cuda_workspace_bytes,
+                                    .destroy = cuda_destroy};

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "fp4moe/cuda.h"
+#include "fp4moe/layer.h"
 #include "plan/fm_kernels_smem.h"
 
 #ifdef __cplusplus
@@ -43,6 +44,13 @@ void fm_cuda_prepack_sizes(int64_t n, int64_t k, size_t *data_bytes, size_t *sca
  * does (bit extraction, BF16 scale multiply, output multiplier): the layout's test. */
 void fm_cuda_unpack(const uint8_t *data, const uint8_t *scale, float oscale, fm_format fmt, int64_t n, int64_t k,
                     float *dst);
+
+/* ---- the device context (device.c) ---- */
+int fm_cuda_device_ordinal(const fm_cuda_device *d);
+/* Make d current; *prev = the caller's current device, restored by
+ * fm_cuda_device_leave (nothing is switched when it already is d). */
+fm_status fm_cuda_device_enter(const fm_cuda_device *d, int *prev);
+void      fm_cuda_device_leave(const fm_cuda_device *d, int prev);
 
 /* ---- launchers (gemm_swapab.cu) ---- */
 typedef struct {
@@ -88,9 +96,10 @@ long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch 
 int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
 int       fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
-/* out[t][n] += sum_j scratch[token_slots[t*top_k+j]][n] in j order. */
+/* v = init[t][n] (init NULL: 0) + sum_j scratch[token_slots[t*top_k+j]][n] in j
+ * order, into out[t][n] FP32 or, when out_bf16 is not NULL, out_bf16[t][n] BF16 (RNE). */
 int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k, int n,
-                              int max_rows, float *out, void *stream);
+                              int max_rows, const float *init, float *out, uint16_t *out_bf16, void *stream);
 
 #ifdef __cplusplus
 }

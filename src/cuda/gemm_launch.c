@@ -275,8 +275,13 @@ static int feature_blocks(const fm_cuda_gemm_args *a, const fm_cuda_tile *t, int
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
 {
     fm_clear_error();
-    if (!a || !a->w || !a->x || !a->offsets || !a->y)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: NULL args, w, x, offsets or y");
+    if (!a || !a->w || !a->x || !a->offsets)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: NULL args, w, x or offsets");
+    /* y may be NULL only where nothing reads or writes it: FINALIZE_DET from zero into y_bf16 */
+    if (!a->y && !(a->epi == FM_CUDA_EPI_FINALIZE_DET && a->y_zero_init && a->y_bf16))
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: NULL y");
+    if ((a->y_zero_init || a->y_bf16) && a->epi != FM_CUDA_EPI_FINALIZE_DET)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: y_zero_init / y_bf16 apply to FINALIZE_DET only");
     const fm_cuda_weights *w = a->w;
     if (a->max_rows < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: max_rows=%d < 0", a->max_rows);
     if (a->feature_blocks < 0)
@@ -289,7 +294,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET &&
         (!a->row_weight || !a->token_slots || !a->scratch || a->top_k < 1 || a->n_tokens < 0))
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: FINALIZE_DET needs row_weight, token_slots, scratch, top_k");
-    if (a->epi == FM_CUDA_EPI_FINALIZE_DET && ((uintptr_t)a->y % 16 || (uintptr_t)a->scratch % 16))
+    if (a->epi == FM_CUDA_EPI_FINALIZE_DET && ((uintptr_t)a->y % 16 || (uintptr_t)a->scratch % 16 ||
+                                               (uintptr_t)a->y_bf16 % 16))
         return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: FINALIZE_DET output and scratch must be 16-byte aligned "
                                           "(they are read/written as float4)");
     /* experts (GEMM) and tokens (FINALIZE_DET reduce) are the grid's y dimension */
@@ -369,7 +375,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,
-                                        (float *)a->y, a->stream);
+                                        a->y_zero_init ? NULL : (const float *)a->y, (float *)a->y, a->y_bf16,
+                                        a->stream);
         if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: finalize reduce launch");
     }
     return FM_OK;

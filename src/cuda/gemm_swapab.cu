@@ -310,12 +310,12 @@ __global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, K
 }
 
 __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
-                                       int n, int max_rows, float *out)
+                                       int n, int max_rows, const float *init, float *out, uint16_t *out_bf16)
 {
     int tkn = blockIdx.y;
     int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (tkn >= n_tokens || c >= n) return;
-    float4 acc = *(float4 *)(out + (size_t)tkn * n + c);
+    float4 acc = init ? *(const float4 *)(init + (size_t)tkn * n + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     for (int j = 0; j < top_k; j++) { /* fixed slot order: deterministic */
         int r = token_slots[tkn * top_k + j];
         if (r < 0 || r >= max_rows) continue;
@@ -325,7 +325,16 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
         acc.z += v.z;
         acc.w += v.w;
     }
-    *(float4 *)(out + (size_t)tkn * n + c) = acc;
+    if (out_bf16) {
+        uint2 o;
+        o.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.x)) |
+              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.y)) << 16);
+        o.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.z)) |
+              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.w)) << 16);
+        *(uint2 *)(out_bf16 + (size_t)tkn * n + c) = o;
+    } else {
+        *(float4 *)(out + (size_t)tkn * n + c) = acc;
+    }
 }
 
 typedef void (*kernel_fn)(const fm_swapab_params);
@@ -443,11 +452,12 @@ extern "C" int fm_swapab_probe_timeline(void *buf, unsigned cap)
 }
 
 extern "C" int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
-                                         int n, int max_rows, float *out, void *stream)
+                                         int n, int max_rows, const float *init, float *out, uint16_t *out_bf16,
+                                         void *stream)
 {
     if (n_tokens <= 0) return 0;
     dim3 grid((unsigned)((n / 4 + 127) / 128), (unsigned)n_tokens);
     finalize_reduce_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(scratch, token_slots, n_tokens, top_k, n,
-                                                                    max_rows, out);
+                                                                    max_rows, init, out, out_bf16);
     return (int)cudaGetLastError();
 }

@@ -2,6 +2,7 @@
  * backend besides routing (route.cu): the gather of token rows into expert order
  * and the BF16 shared expert, a BF16 GEMV per token (decode batches), written
  * for clarity: one warp per output, FP32 accumulation, 16-byte loads. */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -13,21 +14,53 @@ namespace {
 /* xp[p] = x[perm[p] / top_k] (16-byte copies; H % 8 == 0). packed: the columns
  * in the prepack K order (fm_cuda_kpack_col; H % 64 == 0): 16-byte chunk j of a
  * 64-column block holds the column pairs 8t + j, t = 0..3 (what wgmma tiles read). */
+__device__ __forceinline__ bool bf16x2_nonfinite(uint32_t v) /* either half has exponent all ones */
+{
+    return (v & 0x7f800000u) == 0x7f800000u || (v & 0x7f80u) == 0x7f80u;
+}
+
 __global__ void gather_rows_kernel(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed,
-                                   uint16_t *xp)
+                                   uint16_t *xp, const int32_t *n_rows, unsigned long long *bad_x)
 {
     int p = blockIdx.y;
-    if (p >= rows) return;
-    const uint4 *src = (const uint4 *)(x + (size_t)(perm[p] / top_k) * H);
+    if (p >= rows || (n_rows && p >= *n_rows)) return;
+    const size_t t = (size_t)(perm[p] / top_k);
+    const uint4 *src = (const uint4 *)(x + t * H);
     uint4       *dst = (uint4 *)(xp + (size_t)p * H);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H / 8; i += gridDim.x * blockDim.x) {
+        uint4 v;
         if (!packed) {
-            dst[i] = src[i];
-            continue;
+            v = src[i];
+        } else {
+            const uint32_t *b = (const uint32_t *)(src + (i & ~7)); /* the 32 pairs of the block */
+            int             j = i & 7;
+            v = make_uint4(b[j], b[8 + j], b[16 + j], b[24 + j]);
         }
-        const uint32_t *b = (const uint32_t *)(src + (i & ~7)); /* the 32 pairs of the block */
-        int             j = i & 7;
-        dst[i] = make_uint4(b[j], b[8 + j], b[16 + j], b[24 + j]);
+        dst[i] = v;
+        if (bad_x && (bf16x2_nonfinite(v.x) | bf16x2_nonfinite(v.y) | bf16x2_nonfinite(v.z) | bf16x2_nonfinite(v.w))) {
+            /* rare: find the first bad column of what this chunk copied (natural: its 8
+             * columns; packed: it holds pairs from the whole 64-column block) */
+            const size_t c0 = packed ? (size_t)(i & ~7) * 8 : (size_t)i * 8;
+            const int    nc = packed ? 64 : 8;
+            for (int q = 0; q < nc; q++)
+                if ((x[t * H + c0 + q] & 0x7f80u) == 0x7f80u) {
+                    atomicMin(bad_x, (unsigned long long)(t * H + c0 + q));
+                    break;
+                }
+        }
+    }
+}
+
+__global__ void store_bf16_kernel(const float *in, long long n4, uint16_t *out)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+        float4 v = ((const float4 *)in)[i];
+        uint2  o;
+        o.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.x)) |
+              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.y)) << 16);
+        o.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) |
+              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16);
+        ((uint2 *)out)[i] = o;
     }
 }
 
@@ -92,11 +125,21 @@ extern "C" int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w1
 }
 
 extern "C" int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed,
-                                    uint16_t *xp, void *stream)
+                                    uint16_t *xp, const int32_t *n_rows, unsigned long long *bad_x, void *stream)
 {
     if (rows <= 0) return 0;
     if (packed && H % 64) return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)((H / 8 + 255) / 256), (unsigned)rows);
-    gather_rows_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, perm, rows, top_k, H, packed, xp);
+    gather_rows_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, perm, rows, top_k, H, packed, xp, n_rows, bad_x);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *out, void *stream)
+{
+    if (n <= 0) return 0;
+    if (n % 4) return (int)cudaErrorInvalidValue;
+    long long blocks = (n / 4 + 255) / 256;
+    if (blocks > 65535) blocks = 65535;
+    store_bf16_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(in, n / 4, out);
     return (int)cudaGetLastError();
 }

@@ -39,23 +39,53 @@ size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T);
 int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, const float *logits, int T, int32_t *ids,
                         float *weights, void *scratch, unsigned long long *bad, void *stream);
 
-/* The stable permutation of fm_moe_permute on the device, plus what the GEMMs
- * need: offsets[E+1]; perm[p] = routed slot s (= t*top_k + j) of permuted row p,
- * slots ascending within an expert; token_slots[s] = p (its inverse);
- * row_weight[p] = weights[s]; row_token[p] = s / top_k (row_token may be NULL).
- * ids must be in [0, E) (fm_moe_route_launch guarantees it; a slot with an id
- * outside is left out of every output). Deterministic: no atomics decide an order. */
-int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int32_t *offsets,
-                          int32_t *perm, int32_t *token_slots, float *row_weight, int32_t *row_token, void *stream);
+/* What the device records for fm_layer_errors; every field accumulates over
+ * launches until the host clears it (set all bytes to 0xFF except the counts,
+ * see fm_moe_dev_errors_reset_launch). */
+typedef struct {
+    unsigned long long bad_ids;           /* routed slots with an id outside [-1, n_global) */
+    unsigned long long first_bad_slot;    /* smallest such slot, UINT64_MAX: none */
+    unsigned long long first_nonfinite_x; /* smallest t*H + c of a NaN/Inf x element read, UINT64_MAX: none */
+    unsigned long long bad_logit;         /* smallest t*E + e of a NaN/Inf router logit, UINT64_MAX: none */
+    unsigned long long nonfinite_w;       /* external weights of local slots that are NaN/Inf */
+} fm_moe_dev_errors;
+
+/* Clear err (asynchronous on stream). */
+int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream);
+
+/* The stable permutation of fm_moe_permute on the device over the local experts
+ * of a shard, plus what the GEMMs need: slot s (= t*top_k + j) with global id g
+ * is local when g - first is in [0, E) (E = local experts); offsets[E+1];
+ * perm[p] = local slot of permuted row p, slots ascending within an expert;
+ * token_slots[s] = p (its inverse), -1 for the slots left out (id -1, another
+ * shard's expert, an id out of range); row_weight[p] = weights[s]; row_token[p]
+ * = s / top_k (row_token may be NULL). err (or NULL): ids outside [-1,
+ * n_global) are counted there, non-finite weights of local slots too, and
+ * *bad_logit (or NULL: the routing kernel's word) is folded into it.
+ * scratch: fm_moe_permute_scratch_bytes (per-chunk counts, so the placement runs
+ * in parallel over slot chunks: at T x top_k = 32,768 one warp per expert walking
+ * every slot took ~0.25 ms), or NULL (one chunk).
+ * Deterministic: no atomics decide an order. */
+size_t fm_moe_permute_scratch_bytes(int T, int top_k, int E);
+int    fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
+                             int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
+                             int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
+                             const unsigned long long *bad_logit, void *stream);
 
 /* out[t] += W2 . (silu(W13[0:S] . x[t]) * (W13[S:2S] . x[t])), BF16 weights, FP32 hs[T][S] scratch;
  * H % 8 == 0, S % 8 == 0, 16-byte aligned buffers. */
 int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w13, const uint16_t *w2, int T, int H, int S,
                                 float *hs, float *out, void *stream);
-/* xp[p] = x[perm[p] / top_k] for p < rows (H % 8 == 0); packed: columns in the
- * prepack K order (fm_cuda_kpack_col, H % 64 == 0), the X the wgmma tiles stream. */
+/* xp[p] = x[perm[p] / top_k] for p < rows (H % 8 == 0) and, when n_rows is not
+ * NULL, p < *n_rows (a device count: the routed rows of this run); packed: columns
+ * in the prepack K order (fm_cuda_kpack_col, H % 64 == 0), the X the wgmma tiles
+ * stream. bad_x (or NULL): the smallest t*H + c of a NaN/Inf element copied is
+ * atomicMin'ed there. */
 int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed, uint16_t *xp,
-                         void *stream);
+                         const int32_t *n_rows, unsigned long long *bad_x, void *stream);
+
+/* out[i] = BF16(in[i]) (round to nearest even), n % 4 == 0, 16-byte aligned. */
+int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *out, void *stream);
 
 #ifdef __cplusplus
 }

@@ -208,12 +208,31 @@ __global__ void route_kernel(route_cfg c, const float *bias, const float *logits
 /* ---- stable permutation ---------------------------------------------------------- */
 
 /* off[1 + e] += rows of expert e (off zeroed by the launcher). */
-__global__ void permute_count_kernel(const int32_t *ids, int R, int E, int32_t *off)
+__global__ void permute_count_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
+                                     int32_t *off, int32_t *token_slots, fm_moe_dev_errors *err,
+                                     const unsigned long long *bad_logit)
 {
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= R) return;
-    const int e = ids[s];
-    if (e >= 0 && e < E) atomicAdd(&off[1 + e], 1);
+    token_slots[s] = -1; /* placed slots are overwritten by permute_place_kernel */
+    const int g = ids[s], e = g - first;
+    if (e >= 0 && e < E) {
+        atomicAdd(&off[1 + e], 1);
+        if (err && !isfinite(weights[s])) atomicAdd(&err->nonfinite_w, 1ull);
+    } else if (err && (g < -1 || g >= n_global)) {
+        atomicAdd(&err->bad_ids, 1ull);
+        atomicMin(&err->first_bad_slot, (unsigned long long)s);
+    }
+    if (s == 0 && err && bad_logit && *bad_logit != ~0ull) atomicMin(&err->bad_logit, *bad_logit);
+}
+
+__global__ void dev_errors_reset_kernel(fm_moe_dev_errors *err)
+{
+    err->bad_ids = 0;
+    err->first_bad_slot = ~0ull;
+    err->first_nonfinite_x = ~0ull;
+    err->bad_logit = ~0ull;
+    err->nonfinite_w = 0;
 }
 
 /* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]).
@@ -247,22 +266,92 @@ __global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
     }
 }
 
+/* count + scan in one CTA (E <= FM_FUSED_E): counts in shared memory, then the
+ * prefix sums written as offsets[E+1]; the same token_slots / error bookkeeping as
+ * permute_count_kernel. Saves the offsets memset and a launch: at decode the
+ * permutation is a few microseconds of launches, not of work. */
+#define FM_FUSED_E 4096
+#define FM_PLACE_CHUNK 1024 /* slots per placement chunk: the count kernel's step */
+__global__ void __launch_bounds__(1024)
+    permute_count_scan_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
+                              int32_t *off, int32_t *token_slots, int32_t *hist, fm_moe_dev_errors *err,
+                              const unsigned long long *bad_logit)
+{
+    __shared__ int cnt[FM_FUSED_E], tmp[FM_FUSED_E];
+    __shared__ int wsum[32];
+    const int      tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    for (int e = tid; e < E; e += 1024) cnt[e] = 0;
+    for (int s0 = 0, c = 0; s0 < R; s0 += FM_PLACE_CHUNK, c++) { /* chunk c: its counts go to hist[c][e] */
+        for (int e = tid; e < E; e += 1024) tmp[e] = 0;
+        __syncthreads();
+        const int s = s0 + tid;
+        if (s < R) {
+            token_slots[s] = -1;
+            const int g = ids[s], e = g - first;
+            if (e >= 0 && e < E) {
+                atomicAdd(&tmp[e], 1);
+                if (err && !isfinite(weights[s])) atomicAdd(&err->nonfinite_w, 1ull);
+            } else if (err && (g < -1 || g >= n_global)) {
+                atomicAdd(&err->bad_ids, 1ull);
+                atomicMin(&err->first_bad_slot, (unsigned long long)s);
+            }
+        }
+        __syncthreads();
+        for (int e = tid; e < E; e += 1024) {
+            hist[(size_t)c * E + e] = tmp[e];
+            cnt[e] += tmp[e];
+        }
+    }
+    if (tid == 0 && err && bad_logit && *bad_logit != ~0ull) atomicMin(&err->bad_logit, *bad_logit);
+    if (tid == 0) off[0] = 0;
+    __syncthreads();
+    int carry = 0;
+    for (int base = 0; base < E; base += 1024) {
+        const int i = base + tid;
+        int       v = i < E ? cnt[i] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int n = __shfl_up_sync(FM_FULL, v, o);
+            if (lane >= o) v += n;
+        }
+        if (lane == 31) wsum[w] = v;
+        __syncthreads();
+        if (w == 0) {
+            int q = wsum[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int n = __shfl_up_sync(FM_FULL, q, o);
+                if (lane >= o) q += n;
+            }
+            wsum[lane] = q;
+        }
+        __syncthreads();
+        if (i < E) off[1 + i] = carry + (w ? wsum[w - 1] : 0) + v;
+        carry += wsum[31];
+        __syncthreads();
+    }
+}
+
 /* One warp per expert e: walks the slots in ascending order, 128 per step (4
  * loads in flight), and places each of e's slots at the next row of e. */
-__global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E,
-                                     const int32_t *off, int32_t *perm, int32_t *token_slots, float *row_weight,
-                                     int32_t *row_token)
+__global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E, int first,
+                                     const int32_t *off, const int32_t *hist, int chunk, int32_t *perm,
+                                     int32_t *token_slots, float *row_weight, int32_t *row_token)
 {
-    const int e = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-    if (e >= E) return;
+    /* warp (e, c): expert e's slots in chunk c = [c*chunk, (c+1)*chunk), placed from
+     * off[e] + e's count in the chunks before c (hist[c'][e]); hist NULL: one chunk */
+    const long long wid = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int       e = (int)(wid % E), c = (int)(wid / E), lane = threadIdx.x & 31;
+    if ((long long)c * chunk >= R) return;
+    int row = off[e];
+    if (hist)
+        for (int q = 0; q < c; q++) row += hist[(size_t)q * E + e];
+    const int s_end = (long long)(c + 1) * chunk < R ? (c + 1) * chunk : R;
     const unsigned lt = (1u << lane) - 1u; /* lanes below this one */
-    int            row = off[e];
-    for (int s0 = 0; s0 < R; s0 += 128) {
+    for (int s0 = c * chunk; s0 < s_end; s0 += 128) {
         int v[4];
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int s = s0 + 32 * q + lane;
-            v[q] = s < R ? ids[s] : -1;
+            v[q] = s < s_end ? ids[s] - first : -1;
         }
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -316,20 +405,43 @@ extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, 
     return (int)cudaGetLastError();
 }
 
-extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E,
-                                     int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
-                                     int32_t *row_token, void *stream)
+extern "C" int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream)
+{
+    dev_errors_reset_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(err);
+    return (int)cudaGetLastError();
+}
+
+extern "C" size_t fm_moe_permute_scratch_bytes(int T, int top_k, int E)
+{
+    const long long R = (long long)T * top_k;
+    return R > 0 && E > 0 ? sizeof(int32_t) * (size_t)((R + FM_PLACE_CHUNK - 1) / FM_PLACE_CHUNK) * (size_t)E : 0;
+}
+
+extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
+                                     int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots,
+                                     float *row_weight, int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
+                                     const unsigned long long *bad_logit, void *stream)
 {
     cudaStream_t    st = (cudaStream_t)stream;
     const long long R = (long long)T * top_k;
-    cudaError_t     err = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st);
-    if (err != cudaSuccess || R <= 0 || E <= 0) return (int)err;
-    permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, (int)R, E, offsets);
-    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
-    permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
-    if ((err = cudaGetLastError()) != cudaSuccess) return (int)err;
-    const int warps_per_block = 8;
-    permute_place_kernel<<<(unsigned)((E + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
-        ids, weights, (int)R, top_k, E, offsets, perm, token_slots, row_weight, row_token);
+    cudaError_t     err_ = cudaSuccess;
+    if (R <= 0 || E <= 0) return (int)cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)(E > 0 ? E : 0) + 1), st);
+    int32_t *hist = E <= FM_FUSED_E ? (int32_t *)scratch : NULL;
+    if (hist) { /* one launch for count + scan, then (expert, chunk) warps place */
+        permute_count_scan_kernel<<<1, 1024, 0, st>>>(ids, weights, (int)R, E, first, n_global, offsets, token_slots,
+                                                      hist, err, bad_logit);
+    } else {
+        if ((err_ = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st)) != cudaSuccess) return (int)err_;
+        permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, weights, (int)R, E, first, n_global,
+                                                                           offsets, token_slots, err, bad_logit);
+        if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
+        permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
+    }
+    if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
+    const int       chunk = hist ? FM_PLACE_CHUNK : (int)R;
+    const long long warps = (long long)E * ((R + chunk - 1) / chunk);
+    const int       warps_per_block = 8;
+    permute_place_kernel<<<(unsigned)((warps + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
+        ids, weights, (int)R, top_k, E, first, offsets, hist, chunk, perm, token_slots, row_weight, row_token);
     return (int)cudaGetLastError();
 }

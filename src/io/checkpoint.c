@@ -1,14 +1,19 @@
 /* checkpoint.c - a checkpoint is one safetensors file, a folder of them, or a
  * model.safetensors.index.json naming which shard holds each tensor.
  *
- * Every shard is mapped and validated at open (mapping is cheap; validation
- * reads only headers), so later lookups cannot fail on a bad file. The index
+ * Every shard is opened and its header validated at open (only headers are
+ * read), so later lookups cannot fail on a bad header; data is read later
+ * with fm_st_read, which turns a shard truncated since into FM_ERR_IO.
+ * Files are opened through fm_file_open: a FIFO, device or directory named
+ * as a shard, index or folder member is FM_ERR_IO, never a blocked open(). The index
  * is trusted for nothing: each tensor it names must really be in the shard it
  * names, shard names must be plain file names in the index's folder, and a
  * tensor name held by two shards is an error rather than a silent choice.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
+
+#include "fm_file.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -113,8 +118,8 @@ static fm_status build_table(fm_checkpoint *ck)
 
 static fm_status read_small_file(const char *path, char **out, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fm_fail(FM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    FM_CHECK(fm_file_fopen(path, &f)); /* FM_ERR_IO for a FIFO, device, directory: never blocks */
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap);
     while (b) {

@@ -1,6 +1,7 @@
 /* dtype.c - the safetensors dtype table: one row per dtype string, and the
- * small-tensor conversion to FP32 (BF16/F16 through the format codecs, so
- * there is one decoder of each in the library). */
+ * conversion of (part of) a tensor to FP32, read through fm_st_read in chunks
+ * (BF16/F16 through the format codecs, so there is one decoder of each in the
+ * library). */
 #include "io_internal.h"
 
 #include <stdio.h>
@@ -82,23 +83,41 @@ const char *fm_st_shape_str(const fm_st_tensor *t, char *buf, size_t len)
     return buf;
 }
 
-fm_status fm_st_to_f32(const fm_st_tensor *t, float *dst, int64_t n)
+fm_status fm_st_to_f32(const fm_st_tensor *t, int64_t first, int64_t n, float *dst)
 {
-    const uint8_t *p = t->data;
-    for (int64_t i = 0; i < n; i++) {
-        switch (t->dtype) {
-        case FM_DTYPE_F32: memcpy(&dst[i], p + 4 * i, 4); break;
-        case FM_DTYPE_F64: {
-            double v;
-            memcpy(&v, p + 8 * i, 8);
-            dst[i] = (float)v;
-            break;
-        }
-        case FM_DTYPE_BF16: dst[i] = fm_bf16_decode((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)); break;
-        case FM_DTYPE_F16: dst[i] = fm_fp16_decode((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)); break;
-        default:
-            return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, BF16, F16 or F64", t->file,
-                           t->name, fm_dtype_name(t->dtype));
+    int es = 0;
+    switch (t->dtype) {
+    case FM_DTYPE_F32: es = 4; break;
+    case FM_DTYPE_F64: es = 8; break;
+    case FM_DTYPE_BF16:
+    case FM_DTYPE_F16: es = 2; break;
+    default:
+        return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32, BF16, F16 or F64", t->file,
+                       t->name, fm_dtype_name(t->dtype));
+    }
+    if (first < 0 || n < 0 || (uint64_t)first > t->nbytes / (uint64_t)es ||
+        (uint64_t)n > t->nbytes / (uint64_t)es - (uint64_t)first)
+        return fm_fail(FM_ERR_OUT_OF_RANGE, "%s: tensor '%s': elements [%lld, +%lld) beyond its %llu bytes", t->file,
+                       t->name, (long long)first, (long long)n, (unsigned long long)t->nbytes);
+    enum { CHUNK = 4096 }; /* elements per read: 32 kB of F64 on the stack */
+    uint8_t buf[CHUNK * 8];
+    for (int64_t c0 = 0; c0 < n; c0 += CHUNK) {
+        const int64_t m = n - c0 < CHUNK ? n - c0 : CHUNK;
+        FM_CHECK(fm_st_read(t, (uint64_t)(first + c0) * (uint64_t)es, (size_t)m * (size_t)es, buf));
+        float *d = dst + c0;
+        for (int64_t i = 0; i < m; i++) {
+            const uint8_t *p = buf + (size_t)i * (size_t)es;
+            switch (t->dtype) {
+            case FM_DTYPE_F32: memcpy(&d[i], p, 4); break;
+            case FM_DTYPE_F64: {
+                double v;
+                memcpy(&v, p, 8);
+                d[i] = (float)v;
+                break;
+            }
+            case FM_DTYPE_BF16: d[i] = fm_bf16_decode((uint16_t)(p[0] | p[1] << 8)); break;
+            default: d[i] = fm_fp16_decode((uint16_t)(p[0] | p[1] << 8)); break; /* F16 */
+            }
         }
     }
     return FM_OK;

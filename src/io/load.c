@@ -3,18 +3,19 @@
  * Order of work: resolve names; take the expert count and hidden size from the
  * router weight (the one tensor every MoE layer has, [n_total][hidden]); check
  * the expert range; let the layout file validate and convert the experts;
- * then the router rows, the optional ranking bias and shared expert; routing
- * settings from the caller, config.json or defaults; optional 128x4 swizzled
+ * then the routing settings (load_routing.c: caller, config.json, the model
+ * type's family; never a silent default); the router rows, the optional bias
+ * and shared expert; optional 128x4 swizzled
  * scales; finally fm_moe_config_check + fm_moe_weights_check, so what is handed
  * out is a layer fm_layer_create accepts.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "io_internal.h"
+#include "config_json.h"
 
 #include "backend.h" /* fm_moe_weights_check */
+#include "fm_file.h"
 #include "format/format_internal.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@ fm_status fm_load_scalar(const fm_st_tensor *t, float *out)
 {
     if (fm_st_numel(t->ndim, t->shape) != 1 || t->ndim > 1)
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' should be a scalar ([] or [1])", t->file, t->name);
-    FM_CHECK(fm_st_to_f32(t, out, 1));
+    FM_CHECK(fm_st_to_f32(t, 0, 1, out));
     if (!isfinite(*out) || *out <= 0.0f)
         return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s' = %g, must be finite and > 0", t->file, t->name,
                        (double)*out);
@@ -106,67 +107,24 @@ void fm_ckpt_layer_free(fm_ckpt_layer *l)
     free(l);
 }
 
-/* Routing settings from config.json (or its "text_config"), when present. */
-static void routing_from_config_json(const fm_checkpoint *ck, fm_moe_config *cfg)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/config.json", fm_checkpoint_dir(ck)) >= (int)sizeof path) return;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    char *buf = malloc(1 << 20); /* config.json files are a few KB */
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (!buf) return;
-    cJSON *root = cJSON_ParseWithLength(buf, n);
-    free(buf);
-    if (!root) return;
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    if (!cJSON_IsObject(c)) c = root;
-    const cJSON *v;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "num_experts_per_tok")) && v->valuedouble >= 1)
-        cfg->top_k = v->valueint;
-    else if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "experts_per_token")) && v->valuedouble >= 1)
-        cfg->top_k = v->valueint;
-    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "scoring_func")))
-        cfg->score = strcmp(v->valuestring, "sigmoid") ? FM_SCORE_SOFTMAX : FM_SCORE_SIGMOID;
-    if (cJSON_IsBool(v = cJSON_GetObjectItemCaseSensitive(c, "norm_topk_prob"))) cfg->renormalize = cJSON_IsTrue(v);
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "routed_scaling_factor")) && v->valuedouble > 0)
-        cfg->routed_scale = (float)v->valuedouble;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "n_group")) && v->valuedouble >= 0)
-        cfg->n_group = v->valueint;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "topk_group")) && v->valuedouble >= 0)
-        cfg->topk_group = v->valueint;
-    cJSON_Delete(root);
-}
-
-static void set_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_moe_config *cfg)
-{
-    fm_moe_config r;
-    fm_moe_config_default(&r);
-    if (c->nm.layout == FM_LAYOUT_GPT_OSS) { /* gpt-oss: softmax over the top-4 logits */
-        r.score = FM_SCORE_SOFTMAX;
-        r.top_k = 4;
-        r.routed_scale = 1.0f;
-    }
-    if (o && o->routing) r = *o->routing;
-    else routing_from_config_json(c->ck, &r);
-    cfg->top_k = r.top_k < c->n ? r.top_k : c->n;
-    cfg->score = r.score;
-    cfg->renormalize = r.renormalize;
-    cfg->routed_scale = r.routed_scale;
-    cfg->act_nvfp4 = o && o->routing ? r.act_nvfp4 : 0;
-    /* Group-limited routing is defined over all experts; an EP shard routes
-     * among its own experts only, so groups are dropped there. */
-    int full = c->n == c->n_total;
-    cfg->n_group = full && r.n_group > 1 ? r.n_group : 0;
-    cfg->topk_group = cfg->n_group ? r.topk_group : 0;
-}
-
+/* The router weight and its optional bias: the ranking bias of the names, or,
+ * with FM_SCORE_SOFTMAX_TOPK on a gpt-oss layout, the router's logit bias
+ * ("...router.bias" next to "...router.weight"), which that score adds to the logits. */
 static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
 {
     const fm_st_tensor *t, *bias = NULL;
     FM_CHECK(fm_load_find(c, c->nm.router, -1, NULL, NULL, &t));
-    if (c->nm.router_bias && fm_load_find(c, c->nm.router_bias, -1, NULL, NULL, &bias) == FM_OK) { /* optional */
+    const char *bias_pat = c->nm.router_bias;
+    char rb[512];
+    size_t rl = strlen(c->nm.router);
+    if (!bias_pat && c->nm.layout == FM_LAYOUT_GPT_OSS && l->cfg.score == FM_SCORE_SOFTMAX_TOPK && rl > 7 &&
+        rl < sizeof rb && !strcmp(c->nm.router + rl - 7, ".weight")) {
+        memcpy(rb, c->nm.router, rl - 7);
+        strcpy(rb + rl - 7, ".bias");
+        bias_pat = rb;
+    }
+    if (bias_pat && fm_load_find(c, bias_pat, -1, NULL, NULL, &bias) == FM_OK) { /* optional */
+        if (bias_pat == rb) l->ignored_router_bias = 0;
         if (bias->dtype != FM_DTYPE_F32 && bias->dtype != FM_DTYPE_BF16 && bias->dtype != FM_DTYPE_F16)
             return fm_fail(FM_ERR_FORMAT, "%s: router bias '%s' has dtype %s, expected F32, BF16 or F16", bias->file,
                            bias->name, fm_dtype_name(bias->dtype));
@@ -179,47 +137,45 @@ static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
     size_t rows = (size_t)c->n, H = (size_t)c->hidden;
     l->router_w = malloc(rows * H * sizeof *l->router_w);
     if (!l->router_w) return fm_fail(FM_ERR_OOM, "router weight: out of memory");
-    fm_st_tensor sub = *t; /* the rows of the loaded experts */
-    sub.data = t->data + (size_t)c->first * H * (size_t)fm_dtype_bits(t->dtype) / 8;
-    FM_CHECK(fm_st_to_f32(&sub, l->router_w, (int64_t)(rows * H)));
+    /* the rows of the loaded experts */
+    FM_CHECK(fm_st_to_f32(t, (int64_t)c->first * (int64_t)H, (int64_t)(rows * H), l->router_w));
     if (!bias) return FM_OK;
     if (!(l->router_bias = malloc(rows * sizeof *l->router_bias))) return fm_fail(FM_ERR_OOM, "out of memory");
-    sub = *bias;
-    sub.data = bias->data + (size_t)c->first * (size_t)fm_dtype_bits(bias->dtype) / 8;
-    return fm_st_to_f32(&sub, l->router_bias, (int64_t)rows);
+    return fm_st_to_f32(bias, c->first, (int64_t)rows, l->router_bias);
 }
 
-/* One shared-expert projection [N][K] into BF16 dst (NULL: validate only):
+/* One shared-expert projection [N][K] into BF16 dst (NULL: validate only,
+ * which reads the NVFP4 block scales for NaN codes as a load would):
  * a BF16 weight is copied; an NVFP4 one (ModelOpt tensors) is dequantized and
  * rounded to BF16, since fp4moe's shared expert is a BF16 MLP. */
 static fm_status shared_proj(const fm_load_ctx *c, const char *proj, int nvfp4, int64_t N, int64_t K, uint16_t *dst)
 {
     const fm_st_tensor *w, *sc = NULL;
     float g = 1.0f;
-    FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight", &w));
+    const fm_nvfp4_suffixes *sx = fm_nvfp4_suffixes_of(c->nm.layout);
+    FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, nvfp4 ? sx->weight : ".weight", &w));
     int64_t ws[2] = {N, nvfp4 ? K / 2 : K}, ss[2] = {N, K / 16};
     FM_CHECK(fm_load_expect(w, nvfp4 ? FM_DTYPE_U8 : FM_DTYPE_BF16, -1, 2, ws));
     if (nvfp4) {
         const fm_st_tensor *gt;
-        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale", &sc));
+        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, sx->scale, &sc));
         FM_CHECK(fm_load_expect(sc, FM_DTYPE_F8_E4M3, FM_DTYPE_U8, 2, ss));
-        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, ".weight_scale_2", &gt));
-        FM_CHECK(fm_load_scalar(gt, &g));
+        FM_CHECK(fm_load_find(c, c->nm.shared, -1, proj, sx->global, &gt));
+        FM_CHECK(fm_load_global(gt, sx->reciprocal, &g));
     }
-    if (!dst) return FM_OK;
+    if (!dst) return nvfp4 ? fm_load_scales(sc, -1, 0, N, K / 16, FM_SCALE_E4M3, NULL) : FM_OK;
     size_t n = (size_t)(N * K);
-    if (!nvfp4) {
-        memcpy(dst, w->data, n * 2);
-        return FM_OK;
-    }
-    FM_CHECK(fm_load_check_scale_codes(sc, -1, sc->data, N, K / 16, FM_SCALE_E4M3));
+    if (!nvfp4) return fm_st_read(w, 0, n * 2, dst);
     float *tmp = malloc(n * sizeof *tmp);
-    if (!tmp) return fm_fail(FM_ERR_OOM, "shared expert: out of memory");
-    /* read-only view of the mapping: fm_dequantize does not write through it */
-    fm_qtensor q = {.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = (void *)(uintptr_t)w->data,
-                    .scales = (uint8_t *)(uintptr_t)sc->data, .global_scale = g};
-    fm_status s = fm_dequantize(&q, tmp);
+    uint8_t *codes = malloc(w->nbytes + sc->nbytes + 1); /* data, then scales */
+    fm_status s = tmp && codes ? FM_OK : fm_fail(FM_ERR_OOM, "shared expert: out of memory");
+    if (s == FM_OK) s = fm_st_read(w, 0, (size_t)w->nbytes, codes);
+    if (s == FM_OK) s = fm_load_scales(sc, -1, 0, N, K / 16, FM_SCALE_E4M3, codes + w->nbytes);
+    fm_qtensor q = {.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = codes, .scales = codes + w->nbytes,
+                    .global_scale = g};
+    if (s == FM_OK) s = fm_dequantize(&q, tmp);
     for (size_t i = 0; s == FM_OK && i < n; i++) dst[i] = fm_bf16_encode(tmp[i]);
+    free(codes);
     free(tmp);
     return s;
 }
@@ -230,7 +186,10 @@ static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
     if (!c->nm.shared) return FM_OK;
     const char *up = c->nm.proj_up ? c->nm.proj_up : "up_proj";
     const fm_st_tensor *g;
-    if (fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, ".weight", &g) != FM_OK) { /* none */
+    const fm_nvfp4_suffixes *sx = fm_nvfp4_suffixes_of(c->nm.layout);
+    /* BF16 ".weight" (a shared expert left unquantized), else the layout's NVFP4 weight */
+    if (fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, ".weight", &g) != FM_OK &&
+        (!sx || fm_load_find(c, c->nm.shared, -1, c->nm.proj_gate, sx->weight, &g) != FM_OK)) { /* none */
         fm_clear_error();
         return FM_OK;
     }
@@ -279,7 +238,7 @@ static fm_status swizzle_all(fm_ckpt_layer *l)
     return FM_OK;
 }
 
-static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_ckpt_layer *l)
+static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, const fm_cfgjson *cj, fm_ckpt_layer *l)
 {
     l->layer = c->layer;
     l->first_expert = c->first;
@@ -288,9 +247,15 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, fm_
     l->cfg.hidden = c->hidden;
     if (c->nm.layout == FM_LAYOUT_GPT_OSS) FM_CHECK(fm_load_gptoss(c, l));
     else FM_CHECK(fm_load_modelopt(c, l));
+    /* Routing before the router (the score decides what its bias is), but a
+     * routing error is reported after the tensors validated: a broken tensor
+     * is the first thing to fix. */
+    char rmsg[1024] = "";
+    fm_status rs = fm_load_routing(c, o, cj, l);
+    if (rs != FM_OK) snprintf(rmsg, sizeof rmsg, "%s", fm_last_error());
     FM_CHECK(load_router(c, l));
     FM_CHECK(load_shared(c, l));
-    set_routing(c, o, &l->cfg);
+    if (rs != FM_OK) return fm_fail(rs, "%s", rmsg);
     l->w = (fm_moe_weights){.router_w = l->router_w, .router_bias = l->router_bias, .w13 = l->w13, .w2 = l->w2,
                             .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
                             .shared_w2 = l->shared_w2};
@@ -310,7 +275,19 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     if (!ck) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: checkpoint is NULL");
     if (layer < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: layer %d < 0", layer);
     fm_load_ctx c = {.ck = ck, .layer = layer, .dry = opts && opts->validate_only};
-    FM_CHECK(fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm));
+    fm_cfgjson cj; /* first: an unreadable config.json or a quantization fp4moe does not read says so */
+    FM_CHECK(fm_load_config(ck, &cj));
+    fm_status ns = fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm);
+    if (ns == FM_ERR_NOT_FOUND) /* expert-like tensors in no layout: a format, not an absence */
+        for (size_t i = 0; i < fm_checkpoint_tensor_count(ck); i++) {
+            const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+            if (strstr(t->name, ".experts.") || strstr(t->name, ".experts_"))
+                return fm_fail(FM_ERR_UNSUPPORTED,
+                               "unsupported format: expert tensors such as '%s' (%s) match none of the layouts fp4moe "
+                               "reads (modelopt, compressed-tensors nvfp4-pack-quantized, gpt-oss mxfp4)",
+                               t->name, fm_dtype_name(t->dtype));
+        }
+    if (ns != FM_OK) return ns;
     const fm_st_tensor *r;
     if (fm_load_find(&c, c.nm.router, -1, NULL, NULL, &r) != FM_OK)
         return fm_fail(FM_ERR_NOT_FOUND, "layer %d: no router weight (%s, layout %s): not a MoE layer of this checkpoint",
@@ -322,20 +299,39 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
                        fm_dtype_name(r->dtype));
     c.n_total = (int)r->shape[0];
     c.hidden = (int)r->shape[1];
-    c.first = opts ? opts->first_expert : 0;
-    c.n = opts && opts->n_experts ? opts->n_experts : c.n_total - c.first;
-    if (c.first < 0 || c.n < 1 || c.first > c.n_total - c.n)
-        return fm_fail(FM_ERR_OUT_OF_RANGE, "layer %d: experts [%d, %d) outside the layer's [0, %d)", layer, c.first,
-                       c.first + c.n, c.n_total);
+    /* 64-bit: first_expert and n_experts are any ints (INT_MIN, INT_MAX + 1 ...) */
+    const int64_t first = opts ? opts->first_expert : 0;
+    if (opts && opts->n_experts < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "layer %d: n_experts %d < 0 (0 = all from first_expert)", layer,
+                       opts->n_experts);
+    const int64_t n = opts && opts->n_experts ? opts->n_experts : c.n_total - first;
+    if (first < 0 || n < 1 || first + n > c.n_total)
+        return fm_fail(FM_ERR_OUT_OF_RANGE, "layer %d: experts [%lld, %lld) outside the layer's [0, %d)", layer,
+                       (long long)first, (long long)(first + n), c.n_total);
+    c.first = (int)first;
+    c.n = (int)n;
+    FM_CHECK(fm_ckpt_check_expert_indices(ck, &c.nm, layer, c.n_total));
     fm_ckpt_layer *l = calloc(1, sizeof *l);
     if (!l) return fm_fail(FM_ERR_OOM, "out of memory");
-    fm_status s = load_into(&c, opts, l);
+    fm_status s = load_into(&c, opts, &cj, l);
     if (s != FM_OK) {
         fm_ckpt_layer_free(l);
         return s;
     }
     *out = l;
     return FM_OK;
+}
+
+fm_status fm_load_scales(const fm_st_tensor *t, int expert, uint64_t off, int64_t rows, int64_t cols, fm_scale_type st,
+                         uint8_t *dst)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    uint8_t *buf = dst ? dst : malloc(n + 1);
+    if (!buf) return fm_fail(FM_ERR_OOM, "%s: tensor '%s': out of memory for %zu scale bytes", t->file, t->name, n);
+    fm_status s = fm_st_read(t, off, n, buf);
+    if (s == FM_OK) s = fm_load_check_scale_codes(t, expert, buf, rows, cols, st);
+    if (!dst) free(buf);
+    return s;
 }
 
 fm_status fm_load_check_scale_codes(const fm_st_tensor *t, int expert, const uint8_t *codes, int64_t rows,

@@ -70,24 +70,36 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
     l->ignored_bias = has_bias;
     l->cfg.inter = (int)I;
     l->cfg.wfmt = FM_FORMAT_MXFP4;
-    if (c->dry) return FM_OK;
+    const size_t s13 = (size_t)(2 * I) * (size_t)(H / 32), s2 = (size_t)H * (size_t)(I / 32); /* scale bytes/expert */
+    if (c->dry) { /* validate only: the loaded experts' scales, not their weights (as a load would reject) */
+        for (int i = 0; i < c->n; i++) {
+            const size_t e = (size_t)(c->first + i);
+            FM_CHECK(fm_load_scales(gu.s, (int)e, e * s13, 2 * I, H / 32, FM_SCALE_UE8M0, NULL));
+            FM_CHECK(fm_load_scales(dn.s, (int)e, e * s2, H, I / 32, FM_SCALE_UE8M0, NULL));
+        }
+        return FM_OK;
+    }
 
     fm_load_expert_bytes sz;
     FM_CHECK(fm_load_alloc_experts(c, l, FM_FORMAT_MXFP4, I, &sz));
-    const size_t d13 = sz.d13, s13 = sz.s13, d2 = sz.d2, s2 = sz.s2; /* the source's per-expert strides too */
+    const size_t d13 = sz.d13, d2 = sz.d2; /* the source's per-expert strides too (as s13, s2) */
     const size_t rb13 = (size_t)H / 2, sb13 = (size_t)H / 32; /* bytes per w13 row: data, scales */
-    for (int i = 0; i < c->n; i++) {
+    uint8_t *tmp = malloc(d13 + s13); /* one expert's fused rows, read then de-interleaved */
+    if (!tmp) return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %zu bytes", c->layer, d13 + s13);
+    fm_status s = FM_OK;
+    for (int i = 0; s == FM_OK && i < c->n; i++) {
         const size_t e = (size_t)(c->first + i);
-        const uint8_t *gd = gu.b->data + e * d13, *gs = gu.s->data + e * s13;
-        FM_CHECK(fm_load_check_scale_codes(gu.s, (int)e, gs, 2 * I, H / 32, FM_SCALE_UE8M0)); /* source rows */
-        for (int64_t r = 0; r < 2 * I; r++) { /* source row r -> gate row r/2 or up row I + r/2 */
+        uint8_t *gd = tmp, *gs = tmp + d13;
+        s = fm_st_read(gu.b, e * d13, d13, gd);
+        if (s == FM_OK) s = fm_load_scales(gu.s, (int)e, e * s13, 2 * I, H / 32, FM_SCALE_UE8M0, gs); /* source rows */
+        for (int64_t r = 0; s == FM_OK && r < 2 * I; r++) { /* source row r -> gate row r/2 or up row I + r/2 */
             int64_t dst = (r & 1) ? I + r / 2 : r / 2;
             memcpy((uint8_t *)l->w13[i].data + (size_t)dst * rb13, gd + (size_t)r * rb13, rb13);
             memcpy(l->w13[i].scales + (size_t)dst * sb13, gs + (size_t)r * sb13, sb13);
         }
-        FM_CHECK(fm_load_check_scale_codes(dn.s, (int)e, dn.s->data + e * s2, H, I / 32, FM_SCALE_UE8M0));
-        memcpy(l->w2[i].data, dn.b->data + e * d2, d2);
-        memcpy(l->w2[i].scales, dn.s->data + e * s2, s2);
+        if (s == FM_OK) s = fm_st_read(dn.b, e * d2, d2, l->w2[i].data);
+        if (s == FM_OK) s = fm_load_scales(dn.s, (int)e, e * s2, H, I / 32, FM_SCALE_UE8M0, l->w2[i].scales);
     }
-    return FM_OK;
+    free(tmp);
+    return s;
 }

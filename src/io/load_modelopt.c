@@ -15,11 +15,42 @@
  * g_half / g, re-rounded), as fused-MoE loaders must; the count is reported
  * in rescaled_w13. a1_scale = max(gate, up) input_scale, a2_scale = down's.
  * Everything is validated before anything is allocated.
+ *
+ * compressed-tensors "nvfp4-pack-quantized" (llmcompressor) holds the same
+ * bytes under other names (weight_packed, weight_scale, weight_global_scale,
+ * input_global_scale) with the global scales stored as reciprocals; they are
+ * converted here, once, to ModelOpt's multiply form, as vLLM does
+ * (weight_scale_2 = 1 / weight_global_scale): see docs/checkpoints.md for how
+ * exact that is.
  */
 #include "io_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+const fm_nvfp4_suffixes *fm_nvfp4_suffixes_of(fm_ckpt_layout l)
+{
+    static const fm_nvfp4_suffixes mo = {".weight", ".weight_scale", ".weight_scale_2", ".input_scale", 0};
+    static const fm_nvfp4_suffixes ct = {".weight_packed", ".weight_scale", ".weight_global_scale",
+                                         ".input_global_scale", 1};
+    return l == FM_LAYOUT_COMPRESSED_TENSORS ? &ct : l == FM_LAYOUT_MODELOPT || l == FM_LAYOUT_AUTO ? &mo : NULL;
+}
+
+fm_status fm_load_global(const fm_st_tensor *t, int reciprocal, float *out)
+{
+    float v;
+    FM_CHECK(fm_load_scalar(t, &v));
+    if (reciprocal) {
+        float r = 1.0f / v; /* IEEE division: the correctly rounded reciprocal */
+        if (!isfinite(r) || r <= 0.0f)
+            return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s' = %g: its reciprocal %g is not a usable scale", t->file,
+                           t->name, (double)v, (double)r);
+        v = r;
+    }
+    *out = v;
+    return FM_OK;
+}
 
 enum { P_GATE, P_UP, P_DOWN, P_COUNT };
 
@@ -32,7 +63,8 @@ static fm_status find_proj(const fm_load_ctx *c, int e, const char *proj, fm_for
                            int64_t K, proj_src *ps)
 {
     const char *pat = c->nm.expert;
-    FM_CHECK(fm_load_find(c, pat, e, proj, ".weight", &ps->w));
+    const fm_nvfp4_suffixes *sx = fm_nvfp4_suffixes_of(c->nm.layout);
+    FM_CHECK(fm_load_find(c, pat, e, proj, sx->weight, &ps->w));
     int64_t ws[2] = {N, f == FM_FORMAT_NVFP4 ? K / 2 : K};
     FM_CHECK(fm_load_expect(ps->w, f == FM_FORMAT_NVFP4 ? FM_DTYPE_U8 : FM_DTYPE_BF16, -1, 2, ws));
     ps->g = 1.0f;
@@ -40,15 +72,15 @@ static fm_status find_proj(const fm_load_ctx *c, int e, const char *proj, fm_for
     if (f == FM_FORMAT_NVFP4) {
         const fm_st_tensor *g;
         int64_t ss[2] = {N, K / 16};
-        FM_CHECK(fm_load_find(c, pat, e, proj, ".weight_scale", &ps->s));
+        FM_CHECK(fm_load_find(c, pat, e, proj, sx->scale, &ps->s));
         FM_CHECK(fm_load_expect(ps->s, FM_DTYPE_F8_E4M3, FM_DTYPE_U8, 2, ss));
-        FM_CHECK(fm_load_find(c, pat, e, proj, ".weight_scale_2", &g));
-        FM_CHECK(fm_load_scalar(g, &ps->g));
+        FM_CHECK(fm_load_find(c, pat, e, proj, sx->global, &g));
+        FM_CHECK(fm_load_global(g, sx->reciprocal, &ps->g));
     }
     if (has_in) {
         const fm_st_tensor *in;
-        FM_CHECK(fm_load_find(c, pat, e, proj, ".input_scale", &in));
-        FM_CHECK(fm_load_scalar(in, &ps->in));
+        FM_CHECK(fm_load_find(c, pat, e, proj, sx->input, &in));
+        FM_CHECK(fm_load_global(in, sx->reciprocal, &ps->in));
     }
     return FM_OK;
 }
@@ -58,16 +90,13 @@ static fm_status copy_proj(const proj_src *ps, fm_qtensor *q, int64_t r0, float 
 {
     size_t rb = fm_format_row_bytes(q->fmt, q->cols), sb = fm_format_row_scale_bytes(q->fmt, q->cols);
     size_t rows = (size_t)ps->w->shape[0];
-    memcpy((uint8_t *)q->data + (size_t)r0 * rb, ps->w->data, rows * rb);
+    FM_CHECK(fm_st_read(ps->w, 0, rows * rb, (uint8_t *)q->data + (size_t)r0 * rb));
     if (!ps->s) return FM_OK;
     uint8_t *dst = q->scales + (size_t)r0 * sb;
-    FM_CHECK(fm_load_check_scale_codes(ps->s, -1, ps->s->data, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3));
-    if (ps->g == g_target) {
-        memcpy(dst, ps->s->data, rows * sb);
-        return FM_OK;
-    }
+    FM_CHECK(fm_load_scales(ps->s, -1, 0, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3, dst));
+    if (ps->g == g_target) return FM_OK;
     float ratio = ps->g / g_target; /* < 1: this half had the smaller global */
-    for (size_t i = 0; i < rows * sb; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(ps->s->data[i]) * ratio);
+    for (size_t i = 0; i < rows * sb; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(dst[i]) * ratio);
     return FM_OK;
 }
 
@@ -75,10 +104,12 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
 {
     const char *pn[P_COUNT] = {c->nm.proj_gate, c->nm.proj_up, c->nm.proj_down};
     const fm_st_tensor *g0;
-    FM_CHECK(fm_load_find(c, c->nm.expert, c->first, pn[P_GATE], ".weight", &g0));
+    const fm_nvfp4_suffixes *sx = fm_nvfp4_suffixes_of(c->nm.layout);
+    if (!sx) return fm_fail(FM_ERR_INVALID_ARG, "layout %s has no NVFP4 suffixes", fm_ckpt_layout_name(c->nm.layout));
+    FM_CHECK(fm_load_find(c, c->nm.expert, c->first, pn[P_GATE], sx->weight, &g0));
     fm_format f;
     if (g0->dtype == FM_DTYPE_U8) f = FM_FORMAT_NVFP4;
-    else if (g0->dtype == FM_DTYPE_BF16) f = FM_FORMAT_BF16;
+    else if (g0->dtype == FM_DTYPE_BF16 && !sx->reciprocal) f = FM_FORMAT_BF16; /* weight_packed is never BF16 */
     else
         return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected U8 (NVFP4) or BF16", g0->file, g0->name,
                        fm_dtype_name(g0->dtype));
@@ -90,7 +121,8 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
         return fm_fail(FM_ERR_BAD_SHAPE, "layer %d: hidden=%lld and inter=%lld must be multiples of the NVFP4 block (16)",
                        c->layer, (long long)H, (long long)I);
     const fm_st_tensor *probe;
-    int has_in = fm_load_find(c, c->nm.expert, c->first, pn[P_GATE], ".input_scale", &probe) == FM_OK;
+    int has_in = f == FM_FORMAT_NVFP4 &&
+                 fm_load_find(c, c->nm.expert, c->first, pn[P_GATE], sx->input, &probe) == FM_OK;
     fm_clear_error();
 
     const int n = c->n;
@@ -105,6 +137,10 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
     l->cfg.wfmt = f;
     l->has_input_scales = has_in;
     for (int i = 0; s == FM_OK && i < n; i++) l->rescaled_w13 += src[i * P_COUNT + P_GATE].g != src[i * P_COUNT + P_UP].g;
+    /* Validate only: still read the block scales (not the weights), so that a
+     * NaN scale code, which the full load rejects, is rejected here too. */
+    for (int i = 0; s == FM_OK && c->dry && f == FM_FORMAT_NVFP4 && i < n * P_COUNT; i++)
+        s = fm_load_scales(src[i].s, -1, 0, src[i].s->shape[0], src[i].s->shape[1], FM_SCALE_E4M3, NULL);
     if (s != FM_OK || c->dry) {
         free(src);
         return s;

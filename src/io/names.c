@@ -105,6 +105,7 @@ const char *fm_ckpt_layout_name(fm_ckpt_layout l)
     case FM_LAYOUT_AUTO: return "auto";
     case FM_LAYOUT_MODELOPT: return "modelopt";
     case FM_LAYOUT_GPT_OSS: return "gpt-oss";
+    case FM_LAYOUT_COMPRESSED_TENSORS: return "compressed-tensors";
     }
     return "?";
 }
@@ -125,6 +126,10 @@ fm_status fm_ckpt_names_default(fm_ckpt_layout layout, fm_ckpt_names *out)
             .router_bias = "model.layers.{L}.mlp.gate.e_score_correction_bias",
             .shared = "model.layers.{L}.mlp.shared_experts.{P}",
         };
+        return FM_OK;
+    case FM_LAYOUT_COMPRESSED_TENSORS: /* ModelOpt's names; the suffixes differ (weight_suffix) */
+        FM_CHECK(fm_ckpt_names_default(FM_LAYOUT_MODELOPT, out));
+        out->layout = FM_LAYOUT_COMPRESSED_TENSORS;
         return FM_OK;
     case FM_LAYOUT_GPT_OSS:
         *out = (fm_ckpt_names){
@@ -169,7 +174,10 @@ static int is_proj(const fm_ckpt_names *nm, const char *p)
 }
 
 /* The weight tensor suffix that marks an expert in each layout. */
-static const char *weight_suffix(fm_ckpt_layout l) { return l == FM_LAYOUT_GPT_OSS ? "_blocks" : ".weight"; }
+static const char *weight_suffix(fm_ckpt_layout l)
+{
+    return l == FM_LAYOUT_GPT_OSS ? "_blocks" : l == FM_LAYOUT_COMPRESSED_TENSORS ? ".weight_packed" : ".weight";
+}
 
 static size_t count_matches(const fm_checkpoint *ck, const fm_ckpt_names *nm)
 {
@@ -183,27 +191,80 @@ static size_t count_matches(const fm_checkpoint *ck, const fm_ckpt_names *nm)
     return n;
 }
 
+/* Longest suffix the loader appends to a pattern (".weight_scale_2"), with room. */
+#define SUFFIX_MAX 16
+/* Longest projection name: {P} captures into 64-byte buffers. */
+#define PROJ_MAX 63
+
+/* A projection name {P} can match: 1..PROJ_MAX bytes, no '.'. */
+static fm_status check_proj(const char *what, const char *p)
+{
+    if (!p) return FM_OK;
+    size_t n = strlen(p);
+    if (!n || n > PROJ_MAX || strchr(p, '.'))
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "checkpoint names: %s '%.80s%s' (%zu bytes) must be 1-%d bytes without '.'", what, p,
+                       n > 80 ? "..." : "", n, PROJ_MAX);
+    return FM_OK;
+}
+
+/* Every name a pattern can produce ({L}/{E} at most 11 characters, {P} at
+ * most PROJ_MAX, plus a suffix) must fit the PAT_MAX-byte name buffers:
+ * otherwise lookups would fail as "not found" rather than as the bad
+ * argument they are. */
+static fm_status check_pattern(const char *what, const char *pat)
+{
+    if (!pat) return FM_OK;
+    size_t n = SUFFIX_MAX, raw = strlen(pat);
+    for (const char *p = pat; *p;) {
+        if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E' || p[1] == 'P') && p[2] == '}') {
+            n += p[1] == 'P' ? PROJ_MAX : 11;
+            p += 3;
+        } else {
+            n++;
+            p++;
+        }
+    }
+    if (!raw || n >= PAT_MAX || raw + SUFFIX_MAX >= PAT_MAX)
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "checkpoint names: %s pattern '%.80s%s' (%zu bytes) is empty or can make names longer than %d "
+                       "bytes",
+                       what, pat, raw > 80 ? "..." : "", raw, PAT_MAX - 1);
+    return FM_OK;
+}
+
 /* Resolve names: given ones, or the layout whose weight pattern matches. */
 fm_status fm_ckpt_names_resolve(const fm_checkpoint *ck, const fm_ckpt_names *given, fm_ckpt_names *nm)
 {
     if (given && given->layout != FM_LAYOUT_AUTO) {
+        if (given->layout != FM_LAYOUT_MODELOPT && given->layout != FM_LAYOUT_GPT_OSS &&
+            given->layout != FM_LAYOUT_COMPRESSED_TENSORS)
+            return fm_fail(FM_ERR_INVALID_ARG, "checkpoint names: unknown layout %d", (int)given->layout);
         if (!given->expert || !given->proj_gate || !given->proj_down || !given->router)
             return fm_fail(FM_ERR_INVALID_ARG, "checkpoint names: expert, proj_gate, proj_down and router are required");
-        if (given->layout == FM_LAYOUT_MODELOPT && !given->proj_up)
+        if ((given->layout == FM_LAYOUT_MODELOPT || given->layout == FM_LAYOUT_COMPRESSED_TENSORS) && !given->proj_up)
             return fm_fail(FM_ERR_INVALID_ARG, "checkpoint names: the modelopt layout needs proj_up");
+        FM_CHECK(check_pattern("expert", given->expert));
+        FM_CHECK(check_pattern("router", given->router));
+        FM_CHECK(check_pattern("router_bias", given->router_bias));
+        FM_CHECK(check_pattern("shared", given->shared));
+        FM_CHECK(check_proj("proj_gate", given->proj_gate));
+        FM_CHECK(check_proj("proj_up", given->proj_up));
+        FM_CHECK(check_proj("proj_down", given->proj_down));
         *nm = *given;
         return FM_OK;
     }
-    fm_ckpt_names mo, go;
+    fm_ckpt_names mo, go, ct;
     fm_ckpt_names_default(FM_LAYOUT_MODELOPT, &mo);
     fm_ckpt_names_default(FM_LAYOUT_GPT_OSS, &go);
-    size_t a = count_matches(ck, &mo), b = count_matches(ck, &go);
-    if (!a && !b)
+    fm_ckpt_names_default(FM_LAYOUT_COMPRESSED_TENSORS, &ct);
+    size_t a = count_matches(ck, &mo), b = count_matches(ck, &go), d = count_matches(ck, &ct);
+    if (!a && !b && !d)
         return fm_fail(FM_ERR_NOT_FOUND,
-                       "no routed-expert tensors: neither %s.weight (ModelOpt) nor %s_blocks (gpt-oss) matches any of "
-                       "the %zu tensors",
-                       mo.expert, go.expert, fm_checkpoint_tensor_count(ck));
-    *nm = a >= b ? mo : go;
+                       "no routed-expert tensors: none of %s.weight (ModelOpt), %s.weight_packed (compressed-tensors) "
+                       "or %s_blocks (gpt-oss) matches any of the %zu tensors",
+                       mo.expert, ct.expert, go.expert, fm_checkpoint_tensor_count(ck));
+    *nm = d > a && d >= b ? ct : a >= b ? mo : go;
     return FM_OK;
 }
 
@@ -274,5 +335,49 @@ fm_status fm_checkpoint_scan(const fm_checkpoint *ck, const fm_ckpt_names *names
         for (int k = 0; k < r.n_layers; k++) r.found[k] = r.experts[k];
     free(pairs);
     *out = r;
+    return FM_OK;
+}
+
+/* The literal start of pattern `pat` for `layer`: the text before its first
+ * {E} or {P}, with {L} substituted. 0 if it does not fit. */
+static int pat_prefix(const char *pat, int layer, char *buf, size_t len)
+{
+    const char *e = strstr(pat, "{E}"), *p = strstr(pat, "{P}");
+    const char *stop = !e ? p : !p ? e : e < p ? e : p;
+    size_t k = stop ? (size_t)(stop - pat) : strlen(pat);
+    char head[PAT_MAX];
+    if (k >= sizeof head) return 0;
+    memcpy(head, pat, k);
+    head[k] = '\0';
+    return fm_pat_format(buf, len, head, layer, 0, NULL, NULL);
+}
+
+fm_status fm_ckpt_check_expert_indices(const fm_checkpoint *ck, const fm_ckpt_names *nm, int layer, int n_total)
+{
+    if (!strstr(nm->expert, "{E}")) return FM_OK; /* fused layouts: dim 0 holds the experts, checked by shape */
+    char pre[PAT_MAX], proj[64];
+    if (!pat_prefix(nm->expert, layer, pre, sizeof pre)) return FM_OK; /* names were validated: cannot happen */
+    const size_t pl = strlen(pre), nt = fm_checkpoint_tensor_count(ck);
+    /* Names are sorted: the layer's expert tensors are the run starting with pre. */
+    size_t lo = 0, hi = nt;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(fm_checkpoint_tensor_at(ck, mid)->name, pre) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    const char *any = nm->layout == FM_LAYOUT_GPT_OSS ? "_*" : ".*";
+    for (size_t i = lo; i < nt; i++) {
+        const fm_st_tensor *t = fm_checkpoint_tensor_at(ck, i);
+        if (strncmp(t->name, pre, pl)) break;
+        int L, e;
+        if (!fm_pat_match(nm->expert, any, t->name, &L, &e, proj, sizeof proj) || (L >= 0 && L != layer) ||
+            !is_proj(nm, proj))
+            continue;
+        if (e >= n_total)
+            return fm_fail(FM_ERR_FORMAT,
+                           "%s: tensor '%s' has expert index %d, but layer %d's router has %d experts [0, %d): a "
+                           "stray or misnumbered expert",
+                           t->file, t->name, e, layer, n_total, n_total);
+    }
     return FM_OK;
 }

@@ -1,5 +1,6 @@
-/* safetensors.c - the safetensors reader: map the file read-only, parse the
- * JSON header with cJSON and validate every entry before anyone can touch data.
+/* safetensors.c - the safetensors reader: read the header of a file (or a
+ * caller's buffer), parse it with cJSON and validate every entry before anyone
+ * can touch data; then read tensor data on demand (fm_st_read).
  *
  * File layout:  [u64 LE header length N][N bytes JSON header][data section]
  * Every tensor's data_offsets [b, e) are relative to the data section. The
@@ -7,29 +8,33 @@
  * header starts with '{', may end in spaces, is at most 100 MB; e - b equals
  * size(dtype) x prod(shape); the tensors tile the data section exactly. After
  * fm_safetensors_parse returns FM_OK every (data, nbytes) lies inside the
- * buffer, which is the only promise the rest of src/io/ relies on to never
- * read outside the mapping. Numbers are checked to be integers below 2^53
+ * buffer (file), which is the only promise the rest of src/io/ relies on to
+ * never read outside it. Numbers are checked to be integers below 2^53
  * (cJSON holds them as doubles, exact up to there).
+ *
+ * Files are not mapped: a mapped file truncated by someone else while it is
+ * open raises SIGBUS on the next touch, and no check made before the touch
+ * can close that window. The header is read with pread at open and tensor
+ * data by fm_st_read, so a file that shrank is an FM_ERR_IO from the read.
+ * (pread of weights into their final buffers costs no more than copying them
+ * out of a mapping: docs/checkpoints.md has the measurement.)
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
 
+#include "fm_file.h"
+
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 struct fm_safetensors {
     char          *label;   /* path or caller's label */
-    const uint8_t *base;    /* whole file / buffer */
-    uint64_t       size;
-    void          *map;     /* mmap'd region, NULL for a borrowed buffer */
-    size_t         map_len;
+    const uint8_t *base;    /* the borrowed buffer; NULL for a file */
+    uint64_t       size;    /* of the buffer, or of the file when opened */
+    int            fd;      /* the open file, -1 for a buffer */
     fm_st_tensor  *t;       /* [n] ascending data offset */
     size_t         n;
     fm_st_tensor **by_name; /* [n] pointers into t, names ascending */
@@ -129,22 +134,32 @@ static fm_status parse_metadata(fm_safetensors *st, const cJSON *m)
     return FM_OK;
 }
 
-/* Parse the header of st->base[0, st->size) into st. */
-static fm_status parse_header(fm_safetensors *st)
+static fm_status too_short(const fm_safetensors *st)
+{
+    return fm_fail(FM_ERR_FORMAT, "%s: truncated: %llu bytes, a safetensors file starts with an 8-byte header length",
+                   st->label, (unsigned long long)st->size);
+}
+
+/* The header length in the first 8 bytes p (st->size >= 8), checked against the size. */
+static fm_status header_length(const fm_safetensors *st, const uint8_t *p, uint64_t *out)
+{
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
+    if (hlen > st->size - 8)
+        return fm_fail(FM_ERR_FORMAT, "%s: header length %llu goes beyond the file (%llu bytes after the length)",
+                       st->label, (unsigned long long)hlen, (unsigned long long)(st->size - 8));
+    if (hlen > FM_ST_MAX_HEADER)
+        return fm_fail(FM_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", st->label,
+                       (unsigned long long)hlen, FM_ST_MAX_HEADER);
+    *out = hlen;
+    return FM_OK;
+}
+
+/* Parse the hlen-byte JSON header h (a copy for a file, inside st->base for a
+ * buffer) into st: the data section is the rest of st->size. */
+static fm_status parse_header(fm_safetensors *st, const char *h, uint64_t hlen)
 {
     const char *lb = st->label;
-    if (st->size < 8)
-        return fm_fail(FM_ERR_FORMAT, "%s: truncated: %llu bytes, a safetensors file starts with an 8-byte header length",
-                       lb, (unsigned long long)st->size);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->base[i];
-    if (hlen > st->size - 8)
-        return fm_fail(FM_ERR_FORMAT, "%s: header length %llu goes beyond the file (%llu bytes after the length)", lb,
-                       (unsigned long long)hlen, (unsigned long long)(st->size - 8));
-    if (hlen > FM_ST_MAX_HEADER)
-        return fm_fail(FM_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", lb, (unsigned long long)hlen,
-                       FM_ST_MAX_HEADER);
-    const char *h = (const char *)st->base + 8;
     if (hlen < 2 || h[0] != '{') return fm_fail(FM_ERR_FORMAT, "%s: header does not start with '{'", lb);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
@@ -210,7 +225,8 @@ static fm_status parse_header(fm_safetensors *st)
             goto done;
         }
         pos = t->file_offset + t->nbytes;
-        t->data = st->base + 8 + hlen + t->file_offset;
+        t->data = st->base ? st->base + 8 + hlen + t->file_offset : NULL;
+        t->owner_ = st->fd >= 0 ? st : NULL;
         t->file_offset += 8 + hlen;
     }
     if (pos != data_len) {
@@ -243,7 +259,7 @@ void fm_safetensors_close(fm_safetensors *st)
     free(st->meta);
     free(st->t);
     free(st->by_name);
-    if (st->map) munmap(st->map, st->map_len);
+    if (st->fd >= 0) close(st->fd);
     free(st->label);
     free(st);
 }
@@ -255,6 +271,7 @@ static fm_status st_new(const char *label, fm_safetensors **out)
         free(st);
         return fm_fail(FM_ERR_OOM, "out of memory opening %s", label ? label : "<buffer>");
     }
+    st->fd = -1;
     *out = st;
     return FM_OK;
 }
@@ -269,7 +286,9 @@ fm_status fm_safetensors_parse(const void *buf, size_t len, const char *label, f
     FM_CHECK(st_new(label, &st));
     st->base = buf;
     st->size = len;
-    fm_status s = parse_header(st);
+    uint64_t hlen = 0;
+    fm_status s = len < 8 ? too_short(st) : header_length(st, st->base, &hlen);
+    if (s == FM_OK) s = parse_header(st, (const char *)st->base + 8, hlen);
     if (s != FM_OK) {
         fm_safetensors_close(st);
         return s;
@@ -284,44 +303,49 @@ fm_status fm_safetensors_open(const char *path, fm_safetensors **out)
     if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_safetensors_open: out is NULL");
     *out = NULL;
     if (!path) return fm_fail(FM_ERR_INVALID_ARG, "fm_safetensors_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fm_fail(FM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return fm_fail(FM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fm_fail(FM_ERR_IO, "%s: not a regular file", path);
-    }
+    int fd;
+    uint64_t size;
+    FM_CHECK(fm_file_open(path, &fd, &size)); /* FM_ERR_IO for a FIFO, device, directory */
     fm_safetensors *st = NULL;
     fm_status s = st_new(path, &st);
     if (s != FM_OK) {
         close(fd);
         return s;
     }
-    st->size = (uint64_t)sb.st_size;
-    if (sb.st_size > 0) {
-        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            fm_safetensors_close(st);
-            return fm_fail(FM_ERR_IO, "%s: cannot map %lld bytes: %s", path, (long long)sb.st_size, strerror(e));
-        }
-        st->map = m;
-        st->map_len = (size_t)sb.st_size;
-        st->base = m;
-    }
-    close(fd); /* the mapping keeps the file */
-    s = parse_header(st);
+    st->fd = fd;
+    st->size = size;
+    uint8_t len8[8];
+    uint64_t hlen = 0;
+    s = size < 8 ? too_short(st) : fm_file_pread(fd, path, 0, len8, 8);
+    if (s == FM_OK) s = header_length(st, len8, &hlen);
+    char *h = s == FM_OK ? malloc(hlen + 1) : NULL; /* hlen <= FM_ST_MAX_HEADER */
+    if (s == FM_OK && !h) s = fm_fail(FM_ERR_OOM, "%s: out of memory for a %llu-byte header", path, (unsigned long long)hlen);
+    if (s == FM_OK) s = fm_file_pread(fd, path, 8, h, (size_t)hlen);
+    if (s == FM_OK) s = parse_header(st, h, hlen);
+    free(h);
     if (s != FM_OK) {
         fm_safetensors_close(st);
         return s;
     }
     *out = st;
+    return FM_OK;
+}
+
+fm_status fm_st_read(const fm_st_tensor *t, uint64_t off, size_t n, void *dst)
+{
+    if (!t || (!dst && n)) return fm_fail(FM_ERR_INVALID_ARG, "fm_st_read: NULL argument");
+    if (off > t->nbytes || n > t->nbytes - off)
+        return fm_fail(FM_ERR_INVALID_ARG, "%s: tensor '%s': bytes [%llu, %llu) beyond its %llu bytes", t->file,
+                       t->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)t->nbytes);
+    if (!n) return FM_OK;
+    if (!t->owner_) {
+        if (!t->data) return fm_fail(FM_ERR_INVALID_ARG, "%s: tensor '%s' has no data to read", t->file, t->name);
+        memcpy(dst, t->data + off, n);
+        return FM_OK;
+    }
+    const fm_safetensors *st = t->owner_;
+    fm_status s = fm_file_pread(st->fd, st->label, t->file_offset + off, dst, n);
+    if (s != FM_OK) return fm_fail(s, "tensor '%s': %s", t->name, fm_last_error());
     return FM_OK;
 }
 

@@ -20,6 +20,16 @@ void fm_moe_config_default(fm_moe_config *cfg)
     };
 }
 
+const char *fm_score_name(fm_score_func s)
+{
+    switch (s) {
+    case FM_SCORE_SOFTMAX: return "softmax";
+    case FM_SCORE_SIGMOID: return "sigmoid";
+    case FM_SCORE_SOFTMAX_TOPK: return "softmax-topk";
+    }
+    return "?";
+}
+
 fm_status fm_moe_config_check(const fm_moe_config *c)
 {
     if (!c) return fm_fail(FM_ERR_INVALID_ARG, "config is NULL");
@@ -30,7 +40,7 @@ fm_status fm_moe_config_check(const fm_moe_config *c)
                        c->hidden, c->inter);
     if (c->top_k < 1 || c->top_k > c->n_experts)
         return fm_fail(FM_ERR_INVALID_ARG, "config: top_k=%d must be in [1, n_experts=%d]", c->top_k, c->n_experts);
-    if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID)
+    if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID && c->score != FM_SCORE_SOFTMAX_TOPK)
         return fm_fail(FM_ERR_INVALID_ARG, "config: unknown score function %d", (int)c->score);
     if (!(c->routed_scale > 0.0f && c->routed_scale < 1e30f))
         return fm_fail(FM_ERR_INVALID_ARG, "config: routed_scale=%g must be finite and > 0", (double)c->routed_scale);

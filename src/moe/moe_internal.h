@@ -45,4 +45,27 @@ void fm_moe_swiglu(const float *gate, const float *up, int n, float *h);
 /* First index of a NaN/Inf in x[n], or -1. */
 long fm_moe_first_nonfinite(const float *x, size_t n);
 
+/* The rows of one run on a CPU backend, whatever the routing and the shard:
+ * internal routing (ext_ids NULL: router logits + fm_moe_route over the global
+ * experts) or external (ext_ids/ext_wts [T*top_k]: ids in [-1, n_experts),
+ * -1 = no expert, weights finite, used as given); then the slots whose expert
+ * is local (in [first, first + n_local)) are put in the stable expert order of
+ * fm_moe_permute over the local experts: offsets[n_local+1], perm[rows] = slot,
+ * pos[slot] = its row or -1 (not computed here), *rows. ids/wts [T*top_k] hold
+ * the global ids and weights; logits [T][n_experts] is scratch (internal only).
+ * Returns FM_OK, FM_ERR_OUT_OF_RANGE (an external id outside [-1, n_experts)),
+ * FM_ERR_NONFINITE (an external weight or a router logit not finite).
+ * `who` prefixes the detail. */
+fm_status fm_moe_plan_rows(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
+                           const int32_t *ext_ids, const float *ext_wts, int first, int n_local, const char *who,
+                           float *logits, int32_t *ids, float *wts, int32_t *offsets, int32_t *perm, int32_t *pos,
+                           int *rows);
+
+/* fm_moe_forward_ref for one run of a layer (src/cpu/ref.c): external routing
+ * (ext_ids/ext_wts, or NULL) and a shard [first, first + n_local) whose experts
+ * are w->w13/w2[0..n_local); the shared expert only when first == 0. cfg and w
+ * already checked; x is checked for NaN/Inf. out untouched on failure. */
+fm_status fm_moe_forward_ref_run(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
+                                 const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out);
+
 #endif

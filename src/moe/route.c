@@ -2,14 +2,18 @@
  *
  * Per token, on logits[E]:
  *   score[e]  = softmax(logits)[e]  or  sigmoid(logits[e])
- *   biased[e] = score[e] + bias[e]           (the score-correction bias only ranks)
+ *               or (SOFTMAX_TOPK, gpt-oss) logits[e] + bias[e]: the bias is the
+ *               router's logit bias, so it ranks AND weighs
+ *   biased[e] = score[e] + bias[e]           (the score-correction bias only ranks;
+ *                                             SOFTMAX_TOPK: biased = score)
  *   groups (n_group > 1, DeepSeek-V3 / GLM): a group's score is the sum of the
  *     top-2 biased scores inside it (the top-1 when a group has one expert);
  *     the topk_group best groups are kept, the other experts excluded (-inf,
  *     as SGLang's biased_grouped_topk masks them)
  *   ids       = top_k experts by biased score, descending, ties to the lower id
  *   weights   = UNbiased scores of the chosen experts, / their sum if renormalize
- *               (kept as is if that sum is 0), times routed_scale
+ *               (kept as is if that sum is 0), times routed_scale; SOFTMAX_TOPK:
+ *               softmax over the chosen k logits (max-subtracted), times routed_scale
  * Selection is a repeated arg-max scan in ascending id (O(top_k * E)); it is the
  * oracle, so it favours obviously-right over fast, and E is at most a few hundred.
  */
@@ -28,10 +32,12 @@ static int argmax_kept(const float *v, const unsigned char *keep, int n)
     return best;
 }
 
-static void scores_of(const fm_moe_config *cfg, const float *logits, float *score)
+static void scores_of(const fm_moe_config *cfg, const float *logits, const float *bias, float *score)
 {
     int E = cfg->n_experts;
-    if (cfg->score == FM_SCORE_SOFTMAX) {
+    if (cfg->score == FM_SCORE_SOFTMAX_TOPK) {
+        for (int e = 0; e < E; e++) score[e] = logits[e] + (bias ? bias[e] : 0.0f);
+    } else if (cfg->score == FM_SCORE_SOFTMAX) {
         float mx = logits[0];
         for (int e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
         float sum = 0.0f;
@@ -90,6 +96,10 @@ fm_status fm_moe_route(const fm_moe_config *cfg, const float *router_bias, const
             if (!isfinite(router_bias[e]))
                 return fm_fail(FM_ERR_NONFINITE, "fm_moe_route: router_bias[%d] = %g is not finite", e,
                                (double)router_bias[e]);
+    if (router_bias && cfg->score == FM_SCORE_SOFTMAX_TOPK) /* logit + bias must stay finite */
+        for (size_t i = 0; i < (size_t)T * E; i++)
+            if (!isfinite(logits[i] + router_bias[i % E]))
+                return fm_fail(FM_ERR_NONFINITE, "fm_moe_route: logits[%zu][%zu] + router_bias overflows", i / E, i % E);
 
     int G = cfg->n_group > 1 ? cfg->n_group : 0;
     float *score = malloc(sizeof(float) * (2 * (size_t)E + G + 1));
@@ -103,9 +113,10 @@ fm_status fm_moe_route(const fm_moe_config *cfg, const float *router_bias, const
     unsigned char *gkeep = keep + E;
 
     for (int t = 0; t < T; t++) {
-        scores_of(cfg, logits + (size_t)t * E, score);
+        const int topk_sm = cfg->score == FM_SCORE_SOFTMAX_TOPK;
+        scores_of(cfg, logits + (size_t)t * E, router_bias, score);
         for (int e = 0; e < E; e++) {
-            biased[e] = score[e] + (router_bias ? router_bias[e] : 0.0f);
+            biased[e] = score[e] + (router_bias && !topk_sm ? router_bias[e] : 0.0f);
             keep[e] = 1;
         }
         if (G) limit_groups(cfg, biased, keep, gscore, gkeep);
@@ -117,6 +128,12 @@ fm_status fm_moe_route(const fm_moe_config *cfg, const float *router_bias, const
             id[j] = e;
             wt[j] = score[e];
             sum += score[e];
+        }
+        if (topk_sm) { /* wt[] holds the chosen logits, wt[0] the largest */
+            float mx = wt[0], z = 0.0f;
+            for (int j = 0; j < K; j++) z += (wt[j] = expf(wt[j] - mx));
+            for (int j = 0; j < K; j++) wt[j] = wt[j] / z * cfg->routed_scale; /* z >= 1 */
+            continue;
         }
         for (int j = 0; j < K; j++) {
             if (cfg->renormalize && sum > 0.0f) wt[j] /= sum;

@@ -81,3 +81,51 @@ fm_status fm_moe_route_tokens(const fm_moe_config *c, const fm_moe_weights *w, c
     FM_CHECK(fm_moe_route(c, w->router_bias, logits, T, ids, wts));
     return fm_moe_permute(ids, T, c->top_k, c->n_experts, offsets, perm);
 }
+
+fm_status fm_moe_plan_rows(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T,
+                           const int32_t *ext_ids, const float *ext_wts, int first, int n_local, const char *who,
+                           float *logits, int32_t *ids, float *wts, int32_t *offsets, int32_t *perm, int32_t *pos,
+                           int *rows)
+{
+    const long E = c->n_experts, K = c->top_k, n = (long)T * K;
+    if (ext_ids) {
+        /* validate everything before writing anything */
+        for (long s = 0; s < n; s++) {
+            if (ext_ids[s] < -1 || ext_ids[s] >= E)
+                return fm_fail(FM_ERR_OUT_OF_RANGE, "%s: topk_ids[%ld][%ld] = %d outside [-1, %ld)", who, s / K, s % K,
+                               (int)ext_ids[s], E);
+            if (ext_ids[s] >= 0 && !isfinite(ext_wts[s]))
+                return fm_fail(FM_ERR_NONFINITE, "%s: topk_weights[%ld][%ld] = %g is not finite", who, s / K, s % K,
+                               (double)ext_wts[s]);
+        }
+        memcpy(ids, ext_ids, sizeof(int32_t) * (size_t)n);
+        memcpy(wts, ext_wts, sizeof(float) * (size_t)n);
+    } else {
+        fm_moe_router_logits(c, w->router_w, x, T, logits);
+        long bad = fm_moe_first_nonfinite(logits, (size_t)T * (size_t)E);
+        if (bad >= 0)
+            return fm_fail(FM_ERR_NONFINITE, "%s: router logit [%ld][%ld] overflowed (inputs too large)", who,
+                           bad / E, bad % E);
+        FM_CHECK(fm_moe_route(c, w->router_bias, logits, T, ids, wts));
+    }
+    /* counting sort of the local slots: stable, experts ascending (fm_moe_permute's order) */
+    for (int e = 0; e <= n_local; e++) offsets[e] = 0;
+    for (long s = 0; s < n; s++) {
+        int l = ids[s] - first;
+        if (ids[s] >= 0 && l >= 0 && l < n_local) offsets[l + 1]++;
+    }
+    for (int e = 0; e < n_local; e++) offsets[e + 1] += offsets[e];
+    for (long s = 0; s < n; s++) {
+        int l = ids[s] - first;
+        if (ids[s] >= 0 && l >= 0 && l < n_local) {
+            pos[s] = offsets[l];
+            perm[offsets[l]++] = (int32_t)s;
+        } else {
+            pos[s] = -1;
+        }
+    }
+    for (int e = n_local; e > 0; e--) offsets[e] = offsets[e - 1];
+    offsets[0] = 0;
+    *rows = offsets[n_local];
+    return FM_OK;
+}

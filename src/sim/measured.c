@@ -24,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "fm_file.h"
 #include "fm_internal.h"
 #include "sim_internal.h"
 
@@ -110,8 +111,8 @@ fm_status fm_sim_measured_load(const char *path, fm_sim_measured **out)
 {
     fm_clear_error();
     if (!path || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_measured_load: NULL argument");
-    FILE *fp = fopen(path, "r");
-    if (!fp) return fm_fail(FM_ERR_IO, "cannot open measured table '%s': %s", path, strerror(errno));
+    FILE *fp; /* fm_file_fopen: a FIFO or device is FM_ERR_IO at once, not a blocked open() */
+    if (fm_file_fopen(path, &fp) != FM_OK) return fm_fail(FM_ERR_IO, "measured table: %s", fm_last_error());
     fm_sim_measured *m = calloc(1, sizeof *m);
     fm_status st = m ? FM_OK : fm_fail(FM_ERR_OOM, "no memory for the measured table");
     char buf[1024];

@@ -154,7 +154,9 @@ static void check_permute(const int32_t *ids, const float *wts, int T, int K, in
     CK(cudaMemset(dslot, 0xA5, sizeof(int32_t) * R));
     CK(cudaMemset(dtok, 0xA5, sizeof(int32_t) * R));
     CK(cudaMemset(drw, 0xFF, sizeof(float) * R));
-    assert_int_equal(fm_moe_permute_launch(dids, dw, T, K, E, doff, dperm, dslot, drw, dtok, NULL), 0);
+    void *pscr = NULL; /* the chunked placement's per-chunk counts */
+    CK(cudaMalloc(&pscr, fm_moe_permute_scratch_bytes(T, K, E) + 4));
+    assert_int_equal(fm_moe_permute_launch(dids, dw, T, K, E, 0, E, doff, dperm, dslot, drw, dtok, pscr, NULL, NULL, NULL), 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(goff, doff, sizeof(int32_t) * (E + 1), cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gperm, dperm, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
@@ -175,6 +177,7 @@ static void check_permute(const int32_t *ids, const float *wts, int T, int K, in
     cudaFree(doff);
     cudaFree(dperm);
     cudaFree(dslot);
+    cudaFree(pscr);
     cudaFree(dtok);
     cudaFree(drw);
     free(off);
@@ -274,12 +277,14 @@ static void run_case(fm_rng *r, int E, int K, int grouped, fm_score_func score, 
     CK(cudaMalloc((void **)&dperm, sizeof(int32_t) * R));
     CK(cudaMalloc((void **)&dslot, sizeof(int32_t) * R));
     CK(cudaMalloc(&dscr, fm_moe_route_scratch_bytes(&c, T)));
+    void *pscr = NULL; /* the chunked placement's counts */
+    CK(cudaMalloc(&pscr, fm_moe_permute_scratch_bytes(T, K, E) + 4));
     CK(cudaMalloc((void **)&dbad, sizeof *dbad));
     CK(cudaMemset(doff, 0xA5, sizeof(int32_t) * (E + 1)));
     CK(cudaMemset(dperm, 0xA5, sizeof(int32_t) * R));
     assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
     assert_int_equal(fm_moe_route_launch(&c, dbias, dl, T, dids, dwts, dscr, dbad, NULL), 0);
-    assert_int_equal(fm_moe_permute_launch(dids, dwts, T, K, E, doff, dperm, dslot, drw, NULL, NULL), 0);
+    assert_int_equal(fm_moe_permute_launch(dids, dwts, T, K, E, 0, E, doff, dperm, dslot, drw, NULL, pscr, NULL, NULL, NULL), 0);
     CK(cudaDeviceSynchronize());
     int32_t *off = malloc(sizeof(int32_t) * (E + 1)), *perm = malloc(sizeof(int32_t) * R);
     int32_t *goff = malloc(sizeof(int32_t) * (E + 1)), *gperm = malloc(sizeof(int32_t) * R);
@@ -301,6 +306,7 @@ static void run_case(fm_rng *r, int E, int K, int grouped, fm_score_func score, 
     cudaFree(doff);
     cudaFree(dperm);
     cudaFree(dslot);
+    cudaFree(pscr);
     cudaFree(dscr);
     cudaFree(dbad);
     free(off);

@@ -1,0 +1,342 @@
+/* bench_layer.c - the whole MoE layer on the GPU as an engine calls it
+ * (fm_layer_run: device x/out, the caller's stream), GLM-5 EP8 shapes.
+ *
+ * Two routings: (a) "ep8": the EP8 shard as it really is: 32 local experts of
+ * 256 global, top-8 over 256 (about T local rows); (b) "local": all experts
+ * local, top-8 of 32 (today's `fp4moe run` defaults). Routing is external
+ * (random distinct top-8 ids and weights per token, drawn here, so the experts
+ * that really receive rows are known exactly) and internal (the router GEMM +
+ * routing on the device; rows then follow the random router, the byte count
+ * of the external draw is used for its floor, plus the router's bytes).
+ * Per T: graph-replay time (the run captured once, replays timed with events,
+ * two weight sets and four inputs rotated so nothing is served from L2),
+ * eager time (launches queued back to back), and fp4moe's two GEMMs alone at
+ * the same rows (fm_cuda_gemm FC1 SwiGLU + FC2 FINALIZE_DET, the tiles the
+ * layer uses): the layer's overhead is the difference.
+ * Floor = max(bytes / copy bandwidth, FLOPs / BF16 rate): bytes = FP4 data +
+ * scales of the experts with rows + x + out (+ router weights, internal), FLOPs
+ * = 2 * rows * (2*inter*hidden + hidden*inter). Ceilings: --bw GB/s (default
+ * 4200, the H200's measured copy) and --tflops (default 740, measured BF16).
+ * Medians of --reps timings after --warm warm-ups. Output: one table row per
+ * (routing, T), then a csv line each.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fm_rng.h"
+#include "fp4moe.h"
+
+#define CK(x)                                                                                \
+    do {                                                                                     \
+        cudaError_t e_ = (x);                                                                \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+#define FK(x)                                                                                     \
+    do {                                                                                          \
+        fm_status s_ = (x);                                                                       \
+        if (s_ != FM_OK) {                                                                        \
+            fprintf(stderr, "%s:%d %s: %s: %s\n", __FILE__, __LINE__, #x, fm_status_name(s_), fm_last_error()); \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+enum { NSETS = 2, NX = 4 };
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmpd);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    fm_qtensor *w13, *w2;
+    float      *router;
+} wset;
+
+static void make_experts(fm_rng *r, fm_qtensor *q, int E, int N, int K)
+{
+    size_t db, sb;
+    FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, N, K, &db, &sb));
+    float *src = malloc(sizeof(float) * (size_t)N * K);
+    for (int e = 0; e < E; e++) {
+        fm_rng_fill_normal(r, src, (size_t)N * K, 1.0f / sqrtf((float)K));
+        q[e] = (fm_qtensor){.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = malloc(db), .scales = malloc(sb)};
+        FK(fm_quantize(src, NULL, &q[e]));
+    }
+    free(src);
+}
+
+int main(int argc, char **argv)
+{
+    double bw = 4200, tflops = 740;
+    int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--local")) only_local = 1;
+        else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
+            char *p = argv[++i];
+            n_user = 0;
+            while (*p && n_user < 16) {
+                ts_user[n_user++] = atoi(p);
+                while (*p && *p != ',') p++;
+                if (*p == ',') p++;
+            }
+        }
+        else {
+            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...]\n");
+            return 2;
+        }
+    }
+    if (reps < 3) reps = 3;
+    const int H = 6144, I = 2048, EL = 32, K = 8, MAXT = 4096;
+    const int Ts_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096}, Ts_quick[] = {1, 4, 64, 1024};
+    const int *Ts = n_user ? ts_user : quick ? Ts_quick : Ts_full;
+    const int  nT = n_user ? n_user : quick ? 4 : (int)(sizeof Ts_full / sizeof Ts_full[0]);
+    for (int i = 0; i < nT; i++)
+        if (Ts[i] < 1 || Ts[i] > MAXT) {
+            fprintf(stderr, "bench_layer: T=%d outside [1, %d]\n", Ts[i], MAXT);
+            return 2;
+        }
+    fm_rng     r;
+    fm_rng_init(&r, 12345);
+    fm_cuda_device *dev;
+    FK(fm_cuda_device_open(0, &dev));
+    printf("# bench_layer: GLM-5 EP8 MoE layer, NVFP4, hidden %d inter %d, %d local experts, top-%d; ceilings %.0f GB/s, "
+           "%.0f TFLOP/s; device %s\n",
+           H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name);
+    size_t db13, sb13, db2, sb2;
+    FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
+    FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
+    const double expert_bytes = (double)(db13 + sb13 + db2 + sb2);
+    wset ws[NSETS];
+    for (int s = 0; s < NSETS; s++) {
+        ws[s].w13 = calloc(EL, sizeof(fm_qtensor));
+        ws[s].w2 = calloc(EL, sizeof(fm_qtensor));
+        make_experts(&r, ws[s].w13, EL, 2 * I, H);
+        make_experts(&r, ws[s].w2, EL, H, I);
+        ws[s].router = malloc(sizeof(float) * 256 * H);
+        fm_rng_fill_normal(&r, ws[s].router, (size_t)256 * H, 1.0f / sqrtf((float)H));
+    }
+    uint16_t *dx[NX];
+    int32_t  *dids[NX];
+    float    *dw[NX], *dout;
+    for (int i = 0; i < NX; i++) {
+        uint16_t *hx = malloc(sizeof(uint16_t) * MAXT * H);
+        for (size_t j = 0; j < (size_t)MAXT * H; j++) hx[j] = fm_bf16_encode(fm_rng_normal(&r));
+        CK(cudaMalloc((void **)&dx[i], sizeof(uint16_t) * MAXT * H));
+        CK(cudaMemcpy(dx[i], hx, sizeof(uint16_t) * MAXT * H, cudaMemcpyHostToDevice));
+        free(hx);
+        CK(cudaMalloc((void **)&dids[i], sizeof(int32_t) * MAXT * K));
+        CK(cudaMalloc((void **)&dw[i], sizeof(float) * MAXT * K));
+    }
+    CK(cudaMalloc((void **)&dout, sizeof(float) * MAXT * H));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t ev[2];
+    CK(cudaEventCreate(&ev[0]));
+    CK(cudaEventCreate(&ev[1]));
+    printf("%-6s %5s %7s %9s | %9s %6s | %9s %6s | %9s %6s | %9s %6s\n", "route", "T", "experts", "floor_us", "graph_us",
+           "x", "eager_us", "x", "int_graph", "x", "gemms_us", "x");
+    for (int mi = 0; mi < 2; mi++) { /* 0: ep8 shard of 256, 1: all local, top-8 of 32 */
+        const int    mode = only_local ? 1 : mi, EG = mode == 0 ? 256 : 32;
+        if (only_local && mi) break;
+        fm_moe_config cfg;
+        fm_moe_config_default(&cfg);
+        cfg.n_experts = EG;
+        cfg.top_k = K;
+        cfg.hidden = H;
+        cfg.inter = I;
+        fm_layer *L[NSETS];
+        for (int s = 0; s < NSETS; s++) {
+            fm_moe_weights w = {.router_w = ws[s].router, .w13 = ws[s].w13, .w2 = ws[s].w2};
+            fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .first_expert = 0,
+                                .n_local = EL};
+            FK(fm_layer_create_desc(&d, &cfg, &w, &L[s]));
+        }
+        for (int ti = 0; ti < nT; ti++) {
+            const int T = Ts[ti];
+            /* external routing: distinct random ids over EG experts */
+            int32_t *ids = malloc(sizeof(int32_t) * T * K);
+            float   *wts = malloc(sizeof(float) * T * K);
+            int      used[NX][256];
+            double   rows_sum = 0;
+            memset(used, 0, sizeof used);
+            for (int x = 0; x < NX; x++) {
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < K; j++) {
+                        int e, again;
+                        do {
+                            e = (int)(fm_rng_uniform(&r) * EG);
+                            again = 0;
+                            for (int q = 0; q < j; q++) again |= ids[t * K + q] == e;
+                        } while (again);
+                        ids[t * K + j] = e;
+                        wts[t * K + j] = (float)(0.05 + 0.2 * fm_rng_uniform(&r));
+                        if (e < EL) used[x][e] = 1, rows_sum += 1;
+                    }
+                CK(cudaMemcpy(dids[x], ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dw[x], wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+            }
+            /* the floor of each of the NX routings the timings rotate over, averaged */
+            double act_sum = 0;
+            for (int x = 0; x < NX; x++)
+                for (int e = 0; e < EL; e++) act_sum += used[x][e];
+            const double actv = act_sum / NX, local_rows = rows_sum / NX;
+            const int    active = (int)lround(actv);
+            const double bytes = actv * expert_bytes + (double)T * H * (2 + 4);
+            const double flops = 2.0 * local_rows * (2.0 * I * H + (double)H * I);
+            const double floor_us = fmax(bytes / (bw * 1e3), flops / (tflops * 1e6));
+            const double router_us = (double)EG * H * 4 / (bw * 1e3);
+            double *tg = malloc(sizeof(double) * reps), *te = malloc(sizeof(double) * reps),
+                   *ti_ = malloc(sizeof(double) * reps);
+            /* graphs: one per (weight set, input), external and internal routing */
+            cudaGraphExec_t ge[NSETS][NX], gi[NSETS][NX];
+            for (int s = 0; s < NSETS; s++)
+                for (int x = 0; x < NX; x++)
+                    for (int ext = 0; ext < 2; ext++) {
+                        fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st,
+                                               .topk_ids = ext ? dids[x] : NULL, .topk_weights = ext ? dw[x] : NULL};
+                        cudaGraph_t g;
+                        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                        FK(fm_layer_run(L[s], &a));
+                        CK(cudaStreamEndCapture(st, &g));
+                        CK(cudaGraphInstantiate(ext ? &ge[s][x] : &gi[s][x], g, 0));
+                        CK(cudaGraphDestroy(g));
+                    }
+            for (int it = -warm; it < reps; it++) { /* graph replay, external routing */
+                int s = (it + warm) % NSETS, x = ((it + warm) / NSETS) % NX;
+                CK(cudaEventRecord(ev[0], st));
+                CK(cudaGraphLaunch(ge[s][x], st));
+                CK(cudaEventRecord(ev[1], st));
+                CK(cudaEventSynchronize(ev[1]));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+                if (it >= 0) tg[it] = ms * 1e3;
+            }
+            for (int it = -warm; it < reps; it++) { /* graph replay, internal routing */
+                int s = (it + warm) % NSETS, x = ((it + warm) / NSETS) % NX;
+                CK(cudaEventRecord(ev[0], st));
+                CK(cudaGraphLaunch(gi[s][x], st));
+                CK(cudaEventRecord(ev[1], st));
+                CK(cudaEventSynchronize(ev[1]));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+                if (it >= 0) ti_[it] = ms * 1e3;
+            }
+            /* eager: the host's enqueue cost is inside (queued runs, an event around each) */
+            for (int it = -warm; it < reps; it++) {
+                int s = (it + warm) % NSETS, x = ((it + warm) / NSETS) % NX;
+                fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .topk_ids = dids[x],
+                                       .topk_weights = dw[x]};
+                CK(cudaEventRecord(ev[0], st));
+                FK(fm_layer_run(L[s], &a));
+                CK(cudaEventRecord(ev[1], st));
+                CK(cudaEventSynchronize(ev[1]));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+                if (it >= 0) te[it] = ms * 1e3;
+            }
+            FK(fm_layer_errors(L[0], st, NULL));
+            FK(fm_layer_errors(L[1], st, NULL));
+            /* the two GEMMs alone: the layer's own kernels with the routing's
+             * offsets. The layer's FC1/FC2 launches are its last two kernels +
+             * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
+            double gemm_us = NAN;
+            {
+                int32_t *off = calloc(EL + 1, sizeof(int32_t));
+                for (int i = 0; i < T * K; i++)
+                    if (ids[i] < EL) off[ids[i] + 1]++;
+                for (int e = 0; e < EL; e++) off[e + 1] += off[e];
+                const int R = T * K;
+                int32_t  *doff, *dslots;
+                uint16_t *dxp, *dh;
+                float    *drw, *dscr;
+                CK(cudaMalloc((void **)&doff, sizeof(int32_t) * (EL + 1)));
+                CK(cudaMemcpy(doff, off, sizeof(int32_t) * (EL + 1), cudaMemcpyHostToDevice));
+                CK(cudaMalloc((void **)&dslots, sizeof(int32_t) * R));
+                int32_t *slots = malloc(sizeof(int32_t) * R);
+                for (int i = 0; i < R; i++) slots[i] = i < off[EL] ? i : -1;
+                CK(cudaMemcpy(dslots, slots, sizeof(int32_t) * R, cudaMemcpyHostToDevice));
+                free(slots);
+                CK(cudaMalloc((void **)&dxp, sizeof(uint16_t) * (size_t)R * H));
+                CK(cudaMemcpy(dxp, dx[0], sizeof(uint16_t) * (size_t)(T < R ? T : R) * H, cudaMemcpyDeviceToDevice));
+                CK(cudaMalloc((void **)&dh, sizeof(uint16_t) * (size_t)R * I));
+                CK(cudaMemset(dh, 0x3c, sizeof(uint16_t) * (size_t)R * I)); /* BF16 ~1.0x: not zeros */
+                CK(cudaMalloc((void **)&drw, sizeof(float) * R));
+                CK(cudaMemcpy(drw, dw[0], sizeof(float) * R, cudaMemcpyDeviceToDevice));
+                CK(cudaMalloc((void **)&dscr, sizeof(float) * (size_t)R * H));
+                fm_cuda_weights *cw13[NSETS], *cw2[NSETS];
+                for (int s = 0; s < NSETS; s++) {
+                    FK(fm_cuda_weights_create(ws[s].w13, EL, &cw13[s]));
+                    FK(fm_cuda_weights_create(ws[s].w2, EL, &cw2[s]));
+                }
+                int act = active > 0 ? active : 1, avg = (off[EL] + act - 1) / act;
+                /* X layout as the layer picks it: packed where the planner's estimate is lower */
+                int pk[2] = {0, 0};
+                for (int g = 0; g < 2; g++) {
+                    fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0], .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
+                                           .expected_rows = avg, .active_experts = act};
+                    fm_cuda_tile t;
+                    double       nat = 0, pkd = 0;
+                    if (fm_cuda_gemm_choose(&q, &t, NULL, &nat) != FM_OK) continue;
+                    q.x_packed = 1;
+                    pk[g] = fm_cuda_gemm_choose(&q, &t, NULL, &pkd) == FM_OK && pkd < nat;
+                }
+                double *tgm = malloc(sizeof(double) * reps);
+                for (int it = -warm; it < reps; it++) {
+                    int s = (it + warm) % NSETS;
+                    fm_cuda_gemm_args a1 = {.w = cw13[s], .x = dxp, .offsets = doff, .max_rows = R,
+                                            .epi = FM_CUDA_EPI_SWIGLU, .y = dh, .expected_rows = avg,
+                                            .active_experts = act, .stream = st, .pdl = 1, .x_packed = pk[0],
+                                            .y_packed = pk[1]};
+                    fm_cuda_gemm_args a2 = {.w = cw2[s], .x = dh, .offsets = doff, .max_rows = R,
+                                            .epi = FM_CUDA_EPI_FINALIZE_DET, .y = dout, .y_zero_init = 1,
+                                            .row_weight = drw, .n_tokens = T, .top_k = K, .token_slots = dslots,
+                                            .scratch = dscr, .expected_rows = avg, .active_experts = act,
+                                            .stream = st, .pdl = 1, .x_packed = pk[1]};
+                    CK(cudaEventRecord(ev[0], st));
+                    FK(fm_cuda_gemm(&a1));
+                    FK(fm_cuda_gemm(&a2));
+                    CK(cudaEventRecord(ev[1], st));
+                    CK(cudaEventSynchronize(ev[1]));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+                    if (it >= 0) tgm[it] = ms * 1e3;
+                }
+                gemm_us = median(tgm, reps);
+                free(tgm);
+                for (int s = 0; s < NSETS; s++) fm_cuda_weights_destroy(cw13[s]), fm_cuda_weights_destroy(cw2[s]);
+                cudaFree(doff), cudaFree(dslots), cudaFree(dxp), cudaFree(dh), cudaFree(drw), cudaFree(dscr);
+                free(off);
+            }
+            const double g = median(tg, reps), e = median(te, reps), gi_us = median(ti_, reps);
+            printf("%-6s %5d %7d %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f\n",
+                   mode == 0 ? "ep8" : "local", T, active, floor_us, g, g / floor_us, e, e / floor_us, gi_us,
+                   gi_us / (floor_us + router_us), gemm_us, gemm_us / floor_us);
+            printf("csv,layer,%s,%d,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f\n", mode == 0 ? "ep8" : "local", T, active,
+                   bytes, flops, floor_us, g, e, gi_us, gemm_us);
+            fflush(stdout);
+            for (int s = 0; s < NSETS; s++)
+                for (int x = 0; x < NX; x++) cudaGraphExecDestroy(ge[s][x]), cudaGraphExecDestroy(gi[s][x]);
+            free(tg), free(te), free(ti_), free(ids), free(wts);
+        }
+        for (int s = 0; s < NSETS; s++) fm_layer_destroy(L[s]);
+    }
+    fm_cuda_device_close(dev);
+    return 0;
+}

@@ -1,0 +1,239 @@
+/* test_cuda_layer.c - the device-resident layer (fm_layer_run on the "cuda"
+ * backend) as a serving engine calls it: device x/out, a non-default stream,
+ * CUDA-graph capture and replay, external routing, expert shards, BF16 output,
+ * caller workspace, the device error word, the caller's current device kept.
+ *
+ * Oracles: the cpu-ref backend with the same routing (bound 1e-4 NMSE, as
+ * test_cuda_backend.c: the GPU rounds h to BF16 before FC2); graph replay vs
+ * eager and external-from-internal routing are bit-for-bit (deterministic
+ * finalize; the device router is bit-identical to the CPU's); shards summed vs
+ * the whole layer up to FP32 summation order (1e-10). Fresh inputs, poisoned
+ * outputs, NaN/Inf first. */
+#include <math.h>
+#include <string.h>
+
+#include "fp4moe.h"
+#include "gpu_common.h"
+
+typedef struct {
+    fm_moe_config  cfg;
+    gpu_experts    w13, w2;
+    float         *router, *bias;
+    fm_moe_weights w;
+} layer_fx;
+
+static void fx_make(layer_fx *L, fm_rng *r, fm_format f, int E, int K)
+{
+    fm_moe_config_default(&L->cfg);
+    L->cfg.n_experts = E;
+    L->cfg.top_k = K;
+    L->cfg.hidden = 256;
+    L->cfg.inter = 128;
+    L->cfg.wfmt = f;
+    gpu_experts_make(&L->w13, r, f, E, 2 * L->cfg.inter, L->cfg.hidden);
+    gpu_experts_make(&L->w2, r, f, E, L->cfg.hidden, L->cfg.inter);
+    L->router = malloc(sizeof(float) * E * L->cfg.hidden);
+    L->bias = malloc(sizeof(float) * E);
+    fm_rng_fill_normal(r, L->router, (size_t)E * L->cfg.hidden, 0.05f);
+    fm_rng_fill_normal(r, L->bias, (size_t)E, 0.1f);
+    L->w = (fm_moe_weights){.router_w = L->router, .router_bias = L->bias, .w13 = L->w13.w, .w2 = L->w2.w};
+}
+
+static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev, int max_tokens, int first, int n,
+                      fm_out_dtype od, int caller_ws)
+{
+    fm_moe_weights w = L->w;
+    w.w13 += first, w.w2 += first;
+    fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
+                       .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws};
+    fm_layer *l = NULL;
+    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
+    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
+    return l;
+}
+
+static void *dmalloc(size_t n)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, n));
+    return p;
+}
+
+/* The device output of one run into host memory (FP32). */
+static void run_dev(fm_layer *l, const fm_layer_run_args *a, cudaStream_t st, float *host, size_t n)
+{
+    assert_int_equal(fm_layer_run(l, a), FM_OK);
+    CK(cudaMemcpyAsync(host, a->out, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+}
+
+static void test_layer_device_path(void **state)
+{
+    (void)state;
+    fm_test_require_gpu();
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed());
+    CK(cudaSetDevice(0));
+    fm_cuda_device *dev = NULL;
+    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    assert_non_null(fm_cuda_device_limits(dev));
+    const int fmts[2] = {FM_FORMAT_NVFP4, FM_FORMAT_MXFP4};
+    for (int fi = 0; fi < 2; fi++) {
+        layer_fx L;
+        fx_make(&L, &r, (fm_format)fmts[fi], 16, 4);
+        const int maxT = 600, H = L.cfg.hidden, K = L.cfg.top_k; /* 600 x 4 slots: 3 placement chunks */
+        fm_layer *gl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
+        fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, 0, FM_OUT_F32, 0);
+        cudaStream_t st;
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        uint16_t *dx = dmalloc(sizeof(uint16_t) * maxT * H);
+        float    *dout = dmalloc(sizeof(float) * maxT * H);
+        int32_t  *dids = dmalloc(sizeof(int32_t) * maxT * K);
+        float    *dw = dmalloc(sizeof(float) * maxT * K);
+        float    *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H),
+              *again = malloc(sizeof(float) * maxT * H);
+        const int Ts[] = {1, 3, 8, 33, 64, 600};
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const int T = Ts[ti];
+            const size_t n = (size_t)T * H;
+            uint16_t *x = malloc(sizeof(uint16_t) * n);
+            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+            CK(cudaMemcpy(dx, x, sizeof(uint16_t) * n, cudaMemcpyHostToDevice));
+            /* eager, internal routing, on a non-default stream */
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st)); /* poison: NaN bytes */
+            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st};
+            run_dev(gl, &a, st, got, n);
+            assert_int_equal(fm_layer_errors(gl, st, NULL), FM_OK);
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_forward(cl, x, T, ref, NULL), FM_OK);
+            fm_assert_close(got, ref, n, 1e-4, "cuda layer vs cpu-ref (internal routing)");
+
+            /* graph capture + replay = eager, bit for bit */
+            cudaGraph_t     g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            assert_int_equal(fm_layer_run(gl, &a), FM_OK);
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            for (int rep = 0; rep < 3; rep++) {
+                CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+                CK(cudaGraphLaunch(ge, st));
+                CK(cudaMemcpyAsync(again, dout, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+                CK(cudaStreamSynchronize(st));
+                assert_memory_equal(got, again, sizeof(float) * n);
+            }
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
+
+            /* external routing with the router's own ids/weights (computed on the
+             * CPU with the public functions): the same bits */
+            float   *logits = malloc(sizeof(float) * T * L.cfg.n_experts), *wts = malloc(sizeof(float) * T * K);
+            int32_t *ids = malloc(sizeof(int32_t) * T * K);
+            for (int t = 0; t < T; t++)
+                for (int e = 0; e < L.cfg.n_experts; e++) {
+                    float part[8] = {0};
+                    for (int k = 0; k < H; k++) part[k % 8] += fm_bf16_decode(x[t * H + k]) * L.router[e * H + k];
+                    logits[t * L.cfg.n_experts + e] =
+                        ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+                }
+            assert_int_equal(fm_moe_route(&L.cfg, L.bias, logits, T, ids, wts), FM_OK);
+            CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+            fm_layer_run_args ae = a;
+            ae.topk_ids = dids, ae.topk_weights = dw;
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(gl, &ae, st, again, n);
+            assert_memory_equal(got, again, sizeof(float) * n);
+
+            /* shards 1, 2, 4, 8 summed = the layer */
+            double *sum = malloc(sizeof(double) * n);
+            for (int shards = 2; shards <= 8; shards *= 2) {
+                memset(sum, 0, sizeof(double) * n);
+                for (int q = 0; q < shards; q++) {
+                    int first = q * L.cfg.n_experts / shards, cnt = (q + 1) * L.cfg.n_experts / shards - first;
+                    fm_layer *sl = make(&L, FM_BACKEND_CUDA, dev, maxT, first, cnt, FM_OUT_F32, q & 1);
+                    size_t ws = 0;
+                    assert_int_equal(fm_layer_workspace_size(sl, &ws), FM_OK);
+                    void *dws = (q & 1) ? dmalloc(ws) : NULL; /* odd shards: caller workspace */
+                    fm_layer_run_args as = q % 2 ? ae : a;      /* both routings */
+                    as.workspace = dws;
+                    CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+                    run_dev(sl, &as, st, again, n);
+                    assert_int_equal(fm_layer_errors(sl, st, NULL), FM_OK);
+                    assert_int_equal(fm_first_nonfinite(again, n), -1);
+                    for (size_t i = 0; i < n; i++) sum[i] += again[i];
+                    fm_layer_destroy(sl);
+                    CK(cudaFree(dws));
+                }
+                double e = fm_nmse64(got, sum, n);
+                if (!(e <= 1e-10)) fail_msg("T=%d: %d shards summed differ from the layer: NMSE %.3g", T, shards, e);
+            }
+            free(sum);
+
+            /* BF16 output = BF16(FP32 output), round to nearest even */
+            fm_layer *bl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_BF16, 0);
+            uint16_t *dob = dmalloc(sizeof(uint16_t) * n), *ob = malloc(sizeof(uint16_t) * n);
+            fm_layer_run_args ab = a;
+            ab.out = dob;
+            CK(cudaMemsetAsync(dob, 0xFF, sizeof(uint16_t) * n, st));
+            assert_int_equal(fm_layer_run(bl, &ab), FM_OK);
+            CK(cudaMemcpyAsync(ob, dob, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            for (size_t i = 0; i < n; i++)
+                if (ob[i] != fm_bf16_encode(got[i])) fail_msg("BF16 out[%zu] = %04x, expected %04x", i, ob[i], fm_bf16_encode(got[i]));
+            fm_layer_destroy(bl);
+            CK(cudaFree(dob));
+            free(ob);
+
+            /* bad ids and NaN x: the output is still written, the error word says what */
+            if (T >= 3) {
+                ids[1] = L.cfg.n_experts + 5; /* out of range */
+                ids[2] = -1;                 /* skipped, not an error */
+                CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
+                run_dev(gl, &ae, st, again, n);
+                assert_int_equal(fm_first_nonfinite(again, n), -1);
+                fm_layer_error_info info;
+                assert_int_equal(fm_layer_errors(gl, st, &info), FM_ERR_OUT_OF_RANGE);
+                assert_int_equal(info.bad_ids, 1);
+                assert_int_equal(info.first_bad_slot, 1);
+                assert_int_equal(fm_layer_errors(gl, st, &info), FM_OK); /* cleared */
+                uint16_t bad = 0x7fc0;
+                CK(cudaMemcpy(dx + H + 7, &bad, 2, cudaMemcpyHostToDevice)); /* x[1][7] = NaN */
+                assert_int_equal(fm_layer_run(gl, &a), FM_OK);
+                assert_int_equal(fm_layer_errors(gl, st, &info), FM_ERR_NONFINITE);
+                assert_int_equal(info.nonfinite_x, 1);
+                assert_int_equal(info.first_nonfinite, H + 7);
+            }
+            free(logits), free(wts), free(ids), free(x);
+        }
+        /* bad arguments */
+        fm_layer_run_args a = {.x = dx, .T = maxT + 1, .out = dout, .stream = st};
+        assert_int_equal(fm_layer_run(gl, &a), FM_ERR_BAD_SHAPE);
+        a.T = 1;
+        a.out = (char *)dout + 4;
+        assert_int_equal(fm_layer_run(gl, &a), FM_ERR_MISALIGNED);
+        a.out = dout;
+        a.topk_ids = dids;
+        assert_int_equal(fm_layer_run(gl, &a), FM_ERR_INVALID_ARG);
+        int cur = -1;
+        CK(cudaGetDevice(&cur));
+        assert_int_equal(cur, 0); /* the caller's device is what it was */
+        CK(cudaStreamDestroy(st));
+        CK(cudaFree(dx));
+        CK(cudaFree(dout));
+        CK(cudaFree(dids));
+        CK(cudaFree(dw));
+        free(got), free(ref), free(again);
+        fm_layer_destroy(gl);
+        fm_layer_destroy(cl);
+    }
+    fm_cuda_device_close(dev);
+    assert_int_equal(fm_cuda_device_open(1 << 20, &dev), FM_ERR_OUT_OF_RANGE);
+    assert_null(dev);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_layer_device_path)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

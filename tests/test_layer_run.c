@@ -1,0 +1,339 @@
+/* test_layer_run.c - the layer as a serving engine calls it (fm_layer_run), on
+ * the CPU backends: external routing, expert shards, BF16 output, caller
+ * workspace, and every bad argument with its status.
+ *
+ * Oracles:
+ *  - external routing: a float64 MoE written here from the formula (weights
+ *    decoded with fm_dequantize, whose codecs are checked against ml_dtypes
+ *    elsewhere): out[t] = sum_j w[t][j] * W2_e . SwiGLU(W13_e . x_t), e =
+ *    ids[t][j], slots with id -1 skipped; random ids and weights, not the
+ *    router's. Bound: the layer accumulates in FP32 over K <= 256 terms of O(1)
+ *    products, so NMSE ~ K * 2^-48 << 1e-9.
+ *  - internal routing fed back as external routing: the same ids and weights
+ *    give a bit-identical output (the routing step is the only difference).
+ *  - shards: the outputs of 1, 2, 4 and 8 shards summed = the whole layer up to
+ *    FP32 summation order (NMSE <= 1e-11).
+ * Outputs are poisoned before every run.
+ */
+#include "test_moe_fixture.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const fm_backend_kind k_cpu[2] = {FM_BACKEND_CPU_REF, FM_BACKEND_CPU};
+
+static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int first, int n_local, fm_out_dtype od)
+{
+    fm_moe_weights w = L->w;
+    w.w13 = L->w13 + first;
+    w.w2 = L->w2 + first;
+    if (w.a1_scale) w.a1_scale += first, w.a2_scale += first;
+    fm_layer_desc d = {.backend = b, .max_tokens = max_tokens, .out_dtype = od, .first_expert = first,
+                       .n_local = n_local};
+    fm_layer *l = NULL;
+    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
+    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
+    return l;
+}
+
+static void *aligned(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    assert_non_null(p);
+    return p;
+}
+
+/* float64 MoE from the formula, external routing. */
+static void oracle(const fx_layer *L, const uint16_t *x, int T, const int32_t *ids, const float *wts, double *out)
+{
+    const fm_moe_config *c = &L->cfg;
+    const int H = c->hidden, I = c->inter, K = c->top_k;
+    float  *w13 = malloc(sizeof(float) * 2 * I * H), *w2 = malloc(sizeof(float) * H * I);
+    double *g = malloc(sizeof(double) * 2 * I), *h = malloc(sizeof(double) * I);
+    assert_true(w13 && w2 && g && h);
+    memset(out, 0, sizeof(double) * T * H);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e = ids[t * K + j];
+            if (e < 0) continue;
+            assert_int_equal(fm_dequantize(&L->w13[e], w13), FM_OK);
+            assert_int_equal(fm_dequantize(&L->w2[e], w2), FM_OK);
+            for (int n = 0; n < 2 * I; n++) {
+                double s = 0;
+                for (int k = 0; k < H; k++) s += (double)w13[(size_t)n * H + k] * fm_bf16_decode(x[(size_t)t * H + k]);
+                g[n] = s;
+            }
+            for (int i = 0; i < I; i++) h[i] = g[i] / (1.0 + exp(-g[i])) * g[I + i];
+            for (int n = 0; n < H; n++) {
+                double s = 0;
+                for (int i = 0; i < I; i++) s += (double)w2[(size_t)n * I + i] * h[i];
+                out[(size_t)t * H + n] += wts[t * K + j] * s;
+            }
+        }
+    free(w13), free(w2), free(g), free(h);
+}
+
+static void random_routing(fm_rng *r, int T, int K, int E, int32_t *ids, float *wts)
+{
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e;
+            int again;
+            do { /* distinct experts per token, as a router gives; some slots -1 */
+                e = fm_rng_uniform(r) < 0.15 ? -1 : (int)(fm_rng_uniform(r) * E);
+                again = 0;
+                for (int q = 0; q < j; q++) again |= e >= 0 && ids[t * K + q] == e;
+            } while (again);
+            ids[t * K + j] = e;
+            wts[t * K + j] = (float)(0.1 + fm_rng_uniform(r));
+        }
+}
+
+static void test_external_routing_vs_formula(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed());
+    const int E = 8, K = 3, H = 64, I = 32, T = fx_asan() ? 3 : 6;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_NVFP4);
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 1, 0);
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
+    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
+    float    *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * T * H);
+    double   *ref = malloc(sizeof(double) * T * H);
+    random_routing(&r, T, K, E, ids, wts);
+    for (int q = 0; q < K; q++) ids[q] = -1; /* token 0 goes nowhere: its output is 0 */
+    oracle(&L, x, T, ids, wts, ref);
+    for (int b = 0; b < 2; b++) {
+        fm_layer *l = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
+        fm_poison_f32(out, (size_t)T * H);
+        fm_layer_run_args a = {.x = x, .T = T, .topk_ids = ids, .topk_weights = wts, .out = out};
+        assert_int_equal(fm_layer_run(l, &a), FM_OK);
+        assert_int_equal(fm_first_nonfinite(out, (size_t)T * H), -1);
+        for (int n = 0; n < H; n++) assert_true(out[n] == 0.0f);
+        double e = fm_nmse64(out, ref, (size_t)T * H);
+        if (!(e <= 1e-9)) fail_msg("%s: external routing NMSE %.3g vs the float64 formula", fm_backend_name(k_cpu[b]), e);
+        fm_layer_destroy(l);
+    }
+    free(x), free(ids), free(wts), free(out), free(ref);
+    fx_free(&L);
+}
+
+/* Internal routing's ids/weights (fm_moe_route on the router's logits, computed
+ * here with the public functions) given back as external routing: same bits. */
+static void test_internal_equals_external(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 1);
+    const int E = 16, K = 4, H = 64, I = 32, T = 5;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_MXFP4);
+    cfg.n_group = 4, cfg.topk_group = 2;
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 1, 0);
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
+    float    *logits = malloc(sizeof(float) * T * E);
+    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
+    float    *wts = aligned(sizeof(float) * T * K), *o1 = aligned(sizeof(float) * T * H),
+          *o2 = aligned(sizeof(float) * T * H);
+    for (int t = 0; t < T; t++) /* the router, in double then rounded: ties are irrelevant at this precision */
+        for (int e = 0; e < E; e++) {
+            float part[8] = {0};
+            for (int k = 0; k < H; k++) part[k % 8] += fm_bf16_decode(x[t * H + k]) * L.router_w[e * H + k];
+            logits[t * E + e] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        }
+    assert_int_equal(fm_moe_route(&cfg, L.router_bias, logits, T, ids, wts), FM_OK);
+    for (int b = 0; b < 2; b++) {
+        fm_layer *l = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
+        fm_poison_f32(o1, (size_t)T * H);
+        fm_poison_f32(o2, (size_t)T * H);
+        fm_layer_run_args a = {.x = x, .T = T, .out = o1};
+        assert_int_equal(fm_layer_run(l, &a), FM_OK);
+        a.out = o2, a.topk_ids = ids, a.topk_weights = wts;
+        assert_int_equal(fm_layer_run(l, &a), FM_OK);
+        assert_int_equal(fm_first_nonfinite(o1, (size_t)T * H), -1);
+        assert_memory_equal(o1, o2, sizeof(float) * T * H);
+        fm_layer_destroy(l);
+    }
+    free(x), free(logits), free(ids), free(wts), free(o1), free(o2);
+    fx_free(&L);
+}
+
+static void test_shards_sum_to_layer(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 2);
+    const int E = 16, K = 4, H = 64, I = 32, T = 7;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_NVFP4);
+    cfg.shared_inter = 32; /* held by the shard at expert 0 */
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 1, 0);
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
+    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
+    float    *wts = aligned(sizeof(float) * T * K), *whole = aligned(sizeof(float) * T * H),
+          *part = aligned(sizeof(float) * T * H);
+    double   *sum = malloc(sizeof(double) * T * H);
+    random_routing(&r, T, K, E, ids, wts);
+    for (int b = 0; b < 2; b++)
+        for (int ext = 0; ext < 2; ext++) {
+            fm_layer *l = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
+            fm_layer_run_args a = {.x = x, .T = T, .out = whole, .topk_ids = ext ? ids : NULL,
+                                   .topk_weights = ext ? wts : NULL};
+            fm_poison_f32(whole, (size_t)T * H);
+            assert_int_equal(fm_layer_run(l, &a), FM_OK);
+            fm_layer_destroy(l);
+            for (int shards = 1; shards <= 8; shards *= 2) {
+                memset(sum, 0, sizeof(double) * T * H);
+                for (int q = 0; q < shards; q++) {
+                    int first = q * E / shards, n = (q + 1) * E / shards - first;
+                    fm_layer *sl = make(k_cpu[b], &L, T, first, n, FM_OUT_F32);
+                    a.out = part;
+                    fm_poison_f32(part, (size_t)T * H);
+                    assert_int_equal(fm_layer_run(sl, &a), FM_OK);
+                    assert_int_equal(fm_first_nonfinite(part, (size_t)T * H), -1);
+                    for (size_t i = 0; i < (size_t)T * H; i++) sum[i] += part[i];
+                    fm_layer_destroy(sl);
+                }
+                double e = fm_nmse64(whole, sum, (size_t)T * H);
+                if (!(e <= 1e-11))
+                    fail_msg("%s %s routing: %d shards summed differ from the layer: NMSE %.3g",
+                             fm_backend_name(k_cpu[b]), ext ? "external" : "internal", shards, e);
+            }
+        }
+    free(x), free(ids), free(wts), free(whole), free(part), free(sum);
+    fx_free(&L);
+}
+
+static void test_bf16_output(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 3);
+    const int E = 8, K = 2, H = 64, I = 32, T = 4;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_NVFP4);
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 0, 0);
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f), *ob = aligned(sizeof(uint16_t) * T * H);
+    float    *of = aligned(sizeof(float) * T * H);
+    for (int b = 0; b < 2; b++) {
+        fm_layer *lf = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32), *lb = make(k_cpu[b], &L, T, 0, 0, FM_OUT_BF16);
+        fm_poison_bytes(ob, sizeof(uint16_t) * T * H);
+        fm_layer_run_args a = {.x = x, .T = T, .out = of};
+        assert_int_equal(fm_layer_run(lf, &a), FM_OK);
+        a.out = ob;
+        assert_int_equal(fm_layer_run(lb, &a), FM_OK);
+        for (int i = 0; i < T * H; i++) assert_int_equal(ob[i], fm_bf16_encode(of[i]));
+        /* the host wrapper refuses a BF16 layer with a status, not garbage */
+        assert_int_equal(fm_layer_forward(lb, x, T, of, NULL), FM_ERR_INVALID_ARG);
+        fm_layer_destroy(lf), fm_layer_destroy(lb);
+    }
+    free(x), free(ob), free(of);
+    fx_free(&L);
+}
+
+static void test_bad_arguments(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 4);
+    const int E = 8, K = 2, H = 64, I = 32, T = 3;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_NVFP4);
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 0, 0);
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
+    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
+    float    *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * (T * H + 4)), *keep = malloc(sizeof(float) * T * H);
+    random_routing(&r, T, K, E, ids, wts);
+
+    /* create */
+    fm_layer     *l = NULL;
+    fm_layer_desc d = {.backend = FM_BACKEND_CPU, .max_tokens = T};
+    assert_int_equal(fm_layer_create_desc(NULL, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    d.first_expert = -1;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    d.first_expert = 4, d.n_local = 5;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    d.first_expert = 1, d.n_local = 0x7fffffff;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    d.first_expert = -0x7fffffff - 1, d.n_local = 1;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    d.first_expert = 0, d.n_local = 0, d.out_dtype = (fm_out_dtype)7;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    d.out_dtype = FM_OUT_F32;
+    d.device = (fm_cuda_device *)&d; /* any non-NULL device given to a CPU backend */
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    assert_null(l);
+    d.device = NULL;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_OK);
+    size_t ws = 1;
+    assert_int_equal(fm_layer_workspace_size(l, &ws), FM_OK);
+    assert_int_equal(ws, 0);
+
+    /* run: every bad input gets its status and leaves out untouched */
+    fm_poison_f32(out, (size_t)T * H);
+    memcpy(keep, out, sizeof(float) * T * H);
+    fm_layer_run_args good = {.x = x, .T = T, .out = out, .topk_ids = ids, .topk_weights = wts}, a;
+#define BAD(mutate, status)                                                  \
+    do {                                                                     \
+        a = good;                                                            \
+        mutate;                                                              \
+        assert_int_equal(fm_layer_run(l, &a), status);                       \
+        assert_true(strlen(fm_last_error()) > 0);                            \
+        assert_memory_equal(out, keep, sizeof(float) * T * H);               \
+    } while (0)
+    assert_int_equal(fm_layer_run(NULL, &good), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_run(l, NULL), FM_ERR_INVALID_ARG);
+    BAD(a.x = NULL, FM_ERR_INVALID_ARG);
+    BAD(a.topk_weights = NULL, FM_ERR_INVALID_ARG);
+    BAD(a.T = 0, FM_ERR_BAD_SHAPE);
+    BAD(a.T = T + 1, FM_ERR_BAD_SHAPE);
+    BAD(a.x = (const uint16_t *)((const char *)x + 2), FM_ERR_MISALIGNED);
+    BAD(a.workspace = out, FM_ERR_INVALID_ARG);
+    int32_t save = ids[3];
+    ids[3] = E; /* out of range */
+    BAD((void)0, FM_ERR_OUT_OF_RANGE);
+    ids[3] = -2;
+    BAD((void)0, FM_ERR_OUT_OF_RANGE);
+    ids[3] = save >= 0 ? save : 0;
+    float sw = wts[3];
+    wts[3] = NAN;
+    BAD((void)0, FM_ERR_NONFINITE);
+    wts[3] = sw;
+    uint16_t sx = x[5];
+    x[5] = 0x7fc0; /* BF16 NaN */
+    BAD((void)0, FM_ERR_NONFINITE);
+    BAD((a.topk_ids = NULL, a.topk_weights = NULL), FM_ERR_NONFINITE); /* internal routing too */
+    x[5] = sx;
+#undef BAD
+    /* a misaligned out: refused before anything is written */
+    a = good;
+    a.out = out + 1;
+    assert_int_equal(fm_layer_run(l, &a), FM_ERR_MISALIGNED);
+    assert_int_equal(fm_layer_errors(l, NULL, NULL), FM_OK); /* the CPU defers nothing */
+    fm_layer_destroy(l);
+
+    /* caller workspace on a CPU layer: size 0, none needed */
+    d.caller_workspace = 1;
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_OK);
+    assert_int_equal(fm_layer_workspace_size(l, &ws), FM_OK);
+    assert_int_equal(ws, 0);
+    a = good;
+    assert_int_equal(fm_layer_run(l, &a), FM_OK);
+    fm_layer_destroy(l);
+    free(x), free(ids), free(wts), free(out), free(keep);
+    fx_free(&L);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_external_routing_vs_formula), cmocka_unit_test(test_internal_equals_external),
+        cmocka_unit_test(test_shards_sum_to_layer),         cmocka_unit_test(test_bf16_output),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
