@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
     int          tnb1[64] = {0};    /* one-token-group mma tiles run again with feature_blocks: _nb1 (short K), _nb4 (long K) */
     size_t       ntile = 0, nmma = 0, nwg = 0;
-    const fm_swapab_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
+    const fm_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
     for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
         tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
         if (fm_swapab_tile_has_mb(&mt_[i])) { /* tiles with a multi-block kernel: the other block count too */
@@ -401,7 +401,8 @@ int main(int argc, char **argv)
                 /* the feature blocks this row runs with: explicit, or the automatic count for a given tile */
                 int vnb = tnb1[ti];
                 if (!vnb) {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+                    fm_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
+                                  tl.kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
                     vnb = tl.kernel == FM_CUDA_KERNEL_MMA && fm_swapab_tile_has_mb(&st)
                               ? fm_plan_fp4moe_auto_blocks(tl.warps, tl.mt, 0, s->N, s->K, s->E, prop.multiProcessorCount)
                               : 1;
@@ -415,7 +416,8 @@ int main(int argc, char **argv)
                     continue; /* mostly padding tokens */
                 char nm[64];
                 {
-                    fm_swapab_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+                    fm_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
+                                  tl.kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
                     if (tl.kernel != FM_CUDA_KERNEL_MMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
                     else fm_swapab_tile_name(&st, nm, sizeof nm);
                     if (tl.kernel != FM_CUDA_KERNEL_MMA && !tpacked[ti]) strcat(nm, "_natx");

@@ -55,12 +55,17 @@ def auto_nb(t, N, K, E, sms=SMS):            # gemm_launch.c feature_blocks(), a
     W,MT = t[0],t[1]
     c = ((N//16 + W*MT - 1)//(W*MT)) * E / (16.0*sms)
     return 8 if c >= 8 else (int(c) if c >= 2 else 1)
+# the C enum fm_kernel_variant (src/plan/fm_kernels_smem.h) <-> (family, flag) here: mma flag 1 = the
+# multi-block kernel; wgmma flag 1 = packed X (warp-specialized), 2 = its persistent form
+VARIANT = {('mma', 0): 'FM_VARIANT_MMA', ('mma', 1): 'FM_VARIANT_MMA_MULTI_BLOCK', ('wgmma', 0): 'FM_VARIANT_WGMMA_NATURAL_X',
+           ('wgmma', 1): 'FM_VARIANT_WGMMA_PACKED_X', ('wgmma', 2): 'FM_VARIANT_WGMMA_PERSISTENT'}
+FLAG = {v: k[1] for k, v in VARIANT.items()}
 def load_regs(path='src/plan/fp4moe_regs_sm90.inc'):   # bench/regs_table.py's ptxas counts
     r = {}
     for line in open(path):
-        m = re.match(r'\s*\{FM_FAMILY_FP4MOE_(SWAPAB|WGMMA), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)\},', line)
+        m = re.match(r'\s*\{FM_FAMILY_FP4MOE_(SWAPAB|WGMMA), (\d+), (\d+), (\d+), (\d+), (\d+), (FM_VARIANT_\w+), (\d+)\},', line)
         if m:
-            r[('mma' if m.group(1) == 'SWAPAB' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), int(m.group(7)))] = int(m.group(8))
+            r[('mma' if m.group(1) == 'SWAPAB' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), FLAG[m.group(7)])] = int(m.group(8))
     return r
 REGTAB = {}
 def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy (wgmma flag 2: the persistent kernel)
@@ -224,7 +229,7 @@ def main():
     o.append('/* family, warps, mt, nt, kc, stages, multi-block (mma) or packed X (wgmma; 2: persistent), efficiency */')
     o.append('static const fm_cost_eff k_eff_h200[] = {')
     for (fam, t, flag), v in sorted(eff.items()):
-        o.append('    {%s, %d, %d, %d, %d, %d, %d, %.6f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, int(flag), v))  # 6 decimals: see the parameters
+        o.append('    {%s, %d, %d, %d, %d, %d, %s, %.6f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, VARIANT[(fam, int(flag))], v))  # 6 decimals: see the parameters
     o.append('};')
     open(a.out, 'w').write('\n'.join(o) + '\n')
     print('wrote', a.out)

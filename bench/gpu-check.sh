@@ -2,7 +2,8 @@
 # gpu-check.sh - everything the GPU machine is for, in one call (device time is scarce):
 #   1. unpack the carried .debs (cmocka, cJSON: the device image has neither) into /tmp/sysroot
 #   2. configure + build (build-gpu, -DFM_WERROR=ON): library, GPU tests, bench_gemm
-#   3. ctest -L gpu, then compute-sanitizer memcheck + racecheck on test_cuda_gemm (and test_cuda_pdl)
+#   3. ctest -L gpu (with the mutation tests, tests/mutants.cmake: test_cuda_pdl against the
+#      kernels without their grid-dependency wait must fail), then compute-sanitizer memcheck + racecheck on test_cuda_gemm (and test_cuda_pdl)
 #   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
 #   5. ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
@@ -27,7 +28,7 @@ export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROO
 export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
-{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
+{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
   cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 # other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)

@@ -29,7 +29,7 @@ int fm_cli_double(const char *cmd, const char *flag, const char *s, double lo, d
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
     if (!s || !*s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "fp4moe %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi, s ? s : "");
+        fprintf(stderr, "fp4moe %s: %s expects a number in [%.10g, %.10g], got '%s'\n", cmd, flag, lo, hi, s ? s : "");
         return 0;
     }
     *out = v;

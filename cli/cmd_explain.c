@@ -17,7 +17,7 @@ static void help(FILE *f)
             "  --family F      auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
             "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
             "                  fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)\n"
-            "  --warps W       fp4moe kernels: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
+            "  --warps W       fp4moe kernels only: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
             "                  fp4moe-wgmma 4, 8 or 12 consumer warps, default 8)\n"
             "  --persistent    fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its\n"
             "                  output tile in a buffer of its own: counted as epilogue D)\n"
@@ -29,6 +29,8 @@ static void help(FILE *f)
             "  --c T --d T     epilogue source/destination: bf16 fp16 fp32 void (default bf16)\n"
             "  --epilogue E    tma (default; TensorRT-LLM default, C reused for D) | nosmem | finalize\n"
             "  --swap-ab       TensorRT-LLM swap-AB variant (FINALIZE bytes change)\n"
+            "                  (--swap-ab, --schedule, --cutlass, --epilogue, --c, --d: CUTLASS families only;\n"
+            "                  given with an fp4moe family they are an error, exit 2)\n"
             "  --schedule S    auto | coop | pingpong (sm_90/sm_120) | 1sm | 2sm (sm_100)\n"
             "  --cluster MxN   cluster shape (default 1x1)\n"
             "  --stages N      pipeline stages, or auto (default)\n"
@@ -63,6 +65,9 @@ int fm_cmd_explain(int argc, char **argv)
     const char *arch_s = NULL, *gpu_s = NULL, *tile_s = NULL;
     int json = 0;
     long k = 0;
+    /* flags that only one kind of family reads, as given (NULL = not given): each
+     * is rejected for the other kind instead of silently ignored */
+    const char *warps_s = NULL, *cutlass_only = NULL;
     fm_status st = FM_OK;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -70,13 +75,17 @@ int fm_cmd_explain(int argc, char **argv)
             help(stdout);
             return FM_EXIT_OK;
         } else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--swap-ab")) cfg.swap_ab = 1;
+        else if (!strcmp(f, "--swap-ab")) cfg.swap_ab = 1, cutlass_only = f;
         else if (!strcmp(f, "--persistent")) cfg.persistent = 1;
         else if (!v) {
             fprintf(stderr, "fp4moe explain: %s needs a value (or unknown flag)\n", f);
             return FM_EXIT_USAGE;
         } else {
             i++;
+            if (!strcmp(f, "--epilogue") || !strcmp(f, "--c") || !strcmp(f, "--d") || !strcmp(f, "--cutlass") ||
+                (!strcmp(f, "--schedule") && strcmp(v, "auto")))
+                cutlass_only = f;
+            if (!strcmp(f, "--warps")) warps_s = f;
             if (!strcmp(f, "--arch")) arch_s = v;
             else if (!strcmp(f, "--gpu")) gpu_s = v;
             else if (!strcmp(f, "--tile")) tile_s = v;
@@ -135,11 +144,26 @@ int fm_cmd_explain(int argc, char **argv)
         cfg.cc = arch->cc;
     }
     if ((st = fm_arch_get(cfg.cc, &arch)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
-    if ((st = fm_tile_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK)
+    if ((st = fm_tile_shape_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK)
         return fm_cli_usage_status("explain", "--tile", st);
     if (cfg.epilogue == FM_EPI_FINALIZE) cfg.d = FM_ELEM_VOID;
     fm_plan_result r;
     fm_kernel_config rc; /* what was checked, AUTO fields resolved by the library */
+    if (fm_plan_resolve(&cfg, &rc) == FM_OK) { /* else the check below says why */
+        int own = rc.family == FM_FAMILY_FP4MOE_SWAPAB || rc.family == FM_FAMILY_FP4MOE_WGMMA;
+        if (!own && warps_s) {
+            fprintf(stderr, "fp4moe explain: --warps applies to the fp4moe kernel families only (--family "
+                            "fp4moe-swapab or fp4moe-wgmma), not to %s\n", fm_family_name(rc.family));
+            return FM_EXIT_USAGE;
+        }
+        if (own && cutlass_only) {
+            fprintf(stderr, "fp4moe explain: %s applies to the CUTLASS families only, not to %s (its epilogue "
+                            "writes BF16 straight to global memory; it has no schedule, swap-AB variant or CUTLASS "
+                            "version)\n", cutlass_only, fm_family_name(rc.family));
+            return FM_EXIT_USAGE;
+        }
+    }
+    fm_clear_error();
     if ((st = fm_plan_check(&cfg, 0, 0, k, 0, gpu ? gpu->sms : 0, &r)) != FM_OK ||
         (st = fm_plan_resolve(&cfg, &rc)) != FM_OK)
         return fm_cli_usage_status("explain", "the flags describe no valid kernel", st);

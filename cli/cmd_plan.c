@@ -83,7 +83,7 @@ int fm_cmd_plan(int argc, char **argv)
     const char *gpu_s = NULL;
     fm_elem ab = FM_ELEM_NVFP4;
     fm_epilogue epi = FM_EPI_TMA;
-    int json = 0, swap = 0;
+    int json = 0, swap = 0, epi_given = 0;
     long rows = 8, n = 4096, k = 6144, experts = 32;
     fm_status st = FM_OK;
     for (int i = 1; i < argc; i++) {
@@ -109,6 +109,7 @@ int fm_cmd_plan(int argc, char **argv)
                     return FM_EXIT_USAGE;
                 }
             } else if (!strcmp(f, "--epilogue")) {
+                epi_given = 1;
                 if ((st = fm_epilogue_parse(v, &epi)) != FM_OK) return fm_cli_usage_status("plan", f, st);
             }
             else if (!strcmp(f, "--rows-per-expert")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &rows)) return FM_EXIT_USAGE; }
@@ -131,6 +132,11 @@ int fm_cmd_plan(int argc, char **argv)
     const fm_gpu_info *g = NULL;
     if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_usage_status("plan", "--gpu", st);
     if (launcher) {
+        if (swap || epi_given) { /* fp4moe's kernels have neither: not silently ignored */
+            fprintf(stderr, "fp4moe plan: --swap-ab and --epilogue describe CUTLASS tiles; --launcher ranks fp4moe's "
+                            "own kernels, which have neither\n");
+            return FM_EXIT_USAGE;
+        }
         if (ab != FM_ELEM_NVFP4 && ab != FM_ELEM_MXFP4) {
             fprintf(stderr, "fp4moe plan: --launcher ranks fp4moe's FP4 kernels: --format nvfp4 or mxfp4, not %s\n",
                     fm_elem_name(ab));

@@ -6,43 +6,22 @@
  * point, a sweep table, CSV or JSON is printed and optionally a PNG plotted.
  * Crossings and the plot always use the dense exact sweep 1..--sweep-max.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "cli.h"
 
 static const char k_cmd[] = "simulate";
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: fp4moe simulate [flags]\n"
-            "model    --model glm5|deepseek-v3|qwen3-235b|gpt-oss-120b (default glm5); overrides:\n"
-            "         --experts N --topk N --hidden N --intermediate N --layers N (MoE layers)\n"
-            "         --shared-experts N --shared-intermediate N --format nvfp4|mxfp4|bf16\n"
-            "cluster  --gpu NAME|local (default h200; `fp4moe plan --help` lists names) --gpus N (8)\n"
-            "         --parallel ep|tp (ep)\n"
-            "serving  --max-running-requests N (64) --tokens-per-step N (1 + MTP/speculative drafts)\n"
-            "         --accepted X (tokens kept per request per step; default all) --decode-steps N (1)\n"
-            "         --round-overhead-us X (scheduler overhead per round, 0)\n"
-            "routing  --skew S (Zipf exponent of expert popularity, 0 = uniform, <= 2) --seed N (1)\n"
-            "         --mc N (Monte-Carlo steps for the straggler GPU, 0 = exact expectations)\n"
-            "kernel   --kernel cutlass|fp4moe (whose tiles pad the rows: the planner's CUTLASS pick, or\n"
-            "         fp4moe's swap-AB kernel) --tile-m N (override) --measured FILE.csv (measured times)\n"
-            "         --bw-eff X (0.85) --compute-eff X (0.75) --launch-us X (5)\n"
-            "         --calibrated-h200 (fp4moe's kernel on the H200 with efficiencies fitted to bench data)\n"
-            "validate --validate FILE.csv (roofline vs every measured row of --gpu; --csv for CSV)\n"
-            "         --fit (also fit --bw-eff/--compute-eff to that table and show the fitted errors)\n"
-            "output   --sweep (table over 1..--sweep-max requests) --sweep-max N (512)\n"
-            "         --csv | --json, --plot FILE.png (gnuplot)\n"
-            "exit: 0 ok, 1 failed, 2 bad flags or settings, 3 no GPU (--gpu local)\n");
-}
-
 typedef struct {
     const char *model, *gpu, *measured, *plot, *validate;
     int         sweep, sweep_max, csv, json;
     int         fit, calibrated, eff_given, kernel_given;
+    unsigned    given;            /* bit s: numeric setting s was given */
+    const char *model_flag;       /* a model/serving string flag given (--model, --parallel, --format) */
 } opts;
 
 /* Fill c->gpu from the local device: the table row with the same CC and SMs. */
@@ -64,32 +43,16 @@ static int local_gpu(fm_sim_config *c)
     return FM_EXIT_USAGE;
 }
 
-#define INTFLAG(name, lo, hi, dst)                                                  \
-    if (!strcmp(a, name)) {                                                         \
-        long v_;                                                                    \
-        if (!val || !fm_cli_int(k_cmd, name, val, lo, hi, &v_)) return FM_EXIT_USAGE; \
-        dst = (int)v_;                                                              \
-        i++;                                                                        \
-        continue;                                                                   \
-    }
-#define DBLFLAG(name, lo, hi, dst)                                                     \
-    if (!strcmp(a, name)) {                                                            \
-        if (!val || !fm_cli_double(k_cmd, name, val, lo, hi, &dst)) return FM_EXIT_USAGE; \
-        i++;                                                                           \
-        continue;                                                                      \
-    }
-
 static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
 {
     fm_sim_model ov; /* explicit model flags, -1 = not given */
     memset(&ov, 0, sizeof ov);
     ov.n_experts = ov.top_k = ov.hidden = ov.inter = ov.moe_layers = ov.shared_experts = ov.shared_inter = -1;
     const char *fmt = NULL, *parallel = NULL, *kernel = NULL;
-    long seed = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            fm_cli_simulate_usage(stdout);
             return -1;
         }
         if (!strcmp(a, "--sweep")) { o->sweep = 1; continue; }
@@ -104,6 +67,7 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
                         : !strcmp(a, "--format") ? &fmt : !strcmp(a, "--parallel") ? &parallel
                         : !strcmp(a, "--kernel") ? &kernel : NULL;
         if (sp) {
+            if (sp == &parallel) o->model_flag = a; /* --model and --format choose the rows (their format) */
             if (!val) {
                 fprintf(stderr, "fp4moe simulate: %s needs a value\n", a);
                 return FM_EXIT_USAGE;
@@ -112,30 +76,9 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
             i++;
             continue;
         }
-        INTFLAG("--experts", 1, 100000, ov.n_experts)
-        INTFLAG("--topk", 1, 100000, ov.top_k)
-        INTFLAG("--hidden", 1, 1 << 20, ov.hidden)
-        INTFLAG("--intermediate", 1, 1 << 20, ov.inter)
-        INTFLAG("--layers", 1, 100000, ov.moe_layers)
-        INTFLAG("--shared-experts", 0, 64, ov.shared_experts)
-        INTFLAG("--shared-intermediate", 0, 1 << 20, ov.shared_inter)
-        INTFLAG("--gpus", 0, 100000, c->gpus)
-        INTFLAG("--max-running-requests", 1, 1 << 20, c->max_running)
-        INTFLAG("--max-running", 1, 1 << 20, c->max_running)
-        INTFLAG("--tokens-per-step", 1, 1024, c->tokens_per_step)
-        INTFLAG("--decode-steps", 1, 1 << 20, c->decode_steps)
-        INTFLAG("--mc", 0, 1 << 20, c->mc_steps)
-        INTFLAG("--tile-m", 1, 1 << 20, c->tile_m)
-        INTFLAG("--sweep-max", 1, 65536, o->sweep_max)
-        DBLFLAG("--accepted", 0, 1024, c->accepted)
-        DBLFLAG("--round-overhead-us", 0, 1e9, c->round_us)
-        DBLFLAG("--skew", 0, 1e9, c->skew)
-        DBLFLAG("--bw-eff", 0, 1e9, c->bw_eff)
-        DBLFLAG("--compute-eff", 0, 1e9, c->compute_eff)
-        DBLFLAG("--launch-us", 0, 1e9, c->launch_us)
-        if (!strcmp(a, "--seed")) {
-            if (!val || !fm_cli_int(k_cmd, a, val, 0, 0x7fffffffL, &seed)) return FM_EXIT_USAGE;
-            c->seed = (uint64_t)seed;
+        int nf = fm_cli_simulate_numeric(a, val, c, &ov, &o->sweep_max, &o->given);
+        if (nf < 0) return FM_EXIT_USAGE;
+        if (nf > 0) {
             i++;
             continue;
         }
@@ -230,9 +173,27 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
         fprintf(stderr, "fp4moe simulate: --fit needs --validate FILE.csv\n");
         return FM_EXIT_USAGE;
     }
+    /* --validate asks the roofline about single grouped GEMMs, each row bringing its
+     * own shape: model, cluster, serving and routing settings would be ignored */
+    const unsigned validate_reads = 1u << FM_SIM_SET_TILE_M | 1u << FM_SIM_SET_BW_EFF | 1u << FM_SIM_SET_COMPUTE_EFF |
+                                    1u << FM_SIM_SET_LAUNCH_US;
+    if (o->validate && ((o->given & ~validate_reads) || o->model_flag)) {
+        const char *which = o->model_flag;
+        for (int i = 0; !which && i < FM_SIM_SET_COUNT; i++)
+            if ((o->given & ~validate_reads) >> i & 1) which = fm_sim_range_get((fm_sim_setting)i)->flag;
+        fprintf(stderr, "fp4moe simulate: --validate compares single grouped GEMMs, each row with its own shape; "
+                        "it reads only --gpu, --kernel, --tile-m, --bw-eff, --compute-eff, --launch-us (or "
+                        "--calibrated-h200), --format (or --model: its format) and --fit, not %s\n", which);
+        return FM_EXIT_USAGE;
+    }
     if (o->validate && (o->json || o->plot || o->sweep || o->measured)) {
         fprintf(stderr, "fp4moe simulate: --validate prints a table or --csv; it takes no --json, --plot, --sweep "
                         "or --measured\n");
+        return FM_EXIT_USAGE;
+    }
+    if (o->plot && (!*o->plot || strchr(o->plot, '\n') || strlen(o->plot) > 4000)) {
+        /* gnuplot's script takes the path as a quoted string: a newline cannot be in one */
+        fprintf(stderr, "fp4moe simulate: --plot expects a file name without a newline, 1 to 4000 bytes long\n");
         return FM_EXIT_USAGE;
     }
     if (o->csv && o->json) {
@@ -246,7 +207,8 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
 static int fail(fm_status st)
 {
     if (st == FM_ERR_INVALID_ARG || st == FM_ERR_BAD_SHAPE || st == FM_ERR_FORMAT || st == FM_ERR_NOT_FOUND ||
-        st == FM_ERR_ARCH_MISMATCH || st == FM_ERR_UNSUPPORTED) { /* settings that describe no valid setup */
+        st == FM_ERR_ARCH_MISMATCH || st == FM_ERR_UNSUPPORTED ||
+        st == FM_ERR_NONFINITE) { /* settings that describe no valid setup, or give no finite figures */
         fprintf(stderr, "fp4moe simulate: %s: %s\n", fm_status_name(st), fm_last_error());
         return FM_EXIT_USAGE;
     }
@@ -259,9 +221,7 @@ static int output(const fm_sim_config *c, const opts *o)
     fm_sim_config dense = *c;
     dense.mc_steps = 0; /* crossings and the plot: exact, every integer */
     fm_sim_crossings x;
-    fm_status st = fm_sim_find_crossings(&dense, hi, &x);
-    if (st != FM_OK) return fail(st);
-
+    fm_status st = FM_OK;
     int npts = 1;
     int *mr = malloc(sizeof(int) * (size_t)(hi + 32));
     fm_sim_result *res = NULL;
@@ -275,8 +235,42 @@ static int output(const fm_sim_config *c, const opts *o)
     } else {
         mr[0] = c->max_running;
     }
+    /* the whole invocation against the work bound, before anything runs or prints */
+    double secs = 0, part = 0;
+    char what[400] = "";
+    st = fm_sim_estimate_seconds(c, mr, npts, 0, &part, what, sizeof what);
+    secs += part;
+    if (st == FM_OK) st = fm_sim_estimate_seconds(&dense, NULL, 0, hi, &part, NULL, 0), secs += part;
+    if (st == FM_OK && o->sweep) st = fm_sim_estimate_seconds(c, &c->max_running, 1, 0, &part, NULL, 0), secs += part;
+    if (st == FM_OK && o->plot) st = fm_sim_estimate_seconds(&dense, NULL, 0, hi, &part, NULL, 0), secs += 2 * part;
+    if (st == FM_OK && secs > FM_SIM_MAX_SECONDS) {
+        fprintf(stderr, "fp4moe simulate: refusing about %.*f %s of work (the limit is %.0f min): %s\n",
+                secs < 7200 ? 0 : 1, secs < 7200 ? secs / 60 : secs / 3600, secs < 7200 ? "min" : "h",
+                FM_SIM_MAX_SECONDS / 60, what);
+        free(mr);
+        return FM_EXIT_USAGE;
+    }
+    if (st != FM_OK) {
+        free(mr);
+        return fail(st);
+    }
+    st = fm_sim_find_crossings(&dense, hi, &x);
+    if (st != FM_OK) {
+        free(mr);
+        return fail(st);
+    }
     res = malloc(sizeof(fm_sim_result) * (size_t)npts);
     st = res ? fm_sim_sweep(c, mr, npts, res) : FM_ERR_OOM;
+    /* the plot's dense sweep before anything is printed: a failure leaves stdout empty */
+    fm_sim_result *dr = NULL;
+    if (st == FM_OK && o->plot) {
+        int *dm = malloc(sizeof(int) * (size_t)hi);
+        dr = malloc(sizeof(fm_sim_result) * (size_t)hi);
+        if (!dm || !dr) st = FM_ERR_OOM;
+        for (int i = 0; st == FM_OK && i < hi; i++) dm[i] = i + 1;
+        if (st == FM_OK) st = fm_sim_sweep(&dense, dm, hi, dr);
+        free(dm);
+    }
     int rc = FM_EXIT_OK;
     if (st != FM_OK) {
         rc = fail(st);
@@ -295,18 +289,14 @@ static int output(const fm_sim_config *c, const opts *o)
     }
     if (rc == FM_EXIT_OK && st != FM_OK) rc = fm_cli_fail(k_cmd, st);
     if (rc == FM_EXIT_OK && o->plot) {
-        fm_sim_result *dr = realloc(res, sizeof(fm_sim_result) * (size_t)hi);
-        if (!dr) {
-            rc = fm_cli_fail(k_cmd, FM_ERR_OOM);
-        } else {
-            res = dr;
-            for (int i = 0; i < hi; i++) mr[i] = i + 1;
-            st = fm_sim_sweep(&dense, mr, hi, res);
-            if (st == FM_OK) st = fm_sim_plot(o->plot, c, res, hi, &x);
-            if (st != FM_OK) rc = fm_cli_fail(k_cmd, st);
-            else if (!o->csv && !o->json) printf("plot written to %s\n", o->plot);
-        }
+        fflush(stdout);
+        st = fm_sim_plot(o->plot, c, dr, hi, &x);
+        /* a path gnuplot cannot take is the caller's to fix (2); gnuplot missing or failing is 1 */
+        if (st == FM_ERR_INVALID_ARG) rc = fm_cli_usage_status(k_cmd, "--plot", st);
+        else if (st != FM_OK) rc = fm_cli_fail(k_cmd, st);
+        else if (!o->csv && !o->json) printf("plot written to %s\n", o->plot);
     }
+    free(dr);
     free(mr);
     free(res);
     return rc;
@@ -340,11 +330,37 @@ static int validate(fm_sim_config *c, const opts *o)
     return rc;
 }
 
-int fm_cmd_simulate(int argc, char **argv)
+/* Progress of long runs on stderr: nothing in the first 2 s, then a line at most
+ * twice a second (fm_cli_progress: a terminal, or FM_PROGRESS=1). */
+typedef struct {
+    double t0, last;
+    int    shown;
+} progress_state;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void on_progress(void *ctx, const char *phase, double done)
+{
+    progress_state *p = ctx;
+    double t = now_s();
+    if (t - p->t0 < 2.0 || t - p->last < 0.5) return;
+    p->last = t;
+    p->shown = 1;
+    fm_cli_progress("\rfp4moe simulate: %s %3.0f %% (%.0f s)   ", phase, 100 * done, t - p->t0);
+}
+
+static int simulate_main(int argc, char **argv, progress_state *ps)
 {
     fm_sim_config c;
     fm_sim_config_default(&c);
-    opts o = {NULL, NULL, NULL, NULL, NULL, 0, 512, 0, 0, 0, 0, 0, 0};
+    c.progress = on_progress;
+    c.progress_ctx = ps;
+    opts o = {NULL, NULL, NULL, NULL, NULL, 0, 512, 0, 0, 0, 0, 0, 0, 0, NULL};
     int rc = parse(argc, argv, &c, &o);
     if (rc) return rc < 0 ? FM_EXIT_OK : rc;
     if (o.validate) {
@@ -358,9 +374,9 @@ int fm_cmd_simulate(int argc, char **argv)
         c.measured = m;
     }
     fm_status st = fm_sim_config_check(&c);
-    if (st == FM_OK && o.sweep_max * (long)c.tokens_per_step > (1 << 20)) {
-        fprintf(stderr, "fp4moe simulate: --sweep-max %d x %d tokens per step is too many tokens\n", o.sweep_max,
-                c.tokens_per_step);
+    if (st == FM_OK && o.sweep_max * (long)c.tokens_per_step > FM_SIM_MAX_STEP_TOKENS) {
+        fprintf(stderr, "fp4moe simulate: --sweep-max %d x --tokens-per-step %d must be <= %d tokens a step\n",
+                o.sweep_max, c.tokens_per_step, FM_SIM_MAX_STEP_TOKENS);
         rc = FM_EXIT_USAGE;
     } else if (st != FM_OK) {
         rc = fail(st);
@@ -368,5 +384,13 @@ int fm_cmd_simulate(int argc, char **argv)
         rc = output(&c, &o);
     }
     fm_sim_measured_free(m);
+    return rc;
+}
+
+int fm_cmd_simulate(int argc, char **argv)
+{
+    progress_state ps = {now_s(), 0, 0};
+    int rc = simulate_main(argc, argv, &ps);
+    if (ps.shown) fm_cli_progress("\n");
     return rc;
 }

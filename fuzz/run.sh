@@ -3,14 +3,15 @@
 # (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target):
 #   safetensors  the safetensors reader (header parser; pread of a file cut short while open)
 #   config       the config.json parser (src/io/config.c)
+#   sim_csv      the simulator's CSV inputs (simulate --measured / --validate: src/sim and what it calls)
 #
 #   fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]
 #       SECONDS per target (default 30; FM_FUZZ_SECONDS overrides); no TARGET: all of them.
 #
 # Adding a target is one line in TARGETS below: its name NAME and the library sources it
-# needs; fuzz/fuzz_NAME.c holds LLVMFuzzerTestOneInput. Optional: fuzz/NAME.dict (a
-# libFuzzer dictionary), seed files in fuzz/seeds/NAME/, and a function seeds_NAME DIR
-# below that writes generated seeds into DIR.
+# needs (globs allowed); fuzz/fuzz_NAME.c holds LLVMFuzzerTestOneInput. Optional:
+# fuzz/NAME.dict (a libFuzzer dictionary), seed files in fuzz/NAME_seeds/, and a function
+# seeds_NAME DIR below that writes generated seeds into DIR.
 #
 # Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with a
 # message rather than skipping, so CI cannot silently stop fuzzing. Each target is
@@ -20,10 +21,11 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
-# name         sources besides fuzz/fuzz_NAME.c (relative to the repository root)
+# name         sources besides fuzz/fuzz_NAME.c (relative to the repository root; globs expand)
 TARGETS=(
   "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file.c src/status.c src/format/codec.c"
   "config      src/io/config.c src/status.c"
+  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/fm_file.c src/status.c src/rng.c"
 )
 
 OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}
@@ -88,17 +90,21 @@ for name in "${names[@]}"; do
   dir="$OUT/$name"
   bin="$dir/fuzz_$name"
   mkdir -p "$dir/corpus" "$dir/seeds"
-  read -r -a files <<<"${sources[$name]}"
+  read -r -a globs <<<"${sources[$name]}"
+  files=()
+  for g in "${globs[@]}"; do
+    for f in "$SRC"/$g; do files+=("$f"); done
+  done
   # A failure here is a build error in the target's sources (shown above).
   if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
        -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
-       "$SRC/fuzz/fuzz_$name.c" "${files[@]/#/$SRC/}" $(pkg-config --libs libcjson) -lm -o "$bin"; then
+       "$SRC/fuzz/fuzz_$name.c" "${files[@]}" $(pkg-config --libs libcjson) -lm -o "$bin"; then
     echo "fuzz: FAILED: the fuzz target '$name' does not build (compiler errors above)." >&2
     exit 1
   fi
   if declare -F "seeds_$name" >/dev/null; then "seeds_$name" "$dir/seeds"; fi
   seed_dirs=("$dir/seeds")
-  [ -d "$SRC/fuzz/seeds/$name" ] && seed_dirs+=("$SRC/fuzz/seeds/$name")
+  [ -d "$SRC/fuzz/${name}_seeds" ] && seed_dirs+=("$SRC/fuzz/${name}_seeds")
   dict=()
   [ -f "$SRC/fuzz/$name.dict" ] && dict=(-dict="$SRC/fuzz/$name.dict")
   echo "fuzz: running $bin for ${SECS}s"

@@ -17,10 +17,6 @@
 #ifndef FP4MOE_H
 #define FP4MOE_H
 
-#define FP4MOE_VERSION_MAJOR 0
-#define FP4MOE_VERSION_MINOR 1
-#define FP4MOE_VERSION_PATCH 0
-
 #include "fp4moe/status.h"
 #include "fp4moe/format.h"
 #include "fp4moe/moe.h"
@@ -37,7 +33,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* "0.1.0" */
+/* The library's version, "MAJOR.MINOR.PATCH": CMake's project(VERSION), the one
+ * place it is written; `pkg-config --modversion fp4moe` and `fp4moe --version`
+ * give the same. */
 const char *fm_version(void);
 #ifdef __cplusplus
 }

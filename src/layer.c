@@ -14,7 +14,9 @@
 static const char *const k_backend_names[FM_BACKEND_COUNT] = {
     [FM_BACKEND_AUTO] = "auto", [FM_BACKEND_CPU_REF] = "cpu-ref", [FM_BACKEND_CPU] = "cpu", [FM_BACKEND_CUDA] = "cuda"};
 
-const char *fm_version(void) { return "0.1.0"; }
+/* FM_VERSION: CMake's project(VERSION), passed as a compile definition (CMakeLists.txt), the
+ * same value as the .pc file's Version: the one place the version is written. */
+const char *fm_version(void) { return FM_VERSION; }
 
 const char *fm_backend_name(fm_backend_kind k)
 {

@@ -137,6 +137,45 @@ static void explain_bad_flags(void **s)
     USAGE("explain --arch sm120 --tile 128x128x128 --k 100", "K=100");
 }
 
+/* Flags one kind of kernel family reads are an error for the other kind, not
+ * silently ignored (issue 15: `explain --warps` on a CUTLASS tile exited 0 with
+ * the CUTLASS bytes; `--epilogue` on fp4moe-swapab and `plan --launcher
+ * --swap-ab` changed nothing either). */
+static void family_specific_flags(void **s)
+{
+    (void)s;
+    fm_rng rng;
+    fm_rng_init(&rng, fm_test_seed());
+    char a[256];
+    static const char *const k_cutlass[] = {"sm120 --tile 128x128x128", "sm100 --tile 128x128x128",
+                                            "sm90 --format bf16 --tile 128x128x64"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "explain --arch %s --warps %d", k_cutlass[i], 1 + (int)(fm_rng_u64(&rng) % 12));
+        USAGE(a, "--warps applies to the fp4moe kernel families only");
+    }
+    static const char *const k_cutlass_only[] = {"--epilogue finalize", "--epilogue nosmem", "--swap-ab",
+                                                 "--cutlass 4.5",      "--schedule coop",    "--c fp32",
+                                                 "--d fp16"};
+    for (size_t i = 0; i < sizeof k_cutlass_only / sizeof *k_cutlass_only; i++) {
+        const char *fl = k_cutlass_only[i];
+        snprintf(a, sizeof a, "explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 %s", fl);
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(fl, " "), fl);
+        USAGE(a, flag, "CUTLASS families only", "fp4moe-swapab");
+    }
+    USAGE("plan --launcher --gpu h200 --swap-ab", "--swap-ab", "--launcher");
+    USAGE("plan --launcher --gpu h200 --epilogue finalize", "--epilogue", "--launcher");
+    /* and the flags where they apply still work */
+    static const cli_case k_ok[] = {
+        {"explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 --warps 4", 0, {"4 warps", NULL, NULL}, NULL},
+        {"explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 --schedule auto", 0, {"fp4moe-swapab", NULL, NULL},
+         NULL},
+        {"explain --arch sm120 --tile 128x128x128 --epilogue nosmem --cutlass 4.5", 0, {"cutlass-sm120", NULL, NULL},
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof k_ok / sizeof *k_ok; i++) expect_case(&k_ok[i]);
+}
+
 /* The same flags, well formed, still work (so the cases above fail for the flag). */
 static void explain_good_flags(void **s)
 {
@@ -257,6 +296,7 @@ int main(void)
         cmocka_unit_test(plan_bad_flags),
         cmocka_unit_test(explain_bad_flags),
         cmocka_unit_test(explain_good_flags),
+        cmocka_unit_test(family_specific_flags),
         cmocka_unit_test(wgmma_family),
         cmocka_unit_test(launcher_ranking),
         cmocka_unit_test(no_gpu_is_exit_3),

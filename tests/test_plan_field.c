@@ -90,8 +90,8 @@ static void bad_input(void **s)
     assert_int_equal(fm_gpu_find("gtx-480", &g), FM_ERR_NOT_FOUND);
     assert_non_null(strstr(fm_last_error(), "rtx-pro-6000"));
     int m = 7, n = 7, k = 7;
-    assert_int_equal(fm_tile_parse("128x256", &m, &n, &k), FM_ERR_BAD_SHAPE);
-    assert_int_equal(fm_tile_parse("128x256x128x1", &m, &n, &k), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_tile_shape_parse("128x256", &m, &n, &k), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_tile_shape_parse("128x256x128x1", &m, &n, &k), FM_ERR_BAD_SHAPE);
     assert_int_equal(m, 7); /* untouched on failure */
     fm_plan_result r;
     memset(&r, 0x5A, sizeof r);

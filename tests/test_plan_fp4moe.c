@@ -20,7 +20,7 @@
 #include "fp4moe.h"
 #include "plan/fm_kernels_smem.h"
 
-static fm_kernel_config swapab_cfg(int cc, const fm_swapab_tile *t, int stages)
+static fm_kernel_config swapab_cfg(int cc, const fm_tile *t, int stages)
 {
     fm_kernel_config c;
     fm_kernel_config_init(&c);
@@ -36,7 +36,7 @@ static void same_bytes_as_launcher(void **s)
 {
     (void)s;
     size_t n = 0;
-    const fm_swapab_tile *t = fm_swapab_tiles(&n);
+    const fm_tile *t = fm_swapab_tiles(&n);
     assert_true(n >= 2);
     const struct {
         int    cc;
@@ -82,7 +82,7 @@ static void same_bytes_as_launcher(void **s)
                     assert_non_null(fix); /* every nt in the list has a tile that fits SM120 */
                     int fw, fm, fn, fk, fs;
                     assert_int_equal(sscanf(fix, "use swapab_w%dm%dn%dk%ds%d", &fw, &fm, &fn, &fk, &fs), 5);
-                    fm_swapab_tile ft = {fw, fm, fn, fk, fs, 0};
+                    fm_tile ft = {fw, fm, fn, fk, fs, 0, FM_FAMILY_FP4MOE_SWAPAB};
                     fm_kernel_config fc = swapab_cfg(archs[a].cc, &ft, 0);
                     fm_plan_result fr;
                     assert_int_equal(fm_plan_check(&fc, 8, 4096, 6144, 32, 188, &fr), FM_OK);
@@ -106,7 +106,7 @@ static void fm_smem_model_matches(void **s)
 {
     (void)s;
     size_t n = 0;
-    const fm_swapab_tile *t = fm_swapab_tiles(&n);
+    const fm_tile *t = fm_swapab_tiles(&n);
     for (size_t i = 0; i < n; i++) {
         fm_kernel_config c = swapab_cfg(120, &t[i], t[i].stages);
         fm_smem_breakdown m, l;
@@ -126,7 +126,7 @@ static void fm_smem_model_matches(void **s)
 static void refused_and_bad(void **s)
 {
     (void)s;
-    fm_swapab_tile t0 = fm_swapab_tiles(NULL)[0];
+    fm_tile t0 = fm_swapab_tiles(NULL)[0];
     fm_plan_result r, before;
     memset(&r, 0x33, sizeof r);
     before = r;

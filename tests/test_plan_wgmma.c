@@ -31,7 +31,7 @@
 
 #define SM90_LIMIT 232448u
 
-static fm_kernel_config wg_cfg(int cc, const fm_swapab_tile *t, int stages)
+static fm_kernel_config wg_cfg(int cc, const fm_tile *t, int stages)
 {
     fm_kernel_config c;
     fm_kernel_config_init(&c);
@@ -47,7 +47,7 @@ typedef struct {
     size_t a, sf, b, pad, bar, epi, total;
 } want_bytes;
 
-static want_bytes formula(const fm_swapab_tile *t)
+static want_bytes formula(const fm_tile *t)
 {
     size_t chunks = (size_t)t->warps * (size_t)t->mt * (size_t)(t->kc / 64);
     want_bytes w;
@@ -63,7 +63,7 @@ static want_bytes formula(const fm_swapab_tile *t)
     return w;
 }
 
-static void expect_bytes(const fm_smem_breakdown *b, const fm_swapab_tile *t)
+static void expect_bytes(const fm_smem_breakdown *b, const fm_tile *t)
 {
     want_bytes w = formula(t);
     assert_int_equal(b->total, w.total);
@@ -81,7 +81,7 @@ static void expect_bytes(const fm_smem_breakdown *b, const fm_swapab_tile *t)
 }
 
 /* Index of the first compiled tile of t's shape (what stages = 0 resolves to). */
-static size_t first_of_shape(const fm_swapab_tile *l, size_t i)
+static size_t first_of_shape(const fm_tile *l, size_t i)
 {
     for (size_t j = 0; j < i; j++)
         if (l[j].warps == l[i].warps && l[j].mt == l[i].mt && l[j].nt == l[i].nt && l[j].kc == l[i].kc &&
@@ -94,7 +94,7 @@ static void every_tile_byte_exact(void **s)
 {
     (void)s;
     size_t n = 0;
-    const fm_swapab_tile *t = fm_wgmma_tiles(&n);
+    const fm_tile *t = fm_wgmma_tiles(&n);
     assert_true(n >= 2);
     const int64_t experts = 32, N = 4096, K = 6144, rows_set[] = {8, 300};
     for (size_t ri = 0; ri < 2; ri++) {
@@ -130,7 +130,7 @@ static void every_tile_byte_exact(void **s)
         }
     }
     /* two literals from the header's table, sized on request (compiled or not) */
-    const fm_swapab_tile lit[] = {{8, 2, 16, 64, 4, 0}, {4, 2, 1, 256, 4, 0}};
+    const fm_tile lit[] = {{8, 2, 16, 64, 4, 0, FM_FAMILY_FP4MOE_WGMMA}, {4, 2, 1, 256, 4, 0, FM_FAMILY_FP4MOE_WGMMA}};
     const size_t lit_bytes[] = {102400 + 64, 90112 + 64}; /* + 4 stages x two 8-byte mbarriers */
     for (size_t i = 0; i < 2; i++) {
         fm_kernel_config c = wg_cfg(90, &lit[i], lit[i].stages);
@@ -144,7 +144,7 @@ static void every_tile_byte_exact(void **s)
 static void arch_gate(void **s)
 {
     (void)s;
-    const fm_swapab_tile t0 = fm_wgmma_tiles(NULL)[0];
+    const fm_tile t0 = fm_wgmma_tiles(NULL)[0];
     int accepted = 0, refused = 0;
     for (size_t a = 0; a < fm_arch_count(); a++) {
         const fm_arch_info *arch = fm_arch_at(a);
@@ -193,7 +193,7 @@ static void over_limit_and_fix(void **s)
 {
     (void)s;
     size_t n = 0;
-    const fm_swapab_tile *t = fm_wgmma_tiles(&n);
+    const fm_tile *t = fm_wgmma_tiles(&n);
     const size_t limits[] = {60000, 101376, 120000, 150000, SM90_LIMIT};
     int with_fix = 0, without_fix = 0, fits = 0;
     for (size_t li = 0; li < sizeof limits / sizeof limits[0]; li++) {
@@ -238,7 +238,7 @@ static void over_limit_and_fix(void **s)
             assert_non_null(fix);
             int fw, fm, fn, fk, fs;
             assert_int_equal(sscanf(fix, "use wgmma_w%dm%dn%dk%ds%d", &fw, &fm, &fn, &fk, &fs), 5);
-            fm_swapab_tile ft = {fw, fm, fn, fk, fs, t[i].persist}; /* a fix of the same kind */
+            fm_tile ft = {fw, fm, fn, fk, fs, t[i].persist, FM_FAMILY_FP4MOE_WGMMA}; /* a fix of the same kind */
             assert_int_equal(fix[strlen("use ") + strcspn(fix + strlen("use "), " ") - 1] == 'p', t[i].persist != 0);
             assert_int_equal(fn, t[i].nt);
             assert_int_equal(fw * fm, t[best].warps * t[best].mt);
@@ -255,7 +255,7 @@ static void over_limit_and_fix(void **s)
     fm_clear_error();
     /* through the public API: a deeper, uncompiled instantiation is sized (over the
      * limit) but never accepted - the launcher could not run it */
-    fm_swapab_tile big = {8, 1, 32, 64, 8, 0};
+    fm_tile big = {8, 1, 32, 64, 8, 0, FM_FAMILY_FP4MOE_WGMMA};
     assert_true(formula(&big).total > SM90_LIMIT);
     fm_kernel_config c = wg_cfg(90, &big, 8);
     fm_smem_breakdown b;
@@ -269,7 +269,7 @@ static void over_limit_and_fix(void **s)
 static void refused_shapes(void **s)
 {
     (void)s;
-    const fm_swapab_tile t0 = fm_wgmma_tiles(NULL)[0];
+    const fm_tile t0 = fm_wgmma_tiles(NULL)[0];
     fm_plan_result r;
     fm_kernel_config c = wg_cfg(90, &t0, 0), rc;
     /* warps 0 = 8 */
@@ -279,8 +279,8 @@ static void refused_shapes(void **s)
     assert_int_equal(rc.warps, 8);
     /* not compiled: listed.  A valid shape the list lacks, found here. */
     size_t n = 0;
-    const fm_swapab_tile *l = fm_wgmma_tiles(&n);
-    fm_swapab_tile un = {0, 0, 0, 0, 0, 0};
+    const fm_tile *l = fm_wgmma_tiles(&n);
+    fm_tile un = {0, 0, 0, 0, 0, 0, FM_FAMILY_AUTO};
     for (int w = 4; w <= 8 && !un.warps; w += 4)
         for (int mt = 1; mt <= 2 && !un.warps; mt *= 2)
             for (int nt = 1; nt <= 32 && !un.warps; nt *= 2)
@@ -288,7 +288,7 @@ static void refused_shapes(void **s)
                     int listed = 0;
                     for (size_t i = 0; i < n; i++)
                         listed |= l[i].warps == w && l[i].mt == mt && l[i].nt == nt && l[i].kc == kc;
-                    if (!listed) un = (fm_swapab_tile){w, mt, nt, kc, 4, 0};
+                    if (!listed) un = (fm_tile){w, mt, nt, kc, 4, 0, FM_FAMILY_FP4MOE_WGMMA};
                 }
     assert_true(un.warps != 0);
     c = wg_cfg(90, &un, 0);
@@ -352,7 +352,7 @@ static void candidates(void **s)
     assert_int_equal(fm_gpu_find("rtx-pro-6000", &rtx), FM_OK);
     assert_int_equal(fm_gpu_find("b200", &b200), FM_OK);
     size_t nw = 0;
-    const fm_swapab_tile *wt = fm_wgmma_tiles(&nw);
+    const fm_tile *wt = fm_wgmma_tiles(&nw);
     fm_plan_candidate c[64];
     size_t n = 0, total = 0;
     const int64_t rows[] = {1, 8, 64, 256, 2048};
@@ -368,7 +368,7 @@ static void candidates(void **s)
             assert_true(c[i].res.fits);
             assert_true(c[i].est_us > 0);
             int w = c[i].cfg.warps;
-            fm_swapab_tile tt = {w, c[i].cfg.tile_n / (16 * w), c[i].cfg.tile_m / 8, c[i].cfg.tile_k, c[i].cfg.stages, c[i].cfg.persistent};
+            fm_tile tt = {w, c[i].cfg.tile_n / (16 * w), c[i].cfg.tile_m / 8, c[i].cfg.tile_k, c[i].cfg.stages, c[i].cfg.persistent, FM_FAMILY_FP4MOE_WGMMA};
             assert_int_equal(c[i].res.bytes.total, formula(&tt).total);
         }
         for (size_t j = 0; j < nw; j++) { /* each compiled tile exactly once */

@@ -119,7 +119,7 @@ static void test_bad_settings_exit_2(void **state)
     (void)state;
     static const struct { const char *args, *needle; } k_bad[] = {
         {"--topk 300", "top-k"},
-        {"--gpus 0", "gpus=0"},
+        {"--gpus 0", "--gpus expects an integer in [1, 1024]"},
         {"--gpus 3", "EP degree 3 does not divide the 256 experts"},
         {"--model nope", "unknown model"},
         {"--gpu nope", "unknown GPU"},
@@ -135,6 +135,134 @@ static void test_bad_settings_exit_2(void **state)
         int rc = run(k_bad[i].args, 1, &out);
         if (rc != 2 || !strstr(out, k_bad[i].needle)) {
             print_error("'%s': exit %d, output '%s' (want 2 and '%s')\n", k_bad[i].args, rc, out, k_bad[i].needle);
+            fail();
+        }
+        free(out);
+    }
+}
+
+/* Issue 15: every numeric flag's range is one row of fm_sim_range_get: a value
+ * just outside is exit 2 with a message stating that very range (--launch-us 1e7
+ * used to say "must be finite, >= 0" with a limit of 1e6 and a help of 1e9), the
+ * help prints the row, and docs/simulate.md's table has it. */
+static void test_flag_ranges(void **state)
+{
+    (void)state;
+    char *help;
+    assert_int_equal(run("--help", 0, &help), 0);
+    const char *src = getenv("FM_SOURCE_DIR");
+    char *doc = NULL;
+    if (src) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/docs/simulate.md", src);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        doc = calloc(1, 1 << 20);
+        assert_true(fread(doc, 1, (1 << 20) - 1, f) > 0);
+        fclose(f);
+    } else {
+        printf("# FM_SOURCE_DIR unset: docs/simulate.md not compared\n");
+    }
+    for (int i = 0; i < FM_SIM_SET_COUNT; i++) {
+        const fm_sim_range *r = fm_sim_range_get((fm_sim_setting)i);
+        assert_non_null(r);
+        char rng[80], args[160], row[200], *out;
+        snprintf(rng, sizeof rng, "[%.10g, %.10g]", r->lo, r->hi);
+        /* above the top, and below the bottom (half of it for a fractional one) */
+        double bad[2] = {r->integer ? r->hi + 1 : r->hi * 2 + 1, r->lo > 0 && !r->integer ? r->lo / 2 : r->lo - 1};
+        for (int b = 0; b < 2; b++) {
+            snprintf(args, sizeof args, "%s %.17g", r->flag, bad[b]);
+            int rc = run(args, 1, &out);
+            if (rc != 2 || !strstr(out, r->flag) || !strstr(out, rng)) {
+                print_error("'%s': exit %d, '%s' (want 2 naming %s and %s)\n", args, rc, out, r->flag, rng);
+                fail();
+            }
+            free(out);
+        }
+        char *h = strstr(help, r->flag);
+        if (!h || !strstr(h, rng)) {
+            print_error("--help lacks '%s %s'\n", r->flag, rng);
+            fail();
+        }
+        snprintf(row, sizeof row, "| `%s` | %.10g | %.10g |", r->flag, r->lo, r->hi);
+        if (doc && !strstr(doc, row)) {
+            print_error("docs/simulate.md lacks the row '%s'\n", row);
+            fail();
+        }
+    }
+    free(help);
+    free(doc);
+    /* the issue's cases, and efficiencies that used to print "inf us" and "-nan" */
+    static const char *const k_bad[] = {"--launch-us 1e7", "--bw-eff 1e-307", "--compute-eff 1e-307",
+                                        "--bw-eff nan", "--launch-us inf", "--tile-m 2000"};
+    for (size_t i = 0; i < sizeof k_bad / sizeof *k_bad; i++) {
+        char *out;
+        int rc = run(k_bad[i], 1, &out);
+        if (rc != 2 || strstr(out, "inf us") || strstr(out, "-nan") || strstr(out, "tokens/s")) {
+            print_error("'%s': exit %d, '%s' (want 2 and no report)\n", k_bad[i], rc, out);
+            fail();
+        }
+        free(out);
+    }
+}
+
+/* --validate reads only the GPU, kernel, tile, efficiencies, launch cost and
+ * format: model, cluster, serving and routing flags are refused, not ignored. */
+static void test_validate_ignored_flags(void **state)
+{
+    (void)state;
+    const char *src = getenv("FM_SOURCE_DIR");
+    if (!src) skip();
+    static const char *const k_flags[] = {"--mc 10", "--skew 1", "--max-running-requests 8", "--gpus 4",
+                                          "--parallel tp", "--experts 128", "--tokens-per-step 2", "--sweep-max 8"};
+    for (size_t i = 0; i < sizeof k_flags / sizeof *k_flags; i++) {
+        char args[512], *out;
+        snprintf(args, sizeof args, "--validate '%s/bench/h200_fp4moe_gemm.csv' %s", src, k_flags[i]);
+        int rc = run(args, 1, &out);
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(k_flags[i], " "), k_flags[i]);
+        if (rc != 2 || !strstr(out, "--validate") || !strstr(out, flag)) {
+            print_error("'%s': exit %d, '%s' (want 2 naming %s)\n", args, rc, out, flag);
+            fail();
+        }
+        free(out);
+    }
+    char args[512], *out;
+    snprintf(args, sizeof args, "--validate '%s/bench/h200_fp4moe_gemm.csv' --kernel fp4moe --launch-us 4 --tile-m 64",
+             src);
+    assert_int_equal(run(args, 0, &out), 0);
+    free(out);
+}
+
+/* Issue 15: `--mc 100000 --max-running-requests 65536 --tokens-per-step 16` was
+ * accepted and ran ~11 h in silence.  Settings whose estimated work exceeds the
+ * bound are refused up front (exit 2, the estimate and what to lower); `timeout`
+ * turns a run that starts the work into exit 124. */
+static void test_work_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args, *needle;
+    } k_cases[] = {
+        {"--mc 100000 --max-running-requests 65536 --tokens-per-step 16", "--mc"},
+        {"--mc 100000 --max-running-requests 65536 --tokens-per-step 16 --sweep", "--mc"},
+        {"--experts 1024 --topk 1000 --skew 2 --gpus 1", "--topk"},
+    };
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) {
+        char args[256], *out;
+        snprintf(args, sizeof args, "%s", k_cases[i].args);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "timeout 60 '%s' simulate %s 2>&1", g_cli, args);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        out = calloc(1, 8192);
+        size_t n = fread(out, 1, 8191, p);
+        (void)n;
+        int rc = pclose(p);
+        rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+        if (rc != 2 || !strstr(out, "refusing about") || !strstr(out, k_cases[i].needle) ||
+            !strstr(out, "the limit is 10 min")) {
+            print_error("'%s': exit %d, '%s' (want 2: refusing ... %s)\n", args, rc, out, k_cases[i].needle);
             fail();
         }
         free(out);
@@ -169,6 +297,40 @@ static void test_plot(void **state)
     } else {
         printf("# gnuplot absent: only the failure path was checked\n");
     }
+    rmdir(dir);
+}
+
+/* Issue 15: a --plot path with a quote exited 1.  Quotes and backslashes are
+ * quoted into gnuplot's script (the PNG lands at exactly that path); a newline
+ * cannot be and is a usage error (exit 2), before any work. */
+static void test_plot_special_paths(void **state)
+{
+    (void)state;
+    char *out;
+    assert_int_equal(run("--sweep-max 16 --plot \"$(printf '/tmp/fm-sim-x\\nnl.png')\"", 1, &out), 2);
+    assert_non_null(strstr(out, "--plot"));
+    assert_non_null(strstr(out, "newline"));
+    assert_null(strstr(out, "model ")); /* refused before the text report */
+    free(out);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("# gnuplot absent: the quoted-path case needs it\n");
+        return;
+    }
+    char dir[] = "/tmp/fm-sim-cli-XXXXXX", png[256], args[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(png, sizeof png, "%s/it's a \\back'slash %d.png", dir, (int)(fm_rng_u64(&g_rng) % 1000));
+    /* the shell's "..." keeps ' and \ (a backslash before b or s stays) */
+    snprintf(args, sizeof args, "--sweep-max 16 --plot \"%s\"", png);
+    int rc = run(args, 1, &out);
+    if (rc != 0) {
+        print_error("'%s': exit %d, '%s'\n", args, rc, out);
+        fail();
+    }
+    free(out);
+    struct stat sb;
+    assert_int_equal(stat(png, &sb), 0);
+    assert_true(sb.st_size > 8);
+    unlink(png);
     rmdir(dir);
 }
 
@@ -212,6 +374,10 @@ int main(void)
         cmocka_unit_test(test_bad_settings_exit_2),
         cmocka_unit_test(test_plot),
         cmocka_unit_test(test_plot_unwritable),
+        cmocka_unit_test(test_flag_ranges),
+        cmocka_unit_test(test_work_refused),
+        cmocka_unit_test(test_validate_ignored_flags),
+        cmocka_unit_test(test_plot_special_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,6 +141,80 @@ static void test_fit_recovers(void **state)
     fm_sim_measured_free(m);
 }
 
+/* The fit's prefix/suffix search (issue 15: the plain scan took 0.44 ms a CSV
+ * row) against that plain scan, written out here: 40,000 grid pairs, a log per
+ * point, first of equals.  Random shapes, rows and noise put points on both
+ * sides of the ridge at most pairs. */
+static void test_fit_matches_scan(void **state)
+{
+    (void)state;
+    fm_sim_config c;
+    fm_sim_config_default(&c);
+    c.kernel = FM_SIM_KERNEL_FP4MOE;
+    c.launch_us = 1 + (double)(fm_rng_u64(&g_rng) % 10);
+    static const int k_shapes[][2] = {{4096, 6144}, {6144, 2048}, {512, 6144}, {6144, 256}};
+    static char text[1 << 16];
+    strcpy(text, "gpu,format,gemm,experts,n,k,rows_per_expert,us\n");
+    int npts = 30 + (int)(fm_rng_u64(&g_rng) % 60);
+    for (int i = 0; i < npts; i++) {
+        const int *sh = k_shapes[fm_rng_u64(&g_rng) % 4];
+        int e = 1 + (int)(fm_rng_u64(&g_rng) % 256), r = 1 + (int)(fm_rng_u64(&g_rng) % 1024);
+        int tile = r <= 8 ? 8 : r <= 16 ? 16 : r <= 32 ? 32 : 64;
+        double us = roofline(&c, e, sh[0], sh[1], r, tile) * (0.5 + 1.5 * fm_rng_uniform(&g_rng));
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, "h200,nvfp4,g%d,%d,%d,%d,%d,%.12g\n", i, e, sh[0], sh[1], r, us);
+    }
+    fm_sim_measured *m = load_text(text);
+    /* the roofline terms at efficiency 1, from the validation itself */
+    fm_sim_config one = c;
+    one.bw_eff = one.compute_eff = 1.0;
+    fm_sim_check_point *p = calloc((size_t)npts, sizeof *p);
+    int n = 0;
+    assert_int_equal(fm_sim_validate(&one, m, p, npts, &n, NULL), FM_OK);
+    assert_int_equal(n, npts);
+    double best = INFINITY, bb = 0, bc = 0;
+    for (int i = 1; i <= 200; i++)
+        for (int j = 1; j <= 200; j++) {
+            double be = 0.005 * i, ce = 0.005 * j, err = 0;
+            for (int q = 0; q < n; q++)
+                err += fabs(log((fmax(p[q].mem_us / be, p[q].compute_us / ce) + c.launch_us) / p[q].meas.us));
+            if (err < best - 1e-12) {
+                best = err;
+                bb = be;
+                bc = ce;
+            }
+        }
+    double bw = -1, ce = -1;
+    assert_int_equal(fm_sim_fit_eff(&c, m, &bw, &ce), FM_OK);
+    if (fabs(bw - bb) > 1e-12 || fabs(ce - bc) > 1e-12) {
+        print_error("fit %.3f / %.3f, plain scan %.3f / %.3f (%d points)\n", bw, ce, bb, bc, n);
+        fail();
+    }
+    free(p);
+    fm_sim_measured_free(m);
+}
+
+/* Issue 15: a prediction that overflows (a caller's GPU figures so small that
+ * the times pass 1e308) is FM_ERR_NONFINITE, not a table of "inf". */
+static void test_nonfinite(void **state)
+{
+    (void)state;
+    fm_sim_config c;
+    fm_sim_config_default(&c);
+    c.gpu.mem_gbs = 1e-307 * (1 + (double)(fm_rng_u64(&g_rng) % 50));
+    fm_sim_measured *m = load_text("gpu,format,gemm,experts,n,k,rows_per_expert,us\nh200,nvfp4,fc1,32,4096,6144,8,125\n");
+    fm_sim_check_point p[2];
+    fm_poison_bytes(p, sizeof p);
+    int n = -7;
+    assert_int_equal(fm_sim_validate(&c, m, p, 2, &n, NULL), FM_ERR_NONFINITE);
+    assert_non_null(strstr(fm_last_error(), "too small"));
+    assert_int_equal(n, -7);
+    double bw = -1, ce = -1;
+    assert_int_equal(fm_sim_fit_eff(&c, m, &bw, &ce), FM_ERR_NONFINITE);
+    assert_true(bw == -1 && ce == -1);
+    fm_sim_measured_free(m);
+}
+
 static void test_bench_table(void **state)
 {
     (void)state;
@@ -225,6 +299,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prediction_closed_form),
         cmocka_unit_test(test_fit_recovers),
+        cmocka_unit_test(test_fit_matches_scan),
+        cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_bench_table),
         cmocka_unit_test(test_errors),
     };

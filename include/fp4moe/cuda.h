@@ -56,6 +56,9 @@ typedef struct {
     fm_cuda_kernel kernel;
 } fm_cuda_tile;
 
+/* The operation on the GEMM's output (the table at the top of this file); the planner's
+ * fm_epilogue (fp4moe/plan.h) is a different question, how a CUTLASS epilogue uses
+ * shared memory. */
 typedef enum {
     FM_CUDA_EPI_NONE = 0,
     FM_CUDA_EPI_SWIGLU = 1,
@@ -113,8 +116,8 @@ typedef struct {
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
     /* feature_blocks (the mma tiles of one token group that have a multi-block
-     * kernel: w8m1n1k64s4, w4m1n1k128s4/s8, w4m2n1k128s4/s8, w4m4n1k128s3,
-     * w4m1n1k256s3, w4m2n1k256s3): consecutive feature blocks one CTA computes,
+     * kernel: the rows of src/plan/fm_tiles.def with mb = 1, e.g. w8m1n1k64s4,
+     * w4m1n1k128s4, w4m2n1k256s3; fm_swapab_tile_has_mb): consecutive feature blocks one CTA computes,
      * its K pipeline running across them (short K has too few stages per block
      * to keep bytes in flight).
      * 0 = automatic (no tile given: the planner's choice, one block or the count

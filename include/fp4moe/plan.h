@@ -54,6 +54,13 @@ typedef enum {
 
 typedef enum { FM_SCHED_AUTO = 0, FM_SCHED_COOP, FM_SCHED_PINGPONG, FM_SCHED_1SM, FM_SCHED_2SM, FM_SCHED_COUNT } fm_schedule;
 
+/* The epilogue's shared-memory kind, for the planner's byte model: how CUTLASS's
+ * epilogue collective stores D (it changes the SharedStorage). Not the same concept as
+ * fm_cuda_epilogue (fp4moe/cuda.h), the operation fp4moe's own kernels apply to the
+ * output (plain, SwiGLU, router-weighted scatter-add): those kernels' bytes do not
+ * depend on it (their output leaves from registers or the drained stages), and a
+ * CUTLASS FINALIZE here is TensorRT-LLM's fused scatter, which fp4moe runs as
+ * FM_CUDA_EPI_FINALIZE(_DET). Two enums, two questions. */
 typedef enum {
     FM_EPI_TMA = 0,  /* CUTLASS TMA warp-specialized epilogue (TensorRT-LLM "default": C smem reused for D) */
     FM_EPI_NOSMEM,   /* no shared memory: registers straight to global */
@@ -171,6 +178,37 @@ fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi
  * bench/h200_fp4moe_tiles.csv). On another GPU the same parameters are scaled by
  * its bandwidth and BF16 rate per SM from the GPU table: a prediction, not a
  * measurement. fm_cuda_gemm launches the first candidate when it is given no tile. */
+/* ---- fp4moe's own tiles ----
+ * One compiled tile of fp4moe's kernels (src/plan/fm_tiles.def is the catalogue):
+ * the CTA covers warps*mt*16 output features and 8*nt tokens (an expert's rows) a
+ * pass, kc of K a pipeline stage, `stages` deep.
+ *   warps    warps per CTA (wgmma: consumer warps, 4/8/12)
+ *   mt       16-row weight bands per warp (wgmma: m64 tiles per warpgroup)
+ *   nt       8-token groups a pass (wgmma N = 8*nt)
+ *   kc       K per stage, a multiple of 64
+ *   stages   pipeline depth
+ *   persist  wgmma: 1 = the persistent kernel; 0 otherwise
+ *   family   FM_FAMILY_FP4MOE_SWAPAB or FM_FAMILY_FP4MOE_WGMMA; FM_FAMILY_AUTO (0) = not
+ *            said (a tile written by its first five or six fields): fm_tile_equal then
+ *            matches either family
+ * Names: "swapab_w4m1n1k256s4" (mma.sync), "wgmma_w8m2n16k64s8", persistent
+ * "wgmma_w8m1n32k64s4p". */
+typedef struct {
+    int              warps, mt, nt, kc, stages;
+    int              persist;
+    fm_kernel_family family;
+} fm_tile;
+
+/* The tile's name into buf (NUL-terminated, truncated to n; "(null)" for t NULL; no
+ * family prefix for FM_FAMILY_AUTO). Returns buf. */
+char *fm_tile_name(const fm_tile *t, char *buf, size_t n);
+/* Parse a name as fm_tile_name writes it (family prefix required). Returns FM_OK,
+ * FM_ERR_INVALID_ARG (NULL), FM_ERR_NOT_FOUND (not of that form: the detail shows it);
+ * whether the tile is compiled in is fm_plan_check's question. *out written only on FM_OK. */
+fm_status fm_tile_parse(const char *s, fm_tile *out);
+/* 1 if a and b are the same tile: the six fields, and the family where both say one. */
+int fm_tile_equal(const fm_tile *a, const fm_tile *b);
+
 typedef struct {
     fm_elem weights;        /* FM_ELEM_NVFP4 or FM_ELEM_MXFP4 */
     int     x_packed;       /* 1: X in the prepack K order: only the wgmma kernel reads it */
@@ -223,7 +261,8 @@ fm_status   fm_family_parse(const char *s, fm_kernel_family *out); /* FM_ERR_NOT
 fm_status   fm_elem_parse(const char *s, fm_elem *out);
 fm_status   fm_schedule_parse(const char *s, fm_schedule *out);
 fm_status   fm_epilogue_parse(const char *s, fm_epilogue *out);
-fm_status   fm_tile_parse(const char *s, int *m, int *n, int *k);
+/* A CUTLASS tile shape "MxNxK" (fm_tile_parse is fp4moe's tile names). */
+fm_status   fm_tile_shape_parse(const char *s, int *m, int *n, int *k);
 /* Accepts exactly "4.M" or "4.M.P" (digits, nothing after); anything else is FM_ERR_NOT_FOUND. */
 fm_status   fm_cutlass_version_parse(const char *s, int *out);
 

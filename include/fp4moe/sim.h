@@ -114,24 +114,74 @@ typedef struct {
     int          mc_steps;        /* Monte-Carlo decode steps for the straggler time; 0 = off */
     fm_sim_kernel kernel;         /* whose tiles pad the rows (FM_SIM_KERNEL_CUTLASS default) */
     int          tile_m;          /* tile rows; 0 = the planner's pick (128 without a planner) */
-    double       bw_eff;          /* achieved / listed memory bandwidth, (0, 1] */
-    double       compute_eff;     /* achieved / listed tensor rate, (0, 1] */
+    double       bw_eff;          /* achieved / listed memory bandwidth, [0.001, 1] */
+    double       compute_eff;     /* achieved / listed tensor rate, [0.001, 1] */
     double       launch_us;       /* fixed cost per grouped-GEMM launch */
     const fm_sim_measured *measured; /* measured times, or NULL for the roofline only */
+    /* Progress of long calls, or NULL: called now and then with the phase
+     * ("crossings", "sweep", "Monte-Carlo", "routing") and the share of that
+     * phase done, in [0, 1].  Never changes a result. */
+    void (*progress)(void *ctx, const char *phase, double done);
+    void *progress_ctx;
 } fm_sim_config;
+
+/* ---- ranges of the numeric settings ---------------------------------------------
+ * One row per setting: fm_sim_config_check, the CLI's parser, its messages and
+ * its --help all read these rows (docs/simulate.md lists them), so they cannot
+ * disagree.  Both ends are included.  Some settings have a further limit that
+ * depends on another (top-k <= experts, accepted <= tokens per step, requests x
+ * tokens per step <= FM_SIM_MAX_STEP_TOKENS); seed and sweep-max are the CLI's. */
+typedef enum {
+    FM_SIM_SET_EXPERTS, FM_SIM_SET_TOPK, FM_SIM_SET_HIDDEN, FM_SIM_SET_INTER, FM_SIM_SET_LAYERS,
+    FM_SIM_SET_SHARED_EXPERTS, FM_SIM_SET_SHARED_INTER, FM_SIM_SET_GPUS, FM_SIM_SET_MAX_RUNNING,
+    FM_SIM_SET_TOKENS_PER_STEP, FM_SIM_SET_ACCEPTED, FM_SIM_SET_DECODE_STEPS, FM_SIM_SET_ROUND_US,
+    FM_SIM_SET_SKEW, FM_SIM_SET_SEED, FM_SIM_SET_MC, FM_SIM_SET_TILE_M, FM_SIM_SET_BW_EFF,
+    FM_SIM_SET_COMPUTE_EFF, FM_SIM_SET_LAUNCH_US, FM_SIM_SET_SWEEP_MAX,
+    FM_SIM_SET_COUNT
+} fm_sim_setting;
+
+typedef struct {
+    const char *flag;    /* the CLI flag, "--launch-us" */
+    const char *name;    /* in messages, "launch us" */
+    double      lo, hi;  /* accepted values, both included */
+    int         integer; /* 1: whole numbers only */
+    fm_status   status;  /* what fm_sim_config_check returns for a value outside */
+} fm_sim_range;
+/* The row of setting s, or NULL for an unknown s. */
+const fm_sim_range *fm_sim_range_get(fm_sim_setting s);
+
+#define FM_SIM_MAX_STEP_TOKENS (1 << 20) /* max running requests x tokens per step */
+
+/* The simulator refuses a call whose estimated CPU time exceeds this (seconds,
+ * on one core of a 2026 x86 server): the error names the estimate and the
+ * settings to lower.  See fm_sim_estimate_seconds. */
+#define FM_SIM_MAX_SECONDS 600.0
 
 /* glm5 on 8x H200 (when the GPU table has it), EP, 64 requests, 1 token/step,
  * 1 decode step, uniform routing, seed 1, no Monte-Carlo, planner tile,
  * CUTLASS kernel, bw_eff 0.85, compute_eff 0.75, launch 5 us (docs/simulate.md says why). */
 void fm_sim_config_default(fm_sim_config *c);
 
-/* Validate settings. FM_OK, FM_ERR_INVALID_ARG (NULL; top_k > experts; zero
- * GPUs; EP degree not dividing the experts; max_running/tokens/steps < 1 or
- * too large; skew, efficiencies or overheads out of range; accepted >
- * tokens_per_step; unknown kernel; a GPU with no bandwidth or rate), FM_ERR_BAD_SHAPE
- * (hidden/inter/layers < 1, hidden not a multiple of the format's block),
- * FM_ERR_FORMAT (unknown weight format). */
+/* Validate settings against the range table (fm_sim_range_get) and each other.
+ * FM_OK, FM_ERR_INVALID_ARG (NULL; a setting outside its range, the detail
+ * naming it, its flag and the range; top_k > experts; EP degree not dividing the
+ * experts; accepted > tokens_per_step; more than FM_SIM_MAX_STEP_TOKENS tokens a
+ * step; unknown kernel or parallel mode; a GPU with no bandwidth or rate, or
+ * non-finite figures), FM_ERR_BAD_SHAPE (hidden/inter/layers/shared experts out
+ * of range, hidden not a multiple of the format's block), FM_ERR_FORMAT
+ * (unknown weight format). */
 fm_status fm_sim_config_check(const fm_sim_config *c);
+
+/* Estimated CPU seconds of fm_sim_sweep(c, max_running, n) (n = 1: fm_sim_run)
+ * plus, when dense_hi > 0, of fm_sim_find_crossings(c, dense_hi) with c's
+ * Monte-Carlo off.  The model counts router draws (Monte-Carlo, and the pi
+ * estimate under skew), binomial terms and planner calls at per-unit costs
+ * measured on the development machine; it is meant to be right within a
+ * small factor.  `what`, when not NULL, gets the dominant term and the flags
+ * that lower it (cap bytes).  FM_OK, fm_sim_config_check's statuses,
+ * FM_ERR_INVALID_ARG (NULL, n < 1 with a NULL array, a value out of range). */
+fm_status fm_sim_estimate_seconds(const fm_sim_config *c, const int *max_running, int n, int dense_hi,
+                                  double *seconds, char *what, int cap);
 
 #define FM_SIM_HIST 9 /* rows-per-expert buckets: 0, 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64-127, 128+ */
 
@@ -169,6 +219,9 @@ typedef struct {
 } fm_sim_result;
 
 /* Simulate one operating point. FM_OK, the statuses of fm_sim_config_check,
+ * FM_ERR_INVALID_ARG (the estimated work exceeds FM_SIM_MAX_SECONDS: the detail
+ * gives the estimate and what to lower), FM_ERR_NONFINITE (a computed time or
+ * rate is not finite: GPU figures too small for a double; the detail names it),
  * FM_ERR_NOT_FOUND (the measured table lacks the GPU's shapes: the detail says
  * which; use no table or measure them), FM_ERR_OOM. *out untouched on failure. */
 fm_status fm_sim_run(const fm_sim_config *c, fm_sim_result *out);
@@ -184,18 +237,22 @@ typedef struct {
     int rows_at[4];       /* for 8, 16, 32, 64 rows per active expert */
     int compute_bound_at; /* first max_running with compute_us > mem_us */
 } fm_sim_crossings;
-/* Statuses as fm_sim_run; FM_ERR_INVALID_ARG for hi < 1. */
+/* Statuses as fm_sim_run (with c's Monte-Carlo ignored: the search is exact);
+ * FM_ERR_INVALID_ARG for hi < 1. */
 fm_status fm_sim_find_crossings(const fm_sim_config *c, int hi, fm_sim_crossings *out);
 
 /* Per-token probability that each expert is picked: pi[n_experts], summing to
  * top_k (exact k/E when skew = 0; seeded Monte-Carlo estimate otherwise).
- * FM_OK, fm_sim_config_check's statuses, FM_ERR_OOM. */
+ * FM_OK, fm_sim_config_check's statuses, FM_ERR_INVALID_ARG (the estimate
+ * would exceed FM_SIM_MAX_SECONDS: top-k close to the experts under strong
+ * skew), FM_ERR_OOM. */
 fm_status fm_sim_expert_probs(const fm_sim_config *c, double *pi);
 
 /* Sample `steps` decode steps of routing (T tokens each, top_k distinct experts
  * per token) from `seed`: counts[steps][n_experts] rows per expert.
- * FM_OK, fm_sim_config_check's statuses, FM_ERR_INVALID_ARG (steps < 1, NULL),
- * FM_ERR_OOM. counts untouched on failure. */
+ * FM_OK, fm_sim_config_check's statuses, FM_ERR_INVALID_ARG (steps < 1, NULL,
+ * or more than FM_SIM_MAX_SECONDS of estimated work), FM_ERR_OOM. counts
+ * untouched on failure. */
 fm_status fm_sim_sample_counts(const fm_sim_config *c, int steps, uint64_t seed, int32_t *counts);
 
 /* ---- validation against measured times ----------------------------------------
@@ -227,7 +284,8 @@ typedef struct {
  * (may be NULL) gets the errors by regime.  The model's shapes are ignored:
  * each row brings its own.  FM_OK, fm_sim_config_check's statuses,
  * FM_ERR_INVALID_ARG (NULL out/m/n, cap too small: *n then says how many),
- * FM_ERR_NOT_FOUND (no row for that GPU and format), FM_ERR_OOM. out and
+ * FM_ERR_NONFINITE (a prediction is not finite), FM_ERR_NOT_FOUND (no row for
+ * that GPU and format), FM_ERR_OOM. out and
  * summary untouched on failure. */
 fm_status fm_sim_validate(const fm_sim_config *c, const fm_sim_measured *m, fm_sim_check_point *out, int cap, int *n,
                           fm_sim_check_summary *summary);
@@ -235,11 +293,14 @@ fm_status fm_sim_validate(const fm_sim_config *c, const fm_sim_measured *m, fm_s
 /* Efficiencies fitted to a measured table: the (bw_eff, compute_eff) pair on
  * a 0.005 grid over (0, 1] that minimises the mean |log(pred / measured)| of
  * fm_sim_validate's points (a ratio error, so fast and slow points weigh the
- * same). FM_OK and fm_sim_validate's statuses; outputs untouched on failure. */
+ * same). Exact over the grid in O(points x 400 + 40,000 log points): the
+ * points are ordered by compute/memory ratio, so at every grid pair the
+ * memory-bound ones are a prefix.  FM_OK and fm_sim_validate's statuses;
+ * outputs untouched on failure. */
 fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, double *bw_eff, double *compute_eff);
 
 /* Efficiencies of fp4moe's kernels on the H200, fitted by fm_sim_fit_eff to
- * bench/h200_fp4moe_gemm.csv (RESULTS.md, "GPU, 2026-11-30 sixth session": launches
+ * bench/h200_fp4moe_gemm.csv (bench/HISTORY.md, "GPU, 2026-11-30 sixth session": launches
  * timed queued back to back): `fp4moe simulate --calibrated-h200`.  Not the defaults:
  * those describe a kernel at the measured copy/GEMM ceilings (docs/simulate.md says
  * why).  The fifth session's table (one launch at a time) fitted 0.67 / 0.70, the
@@ -267,7 +328,9 @@ fm_status fm_sim_write_csv(FILE *f, const fm_sim_result *r, int n);
 fm_status fm_sim_write_json(FILE *f, const fm_sim_config *c, const fm_sim_result *r, int n,
                             const fm_sim_crossings *x);
 /* Plot rows per active expert, efficiency and waste against max_running with
- * gnuplot into a PNG. FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND (gnuplot is
+ * gnuplot into a PNG (any path: quotes and backslashes are quoted into the
+ * script). FM_OK, FM_ERR_INVALID_ARG (NULL, no points, a path holding a
+ * newline or longer than 4000 bytes), FM_ERR_NOT_FOUND (gnuplot is
  * not installed: the detail says how to get it), FM_ERR_IO (gnuplot failed or
  * wrote nothing). */
 fm_status fm_sim_plot(const char *png_path, const fm_sim_config *c, const fm_sim_result *r, int n,

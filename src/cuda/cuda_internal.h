@@ -20,11 +20,22 @@ extern "C" {
 #define FM_PACK_CHUNK_BYTES 512 /* 32 lanes x 16 bytes of FP4 codes */
 #define FM_PACK_SCALE_BYTES 64  /* 32 lanes x 2 scale bytes */
 
-/* Scale-code decoders, passed to the kernel: bf16x2 = code * mul + add (both halves). */
-#define FM_PACK_NV_MUL 0x00100010u /* E5M3 exponent-offset code << 4 */
-#define FM_PACK_NV_ADD 0x76007600u /* + (127 + 119 - 10) << 7 */
-#define FM_PACK_MX_MUL 0x00800080u /* biased exponent code << 7 */
-#define FM_PACK_MX_ADD 0x3F803F80u /* + 127 << 7 */
+/* Per weight format, what the prepack writes and the kernels decode: one row each
+ * (prepack.c k_pack_formats), so the prepack and the launcher ask the row, never the
+ * format. Adding a 4-bit block format = a row here (and its code in prepack.c).
+ *   code    the scale byte the prepack writes (prepack.c's header has the arithmetic):
+ *           E5M3 = an E4M3 scale as an unsigned E5M3 exponent-offset byte (NVFP4);
+ *           EXP_REBASED = a UE8M0 exponent minus the expert's smallest + 1 (MXFP4)
+ *   sc_mul, sc_add  the kernel's decode of that byte: bf16x2 = byte * mul + add (both halves) */
+typedef enum { FM_PACK_SCALE_E5M3 = 0, FM_PACK_SCALE_EXP_REBASED } fm_pack_scale_code;
+typedef struct {
+    fm_format          format;
+    fm_elem            elem; /* the planner's operand type (fm_fp4moe_query.weights) */
+    fm_pack_scale_code code;
+    unsigned           sc_mul, sc_add;
+} fm_pack_format;
+/* The row of format f; NULL if the prepack does not take it (only NVFP4 and MXFP4). */
+const fm_pack_format *fm_pack_format_get(fm_format f);
 
 struct fm_cuda_weights {
     fm_format fmt;
@@ -52,7 +63,8 @@ int fm_cuda_device_ordinal(const fm_cuda_device *d);
 fm_status fm_cuda_device_enter(const fm_cuda_device *d, int *prev);
 void      fm_cuda_device_leave(const fm_cuda_device *d, int prev);
 
-/* ---- launchers (gemm_swapab.cu) ---- */
+/* ---- the kernels' parameters: what both families (gemm_swapab.cu's mma.sync kernel
+ * and gemm_wgmma.cu's wgmma kernels) take, filled by fm_cuda_gemm (gemm_launch.c) ---- */
 typedef struct {
     const void     *wdata, *wscale;
     const float    *oscale;
@@ -68,15 +80,16 @@ typedef struct {
     const int32_t  *row_token;
     float          *scratch;
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
-} fm_swapab_params;
+} fm_gemm_params;
 
+/* ---- launchers (gemm_swapab.cu) ---- */
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
 /* Index of t in fm_swapab_tiles(), or -1. */
 int fm_swapab_find(const fm_cuda_tile *t);
 /* Launch compiled tile `idx` with `smem` dynamic bytes. Returns a cudaError_t as int. */
-int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
 /* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,
@@ -92,9 +105,9 @@ int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
 int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
 /* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
 int       fm_wgmma_find(const fm_cuda_tile *t);
-long long fm_wgmma_grid(int idx, const fm_swapab_params *p); /* CTAs the launch needs (upper bound), -1: no device */
+long long fm_wgmma_grid(int idx, const fm_gemm_params *p); /* CTAs the launch needs (upper bound), -1: no device */
 int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
-int       fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream);
+int       fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* v = init[t][n] (init NULL: 0) + sum_j scratch[token_slots[t*top_k+j]][n] in j
  * order, into out[t][n] FP32 or, when out_bf16 is not NULL, out_bf16[t][n] BF16 (RNE). */

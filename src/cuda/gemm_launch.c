@@ -11,22 +11,23 @@
 #include "fp4moe/plan.h"
 #include "fm_internal.h"
 
-static fm_swapab_tile to_swapab(const fm_cuda_tile *t)
+static fm_tile to_swapab(const fm_cuda_tile *t)
 {
-    fm_swapab_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    fm_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
+                 t->kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
     return s;
 }
 
 /* The family's shared-memory model (the planner's function) with a limit. */
 static fm_status tile_smem_check(const fm_cuda_tile *t, size_t limit, fm_smem_breakdown *bd)
 {
-    fm_swapab_tile st = to_swapab(t);
+    fm_tile st = to_swapab(t);
     return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma_check(&st, limit, bd) : fm_smem_swapab_check(&st, limit, bd);
 }
 
 static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
 {
-    fm_swapab_tile st = to_swapab(t);
+    fm_tile st = to_swapab(t);
     return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
 }
 
@@ -234,7 +235,10 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, in
     size_t limit = device_smem_limit(NULL);
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
     const fm_cuda_weights *w = a->w;
-    fm_fp4moe_query q = {.weights = w->fmt == FM_FORMAT_MXFP4 ? FM_ELEM_MXFP4 : FM_ELEM_NVFP4,
+    const fm_pack_format *pf = fm_pack_format_get(w->fmt);
+    if (!pf)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_choose: w is not prepacked FP4 weights (format %d)", (int)w->fmt);
+    fm_fp4moe_query q = {.weights = pf->elem,
                          .x_packed = a->x_packed != 0,
                          .swiglu = a->epi == FM_CUDA_EPI_SWIGLU,
                          .feature_blocks = a->feature_blocks,
@@ -283,6 +287,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if ((a->y_zero_init || a->y_bf16) && a->epi != FM_CUDA_EPI_FINALIZE_DET)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: y_zero_init / y_bf16 apply to FINALIZE_DET only");
     const fm_cuda_weights *w = a->w;
+    const fm_pack_format  *pf = fm_pack_format_get(w->fmt); /* the weights' scale decode */
+    if (!pf) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: w is not prepacked FP4 weights (format %d)", (int)w->fmt);
     if (a->max_rows < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: max_rows=%d < 0", a->max_rows);
     if (a->feature_blocks < 0)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: feature_blocks=%d < 0", a->feature_blocks);
@@ -356,11 +362,10 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
                        a->feature_blocks, tile_name(&t, name, sizeof name));
     fm_smem_breakdown bd;
     FM_CHECK(tile_smem_check(&t, limit, &bd));
-    fm_swapab_params p = {
+    fm_gemm_params p = {
         .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
         .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,
-        .sc_mul = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL,
-        .sc_add = w->fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD, .epi = (int)a->epi,
+        .sc_mul = pf->sc_mul, .sc_add = pf->sc_add, .epi = (int)a->epi,
         .x_packed = a->x_packed != 0, .y_packed = a->y_packed != 0, .y = a->y,
         .nb = nb, .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch,
         .pdl = a->pdl && cc >= 90};

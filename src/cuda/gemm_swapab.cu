@@ -74,33 +74,23 @@ __device__ __forceinline__ void fm_probe_end(unsigned long long t0)
 namespace {
 using namespace fm_kc;
 
-/* CTAs per SM the shared memory of a tile allows on Hopper (~220 KB usable), at
- * most 8, for the small-batch tiles (nt <= 2): a register-allocation hint only (the launch itself is sized by
- * fm_smem_swapab). Measured: without it the small tiles took 143 registers and
- * ran 3 CTAs (12 warps) per SM, stalled on the dequant dependency chain. */
-constexpr int swapab_min_blocks(int warps, int mt, int nt, int kc, int stages)
-{
-    int smem = stages * (warps * mt * (kc / 64) * 576 + 8 * nt * (2 * kc + 16)) + 1024;
-    int b = nt > 2 ? 1 : 225 * 1024 / smem; /* nt > 2: MMA-heavier tiles keep their accumulators in registers */
-    int r = 65536 / (warps * 32 * 64); /* keep >= 64 registers per thread */
-    if (b > r) b = r;
-    return b < 1 ? 1 : (b > 8 ? 8 : b);
-}
-
 /* MB (multi-block): the CTA computes p.nb consecutive feature blocks of its
  * expert, one K pipeline running across them, so that the next block's stages
  * are in flight while this block finishes and writes its epilogue (short K: a
  * block alone is one or two stages, too few to keep bytes in flight). */
+/* The stage layout is fm_tile_layout.h's (the planner's model expands the same
+ * macros); __launch_bounds__' minimum blocks per SM is its FM_SWAPAB_MIN_BLOCKS hint
+ * (the cost model's occupancy uses it too). */
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
-__global__ void __launch_bounds__(WARPS * 32, swapab_min_blocks(WARPS, MT, NT, KC, STAGES))
-    swapab_kernel(const fm_swapab_params p)
+__global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    swapab_kernel(const fm_gemm_params p)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
-    constexpr int ROWB = 2 * KC + FM_SWAPAB_ROW_PAD; /* bytes per staged X row */
-    constexpr int W_OFF = TOK * ROWB;                  /* weight chunks of a stage */
-    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512; /* their scale bytes */
-    constexpr int STAGE_B = S_OFF + WARPS * MT * CPS * 64;
+    constexpr int ROWB = FM_SWAPAB_ROW_BYTES(KC);                 /* bytes per staged X row */
+    constexpr int W_OFF = FM_SWAPAB_W_OFF(NT, KC);                /* weight chunks of a stage */
+    constexpr int S_OFF = FM_SWAPAB_S_OFF(WARPS, MT, NT, KC);     /* their scale bytes */
+    constexpr int STAGE_B = FM_SWAPAB_STAGE_BYTES(WARPS, MT, NT, KC);
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef FM_PROBE_TIMELINE
     const unsigned long long probe_t0 = fm_probe_now();
@@ -337,25 +327,27 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
     }
 }
 
-typedef void (*kernel_fn)(const fm_swapab_params);
+typedef void (*kernel_fn)(const fm_gemm_params);
 
-/* Same rows, same order as k_swapab_tiles in src/plan/fm_kernels_smem.c; mb: the
- * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). */
+/* The rows of src/plan/fm_tiles.def, in its order (= fm_swapab_tiles()); mb: the
+ * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). Each
+ * row is checked at compile time: the fields in the template's ranges, the shared
+ * memory within the opt-in limit, the launch-bounds hint at least one block. */
 struct entry {
     int       warps, mt, nt, kc, stages;
     kernel_fn fn, mb;
 };
-#define FM_SWAPAB_ENTRY(w, mt, nt, kc, st) {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, NULL}
-#define FM_SWAPAB_ENTRY_MB(w, mt, nt, kc, st)                                                                        \
-    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, swapab_kernel<w, mt, nt, kc, st, true>}
+#define FM_SWAPAB_MB_0(w, mt, nt, kc, st) NULL
+#define FM_SWAPAB_MB_1(w, mt, nt, kc, st) swapab_kernel<w, mt, nt, kc, st, true>
+#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                                \
+    static_assert(FM_SWAPAB_TILE_OK(w, mt, nt, kc, st) && FM_SWAPAB_SMEM(w, mt, nt, kc, st) <= FM_SMEM_OPTIN_MAX && \
+                      FM_SWAPAB_MIN_BLOCKS(w, mt, nt, kc, st) >= 1,                                          \
+                  "fm_tiles.def: bad swapab row w" #w "m" #mt "n" #nt "k" #kc "s" #st);
+#include "plan/fm_tiles.def"
 const entry k_entries[] = {
-    FM_SWAPAB_ENTRY(4, 1, 1, 256, 4),    FM_SWAPAB_ENTRY_MB(8, 1, 1, 64, 4),  FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 8),
-    FM_SWAPAB_ENTRY_MB(4, 1, 1, 128, 4), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 8), FM_SWAPAB_ENTRY(4, 1, 1, 256, 6),
-    FM_SWAPAB_ENTRY_MB(4, 1, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 256, 3), FM_SWAPAB_ENTRY_MB(4, 2, 1, 128, 4),
-    FM_SWAPAB_ENTRY_MB(4, 4, 1, 128, 3), FM_SWAPAB_ENTRY(4, 4, 1, 256, 2),
-    FM_SWAPAB_ENTRY(4, 2, 1, 256, 4),    FM_SWAPAB_ENTRY(4, 1, 2, 256, 4),
-    FM_SWAPAB_ENTRY(4, 2, 2, 256, 4),    FM_SWAPAB_ENTRY(4, 2, 2, 128, 4),    FM_SWAPAB_ENTRY(4, 4, 2, 128, 3),    FM_SWAPAB_ENTRY(4, 1, 4, 128, 4),    FM_SWAPAB_ENTRY(4, 2, 4, 128, 4),
-    FM_SWAPAB_ENTRY(4, 2, 8, 128, 3),    FM_SWAPAB_ENTRY(4, 4, 8, 128, 3),    FM_SWAPAB_ENTRY(8, 2, 8, 128, 3),
+#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                                \
+    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, FM_SWAPAB_MB_##mb(w, mt, nt, kc, st)},
+#include "plan/fm_tiles.def"
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 /* Dynamic shared-memory attribute already set, per device and kernel (plain, MB)
@@ -378,7 +370,7 @@ extern "C" int fm_swapab_find(const fm_cuda_tile *t)
 
 extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
 
-extern "C" int fm_swapab_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
+extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];

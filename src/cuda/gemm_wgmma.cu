@@ -8,17 +8,21 @@
  *    one prepacked 16-byte word per lane decodes to (src/cuda/prepack.c), so
  *    a weight element is decoded once per CTA and never stored back;
  *  - B = the token tile X[8*NT][KC], read by the tensor cores from shared
- *    memory in the no-swizzle K-major core-matrix layout: core matrix
- *    (token group rg, K group c) = 8 tokens x 8 K x 2 B = 128 contiguous bytes
- *    at (rg * KC/8 + c) * 128; descriptor LBO (next 8 K) = 128 B,
- *    SBO (next 8 tokens) = KC * 16 B. The K order inside a 64-K chunk is the
+ *    memory in the 128-byte-swizzled K-major layout: per 64-K chunk c, the 64 K
+ *    of one token row (8 core-matrix columns j of 16 B) fill one 128-byte line,
+ *    8 token rows make one 1 KB swizzle atom, column j of row r sits at
+ *    16 * (j ^ (r % 8)); stage tile = [chunk][token group][8 rows][128 B];
+ *    descriptor (wg_issue, wgmma_common.cuh): MMA step s starts 32 B into the
+ *    chunk's lines (the hardware applies the XOR), SBO (next 8 tokens) = 1 KB,
+ *    layout bits = 128-byte swizzle. The K order inside a 64-K chunk is the
  *    prepack's, not the natural one: the prepacked A fragment of MMA step s
  *    holds, in lane (g, t), K = 16t + 4s + {0,1} (logical k 2t, 2t+1) and
  *    16t + 4s + {2,3} (logical k 2t+8, 2t+9) (so that gemm_swapab.cu reads X
- *    with 16-byte loads), so core matrix 2s + h of a chunk holds, in 4-byte
- *    column t, X[16t + 4s + 2h .. +1]: the token tile is loaded into registers
- *    (16-byte loads) and stored transposed (16-byte stores), one stage ahead
- *    (the descriptor and fragment conventions are checked by
+ *    with 16-byte loads), so core-matrix column 2s + h of a chunk holds, in
+ *    4-byte word t, X[16t + 4s + 2h .. +1]: the natural-X kernel loads the token
+ *    tile into registers (16-byte loads) and stores it transposed (16-byte
+ *    stores), one stage ahead; packed X (fm_cuda_x_pack) is already in that order
+ *    and is copied by cp.async (the fragment conventions are checked by
  *    bench/probe/wgmma_rs_probe.cu, the whole kernel by tests/gpu);
  *  - N = 8*NT tokens per wgmma (up to 256), M = 64 features per warpgroup and
  *    m64 tile, MT tiles per warpgroup, 1, 2 or 3 warpgroups per CTA.
@@ -59,33 +63,28 @@ using namespace fm_kc;
 #include "cuda/wgmma_natural.cuh"
 #include "cuda/wgmma_ws.cuh"
 
-typedef void (*kernel_fn)(const fm_swapab_params, int);
+typedef void (*kernel_fn)(const fm_gemm_params, int);
 
-/* Same rows, same order as k_wgmma_tiles in src/plan/fm_kernels_smem.c. fn: the
+/* The rows of src/plan/fm_tiles.def, in its order (= fm_wgmma_tiles()). fn: the
  * warp-specialized kernel for packed X (its smem is what fm_smem_wgmma counts);
  * fn_nat: the single-role kernel for natural X (the same smem less the unused
- * mbarrier bytes; it is launched with fm_smem_wgmma's size too). */
+ * mbarrier bytes; it is launched with fm_smem_wgmma's size too). Each row is checked
+ * at compile time (fields in the templates' ranges, shared memory within the opt-in
+ * limit). */
 struct entry {
     int       warps, mt, nt, kc, stages, persist;
     kernel_fn fn, fn_nat; /* fn_nat NULL: packed X only (the persistent kernel) */
 };
-#define FM_WGMMA_ENTRY(w, mt, nt, kc, st)                                                                            \
+#define FM_WGMMA_ENTRY_0(w, mt, nt, kc, st)                                                                          \
     {w, mt, nt, kc, st, 0, wgmma_ws_kernel<w, mt, nt, kc, st, false>, wgmma_kernel<w, mt, nt, kc, st>}
-#define FM_WGMMA_PERSISTENT(w, mt, nt, kc, st) {w, mt, nt, kc, st, 1, wgmma_ws_kernel<w, mt, nt, kc, st, true>, NULL}
+#define FM_WGMMA_ENTRY_1(w, mt, nt, kc, st) {w, mt, nt, kc, st, 1, wgmma_ws_kernel<w, mt, nt, kc, st, true>, NULL}
+#define FM_WGMMA_TILE(w, mt, nt, kc, st, p)                                                                  \
+    static_assert(FM_WGMMA_TILE_OK(w, mt, nt, kc, st, p) && FM_WGMMA_SMEM(w, mt, nt, kc, st, p) <= FM_SMEM_OPTIN_MAX, \
+                  "fm_tiles.def: bad wgmma row w" #w "m" #mt "n" #nt "k" #kc "s" #st);
+#include "plan/fm_tiles.def"
 const entry k_entries[] = {
-    FM_WGMMA_ENTRY(8, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 16, 64, 6), FM_WGMMA_ENTRY(8, 1, 32, 64, 4),
-    FM_WGMMA_ENTRY(4, 2, 16, 64, 4), FM_WGMMA_ENTRY(8, 2, 8, 64, 4),
-    FM_WGMMA_ENTRY(4, 2, 8, 64, 4),  FM_WGMMA_ENTRY(8, 2, 4, 128, 4), FM_WGMMA_ENTRY(4, 2, 2, 128, 4),
-    FM_WGMMA_ENTRY(4, 1, 1, 128, 4), FM_WGMMA_ENTRY(4, 2, 1, 128, 4),
-    /* deeper pipelines: a wgmma CTA has the SM to itself (registers), smem to spare */
-    FM_WGMMA_ENTRY(8, 2, 8, 64, 8),  FM_WGMMA_ENTRY(8, 2, 4, 128, 6), FM_WGMMA_ENTRY(8, 2, 16, 64, 8),
-    FM_WGMMA_ENTRY(8, 1, 32, 64, 6),
-    /* three consumer warpgroups (12 decoding warps a CTA, as many as the mma.sync kernel's
-     * 3 CTAs x 4 warps) for 16-32 tokens; with 64-K stages (152 registers hold no 128-K
-     * double buffer) it is the fastest only at EP8-FC2 16/32 rows (bench/RESULTS.md) */
-    FM_WGMMA_ENTRY(12, 2, 4, 64, 8),
-    /* persistent (packed X): one CTA per SM, the next tile's loads under the last one's epilogue */
-    FM_WGMMA_PERSISTENT(8, 1, 32, 64, 4), FM_WGMMA_PERSISTENT(8, 2, 8, 64, 8),
+#define FM_WGMMA_TILE(w, mt, nt, kc, st, p) FM_WGMMA_ENTRY_##p(w, mt, nt, kc, st),
+#include "plan/fm_tiles.def"
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
 #define FM_WGMMA_MAX_DEV 64
@@ -121,7 +120,7 @@ extern "C" int fm_wgmma_persistent(int idx) { return idx >= 0 && idx < k_n_entri
 
 /* CTAs of a launch: one per tile (an upper bound: the device has the counts), the
  * persistent kernel at most one per SM */
-extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
+extern "C" long long fm_wgmma_grid(int idx, const fm_gemm_params *p)
 {
     if (idx < 0 || idx >= k_n_entries) return -1;
     const entry &x = k_entries[idx];
@@ -143,7 +142,7 @@ extern "C" long long fm_wgmma_grid(int idx, const fm_swapab_params *p)
     return tiles;
 }
 
-extern "C" int fm_wgmma_launch(int idx, const fm_swapab_params *p, size_t smem, void *stream)
+extern "C" int fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];

@@ -28,7 +28,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* (the .L2::256B prefetch hint was measured: 1-3 % slower at 1-8 rows, bench/probe/gpu8.sh) */
+/* (the .L2::256B prefetch hint was measured: 1-3 % slower at 1-8 rows, bench/HISTORY.md, fifth session) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -59,7 +59,7 @@ __device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s_lo, uint32_t
  * code turned into the BF16x2 factor that dequant_step expects (p.sc_mul/sc_add:
  * NVFP4 E4M3 or MXFP4 E8M0, prepack.c). */
 __device__ __forceinline__ void load_chunk(const unsigned char *buf, int w_off, int s_off, int slot, int lane,
-                                           const fm_swapab_params &p, uint4 &wq, uint32_t &s_lo, uint32_t &s_hi)
+                                           const fm_gemm_params &p, uint4 &wq, uint32_t &s_lo, uint32_t &s_hi)
 {
     wq = *(const uint4 *)(buf + w_off + slot * 512 + lane * 16);
     const uint32_t sc = *(const uint16_t *)(buf + s_off + slot * 64 + lane * 2);
@@ -125,7 +125,7 @@ __device__ __forceinline__ int kpack_col(int c)
 }
 
 template <int MT, int NT, class Acc>
-__device__ __forceinline__ void epilogue(const fm_swapab_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
+__device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
                                          int rbase, int rows, float osc, int g, int t, Acc acc)
 {
     const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
@@ -203,7 +203,7 @@ constexpr int staged_tile_bytes_f32(int fs, int tok) { return tok * (4 * fs + 16
  * 8*NT)) any more when the first of them writes (its MMAs waited for, its copies
  * landed, then a barrier), and that y is 16-byte aligned. */
 template <int FS, int MT, int NT, int NTHR, class Acc, class Col, class Bar>
-__device__ __forceinline__ void epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int blk,
+__device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigned char *smem, int blk,
                                                 const bool (&bvalid)[MT], int rbase, int rows, float osc, int g, int t,
                                                 int tid, int c0, int cn, Acc acc, Col lcol, Bar bar)
 {

@@ -37,6 +37,21 @@
 #include "fm_internal.h"
 #include "format/format_internal.h"
 
+/*   format        planner elem     scale byte                 decode mul   decode add */
+static const fm_pack_format k_pack_formats[] = {
+    {FM_FORMAT_NVFP4, FM_ELEM_NVFP4, FM_PACK_SCALE_E5M3, 0x00100010u /* E5M3 code << 4 */,
+     0x76007600u /* + (127 + 119 - 10) << 7 */},
+    {FM_FORMAT_MXFP4, FM_ELEM_MXFP4, FM_PACK_SCALE_EXP_REBASED, 0x00800080u /* biased exponent code << 7 */,
+     0x3F803F80u /* + 127 << 7 */},
+};
+
+const fm_pack_format *fm_pack_format_get(fm_format f)
+{
+    for (size_t i = 0; i < sizeof k_pack_formats / sizeof k_pack_formats[0]; i++)
+        if (k_pack_formats[i].format == f) return &k_pack_formats[i];
+    return NULL;
+}
+
 /* Source bit of code bit b (0 = m, 1 = e0, 2 = e1, 3 = sign) of pair j, half h. */
 static const uint8_t k_pos[4][2][4] = {
     /* j=0 */ {{6, 7, 0, 15}, {22, 23, 16, 31}},
@@ -79,24 +94,26 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
 {
     if (!w || !data || !scale || !oscale || !w->data || !w->scales)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_prepack: NULL argument");
-    if (w->fmt != FM_FORMAT_NVFP4 && w->fmt != FM_FORMAT_MXFP4)
+    const fm_pack_format   *pf = fm_pack_format_get(w->fmt);
+    const fm_format_traits *tr = fm_format_traits_get(w->fmt);
+    if (!pf || !tr)
         return fm_fail(FM_ERR_FORMAT, "fm_cuda_prepack: format %d is not NVFP4 or MXFP4", (int)w->fmt);
+    const int     rebased = pf->code == FM_PACK_SCALE_EXP_REBASED; /* MXFP4: exponents rebased per expert */
     const int64_t N = w->rows, K = w->cols;
-    const int     blk = w->fmt == FM_FORMAT_NVFP4 ? 16 : 32;
+    const int     blk = tr->block;
     if (N <= 0 || N % FM_PACK_BAND || K <= 0 || K % blk)
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_prepack: [%lld x %lld] needs N %% 16 == 0 and K %% %d == 0",
                        (long long)N, (long long)K, blk);
     if (!isfinite(w->global_scale) || w->global_scale <= 0)
         return fm_fail(FM_ERR_NONFINITE, "fm_cuda_prepack: global scale %g", (double)w->global_scale);
     const int64_t nsb = K / blk; /* scales per row */
-    FM_CHECK(fm_scales_check_codes("fm_cuda_prepack", w->fmt == FM_FORMAT_NVFP4 ? FM_SCALE_E4M3 : FM_SCALE_UE8M0,
-                                   w->scales, N, nsb));
+    FM_CHECK(fm_scales_check_codes("fm_cuda_prepack", tr->scale_type, w->scales, N, nsb));
     /* pass 1: validate scales, find the MXFP4 exponent range over non-zero blocks */
     int cmin = 255, cmax = -1;
     for (int64_t r = 0; r < N; r++)
         for (int64_t b = 0; b < nsb; b++) {
             uint8_t s = w->scales[r * nsb + b];
-            if (w->fmt == FM_FORMAT_NVFP4) {
+            if (!rebased) {
                 if ((s & 0x80) && (s & 0x7F))
                     return fm_fail(FM_ERR_FORMAT, "fm_cuda_prepack: negative block scale at row %lld block %lld",
                                    (long long)r, (long long)b);
@@ -110,7 +127,7 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
             }
         }
     float os;
-    if (w->fmt == FM_FORMAT_NVFP4) {
+    if (!rebased) {
         os = w->global_scale * 128.0f; /* undo the 2^-7 folded into the BF16 weights */
     } else {
         if (cmax < 0) cmin = cmax = 127; /* all-zero expert */
@@ -135,7 +152,7 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
                     int64_t row = band * 16 + g + 8 * half, b = k0 / blk;
                     if (k0 >= K) continue;
                     uint8_t s = w->scales[row * nsb + b];
-                    if (w->fmt == FM_FORMAT_NVFP4) {
+                    if (!rebased) {
                         bytes[half] = nv_code(s);
                     } else {
                         int nz = 0;
@@ -190,8 +207,9 @@ void fm_cuda_unpack(const uint8_t *data, const uint8_t *scale, float oscale, fm_
                     float *dst)
 {
     const int64_t  KB = (k + FM_PACK_KCHUNK - 1) / FM_PACK_KCHUNK;
-    const uint32_t mul = fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_MUL : FM_PACK_MX_MUL;
-    const uint32_t add = fmt == FM_FORMAT_NVFP4 ? FM_PACK_NV_ADD : FM_PACK_MX_ADD;
+    const fm_pack_format *pf = fm_pack_format_get(fmt);
+    if (!pf) return; /* not a prepacked format: nothing to decode */
+    const uint32_t mul = pf->sc_mul, add = pf->sc_add;
     for (int64_t band = 0; band < n / FM_PACK_BAND; band++)
         for (int64_t c = 0; c < KB; c++)
             for (int lane = 0; lane < 32; lane++) {

@@ -1,21 +1,18 @@
 /* wgmma_common.cuh - what the two wgmma kernels of gemm_wgmma.cu share: the
- * layout switch, the shared-memory matrix descriptor, mbarrier helpers, the
+ * shared-memory matrix descriptor, mbarrier helpers, the
  * device-side tile lookup, the consumer side (decode, MMA issue) and the staged
  * BF16 epilogue (wg_staged, wg_epilogue_staged: kernel_common.cuh's
  * epilogue_staged with the wgmma band mapping). Included inside gemm_wgmma.cu's
  * anonymous namespace (after kernel_common.cuh and wgmma_rs.cuh). */
 #pragma once
 
-#ifndef FM_WGMMA_SW128
-#define FM_WGMMA_SW128 1 /* token tile in the 128-byte-swizzled layout (0: no swizzle) */
-#endif
-
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FM_WGMMA_BODY 1
 
 __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
 {
-    /* start address, LBO, SBO in 16-byte units; base offset 0; layout 0 = no swizzle */
+    /* start address, LBO, SBO in 16-byte units; base offset 0; the layout bits (62-63)
+     * are the caller's: wg_issue sets 1 = 128-byte swizzle */
     return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
 #endif
@@ -49,7 +46,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
  * (0, 0: the first; the persistent kernel's slots only grow, so it resumes where
  * its last tile was found, and find_tile leaves the cursor at the tile's group);
  * every warp computes the same answer. e = -1: no tile with that slot. */
-__device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int slot, int &e,
+__device__ __forceinline__ void find_tile(const fm_gemm_params &p, int nfb, int tok, int lane, int slot, int &e,
                                           int &local, int &cur_e0, int &cur_base)
 {
     constexpr unsigned FULL = 0xFFFFFFFFu;
@@ -82,7 +79,7 @@ __device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, in
         base += tot;
     }
 }
-__device__ __forceinline__ void find_tile(const fm_swapab_params &p, int nfb, int tok, int lane, int &e, int &local)
+__device__ __forceinline__ void find_tile(const fm_gemm_params &p, int nfb, int tok, int lane, int &e, int &local)
 {
     int e0 = 0, base = 0;
     find_tile(p, nfb, tok, lane, (int)blockIdx.x, e, local, e0, base);
@@ -99,7 +96,7 @@ template <int CPS, int MT> struct stage_regs_t {
 /* Decode this warp's weights of one stage (slots (w*MT + i)*CPS + c) into A registers. */
 template <int CPS, int MT>
 __device__ __forceinline__ void wg_dequant(const unsigned char *buf, int w_off, int s_off, int w, int lane,
-                                           const fm_swapab_params &p, stage_regs_t<CPS, MT> &a)
+                                           const fm_gemm_params &p, stage_regs_t<CPS, MT> &a)
 {
 #pragma unroll
     for (int c = 0; c < CPS; c++)
@@ -146,13 +143,9 @@ __device__ __forceinline__ void wg_issue(uint32_t sb, float (&acc)[MT][TOK / 2],
     for (int c = 0; c < CPS; c++)
 #pragma unroll
         for (int s = 0; s < 4; s++) {
-#if FM_WGMMA_SW128
             /* step s = columns 2s, 2s+1 of chunk c's lines: +32 B inside the 1 KB atom
              * (the hardware applies the XOR); next 8 tokens: SBO = 1 KB */
             uint64_t desc = smem_desc(sb + c * TOK * 128 + s * 32, 16, 1024) | (1ull << 62);
-#else
-            uint64_t desc = smem_desc(sb + (c * 4 + s) * 256, 128, KC * 16);
-#endif
 #pragma unroll
             for (int i = 0; i < MT; i++) wgmma_rs_t<TOK>::run(acc[i], a.r[c][i][s], desc);
         }
@@ -174,7 +167,7 @@ template <int NTHR> __device__ __forceinline__ void wg_bar_sync()
  * aligned, and for y_packed the CTA's output columns whole 64-column blocks (the
  * kpack order stays inside the CTA's columns; every compiled tile has them). */
 template <int WARPS, int MT, int NT, int STAGE_BYTES>
-__device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
+__device__ __forceinline__ bool wg_staged(const fm_gemm_params &p)
 {
     constexpr int  FS = WARPS * MT * 16;
     constexpr bool FITS = NT >= 2 && staged_tile_bytes(FS, 8 * NT) <= STAGE_BYTES;
@@ -196,7 +189,7 @@ __device__ __forceinline__ bool wg_staged(const fm_swapab_params &p)
  * + cw%4, local output band cw. Accumulator j of m64 tile i: 8-token group j/4,
  * element j%4 of the m16n8 C layout. */
 template <int WARPS, int MT, int NT, int NTHR, class Bar>
-__device__ __forceinline__ void wg_epilogue_staged(const fm_swapab_params &p, unsigned char *smem, int fb, int cw,
+__device__ __forceinline__ void wg_epilogue_staged(const fm_gemm_params &p, unsigned char *smem, int fb, int cw,
                                                    const bool (&bvalid)[MT], int rbase, int rows, float osc, int g,
                                                    int t, int tid, int c0, int cn, const float (&acc)[MT][NT * 4],
                                                    Bar bar)
@@ -209,7 +202,7 @@ __device__ __forceinline__ void wg_epilogue_staged(const fm_swapab_params &p, un
 /* The CTA-local output columns of warpgroup wg's bands in wg_epilogue_staged's
  * mapping: MT m64 tiles = MT * 64 features (NONE, FINALIZE_DET), or 64 SwiGLU
  * outputs (gate/up pair, MT == 2) */
-__device__ __forceinline__ void wg_columns(const fm_swapab_params &p, int mt, int wg, int &c0, int &cn)
+__device__ __forceinline__ void wg_columns(const fm_gemm_params &p, int mt, int wg, int &c0, int &cn)
 {
     cn = p.epi == FM_CUDA_EPI_SWIGLU ? 64 : mt * 64;
     c0 = wg * cn;

@@ -8,14 +8,14 @@
 #pragma once
 
 template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_params p, int nfb)
+__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_gemm_params p, int nfb)
 {
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;          /* tokens per pass = wgmma N */
     constexpr int CPS = KC / 64;         /* prepacked chunks per stage */
-    constexpr int W_OFF = TOK * KC * 2;  /* X tile of a stage, core-matrix layout */
-    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
-    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024; /* swizzle atoms 1 KB aligned */
+    constexpr int W_OFF = FM_WGMMA_W_OFF(NT, KC); /* X tile of a stage: swizzled K-major lines */
+    constexpr int S_OFF = FM_WGMMA_S_OFF(WARPS, MT, NT, KC);
+    constexpr int STAGE_B = FM_WGMMA_STAGE_BYTES(WARPS, MT, NT, KC); /* fm_tile_layout.h: 1 KB swizzle atoms */
     extern __shared__ __align__(1024) unsigned char smem[];
 
     pdl_trigger(); /* PDL: the next grid may take the SM slots this one frees */
@@ -61,7 +61,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
      * the 4x4 words and stores 4 whole core-matrix rows of 16 B: 8 threads of
      * consecutive tokens fill 128 contiguous bytes (no bank conflict). Tokens past
      * the pass and K past p.k are zeros. */
-#if FM_WGMMA_SW128
     /* 128-byte swizzle, K-major: the 64 K of one token row (8 core-matrix columns
      * j of 16 B) fill one 128-byte line; 8 token rows = one 1 KB atom; column j of
      * row r sits at 16 * (j ^ (r % 8)), so 8 rows of one column hit 8 different
@@ -69,11 +68,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_swapab_pa
      * Stage tile = [chunk c64][token group][8 rows][128 B]. */
     auto x_row_off = [](int c64, int r) { return c64 * TOK * 128 + r * 128; };
     auto x_col_off = [](int j, int r8) { return (j ^ r8) * 16; };
-#else
-    /* no swizzle: core matrix (token group, K group) = 128 contiguous bytes */
-    auto x_row_off = [](int c64, int r) { return ((r / 8) * (KC / 8) + c64 * 8) * 128 + (r % 8) * 16; };
-    auto x_col_off = [](int j, int) { return j * 128; };
-#endif
     constexpr int XITEMS = TOK * CPS * 2;                       /* (token, chunk, parity) */
     constexpr int XI = (XITEMS + WARPS * 32 - 1) / (WARPS * 32); /* per thread */
     uint4         xr[XI][4];

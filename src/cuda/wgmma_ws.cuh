@@ -25,17 +25,18 @@
  * tile scan from expert 0 or pipeline fill per tile: what a K = 256 tile (four
  * 64-K stages) otherwise pays on every tile. */
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool PERSIST>
-__global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_swapab_params p, int nfb)
+__global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_gemm_params p, int nfb)
 {
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;
     constexpr int CPS = KC / 64;
-    constexpr int W_OFF = TOK * KC * 2;
-    constexpr int S_OFF = W_OFF + WARPS * MT * CPS * 512;
-    constexpr int STAGE_B = (S_OFF + WARPS * MT * CPS * 64 + 1023) / 1024 * 1024;
+    constexpr int W_OFF = FM_WGMMA_W_OFF(NT, KC);
+    constexpr int S_OFF = FM_WGMMA_S_OFF(WARPS, MT, NT, KC);
+    constexpr int STAGE_B = FM_WGMMA_STAGE_BYTES(WARPS, MT, NT, KC); /* fm_tile_layout.h */
     /* persistent: the staged output tile has its own buffer after the stages (the
      * producer fills the next tile's stages meanwhile); else it reuses the stages */
-    constexpr int EPI_B = PERSIST ? staged_tile_bytes(WARPS * MT * 16, TOK) : 0;
+    constexpr int EPI_B = PERSIST ? FM_WGMMA_EPI_BYTES(WARPS, MT, NT) : 0;
+    static_assert(!PERSIST || EPI_B == staged_tile_bytes(WARPS * MT * 16, TOK), "the output buffer holds the staged tile");
     extern __shared__ __align__(1024) unsigned char smem[];
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
     const uint32_t bar_full = smem0 + STAGES * STAGE_B + EPI_B, bar_empty = bar_full + 8 * STAGES;
@@ -106,11 +107,7 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
         static_assert(XN <= 128 || XROWS % 8 == 0, "a thread's rows keep their swizzle phase");
         const int pj = pt & 7, prest = pt >> 3, xc64 = (prest % CPS) * 64 + pj * 8, pr = prest / CPS;
         const int xoff0 = pr * p.k + xc64;
-#if FM_WGMMA_SW128
         const int xdst0 = (prest % CPS) * TOK * 128 + pr * 128 + ((pj ^ (pr & 7)) * 16);
-#else
-        const int xdst0 = ((pr / 8) * (KC / 8) + (prest % CPS) * 8 + pj) * 128 + (pr & 7) * 16;
-#endif
         /* weights: slot sl = (consumer warp, tile, chunk) of 32 x 16 B; lane = 16-byte
          * part, slots pt/32 + 4i; its 4 x 16 B of scale bytes by threads sl*4 + part */
         constexpr int SLOTS = WARPS * MT * CPS, WPER = (SLOTS + 3) / 4;
@@ -153,11 +150,7 @@ __global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_
                 for (int i = 0; i < XPER; i++) {
                     if (pt + 128 * i >= XN) break;
                     bool ok = kin && ((xmask >> i) & 1);
-#if FM_WGMMA_SW128
                     int dst = xdst0 + XROWS * i * 128;
-#else
-                    int dst = xdst0 + (XROWS / 8) * i * (KC / 8) * 128;
-#endif
                     cp_async16(buf + dst, ok ? xg + xoff0 + (size_t)XROWS * i * p.k + ks * KC : p.x, ok ? 16 : 0);
                 }
                 const bool wkin = ks * CPS + wc < KB;

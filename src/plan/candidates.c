@@ -128,8 +128,8 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
     /* fp4moe's own families (FP4 weights only): swap-AB, then wgmma where the arch has it */
     int fp4 = ab == FM_ELEM_NVFP4 || ab == FM_ELEM_MXFP4;
     size_t ns = 0, nw = 0;
-    const fm_swapab_tile *sw = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_SWAPAB, &ns);
-    const fm_swapab_tile *wg = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_WGMMA, &nw);
+    const fm_tile *sw = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_SWAPAB, &ns);
+    const fm_tile *wg = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_WGMMA, &nw);
     if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB)) || !fp4) ns = 0;
     if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_WGMMA)) || !fp4) nw = 0;
     fm_status wg_arch = FM_OK;
@@ -171,7 +171,7 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
             } else c.cfg.schedule = t[0] < 128 ? FM_SCHED_PINGPONG : FM_SCHED_COOP;
         } else {
             int is_sw = i < nt + ns;
-            const fm_swapab_tile *t = is_sw ? &sw[i - nt] : &wg[i - nt - ns];
+            const fm_tile *t = is_sw ? &sw[i - nt] : &wg[i - nt - ns];
             c.cfg.family = is_sw ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
             c.cfg.tile_m = 8 * t->nt, c.cfg.tile_n = t->warps * t->mt * 16, c.cfg.tile_k = t->kc;
             c.cfg.warps = t->warps, c.cfg.stages = t->stages, c.cfg.persistent = t->persist;

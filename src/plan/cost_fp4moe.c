@@ -81,7 +81,7 @@ typedef struct {
 typedef struct {
     fm_kernel_family family;
     int              warps, mt, nt, kc, stages;
-    int              flag; /* mma: the multi-block kernel; wgmma: packed X (2: the persistent kernel) */
+    fm_kernel_variant variant;
     double           eff;
 } fm_cost_eff;
 
@@ -90,7 +90,7 @@ typedef struct {
 typedef struct {
     fm_kernel_family family;
     int              warps, mt, nt, kc, stages;
-    int              flag; /* mma: the multi-block kernel; wgmma: packed X (warp-specialized; 2: persistent) */
+    fm_kernel_variant variant;
     int              regs; /* per thread (ptxas) */
 } fm_kernel_regs;
 
@@ -102,25 +102,33 @@ typedef struct {
 
 static int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
-/* gemm_swapab.cu swapab_min_blocks: the launch bounds' blocks per SM */
-static int swapab_min_blocks(const fm_swapab_tile *t)
+/* the swapab kernel's launch-bounds blocks per SM (gemm_swapab.cu expands the same macro) */
+static int swapab_min_blocks(const fm_tile *t)
 {
-    int smem = t->stages * (t->warps * t->mt * (t->kc / 64) * 576 + 8 * t->nt * (2 * t->kc + 16)) + 1024;
-    int b = t->nt > 2 ? 1 : 225 * 1024 / smem;
-    int r = 65536 / (t->warps * 32 * 64);
-    if (b > r) b = r;
-    return b < 1 ? 1 : (b > 8 ? 8 : b);
+    return FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages);
 }
 
-static double efficiency(fm_kernel_family fam, const fm_swapab_tile *t, int flag)
+static double efficiency(const fm_tile *t, fm_kernel_variant v)
 {
     for (size_t i = 0; i < FM_ARRAY_LEN(k_eff_h200); i++) {
         const fm_cost_eff *e = &k_eff_h200[i];
-        if (e->family == fam && e->warps == t->warps && e->mt == t->mt && e->nt == t->nt && e->kc == t->kc &&
-            e->stages == t->stages && e->flag == flag)
+        if (e->variant == v && e->warps == t->warps && e->mt == t->mt && e->nt == t->nt && e->kc == t->kc &&
+            e->stages == t->stages)
             return e->eff;
     }
     return 1.0;
+}
+
+fm_kernel_family fm_variant_family(fm_kernel_variant v)
+{
+    return v == FM_VARIANT_MMA || v == FM_VARIANT_MMA_MULTI_BLOCK ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
+}
+
+fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed)
+{
+    if (fam == FM_FAMILY_FP4MOE_SWAPAB) return feature_blocks > 1 ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
+    if (t && t->persist) return FM_VARIANT_WGMMA_PERSISTENT;
+    return x_packed ? FM_VARIANT_WGMMA_PACKED_X : FM_VARIANT_WGMMA_NATURAL_X;
 }
 
 int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t k, int64_t experts, int sms)
@@ -133,27 +141,27 @@ int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t
     return ctas >= 8 ? 8 : (ctas >= 2 ? (int)ctas : 1);
 }
 
-int fm_fp4moe_kernel_regs(fm_kernel_family fam, const fm_swapab_tile *t, int flag)
+int fm_fp4moe_kernel_regs(const fm_tile *t, fm_kernel_variant v)
 {
     for (size_t i = 0; i < FM_ARRAY_LEN(k_regs_sm90); i++) {
         const fm_kernel_regs *r = &k_regs_sm90[i];
-        if (r->family == fam && r->warps == t->warps && r->mt == t->mt && r->nt == t->nt && r->kc == t->kc &&
-            r->stages == t->stages && r->flag == flag)
+        if (r->variant == v && r->warps == t->warps && r->mt == t->mt && r->nt == t->nt && r->kc == t->kc &&
+            r->stages == t->stages)
             return r->regs;
     }
     return 0;
 }
 
-int fm_fp4moe_occupancy(const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t, int flag,
-                        size_t smem)
+int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_variant v, size_t smem)
 {
-    int mma = fam == FM_FAMILY_FP4MOE_SWAPAB;
-    int warps = mma ? t->warps : (flag ? t->warps + 4 : t->warps); /* the packed-X kernel's producer warpgroup */
+    int mma = fm_variant_family(v) == FM_FAMILY_FP4MOE_SWAPAB;
+    int ws = v == FM_VARIANT_WGMMA_PACKED_X || v == FM_VARIANT_WGMMA_PERSISTENT;
+    int warps = ws ? t->warps + 4 : t->warps; /* the packed-X kernels' producer warpgroup */
     int o = (int)(arch->smem_per_sm / (smem + arch->smem_reserved));
     int thr = arch->max_threads_sm / (warps * 32);
     if (o > thr) o = thr;
     if (o > arch->max_blocks_sm) o = arch->max_blocks_sm;
-    int regs = fm_fp4moe_kernel_regs(fam, t, flag);
+    int regs = fm_fp4moe_kernel_regs(t, v);
     if (regs > 0) { /* registers per warp in 256-register units */
         int per_warp = (regs * 32 + 255) / 256 * 256;
         int by_regs = arch->regs_sm / per_warp / warps;
@@ -166,7 +174,7 @@ int fm_fp4moe_occupancy(const fm_arch_info *arch, fm_kernel_family fam, const fm
 }
 
 /* CTAs per SM and the model's time of one candidate. */
-static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t,
+static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_family fam, const fm_tile *t,
                       size_t smem, int nb, int packed, double sf, int64_t m, int64_t n, int64_t k, int64_t experts,
                       int *occ)
 {
@@ -179,7 +187,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(k, KC), chunks = KC / 64;
     /* X bytes a stage: the pass's valid rows (rows past an expert's count are not read) */
     double wst = (double)F * KC * (0.5 + sf), xst = (double)m / passes * KC * 2;
-    int    o = fm_fp4moe_occupancy(arch, fam, t, mma ? nb > 1 : (t->persist ? 2 : packed), smem);
+    int    o = fm_fp4moe_occupancy(arch, t, fm_variant_of(fam, t, nb, packed), smem);
     if (o < 1) o = 1;
     double ctas, iss, tc;
     if (mma) {
@@ -205,9 +213,9 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     *occ = o;
     if (t->persist) { /* one CTA per SM over all tiles: the fixed latency once */
         double t_tile = P->l0pp + P->pov * (P->ltok * TOK * MT + out) + P->lmt * (MT - 1) + P->pps * nks * ps;
-        return ((P->l0p + (waves > 1 ? waves : 1) * t_tile) * 1e6 + P->launch) * efficiency(fam, t, 2);
+        return ((P->l0p + (waves > 1 ? waves : 1) * t_tile) * 1e6 + P->launch) * efficiency(t, FM_VARIANT_WGMMA_PERSISTENT);
     }
-    return ((waves > 1 ? waves : 1) * t_cta * 1e6 + P->launch) * efficiency(fam, t, mma ? nb > 1 : packed);
+    return ((waves > 1 ? waves : 1) * t_cta * 1e6 + P->launch) * efficiency(t, fm_variant_of(fam, t, nb, packed));
 }
 
 static int by_est(const void *pa, const void *pb)
@@ -263,9 +271,9 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
         fm_kernel_family fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
         if (f ? !wg : q->x_packed) continue;
         size_t nt = 0;
-        const fm_swapab_tile *tiles = f ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
+        const fm_tile *tiles = f ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
         for (size_t i = 0; i < nt; i++) {
-            const fm_swapab_tile *t = &tiles[i];
+            const fm_tile *t = &tiles[i];
             fm_smem_breakdown bd;
             fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_swapab(t, &bd);
             if (st != FM_OK) return st; /* a compiled tile outside its model: a bug, said as it is */
@@ -302,7 +310,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                 c->smem_bytes = bd.total;
                 c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], q->x_packed, sf, rows, n, k, experts,
                                     &c->ctas_per_sm);
-                c->efficiency = efficiency(fam, t, f ? (t->persist ? 2 : q->x_packed) : nbs[j] > 1);
+                c->efficiency = efficiency(t, fm_variant_of(fam, t, nbs[j], q->x_packed));
             }
         }
     }

@@ -16,6 +16,8 @@
  *        that the 16-byte fragment reads are free of bank conflicts
  *
  *   dynamic smem = stages * (warps*mt*(kc/64)*(512 + 64) + 8*nt*(2*kc + 16))
+ * (FM_SWAPAB_SMEM: fm_tile_layout.h has both families' stage layouts, which the
+ * kernels' offsets expand too; fm_tiles.def lists the compiled tiles.)
  */
 #ifndef FM_KERNELS_SMEM_H
 #define FM_KERNELS_SMEM_H
@@ -25,44 +27,30 @@
 #include "fp4moe/plan.h"
 #include "fp4moe/smem.h"
 #include "fp4moe/status.h"
+#include "plan/fm_tile_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A tile configuration of the swapab family.
- *   warps   warps per CTA (1..8); the CTA covers warps*mt*16 output features
- *   mt      16-row weight tiles per warp (1, 2 or 4); with the SwiGLU epilogue
- *           the first mt/2 are gate rows and the last mt/2 the matching up rows
- *   nt      8-token MMA fragments per pass (1, 2, 4 or 8): 8*nt rows of an expert
- *           per pass; more rows loop over passes
- *   kc      K per pipeline stage, a multiple of 64 (64..1024)
- *   stages  X staging stages (1..8)
- *   persist wgmma only: 1 = the persistent kernel (one CTA per SM looping over
- *           tiles, its own epilogue buffer; packed X only); 0 for every other
- *           tile (a positional initializer of the first five fields) */
-typedef struct {
-    int warps;
-    int mt;
-    int nt;
-    int kc;
-    int stages;
-    int persist;
-} fm_swapab_tile;
-
-#define FM_SWAPAB_ROW_PAD 16 /* bytes of padding per staged X row: breaks the 8-way bank conflict */
+/* A tile of either family is an fm_tile (fp4moe/plan.h: fields, name, parser,
+ * equality). The fields' ranges per family: swapab warps 1..8, mt 1/2/4 (with the
+ * SwiGLU epilogue the first mt/2 bands are gate rows and the last mt/2 the matching up
+ * rows), nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0; wgmma below.
+ * fm_swapab_tile is its former name, kept while src/cuda/backend_cuda.c and src/sim use it. */
+typedef fm_tile fm_swapab_tile;
 
 /* Fill *out for tile t. Returns FM_OK, FM_ERR_INVALID_ARG (NULL) or
  * FM_ERR_BAD_SHAPE (a field outside the ranges above; *out untouched). */
-fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
+fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out);
 
 /* Family "wgmma" (src/cuda/gemm_wgmma.cu, sm_90a only): the same swap-AB
  * tile read by warpgroup MMAs. The dequantized weights are wgmma's A operand
  * straight from registers (a warp's 16 rows of each m64 tile are exactly the
  * mma.sync A fragment the prepacked layout gives a lane), the token tile is
  * its B operand, read by the tensor cores from shared memory in the
- * no-swizzle core-matrix layout (8 tokens x 16 B per 128-B core matrix, no
- * padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
+ * 128-byte-swizzled K-major layout (a token row's 64 K = one 128-B line, 8 rows
+ * = one 1 KB atom, no padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
  * warpgroups), mt = 64-feature tiles per warpgroup = 16-row bands per warp
  * (1 or 2), nt = 8-token groups per pass (wgmma N = 8*nt: 1..32, a power of 2),
  * kc (64..256, step 64), stages (4..8). Each stage (weights by cp.async, the
@@ -79,37 +67,52 @@ fm_status fm_smem_swapab(const fm_swapab_tile *t, fm_smem_breakdown *out);
  * its own between the stages and the mbarriers:
  *   epilogue = 8*nt * (2 * warps*mt*16 + 16)   (token rows of BF16 features, +16 B a row)
  * counted as epi_d. */
-fm_status fm_smem_wgmma(const fm_swapab_tile *t, fm_smem_breakdown *out);
-fm_status fm_smem_wgmma_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
+fm_status fm_smem_wgmma(const fm_tile *t, fm_smem_breakdown *out);
+fm_status fm_smem_wgmma_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
 /* The compiled wgmma instantiations, fastest-first per regime (see the .c). */
-const fm_swapab_tile *fm_wgmma_tiles(size_t *count);
-/* "wgmma_w8m2n16k64s4" (persistent: "wgmma_w8m1n32k64s4p") into buf. Returns buf. */
-char *fm_wgmma_tile_name(const fm_swapab_tile *t, char *buf, size_t n);
+const fm_tile *fm_wgmma_tiles(size_t *count);
+/* fm_tile_name with the family set to wgmma: "wgmma_w8m2n16k64s4" (persistent:
+ * "wgmma_w8m1n32k64s4p") into buf. Returns buf. */
+char *fm_wgmma_tile_name(const fm_tile *t, char *buf, size_t n);
 
 /* fm_smem_swapab and a limit check: FM_ERR_SMEM_EXCEEDED (with the breakdown in
  * the detail message, *out still filled) when out->total > limit_bytes. */
-fm_status fm_smem_swapab_check(const fm_swapab_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
+fm_status fm_smem_swapab_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
 
 /* The tile configurations compiled into the library (the planner's candidates),
  * in the order the default heuristic prefers for small batches. *count gets the
  * number of entries. Never NULL. */
-const fm_swapab_tile *fm_swapab_tiles(size_t *count);
+const fm_tile *fm_swapab_tiles(size_t *count);
 /* 1 if the compiled swapab tile t also has the multi-block kernel (feature
  * blocks > 1, gemm_swapab.cu's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
  * the two lists agree), else 0. */
-int fm_swapab_tile_has_mb(const fm_swapab_tile *t);
-/* CTAs per SM of a compiled fp4moe kernel with `smem` bytes of dynamic shared
- * memory on arch (src/plan/cost_fp4moe.c): the fewest of what shared memory,
- * registers (the sm_90a ptxas counts, fp4moe_regs_sm90.inc), threads and block
- * slots allow; flag: mma = the multi-block kernel, wgmma = the packed-X
- * (warp-specialized, +4 producer warps) kernel. 0 if nothing fits. */
-int fm_fp4moe_occupancy(const fm_arch_info *arch, fm_kernel_family fam, const fm_swapab_tile *t, int flag,
-                        size_t smem);
+int fm_swapab_tile_has_mb(const fm_tile *t);
+/* Which compiled kernel of a tile runs: each tile has one to three (fm_tiles.def),
+ * and registers (fp4moe_regs_sm90.inc), fitted efficiencies (fp4moe_cost_h200.inc)
+ * and occupancy are per kernel. */
+typedef enum {
+    FM_VARIANT_MMA = 0,          /* mma.sync, one feature block per CTA */
+    FM_VARIANT_MMA_MULTI_BLOCK,  /* mma.sync, feature_blocks > 1 (rows with mb = 1) */
+    FM_VARIANT_WGMMA_NATURAL_X,  /* wgmma single-role kernel: X in natural column order */
+    FM_VARIANT_WGMMA_PACKED_X,   /* wgmma warp-specialized kernel: packed X, + a producer warpgroup */
+    FM_VARIANT_WGMMA_PERSISTENT, /* its persistent form (rows with persist = 1; packed X only) */
+    FM_VARIANT_COUNT
+} fm_kernel_variant;
+/* The family a variant belongs to (FM_FAMILY_FP4MOE_SWAPAB or _WGMMA). */
+fm_kernel_family fm_variant_family(fm_kernel_variant v);
+/* The variant that runs tile t of family fam: mma with feature_blocks > 1 = the
+ * multi-block kernel; wgmma: persistent for persist = 1, else packed or natural X. */
+fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed);
+/* CTAs per SM of kernel v of tile t with `smem` bytes of dynamic shared memory on
+ * arch (src/plan/cost_fp4moe.c): the fewest of what shared memory, registers (the
+ * sm_90a ptxas counts, fp4moe_regs_sm90.inc), threads (the packed-X wgmma kernels
+ * count their producer warpgroup) and block slots allow. 0 if nothing fits. */
+int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_variant v, size_t smem);
 /* Registers per thread of that kernel in the sm_90a table (0: not in it). */
-int fm_fp4moe_kernel_regs(fm_kernel_family fam, const fm_swapab_tile *t, int flag);
+int fm_fp4moe_kernel_regs(const fm_tile *t, fm_kernel_variant v);
 
-/* "swapab_w4m1n1k256s4" into buf (NUL-terminated, truncated to n). Returns buf. */
-char *fm_swapab_tile_name(const fm_swapab_tile *t, char *buf, size_t n);
+/* fm_tile_name with the family set to swapab: "swapab_w4m1n1k256s4". Returns buf. */
+char *fm_swapab_tile_name(const fm_tile *t, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -81,9 +81,9 @@ fm_status fm_epilogue_parse(const char *s, fm_epilogue *out)
 }
 
 /* "128x256x128": three whole positive numbers separated by 'x'. */
-fm_status fm_tile_parse(const char *s, int *m, int *n, int *k)
+fm_status fm_tile_shape_parse(const char *s, int *m, int *n, int *k)
 {
-    if (!s || !m || !n || !k) return fm_fail(FM_ERR_INVALID_ARG, "fm_tile_parse: NULL argument");
+    if (!s || !m || !n || !k) return fm_fail(FM_ERR_INVALID_ARG, "fm_tile_shape_parse: NULL argument");
     long v[3];
     const char *p = s;
     for (int i = 0; i < 3; i++) {

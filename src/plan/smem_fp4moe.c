@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "plan/fm_kernels_smem.h"
-#include "plan_internal.h"
+#include "plan_family.h"
 
 /* One of fp4moe's own families: its functions in fm_kernels_smem.c and its limits
  * (the ranges those functions accept, so the planner can name the bad field). */
@@ -37,9 +37,9 @@ typedef struct {
     unsigned         warps_mask;    /* bit w: w warps allowed */
     const char      *warps_text;    /* the allowed warps, in words */
     int              max_mt, max_nt, max_kc;
-    const fm_swapab_tile *(*tiles)(size_t *count);
-    fm_status (*smem)(const fm_swapab_tile *t, fm_smem_breakdown *out);
-    char *(*tile_name)(const fm_swapab_tile *t, char *buf, size_t n);
+    const fm_tile *(*tiles)(size_t *count);
+    fm_status (*smem)(const fm_tile *t, fm_smem_breakdown *out);
+    char *(*tile_name)(const fm_tile *t, char *buf, size_t n);
 } own_family;
 
 static const own_family k_swapab = {FM_FAMILY_FP4MOE_SWAPAB, "fp4moe-swapab", 4, 0x1FEu, "1..8", 4, 8, 1024,
@@ -52,15 +52,15 @@ static const own_family *fam_of(fm_kernel_family f) { return f == FM_FAMILY_FP4M
 
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
 
-static fm_swapab_tile to_tile(const fm_kernel_config *c)
+static fm_tile to_tile(const fm_kernel_config *c)
 {
     const own_family *F = fam_of(c->family);
     int w = c->warps ? c->warps : F->default_warps;
-    fm_swapab_tile t = {w, c->tile_n / (16 * w), c->tile_m / 8, c->tile_k, c->stages, c->persistent != 0};
+    fm_tile t = {w, c->tile_n / (16 * w), c->tile_m / 8, c->tile_k, c->stages, c->persistent != 0, F->family};
     return t;
 }
 
-const fm_swapab_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count)
+const fm_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count)
 {
     if (!fm_family_is_fp4moe(f)) {
         if (count) *count = 0;
@@ -84,8 +84,8 @@ fm_status fm_fp4moe_arch_check(fm_kernel_family f, const fm_arch_info *arch)
 int fm_fp4moe_compiled(const fm_kernel_config *cfg)
 {
     size_t n = 0;
-    const fm_swapab_tile *t = fam_of(cfg->family)->tiles(&n);
-    fm_swapab_tile x = to_tile(cfg);
+    const fm_tile *t = fam_of(cfg->family)->tiles(&n);
+    fm_tile x = to_tile(cfg);
     for (size_t i = 0; i < n; i++)
         if (t[i].warps == x.warps && t[i].mt == x.mt && t[i].nt == x.nt && t[i].kc == x.kc &&
             (x.stages == 0 || t[i].stages == x.stages) && t[i].persist == x.persist)
@@ -96,7 +96,7 @@ int fm_fp4moe_compiled(const fm_kernel_config *cfg)
 static void list_compiled(const own_family *F, char *buf, size_t cap)
 {
     size_t n = 0, used = 0;
-    const fm_swapab_tile *t = F->tiles(&n);
+    const fm_tile *t = F->tiles(&n);
     buf[0] = 0;
     for (size_t i = 0; i < n && used + 1 < cap; i++) {
         int w = snprintf(buf + used, cap - used, "%s%dx%dx%d/w%d/s%d%s", i ? " " : "", 8 * t[i].nt,
@@ -136,7 +136,7 @@ fm_status fm_resolve_fp4moe(fm_kernel_config *c)
                        nm, c->tile_m, c->tile_n, c->tile_k, 8 * F->max_nt, w, F->max_mt, F->max_kc, list);
     }
     if (c->stages) {
-        fm_swapab_tile t = to_tile(c);
+        fm_tile t = to_tile(c);
         fm_smem_breakdown bd;
         FM_CHECK(F->smem(&t, &bd)); /* FM_ERR_BAD_SHAPE with the ranges (stages) */
     }
@@ -158,7 +158,7 @@ fm_status fm_resolve_fp4moe(fm_kernel_config *c)
 fm_status fm_model_fp4moe(const fm_kernel_config *cfg, fm_model_out *o)
 {
     const own_family *F = fam_of(cfg->family);
-    fm_swapab_tile t = to_tile(cfg);
+    fm_tile t = to_tile(cfg);
     FM_CHECK(F->smem(&t, &o->bd)); /* the launcher's own function */
     int i = fm_fp4moe_compiled(cfg);
     o->auto_stages = i < 0 ? 0 : F->tiles(NULL)[i].stages;
@@ -174,7 +174,7 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
     const own_family *F = fam_of(r->family);
     int wg = F->family == FM_FAMILY_FP4MOE_WGMMA;
     const fm_smem_breakdown *b = &m->bd;
-    fm_swapab_tile t = to_tile(r);
+    fm_tile t = to_tile(r);
     char name[64];
     F->tile_name(&t, name, sizeof name);
     res->auto_stages = m->auto_stages;
@@ -208,7 +208,7 @@ void fm_check_fp4moe(const fm_kernel_config *r, const fm_model_out *m, size_t li
     /* the fix: the widest compiled tile of the family (and kind: persistent or not) with the
      * same tokens per pass that fits */
     size_t n = 0;
-    const fm_swapab_tile *c = F->tiles(&n);
+    const fm_tile *c = F->tiles(&n);
     int best = -1;
     size_t best_bytes = 0;
     for (size_t i = 0; i < n; i++) {

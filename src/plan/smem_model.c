@@ -32,12 +32,125 @@ void fm_kernel_config_init(fm_kernel_config *cfg)
     cfg->cutlass = 420;
 }
 
+static fm_status validate_sm120(fm_kernel_config *c, const fm_arch_info *arch)
+{
+    (void)arch;
+    if (c->cluster_m * c->cluster_n != 1)
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "SM120 GEMMs run 1x1x1 clusters (no multicast on this arch)");
+    if (c->schedule == FM_SCHED_AUTO) c->schedule = FM_SCHED_COOP;
+    if (c->schedule != FM_SCHED_COOP && c->schedule != FM_SCHED_PINGPONG)
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "SM120 schedules are coop or pingpong, not %s",
+                       fm_schedule_name(c->schedule));
+    {
+        int nv = c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4;
+        int mx = (c->a == FM_ELEM_MXFP4 || c->a == FM_ELEM_FP8) && (c->b == FM_ELEM_MXFP4 || c->b == FM_ELEM_FP8);
+        if (!nv && !mx)
+            return fm_fail(FM_ERR_ARCH_MISMATCH,
+                           "SM120 block-scaled MMA takes nvfp4 x nvfp4 or MX operands (mxfp4/fp8), not %s x %s",
+                           fm_elem_name(c->a), fm_elem_name(c->b));
+        if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
+            return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
+        int vec = nv ? 16 : 32;
+        if (c->tile_k < 64 || c->tile_k % (4 * vec))
+            return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d must be a multiple of %d (4 scale factors of %d)",
+                           c->tile_k, 4 * vec, vec);
+    }
+    return FM_OK;
+}
+
+static fm_status validate_sm90(fm_kernel_config *c, const fm_arch_info *arch)
+{
+    (void)arch;
+    if (c->schedule == FM_SCHED_AUTO) c->schedule = FM_SCHED_COOP;
+    if (c->schedule != FM_SCHED_COOP && c->schedule != FM_SCHED_PINGPONG)
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "SM90 schedules are coop or pingpong");
+    if (c->a != c->b || (c->a != FM_ELEM_BF16 && c->a != FM_ELEM_FP16 && c->a != FM_ELEM_FP8))
+        return fm_fail(FM_ERR_ARCH_MISMATCH,
+                       "sm_90 has no FP4 tensor cores: the SM90 family takes bf16/fp16/fp8 pairs, not %s x %s",
+                       fm_elem_name(c->a), fm_elem_name(c->b));
+    if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
+        return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
+    if ((size_t)c->tile_k * fm_elem_bits(c->a) / 8 < 64)
+        return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d is under one 64-byte swizzle row", c->tile_k);
+    return FM_OK;
+}
+
+static fm_status validate_sm100(fm_kernel_config *c, const fm_arch_info *arch)
+{
+    (void)arch;
+    if (c->schedule == FM_SCHED_AUTO) c->schedule = c->tile_m == 256 ? FM_SCHED_2SM : FM_SCHED_1SM;
+    if (c->schedule != FM_SCHED_1SM && c->schedule != FM_SCHED_2SM)
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "SM100 schedules are 1sm or 2sm, not %s", fm_schedule_name(c->schedule));
+    if (!((c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4) || (c->a == FM_ELEM_MXFP4 && c->b == FM_ELEM_MXFP4))) {
+        if (c->a == FM_ELEM_FP8 || c->b == FM_ELEM_FP8)
+            return fm_fail(FM_ERR_UNSUPPORTED, "SM100 MXF8F6F4 (fp8 x fp4) is not modelled; nvfp4 or mxfp4 pairs are");
+        return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM100 block-scaled family takes nvfp4 or mxfp4 pairs, not %s x %s",
+                       fm_elem_name(c->a), fm_elem_name(c->b));
+    }
+    if (c->schedule == FM_SCHED_1SM ? c->tile_m != 128 : (c->tile_m != 256 || c->cluster_m % 2))
+        return fm_fail(FM_ERR_BAD_SHAPE,
+                       "SM100 block-scaled tiles are 128xN with 1sm, 256xN with 2sm and an even cluster M "
+                       "(got %dx%d, %s, cluster %dx%d)",
+                       c->tile_m, c->tile_n, fm_schedule_name(c->schedule), c->cluster_m, c->cluster_n);
+    if (c->tile_n < 64)
+        return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile N=%d: use 64, 128 or 256", c->tile_n);
+    if (c->tile_k != 128 && c->tile_k != 256)
+        return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile K=%d: use 128 or 256", c->tile_k);
+    if (c->epilogue == FM_EPI_FINALIZE)
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "TensorRT-LLM's FINALIZE epilogue on SM100 is not modelled (tma and nosmem are)");
+    if (c->d != FM_ELEM_BF16 && c->d != FM_ELEM_FP16 && c->d != FM_ELEM_FP32)
+        return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue D=%s is not modelled (bf16, fp16, fp32 are)",
+                       fm_elem_name(c->d));
+    if (c->c != FM_ELEM_VOID && c->c != FM_ELEM_BF16 && c->c != FM_ELEM_FP16 && c->c != FM_ELEM_FP32)
+        return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue C=%s is not modelled (void, bf16, fp16, fp32 are)",
+                       fm_elem_name(c->c));
+    return FM_OK;
+}
+
+static int runs_sm90(int cc) { return cc == 90; }
+static int runs_sm120(int cc) { return cc == 120 || cc == 121; }
+static int runs_sm100(int cc) { return cc == 100 || cc == 103 || cc == 110; }
+
+/* The planner's kernel families, one row each (adding a family = a row and its
+ * files). cutlass: picked by FM_FAMILY_AUTO on an architecture it runs on (the first
+ * such row), validated by the common CUTLASS rules below and then its own; else the
+ * family resolves itself (fp4moe's own kernels: their tile and arch rules,
+ * smem_fp4moe.c).
+ * Columns: family, cutlass, runs on (and the refusal's text), validate, resolve, model. */
+typedef struct {
+    fm_kernel_family family;
+    int              cutlass;
+    int (*runs_on)(int cc);
+    const char *runs_on_text;
+    fm_status (*validate)(fm_kernel_config *c, const fm_arch_info *arch);
+    fm_status (*resolve)(fm_kernel_config *c);
+    fm_status (*model)(const fm_kernel_config *c, fm_model_out *out);
+} family_row;
+
+static const family_row k_families[] = {
+    {FM_FAMILY_CUTLASS_SM90, 1, runs_sm90, "the SM90 wgmma family runs on sm_90 only", validate_sm90, NULL,
+     fm_model_cutlass_sm90},
+    {FM_FAMILY_CUTLASS_SM120, 1, runs_sm120, "the SM120 block-scaled family runs on sm_120/sm_121", validate_sm120,
+     NULL, fm_model_cutlass_sm120},
+    {FM_FAMILY_CUTLASS_SM100, 1, runs_sm100, "the SM100 UMMA family runs on sm_100/sm_103/sm_110", validate_sm100,
+     NULL, fm_model_cutlass_sm100},
+    {FM_FAMILY_FP4MOE_SWAPAB, 0, NULL, NULL, NULL, fm_resolve_fp4moe, fm_model_fp4moe},
+    {FM_FAMILY_FP4MOE_WGMMA, 0, NULL, NULL, NULL, fm_resolve_fp4moe, fm_model_fp4moe},
+};
+
+static const family_row *family_of(fm_kernel_family f)
+{
+    for (size_t i = 0; i < FM_ARRAY_LEN(k_families); i++)
+        if (k_families[i].family == f) return &k_families[i];
+    return NULL;
+}
+
 /* The one place that maps an architecture to its CUTLASS family (FM_FAMILY_AUTO: none). */
 fm_kernel_family fm_family_for_cc(int cc)
 {
-    if (cc == 90) return FM_FAMILY_CUTLASS_SM90;
-    if (cc == 120 || cc == 121) return FM_FAMILY_CUTLASS_SM120;
-    if (cc == 100 || cc == 103 || cc == 110) return FM_FAMILY_CUTLASS_SM100;
+    for (size_t i = 0; i < FM_ARRAY_LEN(k_families); i++)
+        if (k_families[i].cutlass && k_families[i].runs_on(cc)) return k_families[i].family;
     return FM_FAMILY_AUTO;
 }
 
@@ -64,7 +177,8 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
                        arch->name);
     if (c->persistent != 0 && c->persistent != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "persistent=%d in fm_kernel_config: 0 or 1", c->persistent);
-    if (fm_family_is_fp4moe(c->family)) return fm_resolve_fp4moe(c); /* their own tile and arch rules */
+    const family_row *own = family_of(c->family);
+    if (own && own->resolve) return own->resolve(c); /* their own tile and arch rules */
     if (c->persistent)
         return fm_fail(FM_ERR_UNSUPPORTED, "%s: persistent is fp4moe-wgmma's kernel variant; CUTLASS's own "
                                            "persistence is its tile scheduler, modelled without this flag",
@@ -83,82 +197,10 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
         c->cluster_m * c->cluster_n > 16)
         return fm_fail(FM_ERR_BAD_SHAPE, "cluster %dx%d: powers of two, at most 16 CTAs", c->cluster_m, c->cluster_n);
 
-    switch (c->family) {
-    case FM_FAMILY_CUTLASS_SM120:
-        if (c->cc != 120 && c->cc != 121)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM120 block-scaled family runs on sm_120/sm_121, not %s",
-                           arch->name);
-        if (c->cluster_m * c->cluster_n != 1)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM120 GEMMs run 1x1x1 clusters (no multicast on this arch)");
-        if (c->schedule == FM_SCHED_AUTO) c->schedule = FM_SCHED_COOP;
-        if (c->schedule != FM_SCHED_COOP && c->schedule != FM_SCHED_PINGPONG)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM120 schedules are coop or pingpong, not %s",
-                           fm_schedule_name(c->schedule));
-        {
-            int nv = c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4;
-            int mx = (c->a == FM_ELEM_MXFP4 || c->a == FM_ELEM_FP8) && (c->b == FM_ELEM_MXFP4 || c->b == FM_ELEM_FP8);
-            if (!nv && !mx)
-                return fm_fail(FM_ERR_ARCH_MISMATCH,
-                               "SM120 block-scaled MMA takes nvfp4 x nvfp4 or MX operands (mxfp4/fp8), not %s x %s",
-                               fm_elem_name(c->a), fm_elem_name(c->b));
-            if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
-                return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
-            int vec = nv ? 16 : 32;
-            if (c->tile_k < 64 || c->tile_k % (4 * vec))
-                return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d must be a multiple of %d (4 scale factors of %d)",
-                               c->tile_k, 4 * vec, vec);
-        }
-        break;
-    case FM_FAMILY_CUTLASS_SM90:
-        if (c->cc != 90)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM90 wgmma family runs on sm_90 only, not %s", arch->name);
-        if (c->schedule == FM_SCHED_AUTO) c->schedule = FM_SCHED_COOP;
-        if (c->schedule != FM_SCHED_COOP && c->schedule != FM_SCHED_PINGPONG)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM90 schedules are coop or pingpong");
-        if (c->a != c->b || (c->a != FM_ELEM_BF16 && c->a != FM_ELEM_FP16 && c->a != FM_ELEM_FP8))
-            return fm_fail(FM_ERR_ARCH_MISMATCH,
-                           "sm_90 has no FP4 tensor cores: the SM90 family takes bf16/fp16/fp8 pairs, not %s x %s",
-                           fm_elem_name(c->a), fm_elem_name(c->b));
-        if (c->schedule == FM_SCHED_COOP && c->tile_m < 128)
-            return fm_fail(FM_ERR_BAD_SHAPE, "the cooperative schedule needs tile M >= 128 (use pingpong)");
-        if ((size_t)c->tile_k * fm_elem_bits(c->a) / 8 < 64)
-            return fm_fail(FM_ERR_BAD_SHAPE, "tile K=%d is under one 64-byte swizzle row", c->tile_k);
-        break;
-    case FM_FAMILY_CUTLASS_SM100:
-        if (c->cc != 100 && c->cc != 103 && c->cc != 110)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM100 UMMA family runs on sm_100/sm_103/sm_110, not %s",
-                           arch->name);
-        if (c->schedule == FM_SCHED_AUTO) c->schedule = c->tile_m == 256 ? FM_SCHED_2SM : FM_SCHED_1SM;
-        if (c->schedule != FM_SCHED_1SM && c->schedule != FM_SCHED_2SM)
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "SM100 schedules are 1sm or 2sm, not %s", fm_schedule_name(c->schedule));
-        if (!((c->a == FM_ELEM_NVFP4 && c->b == FM_ELEM_NVFP4) || (c->a == FM_ELEM_MXFP4 && c->b == FM_ELEM_MXFP4))) {
-            if (c->a == FM_ELEM_FP8 || c->b == FM_ELEM_FP8)
-                return fm_fail(FM_ERR_UNSUPPORTED, "SM100 MXF8F6F4 (fp8 x fp4) is not modelled; nvfp4 or mxfp4 pairs are");
-            return fm_fail(FM_ERR_ARCH_MISMATCH, "the SM100 block-scaled family takes nvfp4 or mxfp4 pairs, not %s x %s",
-                           fm_elem_name(c->a), fm_elem_name(c->b));
-        }
-        if (c->schedule == FM_SCHED_1SM ? c->tile_m != 128 : (c->tile_m != 256 || c->cluster_m % 2))
-            return fm_fail(FM_ERR_BAD_SHAPE,
-                           "SM100 block-scaled tiles are 128xN with 1sm, 256xN with 2sm and an even cluster M "
-                           "(got %dx%d, %s, cluster %dx%d)",
-                           c->tile_m, c->tile_n, fm_schedule_name(c->schedule), c->cluster_m, c->cluster_n);
-        if (c->tile_n < 64)
-            return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile N=%d: use 64, 128 or 256", c->tile_n);
-        if (c->tile_k != 128 && c->tile_k != 256)
-            return fm_fail(FM_ERR_BAD_SHAPE, "SM100 block-scaled tile K=%d: use 128 or 256", c->tile_k);
-        if (c->epilogue == FM_EPI_FINALIZE)
-            return fm_fail(FM_ERR_UNSUPPORTED,
-                           "TensorRT-LLM's FINALIZE epilogue on SM100 is not modelled (tma and nosmem are)");
-        if (c->d != FM_ELEM_BF16 && c->d != FM_ELEM_FP16 && c->d != FM_ELEM_FP32)
-            return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue D=%s is not modelled (bf16, fp16, fp32 are)",
-                           fm_elem_name(c->d));
-        if (c->c != FM_ELEM_VOID && c->c != FM_ELEM_BF16 && c->c != FM_ELEM_FP16 && c->c != FM_ELEM_FP32)
-            return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue C=%s is not modelled (void, bf16, fp16, fp32 are)",
-                           fm_elem_name(c->c));
-        break;
-    default:
-        return fm_fail(FM_ERR_INVALID_ARG, "unknown kernel family");
-    }
+    const family_row *F = family_of(c->family);
+    if (!F || !F->validate) return fm_fail(FM_ERR_INVALID_ARG, "unknown kernel family");
+    if (!F->runs_on(c->cc)) return fm_fail(FM_ERR_ARCH_MISMATCH, "%s, not %s", F->runs_on_text, arch->name);
+    FM_CHECK(F->validate(c, arch));
     if (c->epilogue == FM_EPI_FINALIZE && c->d != FM_ELEM_VOID) c->d = FM_ELEM_VOID; /* FINALIZE has no D by definition */
     if (c->epilogue == FM_EPI_TMA && c->d == FM_ELEM_VOID)
         return fm_fail(FM_ERR_UNSUPPORTED, "a TMA epilogue without D needs a storing fusion (use --epilogue finalize)");
@@ -169,13 +211,9 @@ fm_status fm_plan_model_resolved(const fm_kernel_config *in, fm_kernel_config *r
 {
     FM_CHECK(resolve(in, resolved));
     memset(out, 0, sizeof *out);
-    switch (resolved->family) {
-    case FM_FAMILY_CUTLASS_SM120: return fm_model_cutlass_sm120(resolved, out);
-    case FM_FAMILY_CUTLASS_SM100: return fm_model_cutlass_sm100(resolved, out);
-    case FM_FAMILY_FP4MOE_SWAPAB:
-    case FM_FAMILY_FP4MOE_WGMMA: return fm_model_fp4moe(resolved, out);
-    default: return fm_model_cutlass_sm90(resolved, out);
-    }
+    const family_row *F = family_of(resolved->family);
+    if (!F) return fm_fail(FM_ERR_INVALID_ARG, "unknown kernel family");
+    return F->model(resolved, out);
 }
 
 fm_status fm_plan_resolve(const fm_kernel_config *in, fm_kernel_config *out)

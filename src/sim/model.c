@@ -73,7 +73,7 @@ void fm_sim_config_default(fm_sim_config *c)
     c->launch_us = 5.0;    /* launch + prologue/epilogue of one grouped GEMM */
 }
 
-static int bad_frac(double x) { return !(x > 0.0 && x <= 1.0); }
+#define RANGE(set, v) FM_CHECK(fm_sim_range_check(set, (double)(v)))
 
 fm_status fm_sim_config_check(const fm_sim_config *c)
 {
@@ -81,64 +81,60 @@ fm_status fm_sim_config_check(const fm_sim_config *c)
     const fm_sim_model *m = &c->model;
     const fm_format_traits *tr = fm_format_traits_get(m->wfmt);
     if (!tr) return fm_fail(FM_ERR_FORMAT, "simulate: unknown weight format %d", (int)m->wfmt);
-    if (m->n_experts < 1 || m->n_experts > FM_SIM_MAX_EXPERTS)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: experts=%d must be in [1, %d]", m->n_experts,
-                       FM_SIM_MAX_EXPERTS);
-    if (m->top_k < 1 || m->top_k > m->n_experts)
+    /* each setting against its row of the range table (ranges.c), then the
+     * limits that tie settings together */
+    RANGE(FM_SIM_SET_EXPERTS, m->n_experts);
+    RANGE(FM_SIM_SET_TOPK, m->top_k);
+    if (m->top_k > m->n_experts)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: top-k=%d must be in [1, experts=%d]", m->top_k, m->n_experts);
-    if (m->hidden < 1 || m->inter < 1 || m->moe_layers < 1)
-        return fm_fail(FM_ERR_BAD_SHAPE, "simulate: hidden=%d, intermediate=%d and layers=%d must all be >= 1",
-                       m->hidden, m->inter, m->moe_layers);
-    if (m->hidden > (1 << 20) || m->inter > (1 << 20) || m->moe_layers > 100000)
-        return fm_fail(FM_ERR_BAD_SHAPE, "simulate: hidden=%d, intermediate=%d or layers=%d is implausibly large",
-                       m->hidden, m->inter, m->moe_layers);
+    RANGE(FM_SIM_SET_HIDDEN, m->hidden);
+    RANGE(FM_SIM_SET_INTER, m->inter);
+    RANGE(FM_SIM_SET_LAYERS, m->moe_layers);
     int blk = tr->block > 0 ? tr->block : 1;
     if (m->hidden % blk || m->inter % blk)
         return fm_fail(FM_ERR_BAD_SHAPE, "simulate: hidden=%d and intermediate=%d must be multiples of the %s block (%d)",
                        m->hidden, m->inter, tr->name, blk);
-    if (m->shared_experts < 0 || m->shared_inter < 0 || (m->shared_experts > 0 && m->shared_inter < 1) ||
-        m->shared_experts > 64 || m->shared_inter > (1 << 20))
-        return fm_fail(FM_ERR_BAD_SHAPE, "simulate: shared experts=%d x intermediate=%d is not valid",
+    RANGE(FM_SIM_SET_SHARED_EXPERTS, m->shared_experts);
+    RANGE(FM_SIM_SET_SHARED_INTER, m->shared_inter);
+    if (m->shared_experts > 0 && m->shared_inter < 1)
+        return fm_fail(FM_ERR_BAD_SHAPE, "simulate: shared experts=%d x intermediate=%d is not valid (--shared-intermediate)",
                        m->shared_experts, m->shared_inter);
-    if (c->gpus < 1 || c->gpus > FM_SIM_MAX_GPUS)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: gpus=%d must be in [1, %d]", c->gpus, FM_SIM_MAX_GPUS);
+    RANGE(FM_SIM_SET_GPUS, c->gpus);
     if (c->parallel != FM_PARALLEL_EP && c->parallel != FM_PARALLEL_TP)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: parallel must be ep or tp");
     if (c->parallel == FM_PARALLEL_EP && m->n_experts % c->gpus)
         return fm_fail(FM_ERR_INVALID_ARG,
                        "simulate: EP degree %d does not divide the %d experts (each GPU must hold the same number)",
                        c->gpus, m->n_experts);
-    if (c->max_running < 1 || c->max_running > FM_SIM_MAX_RUNNING)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: max running requests=%d must be in [1, %d]", c->max_running,
-                       FM_SIM_MAX_RUNNING);
-    if (c->tokens_per_step < 1 || c->tokens_per_step > 64)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: tokens per step=%d must be in [1, 64]", c->tokens_per_step);
-    if (!(c->accepted >= 0.0 && c->accepted <= c->tokens_per_step))
+    RANGE(FM_SIM_SET_MAX_RUNNING, c->max_running);
+    RANGE(FM_SIM_SET_TOKENS_PER_STEP, c->tokens_per_step);
+    RANGE(FM_SIM_SET_ACCEPTED, c->accepted);
+    if (c->accepted > c->tokens_per_step)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: accepted tokens=%g must be in [0, tokens per step=%d]",
                        c->accepted, c->tokens_per_step);
-    if (c->decode_steps < 1 || c->decode_steps > 1024)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: decode steps=%d must be in [1, 1024]", c->decode_steps);
-    if (!(c->round_us >= 0.0 && c->round_us <= 1e9) || !(c->launch_us >= 0.0 && c->launch_us <= 1e6))
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: round overhead=%g us and launch=%g us must be finite, >= 0",
-                       c->round_us, c->launch_us);
-    if (!(c->skew >= 0.0 && c->skew <= FM_SIM_MAX_SKEW))
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: skew=%g must be in [0, %g]", c->skew, FM_SIM_MAX_SKEW);
-    if (c->mc_steps < 0 || c->mc_steps > 100000)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: Monte-Carlo steps=%d must be in [0, 100000]", c->mc_steps);
+    RANGE(FM_SIM_SET_DECODE_STEPS, c->decode_steps);
+    RANGE(FM_SIM_SET_ROUND_US, c->round_us);
+    RANGE(FM_SIM_SET_LAUNCH_US, c->launch_us);
+    RANGE(FM_SIM_SET_SKEW, c->skew);
+    RANGE(FM_SIM_SET_MC, c->mc_steps);
     if (c->kernel != FM_SIM_KERNEL_CUTLASS && c->kernel != FM_SIM_KERNEL_FP4MOE)
         return fm_fail(FM_ERR_INVALID_ARG, "simulate: unknown kernel %d (cutlass or fp4moe)", (int)c->kernel);
-    if (c->tile_m < 0 || c->tile_m > 1024)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: tile rows=%d must be in [0, 1024] (0 = planner)", c->tile_m);
-    if (bad_frac(c->bw_eff) || bad_frac(c->compute_eff))
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: bandwidth efficiency=%g and compute efficiency=%g must be in (0, 1]",
-                       c->bw_eff, c->compute_eff);
-    if (!(c->gpu.mem_gbs > 0.0 && c->gpu.mem_gbs < 1e7) || !(c->gpu.bf16_tflops > 0.0 && c->gpu.bf16_tflops < 1e6))
+    RANGE(FM_SIM_SET_TILE_M, c->tile_m);
+    RANGE(FM_SIM_SET_BW_EFF, c->bw_eff);
+    RANGE(FM_SIM_SET_COMPUTE_EFF, c->compute_eff);
+    /* the GPU figures come from the GPU table, or from a caller's own copy:
+     * finite and positive; a figure so small that times overflow is caught
+     * where the times are computed (FM_ERR_NONFINITE) */
+    if (!(c->gpu.mem_gbs > 0.0 && c->gpu.mem_gbs < 1e7) || !(c->gpu.bf16_tflops > 0.0 && c->gpu.bf16_tflops < 1e6) ||
+        !(c->gpu.fp4_tflops >= 0.0 && c->gpu.fp4_tflops < 1e6))
         return fm_fail(FM_ERR_INVALID_ARG,
-                       "simulate: GPU '%s' has no memory bandwidth (%g GB/s) or BF16 rate (%g TFLOP/s); pick one from "
-                       "the GPU table (--gpu)",
-                       c->gpu.name ? c->gpu.name : "(none)", c->gpu.mem_gbs, c->gpu.bf16_tflops);
+                       "simulate: GPU '%s' has no memory bandwidth (%g GB/s) or BF16 rate (%g TFLOP/s), or an FP4 rate "
+                       "(%g TFLOP/s) that is not a finite number >= 0; pick one from the GPU table (--gpu)",
+                       c->gpu.name ? c->gpu.name : "(none)", c->gpu.mem_gbs, c->gpu.bf16_tflops, c->gpu.fp4_tflops);
     if ((int64_t)c->max_running * c->tokens_per_step > FM_SIM_MAX_TOKENS)
-        return fm_fail(FM_ERR_INVALID_ARG, "simulate: %d requests x %d tokens per step exceeds %d tokens per step",
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "simulate: %d requests x %d tokens per step exceeds %d tokens per step "
+                       "(--max-running-requests x --tokens-per-step)",
                        c->max_running, c->tokens_per_step, FM_SIM_MAX_TOKENS);
     return FM_OK;
 }

@@ -7,7 +7,9 @@
  * file; the script through gnuplot's stdin.  The output is proved writable before
  * gnuplot starts (it creates <png>.part itself), and gnuplot's stdout goes to
  * /dev/null: when `set output` fails gnuplot falls back to stdout, which would
- * pour the PNG into the caller's terminal or pipe.
+ * pour the PNG into the caller's terminal or pipe.  Paths go into the script as
+ * quoted strings (quotes doubled, backslashes as they are); a path with a
+ * newline cannot be quoted and is FM_ERR_INVALID_ARG.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -46,8 +48,39 @@ static int find_gnuplot(char *buf, size_t n)
     return 0;
 }
 
-/* Single quotes are the only thing a gnuplot '...' string cannot hold. */
-static int quotable(const char *s) { return !strchr(s, '\'') && !strchr(s, '\n'); }
+/* A gnuplot '...' string takes every byte as it is (a backslash too) except
+ * the quote itself, written doubled, and a newline, which ends the command:
+ * only that cannot be quoted. */
+static int quotable(const char *s) { return !strchr(s, '\n'); }
+
+static void gp_quoted(FILE *p, const char *s)
+{
+    fputc('\'', p);
+    for (; *s; s++) {
+        if (*s == '\'') fputc('\'', p);
+        fputc(*s, p);
+    }
+    fputc('\'', p);
+}
+
+/* The same for sh's '...' (gnuplot is started through popen): ' becomes '\''. */
+static int sh_quoted(char *buf, size_t n, const char *s)
+{
+    size_t o = 0;
+    buf[o++] = '\'';
+    for (; *s; s++) {
+        if (o + 5 >= n) return 0;
+        if (*s == '\'') {
+            memcpy(buf + o, "'\\''", 4);
+            o += 4;
+        } else
+            buf[o++] = *s;
+    }
+    if (o + 2 >= n) return 0;
+    buf[o++] = '\'';
+    buf[o] = 0;
+    return 1;
+}
 
 fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_result *r, int n,
                       const fm_sim_crossings *x)
@@ -55,7 +88,8 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
     fm_clear_error();
     if (!png || !*png || !c || !r || n < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_plot: NULL argument or no points");
     if (!quotable(png) || strlen(png) > 4000)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_plot: output path too long or containing a quote or newline");
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_plot: the output path is longer than 4000 bytes or holds a newline "
+                                           "(gnuplot's script cannot quote one)");
     char gp[4096];
     if (!find_gnuplot(gp, sizeof gp))
         return fm_fail(FM_ERR_NOT_FOUND, "gnuplot not found (PATH%s); install it: apt-get install gnuplot-nox, "
@@ -96,33 +130,41 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
         unlink(part);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: writing %s failed", data);
     }
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "'%s' >/dev/null", gp);
-    FILE *p = quotable(gp) ? popen(cmd, "w") : NULL;
+    char cmd[4200], qgp[4150];
+    int okq = sh_quoted(qgp, sizeof qgp, gp);
+    snprintf(cmd, sizeof cmd, "%s >/dev/null", qgp);
+    FILE *p = okq ? popen(cmd, "w") : NULL;
     if (!p) {
         unlink(data);
         unlink(part);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: cannot start %s", gp);
     }
-    fprintf(p, "set terminal pngcairo size 1000,800 noenhanced\nset output '%s'\n", part);
-    fprintf(p, "set multiplot layout 2,1 title '%s, %d x %s %s, %d tokens/request/step%s'\n", c->model.name, c->gpus,
-            c->gpu.name && quotable(c->gpu.name) ? c->gpu.name : "gpu", c->parallel == FM_PARALLEL_EP ? "EP" : "TP",
-            c->tokens_per_step, c->skew > 0 ? ", skewed routing" : "");
+    fprintf(p, "set terminal pngcairo size 1000,800 noenhanced\nset output ");
+    gp_quoted(p, part);
+    char title[256];
+    snprintf(title, sizeof title, "%s, %d x %s %s, %d tokens/request/step%s", c->model.name, c->gpus,
+             c->gpu.name && quotable(c->gpu.name) ? c->gpu.name : "gpu", c->parallel == FM_PARALLEL_EP ? "EP" : "TP",
+             c->tokens_per_step, c->skew > 0 ? ", skewed routing" : "");
+    fprintf(p, "\nset multiplot layout 2,1 title ");
+    gp_quoted(p, quotable(title) ? title : "fp4moe simulate");
+    fprintf(p, "\n");
     fprintf(p, "set logscale x 2\nset logscale y 2\nset grid\nset key top left\nset xlabel 'max running requests'\n");
     fprintf(p, "set ylabel 'rows per expert per step'\nset yrange [:128]\n");
     for (int i = 0; x && i < 4; i++)
         if (x->rows_at[i]) fprintf(p, "set arrow from %d, graph 0 to %d, graph 1 nohead dt 3\n", x->rows_at[i], x->rows_at[i]);
-    fprintf(p, "plot '%s' u 1:2 w l lw 2 t 'rows per active expert', '' u 1:3 w l lw 2 t 'rows per expert (all)', "
-               "8 dt 2 t '8/16/32/64', 16 dt 2 notitle, 32 dt 2 notitle, 64 dt 2 notitle\n",
-            data);
+    fprintf(p, "plot ");
+    gp_quoted(p, data);
+    fprintf(p, " u 1:2 w l lw 2 t 'rows per active expert', '' u 1:3 w l lw 2 t 'rows per expert (all)', "
+               "8 dt 2 t '8/16/32/64', 16 dt 2 notitle, 32 dt 2 notitle, 64 dt 2 notitle\n");
     fprintf(p, "unset arrow\nunset logscale y\nset yrange [0:100]\nset ylabel 'percent'\n");
     if (x && x->compute_bound_at)
         fprintf(p, "set arrow from %d, graph 0 to %d, graph 1 nohead lw 2 dt 4\n"
                    "set label 'compute-bound' at %d, graph 0.9 left offset 1,0\n",
                 x->compute_bound_at, x->compute_bound_at, x->compute_bound_at);
-    fprintf(p, "plot '%s' u 1:4 w l lw 2 t 'efficiency (%% of tensor rate)', '' u 1:5 w l lw 2 t 'tile rows wasted', "
-               "'' u 1:6 w l lw 2 t 'bandwidth (%% of listed)'\n",
-            data);
+    fprintf(p, "plot ");
+    gp_quoted(p, data);
+    fprintf(p, " u 1:4 w l lw 2 t 'efficiency (%% of tensor rate)', '' u 1:5 w l lw 2 t 'tile rows wasted', "
+               "'' u 1:6 w l lw 2 t 'bandwidth (%% of listed)'\n");
     fprintf(p, "unset multiplot\n");
     int rc = pclose(p);
     unlink(data);

@@ -112,6 +112,14 @@ static fm_status probs_from_cdf(const fm_sim_config *c, const double *cdf, doubl
         for (int i = 0; i < E; i++) pi[i] = (double)k / E;
         return FM_OK;
     }
+    /* top-k close to E under strong skew makes every draw a walk over E: refuse
+     * what would run for hours (work.c) */
+    double secs = fm_sim_draw_ns(cdf, E, k) * FM_SIM_PI_TOKENS * 1e-9;
+    if (secs > FM_SIM_MAX_SECONDS)
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "simulate: refusing about %.0f min of work (the limit is %.0f min): estimating expert "
+                       "popularity under --skew %g with top-%d of %d experts; lower --topk or --skew",
+                       secs / 60, FM_SIM_MAX_SECONDS / 60, c->skew, k, E);
     unsigned char *taken = calloc((size_t)E, 1);
     int *ids = malloc(sizeof(int) * (size_t)k);
     int64_t *cnt = calloc((size_t)E, sizeof(int64_t));
@@ -124,6 +132,7 @@ static fm_status probs_from_cdf(const fm_sim_config *c, const double *cdf, doubl
     fm_rng rng;
     fm_rng_init(&rng, c->seed ^ 0x9b1d0c0ffee5ull);
     for (int t = 0; t < FM_SIM_PI_TOKENS; t++) {
+        if (t % 1024 == 0) fm_sim_progress(c, "routing", (double)t / FM_SIM_PI_TOKENS);
         fm_sim_pick_topk(&rng, cdf, E, k, taken, ids);
         for (int j = 0; j < k; j++) cnt[ids[j]]++;
     }
@@ -160,6 +169,12 @@ fm_status fm_sim_sample_counts(const fm_sim_config *c, int steps, uint64_t seed,
     fm_status st = FM_OK;
     if (!cdf || !taken || !ids) st = fm_fail(FM_ERR_OOM, "simulate: no memory for %d experts", E);
     if (st == FM_OK) st = fm_sim_popularity_cdf(c, cdf);
+    double secs = st == FM_OK ? fm_sim_draw_ns(cdf, E, k) * T * steps * 1e-9 : 0;
+    if (st == FM_OK && secs > FM_SIM_MAX_SECONDS)
+        st = fm_fail(FM_ERR_INVALID_ARG,
+                     "simulate: refusing about %.0f min of work (the limit is %.0f min): %d steps x %d tokens x "
+                     "top-%d router draws; lower the steps, max_running or tokens_per_step",
+                     secs / 60, FM_SIM_MAX_SECONDS / 60, steps, T, k);
     if (st == FM_OK) {
         fm_rng rng;
         fm_rng_init(&rng, seed);

@@ -110,6 +110,7 @@ static fm_status run_mc(const fm_sim_ctx *x, int T, int groups, int span, int ti
     fm_rng_init(&rng, c->seed * 0x2545f4914f6cdd1dull + (uint64_t)T);
     double sum = 0;
     for (int s = 0; s < c->mc_steps; s++) {
+        fm_sim_progress(c, "Monte-Carlo", (double)s / c->mc_steps);
         memset(counts, 0, sizeof(int32_t) * (size_t)E);
         for (int t = 0; t < T; t++) {
             fm_sim_pick_topk(&rng, x->cdf, E, k, taken, ids);
@@ -117,10 +118,45 @@ static fm_status run_mc(const fm_sim_ctx *x, int T, int groups, int span, int ti
         }
         sum += mc_step_max(x, counts, groups, span, tile_m);
     }
+    fm_sim_progress(c, "Monte-Carlo", 1.0);
     *mean_max = sum / c->mc_steps;
     free(counts);
     free(taken);
     free(ids);
+    return FM_OK;
+}
+
+void fm_sim_progress(const fm_sim_config *c, const char *phase, double done)
+{
+    if (c->progress) c->progress(c->progress_ctx, phase, done);
+}
+
+/* Every figure a point reports must be a number: tiny GPU figures in a caller's
+ * own fm_gpu_info (the check only asks for > 0) overflow the times to Inf. */
+static fm_status result_finite(const fm_sim_config *c, const fm_sim_result *r)
+{
+    const struct {
+        const char *name;
+        double      v;
+    } f[] = {
+        {"rows per expert", r->rows_per_expert}, {"rows per active expert", r->rows_per_active},
+        {"active experts", r->active_experts},   {"waste", r->waste},
+        {"weight MB", r->weight_mb},             {"activation MB", r->act_mb},
+        {"useful GFLOP", r->gflop_useful},       {"issued GFLOP", r->gflop_issued},
+        {"memory time", r->mem_us},              {"compute time", r->compute_us},
+        {"FC1 time", r->fc1_us},                 {"FC2 time", r->fc2_us},
+        {"shared-expert time", r->shared_us},    {"layer time", r->layer_us},
+        {"imbalance", r->imbalance},             {"TFLOP/s", r->tflops},
+        {"efficiency", r->efficiency},           {"bandwidth use", r->bw_util},
+        {"step time", r->step_us},               {"tokens/s", r->tokens_per_s},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].v))
+            return fm_fail(FM_ERR_NONFINITE,
+                           "simulate: the %s at %d requests comes out %g: the GPU's figures (%g GB/s, %g TFLOP/s) "
+                           "and efficiencies (%g, %g) are too small for the model's arithmetic",
+                           f[i].name, r->max_running, f[i].v, c->gpu.mem_gbs, c->gpu.bf16_tflops, c->bw_eff,
+                           c->compute_eff);
     return FM_OK;
 }
 
@@ -202,13 +238,15 @@ fm_status fm_sim_point(const fm_sim_ctx *x, int max_running, int with_dist, int 
     r->step_us = c->model.moe_layers * r->layer_us + c->round_us / c->decode_steps;
     double acc = c->accepted > 0 ? c->accepted : c->tokens_per_step;
     r->tokens_per_s = r->step_us > 0 ? max_running * acc / r->step_us * 1e6 : 0;
-    return FM_OK;
+    return result_finite(c, r);
 }
 
 fm_status fm_sim_run(const fm_sim_config *c, fm_sim_result *out)
 {
     fm_clear_error();
     if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_run: out is NULL");
+    FM_CHECK(fm_sim_config_check(c));
+    FM_CHECK(fm_sim_work_check(c, &c->max_running, 1, 0));
     fm_sim_ctx x;
     FM_CHECK(fm_sim_ctx_init(&x, c));
     fm_sim_result r;
@@ -226,15 +264,21 @@ fm_status fm_sim_sweep(const fm_sim_config *c, const int *mr, int n, fm_sim_resu
         if (mr[i] < 1 || mr[i] > FM_SIM_MAX_RUNNING)
             return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_sweep: max_running[%d]=%d must be in [1, %d]", i, mr[i],
                            FM_SIM_MAX_RUNNING);
+    if (!c) return fm_sim_config_check(c);
     fm_sim_config cc = *c;
-    if (c) cc.max_running = mr[n - 1]; /* the largest must pass the token limit too */
-    for (int i = 0; c && i < n; i++)
+    cc.max_running = mr[n - 1]; /* the largest must pass the token limit too */
+    for (int i = 0; i < n; i++)
         if (mr[i] > cc.max_running) cc.max_running = mr[i];
+    FM_CHECK(fm_sim_config_check(&cc));
+    FM_CHECK(fm_sim_work_check(&cc, mr, n, 0));
     fm_sim_ctx x;
-    FM_CHECK(fm_sim_ctx_init(&x, c ? &cc : NULL));
+    FM_CHECK(fm_sim_ctx_init(&x, &cc));
     fm_sim_result *tmp = malloc(sizeof(fm_sim_result) * (size_t)n);
     fm_status st = tmp ? FM_OK : fm_fail(FM_ERR_OOM, "fm_sim_sweep: no memory");
-    for (int i = 0; i < n && st == FM_OK; i++) st = fm_sim_point(&x, mr[i], 1, 1, &tmp[i]);
+    for (int i = 0; i < n && st == FM_OK; i++) {
+        fm_sim_progress(&cc, "sweep", (double)i / n);
+        st = fm_sim_point(&x, mr[i], 1, 1, &tmp[i]);
+    }
     if (st == FM_OK) memcpy(out, tmp, sizeof(fm_sim_result) * (size_t)n);
     free(tmp);
     fm_sim_ctx_free(&x);
@@ -247,17 +291,19 @@ fm_status fm_sim_find_crossings(const fm_sim_config *c, int hi, fm_sim_crossings
     if (!out || hi < 1 || hi > FM_SIM_MAX_RUNNING)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_sim_find_crossings: NULL out or hi=%d not in [1, %d]", hi,
                        FM_SIM_MAX_RUNNING);
-    fm_sim_config cc;
-    if (c) {
-        cc = *c;
-        cc.max_running = hi;
-    }
+    if (!c) return fm_sim_config_check(c);
+    fm_sim_config cc = *c;
+    cc.max_running = hi;
+    cc.mc_steps = 0; /* the search is exact */
+    FM_CHECK(fm_sim_config_check(&cc));
+    FM_CHECK(fm_sim_work_check(&cc, NULL, 0, hi));
     fm_sim_ctx x;
-    FM_CHECK(fm_sim_ctx_init(&x, c ? &cc : NULL));
+    FM_CHECK(fm_sim_ctx_init(&x, &cc));
     fm_sim_crossings o = {{0, 0, 0, 0}, 0};
     static const double k_rows[4] = {8, 16, 32, 64};
     fm_status st = FM_OK;
     for (int m = 1; m <= hi && st == FM_OK; m++) {
+        if (m % 64 == 1) fm_sim_progress(&cc, "crossings", (double)(m - 1) / hi);
         fm_sim_result r;
         st = fm_sim_point(&x, m, 0, 0, &r);
         for (int i = 0; i < 4 && st == FM_OK; i++)

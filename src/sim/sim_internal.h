@@ -17,7 +17,7 @@
 #define FM_SIM_MAX_EXPERTS 4096
 #define FM_SIM_MAX_GPUS 1024
 #define FM_SIM_MAX_RUNNING 65536
-#define FM_SIM_MAX_TOKENS (1 << 20)
+#define FM_SIM_MAX_TOKENS FM_SIM_MAX_STEP_TOKENS
 #define FM_SIM_MAX_SKEW 2.0
 #define FM_SIM_PI_TOKENS (1 << 16) /* tokens drawn to estimate pi under skew */
 #define FM_SIM_CURVE_MAX 256       /* measured points per shape */
@@ -31,6 +31,10 @@ typedef struct {
 } fm_sim_shape;
 
 void fm_sim_shapes(const fm_sim_config *c, fm_sim_shape *s);
+
+/* v against setting s's row of the range table (ranges.c): FM_OK, or the row's
+ * status with a detail naming the setting, its flag and the range. */
+fm_status fm_sim_range_check(fm_sim_setting s, double v);
 
 /* Measured time per expert against rows, for one GPU/format/shape. */
 typedef struct {
@@ -98,5 +102,17 @@ void fm_sim_gemm_roofline(const fm_sim_ctx *x, int n, int k, int tile_m, const f
 double fm_sim_shared_us(const fm_sim_ctx *x, int tokens);
 /* Tile rows for an expected rows-per-active-expert (tile.c); n/k 0 when unknown. */
 int fm_sim_pick_tile(const fm_sim_ctx *x, double rows_per_active, int *tile_n, int *tile_k, int *from_planner);
+
+/* Work bound (work.c).  Expected ns of one token's top_k draws from cdf[E]. */
+double fm_sim_draw_ns(const double *cdf, int E, int k);
+/* Seconds of the calls fm_sim_estimate_seconds describes, by part: [0] Monte-
+ * Carlo draws, [1] the popularity estimate, [2] the simulated points, [3] the
+ * crossing search.  c is checked already. */
+fm_status fm_sim_estimate_parts(const fm_sim_config *c, const int *mr, int n, int dense_hi, double part[4]);
+/* FM_OK, or FM_ERR_INVALID_ARG naming the estimate and what to lower when it
+ * exceeds FM_SIM_MAX_SECONDS. */
+fm_status fm_sim_work_check(const fm_sim_config *c, const int *mr, int n, int dense_hi);
+/* c->progress, when set. */
+void fm_sim_progress(const fm_sim_config *c, const char *phase, double done);
 
 #endif

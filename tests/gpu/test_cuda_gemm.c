@@ -36,7 +36,7 @@ static int device_is_sm90(void)
 static size_t all_tiles(fm_cuda_tile *out, size_t cap)
 {
     size_t n = 0, nm = 0, nw = 0;
-    const fm_swapab_tile *m = fm_swapab_tiles(&nm), *w = fm_wgmma_tiles(&nw);
+    const fm_tile *m = fm_swapab_tiles(&nm), *w = fm_wgmma_tiles(&nw);
     for (size_t i = 0; i < nm && n < cap; i++)
         out[n++] = (fm_cuda_tile){m[i].warps, m[i].mt, m[i].nt, m[i].kc, m[i].stages, FM_CUDA_KERNEL_MMA};
     if (device_is_sm90())
@@ -48,13 +48,15 @@ static size_t all_tiles(fm_cuda_tile *out, size_t cap)
 
 static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
 {
-    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    fm_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
+                  t->kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
     return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
 }
 
 static fm_status tile_smem(const fm_cuda_tile *t, fm_smem_breakdown *bd)
 {
-    fm_swapab_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT};
+    fm_tile st = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
+                  t->kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
     return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma(&st, bd) : fm_smem_swapab(&st, bd);
 }
 
@@ -351,7 +353,7 @@ static void test_persistent(void **state)
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     size_t nw = 0, tested = 0;
-    const fm_swapab_tile *w = fm_wgmma_tiles(&nw);
+    const fm_tile *w = fm_wgmma_tiles(&nw);
     for (size_t i = 0; i < nw; i++) {
         if (!w[i].persist || (quick && tested)) continue;
         fm_cuda_tile t = {w[i].warps, w[i].mt, w[i].nt, w[i].kc, w[i].stages, FM_CUDA_KERNEL_WGMMA_PERSISTENT};
@@ -640,7 +642,7 @@ static void test_planner_choice(void **state)
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 9);
     size_t                n = 0;
-    const fm_swapab_tile *sw = fm_swapab_tiles(&n);
+    const fm_tile *sw = fm_swapab_tiles(&n);
     for (size_t i = 0; i < n; i++) {
         fm_cuda_tile t = {sw[i].warps, sw[i].mt, sw[i].nt, sw[i].kc, sw[i].stages, FM_CUDA_KERNEL_MMA};
         assert_int_equal(fm_swapab_has_mb(fm_swapab_find(&t)), fm_swapab_tile_has_mb(&sw[i]));
@@ -717,25 +719,26 @@ static void test_occupancy(void **state)
     size_t n = 0;
     for (int f = 0; f < 2; f++) {
         if (f && !sm90) continue;
-        const fm_swapab_tile *tl = f ? fm_wgmma_tiles(&n) : fm_swapab_tiles(&n);
+        const fm_tile *tl = f ? fm_wgmma_tiles(&n) : fm_swapab_tiles(&n);
         fm_kernel_family      fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
         for (size_t i = 0; i < n; i++)
             for (int flag = 0; flag < 2; flag++) {
                 if (!f && flag && !fm_swapab_tile_has_mb(&tl[i])) continue;
                 if (f && tl[i].persist && !flag) continue; /* the persistent kernel: packed X only */
-                int pflag = f && tl[i].persist ? 2 : flag; /* the planner's and the table's variant */
+                /* the planner's and the table's variant: flag = multi-block (mma) / packed X (wgmma) */
+                fm_kernel_variant v = fm_variant_of(fam, &tl[i], flag ? 2 : 1, flag);
                 fm_smem_breakdown bd;
                 assert_int_equal(f ? fm_smem_wgmma(&tl[i], &bd) : fm_smem_swapab(&tl[i], &bd), FM_OK);
                 int blocks = -1, regs = -1;
                 CK(f ? fm_wgmma_occupancy((int)i, flag, bd.total, &blocks, &regs)
                      : fm_swapab_occupancy((int)i, flag, bd.total, &blocks, &regs));
-                int model = fm_fp4moe_occupancy(arch, fam, &tl[i], pflag, bd.total);
-                int table = fm_fp4moe_kernel_regs(fam, &tl[i], pflag);
+                int model = fm_fp4moe_occupancy(arch, &tl[i], v, bd.total);
+                int table = fm_fp4moe_kernel_regs(&tl[i], v);
                 char name[64];
                 (f ? fm_wgmma_tile_name : fm_swapab_tile_name)(&tl[i], name, sizeof name);
                 int ok = blocks == model && (!sm90 || regs == table);
                 printf("  %-22s %s  CTAs/SM runtime %d planner %d  registers %d table %d%s\n", name,
-                       f ? (pflag == 2 ? "persist" : flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks,
+                       f ? (v == FM_VARIANT_WGMMA_PERSISTENT ? "persist" : flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks,
                        model, regs, table,
                        ok ? "" : "  <- differs");
                 bad += !ok;
