@@ -48,14 +48,6 @@ if [ "$MODE" = layer ]; then
   # the device-resident layer (issue 17): its GPU test under memcheck + racecheck, the layer
   # benchmark (graph replay / eager / GEMMs alone vs the floor) and the torch BF16 layer peer
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if [ "${MEMCHECK_S:-200}" != 0 ]; then
-    timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/memcheck_layer.log" 2>&1
-    echo "memcheck test_cuda_layer rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layer.log" | tail -1)"
-  fi
-  if [ "${RACECHECK_S:-200}" != 0 ]; then
-    timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
-    echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
-  fi
   echo "== bench_layer ${LAYER_ARGS:-}"
   timeout ${LAYER_S:-240} build-gpu/bench/bench_layer ${LAYER_ARGS:-} >"$OUT/bench_layer.log" 2>&1 || tail -5 "$OUT/bench_layer.log"
   grep -v "^csv" "$OUT/bench_layer.log"
@@ -74,6 +66,14 @@ if [ "$MODE" = layer ]; then
     FP4MOE_LIBRARY=$PWD/build-gpu/python/libfp4moe.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout ${PY_S:-90} \
       python3 bench/py_overhead.py --gpu --json "$OUT/py_overhead.json" >"$OUT/py_overhead.log" 2>&1 || tail -5 "$OUT/py_overhead.log"
     tail -25 "$OUT/py_overhead.log"
+  fi
+  if [ "${MEMCHECK_S:-200}" != 0 ]; then
+    timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/memcheck_layer.log" 2>&1
+    echo "memcheck test_cuda_layer rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layer.log" | tail -1)"
+  fi
+  if [ "${RACECHECK_S:-200}" != 0 ]; then
+    timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
+    echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
   fi
   for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check' | tr '\n' ' ')"; done
   exit 0

@@ -59,7 +59,7 @@ static const fm_py_field k_fields[] = {
     S(fm_ckpt_scan), F(fm_ckpt_scan, layout), F(fm_ckpt_scan, wfmt), F(fm_ckpt_scan, n_layers),
     F(fm_ckpt_scan, layers), F(fm_ckpt_scan, experts), F(fm_ckpt_scan, found), F(fm_ckpt_scan, expert_bytes),
 
-    S(fm_ckpt_load_opts), F(fm_ckpt_load_opts, names), F(fm_ckpt_load_opts, routing),
+    S(fm_ckpt_load_opts), F(fm_ckpt_load_opts, names), F(fm_ckpt_load_opts, routing), F(fm_ckpt_load_opts, routing_fields),
     F(fm_ckpt_load_opts, first_expert), F(fm_ckpt_load_opts, n_experts), F(fm_ckpt_load_opts, swizzle_scales),
     F(fm_ckpt_load_opts, validate_only),
 
@@ -68,7 +68,8 @@ static const fm_py_field k_fields[] = {
     F(fm_ckpt_layer, a2_scale), F(fm_ckpt_layer, shared_w13), F(fm_ckpt_layer, shared_w2),
     F(fm_ckpt_layer, w13_sf_swizzled), F(fm_ckpt_layer, w2_sf_swizzled), F(fm_ckpt_layer, layer),
     F(fm_ckpt_layer, first_expert), F(fm_ckpt_layer, has_router_bias), F(fm_ckpt_layer, has_input_scales),
-    F(fm_ckpt_layer, layout), F(fm_ckpt_layer, rescaled_w13), F(fm_ckpt_layer, ignored_bias),
+    F(fm_ckpt_layer, layout), F(fm_ckpt_layer, model_type), F(fm_ckpt_layer, route_from),
+    F(fm_ckpt_layer, rescaled_w13), F(fm_ckpt_layer, ignored_bias),
     F(fm_ckpt_layer, ignored_router_bias), F(fm_ckpt_layer, owned_),
 };
 

@@ -78,8 +78,12 @@ class CkptScan(C.Structure):
 
 
 class CkptLoadOpts(C.Structure):
-    _fields_ = [("names", c_void_p), ("routing", P(MoeConfig)), ("first_expert", c_int),
-                ("n_experts", c_int), ("swizzle_scales", c_int), ("validate_only", c_int)]
+    _fields_ = [("names", c_void_p), ("routing", P(MoeConfig)), ("routing_fields", C.c_uint),
+                ("first_expert", c_int), ("n_experts", c_int), ("swizzle_scales", c_int), ("validate_only", c_int)]
+
+
+class RouteOrigin(C.Structure):
+    _fields_ = [("from_", c_int), ("key", c_char_p)]
 
 
 class CkptLayer(C.Structure):
@@ -88,7 +92,8 @@ class CkptLayer(C.Structure):
                 ("a2_scale", P(c_float)), ("shared_w13", P(C.c_uint16)), ("shared_w2", P(C.c_uint16)),
                 ("w13_sf_swizzled", c_void_p), ("w2_sf_swizzled", c_void_p), ("layer", c_int),
                 ("first_expert", c_int), ("has_router_bias", c_int), ("has_input_scales", c_int),
-                ("layout", c_int), ("rescaled_w13", c_int), ("ignored_bias", c_int),
+                ("layout", c_int), ("model_type", C.c_char * 64), ("route_from", RouteOrigin * 5),
+                ("rescaled_w13", c_int), ("ignored_bias", c_int),
                 ("ignored_router_bias", c_int), ("owned_", c_void_p)]
 
 
