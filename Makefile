@@ -1,9 +1,14 @@
 # Convenience wrapper around CMake; the README's two set-up commands are
-# `make run` and `make test`.  Each installs what is missing (scripts/deps.sh).
+# `make run` and `make test`.  Each installs what is missing (scripts/deps.sh),
+# Python packages into the virtual environment FM_VENV (default .venv/), whose
+# python the tests then use (-DPython3_EXECUTABLE).
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+FM_VENV ?= $(CURDIR)/.venv
+export FM_VENV
+PY_FLAGS = -DPython3_EXECUTABLE=$(FM_VENV)/bin/python
 # nvcc lives in /usr/local/cuda/bin on these machines, not always on PATH.
 export PATH := $(PATH):/usr/local/cuda/bin
 
@@ -15,7 +20,7 @@ deps:
 	@bash scripts/deps.sh
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(PY_FLAGS) $(CMAKE_FLAGS) >/dev/null
 	@MAKEFLAGS=--no-print-directory cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: a GLM-5 EP8-shaped NVFP4 MoE layer on the best backend present
@@ -30,13 +35,15 @@ test: build
 test-gpu: build
 	cd $(BUILD) && ctest --output-on-failure -L gpu
 
-# The CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The CPU tests again under AddressSanitizer + UndefinedBehaviorSanitizer.  The
+# fuzz tests (label "fuzz") are left out here: fuzz/run.sh builds its targets with
+# ASan+UBSan itself, and `make test` has run them.
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFM_SANITIZE=ON -DFM_WITH_CUDA=OFF \
-	    -DFM_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	    -DFM_BUILD_BENCH=OFF $(PY_FLAGS) $(CMAKE_FLAGS) >/dev/null
 	@MAKEFLAGS=--no-print-directory cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	    FM_ASAN=1 ctest --output-on-failure -j $(JOBS) -L cpu
+	    FM_ASAN=1 ctest --output-on-failure -j $(JOBS) -L cpu -LE fuzz
 
 install: build
 	cmake --install $(BUILD)

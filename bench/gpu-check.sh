@@ -28,13 +28,13 @@ export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROO
 export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
-{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
+{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
   cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 # other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
 cmake --build build-gpu -j16 >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
 echo "== ctest -L gpu"
-(cd build-gpu && ctest -L gpu --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
+(cd build-gpu && ctest -L gpu ${CTEST_ARGS:-} --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
 grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
 # the PDL chains (test_cuda_pdl, small) under memcheck and racecheck
 pdl_sanitize() {
@@ -48,16 +48,33 @@ if [ "$MODE" = layer ]; then
   # the device-resident layer (issue 17): its GPU test under memcheck + racecheck, the layer
   # benchmark (graph replay / eager / GEMMs alone vs the floor) and the torch BF16 layer peer
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/memcheck_layer.log" 2>&1
-  echo "memcheck test_cuda_layer rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layer.log" | tail -1)"
-  timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
-  echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
-  echo "== bench_layer"
+  echo "== bench_layer ${LAYER_ARGS:-}"
   timeout ${LAYER_S:-240} build-gpu/bench/bench_layer ${LAYER_ARGS:-} >"$OUT/bench_layer.log" 2>&1 || tail -5 "$OUT/bench_layer.log"
   grep -v "^csv" "$OUT/bench_layer.log"
-  echo "== torch_layer"
-  PYTHONUNBUFFERED=1 timeout ${TORCH_S:-240} python3 bench/torch_layer.py ${LAYER_ARGS:-} --out "$OUT/torch_layer.json" >"$OUT/torch_layer.log" 2>&1 || tail -5 "$OUT/torch_layer.log"
-  cat "$OUT/torch_layer.log"
+  if [ -n "${LAYER_ARGS2:-}" ]; then
+    echo "== bench_layer $LAYER_ARGS2"
+    timeout ${LAYER_S:-240} build-gpu/bench/bench_layer $LAYER_ARGS2 >"$OUT/bench_layer2.log" 2>&1 || tail -5 "$OUT/bench_layer2.log"
+    grep -v "^csv" "$OUT/bench_layer2.log"
+  fi
+  if [ "${TORCH_S:-240}" != 0 ]; then
+    echo "== torch_layer"
+    PYTHONUNBUFFERED=1 timeout ${TORCH_S:-240} python3 bench/torch_layer.py ${LAYER_ARGS:-} --out "$OUT/torch_layer.json" >"$OUT/torch_layer.log" 2>&1 || tail -5 "$OUT/torch_layer.log"
+    cat "$OUT/torch_layer.log"
+  fi
+  if [ -n "${PY_OVERHEAD:-}" ]; then
+    echo "== py_overhead"
+    FP4MOE_LIBRARY=$PWD/build-gpu/python/libfp4moe.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout ${PY_S:-90} \
+      python3 bench/py_overhead.py --gpu --json "$OUT/py_overhead.json" >"$OUT/py_overhead.log" 2>&1 || tail -5 "$OUT/py_overhead.log"
+    tail -25 "$OUT/py_overhead.log"
+  fi
+  if [ "${MEMCHECK_S:-200}" != 0 ]; then
+    timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/memcheck_layer.log" 2>&1
+    echo "memcheck test_cuda_layer rc=$?  $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layer.log" | tail -1)"
+  fi
+  if [ "${RACECHECK_S:-200}" != 0 ]; then
+    timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
+    echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
+  fi
   for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check' | tr '\n' ' ')"; done
   exit 0
 fi

@@ -1,30 +1,68 @@
 #!/usr/bin/env bash
-# run.sh - build the libFuzzer target over the safetensors reader (the header
-# parser, and pread of a file cut short while open) and run it for a bounded
-# time (ctest: io_fuzz_safetensors_header, labels cpu;fuzz).
+# run.sh - build the libFuzzer targets and run each for a bounded time
+# (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target):
+#   safetensors  the safetensors reader (header parser; pread of a file cut short while open)
+#   config       the config.json parser (src/io/config.c)
+#   sim_csv      the simulator's CSV inputs (simulate --measured / --validate: src/sim and what it calls)
 #
-#   fuzz/run.sh OUT_DIR [SECONDS]      (default 30 s; FM_FUZZ_SECONDS overrides)
+#   fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]
+#       SECONDS per target (default 30; FM_FUZZ_SECONDS overrides); no TARGET: all of them.
 #
-# Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with
-# a message rather than skipping, so CI cannot silently stop fuzzing.
-# The target is compiled straight from the reader's sources (src/io/safetensors.c,
-# src/io/dtype.c, src/fm_file.c, src/status.c, src/format/codec.c) with
-# -fsanitize=fuzzer,address,undefined, apart from the CMake build, whose
-# compiler may be gcc. Seeds are generated here;
-# the corpus grows in OUT_DIR/corpus between runs; crashes land in OUT_DIR.
+# Adding a target is one line in TARGETS below: its name NAME and the library sources it
+# needs (globs allowed); fuzz/fuzz_NAME.c holds LLVMFuzzerTestOneInput. Optional:
+# fuzz/NAME.dict (a libFuzzer dictionary), seed files in fuzz/NAME_seeds/, and a function
+# seeds_NAME DIR below that writes generated seeds into DIR.
+#
+# Needs clang with libFuzzer (Debian package `clang`); without it this FAILS with a
+# message rather than skipping, so CI cannot silently stop fuzzing. Each target is
+# compiled straight from its sources with -fsanitize=fuzzer,address,undefined, apart from
+# the CMake build, whose compiler may be gcc. Per target, in OUT_DIR/NAME/: the binary,
+# the corpus (grows between runs), crash artifacts.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS]}
+
+# name         sources besides fuzz/fuzz_NAME.c (relative to the repository root; globs expand)
+TARGETS=(
+  "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file.c src/status.c src/format/codec.c"
+  "config      src/io/config.c src/status.c"
+  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/fm_file.c src/status.c src/rng.c"
+)
+
+OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}
 SECS=${FM_FUZZ_SECONDS:-${2:-30}}
+shift $(($# >= 2 ? 2 : 1))
 CC=${FM_FUZZ_CC:-clang}
 
+# ---- generated seeds (seeds_NAME DIR) -------------------------------------------------
+# st_seed DIR FILE HEADER DATA_BYTES: a safetensors file with an 8-byte LE header length.
+st_seed() {
+  local n=${#3}
+  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' \
+    $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)) $((n >> 24 & 255)))" >"$1/$2"
+  printf '%s' "$3" >>"$1/$2"
+  head -c "$4" /dev/zero >>"$1/$2"
+}
+seeds_safetensors() {
+  st_seed "$1" empty '{}' 0
+  st_seed "$1" one '{"a":{"dtype":"U8","shape":[2,4],"data_offsets":[0,8]}}' 8
+  st_seed "$1" meta '{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}' 4
+  st_seed "$1" nvfp4 '{"e.weight":{"dtype":"U8","shape":[4,8],"data_offsets":[0,32]},"e.weight_scale":{"dtype":"F8_E4M3","shape":[4,1],"data_offsets":[32,36]},"e.weight_scale_2":{"dtype":"F32","shape":[],"data_offsets":[36,40]}}' 40
+  st_seed "$1" mx '{"b":{"dtype":"U8","shape":[1,2,1,16],"data_offsets":[0,32]},"s":{"dtype":"F8_E8M0","shape":[1,2,1],"data_offsets":[32,34]},"f":{"dtype":"F4","shape":[4],"data_offsets":[34,36]}}  ' 36
+}
+
+seeds_config() {
+  printf '%s' '{"model_type": "qwen3_moe", "num_experts_per_tok": 8, "norm_topk_prob": true}' >"$1/qwen3"
+  printf '%s' '{"model_type": "deepseek_v3", "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}' >"$1/dsv3"
+  printf '%s' '{"text_config": {"model_type": "gpt_oss"}, "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {"g": {"format": "nvfp4-pack-quantized"}}}}' >"$1/ct"
+}
+
+# ---- toolchain ------------------------------------------------------------------------
 if ! command -v "$CC" >/dev/null 2>&1; then
   echo "fuzz: FAILED: '$CC' not found. Install clang with libFuzzer (Debian: apt-get install clang);" \
        "scripts/deps.sh should install it." >&2
   exit 1
 fi
-mkdir -p "$OUT/corpus" "$OUT/seeds"
-BIN="$OUT/fuzz_safetensors"
+mkdir -p "$OUT"
 # First: can this compiler build any libFuzzer program at all? (a toolchain problem)
 printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
   >"$OUT/probe.c"
@@ -34,56 +72,42 @@ if ! "$CC" -fsanitize=fuzzer "$OUT/probe.c" -o "$OUT/probe" 2>"$OUT/probe.log"; 
        "Install clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev)." >&2
   exit 1
 fi
-# Then the target itself: a failure here is a build error in the parser's sources (shown above).
-if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-     -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
-     "$SRC/fuzz/fuzz_safetensors.c" "$SRC/src/io/safetensors.c" "$SRC/src/io/dtype.c" "$SRC/src/fm_file.c" "$SRC/src/status.c" \
-     "$SRC/src/format/codec.c" $(pkg-config --libs libcjson) -lm -o "$BIN"; then
-  echo "fuzz: FAILED: the fuzz target does not build (compiler errors above)." >&2
-  exit 1
-fi
 
-# seed FILE HEADER DATA_BYTES: a file with an 8-byte LE header length.
-seed() {
-  local n=${#2}
-  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' \
-    $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)) $((n >> 24 & 255)))" >"$OUT/seeds/$1"
-  printf '%s' "$2" >>"$OUT/seeds/$1"
-  head -c "$3" /dev/zero >>"$OUT/seeds/$1"
-}
-seed empty '{}' 0
-seed one '{"a":{"dtype":"U8","shape":[2,4],"data_offsets":[0,8]}}' 8
-seed meta '{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}' 4
-seed nvfp4 '{"e.weight":{"dtype":"U8","shape":[4,8],"data_offsets":[0,32]},"e.weight_scale":{"dtype":"F8_E4M3","shape":[4,1],"data_offsets":[32,36]},"e.weight_scale_2":{"dtype":"F32","shape":[],"data_offsets":[36,40]}}' 40
-seed mx '{"b":{"dtype":"U8","shape":[1,2,1,16],"data_offsets":[0,32]},"s":{"dtype":"F8_E8M0","shape":[1,2,1],"data_offsets":[32,34]},"f":{"dtype":"F4","shape":[4],"data_offsets":[34,36]}}  ' 36
-
-echo "fuzz: running $BIN for ${SECS}s"
-"$BIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -dict="$SRC/fuzz/safetensors.dict" -artifact_prefix="$OUT/" "$OUT/corpus" "$OUT/seeds"
-
-# The config.json parser (src/io/config.c): its own target, same limits, seeds written here.
-CBIN="$OUT/fuzz_config"
-mkdir -p "$OUT/config_corpus" "$OUT/config_seeds"
-if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-     -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
-     "$SRC/fuzz/fuzz_config.c" "$SRC/src/io/config.c" "$SRC/src/status.c" $(pkg-config --libs libcjson) -lm -o "$CBIN"; then
-  echo "fuzz: FAILED: the config.json fuzz target does not build (compiler errors above)." >&2
-  exit 1
-fi
-printf '%s' '{"model_type": "qwen3_moe", "num_experts_per_tok": 8, "norm_topk_prob": true}' >"$OUT/config_seeds/qwen3"
-printf '%s' '{"model_type": "deepseek_v3", "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}' >"$OUT/config_seeds/dsv3"
-printf '%s' '{"text_config": {"model_type": "gpt_oss"}, "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {"g": {"format": "nvfp4-pack-quantized"}}}}' >"$OUT/config_seeds/ct"
-echo "fuzz: running $CBIN for ${SECS}s"
-"$CBIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$OUT/config-" "$OUT/config_corpus" "$OUT/config_seeds"
-# The simulator's CSV inputs (simulate --measured / --validate): fuzz/fuzz_sim_csv.c over src/sim and what it
-# calls (planner, GPU table, formats), seeds in fuzz/sim_csv_seeds, corpus in OUT_DIR/sim_corpus, same time.
-mkdir -p "$OUT/sim_corpus"
-"$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$SRC/include" -I"$SRC/src" \
-  $(pkg-config --cflags libcjson) "$SRC/fuzz/fuzz_sim_csv.c" "$SRC"/src/sim/*.c "$SRC"/src/plan/*.c "$SRC"/src/arch/*.c \
-  "$SRC"/src/format/*.c "$SRC/src/fm_file.c" "$SRC/src/status.c" "$SRC/src/rng.c" $(pkg-config --libs libcjson) -lm \
-  -o "$OUT/fuzz_sim_csv" ||
-  { echo "fuzz: FAILED: fuzz_sim_csv does not build (compiler errors above)." >&2; exit 1; }
-echo "fuzz: running $OUT/fuzz_sim_csv for ${SECS}s"
-"$OUT/fuzz_sim_csv" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -dict="$SRC/fuzz/sim_csv.dict" -artifact_prefix="$OUT/sim-" "$OUT/sim_corpus" "$SRC/fuzz/sim_csv_seeds"
+# ---- build and run each selected target -------------------------------------------------
+declare -A sources=()
+names=()
+for t in "${TARGETS[@]}"; do
+  read -r name srcs <<<"$t"
+  sources[$name]=$srcs
+  names+=("$name")
+done
+(($#)) && names=("$@")
+for name in "${names[@]}"; do
+  if [ -z "${sources[$name]+set}" ]; then
+    echo "fuzz: FAILED: no target '$name' (targets: ${!sources[*]})" >&2
+    exit 1
+  fi
+  dir="$OUT/$name"
+  bin="$dir/fuzz_$name"
+  mkdir -p "$dir/corpus" "$dir/seeds"
+  read -r -a globs <<<"${sources[$name]}"
+  files=()
+  for g in "${globs[@]}"; do
+    for f in "$SRC"/$g; do files+=("$f"); done
+  done
+  # A failure here is a build error in the target's sources (shown above).
+  if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+       -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
+       "$SRC/fuzz/fuzz_$name.c" "${files[@]}" $(pkg-config --libs libcjson) -lm -o "$bin"; then
+    echo "fuzz: FAILED: the fuzz target '$name' does not build (compiler errors above)." >&2
+    exit 1
+  fi
+  if declare -F "seeds_$name" >/dev/null; then "seeds_$name" "$dir/seeds"; fi
+  seed_dirs=("$dir/seeds")
+  [ -d "$SRC/fuzz/${name}_seeds" ] && seed_dirs+=("$SRC/fuzz/${name}_seeds")
+  dict=()
+  [ -f "$SRC/fuzz/$name.dict" ] && dict=(-dict="$SRC/fuzz/$name.dict")
+  echo "fuzz: running $bin for ${SECS}s"
+  "$bin" -max_total_time="$SECS" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "${dict[@]}" -artifact_prefix="$dir/" "$dir/corpus" "${seed_dirs[@]}"
+done

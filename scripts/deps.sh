@@ -1,32 +1,125 @@
 #!/usr/bin/env bash
-# Install what fp4moe needs to build and test, only what is missing:
-#   Debian: cmake, pkg-config, gcc, libcjson-dev, libcmocka-dev, gnuplot (simulate --plot),
-#           clang + libclang-rt (libFuzzer)
-#   PyPI:   numpy, ml-dtypes (independent codec oracle), nvidia-cutlass (headers for the planner's
-#           conformance test)
-# nvcc is used when present (the CUDA backend is optional).
+# deps.sh - install what fp4moe needs to build and test (only what is missing),
+# then print what is there.  `make run` / `make test` run it first.
+#
+# Debian 12 (bookworm) packages; the release fixes their versions (a point release
+# may bring a security fix, so exact Debian versions are not pinned; minimums are
+# checked where the build needs one). Tested: cmake 3.25.1, gcc 12.2.0,
+# libcjson-dev 1.7.15, libcmocka-dev 1.1.5, clang/libclang-rt 14.0.6, gnuplot 5.4.4.
+#   cmake (>= 3.22), pkg-config, gcc, make, libcjson-dev, libcmocka-dev,
+#   gnuplot-nox (simulate --plot), clang + libclang-rt-dev (libFuzzer, fuzz/run.sh),
+#   python3-venv (when python3 is Debian's and cannot create a venv)
+# nvcc is used when present (the CUDA backend is optional; tested with CUDA 13.0).
+#
+# Python packages, exact pins (scripts/requirements.txt; scripts/requirements-headers.txt
+# with --no-deps), in a virtual environment, never in the system python:
+#   FM_VENV        where (default: .venv/ in the repository root, gitignored);
+#                  reused when it holds exactly the pinned versions, recreated otherwise
+#   FM_VENV_FRESH  1: recreate it even if it looks right (.ci/run uses a new folder instead)
+#   PYTHON         the interpreter that creates it (default python3; >= 3.11)
 set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV=${FM_VENV:-$ROOT/.venv}
+PY=${PYTHON:-python3}
+REQS=("$ROOT/scripts/requirements.txt" "$ROOT/scripts/requirements-headers.txt")
 
+# ---- Debian packages ---------------------------------------------------------------
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v gnuplot >/dev/null || need_apt+=(gnuplot-nox)
-command -v clang >/dev/null || need_apt+=(clang)            # libFuzzer target over the safetensors header parser
+command -v clang >/dev/null || need_apt+=(clang)
 [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
 pkg-config --exists libcjson 2>/dev/null || need_apt+=(libcjson-dev)
 pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
+if ! command -v "$PY" >/dev/null; then
+  need_apt+=(python3 python3-venv)
+elif ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+  case "$(command -v "$PY")" in
+    /usr/bin/*) need_apt+=(python3-venv) ;;
+    *) echo "deps: FAILED: $PY ($(command -v "$PY")) cannot create a virtual environment (no venv/ensurepip);" \
+            "set PYTHON to an interpreter that can" >&2; exit 1 ;;
+  esac
+fi
 if ((${#need_apt[@]})); then
   echo "deps: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
-
-PY=${PYTHON:-python3}
-if ! "$PY" -c 'import numpy, ml_dtypes' 2>/dev/null || ! "$PY" -c 'import cutlass_library' 2>/dev/null; then
-  echo "deps: installing PyPI packages: numpy ml-dtypes nvidia-cutlass"
-  "$PY" -m pip install -q --disable-pip-version-check numpy ml-dtypes nvidia-cutlass 2>&1 | grep -v 'WARNING: Running pip as' || true
-  "$PY" -c 'import numpy, ml_dtypes' 
+cmake_ver=$(cmake --version | sed -n 's/^cmake version \([0-9.]*\).*/\1/p')
+if ! printf '3.22\n%s\n' "$cmake_ver" | sort -V -C; then
+  echo "deps: FAILED: cmake $cmake_ver is older than 3.22 (CMakeLists.txt's minimum)" >&2
+  exit 1
 fi
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "deps: FAILED: $PY is Python $("$PY" -c 'import platform; print(platform.python_version())');" \
+       "the pinned numpy needs >= 3.11 (set PYTHON)" >&2
+  exit 1
+}
+
+# ---- Python virtual environment -----------------------------------------------------
+# Exit 0 when $VENV's python runs and has every pinned package at its pinned version;
+# else print what differs.
+venv_matches() {
+  [ -x "$VENV/bin/python" ] || return 1
+  "$VENV/bin/python" - "${REQS[@]}" <<'EOF'
+import importlib.metadata as md
+import sys
+bad = []
+for path in sys.argv[1:]:
+    for line in open(path):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        name, want = (s.strip() for s in line.split("=="))
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            have = "missing"
+        if have != want:
+            bad.append(f"{name} {have} (pinned {want})")
+if bad:
+    print("deps: the virtual environment differs from the pins: " + ", ".join(bad))
+    sys.exit(1)
+EOF
+}
+
+if [ "${FM_VENV_FRESH:-0}" = 1 ] || ! venv_matches; then
+  if [ -e "$VENV" ]; then
+    if [ ! -f "$VENV/pyvenv.cfg" ]; then
+      echo "deps: FAILED: $VENV exists and is not a virtual environment; refusing to delete it (set FM_VENV)" >&2
+      exit 1
+    fi
+    rm -rf "$VENV"
+  fi
+  echo "deps: creating the virtual environment $VENV ($("$PY" -c 'import sys; print(sys.executable)'))"
+  "$PY" -m venv "$VENV"
+  pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input)
+  if ! "${pip[@]}" -r "${REQS[0]}" || ! "${pip[@]}" --no-deps -r "${REQS[1]}"; then
+    echo "deps: FAILED: pip could not install the pinned packages (network? see above)" >&2
+    exit 1
+  fi
+  venv_matches
+fi
+
+# ---- what we got ------------------------------------------------------------------------
+deb=()
+for p in cmake pkg-config gcc make libcjson-dev libcmocka-dev gnuplot-nox clang libclang-rt-dev python3-venv; do
+  v=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true)
+  deb+=("$p ${v:--}")
+done
+echo "deps: $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" || uname -s)$([ -r /etc/debian_version ] &&
+  echo " ($(cat /etc/debian_version))"); Debian packages: $(IFS=,; echo "${deb[*]}" | sed 's/,/, /g')"
+nvcc_ver=$(PATH=$PATH:/usr/local/cuda/bin nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+echo "deps: cmake $cmake_ver, cc $(cc -dumpfullversion 2>/dev/null || echo '?'), clang" \
+     "$(clang -dumpversion 2>/dev/null || echo '-'), nvcc ${nvcc_ver:-none (CUDA backend off)}"
+echo "deps: $VENV: $("$VENV/bin/python" - <<'EOF'
+import importlib.metadata as md
+import platform
+pk = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions() if d.metadata["Name"] not in ("pip", "setuptools"))
+print(f"Python {platform.python_version()}; " + ", ".join(pk))
+EOF
+)"

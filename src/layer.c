@@ -2,8 +2,11 @@
  * backend only sees validated input and the caller's buffers are untouched on
  * failure. */
 #include "backend.h"
+#include "format/format_internal.h"
 
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -82,10 +85,28 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
     for (int e = 0; e < cfg->n_experts; e++) {
         FM_CHECK(check_tensor(&w->w13[e], cfg->wfmt, 2LL * cfg->inter, cfg->hidden, "w13", e));
         FM_CHECK(check_tensor(&w->w2[e], cfg->wfmt, cfg->hidden, cfg->inter, "w2", e));
-        if (w->a1_scale && !(isfinite(w->a1_scale[e]) && w->a1_scale[e] > 0))
-            return fm_fail(FM_ERR_NONFINITE, "a1_scale[%d] = %g is not finite and positive", e, (double)w->a1_scale[e]);
-        if (w->a2_scale && !(isfinite(w->a2_scale[e]) && w->a2_scale[e] > 0))
-            return fm_fail(FM_ERR_NONFINITE, "a2_scale[%d] = %g is not finite and positive", e, (double)w->a2_scale[e]);
+        /* Every decoded weight ((e2m1 x block scale) x weight_scale_2) must be
+         * finite: a global of 3e38 over a block scale of 448 decodes to Inf,
+         * which the backends then blamed on the input ("out overflowed"). */
+        const char *too_big = cfg->wfmt == FM_FORMAT_NVFP4 ? "weight_scale_2" : "block scale";
+        for (int j = 0; j < 2; j++) {
+            char who[96];
+            snprintf(who, sizeof who, "%s[%d] (expert %d): %s too large", j ? "w2" : "w13", e, e, too_big);
+            FM_CHECK(fm_qtensor_check_finite(who, j ? &w->w2[e] : &w->w13[e]));
+        }
+        /* Input global scales: fm_quantize's rule for a static NVFP4 global
+         * (normal, and the largest value of its grid, 6 x 448 x scale, finite),
+         * checked here so that every backend refuses them at create, not each
+         * differently in forward. */
+        for (int j = 0; j < 2; j++) {
+            const float *a = j ? w->a2_scale : w->a1_scale;
+            if (a && !(a[e] >= FLT_MIN && isfinite((6.0f * 448.0f) * a[e])))
+                return fm_fail(FM_ERR_NONFINITE,
+                               "%s[%d] = %g: an NVFP4 input global scale must be a normal float with 6 x 448 x "
+                               "scale finite, i.e. in [%g, %g]",
+                               j ? "a2_scale" : "a1_scale", e, (double)a[e], (double)FLT_MIN,
+                               (double)(FLT_MAX / 2688.0f));
+        }
     }
     return FM_OK;
 }

@@ -167,10 +167,13 @@ static void test_quantize_errors(void **state)
     snap_init(&s, FM_FORMAT_BF16, 2, 8);
     s.t.scales = NULL;
     assert_int_equal(fm_quantize(x, NULL, &s.t), FM_OK);
-    /* caller's NVFP4 global scale must be finite, normal, positive and at most
-     * FLT_MAX/6: above it 6*g is Inf, every block scale 0 and the tensor would
-     * quantize to zeros with FM_OK (review finding 10: 1e38 did) */
-    const float bad_g[] = {0.0f, -1.0f, NAN, INFINITY, 1e-40f, 1e38f, FLT_MAX, nextafterf(FLT_MAX / 6.0f, INFINITY)};
+    /* caller's NVFP4 global scale must be finite, normal, positive and have
+     * 6 x 448 x g finite (<= FLT_MAX/2688): above FLT_MAX/6, 6*g is Inf, every
+     * block scale 0 and the tensor would quantize to zeros with FM_OK (review
+     * finding 10: 1e38 did); in between, a block can decode to Inf
+     * (test_format_overflow) */
+    const float bad_g[] = {0.0f,    -1.0f,          NAN,        INFINITY, 1e-40f, 1e38f, FLT_MAX,
+                           1.28e35f, FLT_MAX / 6.0f, nextafterf(FLT_MAX / 2688.0f, INFINITY)};
     for (size_t i = 0; i < (sizeof(bad_g) / sizeof(bad_g[0])); i++) {
         snap_init(&s, FM_FORMAT_NVFP4, 4, 32);
         assert_int_equal(fm_quantize(x, &bad_g[i], &s.t), FM_ERR_INVALID_ARG);
@@ -178,7 +181,7 @@ static void test_quantize_errors(void **state)
         assert_non_null(strstr(fm_last_error(), "global scale"));
     }
     /* the largest accepted global: finite scales, nothing NaN/Inf */
-    const float gmax = FLT_MAX / 6.0f;
+    const float gmax = FLT_MAX / 2688.0f;
     snap_init(&s, FM_FORMAT_NVFP4, 4, 32);
     assert_int_equal(fm_quantize(x, &gmax, &s.t), FM_OK);
     assert_true(s.t.global_scale == gmax);

@@ -69,10 +69,11 @@ size_t fm_format_row_scale_bytes(fm_format f, int64_t cols);
  * E4M3 (float8_e4m3fn): finite-only, max 448; |x| > 448 (and ±Inf) saturates
  *       to ±448 (ml_dtypes gives NaN above 464); NaN -> 0x7F, or 0xFF when its
  *       sign bit is set (as ml_dtypes). Decoding 0x7F/0xFF gives NaN.
- * UE8M0 (float8_e8m0fnu, 2^(code-127)): encode rounds to the nearest power of
- *       two on the float32 mantissa; a tie (1.5 * 2^e) rounds UP (the kept
- *       significand is the implicit, odd, 1), as ml_dtypes; x < 2^-127 -> 0x00,
- *       x >= 1.5 * 2^127, x <= 0, Inf and NaN -> 0xFF (the NaN code).
+ * UE8M0 (float8_e8m0fnu, 2^(code-127)): a positive finite x gives the code of
+ *       the nearest power of two; a tie (1.5 * 2^e) rounds UP, as ml_dtypes
+ *       0.7; x <= 2^-127 -> 0x00 (also float32 subnormals below 1.5 * 2^-127);
+ *       x >= 1.5 * 2^127, x <= 0 (and -0), Inf and NaN -> 0xFF (the NaN code).
+ *       The full rule: docs/formats.md.
  * BF16, FP16: IEEE RNE; overflow -> Inf; NaN stays NaN (quiet). */
 uint8_t  fm_e2m1_encode(float x);
 float    fm_e2m1_decode(uint8_t code); /* low 4 bits used */
@@ -110,8 +111,9 @@ fm_status fm_qtensor_bytes(fm_format f, int64_t rows, int64_t cols, size_t *data
  *    amax == 0 gives global = 1), block scale = E4M3(amax_block / (6*global)),
  *    element = E2M1(x / (decoded_block_scale * global)) (0 when the block scale is 0);
  *    all float32, in this order. A derived global below FLT_MIN is raised to FLT_MIN.
- *    *global_scale_in must be finite, normal, positive and <= FLT_MAX/6 (else 6*global is
- *    Inf and every block scale 0): FM_ERR_INVALID_ARG otherwise.
+ *    *global_scale_in must be a normal positive float with 6 * 448 * global finite, i.e.
+ *    in [FLT_MIN, FLT_MAX/2688 ~ 1.27e35] (above, the largest block could decode to Inf;
+ *    above FLT_MAX/6 every block scale would be 0): FM_ERR_INVALID_ARG otherwise.
  *  MXFP4 (OCP MX v1.0): scale = 2^(floor(log2(amax_block)) - 2) as UE8M0 (2^-127 for
  *    an all-zero block; exponent clamped to [-127, 127]), element = E2M1(x / scale).
  *  BF16: element = bf16(x). global_scale_in is ignored except for NVFP4.
@@ -125,9 +127,10 @@ fm_status fm_quantize(const float *src, const float *global_scale_in, fm_qtensor
 /* Dequantize src into dst[rows][cols] FP32: (e2m1 * block_scale) * global.
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL src/dst/data, NULL scales for FP4),
  * FM_ERR_FORMAT, FM_ERR_BAD_SHAPE, FM_ERR_NONFINITE (a scale code that decodes
- * to NaN: E4M3 0x7F/0xFF, UE8M0 0xFF; or a non-finite NVFP4 global scale);
- * nothing is written on failure. (MXFP4 scales >= 2^126, which fm_quantize
- * never produces, can dequantize to +-Inf.) */
+ * to NaN: E4M3 0x7F/0xFF, UE8M0 0xFF; a non-finite NVFP4 global scale; or an
+ * element that decodes to +-Inf, e.g. an NVFP4 global scale of FLT_MAX, or an
+ * MXFP4 scale of 2^127 over a 2.0: the message names the element); nothing is
+ * written on failure. A tensor fm_quantize produced never overflows. */
 fm_status fm_dequantize(const fm_qtensor *src, float *dst);
 
 /* ---- scale-factor layouts -------------------------------------------------

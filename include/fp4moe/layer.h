@@ -52,7 +52,10 @@ typedef struct {
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_BAD_SHAPE, FM_ERR_FORMAT,
  * FM_ERR_NO_BACKEND, FM_ERR_NO_DEVICE, FM_ERR_UNSUPPORTED, FM_ERR_SMEM_EXCEEDED,
  * FM_ERR_OOM, FM_ERR_CUDA. FM_ERR_BAD_SHAPE also when max_tokens*top_k or
- * max_tokens*hidden exceeds 2^31-1. On failure *out is NULL. */
+ * max_tokens*hidden exceeds 2^31-1. FM_ERR_NONFINITE: a NaN scale code, a weight
+ * global scale that is not finite and positive or makes a decoded weight overflow
+ * FP32 (tensor and expert named), an a1/a2 scale outside its range (moe.h).
+ * On failure *out is NULL. */
 fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
                           fm_layer **out);
 

@@ -70,7 +70,12 @@ typedef struct {
     const float    *router_bias; /* [n_experts] score-correction bias, or NULL */
     const fm_qtensor *w13;       /* [n_experts] each [2*inter][hidden], gate rows then up rows */
     const fm_qtensor *w2;        /* [n_experts] each [hidden][inter] */
-    const float    *a1_scale;    /* [n_experts] NVFP4 input global scale of FC1, or NULL (dynamic) */
+    /* Static NVFP4 input global scales (a checkpoint's input_scale), or NULL (dynamic, per row).
+     * Each must be a normal float whose NVFP4 grid's largest value, 6 x 448 x scale, is finite:
+     * in [FLT_MIN, FLT_MAX / 2688] = [1.18e-38, 1.27e35] (fm_quantize's rule for a caller's
+     * global; calibration gives amax / 2688 <= that); fm_layer_create refuses anything else
+     * (also NaN, Inf, 0, negative) with FM_ERR_NONFINITE, naming the entry and the range. */
+    const float    *a1_scale;    /* [n_experts] input global scale of FC1, or NULL */
     const float    *a2_scale;    /* [n_experts] same for FC2, or NULL */
     const uint16_t *shared_w13;  /* BF16 [2*shared_inter][hidden], or NULL */
     const uint16_t *shared_w2;   /* BF16 [hidden][shared_inter], or NULL */

@@ -13,7 +13,7 @@
  *   format  bias  man  max finite   overflow            NaN in            (see docs/formats.md)
  *   E2M1      1    1   6            saturate to ±6      -> 0x0 (+0)
  *   E4M3      7    3   448          saturate to ±448    -> 0x7F | sign
- *   UE8M0   127    0   2^127        >= 1.5*2^127 -> NaN -> 0xFF (also x <= 0); ties round up
+ *   UE8M0   127    0   2^127        >= 1.5*2^127 -> NaN -> 0xFF (also x <= 0); nearest, ties up
  *   BF16    127    7   3.39e38      -> ±Inf             -> quiet, payload kept
  *   FP16     15   10   65504        -> ±Inf             -> quiet, payload kept
  *
@@ -129,11 +129,14 @@ uint8_t fm_ue8m0_encode(float x)
     /* Same bias as float32 and no mantissa bits: keep the exponent field and
      * round on the float32 mantissa.  With no stored mantissa the kept
      * significand is the implicit 1, which is odd, so RNE sends a tie
-     * (x = 1.5 * 2^e) up to 2^(e+1): ties round up, as ml_dtypes does.
-     * Float32 subnormals: (0, 2^-127] -> code 0 (2^-127, also the floor for
-     * anything smaller), (2^-127, 2^-126) -> code 1, again as ml_dtypes.
-     * From 1.5 * 2^127 up the result is 2^128: the NaN code. */
-    if ((u >> 23) == 0) return u > 0x400000u ? 1 : 0;
+     * (x = 1.5 * 2^e) up to 2^(e+1): ties round up.  From 1.5 * 2^127 up the
+     * result is 2^128: the NaN code.
+     * Float32 subnormals (exponent field 0) lie in (0, 2^-126): the
+     * neighbours are 2^-127 (code 0, bits 0x400000; also the nearest value for
+     * anything smaller, the format has no zero) and 2^-126 (code 1), with the
+     * midpoint 1.5 * 2^-127 at bits 0x600000, which rounds up like every tie.
+     * (ml_dtypes < 0.7 sent all of (2^-127, 2^-126) to code 1.) */
+    if ((u >> 23) == 0) return u >= 0x600000u ? 1 : 0;
     uint32_t q = (u + 0x400000u) >> 23;
     return q > 0xFEu ? 0xFF : (uint8_t)q;
 }

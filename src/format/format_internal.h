@@ -25,4 +25,15 @@ static inline int fm_scale_code_is_nan(fm_scale_type st, uint8_t c)
  * "block scale"). Nothing to check (FM_OK) for FM_SCALE_NONE or rows/cols <= 0. */
 fm_status fm_scales_check_codes(const char *who, fm_scale_type st, const uint8_t *s, int64_t rows, int64_t cols);
 
+/* Every element of the FP4 tensor t decodes, computed as fm_dequantize does
+ * ((e2m1 x block scale) x global scale, float32), to a finite float: FM_OK, or
+ * FM_ERR_NONFINITE with the detail
+ *     "<who>: element [r][c] = (6 x block scale 448) x global scale 3e+38 overflows FP32"
+ * for the first element that overflows (who may be NULL). Blocks whose scale
+ * is a NaN code are skipped: fm_scales_check_codes reports those. BF16: FM_OK.
+ * Cheap when nothing can overflow: one pass over the scale bytes; the data is
+ * read only in blocks where 6 x scale x global overflows. The caller has
+ * validated t (format, shape, buffers). */
+fm_status fm_qtensor_check_finite(const char *who, const fm_qtensor *t);
+
 #endif

@@ -4,7 +4,7 @@
  * NVFP4 follows NVIDIA ModelOpt (NVFP4QTensor), every step in float32 in this
  * order, so that a numpy float32 re-implementation (tests/py) is bit-exact:
  *     g     = amax / 2688                 (6 * 448; or the caller's global; amax == 0 -> 1)
- *             (a caller's g must be normal and <= FLT_MAX / 6, so that 6 * g is finite)
+ *             (a caller's g must be normal, with 6 * 448 * g finite: <= FLT_MAX / 2688)
  *     s_b   = E4M3(amax_b / (6 * g))      (saturating at 448)
  *     q_i   = E2M1(x_i / (dec(s_b) * g))  (0 when dec(s_b) * g == 0)
  * MXFP4 follows the OCP MX v1.0 spec: s_b = 2^(floor(log2(amax_b)) - 2)
@@ -152,12 +152,16 @@ fm_status fm_quantize(const float *src, const float *global_scale_in, fm_qtensor
     if (dst->fmt == FM_FORMAT_NVFP4) {
         if (global_scale_in) {
             g = *global_scale_in;
-            /* above FLT_MAX / 6, 6 * g is Inf: every block scale would be 0 and
-             * the tensor would silently quantize to zeros */
-            if (!isfinite(g) || !(g >= FLT_MIN) || g > FLT_MAX / 6.0f)
+            /* The largest value the tensor can hold is 6 x 448 x g (E2M1 max x
+             * E4M3 max), computed as fm_dequantize does: if that overflows, a
+             * block near the data's amax can decode to Inf (amax 3.3e38 with
+             * g = 1.28e35 did, with FM_OK); above FLT_MAX / 6 even 6 * g is Inf
+             * and every block silently quantizes to zero. */
+            if (!isfinite(g) || !(g >= FLT_MIN) || !isfinite((6.0f * 448.0f) * g))
                 return fm_fail(FM_ERR_INVALID_ARG,
-                               "fm_quantize: global scale %g must be a normal positive float <= FLT_MAX/6 (%g)",
-                               (double)g, (double)(FLT_MAX / 6.0f));
+                               "fm_quantize: global scale %g must be a normal positive float with 6 x 448 x scale "
+                               "finite, i.e. in [%g, %g]",
+                               (double)g, (double)FLT_MIN, (double)(FLT_MAX / 2688.0f));
         } else if (amax > 0.0f) {
             g = amax / (6.0f * 448.0f);
             if (!(g >= FLT_MIN)) g = FLT_MIN; /* keep s_b * g away from 0; amax < 3e-35 only */
@@ -196,8 +200,9 @@ fm_status fm_dequantize(const fm_qtensor *src, float *dst)
     const float g = src->fmt == FM_FORMAT_NVFP4 ? src->global_scale : 1.0f;
     if (!isfinite(g))
         return fm_fail(FM_ERR_NONFINITE, "fm_dequantize: global scale %g is not finite", (double)g);
-    /* Every scale must decode to a finite value before dst is written. */
+    /* Every scale must decode to a finite value, and every element too, before dst is written. */
     FM_CHECK(fm_scales_check_codes("fm_dequantize", tr->scale_type, src->scales, rows, nb));
+    FM_CHECK(fm_qtensor_check_finite("fm_dequantize", src));
     const uint8_t *q = src->data;
     FM_OMP_ROWS
     for (int64_t r = 0; r < rows; r++) {

@@ -1,7 +1,10 @@
-/* scales.c - the NaN block-scale scan every consumer of outside scales runs
- * (see format_internal.h for why it is in one place).
+/* scales.c - the checks every consumer of outside scales runs (see
+ * format_internal.h for why they are in one place): the NaN block-scale scan
+ * and the overflow check of the decoded values.
  */
 #include "format/format_internal.h"
+
+#include <math.h>
 
 fm_status fm_scales_check_codes(const char *who, fm_scale_type st, const uint8_t *s, int64_t rows, int64_t cols)
 {
@@ -12,4 +15,51 @@ fm_status fm_scales_check_codes(const char *who, fm_scale_type st, const uint8_t
     if (i == n) return FM_OK;
     return fm_fail(FM_ERR_NONFINITE, "%s%sblock scale [%lld][%lld] = 0x%02X decodes to NaN", who ? who : "",
                    who ? ": " : "", (long long)(i / cols), (long long)(i % cols), s[i]);
+}
+
+/* The largest-magnitude non-NaN scale code: for both scale types the
+ * magnitude grows with the code (E4M3: with its low 7 bits). */
+static uint8_t max_scale_code(fm_scale_type st, const uint8_t *s, int64_t n)
+{
+    uint8_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t c = st == FM_SCALE_E4M3 ? (uint8_t)(s[i] & 0x7Fu) : s[i];
+        if (!fm_scale_code_is_nan(st, c) && c > m) m = c;
+    }
+    return m;
+}
+
+static float scale_value(fm_scale_type st, uint8_t c)
+{
+    return st == FM_SCALE_E4M3 ? fm_e4m3_decode(c) : fm_ue8m0_decode(c);
+}
+
+fm_status fm_qtensor_check_finite(const char *who, const fm_qtensor *t)
+{
+    const fm_format_traits *tr = fm_format_traits_get(t->fmt);
+    if (!tr || tr->scale_type == FM_SCALE_NONE || t->rows <= 0 || t->cols <= 0) return FM_OK;
+    const fm_scale_type st = tr->scale_type;
+    const int block = tr->block;
+    const int64_t nb = t->cols / block;
+    const float g = t->fmt == FM_FORMAT_NVFP4 ? t->global_scale : 1.0f;
+    /* Fast path: if 6 x the largest block scale x g is finite, so is every element. */
+    if (isfinite((6.0f * scale_value(st, max_scale_code(st, t->scales, t->rows * nb))) * g)) return FM_OK;
+    const uint8_t *q = t->data;
+    for (int64_t r = 0; r < t->rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t c = t->scales[r * nb + b];
+            if (fm_scale_code_is_nan(st, c)) continue;
+            float s = scale_value(st, c);
+            if (isfinite((6.0f * s) * g)) continue;
+            const uint8_t *qb = q + r * (t->cols / 2) + b * (block / 2);
+            for (int i = 0; i < block; i++) {
+                float e = fm_e2m1_decode((uint8_t)(i & 1 ? qb[i / 2] >> 4 : qb[i / 2] & 0xF));
+                if (isfinite((e * s) * g)) continue;
+                return fm_fail(FM_ERR_NONFINITE,
+                               "%s%selement [%lld][%lld] = (%g x block scale %g) x global scale %g overflows FP32",
+                               who ? who : "", who ? ": " : "", (long long)r, (long long)(b * block + i), (double)e,
+                               (double)s, (double)g);
+            }
+        }
+    return FM_OK;
 }

@@ -1,0 +1,179 @@
+"""Safetensors checkpoints (ModelOpt NVFP4, gpt-oss MXFP4) through the library's
+reader and layer loader (include/fp4moe/io.h, docs/checkpoints.md)."""
+
+import ctypes as C
+import os
+
+import numpy as np
+
+from . import _lib
+from ._lib import check, lib
+from .format import FORMAT_NAMES
+from .layer import MoEConfig, MoEWeights
+
+# fm_dtype -> numpy dtype of one element (None: no numpy equivalent; bytes returned).
+_NP = {0: np.bool_, 1: np.uint8, 2: np.int8, 3: np.uint16, 4: np.int16, 5: np.uint32, 6: np.int32, 7: np.uint64,
+       8: np.int64, 9: np.float16, 10: "bfloat16", 11: np.float32, 12: np.float64, 13: "float8_e4m3fn",
+       14: "float8_e5m2", 15: "float8_e8m0fnu", 16: None}
+
+
+def _np_dtype(code):
+    d = _NP.get(code)
+    if isinstance(d, str):
+        try:
+            import ml_dtypes
+            return np.dtype(getattr(ml_dtypes, d))
+        except (ImportError, AttributeError):
+            return np.dtype(np.uint16 if d == "bfloat16" else np.uint8)  # raw codes
+    return None if d is None else np.dtype(d)
+
+
+class Checkpoint:
+    """A safetensors file, a folder of shards or an index (fm_checkpoint_open)."""
+
+    def __init__(self, path):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}")
+        self.path = os.fspath(path)
+        self._h = C.c_void_p()
+        check(lib.fm_checkpoint_open(self.path.encode(), C.byref(self._h)), self.path)
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.fm_checkpoint_close(self._h)
+            self._h = C.c_void_p()
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("checkpoint: already closed")
+        return self._h
+
+    def names(self):
+        h = self._handle()
+        return [lib.fm_checkpoint_tensor_at(h, i).contents.name.decode()
+                for i in range(lib.fm_checkpoint_tensor_count(h))]
+
+    def tensor(self, name):
+        """A copy of one tensor as numpy (F4 as packed uint8 bytes)."""
+        p = C.POINTER(_lib.StTensor)()
+        check(lib.fm_checkpoint_find(self._handle(), name.encode(), C.byref(p)), name)
+        t = p.contents
+        raw = np.empty(t.nbytes, np.uint8)
+        check(lib.fm_st_read(p, 0, t.nbytes, raw.ctypes.data), name)
+        dt = _np_dtype(t.dtype)
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        return raw if dt is None else raw.view(dt).reshape(shape)
+
+    def scan(self):
+        """{layout, wfmt, layers: {layer: experts}, expert_bytes} (fm_checkpoint_scan)."""
+        s = _lib.CkptScan()
+        check(lib.fm_checkpoint_scan(self._handle(), None, C.byref(s)), self.path)
+        try:
+            return {"layout": lib.fm_ckpt_layout_name(s.layout).decode(), "wfmt": FORMAT_NAMES[s.wfmt],
+                    "layers": {s.layers[i]: s.experts[i] for i in range(s.n_layers)},
+                    "expert_bytes": s.expert_bytes}
+        finally:
+            lib.fm_ckpt_scan_free(C.byref(s))
+
+    def load_layer(self, layer, first_expert=0, n_experts=0, routing=None):
+        """MoE layer `layer` in fp4moe's layout (fm_checkpoint_load_layer): experts
+        [first_expert, first_expert + n_experts) (0 = all). routing: a MoEConfig
+        whose top_k/score/groups/renormalize/routed_scale/act_nvfp4 replace what
+        config.json next to the checkpoint says."""
+        opts = _lib.CkptLoadOpts()
+        opts.first_expert, opts.n_experts = int(first_expert), int(n_experts)
+        rc = None
+        if routing is not None:
+            if not isinstance(routing, MoEConfig):
+                raise TypeError(f"routing: expected fp4moe.MoEConfig, got {type(routing).__name__}")
+            rc = routing._c()
+            opts.routing = C.pointer(rc)
+        out = C.POINTER(_lib.CkptLayer)()
+        check(lib.fm_checkpoint_load_layer(self._handle(), int(layer), C.byref(opts), C.byref(out)),
+              f"{self.path} layer {layer}")
+        return LoadedLayer(out)
+
+
+    def load_shard(self, layer, first_expert, n_local, routing=None):
+        """An expert-parallel shard: experts [first_expert, first_expert + n_local)
+        with the GLOBAL router (all experts' rows, and the ranking bias), so that
+        Layer(cfg, weights, first_expert=, n_local=) routes over global ids and
+        returns this shard's partial sum. (load_layer with first_expert/n_experts
+        instead makes a standalone layer routing among the loaded experts only.)
+        Returns (cfg with the global n_experts, MoEWeights)."""
+        part = self.load_layer(layer, first_expert, n_local, routing)
+        try:
+            w = part.weights()
+            names = _lib.CkptNames()
+            layout = {"modelopt": 1, "gpt-oss": 2}[part.layout]
+            check(lib.fm_ckpt_names_default(layout, C.byref(names)), "load_shard")
+            sub = lambda pat: pat.decode().replace("{L}", str(int(layer)))  # noqa: E731
+            w.router_w = np.ascontiguousarray(self.tensor(sub(names.router)).astype(np.float32))
+            if w.router_bias is not None and names.router_bias:
+                w.router_bias = np.ascontiguousarray(self.tensor(sub(names.router_bias)).astype(np.float32))
+            cfg = part.cfg
+            cfg.n_experts = w.router_w.shape[0]
+            return cfg, w
+        finally:
+            part.close()
+
+
+class LoadedLayer:
+    """One layer loaded from a checkpoint (owns the library's fm_ckpt_layer).
+    Pass it as the weights of fp4moe.Layer; .weights() copies it into MoEWeights."""
+
+    def __init__(self, ptr):
+        self._c = ptr
+        c = ptr.contents
+        self.cfg = MoEConfig._from_c(c.cfg)
+        self.layer, self.first_expert = c.layer, c.first_expert
+        self.layout = lib.fm_ckpt_layout_name(c.layout).decode()
+        self.has_router_bias, self.has_input_scales = bool(c.has_router_bias), bool(c.has_input_scales)
+        self.rescaled_w13, self.ignored_bias = c.rescaled_w13, bool(c.ignored_bias)
+        self.ignored_router_bias = bool(c.ignored_router_bias)
+
+    def close(self):
+        if getattr(self, "_c", None):
+            lib.fm_ckpt_layer_free(self._c)
+            self._c = None
+
+    __del__ = close
+
+    def weights(self):
+        """Copies of the loaded arrays as MoEWeights (for inspection or a reference)."""
+        c, cfg = self._c.contents, self.cfg
+        E, H, S = cfg.n_experts, cfg.hidden, cfg.shared_inter
+
+        def f32(p, n):
+            return None if not p else np.ctypeslib.as_array(p, (n,)).copy()
+
+        def mats(arr):
+            ds, ss, gs = [], [], []
+            for e in range(E):
+                q = arr[e]
+                fp4 = q.fmt != 0
+                nb = q.rows * q.cols // 2 if fp4 else q.rows * q.cols * 2
+                ds.append(np.frombuffer(C.string_at(q.data, nb), np.uint8 if fp4 else np.uint16)
+                          .reshape(q.rows, -1))
+                if fp4:
+                    blk = 16 if q.fmt == 1 else 32
+                    ss.append(np.frombuffer(C.string_at(q.scales, q.rows * q.cols // blk), np.uint8)
+                              .reshape(q.rows, -1))
+                gs.append(q.global_scale)
+            return np.stack(ds), (np.stack(ss) if ss else None), np.array(gs, np.float32)
+
+        d13, s13, g13 = mats(c.w13)
+        d2, s2, g2 = mats(c.w2)
+        rw = np.ctypeslib.as_array(c.router_w, (E * H,)).reshape(E, H).copy()
+        sw13 = None if not c.shared_w13 else np.ctypeslib.as_array(c.shared_w13, (2 * S * H,)).reshape(2 * S, H).copy()
+        sw2 = None if not c.shared_w2 else np.ctypeslib.as_array(c.shared_w2, (H * S,)).reshape(H, S).copy()
+        return MoEWeights(rw, d13, s13, g13, d2, s2, g2, f32(c.router_bias, E), f32(c.a1_scale, E),
+                          f32(c.a2_scale, E), sw13, sw2)

@@ -1,0 +1,131 @@
+"""NVFP4 / MXFP4 / BF16 quantization on numpy arrays: the library's fm_quantize
+and fm_dequantize (docs/formats.md), bit for bit. Nothing is computed here but
+buffer sizes; the arrays are handed to C as they are (contiguous copies made
+only when the input is not already float32 C-contiguous)."""
+
+import ctypes as C
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _lib
+from ._lib import check, lib
+
+FORMATS = {"bf16": 0, "nvfp4": 1, "mxfp4": 2}
+FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
+BLOCK = {"bf16": 0, "nvfp4": 16, "mxfp4": 32}
+
+
+def format_code(fmt, arg="fmt"):
+    if isinstance(fmt, str) and fmt.lower() in FORMATS:
+        return FORMATS[fmt.lower()]
+    if isinstance(fmt, int) and fmt in FORMAT_NAMES:
+        return fmt
+    raise ValueError(f"{arg}: expected one of 'nvfp4', 'mxfp4', 'bf16', got {fmt!r}")
+
+
+@dataclass
+class QTensor:
+    """One quantized matrix [rows][cols], quantized along cols, as checkpoints store it.
+
+    data:   FP4: uint8 [rows][cols/2], the low nibble holds the even column;
+            BF16: uint16 [rows][cols] (raw bits).
+    scales: uint8 [rows][cols/block] row-major (E4M3 codes for NVFP4, UE8M0 for
+            MXFP4), None for BF16.
+    global_scale: NVFP4 weight_scale_2 (multiply); 1.0 otherwise."""
+
+    fmt: str
+    data: np.ndarray
+    scales: object
+    global_scale: float
+
+    @property
+    def shape(self):
+        return (self.data.shape[0], self.data.shape[1] * (2 if self.fmt != "bf16" else 1))
+
+    def _c(self):
+        """An fm_qtensor viewing this object's arrays (kept alive by the caller)."""
+        rows, cols = self.shape
+        return _lib.QTensor(FORMATS[self.fmt], rows, cols, self.data.ctypes.data,
+                            None if self.scales is None else self.scales.ctypes.data, self.global_scale)
+
+
+def _as_f32_2d(x, arg):
+    a = np.asarray(x)
+    if a.ndim != 2:
+        raise ValueError(f"{arg}: expected a 2-D array [rows][cols], got shape {a.shape}")
+    if not (np.issubdtype(a.dtype, np.floating) or a.dtype.name == "bfloat16"):
+        raise TypeError(f"{arg}: expected a floating-point array, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def quantize(x, fmt="nvfp4", global_scale=None):
+    """Quantize x [rows][cols] (float32; other float dtypes are converted) to fmt.
+
+    NVFP4: global_scale None derives it from the tensor's amax (ModelOpt's
+    amax / (6 * 448)); give it to quantize against a fixed one. Raises
+    fp4moe.Error (FM_ERR_BAD_SHAPE for cols not a multiple of the block,
+    FM_ERR_NONFINITE for NaN/Inf, ...) with the library's message."""
+    name = FORMAT_NAMES[format_code(fmt)]
+    src = _as_f32_2d(x, "x")
+    rows, cols = src.shape
+    db, sb = C.c_size_t(), C.c_size_t()
+    check(lib.fm_qtensor_bytes(FORMATS[name], rows, cols, C.byref(db), C.byref(sb)), "quantize")
+    if name == "bf16":
+        data = np.empty((rows, cols), np.uint16)
+        scales = None
+    else:
+        data = np.empty((rows, cols // 2), np.uint8)
+        scales = np.empty((rows, cols // BLOCK[name]), np.uint8)
+    assert data.nbytes == db.value and (scales is None or scales.nbytes == sb.value)
+    q = QTensor(name, data, scales, 1.0)
+    ct = q._c()
+    gs = None
+    if global_scale is not None:
+        if name != "nvfp4":
+            raise ValueError(f"global_scale: only NVFP4 has a global scale, not {name}")
+        gs = C.byref(C.c_float(float(global_scale)))
+    check(lib.fm_quantize(src.ctypes.data, gs, C.byref(ct)), "quantize")
+    q.global_scale = ct.global_scale
+    return q
+
+
+def _u8_2d(a, arg, shape):
+    a = np.asarray(a)
+    if a.dtype.name not in ("uint8", "float8_e4m3fn", "float8_e8m0fnu"):
+        raise TypeError(f"{arg}: expected uint8 (or float8_e4m3fn / float8_e8m0fnu) codes, got dtype {a.dtype}")
+    if a.shape != shape:
+        raise ValueError(f"{arg}: expected shape {shape}, got {a.shape}")
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def qtensor(fmt, data, scales=None, global_scale=1.0, cols=None):
+    """Wrap existing arrays as a QTensor, checking dtypes and shapes: data uint8
+    [rows][cols/2] (FP4) or uint16/bfloat16 [rows][cols] (BF16); scales uint8 or
+    float8 codes [rows][cols/block]."""
+    name = FORMAT_NAMES[format_code(fmt)]
+    d = np.asarray(data)
+    if d.ndim != 2:
+        raise ValueError(f"data: expected a 2-D array, got shape {d.shape}")
+    if name == "bf16":
+        if d.dtype.itemsize != 2 or d.dtype.name not in ("uint16", "bfloat16"):
+            raise TypeError(f"data: BF16 expects uint16 bits or bfloat16, got dtype {d.dtype}")
+        return QTensor(name, np.ascontiguousarray(d).view(np.uint16), None, 1.0)
+    d = _u8_2d(d, "data", d.shape)
+    rows, kc = d.shape[0], d.shape[1] * 2
+    if kc % BLOCK[name]:
+        raise ValueError(f"data: {kc} columns is not a multiple of the {name} block ({BLOCK[name]})")
+    s = _u8_2d(scales, "scales", (rows, kc // BLOCK[name]))
+    g = float(global_scale)
+    return QTensor(name, d, s, g)
+
+
+def dequantize(q):
+    """Float32 [rows][cols] = e2m1 * block_scale * global (the library's fm_dequantize)."""
+    if not isinstance(q, QTensor):
+        raise TypeError(f"q: expected fp4moe.QTensor, got {type(q).__name__}")
+    rows, cols = q.shape
+    out = np.empty((rows, cols), np.float32)
+    ct = q._c()
+    check(lib.fm_dequantize(C.byref(ct), out.ctypes.data), "dequantize")
+    return out

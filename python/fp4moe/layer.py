@@ -1,0 +1,334 @@
+"""A MoE layer from numpy arrays or a checkpoint, run on a backend.
+
+MoEConfig mirrors fm_moe_config, MoEWeights holds the expert weights as
+stacked numpy arrays (the layout fp4moe and the engines use: w13 = gate rows
+then up rows), Layer owns one fm_layer. Layer.run takes host arrays on the CPU
+backends; the torch ops (fp4moe.torch_ops) run the same object on device
+tensors. Every argument is checked here before C sees it, and named in the
+exception; what only the library can judge (formats, finite scales, routing
+ids) comes back as fp4moe.Error with its status and message.
+"""
+
+import ctypes as C
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _lib
+from ._lib import check, lib
+from .format import BLOCK, FORMAT_NAMES, FORMATS, QTensor, format_code, quantize
+
+BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
+OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
+SCORES = {"softmax": 0, "sigmoid": 1}
+
+
+@dataclass
+class MoEConfig:
+    """fm_moe_config: shapes, routing and weight format (include/fp4moe/moe.h)."""
+
+    n_experts: int
+    top_k: int
+    hidden: int
+    inter: int
+    score: str = "softmax"        # "softmax" (Qwen, Mixtral) or "sigmoid" (DeepSeek-V3, GLM)
+    n_group: int = 0
+    topk_group: int = 0
+    renormalize: bool = True
+    routed_scale: float = 1.0
+    shared_inter: int = 0
+    wfmt: str = "nvfp4"
+    act_nvfp4: bool = False
+
+    def _c(self):
+        if self.score not in SCORES:
+            raise ValueError(f"score: expected 'softmax' or 'sigmoid', got {self.score!r}")
+        c = _lib.MoeConfig(int(self.n_experts), int(self.top_k), int(self.hidden), int(self.inter),
+                           SCORES[self.score], int(self.n_group), int(self.topk_group), int(bool(self.renormalize)),
+                           float(self.routed_scale), int(self.shared_inter), format_code(self.wfmt, "wfmt"),
+                           int(bool(self.act_nvfp4)))
+        check(lib.fm_moe_config_check(C.byref(c)), "MoEConfig")
+        return c
+
+    @classmethod
+    def _from_c(cls, c):
+        return cls(c.n_experts, c.top_k, c.hidden, c.inter, "sigmoid" if c.score == 1 else "softmax", c.n_group,
+                   c.topk_group, bool(c.renormalize), c.routed_scale, c.shared_inter, FORMAT_NAMES[c.wfmt],
+                   bool(c.act_nvfp4))
+
+
+def _arr(a, arg, dtype, shape, allow_none=False):
+    """A C-contiguous array of exactly dtype and shape, or a TypeError/ValueError naming arg."""
+    if a is None:
+        if allow_none:
+            return None
+        raise ValueError(f"{arg}: required")
+    a = np.asarray(a)
+    names = (dtype,) if isinstance(dtype, str) else dtype
+    if a.dtype.name not in names:
+        raise TypeError(f"{arg}: expected dtype {' or '.join(names)}, got {a.dtype}")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{arg}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    return np.ascontiguousarray(a)
+
+
+_SCALE_DT = ("uint8", "float8_e4m3fn", "float8_e8m0fnu")
+
+
+@dataclass
+class MoEWeights:
+    """The layer's weights as stacked host arrays (E = experts held: all, or the shard's).
+
+    router_w    float32 [n_experts (global)][hidden]
+    router_bias float32 [n_experts] ranking bias, or None
+    w13_data    FP4: uint8 [E][2*inter][hidden/2]; BF16: uint16 [E][2*inter][hidden]; gate rows then up rows
+    w13_scales  uint8 (or float8 codes) [E][2*inter][hidden/block], None for BF16
+    w13_global  float32 [E] (NVFP4 weight_scale_2; ones otherwise)
+    w2_*        the same for [E][hidden][inter]
+    a1_scale, a2_scale  float32 [E] static NVFP4 input scales (act_nvfp4), or None
+    shared_w13  uint16 (BF16 bits) [2*shared_inter][hidden], shared_w2 [hidden][shared_inter], or None
+    """
+
+    router_w: np.ndarray
+    w13_data: np.ndarray
+    w13_scales: object
+    w13_global: np.ndarray
+    w2_data: np.ndarray
+    w2_scales: object
+    w2_global: np.ndarray
+    router_bias: object = None
+    a1_scale: object = None
+    a2_scale: object = None
+    shared_w13: object = None
+    shared_w2: object = None
+
+    @classmethod
+    def quantize(cls, cfg, router_w, w13, w2, router_bias=None, shared_w13=None, shared_w2=None):
+        """Quantize float weights w13 [E][2*inter][hidden], w2 [E][hidden][inter] with
+        the library's quantizer to cfg.wfmt (one global scale per expert matrix)."""
+        q13 = [quantize(np.asarray(w, np.float32), cfg.wfmt) for w in w13]
+        q2 = [quantize(np.asarray(w, np.float32), cfg.wfmt) for w in w2]
+        return cls.from_qtensors(router_w, q13, q2, router_bias, shared_w13=shared_w13, shared_w2=shared_w2)
+
+    @classmethod
+    def from_qtensors(cls, router_w, w13, w2, router_bias=None, a1_scale=None, a2_scale=None, shared_w13=None,
+                      shared_w2=None):
+        def stack(qs, what):
+            if not qs or not all(isinstance(q, QTensor) for q in qs):
+                raise TypeError(f"{what}: expected a non-empty list of fp4moe.QTensor")
+            sc = None if qs[0].scales is None else np.stack([q.scales for q in qs])
+            return np.stack([q.data for q in qs]), sc, np.array([q.global_scale for q in qs], np.float32)
+
+        d13, s13, g13 = stack(w13, "w13")
+        d2, s2, g2 = stack(w2, "w2")
+        return cls(np.asarray(router_w, np.float32), d13, s13, g13, d2, s2, g2, router_bias, a1_scale, a2_scale,
+                   shared_w13, shared_w2)
+
+    def _c(self, cfg, n_local):
+        """(fm_moe_weights, keep-alive list) after checking every array against cfg."""
+        fmt = cfg.wfmt
+        E, H, I = n_local, cfg.hidden, cfg.inter
+        fp4 = fmt != "bf16"
+        ddt = "uint8" if fp4 else ("uint16", "bfloat16")
+        blk = BLOCK[fmt]
+        keep = []
+        rw = _arr(self.router_w, "router_w", "float32", (cfg.n_experts, H))
+        rb = _arr(self.router_bias, "router_bias", "float32", (cfg.n_experts,), True)
+        mats = []
+        for name, rows, cols in (("w13", 2 * I, H), ("w2", H, I)):
+            d = _arr(getattr(self, name + "_data"), name + "_data", ddt, (E, rows, cols // 2 if fp4 else cols))
+            s = _arr(getattr(self, name + "_scales"), name + "_scales", _SCALE_DT, (E, rows, cols // blk)) \
+                if fp4 else None
+            g = _arr(getattr(self, name + "_global"), name + "_global", "float32", (E,))
+            arr = (_lib.QTensor * E)()
+            for e in range(E):
+                arr[e] = _lib.QTensor(FORMATS[fmt], rows, cols, d[e].ctypes.data,
+                                      None if s is None else s[e].ctypes.data, float(g[e]))
+            keep += [d, s, g, arr]
+            mats.append(arr)
+        a1 = _arr(self.a1_scale, "a1_scale", "float32", (E,), True)
+        a2 = _arr(self.a2_scale, "a2_scale", "float32", (E,), True)
+        S = cfg.shared_inter
+        sw13 = _arr(self.shared_w13, "shared_w13", ("uint16", "bfloat16"), (2 * S, H), S == 0)
+        sw2 = _arr(self.shared_w2, "shared_w2", ("uint16", "bfloat16"), (H, S), S == 0)
+        keep += [rw, rb, a1, a2, sw13, sw2]
+        ptr = lambda a: None if a is None else a.ctypes.data  # noqa: E731
+        w = _lib.MoeWeights(ptr(rw), ptr(rb), mats[0], mats[1], ptr(a1), ptr(a2), ptr(sw13), ptr(sw2))
+        return w, keep
+
+
+def to_bf16_bits(x, arg="x"):
+    """uint16 BF16 bits of x: uint16 and bfloat16 arrays as they are; float arrays
+    rounded to nearest even by ml_dtypes (the codec oracle the C tests use)."""
+    a = np.asarray(x)
+    if a.dtype.name == "uint16":
+        return np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        return np.ascontiguousarray(a).view(np.uint16)
+    if np.issubdtype(a.dtype, np.floating):
+        import ml_dtypes
+        return np.ascontiguousarray(a.astype(ml_dtypes.bfloat16)).view(np.uint16)
+    raise TypeError(f"{arg}: expected BF16 (uint16 bits or bfloat16) or a float array, got dtype {a.dtype}")
+
+
+class Layer:
+    """One fm_layer. backend: "cpu" (fast), "cpu-ref" (the oracle), "cuda", "auto".
+
+    cfg.n_experts is the global expert count; with first_expert/n_local the layer
+    holds experts [first_expert, first_expert + n_local) (weights of those only,
+    router global) and its output is that shard's partial sum. out_dtype "f32" or
+    "bf16". device: CUDA ordinal for the cuda backend (default 0)."""
+
+    def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
+                 n_local=0, device=None):
+        from .checkpoint import LoadedLayer
+
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {sorted(BACKENDS)}, got {backend!r}")
+        if out_dtype not in OUT_DTYPES:
+            raise ValueError(f"out_dtype: expected 'f32' or 'bf16', got {out_dtype!r}")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens: expected an int >= 1, got {max_tokens!r}")
+        if isinstance(weights, LoadedLayer):
+            if cfg is None:
+                cfg = weights.cfg
+            self._keep = [weights]
+            ccfg = cfg._c()
+            cw = weights._c.contents.w
+        elif isinstance(weights, MoEWeights):
+            if not isinstance(cfg, MoEConfig):
+                raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
+            ccfg = cfg._c()
+            nl = n_local or cfg.n_experts
+            cw, self._keep = weights._c(cfg, nl)
+        else:
+            raise TypeError(f"weights: expected fp4moe.MoEWeights or a loaded checkpoint layer, "
+                            f"got {type(weights).__name__}")
+        self.cfg, self.max_tokens = cfg, max_tokens
+        self.out_dtype = "bf16" if OUT_DTYPES[out_dtype] else "f32"
+        self.first_expert, self.n_local = first_expert, n_local or cfg.n_experts
+        self.device = None
+        self._dev = None
+        self._h = C.c_void_p()
+        self._lock = threading.Lock()
+        if _lib.HAS_RUN_API:
+            if backend == "cuda":
+                self.device = 0 if device is None else int(device)
+                self._dev = _open_device(self.device)
+            desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
+                                  int(first_expert), int(n_local), 0)
+            check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(self._h)), "Layer")
+        else:
+            if first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0):
+                _lib.require_run_api("a shard, BF16 output or a device choice")
+            check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens,
+                                      C.byref(self._h)), "Layer")
+        self.backend = lib.fm_backend_name(lib.fm_layer_backend(self._h)).decode()
+        if self.backend == "cuda" and self.device is None:
+            self.device = 0
+        self._keep = None  # the library copied/uploaded the weights: w need not outlive create
+        self._args = _lib.LayerRunArgs()
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.fm_layer_destroy(self._h)
+            self._h = C.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("layer: already closed")
+        return self._h
+
+    def run(self, x, topk_ids=None, topk_weights=None, out=None):
+        """out [T][hidden] = layer(x [T][hidden]) on a CPU backend, host arrays.
+
+        x: BF16 (uint16 bits / bfloat16) or float (rounded to BF16).
+        topk_ids int32 [T][top_k] and topk_weights float32 [T][top_k]: the
+        engine's routing (global ids, -1 = none, weights used as given); both
+        None: the layer routes (router GEMM + its routing function).
+        out: optional preallocated float32 (out_dtype f32) or uint16/bfloat16
+        (bf16) [T][hidden], written in place and returned."""
+        if self.backend == "cuda":
+            raise ValueError("run: a cuda layer takes device tensors: use fp4moe.torch_ops (torch.ops.fp4moe.moe)")
+        H = self.cfg.hidden
+        xb = to_bf16_bits(x)
+        if xb.ndim != 2 or xb.shape[1] != H:
+            raise ValueError(f"x: expected shape [T][{H}], got {xb.shape}")
+        T = xb.shape[0]
+        if not 1 <= T <= self.max_tokens:
+            raise ValueError(f"x: T={T} outside [1, max_tokens={self.max_tokens}]")
+        if (topk_ids is None) != (topk_weights is None):
+            raise ValueError("topk_ids, topk_weights: give both (external routing) or neither (internal)")
+        k = self.cfg.top_k
+        ids = _arr(topk_ids, "topk_ids", "int32", (T, k), True)
+        tw = _arr(topk_weights, "topk_weights", "float32", (T, k), True)
+        odt = ("float32",) if self.out_dtype == "f32" else ("uint16", "bfloat16")
+        if out is None:
+            res = np.empty((T, H), np.float32 if self.out_dtype == "f32" else np.uint16)
+        else:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+            if out.dtype.name not in odt or out.shape != (T, H) or not out.flags.c_contiguous:
+                raise ValueError(f"out: expected a C-contiguous {' or '.join(odt)} array of shape {(T, H)}, "
+                                 f"got {out.dtype} {out.shape}{'' if out.flags.c_contiguous else ' (strided)'}")
+            if not out.flags.writeable:
+                raise ValueError("out: read-only array")
+            res = out
+        h = self._handle()
+        with self._lock:
+            if _lib.HAS_RUN_API:
+                a = self._args
+                a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
+                a.topk_ids = None if ids is None else ids.ctypes.data
+                a.topk_weights = None if tw is None else tw.ctypes.data
+                a.workspace, a.stream = None, None
+                check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
+            else:
+                if ids is not None:
+                    _lib.require_run_api("external routing (topk_ids / topk_weights)")
+                check(lib.fm_layer_forward(h, xb.ctypes.data, T, res.ctypes.data, None), "Layer.run")
+        return res
+
+
+_devices = {}
+_devices_lock = threading.Lock()
+
+
+def _open_device(ordinal):
+    """One fm_cuda_device per ordinal for the process (layers on it share it; never closed)."""
+    with _devices_lock:
+        if ordinal not in _devices:
+            d = C.c_void_p()
+            check(lib.fm_cuda_device_open(ordinal, C.byref(d)), f"device {ordinal}")
+            _devices[ordinal] = d
+        return _devices[ordinal]
+
+
+def route(cfg, logits, router_bias=None):
+    """The library's routing (fm_moe_route) of logits [T][n_experts] float32:
+    (ids int32 [T][top_k], weights float32 [T][top_k])."""
+    c = cfg._c()
+    lg = np.asarray(logits)
+    if lg.ndim != 2:
+        raise ValueError(f"logits: expected shape [T][{cfg.n_experts}], got {lg.shape}")
+    lg = _arr(lg, "logits", "float32", (lg.shape[0], cfg.n_experts))
+    rb = _arr(router_bias, "router_bias", "float32", (cfg.n_experts,), True)
+    T = lg.shape[0]
+    ids = np.empty((T, cfg.top_k), np.int32)
+    w = np.empty((T, cfg.top_k), np.float32)
+    check(lib.fm_moe_route(C.byref(c), None if rb is None else rb.ctypes.data, lg.ctypes.data, T, ids.ctypes.data,
+                           w.ctypes.data), "route")
+    return ids, w
+
+
+__all__ = ["MoEConfig", "MoEWeights", "Layer", "route", "to_bf16_bits"]

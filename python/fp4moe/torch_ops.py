@@ -1,0 +1,387 @@
+"""torch ops: torch.ops.fp4moe.moe and torch.ops.fp4moe.moe_out.
+
+    moe(int layer, Tensor x, Tensor? topk_ids=None, Tensor? topk_weights=None) -> Tensor
+    moe_out(int layer, Tensor x, Tensor? topk_ids, Tensor? topk_weights, Tensor(a!) out) -> ()
+
+`layer` is the id of an fp4moe.torch_ops.MoE (an int, so the op's schema stays
+plain and torch.compile bakes it in as a constant). x is BF16 [T][hidden] on the
+layer's device; topk_ids int32 / topk_weights float32 [T][top_k] are the
+engine's routing (global expert ids, -1 = none, weights used as given), or both
+None for the layer's own routing. The output is the layer's out dtype
+(BF16 by default) [T][hidden]; moe_out writes a preallocated one.
+
+Registered with the low-level torch.library.Library API (not
+@torch.library.custom_op, whose wrapper costs ~3x more per eager call), with
+fake implementations so torch.compile(fullgraph=True) traces through them.
+On CUDA the op only enqueues on torch.cuda.current_stream() of x's device
+(fm_layer_run: no allocation, host planning or synchronisation), so it is
+captured into CUDA graphs and replayed. What only the device can see (ids out
+of range, NaN/Inf) is read with MoE.errors(), which synchronises.
+"""
+
+import ctypes as C
+import itertools
+import threading
+
+import numpy as np
+import torch
+
+from . import _lib
+from ._lib import check, lib
+from .layer import Layer, MoEConfig, MoEWeights
+
+_LIB = torch.library.Library("fp4moe", "DEF")
+_LIB.define("moe(int layer, Tensor x, Tensor? topk_ids=None, Tensor? topk_weights=None) -> Tensor")
+_LIB.define("moe_out(int layer, Tensor x, Tensor? topk_ids, Tensor? topk_weights, Tensor(a!) out) -> ()")
+
+_registry = {}
+_ids = itertools.count(1)
+_reg_lock = threading.Lock()
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _get(layer):
+    try:
+        return _registry[layer]
+    except (KeyError, TypeError):
+        raise ValueError(f"layer: {layer!r} is not the id of a live fp4moe.torch_ops.MoE") from None
+
+
+class MoE:
+    """An fp4moe layer for torch tensors. Build it from MoEWeights / a loaded
+    checkpoint layer, or with from_modelopt / from_modelopt_experts /
+    from_gpt_oss / from_checkpoint; call it like the op:
+
+        y = moe(x)                               # internal routing
+        y = moe(x, topk_ids, topk_weights)       # the engine's routing
+        moe(x, topk_ids, topk_weights, out=buf)  # into a preallocated buffer
+
+    device: "cuda", "cuda:N" or "cpu" (the CPU backends; backend="cpu-ref" for
+    the reference). out_dtype torch.bfloat16 or torch.float32. first_expert /
+    n_local: an expert shard (weights of the local experts only, global ids,
+    the output is the shard's partial sum)."""
+
+    def __init__(self, cfg, weights, *, device="cuda", max_tokens=256, out_dtype=torch.bfloat16, first_expert=0,
+                 n_local=0, backend=None):
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.type not in ("cuda", "cpu"):
+            raise ValueError(f"device: expected a cuda or cpu device, got {dev}")
+        if out_dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"out_dtype: expected torch.bfloat16 or torch.float32, got {out_dtype}")
+        if backend is None:
+            backend = "cuda" if dev.type == "cuda" else "cpu"
+        if (backend == "cuda") != (dev.type == "cuda"):
+            raise ValueError(f"backend: {backend!r} does not run on device {dev}")
+        if dev.type == "cuda":
+            _lib.require_run_api("a CUDA layer for torch tensors")
+        self.layer = Layer(cfg, weights, backend=backend, max_tokens=max_tokens,
+                           out_dtype="bf16" if out_dtype == torch.bfloat16 else "f32",
+                           first_expert=first_expert, n_local=n_local,
+                           device=dev.index if dev.type == "cuda" else None)
+        self.cfg, self.device, self.out_dtype, self.max_tokens = self.layer.cfg, dev, out_dtype, max_tokens
+        self.hidden, self.top_k = self.cfg.hidden, self.cfg.top_k
+        self._cuda = dev.type == "cuda"
+        self._dev_index = dev.index if self._cuda else -1
+        self._h = self.layer._handle()
+        self._args = _lib.LayerRunArgs()
+        self._aref = C.byref(self._args)  # made once: a byref per call costs more than the fields
+        self._run = lib.fm_layer_run if _lib.HAS_RUN_API else None
+        with _reg_lock:
+            self.id = next(_ids)
+            _registry[self.id] = self
+
+    def close(self):
+        _registry.pop(getattr(self, "id", None), None)
+        if getattr(self, "layer", None) is not None:
+            self.layer.close()
+
+    def __call__(self, x, topk_ids=None, topk_weights=None, out=None):
+        if out is None:
+            return torch.ops.fp4moe.moe.default(self.id, x, topk_ids, topk_weights)
+        torch.ops.fp4moe.moe_out.default(self.id, x, topk_ids, topk_weights, out)
+        return out
+
+    # ---- checks: every argument named, with what was expected -------------
+    def _bad(self, arg, t, what):
+        got = (f"{t.dtype} {list(t.shape)} on {t.device}" + ("" if t.is_contiguous() else " (non-contiguous)")
+               if isinstance(t, torch.Tensor) else type(t).__name__)
+        raise ValueError(f"fp4moe.moe: {arg}: expected {what}, got {got}")
+
+    def _check_x(self, x):
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.bfloat16 or x.dim() != 2 or \
+                x.shape[1] != self.hidden or x.device != self.device or not x.is_contiguous():
+            self._bad("x", x, f"a contiguous torch.bfloat16 tensor [T][{self.hidden}] on {self.device}")
+        T = x.shape[0]
+        if not 1 <= T <= self.max_tokens:
+            raise ValueError(f"fp4moe.moe: x: T={T} outside [1, max_tokens={self.max_tokens}]")
+        return T
+
+    def _check(self, x, ids, w, out):
+        T = self._check_x(x)
+        if (ids is None) != (w is None):
+            raise ValueError("fp4moe.moe: topk_ids, topk_weights: give both (external routing) or neither")
+        if ids is not None:
+            k = self.top_k
+            for arg, t, dt in (("topk_ids", ids, torch.int32), ("topk_weights", w, torch.float32)):
+                if not isinstance(t, torch.Tensor) or t.dtype != dt or t.dim() != 2 or t.shape[0] != T or \
+                        t.shape[1] != k or t.device != self.device or not t.is_contiguous():
+                    self._bad(arg, t, f"a contiguous {dt} tensor [{T}][{k}] on {self.device}")
+        if out is not None:
+            if not isinstance(out, torch.Tensor) or out.dtype != self.out_dtype or out.dim() != 2 or \
+                    out.shape[0] != T or out.shape[1] != self.hidden or out.device != self.device or \
+                    not out.is_contiguous():
+                self._bad("out", out, f"a contiguous {self.out_dtype} tensor [{T}][{self.hidden}] on {self.device}")
+        for arg, t in (("x", x), ("out", out)):
+            if t is not None and t.data_ptr() % 16:
+                raise ValueError(f"fp4moe.moe: {arg}: data pointer {t.data_ptr():#x} is not 16-byte aligned "
+                                 "(a view at an odd offset?)")
+        return T
+
+    def _launch(self, x, ids, w, out, T):
+        if self._run is None:  # library without fm_layer_run: CPU, internal routing, FP32 only
+            if ids is not None or self.out_dtype != torch.float32:
+                _lib.require_run_api("external routing or BF16 output")
+            check(lib.fm_layer_forward(self._h, x.data_ptr(), T, out.data_ptr(), None), "fp4moe.moe")
+            return
+        a = self._args
+        a.x, a.T, a.out = x.data_ptr(), T, out.data_ptr()
+        if ids is None:
+            a.topk_ids = a.topk_weights = None
+        else:
+            a.topk_ids, a.topk_weights = ids.data_ptr(), w.data_ptr()
+        if self._cuda:
+            a.stream = _raw_stream(self._dev_index) if _raw_stream else \
+                torch.cuda.current_stream(self.device).cuda_stream
+        rc = self._run(self._h, self._aref)
+        if rc:
+            check(rc, "fp4moe.moe")
+
+    def errors(self, raise_on_error=True):
+        """Synchronise the current stream and read what the device recorded since
+        the last call (fm_layer_errors): ids out of range, NaN/Inf in x or the
+        router logits. Raises fp4moe.Error when something was recorded (or
+        returns the record as a dict with raise_on_error=False)."""
+        _lib.require_run_api("MoE.errors")
+        info = _lib.LayerErrorInfo()
+        stream = torch.cuda.current_stream(self.device).cuda_stream if self._cuda else None
+        rc = lib.fm_layer_errors(self._h, stream, C.byref(info))
+        rec = {f: getattr(info, f) for f, _ in info._fields_}
+        if rc and raise_on_error:
+            check(rc, f"fp4moe.moe errors {rec}")
+        return rec
+
+    # ---- weights as checkpoints store them ---------------------------------
+    @classmethod
+    def from_checkpoint(cls, path, layer, *, routing=None, first_expert=0, n_local=0, **kw):
+        """Load layer `layer` of a ModelOpt / gpt-oss checkpoint (file, folder or index);
+        with n_local, the expert-parallel shard [first_expert, first_expert + n_local)
+        (global router and ids, the output is the shard's partial sum)."""
+        from .checkpoint import Checkpoint
+
+        with Checkpoint(path) as ck:
+            if n_local:
+                cfg, w = ck.load_shard(layer, first_expert, n_local, routing)
+                return cls(cfg, w, first_expert=first_expert, n_local=n_local, **kw)
+            loaded = ck.load_layer(layer, routing=routing)
+        try:
+            return cls(None, loaded, **kw)
+        finally:
+            loaded.close()
+
+    @classmethod
+    def from_modelopt(cls, cfg, router_weight, w13_weight, w13_weight_scale, w13_weight_scale_2, w2_weight,
+                      w2_weight_scale, w2_weight_scale_2, *, router_bias=None, w13_input_scale=None,
+                      w2_input_scale=None, shared_w13=None, shared_w2=None, **kw):
+        """ModelOpt NVFP4 expert weights stacked over experts, as engines hold them:
+        w13_weight uint8 [E][2*inter][hidden/2] (gate rows then up rows, low nibble
+        = even element), w13_weight_scale float8_e4m3fn (or uint8) [E][2*inter][hidden/16],
+        w13_weight_scale_2 float32 [E] (or [E][2]: gate, up; they must agree),
+        w2_* likewise [E][hidden][inter/2] ..., input scales float32 [E] (or [E][2])."""
+        if cfg.wfmt != "nvfp4":
+            raise ValueError(f"cfg.wfmt: ModelOpt weights are NVFP4, cfg says {cfg.wfmt!r}")
+        g13 = _global("w13_weight_scale_2", w13_weight_scale_2)
+        g2 = _global("w2_weight_scale_2", w2_weight_scale_2)
+        a1 = None if w13_input_scale is None else _global("w13_input_scale", w13_input_scale, take_max=True)
+        a2 = None if w2_input_scale is None else _global("w2_input_scale", w2_input_scale)
+        w = MoEWeights(_f32(router_weight, "router_weight"), _u8(w13_weight, "w13_weight"),
+                       _u8(w13_weight_scale, "w13_weight_scale"), g13, _u8(w2_weight, "w2_weight"),
+                       _u8(w2_weight_scale, "w2_weight_scale"), g2,
+                       None if router_bias is None else _f32(router_bias, "router_bias"), a1, a2,
+                       _bf16(shared_w13, "shared_w13"), _bf16(shared_w2, "shared_w2"))
+        return cls(cfg, w, **kw)
+
+    @classmethod
+    def from_modelopt_experts(cls, cfg, router_weight, experts, **kw):
+        """experts: a list over experts of {"gate_proj": {"weight", "weight_scale",
+        "weight_scale_2"[, "input_scale"]}, "up_proj": {...}, "down_proj": {...}},
+        the per-expert tensors of a ModelOpt checkpoint as they are stored."""
+        def get(e, p, k, opt=False):
+            try:
+                return experts[e][p][k]
+            except (KeyError, IndexError, TypeError):
+                if opt:
+                    return None
+                raise ValueError(f"experts[{e}][{p!r}][{k!r}]: missing") from None
+
+        E = len(experts)
+
+        def arr(p, k, conv, opt=False):
+            vals = [get(e, p, k, opt) for e in range(E)]
+            if opt and any(v is None for v in vals):
+                return None
+            return np.stack([conv(v, f"experts[{e}][{p!r}][{k!r}]") for e, v in enumerate(vals)])
+
+        w13 = np.concatenate([arr("gate_proj", "weight", _u8), arr("up_proj", "weight", _u8)], 1)
+        s13 = np.concatenate([arr("gate_proj", "weight_scale", _u8), arr("up_proj", "weight_scale", _u8)], 1)
+        g13 = np.stack([arr("gate_proj", "weight_scale_2", _scalar), arr("up_proj", "weight_scale_2", _scalar)], 1)
+        i_g, i_u = arr("gate_proj", "input_scale", _scalar, True), arr("up_proj", "input_scale", _scalar, True)
+        a1 = None if i_g is None or i_u is None else np.stack([i_g, i_u], 1)
+        a2 = arr("down_proj", "input_scale", _scalar, True)
+        return cls.from_modelopt(cfg, router_weight, w13, s13, g13, arr("down_proj", "weight", _u8),
+                                 arr("down_proj", "weight_scale", _u8), arr("down_proj", "weight_scale_2", _scalar),
+                                 w13_input_scale=a1, w2_input_scale=a2 if a1 is not None else None, **kw)
+
+    @classmethod
+    def from_gpt_oss(cls, cfg, router_weight, gate_up_proj_blocks, gate_up_proj_scales, down_proj_blocks,
+                     down_proj_scales, **kw):
+        """gpt-oss MXFP4 experts as the checkpoint stores them: *_blocks uint8
+        [E][N][K/32][16], *_scales uint8 (UE8M0) [E][N][K/32]; gate_up rows
+        interleave gate and up (row 2i = gate i, 2i+1 = up i). Expert biases and
+        gpt-oss's clamped SwiGLU are not part of fp4moe's layer (as the
+        checkpoint loader reports: ignored_bias)."""
+        if cfg.wfmt != "mxfp4":
+            raise ValueError(f"cfg.wfmt: gpt-oss weights are MXFP4, cfg says {cfg.wfmt!r}")
+        gub, gus = _u8(gate_up_proj_blocks, "gate_up_proj_blocks"), _u8(gate_up_proj_scales, "gate_up_proj_scales")
+        db, ds = _u8(down_proj_blocks, "down_proj_blocks"), _u8(down_proj_scales, "down_proj_scales")
+        for arg, a in (("gate_up_proj_blocks", gub), ("down_proj_blocks", db)):
+            if a.ndim != 4 or a.shape[3] != 16:
+                raise ValueError(f"{arg}: expected uint8 [E][N][K/32][16], got shape {list(a.shape)}")
+        E = gub.shape[0]
+        d13 = np.concatenate([gub[:, 0::2], gub[:, 1::2]], 1).reshape(E, gub.shape[1], -1)
+        s13 = np.concatenate([gus[:, 0::2], gus[:, 1::2]], 1)
+        ones = np.ones(E, np.float32)
+        w = MoEWeights(_f32(router_weight, "router_weight"), d13, s13, ones, db.reshape(E, db.shape[1], -1), ds,
+                       ones.copy())
+        return cls(cfg, w, **kw)
+
+
+def _np(t, arg):
+    if isinstance(t, np.ndarray):
+        return t
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{arg}: expected a torch.Tensor or numpy array, got {type(t).__name__}")
+    return t.detach().to("cpu").contiguous()
+
+
+def _u8(t, arg):
+    a = _np(t, arg)
+    if isinstance(a, torch.Tensor):
+        if a.dtype not in (torch.uint8, torch.float8_e4m3fn, getattr(torch, "float8_e8m0fnu", torch.uint8)):
+            raise TypeError(f"{arg}: expected torch.uint8 (or float8 codes), got {a.dtype}")
+        a = a.view(torch.uint8).numpy()
+    elif a.dtype.name not in ("uint8", "float8_e4m3fn", "float8_e8m0fnu"):
+        raise TypeError(f"{arg}: expected uint8 (or float8 codes), got {a.dtype}")
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _f32(t, arg):
+    a = _np(t, arg)
+    if isinstance(a, torch.Tensor):
+        if not a.is_floating_point():
+            raise TypeError(f"{arg}: expected a floating-point tensor, got {a.dtype}")
+        a = a.float().numpy()
+    return np.ascontiguousarray(a, np.float32)
+
+
+def _scalar(t, arg):
+    a = _f32(t, arg)
+    if a.size != 1:
+        raise ValueError(f"{arg}: expected a float32 scalar ([] or [1]), got shape {list(a.shape)}")
+    return a.reshape(())
+
+
+def _bf16(t, arg):
+    if t is None:
+        return None
+    a = _np(t, arg)
+    if isinstance(a, torch.Tensor):
+        if not a.is_floating_point():
+            raise TypeError(f"{arg}: expected a floating-point tensor, got {a.dtype}")
+        a = a.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    return np.ascontiguousarray(a)
+
+
+def _global(arg, t, take_max=False):
+    """float32 [E] from [E], [E][1] or [E][2] (gate, up). Two differing w13 weight
+    globals cannot be one fm_qtensor global without re-encoding the block scales:
+    the checkpoint loader does that (rescaled_w13); here it is refused. Input
+    scales take the larger, as the loader does."""
+    a = _f32(t, arg)
+    if a.ndim == 2 and a.shape[1] == 2:
+        if take_max:
+            return np.ascontiguousarray(a.max(1))
+        bad = np.nonzero(a[:, 0] != a[:, 1])[0]
+        if bad.size:
+            e = int(bad[0])
+            raise ValueError(f"{arg}: gate and up global scales differ for expert {e} ({a[e, 0]} vs {a[e, 1]}); "
+                             "fp4moe's w13 takes one global per expert: load from the checkpoint path "
+                             "(MoE.from_checkpoint re-encodes the block scales) or requantize")
+        return np.ascontiguousarray(a[:, 0])
+    if a.ndim == 2 and a.shape[1] == 1:
+        return np.ascontiguousarray(a[:, 0])
+    if a.ndim != 1:
+        raise ValueError(f"{arg}: expected float32 [E] (or [E][2] gate/up), got shape {list(a.shape)}")
+    return a
+
+
+# ---- the ops ---------------------------------------------------------------
+def _moe(layer, x, topk_ids=None, topk_weights=None):
+    L = _get(layer)
+    T = L._check(x, topk_ids, topk_weights, None)
+    out = torch.empty((T, L.hidden), dtype=L.out_dtype, device=x.device)
+    L._launch(x, topk_ids, topk_weights, out, T)
+    return out
+
+
+def _moe_out(layer, x, topk_ids, topk_weights, out):
+    if out is None:
+        raise ValueError("fp4moe.moe_out: out: required")
+    L = _get(layer)
+    T = L._check(x, topk_ids, topk_weights, out)
+    L._launch(x, topk_ids, topk_weights, out, T)
+
+
+for _key in ("CPU", "CUDA"):
+    _LIB.impl("moe", _moe, _key)
+    _LIB.impl("moe_out", _moe_out, _key)
+
+
+def _fake_check(L, x, ids, w, out):
+    """The shape/dtype checks that do not need data, at trace time."""
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[1] != L.hidden:
+        L._bad("x", x, f"a torch.bfloat16 tensor [T][{L.hidden}]")
+    if (ids is None) != (w is None):
+        raise ValueError("fp4moe.moe: topk_ids, topk_weights: give both (external routing) or neither")
+    if ids is not None and (ids.dtype != torch.int32 or w.dtype != torch.float32 or ids.dim() != 2 or
+                            ids.shape[1] != L.top_k):
+        L._bad("topk_ids", ids, f"int32 [T][{L.top_k}] with float32 topk_weights")
+    if out is not None and (out.dtype != L.out_dtype or out.dim() != 2 or out.shape[1] != L.hidden):
+        L._bad("out", out, f"{L.out_dtype} [T][{L.hidden}]")
+
+
+@torch.library.register_fake("fp4moe::moe", lib=_LIB)
+def _moe_fake(layer, x, topk_ids=None, topk_weights=None):
+    L = _get(layer)
+    _fake_check(L, x, topk_ids, topk_weights, None)
+    return x.new_empty((x.shape[0], L.hidden), dtype=L.out_dtype)
+
+
+@torch.library.register_fake("fp4moe::moe_out", lib=_LIB)
+def _moe_out_fake(layer, x, topk_ids, topk_weights, out):
+    _fake_check(_get(layer), x, topk_ids, topk_weights, out)
+    return None
+
+
+__all__ = ["MoE", "MoEConfig", "MoEWeights"]

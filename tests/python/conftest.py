@@ -1,0 +1,67 @@
+"""Shared fixtures of the Python tests. The package is imported as the CTest
+run sets it up (PYTHONPATH=python/, FP4MOE_LIBRARY=the build's libfp4moe.so) or
+as installed; failing to import it is a failure, never a skip. Seeds are fresh
+each run and printed; FM_SEED=<n> replays one."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import fp4moe  # noqa: E402
+
+import moe_ref  # noqa: E402
+
+
+def pytest_report_header(config):
+    return (f"fp4moe {fp4moe.__version__} from {fp4moe.library_path}; device-resident API (fm_layer_run): "
+            f"{'yes' if fp4moe.HAS_RUN_API else 'no (tests of it skip)'}")
+
+
+@pytest.fixture
+def rng(request):
+    seed = int(os.environ.get("FM_SEED", np.random.SeedSequence().entropy % 2**32))
+    print(f"{request.node.name}: FM_SEED={seed}")
+    return np.random.default_rng(seed)
+
+
+def make_layer(rng, fmt="nvfp4", E=8, k=2, H=64, I=32, score="softmax", shared=0, bias=False, n_group=0,
+               topk_group=0, routed_scale=1.0, renormalize=True):
+    """A random layer: (cfg, MoEWeights, reference pieces). Router weights scaled
+    so that logits spread (routing ties are then rare; tests check the margin)."""
+    cfg = fp4moe.MoEConfig(n_experts=E, top_k=k, hidden=H, inter=I, score=score, n_group=n_group,
+                           topk_group=topk_group, renormalize=renormalize, routed_scale=routed_scale,
+                           shared_inter=shared, wfmt=fmt)
+    router = (rng.standard_normal((E, H)) * 0.5).astype(np.float32)
+    w13 = (rng.standard_normal((E, 2 * I, H)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((E, H, I)) * 0.2).astype(np.float32)
+    rb = (rng.standard_normal(E) * 0.1).astype(np.float32) if bias else None
+    sw13 = moe_ref.f32_to_bf16(rng.standard_normal((2 * shared, H)) * 0.2) if shared else None
+    sw2 = moe_ref.f32_to_bf16(rng.standard_normal((H, shared)) * 0.2) if shared else None
+    W = fp4moe.MoEWeights.quantize(cfg, router, w13, w2, router_bias=rb, shared_w13=sw13, shared_w2=sw2)
+    ref = {
+        "w13": moe_ref.dequant(W.w13_data, W.w13_scales, W.w13_global, fmt),
+        "w2": moe_ref.dequant(W.w2_data, W.w2_scales, W.w2_global, fmt),
+        "router": router, "bias": rb,
+        "shared": None if not shared else (moe_ref.bf16_to_f32(sw13), moe_ref.bf16_to_f32(sw2)),
+    }
+    return cfg, W, ref
+
+
+def make_x(rng, T, H):
+    """BF16 bits of x, the float32 values they hold."""
+    bits = moe_ref.f32_to_bf16(rng.standard_normal((T, H)))
+    return bits, moe_ref.bf16_to_f32(bits)
+
+
+def reference(cfg, ref, xf, ids=None, weights=None):
+    """The numpy oracle's output, routing from the formula unless ids/weights given."""
+    margin = np.inf
+    if ids is None:
+        logits = xf.astype(np.float64) @ ref["router"].astype(np.float64).T
+        ids, weights, margin = moe_ref.route(logits, cfg.score, cfg.top_k, ref["bias"], cfg.renormalize,
+                                             cfg.routed_scale, cfg.n_group, cfg.topk_group)
+    return moe_ref.moe(xf, ref["w13"], ref["w2"], ids, weights, cfg.inter, ref["shared"]), margin

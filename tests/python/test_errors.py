@@ -1,0 +1,157 @@
+"""Bad arguments raise a Python exception that names the argument (or carries the
+library's status and message); nothing crashes, nothing caller-owned changes."""
+
+import ctypes as C
+import importlib
+
+import numpy as np
+import pytest
+
+import fp4moe
+from fp4moe import _lib
+from conftest import make_layer, make_x
+
+
+@pytest.fixture
+def layer(rng):
+    cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
+    with fp4moe.Layer(cfg, W, backend="cpu", max_tokens=4) as L:
+        yield L
+
+
+def test_quantize_errors():
+    with pytest.raises(fp4moe.Error, match="multiple of the nvfp4 block") as e:
+        fp4moe.quantize(np.ones((2, 24), np.float32), "nvfp4")
+    assert e.value.status == "FM_ERR_BAD_SHAPE"
+    x = np.ones((2, 32), np.float32)
+    x[1, 3] = np.nan
+    with pytest.raises(fp4moe.Error) as e:
+        fp4moe.quantize(x, "mxfp4")
+    assert e.value.status == "FM_ERR_NONFINITE"
+    with pytest.raises(ValueError, match="x: expected a 2-D"):
+        fp4moe.quantize(np.ones(32, np.float32))
+    with pytest.raises(TypeError, match="x: expected a floating-point"):
+        fp4moe.quantize(np.ones((2, 32), np.int32))
+    with pytest.raises(ValueError, match="fmt: expected one of"):
+        fp4moe.quantize(x, "fp8")
+    with pytest.raises(ValueError, match="global_scale: only NVFP4"):
+        fp4moe.quantize(np.ones((2, 32), np.float32), "mxfp4", global_scale=1.0)
+    with pytest.raises(fp4moe.Error) as e:
+        fp4moe.quantize(np.ones((2, 32), np.float32), "nvfp4", global_scale=-1.0)
+    assert e.value.status == "FM_ERR_INVALID_ARG"
+
+
+def test_dequantize_nan_scale():
+    q = fp4moe.quantize(np.ones((1, 16), np.float32), "nvfp4")
+    q.scales[0, 0] = 0x7F  # E4M3 NaN
+    with pytest.raises(fp4moe.Error) as e:
+        fp4moe.dequantize(q)
+    assert e.value.status == "FM_ERR_NONFINITE"
+    with pytest.raises(TypeError, match="q: expected fp4moe.QTensor"):
+        fp4moe.dequantize(np.zeros((1, 8), np.uint8))
+
+
+def test_run_argument_errors(layer, rng):
+    H = layer.cfg.hidden
+    bits, _ = make_x(rng, 2, H)
+    cases = [
+        (dict(x=bits[:, :32]), ValueError, r"x: expected shape \[T\]\[64\]"),
+        (dict(x=np.zeros((5, H), np.uint16)), ValueError, r"x: T=5 outside \[1, max_tokens=4\]"),
+        (dict(x=bits.astype(np.int32)), TypeError, "x: expected BF16"),
+        (dict(x=bits, out=np.zeros((2, H), np.float64)), ValueError, "out: expected a C-contiguous float32"),
+        (dict(x=bits, out=np.zeros((H, 2), np.float32).T), ValueError, "out: .*strided"),
+        (dict(x=bits, topk_ids=np.zeros((2, 2), np.int32)), ValueError, "topk_ids, topk_weights: give both"),
+    ]
+    if fp4moe.HAS_RUN_API:
+        cases += [
+            (dict(x=bits, topk_ids=np.zeros((2, 2), np.int64), topk_weights=np.ones((2, 2), np.float32)),
+             TypeError, "topk_ids: expected dtype int32"),
+            (dict(x=bits, topk_ids=np.zeros((2, 3), np.int32), topk_weights=np.ones((2, 3), np.float32)),
+             ValueError, r"topk_ids: expected shape \(2, 2\)"),
+        ]
+    for kw, exc, msg in cases:
+        out = kw.get("out")
+        before = None if out is None else out.copy()
+        with pytest.raises(exc, match=msg):
+            layer.run(**kw)
+        if out is not None:
+            assert np.array_equal(out, before)
+
+
+def test_nonfinite_x_leaves_out_untouched(layer, rng):
+    bits, _ = make_x(rng, 2, layer.cfg.hidden)
+    bits[1, 5] = 0x7FC0  # BF16 NaN
+    out = np.full((2, layer.cfg.hidden), 7.0, np.float32)
+    with pytest.raises(fp4moe.Error) as e:
+        layer.run(bits, out=out)
+    assert e.value.status == "FM_ERR_NONFINITE" and "x[1][5]" in e.value.detail
+    assert np.all(out == 7.0)
+
+
+@pytest.mark.skipif(not fp4moe.HAS_RUN_API, reason="the library does not export fm_layer_run yet")
+def test_bad_expert_id(layer, rng):
+    bits, _ = make_x(rng, 2, layer.cfg.hidden)
+    ids = np.array([[0, 1], [2, 9]], np.int32)
+    with pytest.raises(fp4moe.Error) as e:
+        layer.run(bits, ids, np.ones((2, 2), np.float32))
+    assert e.value.status == "FM_ERR_OUT_OF_RANGE"
+
+
+def test_layer_construction_errors(rng):
+    cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
+    with pytest.raises(ValueError, match="backend: expected one of"):
+        fp4moe.Layer(cfg, W, backend="tpu")
+    with pytest.raises(ValueError, match="max_tokens: expected an int >= 1"):
+        fp4moe.Layer(cfg, W, max_tokens=0)
+    with pytest.raises(TypeError, match="weights: expected fp4moe.MoEWeights"):
+        fp4moe.Layer(cfg, {"w13": 1})
+    bad = fp4moe.MoEWeights(W.router_w, W.w13_data[:, :, :16], W.w13_scales, W.w13_global, W.w2_data, W.w2_scales,
+                            W.w2_global)
+    with pytest.raises(ValueError, match=r"w13_data: expected shape \(4, 64, 32\)"):
+        fp4moe.Layer(cfg, bad)
+    bad = fp4moe.MoEWeights(W.router_w.astype(np.float64), W.w13_data, W.w13_scales, W.w13_global, W.w2_data,
+                            W.w2_scales, W.w2_global)
+    with pytest.raises(TypeError, match="router_w: expected dtype float32"):
+        fp4moe.Layer(cfg, bad)
+    g = W.w2_global.copy()
+    g[1] = np.inf
+    bad = fp4moe.MoEWeights(W.router_w, W.w13_data, W.w13_scales, W.w13_global, W.w2_data, W.w2_scales, g)
+    with pytest.raises(fp4moe.Error) as e:
+        fp4moe.Layer(cfg, bad)
+    assert e.value.status == "FM_ERR_NONFINITE" and "w2[1]" in e.value.detail
+    c2 = fp4moe.MoEConfig(n_experts=4, top_k=5, hidden=64, inter=32)
+    with pytest.raises(fp4moe.Error) as e:
+        fp4moe.Layer(c2, W)
+    assert e.value.status == "FM_ERR_INVALID_ARG"
+
+
+def test_closed_layer(rng):
+    cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
+    L = fp4moe.Layer(cfg, W, max_tokens=2)
+    L.close()
+    with pytest.raises(ValueError, match="layer: already closed"):
+        L.run(np.zeros((1, cfg.hidden), np.uint16))
+
+
+def test_abi_check_catches_a_drifted_mirror(monkeypatch):
+    """The import-time layout check must fail on a mirror that differs from the C struct."""
+    class Drifted(C.Structure):
+        _fields_ = [f for f in _lib.QTensor._fields_ if f[0] != "global_scale"]
+
+    monkeypatch.setitem(_lib._MIRRORS, "fm_qtensor", Drifted)
+    with pytest.raises(ImportError, match="fm_qtensor"):
+        _lib._check_abi(_lib.lib)
+
+    class Moved(C.Structure):
+        _fields_ = [("fmt", C.c_int64), ("rows", C.c_int64), ("cols", C.c_int64), ("data", C.c_void_p),
+                    ("scales", C.c_void_p), ("global_scale", C.c_float)]
+    monkeypatch.setitem(_lib._MIRRORS, "fm_qtensor", Moved)
+    with pytest.raises(ImportError, match="fm_qtensor.fmt"):
+        _lib._check_abi(_lib.lib)
+
+
+def test_bad_library_path(monkeypatch):
+    monkeypatch.setenv("FP4MOE_LIBRARY", "/nonexistent/libfp4moe.so")
+    with pytest.raises(ImportError, match="FP4MOE_LIBRARY"):
+        _lib._library_path()
+    assert importlib.import_module("fp4moe") is fp4moe

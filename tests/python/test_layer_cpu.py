@@ -1,0 +1,174 @@
+"""The layer on the CPU backends against the numpy oracle (moe_ref.py).
+
+Bound: NMSE <= 1e-9 against a float64 computation on the same dequantized
+weights. The library computes in FP32 (docs/accuracy.md: reference vs float64
+1e-14..2e-13, fast path vs reference 1e-9), so 1e-9 leaves room for the fast
+path's summation order while a wrong expert, row, scale, nibble order or routing
+weight gives >= 1e-4. Outputs are poisoned with NaN first (preallocated out),
+and NaN/Inf is checked before the bound."""
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import fp4moe
+import moe_ref
+from conftest import make_layer, make_x, reference
+
+BOUND = 1e-9
+need_run_api = pytest.mark.skipif(not fp4moe.HAS_RUN_API,
+                                  reason="the library does not export fm_layer_run / fm_layer_create_desc yet")
+
+
+def check(got, ref, margin=np.inf):
+    assert np.all(np.isfinite(got)), "NaN/Inf in the output (an element left unwritten?)"
+    assert margin > 1e-6, f"routing near a tie (margin {margin}): re-run (the seed is printed)"
+    err = moe_ref.nmse(got, ref)
+    assert err <= BOUND, f"NMSE {err:.3e} > {BOUND}"
+
+
+@pytest.mark.parametrize("backend", ["cpu-ref", "cpu"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "bf16"])
+def test_layer_vs_numpy(rng, backend, fmt):
+    cfg, W, ref = make_layer(rng, fmt)
+    T = 5
+    bits, xf = make_x(rng, T, cfg.hidden)
+    with fp4moe.Layer(cfg, W, backend=backend, max_tokens=8) as layer:
+        out = np.full((T, cfg.hidden), np.nan, np.float32)
+        got = layer.run(bits, out=out)
+        assert got is out
+    want, margin = reference(cfg, ref, xf)
+    check(got, want, margin)
+
+
+@pytest.mark.parametrize("routing", [
+    dict(score="sigmoid", bias=True, routed_scale=2.5),                   # GLM-5 / DeepSeek-V3
+    dict(score="sigmoid", bias=True, n_group=4, topk_group=2, routed_scale=2.5, k=4),
+    dict(score="softmax", renormalize=False),                            # Qwen3-MoE norm_topk_prob=False
+    dict(score="softmax", shared=32),                                    # shared expert, BF16
+])
+def test_routing_variants(rng, routing):
+    cfg, W, ref = make_layer(rng, "nvfp4", **routing)
+    bits, xf = make_x(rng, 6, cfg.hidden)
+    with fp4moe.Layer(cfg, W, backend="cpu", max_tokens=6) as layer:
+        got = layer.run(bits)
+    want, margin = reference(cfg, ref, xf)
+    check(got, want, margin)
+
+
+def test_float_input_is_rounded_to_bf16(rng):
+    cfg, W, ref = make_layer(rng)
+    xf32 = rng.standard_normal((3, cfg.hidden)).astype(np.float32)
+    with fp4moe.Layer(cfg, W, backend="cpu-ref", max_tokens=4) as layer:
+        a = layer.run(xf32)
+        b = layer.run(moe_ref.f32_to_bf16(xf32))
+    assert np.array_equal(a, b)
+
+
+@need_run_api
+def test_external_routing(rng):
+    cfg, W, ref = make_layer(rng, "nvfp4", E=8, k=3)
+    T = 7
+    bits, xf = make_x(rng, T, cfg.hidden)
+    ids = np.stack([rng.permutation(cfg.n_experts)[:cfg.top_k] for _ in range(T)]).astype(np.int32)
+    ids[2, 1] = -1  # "no expert": skipped
+    w = rng.random((T, cfg.top_k)).astype(np.float32)
+    with fp4moe.Layer(cfg, W, backend="cpu", max_tokens=T) as layer:
+        got = layer.run(bits, ids, w)
+    want, _ = reference(cfg, ref, xf, ids, w)
+    check(got, want)
+
+
+@need_run_api
+@pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
+def test_expert_shard_partial_sums(rng, out_dtype):
+    E = 8
+    cfg, W, ref = make_layer(rng, "nvfp4", E=E, k=2)
+    T = 5
+    bits, xf = make_x(rng, T, cfg.hidden)
+    parts = []
+    for first in (0, 4):
+        sl = slice(first, first + 4)
+        Ws = fp4moe.MoEWeights(W.router_w, W.w13_data[sl], W.w13_scales[sl], W.w13_global[sl], W.w2_data[sl],
+                               W.w2_scales[sl], W.w2_global[sl])
+        with fp4moe.Layer(cfg, Ws, backend="cpu", max_tokens=T, first_expert=first, n_local=4,
+                          out_dtype=out_dtype) as layer:
+            y = layer.run(bits)
+        parts.append(y.astype(np.float32) if out_dtype == "f32" else moe_ref.bf16_to_f32(y))
+    want, margin = reference(cfg, ref, xf)
+    if out_dtype == "f32":
+        check(parts[0] + parts[1], want, margin)
+    else:  # two BF16 roundings (unit roundoff 2^-9): NMSE ~ 2 * 1.3e-6
+        assert np.all(np.isfinite(parts[0] + parts[1]))
+        assert moe_ref.nmse(parts[0] + parts[1], want) <= 1e-5
+
+
+def _write_safetensors(path, tensors):
+    """Independent writer (the format: u64 header length, JSON header, data)."""
+    header, blobs, off = {}, [], 0
+    for name, (dtype, arr) in tensors.items():
+        b = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_modelopt_checkpoint(rng, tmp_path):
+    """A ModelOpt-layout NVFP4 checkpoint written here, loaded by the library, run, checked."""
+    cfg, W, ref = make_layer(rng, "nvfp4", E=4, k=2)
+    I = cfg.inter
+    t = {"model.layers.0.mlp.gate.weight": ("F32", W.router_w)}
+    for e in range(cfg.n_experts):
+        p = f"model.layers.0.mlp.experts.{e}."
+        for proj, d, s, g in (("gate_proj", W.w13_data[e, :I], W.w13_scales[e, :I], W.w13_global[e]),
+                              ("up_proj", W.w13_data[e, I:], W.w13_scales[e, I:], W.w13_global[e]),
+                              ("down_proj", W.w2_data[e], W.w2_scales[e], W.w2_global[e])):
+            t[p + proj + ".weight"] = ("U8", d)
+            t[p + proj + ".weight_scale"] = ("F8_E4M3", s)
+            t[p + proj + ".weight_scale_2"] = ("F32", np.array([g], np.float32))
+    _write_safetensors(tmp_path / "model.safetensors", t)
+    with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+        assert ck.scan()["layers"] == {0: cfg.n_experts}
+        assert np.array_equal(ck.tensor("model.layers.0.mlp.experts.1.up_proj.weight"), W.w13_data[1, I:])
+        loaded = ck.load_layer(0, routing=cfg)
+    assert loaded.cfg.hidden == cfg.hidden and loaded.cfg.inter == I and loaded.layout == "modelopt"
+    back = loaded.weights()
+    assert np.array_equal(back.w13_data, W.w13_data) and np.array_equal(back.w2_scales, W.w2_scales)
+    bits, xf = make_x(rng, 4, cfg.hidden)
+    with fp4moe.Layer(None, loaded, backend="cpu", max_tokens=4) as layer:
+        got = layer.run(bits)
+    loaded.close()
+    want, margin = reference(cfg, ref, xf)
+    check(got, want, margin)
+    if fp4moe.HAS_RUN_API:  # expert-parallel shards of the checkpoint: global router, partial sums
+        total = 0
+        with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+            for first in (0, 2):
+                scfg, sw = ck.load_shard(0, first, 2, routing=cfg)
+                assert scfg.n_experts == cfg.n_experts and sw.w13_data.shape[0] == 2
+                with fp4moe.Layer(scfg, sw, backend="cpu", max_tokens=4, first_expert=first, n_local=2) as L:
+                    total = total + L.run(bits)
+        check(total, want, margin)
+
+
+def test_route_matches_formula(rng):
+    cfg = fp4moe.MoEConfig(n_experts=16, top_k=4, hidden=64, inter=32, score="sigmoid", routed_scale=2.5)
+    logits = (rng.standard_normal((9, 16)) * 2).astype(np.float32)
+    ids, w = fp4moe.route(cfg, logits)
+    rid, rw, margin = moe_ref.route(logits, "sigmoid", 4, routed_scale=2.5)
+    assert margin > 1e-6
+    assert np.array_equal(ids, rid)
+    np.testing.assert_allclose(w, rw, rtol=1e-6)
+
+
+def test_checkpoint_missing_file(tmp_path):
+    with pytest.raises(fp4moe.Error) as e:
+        fp4moe.Checkpoint(os.fspath(tmp_path / "nope.safetensors"))
+    assert e.value.status == "FM_ERR_IO"
