@@ -129,7 +129,8 @@ static inline void add(itemset *s, int file, const char *name, fm_dtype d, int n
                 int64_t d3, const void *data)
 {
     assert_true(s->n < MAXI);
-    snprintf(s->names[s->n], sizeof s->names[0], "%s", name);
+    assert_true(strlen(name) < sizeof s->names[0]); /* never truncated (and gcc -Wformat-truncation sees the bound) */
+    memcpy(s->names[s->n], name, strlen(name) + 1);
     s->it[s->n] = (fm_st_write_item){s->names[s->n], d, ndim, {d0, d1, d2, d3}, data};
     s->file[s->n++] = file;
 }
