@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "config_json.h"
+#include "fm_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -192,35 +193,28 @@ fm_status fm_cfgjson_read(const char *dir, fm_cfgjson *out)
     char path[4096];
     if (snprintf(path, sizeof path, "%s/config.json", *dir ? dir : ".") >= (int)sizeof path)
         return fm_fail(FM_ERR_INVALID_ARG, "config.json path in '%.200s...' is too long", dir);
-    /* O_NONBLOCK: a FIFO named config.json must not hang the open */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) {
-            *out = (fm_cfgjson){0};
-            return FM_OK;
-        }
-        return fm_fail(FM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)FM_CFGJSON_MAX) {
-        close(fd);
-        return fm_fail(FM_ERR_IO, "%s: not a regular file of at most %u bytes", path, FM_CFGJSON_MAX);
+    if (stat(path, &sb) != 0 && errno == ENOENT) { /* absent: nothing to read (the caller decides) */
+        *out = (fm_cfgjson){0};
+        return FM_OK;
     }
-    size_t n = (size_t)sb.st_size, got = 0;
-    char *buf = malloc(n + 1);
+    int      fd = -1;
+    uint64_t size = 0;
+    FM_CHECK(fm_file_open(path, &fd, &size)); /* a FIFO / device / directory: FM_ERR_IO, never a hang */
+    if (size > FM_CFGJSON_MAX) {
+        close(fd);
+        return fm_fail(FM_ERR_IO, "%s: %llu bytes, more than a config.json's %u", path, (unsigned long long)size,
+                       FM_CFGJSON_MAX);
+    }
+    size_t n = (size_t)size;
+    char  *buf = malloc(n + 1);
     if (!buf) {
         close(fd);
         return fm_fail(FM_ERR_OOM, "%s: out of memory", path);
     }
-    while (got < n) {
-        ssize_t k = read(fd, buf + got, n - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
+    fm_status rs = fm_file_pread(fd, path, 0, buf, n);
     close(fd);
-    fm_status s = got == n ? fm_cfgjson_parse(buf, n, path, out)
-                           : fm_fail(FM_ERR_IO, "%s: read %zu of %zu bytes", path, got, n);
+    fm_status s = rs == FM_OK ? fm_cfgjson_parse(buf, n, path, out) : rs;
     free(buf);
     return s;
 }
