@@ -237,14 +237,16 @@ __global__ void dev_errors_reset_kernel(fm_moe_dev_errors *err)
 
 /* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]).
  * One CTA of exactly 1024 threads, 1024 experts per step. */
-__global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
+/* off[1 + i] = src[0] + ... + src[i] for i < E (inclusive prefix sums), by one CTA of
+ * exactly 1024 threads, 1024 values per step; src may be off + 1 (in place: each
+ * thread reads its value before it writes it). wsum: 32 ints of shared memory. */
+__device__ void block_prefix_sums(const int *src, int32_t *off, int E, int *wsum)
 {
-    __shared__ int wsum[32];
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     int       carry = 0;
     for (int base = 0; base < E; base += 1024) {
         const int i = base + tid;
-        int       v = i < E ? off[1 + i] : 0;
+        int       v = i < E ? src[i] : 0;
         for (int o = 1; o < 32; o <<= 1) {
             const int n = __shfl_up_sync(FM_FULL, v, o);
             if (lane >= o) v += n;
@@ -266,6 +268,13 @@ __global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
     }
 }
 
+/* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]). */
+__global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
+{
+    __shared__ int wsum[32];
+    block_prefix_sums(off + 1, off, E, wsum);
+}
+
 /* count + scan in one CTA (E <= FM_FUSED_E): counts in shared memory, then the
  * prefix sums written as offsets[E+1]; the same token_slots / error bookkeeping as
  * permute_count_kernel. Saves the offsets memset and a launch: at decode the
@@ -279,7 +288,7 @@ __global__ void __launch_bounds__(1024)
 {
     __shared__ int cnt[FM_FUSED_E], tmp[FM_FUSED_E];
     __shared__ int wsum[32];
-    const int      tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int      tid = threadIdx.x;
     for (int e = tid; e < E; e += 1024) cnt[e] = 0;
     for (int s0 = 0, c = 0; s0 < R; s0 += FM_PLACE_CHUNK, c++) { /* chunk c: its counts go to hist[c][e] */
         for (int e = tid; e < E; e += 1024) tmp[e] = 0;
@@ -305,33 +314,12 @@ __global__ void __launch_bounds__(1024)
     if (tid == 0 && err && bad_logit && *bad_logit != ~0ull) atomicMin(&err->bad_logit, *bad_logit);
     if (tid == 0) off[0] = 0;
     __syncthreads();
-    int carry = 0;
-    for (int base = 0; base < E; base += 1024) {
-        const int i = base + tid;
-        int       v = i < E ? cnt[i] : 0;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int n = __shfl_up_sync(FM_FULL, v, o);
-            if (lane >= o) v += n;
-        }
-        if (lane == 31) wsum[w] = v;
-        __syncthreads();
-        if (w == 0) {
-            int q = wsum[lane];
-            for (int o = 1; o < 32; o <<= 1) {
-                const int n = __shfl_up_sync(FM_FULL, q, o);
-                if (lane >= o) q += n;
-            }
-            wsum[lane] = q;
-        }
-        __syncthreads();
-        if (i < E) off[1 + i] = carry + (w ? wsum[w - 1] : 0) + v;
-        carry += wsum[31];
-        __syncthreads();
-    }
+    block_prefix_sums(cnt, off, E, wsum);
 }
 
-/* One warp per expert e: walks the slots in ascending order, 128 per step (4
- * loads in flight), and places each of e's slots at the next row of e. */
+/* One warp per (expert e, chunk of slots): walks its chunk in ascending order, 128
+ * slots per step (4 loads in flight), and places each of e's slots at the next row
+ * of e, starting after e's rows of the earlier chunks: the order of fm_moe_permute. */
 __global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E, int first,
                                      const int32_t *off, const int32_t *hist, int chunk, int32_t *perm,
                                      int32_t *token_slots, float *row_weight, int32_t *row_token)
