@@ -36,7 +36,9 @@ def t_route(logits, cfg, bias):
     s = torch.softmax(logits, 1) if cfg.score == "softmax" else torch.sigmoid(logits)
     rank = s + (0 if bias is None else bias)
     top = torch.topk(rank, cfg.top_k + 1, 1)
-    margin = (top.values[:, cfg.top_k - 1] - top.values[:, cfg.top_k]).min().item() \
+    # per token: the gap between the k-th and (k+1)-th ranked scores (a token whose
+    # gap is within FP32 noise may be routed differently by any two implementations)
+    margin = (top.values[:, cfg.top_k - 1] - top.values[:, cfg.top_k]) \
         if cfg.top_k < cfg.n_experts else np.inf
     ids = top.indices[:, :cfg.top_k]
     w = torch.gather(s, 1, ids)
@@ -71,9 +73,16 @@ def nmse(a, b):
 
 
 def check(y, want, bound, margin=np.inf):
+    """NaN/Inf first, then NMSE over the tokens whose routing is not within FP32 noise
+    of a tie (margin per token, from t_route; inf: every token): random routers at
+    T >= 64 always have a few such tokens, which the comparison leaves out (at most
+    a tenth of them, else re-run with another seed)."""
     assert torch.isfinite(y).all(), "NaN/Inf in the output (an element left unwritten?)"
-    assert margin > 1e-5, f"routing near a tie (margin {margin}): re-run (the seed is printed)"
-    err = nmse(y.float(), want)
+    keep = slice(None)
+    if torch.is_tensor(margin):
+        keep = margin > 1e-5
+        assert keep.float().mean().item() >= 0.9, "routing near a tie for over a tenth of the tokens: re-run"
+    err = nmse(y.float()[keep], want[keep])
     assert err <= bound, f"NMSE {err:.3e} > {bound}"
 
 
@@ -86,7 +95,13 @@ def x_of(rng, T, H):
     return torch.from_numpy(rng.standard_normal((T, H)).astype(np.float32)).to(DEV).bfloat16()
 
 
-@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "bf16"])
+def test_bf16_experts_refused(rng):
+    """BF16 routed experts: the cuda backend runs FP4 only, and says so."""
+    with pytest.raises(fp4moe.Error, match="FM_ERR_UNSUPPORTED"):
+        layer(rng, "bf16")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("T", [1, 7, 64, 300])
 def test_internal_routing_vs_torch(rng, fmt, T):
     cfg, ref, m = layer(rng, fmt)
