@@ -29,10 +29,11 @@ export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
 { cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
-  cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm test_cuda_gemm test_cuda_prepack test_cuda_backend; } \
+  cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm bench_layer test_cuda_gemm test_cuda_prepack \
+    test_cuda_backend test_cuda_layer test_cuda_route test_cuda_pdl; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 # other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
-cmake --build build-gpu -j16 >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
+cmake --build build-gpu -j16 -- -k >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
 echo "== ctest -L gpu"
 (cd build-gpu && ctest -L gpu ${CTEST_ARGS:-} --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
 grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
