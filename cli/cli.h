@@ -58,5 +58,7 @@ void fm_cli_print_json(struct cJSON *j);
 
 /* Progress line on stderr, only when stderr is a terminal or FM_PROGRESS=1. */
 void fm_cli_progress(const char *fmt, ...);
+/* Monotonic wall clock, milliseconds. */
+double fm_cli_now_ms(void);
 
 #endif

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 int fm_cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
@@ -79,4 +80,11 @@ void fm_cli_print_json(struct cJSON *j)
     if (t) puts(t);
     free(t);
     cJSON_Delete(j);
+}
+
+double fm_cli_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }

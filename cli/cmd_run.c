@@ -49,13 +49,19 @@ static void usage(FILE *f)
             "  --input X.npy      the input: [T][hidden] BF16 ('<u2' bits or ml_dtypes '<V2') or float32\n"
             "                     ('<f4', rounded to BF16 RNE); T replaces --tokens\n"
             "  --output Y.npy     write the layer's output: float32 [T][hidden]\n"
+            "  --shard F:C        hold experts [F, F+C) of the layer's experts only (an expert-parallel\n"
+            "                     rank): routing stays over all of them, the output is the shard's partial\n"
+            "                     sum; --check compares with the reference holding the same shard\n"
+            "  --routing R        internal (router + top-k inside the layer) | external (the top-k ids and\n"
+            "                     weights computed here from the router, passed in as an engine does;\n"
+            "                     CPU backends)                        (default internal)\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
 
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
-       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT };
+       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -69,7 +75,41 @@ static const struct option k_opts[] = {
     {"layer", required_argument, 0, OPT_LAYER},     {"json", no_argument, 0, OPT_JSON},
     {"help", no_argument, 0, OPT_HELP},             {"renormalize", required_argument, 0, OPT_RENORM},
     {"routed-scale", required_argument, 0, OPT_RSCALE}, {"input", required_argument, 0, OPT_INPUT},
-    {"output", required_argument, 0, OPT_OUTPUT},   {0, 0, 0, 0}};
+    {"output", required_argument, 0, OPT_OUTPUT},   {"shard", required_argument, 0, OPT_SHARD},
+    {"routing", required_argument, 0, OPT_ROUTING}, {0, 0, 0, 0}};
+
+/* "F:C" -> first F >= 0, count C >= 1 (checked against the layer's experts later). */
+static int parse_shard(const char *a, int *first, int *count)
+{
+    char *e1 = NULL, *e2 = NULL;
+    long  f = strtol(a, &e1, 10);
+    if (e1 == a || *e1 != ':') return 0;
+    long c = strtol(e1 + 1, &e2, 10);
+    if (e2 == e1 + 1 || *e2 || f < 0 || c < 1 || f > 1 << 24 || c > 1 << 24) return 0;
+    *first = (int)f;
+    *count = (int)c;
+    return 1;
+}
+
+/* External routing as an engine would give it: the router's logits (the CPU's
+ * summation order) and fm_moe_route, ids/weights [T][top_k]. */
+static fm_status host_routing(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T, int32_t *ids,
+                              float *wts)
+{
+    const int E = c->n_experts, H = c->hidden;
+    float    *logits = malloc(sizeof(float) * (size_t)T * E);
+    if (!logits) return FM_ERR_OOM;
+    for (long i = 0; i < (long)T * E; i++) {
+        const uint16_t *xt = x + (size_t)(i / E) * H;
+        const float    *we = w->router_w + (size_t)(i % E) * H;
+        float           part[8] = {0};
+        for (int k = 0; k < H; k++) part[k % 8] += fm_bf16_decode(xt[k]) * we[k];
+        logits[i] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    }
+    fm_status s = fm_moe_route(c, w->router_bias, logits, T, ids, wts);
+    free(logits);
+    return s;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -98,6 +138,7 @@ int fm_cmd_run(int argc, char **argv)
     double dv;
     const char *shape_flag = NULL; /* a flag that sets the layer's shape: not with --weights */
     int topk_group_flag = 0;       /* --topk-group: with --weights only together with --groups */
+    int shard_first = 0, shard_count = 0, external = 0; /* --shard F:C (0 count: all), --routing external */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -133,6 +174,19 @@ int fm_cmd_run(int argc, char **argv)
         case OPT_RSCALE: if (!fm_cli_double("run", "--routed-scale", optarg, 1e-30, 1e30, &dv)) return FM_EXIT_USAGE; o.cfg.routed_scale = (float)dv; o.route_set |= 1u << FM_ROUTE_SCALE; break;
         case OPT_INPUT: o.input_path = optarg; break;
         case OPT_OUTPUT: o.output_path = optarg; break;
+        case OPT_SHARD:
+            if (!parse_shard(optarg, &shard_first, &shard_count)) {
+                fprintf(stderr, "fp4moe run: --shard expects FIRST:COUNT (FIRST >= 0, COUNT >= 1), got '%s'\n", optarg);
+                return FM_EXIT_USAGE;
+            }
+            break;
+        case OPT_ROUTING:
+            if (strcmp(optarg, "internal") && strcmp(optarg, "external")) {
+                fprintf(stderr, "fp4moe run: --routing expects internal or external, got '%s'\n", optarg);
+                return FM_EXIT_USAGE;
+            }
+            external = !strcmp(optarg, "external");
+            break;
         case OPT_SHARED: if (!fm_cli_int("run", "--shared-inter", optarg, 0, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.shared_inter = (int)v; break;
         case OPT_ACT: o.cfg.act_nvfp4 = 1; break;
         case OPT_BACKEND:
@@ -179,6 +233,12 @@ int fm_cmd_run(int argc, char **argv)
     }
     if (o.weights_path && (o.route_set & (1u << FM_ROUTE_GROUPS)) && o.cfg.n_group < 2) o.cfg.topk_group = 0;
 
+    if (external && (o.backend == FM_BACKEND_CUDA ||
+                     (o.backend == FM_BACKEND_AUTO && fm_backend_available(FM_BACKEND_CUDA) == FM_OK))) {
+        fprintf(stderr, "fp4moe run: --routing external passes host ids to the CPU backends; the cuda backend takes "
+                        "device ids through fm_layer_run (bench/bench_layer times it): use --backend cpu or cpu-ref\n");
+        return FM_EXIT_USAGE;
+    }
     /* Say "no GPU" before spending seconds on quantizing weights. */
     fm_status s = fm_backend_available(o.backend);
     if (s != FM_OK) return fm_cli_fail("run", s);
@@ -194,8 +254,23 @@ int fm_cmd_run(int argc, char **argv)
     }
     const fm_moe_config *cfg = &m.cfg;
     int T = m.tokens; /* --tokens, or the rows of --input */
+    if (shard_count && (long long)shard_first + shard_count > cfg->n_experts) {
+        fprintf(stderr, "fp4moe run: --shard %d:%d is not a range of the layer's %d experts\n", shard_first,
+                shard_count, cfg->n_experts);
+        fm_run_model_free(&m);
+        return FM_EXIT_USAGE;
+    }
     size_t n_out = (size_t)T * cfg->hidden;
     float *out = malloc(n_out * sizeof *out), *ref = NULL;
+    int32_t *ids = NULL;
+    float   *wts = NULL;
+    /* the shard's view of the weights: its experts; the router stays global */
+    fm_moe_weights sw = m.w;
+    sw.w13 += shard_first, sw.w2 += shard_first;
+    if (sw.a1_scale) sw.a1_scale += shard_first;
+    if (sw.a2_scale) sw.a2_scale += shard_first;
+    fm_layer_desc desc = {.backend = o.backend, .max_tokens = T, .first_expert = shard_first, .n_local = shard_count};
+    fm_layer_run_args run = {.x = m.x, .T = T, .out = out};
     double *ms = calloc((size_t)o.iters, sizeof *ms);
     int rc = FM_EXIT_OK;
     fm_layer *layer = NULL;
@@ -205,20 +280,31 @@ int fm_cmd_run(int argc, char **argv)
         goto done;
     }
 
+    if (external) {
+        ids = malloc(sizeof(int32_t) * (size_t)T * cfg->top_k);
+        wts = malloc(sizeof(float) * (size_t)T * cfg->top_k);
+        if (!ids || !wts || (s = host_routing(cfg, &m.w, m.x, T, ids, wts)) != FM_OK) {
+            rc = fm_cli_fail("run", ids && wts ? s : FM_ERR_OOM);
+            goto done;
+        }
+        run.topk_ids = ids, run.topk_weights = wts;
+    }
     fm_cli_progress("fp4moe run: preparing backend...\n");
-    s = fm_layer_create(o.backend, cfg, &m.w, T, &layer);
+    s = fm_layer_create_desc(&desc, cfg, &sw, &layer);
     if (s != FM_OK) {
         rc = fm_cli_fail("run", s);
         goto done;
     }
     fm_backend_kind bk = fm_layer_backend(layer);
-    /* one warm-up, then the timed repetitions */
+    /* one warm-up, then the timed repetitions; external routing through fm_layer_run
+     * (host pointers on the CPU backends), timed on the host clock */
     fm_run_stats st;
-    s = fm_layer_forward(layer, m.x, T, out, &st);
-    for (int i = 0; s == FM_OK && i < o.iters; i++) {
-        fm_cli_progress("\rfp4moe run: %s iteration %d/%d", fm_backend_name(bk), i + 1, o.iters);
-        s = fm_layer_forward(layer, m.x, T, out, &st);
-        ms[i] = st.ms;
+    for (int i = -1; i < o.iters; i++) {
+        if (i >= 0) fm_cli_progress("\rfp4moe run: %s iteration %d/%d", fm_backend_name(bk), i + 1, o.iters);
+        double t0 = fm_cli_now_ms();
+        s = external ? fm_layer_run(layer, &run) : fm_layer_forward(layer, m.x, T, out, &st);
+        if (s != FM_OK) break;
+        if (i >= 0) ms[i] = external ? fm_cli_now_ms() - t0 : st.ms;
     }
     fm_cli_progress("\n");
     if (s != FM_OK) {
@@ -245,7 +331,18 @@ int fm_cmd_run(int argc, char **argv)
             rc = FM_EXIT_FAIL;
             goto done;
         }
-        s = fm_moe_forward_ref(cfg, &m.w, m.x, T, ref);
+        if (shard_count || external) { /* the reference holding the same shard, given the same routing */
+            fm_layer     *rl = NULL;
+            fm_layer_desc rd = desc;
+            rd.backend = FM_BACKEND_CPU_REF;
+            fm_layer_run_args ra = run;
+            ra.out = ref;
+            s = fm_layer_create_desc(&rd, cfg, &sw, &rl);
+            if (s == FM_OK) s = fm_layer_run(rl, &ra);
+            fm_layer_destroy(rl);
+        } else {
+            s = fm_moe_forward_ref(cfg, &m.w, m.x, T, ref);
+        }
         if (s != FM_OK) {
             rc = fm_cli_fail("run", s);
             goto done;
@@ -272,6 +369,9 @@ int fm_cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(j, "inter", cfg->inter);
         cJSON_AddNumberToObject(j, "tokens", T);
         cJSON_AddNumberToObject(j, "active_experts", m.active_experts);
+        cJSON_AddNumberToObject(j, "shard_first", shard_first);
+        cJSON_AddNumberToObject(j, "shard_count", shard_count ? shard_count : cfg->n_experts - shard_first);
+        cJSON_AddStringToObject(j, "routing", external ? "external" : "internal");
         cJSON_AddNumberToObject(j, "time_ms", med);
         cJSON_AddNumberToObject(j, "bytes", bytes);
         cJSON_AddNumberToObject(j, "gbps", bytes / (med * 1e6));
@@ -288,6 +388,9 @@ int fm_cmd_run(int argc, char **argv)
                fm_backend_name(bk), fm_format_traits_get(cfg->wfmt)->name, cfg->n_experts, cfg->top_k, cfg->hidden,
                cfg->inter, T, T == 1 ? "" : "s", cfg->act_nvfp4 ? ", NVFP4 activations" : "");
         printf("  active experts   %d of %d\n", m.active_experts, cfg->n_experts);
+        if (shard_count || external)
+            printf("  shard / routing  experts [%d, %d) held, %s routing\n", shard_first,
+                   shard_count ? shard_first + shard_count : cfg->n_experts, external ? "external" : "internal");
         printf("  time (median)    %.3f ms over %d iterations\n", med, o.iters);
         printf("  bytes read       %.1f MB (active experts' weights + scales + activations)\n", bytes / 1e6);
         printf("  bandwidth        %.1f GB/s\n", bytes / (med * 1e6));
@@ -300,6 +403,8 @@ int fm_cmd_run(int argc, char **argv)
         }
     }
 done:
+    free(ids);
+    free(wts);
     fm_layer_destroy(layer);
     fm_run_model_free(&m);
     free(out);

@@ -36,5 +36,31 @@ import json,sys; j=json.load(sys.stdin)
 need={"backend","format","time_ms","bytes","gbps","nmse","check_passed","active_experts"}
 assert need <= set(j), need - set(j); assert j["check_passed"] is True and j["backend"] == "cpu"'; then echo "ok: --json"
 else echo "FAIL: --json"; fails=$((fails+1)); fi
+# expert shards (issue 17): each checked against the reference holding the same shard, the
+# shards' outputs summed = the whole layer; external routing = internal; bad shard / routing flags
+sh=(--experts 16 --topk 4 --hidden 256 --inter 128 --tokens 9 --iters 1 --backend cpu)
+expect 0 "experts \[4, 8) held, external routing" -- run "${sh[@]}" --shard 4:4 --routing external --check
+expect 0 "experts \[12, 16) held, internal routing" -- run "${sh[@]}" --shard 12:4 --check --backend cpu-ref
+expect 2 "--shard expects FIRST:COUNT" -- run "${sh[@]}" --shard 4
+expect 2 "--shard expects FIRST:COUNT" -- run "${sh[@]}" --shard 4:0
+expect 2 "is not a range of the layer's 16 experts" -- run "${sh[@]}" --shard 12:5
+expect 2 "--routing expects internal or external" -- run "${sh[@]}" --routing maybe
+n=$((n+1))
+d=$(mktemp -d)
+ok=1
+"$FM" run "${sh[@]}" --output "$d/all.npy" >/dev/null 2>&1 || ok=0
+"$FM" run "${sh[@]}" --routing external --output "$d/ext.npy" >/dev/null 2>&1 || ok=0
+for q in 0:4 4:4 8:4 12:4; do "$FM" run "${sh[@]}" --shard $q --output "$d/s${q%%:*}.npy" >/dev/null 2>&1 || ok=0; done
+if [ $ok = 1 ] && "${PYTHON:-python3}" -c '
+import sys, numpy as np
+d = sys.argv[1]
+a = np.load(d + "/all.npy").astype(np.float64)
+assert np.isfinite(a).all() and (a != 0).any()
+assert (np.load(d + "/ext.npy") == np.load(d + "/all.npy")).all(), "external != internal routing"
+s = sum(np.load(f"{d}/s{q}.npy").astype(np.float64) for q in (0, 4, 8, 12))
+e = ((s - a) ** 2).sum() / (a ** 2).sum()
+assert e <= 1e-11, f"shards summed vs the layer: NMSE {e}"' "$d"; then echo "ok: 4 shards summed = the layer, external = internal routing"
+else echo "FAIL: shards / external routing through --output"; fails=$((fails+1)); fi
+rm -rf "$d"
 echo "$((n-fails)) passed, $fails failed"
 [ "$fails" = 0 ]
