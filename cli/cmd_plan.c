@@ -11,7 +11,8 @@
 static void help(FILE *f)
 {
     fprintf(f, "usage: fp4moe plan --gpu NAME [--format nvfp4|mxfp4|fp8|bf16|fp16] [--epilogue tma|nosmem|finalize]\n"
-               "                   [--swap-ab] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
+               "                   [--swap-ab] [--cutlass 4.2|4.4|4.5|4.7 (default 4.2)] [--rows-per-expert 8] [--n 4096]\n"
+               "                   [--k 6144] [--experts 32] [--json]\n"
                "GPUs:");
     for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
     fprintf(f, "\nTiles of the GPU's CUTLASS family and fp4moe's own kernels (FP4 weights: fp4moe-swapab, and on\n"
@@ -85,7 +86,7 @@ int fm_cmd_plan(int argc, char **argv)
     const char *gpu_s = NULL;
     fm_elem ab = FM_ELEM_NVFP4;
     fm_epilogue epi = FM_EPI_TMA;
-    int json = 0, swap = 0, epi_given = 0;
+    int json = 0, swap = 0, epi_given = 0, cutlass = 0; /* --cutlass: 0 = 4.2 (the catalogue's default) */
     long rows = 8, n = 4096, k = 6144, experts = 32;
     fm_status st = FM_OK;
     for (int i = 1; i < argc; i++) {
@@ -114,6 +115,9 @@ int fm_cmd_plan(int argc, char **argv)
                 epi_given = 1;
                 if ((st = fm_epilogue_parse(v, &epi)) != FM_OK) return fm_cli_usage_status("plan", f, st);
             }
+            else if (!strcmp(f, "--cutlass")) {
+                if ((st = fm_cutlass_version_parse(v, &cutlass)) != FM_OK) return fm_cli_usage_status("plan", f, st);
+            }
             else if (!strcmp(f, "--rows-per-expert")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &rows)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--n")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &n)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--k")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &k)) return FM_EXIT_USAGE; }
@@ -134,9 +138,9 @@ int fm_cmd_plan(int argc, char **argv)
     const fm_gpu_info *g = NULL;
     if ((st = fm_gpu_find(gpu_s, &g)) != FM_OK) return fm_cli_usage_status("plan", "--gpu", st);
     if (launcher) {
-        if (swap || epi_given) { /* fp4moe's kernels have neither: not silently ignored */
-            fprintf(stderr, "fp4moe plan: --swap-ab and --epilogue describe CUTLASS tiles; --launcher ranks fp4moe's "
-                            "own kernels, which have neither\n");
+        if (swap || epi_given || cutlass) { /* fp4moe's kernels have none of them: not silently ignored */
+            fprintf(stderr, "fp4moe plan: --swap-ab, --epilogue and --cutlass describe CUTLASS tiles; --launcher ranks "
+                            "fp4moe's own kernels, which have none of them\n");
             return FM_EXIT_USAGE;
         }
         if (ab != FM_ELEM_NVFP4 && ab != FM_ELEM_MXFP4) {
@@ -156,7 +160,7 @@ int fm_cmd_plan(int argc, char **argv)
     size_t cnt = 0;
     /* the flags are the whole input: a shape no tile takes (BAD_SHAPE: K) or a format the
      * GPU's families lack is a usage error, naming the flag(s) */
-    if ((st = fm_plan_candidates_in(0, g, ab, epi, swap, rows, n, k, experts, c, 64, &cnt, NULL)) != FM_OK)
+    if ((st = fm_plan_candidates_ver(0, cutlass, g, ab, epi, swap, rows, n, k, experts, c, 64, &cnt, NULL)) != FM_OK)
         return fm_cli_usage_status("plan", st == FM_ERR_BAD_SHAPE ? "--k" : "--gpu/--format/--epilogue", st);
     int any = 0;
     cJSON *arr = json ? cJSON_CreateArray() : NULL;

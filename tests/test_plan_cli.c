@@ -165,6 +165,8 @@ static void family_specific_flags(void **s)
     }
     USAGE("plan --launcher --gpu h200 --swap-ab", "--swap-ab", "--launcher");
     USAGE("plan --launcher --gpu h200 --epilogue finalize", "--epilogue", "--launcher");
+    USAGE("plan --launcher --gpu h200 --cutlass 4.7", "--cutlass", "--launcher");
+    USAGE("plan --gpu rtx-pro-6000 --cutlass 9.9", "--cutlass", "9.9");
     /* and the flags where they apply still work (SM120 has no no-smem epilogue: truth-*.csv) */
     static const cli_case k_ok[] = {
         {"explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 --warps 4", 0, {"4 warps", NULL, NULL}, NULL},
@@ -172,6 +174,7 @@ static void family_specific_flags(void **s)
          NULL},
         {"explain --arch sm120 --tile 128x128x128 --epilogue finalize --cutlass 4.5", 0, {"cutlass-sm120", NULL, NULL},
          NULL},
+        {"plan --gpu rtx-pro-6000 --epilogue finalize --cutlass 4.7", 0, {"cutlass-sm120", NULL, NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof k_ok / sizeof *k_ok; i++) expect_case(&k_ok[i]);
 }

@@ -171,6 +171,14 @@ typedef struct {
 fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab,
                                 int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
                                 size_t cap, size_t *count, size_t *total);
+/* fm_plan_candidates_in with the CUTLASS rows modelled for CUTLASS version `cutlass`
+ * (fm_kernel_config.cutlass: major*100 + minor*10 + patch, 0 = 4.2, as
+ * fm_plan_candidates_in does); fp4moe's own rows do not depend on it. Same statuses,
+ * plus fm_kernel_config_check's FM_ERR_UNSUPPORTED for a version it does not model
+ * (reported per row as rejected). */
+fm_status fm_plan_candidates_ver(unsigned families, int cutlass, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi,
+                                 int swap_ab, int64_t rows_per_expert, int64_t n, int64_t k, int64_t experts,
+                                 fm_plan_candidate *out, size_t cap, size_t *count, size_t *total);
 /* fm_plan_candidates_in(FM_FAMILIES_CUTLASS, ...): the CUTLASS catalogue of the GPU's
  * architecture only (what this function has always answered).  Same statuses. */
 fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi, int swap_ab, int64_t rows_per_expert,

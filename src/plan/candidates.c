@@ -109,6 +109,13 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
                                 int64_t rows, int64_t n, int64_t k, int64_t experts, fm_plan_candidate *out,
                                 size_t cap, size_t *count, size_t *total)
 {
+    return fm_plan_candidates_ver(families, 0, gpu, ab, epi, swap_ab, rows, n, k, experts, out, cap, count, total);
+}
+
+fm_status fm_plan_candidates_ver(unsigned families, int cutlass, const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi,
+                                 int swap_ab, int64_t rows, int64_t n, int64_t k, int64_t experts,
+                                 fm_plan_candidate *out, size_t cap, size_t *count, size_t *total)
+{
     fm_clear_error();
     if (!gpu || !count || (!out && cap)) return fm_fail(FM_ERR_INVALID_ARG, "fm_plan_candidates: NULL argument");
     if (rows <= 0 || n <= 0 || k <= 0 || experts <= 0)
@@ -155,6 +162,7 @@ fm_status fm_plan_candidates_in(unsigned families, const fm_gpu_info *gpu, fm_el
         fm_plan_candidate c;
         memset(&c, 0, sizeof c);
         fm_kernel_config_init(&c.cfg);
+        if (cutlass) c.cfg.cutlass = cutlass; /* the CUTLASS rows' version (fp4moe's own rows ignore it) */
         c.cfg.cc = gpu->cc;
         c.cfg.a = c.cfg.b = ab;
         c.cfg.epilogue = epi;
