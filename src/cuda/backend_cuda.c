@@ -18,8 +18,9 @@
  *   6. FC2 + FINALIZE_DET: out[t] = (shared) + sum over t's local slots of
  *      weight * (h . W2^T) in slot order (deterministic), FP32 or BF16.
  * Tiles: chosen at create time for every batch-size bucket (T a power of two up
- * to max_tokens; the planner's ranking for the rows per expert each bucket
- * gives); run looks its bucket up. The GEMMs get max_rows = T * top_k: the row
+ * to max_tokens; the planner's ranking for the rows per expert and the active
+ * experts each bucket gives, K split over several CTAs where few experts leave
+ * SMs idle); run looks its bucket up. The GEMMs get max_rows = T * top_k: the row
  * counts live only on the device (offsets).
  * Devices: every CUDA call runs with the layer's device current and restores
  * the caller's device. fm_layer_forward (host pointers) runs on a private
@@ -41,6 +42,7 @@
 typedef struct {
     fm_cuda_tile t1, t2;   /* FC1, FC2 tiles */
     int          nb1, nb2; /* feature blocks per CTA */
+    int          ks1, ks2; /* K splits (1: none) */
     int          pk1, pk2; /* packed X of FC1 / FC2 */
 } bucket_plan;
 
@@ -60,6 +62,8 @@ typedef struct {
     fm_moe_dev_errors  *d_err;
     ws_layout           ws;
     void               *ws_own;            /* the layer's workspace (NULL with caller workspace) */
+    void               *d_split;           /* split-K counters + partials of both GEMMs (NULL: no bucket splits) */
+    size_t              split_bytes;
     uint16_t           *d_xstage;          /* fm_layer_forward: x uploaded here */
     float              *d_ostage;          /* fm_layer_forward: FP32 out before download */
     cudaStream_t        own_stream;        /* fm_layer_forward's stream */
@@ -128,7 +132,8 @@ static void cuda_destroy(void *ptr)
     if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
-    void *dev[] = {s->d_router, s->d_bias, s->d_sw13, s->d_sw2, s->d_err, s->ws_own, s->d_xstage, s->d_ostage};
+    void *dev[] = {s->d_router, s->d_bias, s->d_sw13, s->d_sw2, s->d_err, s->ws_own, s->d_xstage, s->d_ostage,
+                   s->d_split};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -144,7 +149,7 @@ static int prefer_packed(const fm_cuda_gemm_args *a)
     fm_cuda_tile      t;
     double            nat = 0, pk = 0;
     p.x_packed = 1;
-    int ok = fm_cuda_gemm_choose(a, &t, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, &pk) == FM_OK;
+    int ok = fm_cuda_gemm_choose(a, &t, NULL, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, NULL, &pk) == FM_OK;
     fm_clear_error();
     return ok && pk < nat;
 }
@@ -160,28 +165,43 @@ static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
     if (*avg < 1) *avg = 1;
 }
 
+/* Tiles, X layouts and K splits of every bucket; the split buffer's size (counters of
+ * the larger GEMM at the largest split bucket + the largest partials: cuda.h's layout
+ * lets FC1 and FC2 share it, one after the other). */
 static fm_status plan_buckets(cuda_state *s)
 {
     const fm_moe_config *c = &s->p.cfg;
     const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
+    size_t               cnt_max = 0, part_max = 0;
     s->n_buckets = 0;
     for (int b = 0; b < FM_BUCKETS; b++) {
         long long Tb = 1LL << b;
         int       T = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens, avg, act;
         bucket_rows(&s->p, T, &avg, &act);
-        fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act};
+        fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
+                                .k_splits = FM_CUDA_K_SPLITS_AUTO};
         fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
-                                .active_experts = act};
+                                .active_experts = act, .k_splits = FM_CUDA_K_SPLITS_AUTO};
         bucket_plan *pl = &s->plan[b];
         pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
         pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
         a2.x_packed = pl->pk2;
-        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, NULL));
-        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, NULL));
+        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
+        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
+        const int R = T * c->top_k; /* the runs of this bucket have at most T tokens */
+        const fm_cuda_weights *wk[2] = {s->w13, s->w2};
+        const int              ks[2] = {pl->ks1, pl->ks2};
+        for (int g = 0; g < 2; g++) {
+            if (ks[g] < 2) continue;
+            size_t cb = fm_cuda_split_counter_bytes(wk[g], R), pb = fm_cuda_gemm_split_ws_bytes(wk[g], R, ks[g]) - cb;
+            if (cb > cnt_max) cnt_max = cb;
+            if (pb > part_max) part_max = pb;
+        }
         s->n_buckets = b + 1;
         if (Tb >= s->p.max_tokens) break;
     }
+    s->split_bytes = cnt_max + part_max;
     return FM_OK;
 }
 
@@ -227,7 +247,12 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
     int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
     if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
         return cu_err(le ? (cudaError_t)le : e, "clear the error word");
-    return plan_buckets(s);
+    FM_CHECK(plan_buckets(s));
+    if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
+        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return cu_err(e, "cudaMalloc");
+        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return cu_err(e, "clear split counters");
+    }
+    return FM_OK;
 }
 
 static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
@@ -321,7 +346,8 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
     /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
                             .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
-                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1};
+                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
+                            .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes};
     FM_CHECK(fm_cuda_gemm(&a1));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
@@ -335,7 +361,8 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
                             .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
                             .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
-                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1};
+                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
+                            .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes};
     FM_CHECK(fm_cuda_gemm(&a2));
     return FM_OK;
 }

@@ -80,6 +80,14 @@ typedef struct {
     const int32_t  *row_token;
     float          *scratch;
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
+    /* split K (mma plain kernel only, fm_cuda_gemm_args.k_splits): ksplit CTAs per
+     * (expert, feature block) each take a contiguous share of the K stages; FP32
+     * partials go to split_part[ksplit][max_rows][n], split_cnt counts arrivals per
+     * (row pass, feature block) and the last CTA sums the partials in split order and
+     * runs the epilogue (deterministic), then resets its counter to 0 */
+    int             ksplit; /* 1: no split */
+    float          *split_part;
+    int            *split_cnt;
 } fm_gemm_params;
 
 /* ---- launchers (gemm_swapab.cu) ---- */

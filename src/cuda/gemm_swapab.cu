@@ -74,6 +74,52 @@ __device__ __forceinline__ void fm_probe_end(unsigned long long t0)
 namespace {
 using namespace fm_kc;
 
+/* Split K: store this CTA's FP32 partials (the valid tokens of the pass, the valid
+ * bands) to split_part[split][row][feature], count the CTA in, and if it is the last of
+ * the p.ksplit CTAs of (row pass, block) cidx: sum every split's partials in split
+ * order into acc (deterministic: the same order whichever CTA is last), reset the
+ * counter and return true (the caller runs the epilogue); else false. Called by every
+ * thread of the CTA (barriers inside). The threadfence / counter / threadfence order is
+ * the CUDA programming guide's last-block pattern; the last CTA reads through L2 (ld.cg). */
+template <int MT, int NT>
+__device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, float (&acc)[MT][NT][4], const int (&bj)[MT],
+                                            const bool (&vj)[MT], int rbase, int rows, int split, int cidx, int g,
+                                            int t)
+{
+    float *part = p.split_part;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int tok = n * 8 + 2 * t + (q & 1);
+                if (vj[i] && tok < rows)
+                    part[((size_t)split * p.max_rows + rbase + tok) * p.n + bj[i] * 16 + g + 8 * (q >> 1)] = acc[i][n][q];
+            }
+    __threadfence();
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) last = atomicAdd(&p.split_cnt[cidx], 1) == p.ksplit - 1;
+    if (!__syncthreads_or(last)) return false;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int tok = n * 8 + 2 * t + (q & 1);
+                if (!vj[i] || tok >= rows) continue;
+                const float *src = part + ((size_t)rbase + tok) * p.n + bj[i] * 16 + g + 8 * (q >> 1);
+                float        v = 0.0f;
+                for (int s = 0; s < p.ksplit; s++) v += __ldcg(src + (size_t)s * p.max_rows * p.n);
+                acc[i][n][q] = v;
+            }
+    if (threadIdx.x == 0) p.split_cnt[cidx] = 0; /* ready for the next launch */
+    return true;
+}
+
 /* MB (multi-block): the CTA computes p.nb consecutive feature blocks of its
  * expert, one K pipeline running across them, so that the next block's stages
  * are in flight while this block finishes and writes its epilogue (short K: a
@@ -110,12 +156,18 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
     }
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
+    /* split K (plain kernel): CTA x of the grid = feature block bx, split `split` of ksp;
+     * this CTA's K stages are [kbeg, kbeg + nks) of the nks_all (the launcher keeps
+     * ksp <= nks_all, so every split has at least one) */
+    const int ksp = MB || p.ksplit < 2 ? 1 : p.ksplit;
+    const int bx = MB ? (int)blockIdx.x : (int)blockIdx.x / ksp, split = (int)blockIdx.x - bx * ksp;
+    const int KB = p.kp / 64, nks_all = (p.kp + KC - 1) / KC;
+    const int kbeg = split * nks_all / ksp, nks = (split + 1) * nks_all / ksp - kbeg;
     const int nbands = p.n / 16;
     const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* launcher refuses SwiGLU with MT == 1 */
     /* feature blocks of this CTA: [blk0, blk0 + nblk); block j's bands are block 0's + j * bstride */
-    const int blk0 = MB ? blockIdx.x * p.nb : blockIdx.x;
+    const int blk0 = MB ? bx * p.nb : bx;
     const int bstride = swiglu ? WARPS * HALF : WARPS * MT;
     const int nblk = MB ? min(p.nb, ((swiglu ? nbands / 2 : nbands) + bstride - 1) / bstride - blk0) : 1;
     /* bands of this warp's tiles in the CTA's first block, and the bound of each */
@@ -180,7 +232,7 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
         /* one stage: X tile (whole CTA), this warp's weight chunks (each lane its own
          * 16 B: no other lane reads them), their scale bytes (lanes 0-3, 16 B each) */
         auto load_stage = [&](int ls) { /* ls: stage of the CTA's pipeline = block lj, K stage ks */
-            const int      lj = MB ? ls / nks : 0, ks = MB ? ls - lj * nks : ls;
+            const int      lj = MB ? ls / nks : 0, ks = (MB ? ls - lj * nks : ls) + kbeg;
             unsigned char *buf = smem + (ls % STAGES) * STAGE_B;
 #pragma unroll
             for (int j = 0; j < XIT; j++) {
@@ -277,7 +329,13 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
                     }
                 }
             }
-            if (staged) { /* every thread: the tile goes through shared memory */
+            /* split K: every CTA leaves its partials; the last of the (row pass, block)
+             * sums them all and goes on to the epilogue, the others are done with the pass */
+            const bool epi_here = MB || ksp == 1 ||
+                                  split_fixup<MT, NT>(p, acc, bj, vj, row0 + pass0, rows, split,
+                                                      (row0 / TOK + e + pass0 / TOK) * ((int)gridDim.x / ksp) + bx,
+                                                      g, t);
+            if (epi_here && staged) { /* every thread: the tile goes through shared memory */
                 cp_async_wait<0>();
                 __syncthreads(); /* all stage reads done, no copy in flight */
                 epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
@@ -286,7 +344,7 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
                     [&](int i, int n, int q) { return acc[i][n][q]; },
                     [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
                     [] { __syncthreads(); });
-            } else if (wv) {
+            } else if (epi_here && wv) {
                 epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, osc, g, t,
                                  [&](int i, int n, int q) { return acc[i][n][q]; });
             }
@@ -391,7 +449,9 @@ extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, v
     int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
     int  blocks = (bands + per_cta - 1) / per_cta;
-    dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
+    if (p->ksplit > 1 && mb) return (int)cudaErrorInvalidValue; /* split K: the plain kernel only */
+    dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks * (p->ksplit > 1 ? p->ksplit : 1)),
+              (unsigned)p->n_experts);
     if (!p->pdl) {
         fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
         return (int)cudaGetLastError();

@@ -71,6 +71,11 @@ static int g_blocks = 0;
 static int g_y_off = 0;
 /* launch with programmatic dependent launch (args.pdl; the dependent chains are in test_cuda_pdl) */
 static int g_pdl = 0;
+/* k_splits of every launch (> 1: a zero-filled split_ws of the size asked; after the
+ * check the launch runs again and must give the same bits, and every counter must be
+ * back at zero); g_ksplit_ws_less: that many bytes short (the refusal) */
+static int    g_ksplit = 0;
+static size_t g_ksplit_ws_less = 0;
 
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
@@ -106,17 +111,25 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
     void *doff = dev_upload(offsets, sizeof(int32_t) * (c->E + 1));
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
                            .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack,
-                           .feature_blocks = g_blocks, .pdl = g_pdl};
-    char   what[128], name[64];
+                           .feature_blocks = g_blocks, .pdl = g_pdl, .k_splits = g_ksplit};
+    void  *dsplit = NULL;
+    size_t split_bytes = fm_cuda_gemm_split_ws_bytes(cw, rows, g_ksplit);
+    if (split_bytes) {
+        CK(cudaMalloc(&dsplit, split_bytes));
+        CK(cudaMemset(dsplit, 0, split_bytes));
+        a.split_ws = dsplit;
+        a.split_ws_bytes = split_bytes - g_ksplit_ws_less;
+    }
+    char   what[160], name[64];
     if (tile) {
         tile_name(tile, name, sizeof name);
     } else {
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
     }
-    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s", fm_format_traits_get(f)->name,
-             name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "", g_y_packed ? " y_packed" : "", g_blocks,
-             g_y_off ? " y+2" : "", g_pdl ? " pdl" : "");
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s k_splits=%d",
+             fm_format_traits_get(f)->name, name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "",
+             g_y_packed ? " y_packed" : "", g_blocks, g_y_off ? " y+2" : "", g_pdl ? " pdl" : "", g_ksplit);
 
     if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
         int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
@@ -156,6 +169,20 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
                 }
             }
         fm_assert_close(got, want, ne, 2e-5, what);
+        if (ret == FM_OK && dsplit && ne) { /* split K: the same bits again (the counters were reset) */
+            uint16_t *y2 = malloc(sizeof(uint16_t) * ne);
+            CK(cudaMemset(dy, 0xA5, sizeof(uint16_t) * ne));
+            assert_int_equal(fm_cuda_gemm(&a), FM_OK);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y2, dy, sizeof(uint16_t) * ne, cudaMemcpyDeviceToHost));
+            if (g_y_packed) { /* the first copy was unpacked above: compare packed with packed */
+                for (int rr = 0; rr < rows; rr++)
+                    for (int n = 0; n < ny; n++)
+                        assert_int_equal(y2[(size_t)rr * ny + fm_cuda_kpack_col(n)], yh[(size_t)rr * ny + n]);
+            } else
+                assert_memory_equal(y2, yh, sizeof(uint16_t) * ne);
+            free(y2);
+        }
         free(got);
         free(want);
         free(yh);
@@ -218,6 +245,14 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         CK(cudaFree(drw));
         CK(cudaFree(dslots));
         CK(cudaFree(dscr));
+    }
+    if (dsplit) { /* every arrival counter back at zero */
+        size_t cb = fm_cuda_split_counter_bytes(cw, rows);
+        int   *cnt = malloc(cb);
+        CK(cudaMemcpy(cnt, dsplit, cb, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < cb / sizeof(int); i++) assert_int_equal(cnt[i], 0);
+        free(cnt);
+        CK(cudaFree(dsplit));
     }
     CK(cudaFree(dx));
     CK(cudaFree(doff));
@@ -559,6 +594,63 @@ static void test_multi_block(void **state)
     g_blocks = 0;
 }
 
+/* Split K (k_splits): every mma tile's plain kernel with K split 2, 3 and as many
+ * ways as it has K stages, every epilogue, several passes (k_big: 513 rows on one
+ * expert), zero-row experts, both formats, against the reference and bit-for-bit
+ * against its own second run (run_case_limit); then the refusals, output untouched. */
+static void test_k_split(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 11);
+    fm_cuda_tile tiles[64];
+    size_t       n = all_tiles(tiles, 64);
+    static const gcase long_k = {3, 128, 2048, {1, 0, 5}};
+    int          tested = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fm_cuda_tile *t = &tiles[i];
+        if (t->kernel != FM_CUDA_KERNEL_MMA || skip_tile(i, n)) continue;
+        const int stages_big = (448 + t->kc - 1) / t->kc, stages_long = 2048 / t->kc;
+        const int splits[3] = {2, 3, stages_long};
+        for (int j = 0; j < 3; j++) {
+            g_ksplit = splits[j] < stages_long ? splits[j] : stages_long;
+            if (g_ksplit < 2) continue;
+            run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_NONE);
+            if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_SWIGLU);
+            run_case(&r, FM_FORMAT_MXFP4, &long_k, t, FM_CUDA_EPI_FINALIZE_DET);
+            run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_FINALIZE);
+        }
+        g_ksplit = stages_big; /* K = 448: a tail stage; several passes and experts */
+        if (g_ksplit >= 2) {
+            run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
+            run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_FINALIZE_DET);
+        }
+        g_ksplit = 0;
+        tested++;
+    }
+    printf("  %d mma tiles checked with K split\n", tested);
+    if (!getenv("FM_QUICK")) assert_true(tested >= 3);
+    /* refusals: more splits than K stages, a wgmma tile, the multi-block kernel, no or a
+     * short split_ws, out of range */
+    fm_cuda_tile plain = {4, 1, 1, 256, 4, FM_CUDA_KERNEL_MMA}, wg = {8, 2, 4, 128, 4, FM_CUDA_KERNEL_WGMMA},
+                 mb = {4, 1, 1, 128, 4, FM_CUDA_KERNEL_MMA};
+    g_ksplit = 2; /* k_mixed: K = 208, one 256-K stage */
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_mixed, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    if (device_is_sm90())
+        assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &wg, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    g_blocks = 2;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &mb, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    g_blocks = 0;
+    g_ksplit_ws_less = 16;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_ksplit_ws_less = 0;
+    g_ksplit = FM_CUDA_MAX_K_SPLITS + 1;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_ksplit = -2;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_ksplit = 0;
+}
+
 /* The planner's model is what the launch uses: after a launch, the kernel's
  * dynamic-smem attribute equals fm_smem_swapab's total and it has no static smem;
  * with the SM120 limit (101,376 B) exactly the tiles predicted over it are
@@ -664,7 +756,7 @@ static void test_planner_choice(void **state)
                                            .smem_limit = lim};
                     fm_cuda_tile t;
                     int          nb = 0;
-                    fm_status    st = fm_cuda_gemm_choose(&a, &t, &nb, NULL);
+                    fm_status    st = fm_cuda_gemm_choose(&a, &t, &nb, NULL, NULL);
                     if (pk && dev.cc != 90) {
                         assert_int_equal(st, FM_ERR_ARCH_MISMATCH);
                         continue;
@@ -697,7 +789,7 @@ static void test_planner_choice(void **state)
     fake.fmt = FM_FORMAT_NVFP4, fake.n_experts = 4, fake.n = 256, fake.k = 256;
     fm_cuda_gemm_args a = {.w = &fake, .expected_rows = 1, .smem_limit = 1000};
     fm_cuda_tile      t;
-    assert_int_equal(fm_cuda_gemm_choose(&a, &t, NULL, NULL), FM_ERR_SMEM_EXCEEDED);
+    assert_int_equal(fm_cuda_gemm_choose(&a, &t, NULL, NULL, NULL), FM_ERR_SMEM_EXCEEDED);
     /* and the chosen tiles compute: SwiGLU and plain, with the SM120 limit and without */
     static const gcase c1 = {5, 512, 384, {3, 0, 17, 1, 40}};
     assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &c1, NULL, FM_CUDA_EPI_SWIGLU, 101376), FM_OK);
@@ -762,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_partial_warp_bands),
         cmocka_unit_test(test_statuses),
         cmocka_unit_test(test_multi_block),
+        cmocka_unit_test(test_k_split),
         cmocka_unit_test(test_smem_model),
         cmocka_unit_test(test_planner_choice),
         cmocka_unit_test(test_occupancy),
