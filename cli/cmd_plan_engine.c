@@ -106,6 +106,7 @@ int fm_cmd_plan_engine(int argc, char **argv)
             cJSON_AddStringToObject(o, "schedule", fm_schedule_name(t->cfg.schedule));
             cJSON_AddStringToObject(o, "epilogue", fm_epilogue_name(t->cfg.epilogue));
             cJSON_AddNumberToObject(o, "cluster_m", t->cfg.cluster_m);
+            cJSON_AddBoolToObject(o, "swap_ab", t->cfg.swap_ab != 0);
             cJSON_AddNumberToObject(o, "cutlass", t->cfg.cutlass);
             cJSON_AddStringToObject(o, "verdict", fm_tactic_verdict_name(c[i].verdict));
             cJSON_AddNumberToObject(o, "total_bytes", (double)c[i].res.bytes.total);

@@ -14,5 +14,12 @@ fm_golden(golden_plan_engine_trtllm_sm120_json plan --engine trtllm --gpu rtx-pr
 fm_golden(golden_plan_engine_unknown_engine plan --engine foo --gpu rtx-pro-6000)
 fm_golden(golden_plan_engine_unknown_gpu plan --engine trtllm --gpu no-such-gpu)
 fm_golden(golden_plan_engine_unknown_version plan --engine trtllm --engine-version 0000000 --gpu rtx-pro-6000)
+# FlashInfer: the newest row set by default (fb28d724, CUTLASS 4.5: eight SM120 tiles, FC1 and FINALIZE FC2,
+# each plain and swap-AB), an older one by commit prefix (d027074a, CUTLASS 4.2.1), SM100 FINALIZE rows,
+# and an unknown version listing both
+fm_golden(golden_plan_engine_flashinfer_sm120 plan --engine flashinfer --gpu rtx-pro-6000 --format nvfp4)
+fm_golden(golden_plan_engine_flashinfer_sm120_d027074 plan --engine flashinfer --engine-version d027074a --gpu rtx-pro-6000)
+fm_golden(golden_plan_engine_flashinfer_b200_json plan --engine flashinfer --gpu b200 --format nvfp4 --json)
+fm_golden(golden_plan_engine_flashinfer_unknown_version plan --engine flashinfer --engine-version 1234567 --gpu b200)
 fm_golden(golden_advise_glm5_rtxpro6000 advise --model glm5 --gpu rtx-pro-6000 --gpus 8)
 fm_golden(golden_advise_glm5_rtxpro6000_json advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --json)

@@ -23,17 +23,38 @@
 #define SGL_SHA "414c210f4e3183dc3ec6036318ef70b5c571b24d"
 #define VLLM_SRC "csrc/quantization/fp4/nvfp4_blockwise_moe_kernel.cu"
 #define VLLM_SHA "0529feb873d5d1545a33b91142ad4fc768166b92"
+/* FlashInfer's newest row set: the same heuristic file at fb28d724 (2026-08-22), which pins
+ * CUTLASS b46b16d0 (3rdparty/cutlass submodule; version.h 4.5.0, measured identical to v4.5.3:
+ * tests/conformance/truth-4.5.0+main-b46b16d.csv). d027074a pins CUTLASS f3fde583 = v4.2.1, whose
+ * include/ differs from v4.2.0 only in SM100 blockwise no-smem schedules (none of these rows). */
+#define FI2_SHA "fb28d7242b3506a2348265962041acc1fb56cca4"
+#define FI_CUT 421
+#define FI2_CUT 450
+/* Swap-AB and FINALIZE rows follow FlashInfer's
+ * csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_template_dispatch.h
+ * (getTmaWarpSpecializedConfigs, same at d027074a and fb28d724): every heuristic config is duplicated
+ * with the FINALIZE fusion (dropped for a NO_SMEM epilogue), then every config with swap_ab = true;
+ * moe_gemm_template_dispatch_tma_ws.h sends SM100 block-scaled and FINALIZE kernels to
+ * PtrArrayTmaWarpSpecialized (the TMA epilogue). FC1 runs the NONE fusion, FC2 FINALIZE. */
 
 /* kernel configurations: a, b, c, d, tile, cluster, schedule, epilogue, stages, swap, CUTLASS */
-#define KC(A, B, C, D, M, N, K, CM, CN, S, E, CUT)                                                                     \
+#define KC(A, B, C, D, M, N, K, CM, CN, S, E, CUT, SWP)                                                                \
     {.a = FM_ELEM_##A, .b = FM_ELEM_##B, .c = FM_ELEM_##C, .d = FM_ELEM_##D, .tile_m = M, .tile_n = N, .tile_k = K, \
-     .cluster_m = CM, .cluster_n = CN, .schedule = FM_SCHED_##S, .epilogue = FM_EPI_##E, .cutlass = CUT}
-#define FC1(A, B, M, N, K, CM, S, CUT) KC(A, B, BF16, BF16, M, N, K, CM, 1, S, TMA, CUT)
-#define FC2(A, B, M, N, K, CM, S, CUT) KC(A, B, BF16, VOID, M, N, K, CM, 1, S, FINALIZE, CUT)
+     .cluster_m = CM, .cluster_n = CN, .schedule = FM_SCHED_##S, .epilogue = FM_EPI_##E, .swap_ab = SWP, .cutlass = CUT}
+#define FC1(A, B, M, N, K, CM, S, CUT) KC(A, B, BF16, BF16, M, N, K, CM, 1, S, TMA, CUT, 0)
+#define FC2(A, B, M, N, K, CM, S, CUT) KC(A, B, BF16, VOID, M, N, K, CM, 1, S, FINALIZE, CUT, 0)
+#define FC1X(M, N, K, CM, S, CUT, SWP) KC(NVFP4, NVFP4, BF16, BF16, M, N, K, CM, 1, S, TMA, CUT, SWP)
+#define FC2X(M, N, K, CM, S, CUT, SWP) KC(NVFP4, NVFP4, BF16, VOID, M, N, K, CM, 1, S, FINALIZE, CUT, SWP)
 
 #define TRT120(G, CFG, NOTE) {"trtllm", TRT_SHA, TRT_SRC, TRT_SHA, G, 120, 121, "nvfp4", CFG, NOTE}
 #define TRT100(G, CFG, NOTE) {"trtllm", TRT_SHA, TRT_SRC, TRT_SHA, G, 100, 103, "nvfp4", CFG, NOTE}
-#define FI120(G, CFG, NOTE) {"flashinfer", FI_SHA, FI_SRC, FI_SHA, G, 120, 121, "nvfp4", CFG, NOTE}
+/* one heuristic tile of a FlashInfer row set: FC1 (NONE fusion) and FC2 (FINALIZE), each plain and swap-AB */
+#define FIROWS(SHA, LO, HI, M, N, K, CM, S, CUT, NOTE)                                                                 \
+    {"flashinfer", SHA, FI_SRC, SHA, "fc1", LO, HI, "nvfp4", FC1X(M, N, K, CM, S, CUT, 0), NOTE},                      \
+    {"flashinfer", SHA, FI_SRC, SHA, "fc1", LO, HI, "nvfp4", FC1X(M, N, K, CM, S, CUT, 1), NOTE ", swap-AB"},          \
+    {"flashinfer", SHA, FI_SRC, SHA, "fc2", LO, HI, "nvfp4", FC2X(M, N, K, CM, S, CUT, 0), NOTE ", fused finalize"},   \
+    {"flashinfer", SHA, FI_SRC, SHA, "fc2", LO, HI, "nvfp4", FC2X(M, N, K, CM, S, CUT, 1),                             \
+     NOTE ", fused finalize, swap-AB"}
 #define SEED_CUT 420 /* the field deployment's CUTLASS (background: the 4.2 builder's stage count) */
 
 static const fm_tactic k_tactics[] = {
@@ -59,25 +80,51 @@ static const fm_tactic k_tactics[] = {
     TRT100("fc1", FC1(NVFP4, NVFP4, 128, 256, 256, 1, 1SM, SEED_CUT), "CtaShape128x256x128B, 1 SM"),
     TRT100("fc1", FC1(NVFP4, NVFP4, 256, 128, 256, 2, 2SM, SEED_CUT), "CtaShape128x128x128B, 2 SM"),
     TRT100("fc1", FC1(NVFP4, NVFP4, 256, 256, 256, 2, 2SM, SEED_CUT), "CtaShape128x256x128B, 2 SM"),
-    /* FlashInfer's copy of the heuristic: the same four SM120 FP4 tiles (no FP8 x FP4 on SM120) */
-    FI120("fc1", FC1(NVFP4, NVFP4, 128, 128, 256, 1, COOP, SEED_CUT), "CtaShape128x128x128B"),
-    FI120("fc1", FC1(NVFP4, NVFP4, 128, 128, 128, 1, COOP, SEED_CUT), "CtaShape128x128x64B"),
-    FI120("fc1", FC1(NVFP4, NVFP4, 128, 256, 128, 1, COOP, SEED_CUT), "CtaShape128x256x64B"),
-    FI120("fc1", FC1(NVFP4, NVFP4, 256, 128, 128, 1, COOP, SEED_CUT), "CtaShape256x128x64B"),
-    FI120("fc2", FC2(NVFP4, NVFP4, 128, 128, 256, 1, COOP, SEED_CUT), "CtaShape128x128x128B, fused finalize"),
-    FI120("fc2", FC2(NVFP4, NVFP4, 128, 128, 128, 1, COOP, SEED_CUT), "CtaShape128x128x64B, fused finalize"),
-    FI120("fc2", FC2(NVFP4, NVFP4, 128, 256, 128, 1, COOP, SEED_CUT), "CtaShape128x256x64B, fused finalize"),
-    FI120("fc2", FC2(NVFP4, NVFP4, 256, 128, 128, 1, COOP, SEED_CUT), "CtaShape256x128x64B, fused finalize"),
+    /* FlashInfer @ fb28d724 (its newest row set, listed first; CUTLASS b46b16d0 = 4.5): get_candidate_configs_sm120
+     * FP4: all_tiles[] (10), of which the grouped dispatch (SHAPE_CASE 120 in moe_gemm_template_dispatch_tma_ws.h,
+     * are_tile_shapes_supported_sm120) builds 8 - CtaShape128x128x256B and 256x128x128B throw and are skipped */
+    FIROWS(FI2_SHA, 120, 121, 128, 128, 256, 1, COOP, FI2_CUT, "CtaShape128x128x128B"),
+    FIROWS(FI2_SHA, 120, 121, 128, 128, 128, 1, COOP, FI2_CUT, "CtaShape128x128x64B"),
+    FIROWS(FI2_SHA, 120, 121, 256, 128, 128, 1, COOP, FI2_CUT, "CtaShape256x128x64B"),
+    FIROWS(FI2_SHA, 120, 121, 128, 256, 128, 1, COOP, FI2_CUT, "CtaShape128x256x64B"),
+    FIROWS(FI2_SHA, 120, 121, 128, 32, 256, 1, COOP, FI2_CUT, "CtaShape128x32x128B"),
+    FIROWS(FI2_SHA, 120, 121, 128, 32, 128, 1, COOP, FI2_CUT, "CtaShape128x32x64B"),
+    FIROWS(FI2_SHA, 120, 121, 128, 64, 256, 1, COOP, FI2_CUT, "CtaShape128x64x128B"),
+    FIROWS(FI2_SHA, 120, 121, 128, 64, 128, 1, COOP, FI2_CUT, "CtaShape128x64x64B"),
+    /* get_candidate_configs_sm100_dynamic_cluster_shape FP4 (= TensorRT-LLM's): the runtime cluster shapes
+     * (1x1, 4x1, 4x2, none) share these kernels' static 1x1 / 2x1 clusters */
+    FIROWS(FI2_SHA, 100, 103, 128, 64, 256, 1, 1SM, FI2_CUT, "CtaShape128x64x128B, 1 SM"),
+    FIROWS(FI2_SHA, 100, 103, 256, 64, 256, 2, 2SM, FI2_CUT, "CtaShape128x64x128B, 2 SM"),
+    FIROWS(FI2_SHA, 100, 103, 128, 128, 256, 1, 1SM, FI2_CUT, "CtaShape128x128x128B, 1 SM"),
+    FIROWS(FI2_SHA, 100, 103, 128, 256, 256, 1, 1SM, FI2_CUT, "CtaShape128x256x128B, 1 SM"),
+    FIROWS(FI2_SHA, 100, 103, 256, 128, 256, 2, 2SM, FI2_CUT, "CtaShape128x128x128B, 2 SM"),
+    FIROWS(FI2_SHA, 100, 103, 256, 256, 256, 2, 2SM, FI2_CUT, "CtaShape128x256x128B, 2 SM"),
+    /* FlashInfer @ d027074a (CUTLASS v4.2.1): the four SM120 FP4 tiles of TensorRT-LLM's list (no SM120
+     * FP8 x FP4), and the same SM100 list */
+    FIROWS(FI_SHA, 120, 121, 128, 128, 256, 1, COOP, FI_CUT, "CtaShape128x128x128B"),
+    FIROWS(FI_SHA, 120, 121, 128, 128, 128, 1, COOP, FI_CUT, "CtaShape128x128x64B"),
+    FIROWS(FI_SHA, 120, 121, 128, 256, 128, 1, COOP, FI_CUT, "CtaShape128x256x64B"),
+    FIROWS(FI_SHA, 120, 121, 256, 128, 128, 1, COOP, FI_CUT, "CtaShape256x128x64B"),
+    FIROWS(FI_SHA, 100, 103, 128, 64, 256, 1, 1SM, FI_CUT, "CtaShape128x64x128B, 1 SM"),
+    FIROWS(FI_SHA, 100, 103, 256, 64, 256, 2, 2SM, FI_CUT, "CtaShape128x64x128B, 2 SM"),
+    FIROWS(FI_SHA, 100, 103, 128, 128, 256, 1, 1SM, FI_CUT, "CtaShape128x128x128B, 1 SM"),
+    FIROWS(FI_SHA, 100, 103, 128, 256, 256, 1, 1SM, FI_CUT, "CtaShape128x256x128B, 1 SM"),
+    FIROWS(FI_SHA, 100, 103, 256, 128, 256, 2, 2SM, FI_CUT, "CtaShape128x128x128B, 2 SM"),
+    FIROWS(FI_SHA, 100, 103, 256, 256, 256, 2, 2SM, FI_CUT, "CtaShape128x256x128B, 2 SM"),
     /* SGLang's own cutlass_moe_fp4 (sgl-kernel): one tile per arch, both GEMMs, C = D = bf16 */
     {"sglang", SGL_SHA, SGL_SRC, SGL_SHA, "fc1+fc2", 120, 121, "nvfp4",
      FC1(NVFP4, NVFP4, 128, 128, 128, 1, PINGPONG, SEED_CUT),
-     "run_fp4_blockwise_scaled_group_mm_sm120: Shape<_128,_128,_128>, KernelPtrArrayTmaWarpSpecializedPingpong"},
+     "run_fp4_blockwise_scaled_group_mm_sm120: Shape<_128,_128,_128>, KernelPtrArrayTmaWarpSpecializedPingpong, "
+     "EpilogueScheduleAuto (2 epilogue warp groups = PtrArrayTmaWarpSpecializedPingpong); CUTLASS 57e3cfb4 "
+     "(sgl-kernel/CMakeLists.txt @ 00390b86; include/ = v4.2.0)"},
     {"sglang", SGL_SHA, SGL_SRC, SGL_SHA, "fc1+fc2", 100, 103, "nvfp4", FC1(NVFP4, NVFP4, 128, 128, 128, 1, 1SM, SEED_CUT),
-     "run_fp4_blockwise_scaled_group_mm_sm100: 128x128x128, 1 SM (epilogue tile 128x64 given: modelled as auto)"},
+     "run_fp4_blockwise_scaled_group_mm_sm100: 128x128x128, 1 SM (epilogue tile 128x64 given: modelled as auto, "
+     "the auto tile is 128x32); CUTLASS 57e3cfb4 (= v4.2.0 include/)"},
     /* vLLM's cutlass_fp4_group_mm: the same single tile */
     {"vllm", VLLM_SHA, VLLM_SRC, VLLM_SHA, "fc1+fc2", 100, 103, "nvfp4", FC1(NVFP4, NVFP4, 128, 128, 128, 1, 1SM, SEED_CUT),
      "MMA1SMConfig: 128x128x128, KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100 (epilogue tile 128x64 given: "
-     "modelled as auto)"},
+     "modelled as auto, the auto tile is 128x32); CMakeLists.txt CUTLASS_REVISION v4.4.2 @ 000a1ee9 (not read at "
+     "this row's commit: the row keeps 4.2, --cutlass 4.4 checks it under the pin)"},
 };
 
 size_t fm_tactic_count(void) { return sizeof k_tactics / sizeof k_tactics[0]; }
@@ -172,7 +219,8 @@ fm_status fm_tactics_check(const char *engine, const char *version, const char *
         size_t j;
         for (j = 0; j < nv && strncmp(vers[j], version, strlen(version)); j++) {}
         if (j == nv || strlen(version) < 7) return unknown("engine version", version, vers, nv);
-    }
+    } else if (nv) /* no version asked: the engine's newest row set, the first one listed */
+        version = vers[0];
     size_t n = 0, w = 0;
     for (i = 0; i < fm_tactic_count(); i++) {
         const fm_tactic *t = &k_tactics[i];
