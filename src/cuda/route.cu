@@ -275,6 +275,38 @@ __global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
     block_prefix_sums(off + 1, off, E, wsum);
 }
 
+/* One warp: expert e's slots among [s_begin, s_end) in ascending order, 128 slots per
+ * step (4 loads in flight), each placed at the next row of e from `row` on: the order
+ * of fm_moe_permute. */
+__device__ __forceinline__ void place_walk(const int32_t *ids, const float *weights, int s_begin, int s_end, int e,
+                                           int first, int row, int top_k, int32_t *perm, int32_t *token_slots,
+                                           float *row_weight, int32_t *row_token)
+{
+    const int      lane = threadIdx.x & 31;
+    const unsigned lt = (1u << lane) - 1u; /* lanes below this one */
+    for (int s0 = s_begin; s0 < s_end; s0 += 128) {
+        int v[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int s = s0 + 32 * q + lane;
+            v[q] = s < s_end ? ids[s] - first : -1;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const bool     mine = v[q] == e;
+            const unsigned b = __ballot_sync(FM_FULL, mine);
+            if (mine) {
+                const int s = s0 + 32 * q + lane, p = row + __popc(b & lt);
+                perm[p] = s;
+                token_slots[s] = p;
+                row_weight[p] = weights[s];
+                if (row_token) row_token[p] = s / top_k;
+            }
+            row += __popc(b);
+        }
+    }
+}
+
 /* count + scan in one CTA (E <= FM_FUSED_E): counts in shared memory, then the
  * prefix sums written as offsets[E+1]; the same token_slots / error bookkeeping as
  * permute_count_kernel. Saves the offsets memset and a launch: at decode the
@@ -284,7 +316,8 @@ __global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
 __global__ void __launch_bounds__(1024)
     permute_count_scan_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
                               int32_t *off, int32_t *token_slots, int32_t *hist, fm_moe_dev_errors *err,
-                              const unsigned long long *bad_logit)
+                              const unsigned long long *bad_logit, int top_k, int32_t *perm, float *row_weight,
+                              int32_t *row_token)
 {
     __shared__ int cnt[FM_FUSED_E], tmp[FM_FUSED_E];
     __shared__ int wsum[32];
@@ -315,46 +348,29 @@ __global__ void __launch_bounds__(1024)
     if (tid == 0) off[0] = 0;
     __syncthreads();
     block_prefix_sums(cnt, off, E, wsum);
+    if (!perm) return;
+    /* R <= one chunk (perm given): the placement too, warp w taking experts w, w + 32, ...
+     * (the offsets this CTA just wrote are visible to it after the barrier) */
+    __syncthreads();
+    for (int e = tid >> 5; e < E; e += 32)
+        place_walk(ids, weights, 0, R, e, first, off[e], top_k, perm, token_slots, row_weight, row_token);
 }
 
-/* One warp per (expert e, chunk of slots): walks its chunk in ascending order, 128
- * slots per step (4 loads in flight), and places each of e's slots at the next row
- * of e, starting after e's rows of the earlier chunks: the order of fm_moe_permute. */
+/* One warp per (expert e, chunk of slots): e's slots in chunk c = [c*chunk,
+ * (c+1)*chunk), placed from off[e] + e's count in the chunks before c (hist[c'][e]);
+ * hist NULL: one chunk. */
 __global__ void permute_place_kernel(const int32_t *ids, const float *weights, int R, int top_k, int E, int first,
                                      const int32_t *off, const int32_t *hist, int chunk, int32_t *perm,
                                      int32_t *token_slots, float *row_weight, int32_t *row_token)
 {
-    /* warp (e, c): expert e's slots in chunk c = [c*chunk, (c+1)*chunk), placed from
-     * off[e] + e's count in the chunks before c (hist[c'][e]); hist NULL: one chunk */
     const long long wid = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int       e = (int)(wid % E), c = (int)(wid / E), lane = threadIdx.x & 31;
+    const int       e = (int)(wid % E), c = (int)(wid / E);
     if ((long long)c * chunk >= R) return;
     int row = off[e];
     if (hist)
         for (int q = 0; q < c; q++) row += hist[(size_t)q * E + e];
     const int s_end = (long long)(c + 1) * chunk < R ? (c + 1) * chunk : R;
-    const unsigned lt = (1u << lane) - 1u; /* lanes below this one */
-    for (int s0 = c * chunk; s0 < s_end; s0 += 128) {
-        int v[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int s = s0 + 32 * q + lane;
-            v[q] = s < s_end ? ids[s] - first : -1;
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const bool     mine = v[q] == e;
-            const unsigned b = __ballot_sync(FM_FULL, mine);
-            if (mine) {
-                const int s = s0 + 32 * q + lane, p = row + __popc(b & lt);
-                perm[p] = s;
-                token_slots[s] = p;
-                row_weight[p] = weights[s];
-                if (row_token) row_token[p] = s / top_k;
-            }
-            row += __popc(b);
-        }
-    }
+    place_walk(ids, weights, c * chunk, s_end, e, first, row, top_k, perm, token_slots, row_weight, row_token);
 }
 
 } // namespace
@@ -415,9 +431,13 @@ extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, i
     cudaError_t     err_ = cudaSuccess;
     if (R <= 0 || E <= 0) return (int)cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)(E > 0 ? E : 0) + 1), st);
     int32_t *hist = E <= FM_FUSED_E ? (int32_t *)scratch : NULL;
-    if (hist) { /* one launch for count + scan, then (expert, chunk) warps place */
+    if (hist) { /* one launch for count + scan, then (expert, chunk) warps place; up to one chunk
+                 * of slots (decode) the same CTA places them too: one launch in all */
+        const int fused = R <= FM_PLACE_CHUNK;
         permute_count_scan_kernel<<<1, 1024, 0, st>>>(ids, weights, (int)R, E, first, n_global, offsets, token_slots,
-                                                      hist, err, bad_logit);
+                                                      hist, err, bad_logit, top_k, fused ? perm : NULL, row_weight,
+                                                      row_token);
+        if (fused) return (int)cudaGetLastError();
     } else {
         if ((err_ = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st)) != cudaSuccess) return (int)err_;
         permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, weights, (int)R, E, first, n_global,
