@@ -171,13 +171,13 @@ int main(int argc, char **argv)
     const int       *ms = quick ? ms_quick : ms_full;
     int              nms = quick ? 4 : 11;
     /* every compiled tile of both families (wgmma only on compute capability 9.0) */
-    fm_cuda_tile tiles[64];
+    fm_tile      tiles[64];
     int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
     int          tnb1[64] = {0};    /* one-token-group mma tiles run again with feature_blocks: _nb1 (short K), _nb4 (long K) */
     size_t       ntile = 0, nmma = 0, nwg = 0;
     const fm_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
     for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
-        tiles[ntile++] = {mt_[i].warps, mt_[i].mt, mt_[i].nt, mt_[i].kc, mt_[i].stages, FM_CUDA_KERNEL_MMA};
+        tiles[ntile++] = mt_[i];
         if (fm_swapab_tile_has_mb(&mt_[i])) { /* tiles with a multi-block kernel: the other block count too */
             tiles[ntile] = tiles[ntile - 1];
             tnb1[ntile++] = 1;
@@ -187,8 +187,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nwg && ntile + 2 <= 64; i++)
             for (int pk = 1; pk >= (wt_[i].persist ? 1 : 0); pk--) { /* the persistent kernel: packed X only */
                 tpacked[ntile] = pk;
-                tiles[ntile++] = {wt_[i].warps, wt_[i].mt, wt_[i].nt, wt_[i].kc, wt_[i].stages,
-                                  wt_[i].persist ? FM_CUDA_KERNEL_WGMMA_PERSISTENT : FM_CUDA_KERNEL_WGMMA};
+                tiles[ntile++] = wt_[i];
             }
     char  table[64][200];
     int   nt = 0;
@@ -376,8 +375,8 @@ int main(int argc, char **argv)
             double floor_us = bytes / (bw * 1e12) * 1e6;
             if (bf16_tflops > 0 && flops / (bf16_tflops * 1e12) * 1e6 > floor_us) floor_us = flops / (bf16_tflops * 1e12) * 1e6;
             /* the launcher's choices (the planner's first candidates): natural X and packed X */
-            fm_cuda_tile def = {}, defp = {};
-            int          def_nb = 1, have_defp = 0;
+            fm_tile def = {}, defp = {};
+            int     def_nb = 1, have_defp = 0;
             {
                 fm_cuda_gemm_args q = {};
                 q.w = &w;
@@ -392,35 +391,31 @@ int main(int argc, char **argv)
             }
             double best = 1e30, def_us = 0, defp_us = 0;
             char   best_name[64] = "";
-            fm_cuda_tile      best_tl = {};
+            fm_tile           best_tl = {};
             fm_cuda_gemm_args best_a = {};
             for (size_t ti = 0; ti < ntile; ti++) {
-                fm_cuda_tile tl = tiles[ti];
+                fm_tile tl = tiles[ti];
+                int     wg = tl.family == FM_FAMILY_FP4MOE_WGMMA;
                 /* automatic = several blocks per CTA at short K, one at long K: the other choice as a variant */
                 if (tnb1[ti]) tnb1[ti] = s->K > 512 ? 4 : 1;
                 /* the feature blocks this row runs with: explicit, or the automatic count for a given tile */
                 int vnb = tnb1[ti];
                 if (!vnb) {
-                    fm_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
-                                  tl.kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
-                    vnb = tl.kernel == FM_CUDA_KERNEL_MMA && fm_swapab_tile_has_mb(&st)
+                    vnb = !wg && fm_swapab_tile_has_mb(&tl)
                               ? fm_plan_fp4moe_auto_blocks(tl.warps, tl.mt, 0, s->N, s->K, s->E, prop.multiProcessorCount)
                               : 1;
                 }
                 /* default column: 1 = the launcher's natural-X choice, 2 = its packed-X choice */
-                int is_def = !memcmp(&tl, &def, sizeof tl) && !tpacked[ti] && vnb == def_nb
+                int is_def = fm_tile_equal(&tl, &def) && !tpacked[ti] && vnb == def_nb
                                  ? 1
-                                 : (have_defp && !memcmp(&tl, &defp, sizeof tl) && tpacked[ti] ? 2 : 0);
+                                 : (have_defp && fm_tile_equal(&tl, &defp) && tpacked[ti] ? 2 : 0);
                 if (!is_def && m > 64 * tl.nt) continue; /* a tile of 8*nt rows re-streams the weights m/(8 nt) times */
-                if (!is_def && tl.kernel != FM_CUDA_KERNEL_MMA && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
+                if (!is_def && wg && 8 * tl.nt > (8 * m > 32 ? 8 * m : 32))
                     continue; /* mostly padding tokens */
                 char nm[64];
                 {
-                    fm_tile st = {tl.warps, tl.mt, tl.nt, tl.kc, tl.stages, tl.kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
-                                  tl.kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
-                    if (tl.kernel != FM_CUDA_KERNEL_MMA) fm_wgmma_tile_name(&st, nm, sizeof nm);
-                    else fm_swapab_tile_name(&st, nm, sizeof nm);
-                    if (tl.kernel != FM_CUDA_KERNEL_MMA && !tpacked[ti]) strcat(nm, "_natx");
+                    fm_tile_name(&tl, nm, sizeof nm); /* the catalogue's rows: the family set */
+                    if (wg && !tpacked[ti]) strcat(nm, "_natx");
                     if (tnb1[ti]) strcat(nm, tnb1[ti] == 1 ? "_nb1" : "_nb4");
                 }
                 if (only_tile && strcmp(only_tile, nm)) continue;
@@ -444,7 +439,7 @@ int main(int argc, char **argv)
                 a.feature_blocks = tnb1[ti];
                 double us = time_gemm(a, 1);
                 if (us < 0) continue; /* no multi-block kernel for this tile */
-                if (timeline && tl.kernel == FM_CUDA_KERNEL_MMA) { /* probe build: 4 queued launches, every CTA */
+                if (timeline && !wg) { /* probe build: 4 queued launches, every CTA */
                     unsigned            cap = (unsigned)(s->E * (s->N / 16));
                     size_t              tb = (size_t)4 * cap * 3 * 8;
                     unsigned long long *dtl, *htl = (unsigned long long *)malloc(tb);

@@ -295,7 +295,7 @@ int main(int argc, char **argv)
                     fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0], .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
                                            .expected_rows = avg, .active_experts = act,
                                            .k_splits = FM_CUDA_K_SPLITS_AUTO};
-                    fm_cuda_tile t;
+                    fm_tile      t;
                     double       nat = 0, pkd = 0;
                     if (fm_cuda_gemm_choose(&q, &t, NULL, &ksp[g], &nat) != FM_OK) continue;
                     q.x_packed = 1;

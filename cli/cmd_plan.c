@@ -55,13 +55,12 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
                "smem", "est_us", "eff");
     for (size_t i = 0; i < cnt; i++) {
         char name[64];
-        int  wg = c[i].family == FM_FAMILY_FP4MOE_WGMMA;
-        snprintf(name, sizeof name, "%s_w%dm%dn%dk%ds%d%s", wg ? "wgmma" : "swapab", c[i].warps, c[i].mt, c[i].nt,
-                 c[i].kc, c[i].stages, c[i].persistent ? "p" : ""); /* the library's tile names */
+        int  wg = c[i].tile.family == FM_FAMILY_FP4MOE_WGMMA;
+        fm_tile_name(&c[i].tile, name, sizeof name);
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "rank", (double)(i + 1));
-            cJSON_AddStringToObject(o, "family", fm_family_name(c[i].family));
+            cJSON_AddStringToObject(o, "family", fm_family_name(c[i].tile.family));
             cJSON_AddStringToObject(o, "tile", name);
             cJSON_AddNumberToObject(o, "feature_blocks", c[i].feature_blocks);
             cJSON_AddNumberToObject(o, "k_splits", c[i].k_splits);

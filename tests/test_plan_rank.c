@@ -86,19 +86,18 @@ static double measured(const char *shape, int m, const fm_fp4moe_choice *c, int 
 {
     for (size_t i = 0; i < g_n; i++) {
         const meas *r = &g_rows[i];
-        if (strcmp(r->shape, shape) || r->m != m || r->w != c->warps || r->mt != c->mt || r->nt != c->nt ||
-            r->kc != c->kc || r->st != c->stages)
+        if (strcmp(r->shape, shape) || r->m != m || r->w != c->tile.warps || r->mt != c->tile.mt ||
+            r->nt != c->tile.nt || r->kc != c->tile.kc || r->st != c->tile.stages)
             continue;
-        if (c->family == FM_FAMILY_FP4MOE_WGMMA) {
-            const char *v = c->persistent ? "persistent" : packed ? "packed_x" : "natural_x";
+        if (c->tile.family == FM_FAMILY_FP4MOE_WGMMA) {
+            const char *v = c->tile.persist ? "persistent" : packed ? "packed_x" : "natural_x";
             if (!strcmp(r->family, "wgmma") && !strcmp(r->variant, v)) return r->us;
             continue;
         }
         if (strcmp(r->family, "mma")) continue;
         /* bench "auto" = the launcher's automatic block count for an explicit tile */
-        int autonb = fm_plan_fp4moe_auto_blocks(c->warps, c->mt, 0, r->n, r->k, r->e, sms);
-        fm_tile ct = {c->warps, c->mt, c->nt, c->kc, c->stages, 0, FM_FAMILY_FP4MOE_SWAPAB};
-        if (!fm_swapab_tile_has_mb(&ct)) autonb = 1;
+        int autonb = fm_plan_fp4moe_auto_blocks(c->tile.warps, c->tile.mt, 0, r->n, r->k, r->e, sms);
+        if (!fm_swapab_tile_has_mb(&c->tile)) autonb = 1;
         if (!strcmp(r->variant, "auto") && c->feature_blocks == autonb) return r->us;
         if (!strcmp(r->variant, "feature_blocks_1") && c->feature_blocks == 1) return r->us;
     }
@@ -185,8 +184,9 @@ static void test_pick_vs_h200_measurements(void **state)
             assert_true(cnt >= 1);
             double us = measured(r->shape, r->m, &c[0], packed, h200->sms);
             printf("  %-7s %4d rows %s X: pick %s w%dm%dn%dk%ds%d%s nb %d est %7.1f us, measured %7.1f, best %7.1f (%+.1f %%)\n",
-                   r->shape, r->m, packed ? "packed " : "natural", c[0].family == FM_FAMILY_FP4MOE_WGMMA ? "wgmma" : "mma  ",
-                   c[0].warps, c[0].mt, c[0].nt, c[0].kc, c[0].stages, c[0].persistent ? "p" : "", c[0].feature_blocks,
+                   r->shape, r->m, packed ? "packed " : "natural", c[0].tile.family == FM_FAMILY_FP4MOE_WGMMA ? "wgmma" : "mma  ",
+                   c[0].tile.warps, c[0].tile.mt, c[0].tile.nt, c[0].tile.kc, c[0].tile.stages,
+                   c[0].tile.persist ? "p" : "", c[0].feature_blocks,
                    c[0].est_us, us, best,
                    us > 0 ? 100 * (us / best - 1) : NAN);
             if (us < 0) {
@@ -246,10 +246,10 @@ static void test_invariants(void **state)
             assert_true(c[i].smem_bytes <= limit);
             assert_true(c[i].ctas_per_sm >= 1);
             assert_true(c[i].feature_blocks >= 1 && c[i].feature_blocks <= 8);
-            if (q.swiglu) assert_int_equal(c[i].mt % 2, 0);
-            if (q.x_packed) assert_int_equal(c[i].family, FM_FAMILY_FP4MOE_WGMMA);
-            if (!wg) assert_int_equal(c[i].family, FM_FAMILY_FP4MOE_SWAPAB);
-            if (c[i].family == FM_FAMILY_FP4MOE_WGMMA) assert_int_equal(c[i].feature_blocks, 1);
+            if (q.swiglu) assert_int_equal(c[i].tile.mt % 2, 0);
+            if (q.x_packed) assert_int_equal(c[i].tile.family, FM_FAMILY_FP4MOE_WGMMA);
+            if (!wg) assert_int_equal(c[i].tile.family, FM_FAMILY_FP4MOE_SWAPAB);
+            if (c[i].tile.family == FM_FAMILY_FP4MOE_WGMMA) assert_int_equal(c[i].feature_blocks, 1);
             if (k > 512) assert_int_equal(c[i].feature_blocks, 1);
         }
         /* the ranking a cap gives is the head of the full one */
@@ -324,7 +324,7 @@ static void test_errors(void **state)
         assert_int_equal(fm_plan_fp4moe(h, &bad, 1, 6144, 256, 256, all, 64, &n, NULL), FM_OK);
         assert_true(n >= 1);
         for (size_t i = 0; i < n; i++) {
-            assert_int_equal(all[i].family, FM_FAMILY_FP4MOE_SWAPAB);
+            assert_int_equal(all[i].tile.family, FM_FAMILY_FP4MOE_SWAPAB);
             assert_int_equal(all[i].feature_blocks, 4);
         }
         bad.x_packed = 1; /* packed X: wgmma, which has no multi-block kernel */

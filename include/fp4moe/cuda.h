@@ -30,31 +30,29 @@
 #include <stdint.h>
 
 #include "fp4moe/format.h"
+#include "fp4moe/plan.h"
 #include "fp4moe/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Which kernel runs a tile. */
-typedef enum {
-    FM_CUDA_KERNEL_MMA = 0,   /* mma.sync m16n8k16 (gemm_swapab.cu): sm_80 and later, SM120 within 99 KB */
-    FM_CUDA_KERNEL_WGMMA = 1, /* wgmma m64nNk16, weights from registers (gemm_wgmma.cu): sm_90a (H100/H200) only */
-    /* the same, persistent: one CTA per SM loops over the tiles, loading the next
-     * tile while the last one's output leaves (its own output buffer in shared
-     * memory: fm_smem_wgmma counts it); packed X only (fm_wgmma_tiles rows with
-     * persist = 1, names ending in "p") */
-    FM_CUDA_KERNEL_WGMMA_PERSISTENT = 2,
-} fm_cuda_kernel;
-
-/* Tile configuration (see src/plan/fm_kernels_smem.h): the CTA covers
- * warps*mt*16 output features and 8*nt tokens (an expert's rows) a pass, kc of K
- * a pipeline stage, `stages` deep. `kernel` picks the family; a positional
- * initializer of the first five fields means FM_CUDA_KERNEL_MMA. */
-typedef struct {
-    int            warps, mt, nt, kc, stages;
-    fm_cuda_kernel kernel;
-} fm_cuda_tile;
+/* A tile is an fm_tile (fp4moe/plan.h: fields, fm_tile_name / fm_tile_parse /
+ * fm_tile_equal; src/plan/fm_tiles.def lists the compiled ones). Which kernel runs it:
+ *   family FM_FAMILY_FP4MOE_SWAPAB   mma.sync m16n8k16 (gemm_swapab.cu): sm_80 and later,
+ *                                    SM120 within 99 KB
+ *   family FM_FAMILY_FP4MOE_WGMMA    wgmma m64nNk16, weights from registers (gemm_wgmma.cu):
+ *                                    sm_90a (H100/H200) only; persist = 1: the persistent
+ *                                    kernel (one CTA per SM loops over the tiles, loading the
+ *                                    next tile while the last one's output leaves, from an
+ *                                    output buffer of its own that fm_smem_wgmma counts;
+ *                                    packed X only; names ending in "p")
+ *   family FM_FAMILY_AUTO (0)        a tile written by its first five fields: mma.sync
+ * Any other family is FM_ERR_INVALID_ARG. The former fm_cuda_tile (a kernel enum,
+ * FM_CUDA_KERNEL_*, as its sixth field) is removed, not aliased: an initializer written
+ * for it, {w, mt, nt, kc, st, FM_CUDA_KERNEL_WGMMA}, would compile against fm_tile as
+ * persist = 1, family AUTO, and launch another kernel; without the names it fails to
+ * compile instead. */
 
 /* The operation on the GEMM's output (the table at the top of this file); the planner's
  * fm_epilogue (fp4moe/plan.h) is a different question, how a CUTLASS epilogue uses
@@ -109,7 +107,7 @@ typedef struct {
      * y_packed (NONE, SWIGLU): write the BF16 output columns in that order, so that
      * Y can be the packed X of the next GEMM (its column count % 64 == 0). */
     int             x_packed, y_packed;
-    const fm_cuda_tile *tile;
+    const fm_tile  *tile;
     int             expected_rows; /* average rows per expert, for the tile choice (< 1 counts as 1) */
     int             active_experts; /* experts expected to have rows, for the tile choice (0 or > n_experts:
                                        all; decode: min(experts, tokens x top_k)) */
@@ -167,8 +165,9 @@ size_t fm_cuda_split_counter_bytes(const fm_cuda_weights *w, int max_rows);
 
 /* Launch the grouped GEMM (asynchronous on a->stream).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
- * unknown epilogue, feature_blocks < 0, k_splits < -1 or > FM_CUDA_MAX_K_SPLITS, k_splits > 1
- * without split_ws), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
+ * unknown epilogue, feature_blocks < 0, a tile family other than the two fp4moe kernels
+ * and AUTO, k_splits < -1 or > FM_CUDA_MAX_K_SPLITS, k_splits > 1 without split_ws),
+ * FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
  * scratch not 16-byte aligned; split_ws not 16-byte aligned), FM_ERR_UNSUPPORTED (k_splits > 1
  * with a wgmma tile, with more than one feature block per CTA, or above the tile's K
  * stages; x_packed with an mma
@@ -196,6 +195,7 @@ fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void
 
 /* The tile (and feature blocks per CTA) fm_cuda_gemm launches when a->tile is
  * NULL: the first candidate of the planner's ranking fm_plan_fp4moe (fp4moe/plan.h)
+ * (its family set: swapab or wgmma, persist for the persistent kernel)
  * for this call on the current device: a->w's format and shape, a->expected_rows
  * rows per expert (< 1: 1) on a->active_experts experts (0: all), a->epi (SwiGLU:
  * gate/up pairs), a->x_packed,
@@ -208,13 +208,13 @@ fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void
  * est_us, the planner's estimate in microseconds, may be NULL). Returns FM_OK, FM_ERR_INVALID_ARG (NULL,
  * feature_blocks < 0), FM_ERR_NO_DEVICE, and fm_plan_fp4moe's statuses
  * (FM_ERR_UNSUPPORTED: no tile fits the limit, ...). */
-fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, int *feature_blocks, int *k_splits,
+fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *feature_blocks, int *k_splits,
                               double *est_us);
 
 /* Shared memory the compiled kernel of `t` was given at its last launch and its
  * static size, from cudaFuncGetAttributes (for the planner conformance test).
  * Returns FM_OK, FM_ERR_UNSUPPORTED (not compiled in), FM_ERR_CUDA. */
-fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *static_smem, size_t *max_dynamic_smem);
+fm_status fm_cuda_tile_attributes(const fm_tile *t, fm_format fmt, size_t *static_smem, size_t *max_dynamic_smem);
 
 #ifdef __cplusplus
 }

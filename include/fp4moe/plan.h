@@ -41,6 +41,11 @@ typedef enum {
     (FM_FAMILY_BIT(FM_FAMILY_CUTLASS_SM90) | FM_FAMILY_BIT(FM_FAMILY_CUTLASS_SM120) |             \
      FM_FAMILY_BIT(FM_FAMILY_CUTLASS_SM100))
 
+/* A GEMM operand's element type, for the byte model: what a CUTLASS kernel's A, B, C
+ * and D hold (void, FP16, FP32 and FP8 among them). Not fm_format (fp4moe/format.h),
+ * the format fp4moe stores weights in (BF16, NVFP4, MXFP4: what the quantizer, the
+ * loaders and the backends take); the two share NVFP4/MXFP4, and the GPU path maps one
+ * to the other in one table (src/cuda/prepack.c, k_pack_formats). */
 typedef enum {
     FM_ELEM_VOID = 0, /* no C (no source) / no D (the epilogue stores itself) */
     FM_ELEM_BF16,
@@ -206,7 +211,9 @@ fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi
  *   persist  wgmma: 1 = the persistent kernel; 0 otherwise
  *   family   FM_FAMILY_FP4MOE_SWAPAB or FM_FAMILY_FP4MOE_WGMMA; FM_FAMILY_AUTO (0) = not
  *            said (a tile written by its first five or six fields): fm_tile_equal then
- *            matches either family
+ *            matches either family, fm_cuda_gemm (fp4moe/cuda.h) launches it as mma.sync
+ * The one tile type of the library: the planner's catalogue and candidates
+ * (fm_fp4moe_choice.tile), fm_cuda_gemm's argument, the CLI and the bench.
  * Names: "swapab_w4m1n1k256s4" (mma.sync), "wgmma_w8m2n16k64s8", persistent
  * "wgmma_w8m1n32k64s4p". */
 typedef struct {
@@ -238,9 +245,9 @@ typedef struct {
 } fm_fp4moe_query;
 
 typedef struct {
-    fm_kernel_family family;   /* FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA */
-    int    warps, mt, nt, kc, stages; /* the compiled tile (fm_swapab_tiles / fm_wgmma_tiles) */
-    int    persistent;         /* wgmma: the persistent kernel (packed X only; one CTA per SM) */
+    fm_tile tile;              /* the compiled tile (fm_swapab_tiles / fm_wgmma_tiles), its family set:
+                                  FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA; persist:
+                                  the persistent wgmma kernel (packed X only; one CTA per SM) */
     int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
     int    k_splits;           /* CTAs sharing the K stages of one (expert, feature block): 1 = none */
     int    ctas_per_sm;        /* the model's CTAs resident per SM */

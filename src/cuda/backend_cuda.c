@@ -40,7 +40,7 @@
 #define FM_WS_ALIGN 256
 
 typedef struct {
-    fm_cuda_tile t1, t2;   /* FC1, FC2 tiles */
+    fm_tile      t1, t2;   /* FC1, FC2 tiles */
     int          nb1, nb2; /* feature blocks per CTA */
     int          ks1, ks2; /* K splits (1: none) */
     int          pk1, pk2; /* packed X of FC1 / FC2 */
@@ -146,7 +146,7 @@ static void cuda_destroy(void *ptr)
 static int prefer_packed(const fm_cuda_gemm_args *a)
 {
     fm_cuda_gemm_args p = *a;
-    fm_cuda_tile      t;
+    fm_tile           t;
     double            nat = 0, pk = 0;
     p.x_packed = 1;
     int ok = fm_cuda_gemm_choose(a, &t, NULL, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, NULL, &pk) == FM_OK;

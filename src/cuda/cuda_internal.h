@@ -94,9 +94,8 @@ typedef struct {
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
-/* Index of t in fm_swapab_tiles(), or -1. */
-int fm_swapab_find(const fm_cuda_tile *t);
-/* Launch compiled tile `idx` with `smem` dynamic bytes. Returns a cudaError_t as int. */
+/* Launch compiled tile `idx` (its index in fm_swapab_tiles(): fm_swapab_tile_index)
+ * with `smem` dynamic bytes. Returns a cudaError_t as int. */
 int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
@@ -111,8 +110,8 @@ int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
  * occupancy conformance test. */
 int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
 int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
-/* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, tiles of fm_wgmma_tiles() ---- */
-int       fm_wgmma_find(const fm_cuda_tile *t);
+/* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, idx in fm_wgmma_tiles()
+ * (fm_wgmma_tile_index) ---- */
 long long fm_wgmma_grid(int idx, const fm_gemm_params *p); /* CTAs the launch needs (upper bound), -1: no device */
 int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
 int       fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);

@@ -11,24 +11,19 @@
 #include "fp4moe/plan.h"
 #include "fm_internal.h"
 
-static fm_tile to_swapab(const fm_cuda_tile *t)
-{
-    fm_tile s = {t->warps, t->mt, t->nt, t->kc, t->stages, t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT,
-                 t->kernel == FM_CUDA_KERNEL_MMA ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA};
-    return s;
-}
+/* The kernel family of a tile: wgmma when it says so, else mma.sync (AUTO: a tile
+ * written by its first five fields). */
+static int is_wgmma(const fm_tile *t) { return t->family == FM_FAMILY_FP4MOE_WGMMA; }
 
 /* The family's shared-memory model (the planner's function) with a limit. */
-static fm_status tile_smem_check(const fm_cuda_tile *t, size_t limit, fm_smem_breakdown *bd)
+static fm_status tile_smem_check(const fm_tile *t, size_t limit, fm_smem_breakdown *bd)
 {
-    fm_tile st = to_swapab(t);
-    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_smem_wgmma_check(&st, limit, bd) : fm_smem_swapab_check(&st, limit, bd);
+    return is_wgmma(t) ? fm_smem_wgmma_check(t, limit, bd) : fm_smem_swapab_check(t, limit, bd);
 }
 
-static char *tile_name(const fm_cuda_tile *t, char *buf, size_t n)
+static char *tile_name(const fm_tile *t, char *buf, size_t n)
 {
-    fm_tile st = to_swapab(t);
-    return t->kernel != FM_CUDA_KERNEL_MMA ? fm_wgmma_tile_name(&st, buf, n) : fm_swapab_tile_name(&st, buf, n);
+    return is_wgmma(t) ? fm_wgmma_tile_name(t, buf, n) : fm_swapab_tile_name(t, buf, n);
 }
 
 static fm_status cuda_fail(cudaError_t err, const char *what)
@@ -237,7 +232,7 @@ size_t fm_cuda_gemm_split_ws_bytes(const fm_cuda_weights *w, int max_rows, int k
     return fm_cuda_split_counter_bytes(w, max_rows) + (size_t)k_splits * (size_t)max_rows * (size_t)w->n * sizeof(float);
 }
 
-fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, int *feature_blocks, int *k_splits,
+fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *feature_blocks, int *k_splits,
                               double *est_us)
 {
     fm_clear_error();
@@ -264,10 +259,7 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, in
     int              ex = a->active_experts > 0 && a->active_experts < w->n_experts ? a->active_experts : w->n_experts;
     fm_status        st = fm_plan_fp4moe(&g, &q, rows, w->n, w->k, ex, &c, 1, &n, NULL);
     if (st != FM_OK) return fm_fail(st, "fm_cuda_gemm: no tile for this call: %s", fm_last_error());
-    *tile = (fm_cuda_tile){c.warps, c.mt, c.nt, c.kc, c.stages,
-                           c.family != FM_FAMILY_FP4MOE_WGMMA ? FM_CUDA_KERNEL_MMA
-                           : c.persistent                     ? FM_CUDA_KERNEL_WGMMA_PERSISTENT
-                                                              : FM_CUDA_KERNEL_WGMMA};
+    *tile = c.tile;
     if (feature_blocks) *feature_blocks = c.feature_blocks;
     if (k_splits) *k_splits = c.k_splits > 1 ? c.k_splits : 1;
     if (est_us) *est_us = c.est_us;
@@ -278,9 +270,9 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_cuda_tile *tile, in
  * asks for a multi-block kernel the tile does not have. Automatic: short K
  * (<= 512, at most 4 stages of 128 per block) with blocks to spare, i.e. so that
  * experts x blocks / nb still gives ~16 CTAs per SM of a 132-SM part. */
-static int feature_blocks(const fm_cuda_gemm_args *a, const fm_cuda_tile *t, int idx)
+static int feature_blocks(const fm_cuda_gemm_args *a, const fm_tile *t, int idx)
 {
-    int has = t->kernel == FM_CUDA_KERNEL_MMA && fm_swapab_has_mb(idx);
+    int has = !is_wgmma(t) && fm_swapab_has_mb(idx);
     if (a->feature_blocks > 1) return has ? a->feature_blocks : -1;
     if (a->feature_blocks == 1 || !has) return 1;
     int sms = 0, dev = 0;
@@ -344,9 +336,9 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
     }
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
-    int          cc = device_cc();
-    fm_cuda_tile t;
-    int          chosen_nb = 0, ks = a->k_splits > 1 ? a->k_splits : 1;
+    int     cc = device_cc();
+    fm_tile t;
+    int     chosen_nb = 0, ks = a->k_splits > 1 ? a->k_splits : 1;
     if (a->tile) t = *a->tile;
     else FM_CHECK(fm_cuda_gemm_choose(a, &t, &chosen_nb, a->k_splits == FM_CUDA_K_SPLITS_AUTO ? &ks : NULL,
                                       NULL)); /* the planner's first candidate (fm_plan_fp4moe) */
@@ -355,10 +347,11 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
                                            "%zu bytes (fm_cuda_gemm_split_ws_bytes), got %zu",
                        ks, fm_cuda_gemm_split_ws_bytes(w, a->max_rows, ks), a->split_ws_bytes);
     char name[64];
-    if ((int)t.kernel < FM_CUDA_KERNEL_MMA || t.kernel > FM_CUDA_KERNEL_WGMMA_PERSISTENT)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown tile kernel %d", (int)t.kernel);
-    int wg = t.kernel != FM_CUDA_KERNEL_MMA;
-    int idx = wg ? fm_wgmma_find(&t) : fm_swapab_find(&t);
+    if (t.family != FM_FAMILY_AUTO && t.family != FM_FAMILY_FP4MOE_SWAPAB && t.family != FM_FAMILY_FP4MOE_WGMMA)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: tile family %d is not fp4moe-swapab or fp4moe-wgmma",
+                       (int)t.family);
+    int wg = is_wgmma(&t);
+    int idx = wg ? fm_wgmma_tile_index(&t) : fm_swapab_tile_index(&t);
     if (idx < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
                        tile_name(&t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_swapab_tiles");
@@ -373,7 +366,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
                        tile_name(&t, name, sizeof name));
     if (wg && !a->x_packed && fm_wgmma_persistent(idx))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s (the persistent kernel) reads packed X only "
-                                           "(x_packed, fm_cuda_x_pack); for natural X use FM_CUDA_KERNEL_WGMMA",
+                                           "(x_packed, fm_cuda_x_pack); for natural X use a wgmma tile with persist = 0",
                        tile_name(&t, name, sizeof name));
     if (a->x_packed && w->k % 64)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed needs K %% 64 == 0 (K=%d)", w->k);
@@ -434,13 +427,13 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     return FM_OK;
 }
 
-fm_status fm_cuda_tile_attributes(const fm_cuda_tile *t, fm_format fmt, size_t *static_smem, size_t *max_dynamic_smem)
+fm_status fm_cuda_tile_attributes(const fm_tile *t, fm_format fmt, size_t *static_smem, size_t *max_dynamic_smem)
 {
     fm_clear_error();
     (void)fmt; /* one kernel serves both formats (scale decode constants are parameters) */
     if (!t) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_tile_attributes: t is NULL");
-    int wg = t->kernel != FM_CUDA_KERNEL_MMA;
-    int idx = wg ? fm_wgmma_find(t) : fm_swapab_find(t);
+    int wg = is_wgmma(t);
+    int idx = wg ? fm_wgmma_tile_index(t) : fm_swapab_tile_index(t);
     if (idx < 0) return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_tile_attributes: tile not compiled in");
     int err = wg ? fm_wgmma_attributes(idx, 1, static_smem, max_dynamic_smem) /* the packed-X kernel */
                  : fm_swapab_attributes(idx, static_smem, max_dynamic_smem);

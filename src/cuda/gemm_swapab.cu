@@ -416,16 +416,6 @@ size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][2]
 
 } // namespace
 
-extern "C" int fm_swapab_find(const fm_cuda_tile *t)
-{
-    if (!t || t->kernel != FM_CUDA_KERNEL_MMA) return -1;
-    for (int i = 0; i < k_n_entries; i++) {
-        const entry &x = k_entries[i];
-        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages) return i;
-    }
-    return -1;
-}
-
 extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
 
 extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream)

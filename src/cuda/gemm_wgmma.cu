@@ -104,18 +104,6 @@ __global__ void x_pack_kernel(const uint4 *x, uint4 *out, int rows, int k)
 
 } // namespace
 
-extern "C" int fm_wgmma_find(const fm_cuda_tile *t)
-{
-    if (!t || (t->kernel != FM_CUDA_KERNEL_WGMMA && t->kernel != FM_CUDA_KERNEL_WGMMA_PERSISTENT)) return -1;
-    for (int i = 0; i < k_n_entries; i++) {
-        const entry &x = k_entries[i];
-        if (x.warps == t->warps && x.mt == t->mt && x.nt == t->nt && x.kc == t->kc && x.stages == t->stages &&
-            x.persist == (t->kernel == FM_CUDA_KERNEL_WGMMA_PERSISTENT))
-            return i;
-    }
-    return -1;
-}
-
 extern "C" int fm_wgmma_persistent(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].persist; }
 
 /* CTAs of a launch: one per tile (an upper bound: the device has the counts), the

@@ -63,16 +63,4 @@ const fm_route_family *fm_route_family_find(const char *model_type, const char *
 /* "deepseek_v3, glm4_moe, ..." for messages. */
 const char *fm_route_family_list(void);
 
-/* ---- used by the layer loader (load.c, load_routing.c) ------------------- */
-
-/* The checkpoint's config.json (fm_cfgjson_read on its folder), with the
- * quantization check of fm_checkpoint_model_info: FM_ERR_UNSUPPORTED
- * "unsupported format: ..." for a quantization_config fp4moe does not read. */
-fm_status fm_load_config(const fm_checkpoint *ck, fm_cfgjson *out);
-
-/* Fill l->cfg's routing (top_k, score, renormalize, routed_scale, n_group,
- * topk_group, act_nvfp4), l->model_type and l->route_from from the caller's
- * settings, config.json (cj) and the model type's family (fm_ckpt_load_opts). */
-fm_status fm_load_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, const fm_cfgjson *cj, fm_ckpt_layer *l);
-
 #endif

@@ -49,80 +49,9 @@ const char *fm_checkpoint_dir(const fm_checkpoint *ck);
  * (other dtype), FM_ERR_OUT_OF_RANGE (beyond the tensor), FM_ERR_IO (the read). */
 fm_status fm_st_to_f32(const fm_st_tensor *t, int64_t first, int64_t n, float *dst);
 
-/* ---- layer loading, shared by load.c and the per-layout files ------------ */
-
-/* What load.c knows before the layout-specific part runs. */
-typedef struct {
-    const fm_checkpoint *ck;
-    fm_ckpt_names        nm;
-    int                  layer;
-    int                  first, n; /* experts [first, first + n) of n_total */
-    int                  n_total;
-    int                  hidden;   /* from the router weight */
-    int                  dry;      /* validate only: fill cfg, allocate nothing */
-} fm_load_ctx;
-
-/* Validate every expert tensor of the layout, then allocate one block (owned_)
- * and fill l->w13, l->w2, l->a1_scale, l->a2_scale, l->cfg.inter, l->cfg.wfmt,
- * l->rescaled_w13, l->ignored_bias. On failure l may hold partial allocations
- * that fm_ckpt_layer_free releases. */
-fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l); /* also COMPRESSED_TENSORS */
-
-/* Tensor suffixes of an NVFP4 projection in the ModelOpt-named layouts; with
- * `reciprocal` the stored global and input scales are 1 / ModelOpt's
- * (compressed-tensors). NULL for a layout without them. */
-typedef struct {
-    const char *weight, *scale, *global, *input;
-    int         reciprocal;
-} fm_nvfp4_suffixes;
-const fm_nvfp4_suffixes *fm_nvfp4_suffixes_of(fm_ckpt_layout l);
-/* A global / input scale as ModelOpt defines it (multiply): fm_load_scalar,
- * then, with reciprocal, 1/x in FP32 (correctly rounded), itself checked
- * finite and > 0 (FM_ERR_NONFINITE naming the tensor). */
-fm_status fm_load_global(const fm_st_tensor *t, int reciprocal, float *out);
-fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l);
-
-/* Bytes of one expert in l->owned_: w13 data, w13 scales, w2 data, w2 scales. */
-typedef struct {
-    size_t d13, s13, d2, s2;
-} fm_load_expert_bytes;
-
-/* After validation, the one allocation of every layout: l->w13 / l->w2 views
- * for c->n experts of format f (w13 [2*inter][hidden], w2 [hidden][inter])
- * over one block l->owned_ (per expert: d13 | s13 | d2 | s2), each view
- * pointing at its slice (scales NULL when the format has none), global_scale 1.
- * *bytes (may be NULL) receives the per-expert sizes. FM_OK or FM_ERR_OOM
- * naming the layer; partial allocations are left to fm_ckpt_layer_free. */
-fm_status fm_load_alloc_experts(const fm_load_ctx *c, fm_ckpt_layer *l, fm_format f, int64_t inter,
-                                fm_load_expert_bytes *bytes);
-
-/* FM_ERR_NONFINITE naming t (and the expert when expert >= 0: a slice of a
- * fused tensor) and the position if any of the scale bytes codes[rows][cols]
- * is a NaN code (E4M3: 0x7F/0xFF; UE8M0: 0xFF); the scan is fm_scales_check_codes. */
-fm_status fm_load_check_scale_codes(const fm_st_tensor *t, int expert, const uint8_t *codes, int64_t rows,
-                                     int64_t cols, fm_scale_type st);
-
-/* Read bytes [off, off + rows * cols) of the block-scale tensor t (expert's
- * slice when expert >= 0) into dst, or into a scratch buffer when dst is NULL
- * (validate only), and check them with fm_load_check_scale_codes.
- * FM_OK, FM_ERR_IO (the read), FM_ERR_NONFINITE, FM_ERR_OOM. */
-fm_status fm_load_scales(const fm_st_tensor *t, int expert, uint64_t off, int64_t rows, int64_t cols, fm_scale_type st,
-                         uint8_t *dst);
-
 /* No tensor of the layout's expert pattern in `layer` may carry an expert
  * index >= n_total (the router's row count): such a stray tensor would be
  * silently ignored by the load and inflate a count taken from the indices.
  * FM_OK or FM_ERR_FORMAT naming the tensor, its index and n_total. */
 fm_status fm_ckpt_check_expert_indices(const fm_checkpoint *ck, const fm_ckpt_names *nm, int layer, int n_total);
-
-/* Find pattern(L, E, P) + suffix; FM_ERR_NOT_FOUND names the layer, expert and tensor. */
-fm_status fm_load_find(const fm_load_ctx *c, const char *pat, int expert, const char *proj, const char *suffix,
-                       const fm_st_tensor **out);
-/* Exactly one element (shape [] or [1]) of F32/BF16/F16, finite and > 0
- * (FM_ERR_NONFINITE otherwise), as weight_scale_2 / input_scale. */
-fm_status fm_load_scalar(const fm_st_tensor *t, float *out);
-/* Is t of dtype d (or d2 when d2 >= 0) with exactly this shape? FM_ERR_FORMAT
- * (dtype) or FM_ERR_BAD_SHAPE otherwise, naming file, tensor and expectation. */
-fm_status fm_load_expect(const fm_st_tensor *t, fm_dtype d, int d2, int ndim, const int64_t *shape);
-
 #endif

@@ -18,7 +18,7 @@
  * The biases and gpt-oss's clamped SwiGLU (alpha 1.702, limit 7) are outside
  * fp4moe's layer: biases are reported (ignored_bias), not loaded.
  */
-#include "io_internal.h"
+#include "load_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -23,34 +23,10 @@
  * (weight_scale_2 = 1 / weight_global_scale): see docs/checkpoints.md for how
  * exact that is.
  */
-#include "io_internal.h"
+#include "load_internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-const fm_nvfp4_suffixes *fm_nvfp4_suffixes_of(fm_ckpt_layout l)
-{
-    static const fm_nvfp4_suffixes mo = {".weight", ".weight_scale", ".weight_scale_2", ".input_scale", 0};
-    static const fm_nvfp4_suffixes ct = {".weight_packed", ".weight_scale", ".weight_global_scale",
-                                         ".input_global_scale", 1};
-    return l == FM_LAYOUT_COMPRESSED_TENSORS ? &ct : l == FM_LAYOUT_MODELOPT || l == FM_LAYOUT_AUTO ? &mo : NULL;
-}
-
-fm_status fm_load_global(const fm_st_tensor *t, int reciprocal, float *out)
-{
-    float v;
-    FM_CHECK(fm_load_scalar(t, &v));
-    if (reciprocal) {
-        float r = 1.0f / v; /* IEEE division: the correctly rounded reciprocal */
-        if (!isfinite(r) || r <= 0.0f)
-            return fm_fail(FM_ERR_NONFINITE, "%s: tensor '%s' = %g: its reciprocal %g is not a usable scale", t->file,
-                           t->name, (double)v, (double)r);
-        v = r;
-    }
-    *out = v;
-    return FM_OK;
-}
 
 enum { P_GATE, P_UP, P_DOWN, P_COUNT };
 

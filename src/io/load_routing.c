@@ -7,7 +7,7 @@
  * the same wrong settings, and was wrong (issue 19). A setting nobody gave is
  * an error naming it.
  */
-#include "config_json.h"
+#include "load_internal.h"
 
 #include <stdio.h>
 #include <string.h>

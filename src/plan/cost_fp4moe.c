@@ -108,14 +108,17 @@ static int swapab_min_blocks(const fm_tile *t)
     return FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages);
 }
 
+/* Is row r of a generated table (fp4moe_cost_h200.inc, fp4moe_regs_sm90.inc: a variant
+ * and a tile's five fields) kernel v of tile t? The variant says the family and persist;
+ * the fields compare as fm_tile_equal does. */
+#define FM_ROW_IS(r, v, t)                                                                                        \
+    ((r)->variant == (v) &&                                                                                    \
+     fm_tile_equal(&(fm_tile){(r)->warps, (r)->mt, (r)->nt, (r)->kc, (r)->stages, (t)->persist, FM_FAMILY_AUTO}, (t)))
+
 static double efficiency(const fm_tile *t, fm_kernel_variant v)
 {
-    for (size_t i = 0; i < FM_ARRAY_LEN(k_eff_h200); i++) {
-        const fm_cost_eff *e = &k_eff_h200[i];
-        if (e->variant == v && e->warps == t->warps && e->mt == t->mt && e->nt == t->nt && e->kc == t->kc &&
-            e->stages == t->stages)
-            return e->eff;
-    }
+    for (size_t i = 0; i < FM_ARRAY_LEN(k_eff_h200); i++)
+        if (FM_ROW_IS(&k_eff_h200[i], v, t)) return k_eff_h200[i].eff;
     return 1.0;
 }
 
@@ -143,12 +146,8 @@ int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t
 
 int fm_fp4moe_kernel_regs(const fm_tile *t, fm_kernel_variant v)
 {
-    for (size_t i = 0; i < FM_ARRAY_LEN(k_regs_sm90); i++) {
-        const fm_kernel_regs *r = &k_regs_sm90[i];
-        if (r->variant == v && r->warps == t->warps && r->mt == t->mt && r->nt == t->nt && r->kc == t->kc &&
-            r->stages == t->stages)
-            return r->regs;
-    }
+    for (size_t i = 0; i < FM_ARRAY_LEN(k_regs_sm90); i++)
+        if (FM_ROW_IS(&k_regs_sm90[i], v, t)) return k_regs_sm90[i].regs;
     return 0;
 }
 
@@ -323,9 +322,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                     if (ks > 1 && ks > ceil_div(k, t->kc)) break; /* every split at least one K stage */
                     fm_fp4moe_choice *c = &all[got++];
                     memset(c, 0, sizeof *c);
-                    c->family = fam;
-                    c->warps = t->warps, c->mt = t->mt, c->nt = t->nt, c->kc = t->kc, c->stages = t->stages;
-                    c->persistent = t->persist;
+                    c->tile = *t; /* the catalogue's row: its family set */
                     c->feature_blocks = nbs[j];
                     c->k_splits = ks;
                     c->smem_bytes = bd.total;

@@ -43,12 +43,19 @@ const fm_tile *fm_swapab_tiles(size_t *count)
     return k_swapab_tiles;
 }
 
+static int tile_index(const fm_tile *list, size_t n, const fm_tile *t)
+{
+    for (size_t i = 0; t && i < n; i++)
+        if (fm_tile_equal(&list[i], t)) return (int)i;
+    return -1;
+}
+
+int fm_swapab_tile_index(const fm_tile *t) { return tile_index(k_swapab_tiles, FM_ARRAY_LEN(k_swapab_tiles), t); }
+
 int fm_swapab_tile_has_mb(const fm_tile *t)
 {
-    for (size_t i = 0; t && i < FM_ARRAY_LEN(k_swapab_tiles); i++) {
-        if (fm_tile_equal(&k_swapab_tiles[i], t)) return k_swapab_mb[i];
-    }
-    return 0;
+    int i = fm_swapab_tile_index(t);
+    return i < 0 ? 0 : k_swapab_mb[i];
 }
 
 fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out)
@@ -110,6 +117,8 @@ const fm_tile *fm_wgmma_tiles(size_t *count)
     if (count) *count = FM_ARRAY_LEN(k_wgmma_tiles);
     return k_wgmma_tiles;
 }
+
+int fm_wgmma_tile_index(const fm_tile *t) { return tile_index(k_wgmma_tiles, FM_ARRAY_LEN(k_wgmma_tiles), t); }
 
 fm_status fm_smem_wgmma(const fm_tile *t, fm_smem_breakdown *out)
 {

@@ -36,9 +36,7 @@ extern "C" {
 /* A tile of either family is an fm_tile (fp4moe/plan.h: fields, name, parser,
  * equality). The fields' ranges per family: swapab warps 1..8, mt 1/2/4 (with the
  * SwiGLU epilogue the first mt/2 bands are gate rows and the last mt/2 the matching up
- * rows), nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0; wgmma below.
- * fm_swapab_tile is its former name, kept while src/cuda/backend_cuda.c and src/sim use it. */
-typedef fm_tile fm_swapab_tile;
+ * rows), nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0; wgmma below. */
 
 /* Fill *out for tile t. Returns FM_OK, FM_ERR_INVALID_ARG (NULL) or
  * FM_ERR_BAD_SHAPE (a field outside the ranges above; *out untouched). */
@@ -71,6 +69,10 @@ fm_status fm_smem_wgmma(const fm_tile *t, fm_smem_breakdown *out);
 fm_status fm_smem_wgmma_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
 /* The compiled wgmma instantiations, fastest-first per regime (see the .c). */
 const fm_tile *fm_wgmma_tiles(size_t *count);
+/* Index of t in fm_wgmma_tiles() (fm_tile_equal: a tile of the other family is not
+ * found), or -1; also its index in gemm_wgmma.cu's table (both expand fm_tiles.def in
+ * order). */
+int fm_wgmma_tile_index(const fm_tile *t);
 /* fm_tile_name with the family set to wgmma: "wgmma_w8m2n16k64s4" (persistent:
  * "wgmma_w8m1n32k64s4p") into buf. Returns buf. */
 char *fm_wgmma_tile_name(const fm_tile *t, char *buf, size_t n);
@@ -83,6 +85,8 @@ fm_status fm_smem_swapab_check(const fm_tile *t, size_t limit_bytes, fm_smem_bre
  * in the order the default heuristic prefers for small batches. *count gets the
  * number of entries. Never NULL. */
 const fm_tile *fm_swapab_tiles(size_t *count);
+/* Index of t in fm_swapab_tiles(), as fm_wgmma_tile_index (gemm_swapab.cu's table). */
+int fm_swapab_tile_index(const fm_tile *t);
 /* 1 if the compiled swapab tile t also has the multi-block kernel (feature
  * blocks > 1, gemm_swapab.cu's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
  * the two lists agree), else 0. */

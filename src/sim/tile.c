@@ -43,7 +43,7 @@ static int swapab_rows(const fm_sim_ctx *x, int64_t rows, int *tile_n, int *tile
     if (fm_arch_get(x->cfg.gpu.cc, &arch) == FM_OK && arch) limit = arch->smem_block_optin;
     fm_clear_error();
     size_t n = 0;
-    const fm_swapab_tile *t = fm_swapab_tiles(&n);
+    const fm_tile *t = fm_swapab_tiles(&n);
     int best = -1, widest = -1;
     for (size_t i = 0; i < n; i++) {
         fm_smem_breakdown bd;

@@ -265,7 +265,7 @@ static void test_layer_split_shard(void **state)
         assert_int_equal(fm_cuda_weights_create(L.w.w13, NL, &cw), FM_OK);
         fm_cuda_gemm_args q = {.w = cw, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = 1, .active_experts = 1,
                                .k_splits = FM_CUDA_K_SPLITS_AUTO};
-        fm_cuda_tile t;
+        fm_tile      t;
         int          ks = 0;
         assert_int_equal(fm_cuda_gemm_choose(&q, &t, NULL, &ks, NULL), FM_OK);
         printf("  FC1 on one expert: k_splits %d\n", ks);

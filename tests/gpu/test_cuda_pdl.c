@@ -73,7 +73,7 @@ static void check_bf16(const void *d, const double *ref, size_t n, const char *w
 
 /* FC1 (SwiGLU) -> h -> FC2 (pdl), optionally captured into a graph; tile1/tile2 NULL =
  * the planner's choice for `rows_hint` rows per expert. */
-static void chain_raw(fm_rng *r, const fm_cuda_tile *tile1, const fm_cuda_tile *tile2, int rows_hint, int graph,
+static void chain_raw(fm_rng *r, const fm_tile *tile1, const fm_tile *tile2, int rows_hint, int graph,
                       const char *what)
 {
     enum { E = 4 };
@@ -148,7 +148,7 @@ static void chain_raw(fm_rng *r, const fm_cuda_tile *tile1, const fm_cuda_tile *
 }
 
 /* A reads X = buf (long K), then C with pdl writes its output over buf. */
-static void chain_war(fm_rng *r, const fm_cuda_tile *tile, int rows_hint, const char *what)
+static void chain_war(fm_rng *r, const fm_tile *tile, int rows_hint, const char *what)
 {
     enum { E = 3 };
     const int KA = 6144, NA = 256, NC = 2048, KC = 64;
@@ -209,11 +209,11 @@ static void test_pdl_read_after_write(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed());
-    const fm_cuda_tile mma2 = {4, 2, 2, 128, 4, FM_CUDA_KERNEL_MMA}; /* two token groups */
+    const fm_tile mma2 = {4, 2, 2, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}; /* two token groups */
     chain_raw(&r, NULL, NULL, 2, 0, "planner's tiles, 2 rows");
     chain_raw(&r, &mma2, &mma2, 6, 0, "swapab_w4m2n2k128s4");
     if (device_is_sm90()) {
-        const fm_cuda_tile wg = {8, 2, 4, 128, 6, FM_CUDA_KERNEL_WGMMA};
+        const fm_tile wg = {8, 2, 4, 128, 6, 0, FM_FAMILY_FP4MOE_WGMMA};
         chain_raw(&r, &wg, &wg, 6, 0, "wgmma_w8m2n4k128s6 natural X");
     } else {
         printf("  (not compute capability 9.0: pdl is a plain launch there, wgmma tiles not run)\n");
@@ -225,10 +225,10 @@ static void test_pdl_write_after_read(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 1);
-    const fm_cuda_tile mma = {4, 2, 1, 256, 3, FM_CUDA_KERNEL_MMA};
+    const fm_tile mma = {4, 2, 1, 256, 3, 0, FM_FAMILY_FP4MOE_SWAPAB};
     chain_war(&r, &mma, 2, "swapab_w4m2n1k256s3");
     if (device_is_sm90()) {
-        const fm_cuda_tile wg = {8, 2, 4, 128, 6, FM_CUDA_KERNEL_WGMMA};
+        const fm_tile wg = {8, 2, 4, 128, 6, 0, FM_FAMILY_FP4MOE_WGMMA};
         chain_war(&r, &wg, 6, "wgmma_w8m2n4k128s6 natural X");
     }
 }
