@@ -314,6 +314,13 @@ int main(int argc, char **argv)
                     CK(cudaMemset(dsplit, 0, cnt_b + part_b));
                 }
                 gemm_ks[0] = ksp[0], gemm_ks[1] = ksp[1];
+                /* the experts' work list, as the layer's permutation writes it */
+                int32_t *lst = calloc(EL + 1, sizeof(int32_t)), *dlst;
+                for (int e = 0; e < EL; e++)
+                    if (off[e + 1] > off[e]) lst[1 + lst[0]++] = e;
+                CK(cudaMalloc((void **)&dlst, sizeof(int32_t) * (EL + 1)));
+                CK(cudaMemcpy(dlst, lst, sizeof(int32_t) * (EL + 1), cudaMemcpyHostToDevice));
+                free(lst);
                 double *tgm = malloc(sizeof(double) * reps);
                 for (int it = -warm; it < reps; it++) {
                     int s = (it + warm) % NSETS;
@@ -321,13 +328,15 @@ int main(int argc, char **argv)
                                             .epi = FM_CUDA_EPI_SWIGLU, .y = dh, .expected_rows = avg,
                                             .active_experts = act, .stream = st, .pdl = 1, .x_packed = pk[0],
                                             .y_packed = pk[1], .k_splits = ksp[0], .split_ws = dsplit,
-                                            .split_ws_bytes = cnt_b + part_b};
+                                            .split_ws_bytes = cnt_b + part_b, .expert_list = dlst,
+                                            .expert_slots = act};
                     fm_cuda_gemm_args a2 = {.w = cw2[s], .x = dh, .offsets = doff, .max_rows = R,
                                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = dout, .y_zero_init = 1,
                                             .row_weight = drw, .n_tokens = T, .top_k = K, .token_slots = dslots,
                                             .scratch = dscr, .expected_rows = avg, .active_experts = act,
                                             .stream = st, .pdl = 1, .x_packed = pk[1], .k_splits = ksp[1],
-                                            .split_ws = dsplit, .split_ws_bytes = cnt_b + part_b};
+                                            .split_ws = dsplit, .split_ws_bytes = cnt_b + part_b,
+                                            .expert_list = dlst, .expert_slots = act};
                     CK(cudaEventRecord(ev[0], st));
                     FK(fm_cuda_gemm(&a1));
                     FK(fm_cuda_gemm(&a2));
@@ -342,6 +351,7 @@ int main(int argc, char **argv)
                 for (int s = 0; s < NSETS; s++) fm_cuda_weights_destroy(cw13[s]), fm_cuda_weights_destroy(cw2[s]);
                 cudaFree(doff), cudaFree(dslots), cudaFree(dxp), cudaFree(dh), cudaFree(drw), cudaFree(dscr);
                 cudaFree(dsplit);
+                cudaFree(dlst);
                 free(off);
             }
             const double g = median(tg, reps), e = median(te, reps), gi_us = median(ti_, reps);

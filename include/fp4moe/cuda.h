@@ -150,6 +150,17 @@ typedef struct {
     int             k_splits;
     void           *split_ws;
     size_t          split_ws_bytes;
+    /* expert_list (device int32 [1 + n_experts], or NULL): [0] = n, then n distinct
+     * experts in [0, n_experts) that must include every expert with rows (those left
+     * out are not computed); fm_moe's permutation writes it. The mma tiles then launch
+     * CTAs for expert_slots experts (0 or > n_experts: all) that loop over the n x
+     * (feature blocks x k_splits) units of the list: a grid sized for the experts
+     * expected to have rows (decode on a shard: 1-8 of 32), not for all of them, whose
+     * empty CTAs would only queue. More listed experts than slots: the CTAs take several
+     * units each (correct, slower). The wgmma tiles ignore it (they compute every
+     * expert with rows, the same result). */
+    const int32_t  *expert_list;
+    int             expert_slots;
 } fm_cuda_gemm_args;
 
 #define FM_CUDA_MAX_K_SPLITS 32
@@ -166,7 +177,8 @@ size_t fm_cuda_split_counter_bytes(const fm_cuda_weights *w, int max_rows);
 /* Launch the grouped GEMM (asynchronous on a->stream).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
  * unknown epilogue, feature_blocks < 0, a tile family other than the two fp4moe kernels
- * and AUTO, k_splits < -1 or > FM_CUDA_MAX_K_SPLITS, k_splits > 1 without split_ws),
+ * and AUTO, k_splits < -1 or > FM_CUDA_MAX_K_SPLITS, k_splits > 1 without split_ws,
+ * expert_slots < 0; expert_list not 4-byte aligned: FM_ERR_MISALIGNED),
  * FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
  * scratch not 16-byte aligned; split_ws not 16-byte aligned), FM_ERR_UNSUPPORTED (k_splits > 1
  * with a wgmma tile, with more than one feature block per CTA, or above the tile's K

@@ -43,12 +43,14 @@ typedef struct {
     fm_tile      t1, t2;   /* FC1, FC2 tiles */
     int          nb1, nb2; /* feature blocks per CTA */
     int          ks1, ks2; /* K splits (1: none) */
+    int          slots;    /* experts the mma grids are sized for (the bucket's expected active experts) */
     int          pk1, pk2; /* packed X of FC1 / FC2 */
 } bucket_plan;
 
 /* Byte offsets of the per-run buffers inside the workspace. */
 typedef struct {
-    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, total;
+    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active,
+        total;
 } ws_layout;
 
 typedef struct {
@@ -120,6 +122,7 @@ static ws_layout layout_of(const fm_layer_params *p)
     l.pscratch = take(&at, fm_moe_permute_scratch_bytes(p->max_tokens, c->top_k, p->n_local) + 4);
     l.hs = take(&at, sizeof(float) * (T * S + 1));
     l.badlogit = take(&at, sizeof(unsigned long long));
+    l.active = take(&at, sizeof(int32_t) * ((size_t)p->n_local + 1));
     l.total = at;
     return l;
 }
@@ -187,6 +190,7 @@ static fm_status plan_buckets(cuda_state *s)
         pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
         a2.x_packed = pl->pk2;
+        pl->slots = act;
         FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
         FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
         const int R = T * c->top_k; /* the runs of this bucket have at most T tokens */
@@ -321,6 +325,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
     int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
     float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
     unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
+    int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
     const bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
     int le;
 
@@ -338,7 +343,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
         rid = ids, rwt = wts, bl = badlogit;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, stream)) != 0)
+                                    s->d_err, bl, active, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    stream)) != 0)
@@ -347,7 +352,8 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
                             .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
                             .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
-                            .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes};
+                            .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                            .expert_list = active, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a1));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
@@ -362,7 +368,8 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
                             .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
                             .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
-                            .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes};
+                            .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                            .expert_list = active, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a2));
     return FM_OK;
 }

@@ -298,6 +298,10 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     const fm_pack_format  *pf = fm_pack_format_get(w->fmt); /* the weights' scale decode */
     if (!pf) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: w is not prepacked FP4 weights (format %d)", (int)w->fmt);
     if (a->max_rows < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: max_rows=%d < 0", a->max_rows);
+    if (a->expert_slots < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: expert_slots=%d < 0 (0: every expert)", a->expert_slots);
+    if ((uintptr_t)a->expert_list % 4)
+        return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: expert_list is not 4-byte aligned");
     if (a->feature_blocks < 0)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: feature_blocks=%d < 0", a->feature_blocks);
     if (a->k_splits < FM_CUDA_K_SPLITS_AUTO || a->k_splits > FM_CUDA_MAX_K_SPLITS)
@@ -401,13 +405,17 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         .sc_mul = pf->sc_mul, .sc_add = pf->sc_add, .epi = (int)a->epi,
         .x_packed = a->x_packed != 0, .y_packed = a->y_packed != 0, .y = a->y,
         .nb = nb, .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch,
-        .pdl = a->pdl && cc >= 90, .ksplit = ks};
+        .pdl = a->pdl && cc >= 90};
+    /* the mma work-list kernel: split K and/or the expert list (the multi-block kernel
+     * and the wgmma tiles take no list: they compute every expert with rows, the same) */
+    fm_gemm_work work = {.ksplit = ks, .active = a->expert_list, .slots = a->expert_slots};
+    const int    use_work = !wg && nb <= 1 && (ks > 1 || a->expert_list);
     if (ks > 1) { /* split_ws: the counters from its start, the partials at its end (so that
                    * calls of other shapes or row counts on one buffer never write partials
                    * over counters: cuda.h) */
         size_t part = (size_t)ks * (size_t)a->max_rows * (size_t)w->n * sizeof(float);
-        p.split_cnt = (int *)a->split_ws;
-        p.split_part = (float *)((unsigned char *)a->split_ws + ((a->split_ws_bytes - part) & ~(size_t)15));
+        work.split_cnt = (int *)a->split_ws;
+        work.split_part = (float *)((unsigned char *)a->split_ws + ((a->split_ws_bytes - part) & ~(size_t)15));
     }
     if (wg && fm_wgmma_grid(idx, &p) < 0) {
         cudaGetLastError();
@@ -416,7 +424,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
                        tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p), a->max_rows);
-    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream) : fm_swapab_launch(idx, &p, bd.total, a->stream);
+    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream)
+                 : fm_swapab_launch(idx, &p, use_work ? &work : NULL, bd.total, a->stream);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,

@@ -71,6 +71,9 @@ static int g_pdl = 0;
  * back at zero); g_ksplit_ws_less: that many bytes short (the refusal) */
 static int    g_ksplit = 0;
 static size_t g_ksplit_ws_less = 0;
+/* expert_list (the experts with rows, ascending) with expert_slots = g_slots; g_list_all:
+ * every expert listed, with or without rows */
+static int g_list = 0, g_slots = 0, g_list_all = 0;
 
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
@@ -107,6 +110,15 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
                            .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack,
                            .feature_blocks = g_blocks, .pdl = g_pdl, .k_splits = g_ksplit};
+    void *dlist = NULL;
+    if (g_list) {
+        int32_t list[17] = {0};
+        for (int e = 0; e < c->E; e++)
+            if (g_list_all || c->counts[e] > 0) list[1 + list[0]++] = e;
+        dlist = dev_upload(list, sizeof(int32_t) * (c->E + 1));
+        a.expert_list = dlist;
+        a.expert_slots = g_slots;
+    }
     void  *dsplit = NULL;
     size_t split_bytes = fm_cuda_gemm_split_ws_bytes(cw, rows, g_ksplit);
     if (split_bytes) {
@@ -122,9 +134,10 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
     }
-    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s k_splits=%d",
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s k_splits=%d list=%d/%d",
              fm_format_traits_get(f)->name, name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "",
-             g_y_packed ? " y_packed" : "", g_blocks, g_y_off ? " y+2" : "", g_pdl ? " pdl" : "", g_ksplit);
+             g_y_packed ? " y_packed" : "", g_blocks, g_y_off ? " y+2" : "", g_pdl ? " pdl" : "", g_ksplit, g_list,
+             g_slots);
 
     if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
         int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
@@ -241,6 +254,7 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         CK(cudaFree(dslots));
         CK(cudaFree(dscr));
     }
+    if (dlist) CK(cudaFree(dlist));
     if (dsplit) { /* every arrival counter back at zero */
         size_t cb = fm_cuda_split_counter_bytes(cw, rows);
         int   *cnt = malloc(cb);
@@ -646,6 +660,41 @@ static void test_k_split(void **state)
     g_ksplit = 0;
 }
 
+/* The experts' work list (expert_list / expert_slots): grids for 1, 2 and every
+ * expert, CTAs looping over more listed experts than slots, zero-row experts listed or
+ * not, several passes, with and without split K, every epilogue; a wgmma tile ignores
+ * the list (same result). Then expert_slots < 0 is refused, output untouched. */
+static void test_expert_list(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 13);
+    static const gcase long_k = {6, 128, 1024, {1, 0, 5, 3, 0, 9}};
+    const fm_tile tiles[4] = {{4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, {4, 2, 1, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB},
+                              {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_SWAPAB}, {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA}};
+    const int slots[4] = {1, 2, 0, 3};
+    g_list = 1;
+    for (int ti = 0; ti < 4; ti++) {
+        const fm_tile *t = &tiles[ti];
+        if (is_wgmma(t) && !device_is_sm90()) continue;
+        for (int si = 0; si < 4; si++) {
+            g_slots = slots[si];
+            g_list_all = si == 3;
+            for (int ks = 0; ks <= 2; ks += 2) {
+                g_ksplit = is_wgmma(t) ? 0 : ks;
+                run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_NONE);
+                if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_SWIGLU);
+                run_case(&r, FM_FORMAT_MXFP4, &long_k, t, FM_CUDA_EPI_FINALIZE_DET);
+                if (ks == 0) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE); /* passes */
+            }
+        }
+    }
+    g_ksplit = 0, g_list_all = 0;
+    g_slots = -1;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &tiles[0], FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_slots = 0, g_list = 0;
+}
+
 /* The planner's model is what the launch uses: after a launch, the kernel's
  * dynamic-smem attribute equals fm_smem_swapab's total and it has no static smem;
  * with the SM120 limit (101,376 B) exactly the tiles predicted over it are
@@ -841,6 +890,7 @@ static int reset_split(void **state)
     (void)state;
     g_ksplit = 0;
     g_ksplit_ws_less = 0;
+    g_list = g_slots = g_list_all = 0;
     return 0;
 }
 
@@ -858,6 +908,7 @@ int main(void)
         cmocka_unit_test_setup(test_statuses, reset_split),
         cmocka_unit_test_setup(test_multi_block, reset_split),
         cmocka_unit_test_setup(test_k_split, reset_split),
+        cmocka_unit_test_setup(test_expert_list, reset_split),
         cmocka_unit_test_setup(test_smem_model, reset_split),
         cmocka_unit_test_setup(test_planner_choice, reset_split),
         cmocka_unit_test_setup(test_occupancy, reset_split),
