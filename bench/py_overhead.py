@@ -7,12 +7,18 @@ Host part (any machine, no GPU):
     with cc, for comparison only: the package uses ctypes), both on a call that
     returns at once, so only the crossing is timed;
   * the whole eager path on a tiny CPU layer: Layer.run and, with torch,
-    torch.ops.fp4moe.moe, minus the same layer called by ctypes directly.
+    torch.ops.fp4moe.moe / moe_out and the MoE object called (moe(x, out=)),
+    each minus the same layer called by ctypes directly in the same rounds
+    (*_minus_c_us: the Python face's own cost per call, the figure to compare
+    before / after a change of the binding; the calls of one round alternate,
+    so a load change on a shared machine shifts both sides alike).
 GPU part (torch with CUDA and the library's fm_layer_run; the coordinator runs it):
   * per-call host overhead of the op in eager mode at T = 1, on a small layer
     whose kernels are shorter than the calls: CUDA events around N back-to-back
-    calls, the host time of issuing 8 calls into an idle queue (op vs the C
-    layer called by ctypes), and a torch.profiler trace (--trace FILE, chrome);
+    calls, the host time of issuing 8 calls into an idle queue (the op
+    torch.ops.fp4moe.moe_out, the MoE object called, the C layer by ctypes:
+    op_minus_c_host_us and call_minus_c_host_us), and a torch.profiler trace
+    (--trace FILE, chrome);
   * the op's GPU time vs the C layer's (fm_layer_run by ctypes on the same
     stream, and the same calls replayed from a CUDA graph) at T = 1, 64, 1024.
 Timings are printed, never asserted. Usage:
@@ -89,6 +95,21 @@ def per_call(fn, n, reps=5):
     return float(np.median(best))
 
 
+def paired(fns, n, reps=7):
+    """Per-call microseconds of each fn in fns (a dict), timed in rounds that
+    call each in turn (n calls each); the median over rounds of each. The
+    calling thread's CPU time (time.thread_time), not the wall clock: on a
+    shared machine being descheduled does not count (nothing here waits)."""
+    got = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.thread_time()
+            for _ in range(n):
+                fn()
+            got[name].append((time.thread_time() - t0) / n * 1e6)
+    return {name: float(np.median(v)) for name, v in got.items()}
+
+
 def tiny_layer(rng, E=4, k=2, H=64, I=32):
     cfg = fp4moe.MoEConfig(n_experts=E, top_k=k, hidden=H, inter=I)
     W = fp4moe.MoEWeights.quantize(cfg, rng.standard_normal((E, H)).astype(np.float32),
@@ -142,10 +163,37 @@ def host_part(args, res):
     mo = MoE(cfg, W, device="cpu", max_tokens=4, out_dtype=torch.float32)
     xt = torch.zeros(1, 64, dtype=torch.bfloat16)
     ot = torch.empty(1, 64)
-    op = torch.ops.fp4moe.moe_out.default
-    res["tiny_layer_torch_op_out_us"] = per_call(lambda: op(mo.id, xt, None, None, ot), m)
-    res["tiny_layer_torch_op_us"] = per_call(lambda: torch.ops.fp4moe.moe.default(mo.id, xt), m)
+    ids = torch.tensor([[0, 3]], dtype=torch.int32)
+    wt = torch.tensor([[0.6, 0.4]])
+    op, op_new = torch.ops.fp4moe.moe_out.default, torch.ops.fp4moe.moe.default
+    mh = mo._h  # the same layer by ctypes, as in raw() above, internal and external routing
+    xq, oq, iq, wq = xt.data_ptr(), ot.data_ptr(), ids.data_ptr(), wt.data_ptr()
+
+    def raw_t(ip=None, wp=None):
+        a.x, a.T, a.out, a.topk_ids, a.topk_weights = xq, 1, oq, ip, wp
+        return lib.fm_layer_run(mh, C.byref(a))
+
+    fns = {"c": raw_t, "op_out": lambda: op(mo.id, xt, None, None, ot), "op": lambda: op_new(mo.id, xt),
+           "call_out": lambda: mo(xt, out=ot)}
+    if _lib.HAS_RUN_API:
+        fns.update({"c_ext": lambda: raw_t(iq, wq), "op_out_ext": lambda: op(mo.id, xt, ids, wt, ot),
+                    "call_out_ext": lambda: mo(xt, ids, wt, out=ot)})
+    r = paired(fns, m)
+    res["tiny_layer_torch_c_us"] = r["c"]
+    res["tiny_layer_torch_op_out_us"] = r["op_out"]
+    res["tiny_layer_torch_op_us"] = r["op"]
+    res["tiny_layer_MoE_call_out_us"] = r["call_out"]
+    # the Python face's own cost per call: minus the C layer timed in the same rounds
+    res["tiny_layer_torch_op_out_minus_c_us"] = r["op_out"] - r["c"]
+    res["tiny_layer_torch_op_minus_c_us"] = r["op"] - r["c"]
+    res["tiny_layer_MoE_call_out_minus_c_us"] = r["call_out"] - r["c"]
+    if _lib.HAS_RUN_API:
+        res["tiny_layer_torch_op_out_ext_minus_c_us"] = r["op_out_ext"] - r["c_ext"]
+        res["tiny_layer_MoE_call_out_ext_minus_c_us"] = r["call_out_ext"] - r["c_ext"]
     res["torch_empty_op_us"] = per_call(lambda: torch.ops.aten.empty.memory_format([1, 64]), m)
+    print("host, tiny CPU layer, per call minus the C layer by ctypes (us): op moe_out "
+          f"{res['tiny_layer_torch_op_out_minus_c_us']:.2f}, op moe {res['tiny_layer_torch_op_minus_c_us']:.2f}, "
+          f"MoE called {res['tiny_layer_MoE_call_out_minus_c_us']:.2f} (C layer {r['c']:.2f})", flush=True)
 
 
 def big_layer(args, rng):
@@ -187,6 +235,7 @@ def gpu_measure(args, cfg, W, tokens, label, res):
             return lambda: lib.fm_layer_run(h, ref)
 
         calls = {"op": (lambda: op(m.id, x, ids, w, out),) * 2,
+                 "call": (lambda: m(x, ids, w, out=out),) * 2,  # the MoE object: no dispatcher in eager mode
                  "c_layer": (c_call(torch.cuda.current_stream(dev)), c_call(cap))}
         r = {}
         n = args.gpu_calls if T == 1 else max(args.gpu_calls // 10, 20)
@@ -218,7 +267,7 @@ def gpu_measure(args, cfg, W, tokens, label, res):
             with torch.cuda.graph(g, stream=cap):
                 for _ in range(reps):
                     rc = fn_cap()
-                    assert not rc, f"{name} failed under capture: {rc}"
+                    assert not isinstance(rc, int) or not rc, f"{name} failed under capture: {rc}"
             g.replay()
             torch.cuda.synchronize()
             e0.record()
@@ -228,6 +277,7 @@ def gpu_measure(args, cfg, W, tokens, label, res):
             torch.cuda.synchronize()
             r[name + "_graph_us"] = e0.elapsed_time(e1) / (5 * reps) * 1e3
         r["op_minus_c_host_us"] = r["op_host_issue_us"] - r["c_layer_host_issue_us"]
+        r["call_minus_c_host_us"] = r["call_host_issue_us"] - r["c_layer_host_issue_us"]
         r["op_vs_c_gpu_ratio"] = r["op_graph_us"] / r["c_layer_graph_us"]
         r["op_vs_c_eager_ratio"] = r["op_eager_us"] / r["c_layer_eager_us"]
         m.errors()

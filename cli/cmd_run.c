@@ -6,7 +6,9 @@
  * is visible, else the fast CPU path), and with --check compares it against the CPU
  * reference on the same input. Prints time (median of --iters), the bytes the layer
  * must read (active experts' weights and scales + activations, each once), the
- * achieved bandwidth, and the error.
+ * achieved bandwidth, and the error. On the cuda backend the layer runs as an
+ * engine calls it (run_cuda.c: device x, ids and weights, fm_layer_run on a
+ * stream of its own), eager and replayed from a captured CUDA graph, both timed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
@@ -17,6 +19,7 @@
 #include <strings.h>
 
 #include "cli.h"
+#include "run_cuda.h"
 #include "run_model.h"
 
 static void usage(FILE *f)
@@ -52,16 +55,19 @@ static void usage(FILE *f)
             "  --shard F:C        hold experts [F, F+C) of the layer's experts only (an expert-parallel\n"
             "                     rank): routing stays over all of them, the output is the shard's partial\n"
             "                     sum; --check compares with the reference holding the same shard\n"
+            "  --global-experts N the layer is a shard of a model with N routed experts: router and top-k\n"
+            "                     over N, weights made for the held experts only (--shard F:C, default\n"
+            "                     0:--experts; expert i's weights as in the whole model's)\n"
             "  --routing R        internal (router + top-k inside the layer) | external (the top-k ids and\n"
             "                     weights computed here from the router, passed in as an engine does;\n"
-            "                     CPU backends)                        (default internal)\n"
+            "                     on cuda in device memory)            (default internal)\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
 
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
-       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING };
+       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING, OPT_GLOBAL };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -76,7 +82,8 @@ static const struct option k_opts[] = {
     {"help", no_argument, 0, OPT_HELP},             {"renormalize", required_argument, 0, OPT_RENORM},
     {"routed-scale", required_argument, 0, OPT_RSCALE}, {"input", required_argument, 0, OPT_INPUT},
     {"output", required_argument, 0, OPT_OUTPUT},   {"shard", required_argument, 0, OPT_SHARD},
-    {"routing", required_argument, 0, OPT_ROUTING}, {0, 0, 0, 0}};
+    {"routing", required_argument, 0, OPT_ROUTING}, {"global-experts", required_argument, 0, OPT_GLOBAL},
+    {0, 0, 0, 0}};
 
 /* "F:C" -> first F >= 0, count C >= 1 (checked against the layer's experts later). */
 static int parse_shard(const char *a, int *first, int *count)
@@ -139,15 +146,16 @@ int fm_cmd_run(int argc, char **argv)
     const char *shape_flag = NULL; /* a flag that sets the layer's shape: not with --weights */
     int topk_group_flag = 0;       /* --topk-group: with --weights only together with --groups */
     int shard_first = 0, shard_count = 0, external = 0; /* --shard F:C (0 count: all), --routing external */
+    int global = 0, experts_set = 0;                     /* --global-experts N, --experts given */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
         for (const struct option *op = k_opts; op->name; op++)
             if (op->val == c && (c == OPT_EXPERTS || c == OPT_HIDDEN || c == OPT_INTER || c == OPT_FORMAT ||
-                                 c == OPT_SHARED))
+                                 c == OPT_SHARED || c == OPT_GLOBAL))
                 shape_flag = op->name;
         switch (c) {
-        case OPT_EXPERTS: if (!fm_cli_int("run", "--experts", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.n_experts = (int)v; break;
+        case OPT_EXPERTS: if (!fm_cli_int("run", "--experts", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.n_experts = (int)v; experts_set = 1; break;
         case OPT_TOPK: if (!fm_cli_int("run", "--topk", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; o.cfg.top_k = (int)v; o.route_set |= 1u << FM_ROUTE_TOP_K; break;
         case OPT_HIDDEN: if (!fm_cli_int("run", "--hidden", optarg, 1, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.hidden = (int)v; break;
         case OPT_INTER: if (!fm_cli_int("run", "--inter", optarg, 1, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.inter = (int)v; break;
@@ -180,6 +188,7 @@ int fm_cmd_run(int argc, char **argv)
                 return FM_EXIT_USAGE;
             }
             break;
+        case OPT_GLOBAL: if (!fm_cli_int("run", "--global-experts", optarg, 1, 4096, &v)) return FM_EXIT_USAGE; global = (int)v; break;
         case OPT_ROUTING:
             if (strcmp(optarg, "internal") && strcmp(optarg, "external")) {
                 fprintf(stderr, "fp4moe run: --routing expects internal or external, got '%s'\n", optarg);
@@ -233,12 +242,26 @@ int fm_cmd_run(int argc, char **argv)
     }
     if (o.weights_path && (o.route_set & (1u << FM_ROUTE_GROUPS)) && o.cfg.n_group < 2) o.cfg.topk_group = 0;
 
-    if (external && (o.backend == FM_BACKEND_CUDA ||
-                     (o.backend == FM_BACKEND_AUTO && fm_backend_available(FM_BACKEND_CUDA) == FM_OK))) {
-        fprintf(stderr, "fp4moe run: --routing external passes host ids to the CPU backends; the cuda backend takes "
-                        "device ids through fm_layer_run (bench/bench_layer times it): use --backend cpu or cpu-ref\n");
-        return FM_EXIT_USAGE;
+    if (global) { /* a shard of a bigger model: --experts (or the shard's count) experts held of N */
+        if (!shard_count) shard_count = o.cfg.n_experts;
+        else if (experts_set && o.cfg.n_experts != shard_count) {
+            fprintf(stderr, "fp4moe run: --experts %d contradicts --shard %d:%d (with --global-experts, --experts is "
+                            "the number of experts held: give one of them)\n", o.cfg.n_experts, shard_first,
+                    shard_count);
+            return FM_EXIT_USAGE;
+        }
+        if ((long long)shard_first + shard_count > global) {
+            fprintf(stderr, "fp4moe run: --shard %d:%d is not a range of the layer's %d experts (--global-experts)\n",
+                    shard_first, shard_count, global);
+            return FM_EXIT_USAGE;
+        }
+        o.cfg.n_experts = global;
+        o.global_experts = global;
     }
+    o.shard_first = shard_first, o.shard_count = shard_count;
+    /* cuda: the device path (run_cuda.c), on ordinal 0 opened here */
+    const int use_cuda = o.backend == FM_BACKEND_CUDA ||
+                         (o.backend == FM_BACKEND_AUTO && fm_backend_available(FM_BACKEND_CUDA) == FM_OK);
     /* Say "no GPU" before spending seconds on quantizing weights. */
     fm_status s = fm_backend_available(o.backend);
     if (s != FM_OK) return fm_cli_fail("run", s);
@@ -266,10 +289,13 @@ int fm_cmd_run(int argc, char **argv)
     float   *wts = NULL;
     /* the shard's view of the weights: its experts; the router stays global */
     fm_moe_weights sw = m.w;
-    sw.w13 += shard_first, sw.w2 += shard_first;
-    if (sw.a1_scale) sw.a1_scale += shard_first;
-    if (sw.a2_scale) sw.a2_scale += shard_first;
+    const int      off = shard_first - m.first_held; /* with --global-experts m holds the shard's experts only */
+    sw.w13 += off, sw.w2 += off;
+    if (sw.a1_scale) sw.a1_scale += off;
+    if (sw.a2_scale) sw.a2_scale += off;
+    fm_cuda_device *dev = NULL;
     fm_layer_desc desc = {.backend = o.backend, .max_tokens = T, .first_expert = shard_first, .n_local = shard_count};
+    fm_run_cuda_times ct = {0};
     fm_layer_run_args run = {.x = m.x, .T = T, .out = out};
     double *ms = calloc((size_t)o.iters, sizeof *ms);
     int rc = FM_EXIT_OK;
@@ -290,6 +316,13 @@ int fm_cmd_run(int argc, char **argv)
         run.topk_ids = ids, run.topk_weights = wts;
     }
     fm_cli_progress("fp4moe run: preparing backend...\n");
+    if (use_cuda) {
+        if ((s = fm_cuda_device_open(0, &dev)) != FM_OK) {
+            rc = fm_cli_fail("run", s);
+            goto done;
+        }
+        desc.backend = FM_BACKEND_CUDA, desc.device = dev;
+    }
     s = fm_layer_create_desc(&desc, cfg, &sw, &layer);
     if (s != FM_OK) {
         rc = fm_cli_fail("run", s);
@@ -299,7 +332,14 @@ int fm_cmd_run(int argc, char **argv)
     /* one warm-up, then the timed repetitions; external routing through fm_layer_run
      * (host pointers on the CPU backends), timed on the host clock */
     fm_run_stats st;
-    for (int i = -1; i < o.iters; i++) {
+    if (bk == FM_BACKEND_CUDA) { /* device x (ids, weights), a stream of ours, eager + graph replay */
+        fm_cli_progress("fp4moe run: cuda, %d eager runs and %d graph replays...\n", o.iters, o.iters);
+        fm_run_cuda_in ci = {.x = m.x, .T = T, .hidden = cfg->hidden, .top_k = cfg->top_k, .ids = ids, .wts = wts,
+                             .iters = o.iters};
+        s = fm_run_cuda(layer, 0, &ci, out, &ct);
+        for (int i = 0; i < o.iters; i++) ms[i] = ct.eager_ms;
+    }
+    for (int i = -1; bk != FM_BACKEND_CUDA && i < o.iters; i++) {
         if (i >= 0) fm_cli_progress("\rfp4moe run: %s iteration %d/%d", fm_backend_name(bk), i + 1, o.iters);
         double t0 = fm_cli_now_ms();
         s = external ? fm_layer_run(layer, &run) : fm_layer_forward(layer, m.x, T, out, &st);
@@ -334,7 +374,7 @@ int fm_cmd_run(int argc, char **argv)
         if (shard_count || external) { /* the reference holding the same shard, given the same routing */
             fm_layer     *rl = NULL;
             fm_layer_desc rd = desc;
-            rd.backend = FM_BACKEND_CPU_REF;
+            rd.backend = FM_BACKEND_CPU_REF, rd.device = NULL;
             fm_layer_run_args ra = run;
             ra.out = ref;
             s = fm_layer_create_desc(&rd, cfg, &sw, &rl);
@@ -357,6 +397,7 @@ int fm_cmd_run(int argc, char **argv)
         }
         nmse = den > 0 ? num / den : num;
         if (bad >= 0 || !(nmse <= bound)) rc = FM_EXIT_MISMATCH;
+        if (bk == FM_BACKEND_CUDA && !ct.graph_bitexact) rc = FM_EXIT_MISMATCH; /* replay must equal eager */
     }
 
     if (o.json) {
@@ -372,7 +413,17 @@ int fm_cmd_run(int argc, char **argv)
         cJSON_AddNumberToObject(j, "shard_first", shard_first);
         cJSON_AddNumberToObject(j, "shard_count", shard_count ? shard_count : cfg->n_experts - shard_first);
         cJSON_AddStringToObject(j, "routing", external ? "external" : "internal");
+        /* device: fm_layer_run on device buffers and a stream (cuda); host: host pointers (CPU backends) */
+        cJSON_AddStringToObject(j, "path", bk == FM_BACKEND_CUDA ? "device" : "host");
         cJSON_AddNumberToObject(j, "time_ms", med);
+        cJSON_AddNumberToObject(j, "eager_ms", med);
+        if (bk == FM_BACKEND_CUDA) {
+            cJSON_AddNumberToObject(j, "graph_ms", ct.graph_ms);
+            cJSON_AddNumberToObject(j, "graph_gbps", bytes / (ct.graph_ms * 1e6));
+            cJSON_AddBoolToObject(j, "graph_matches_eager", ct.graph_bitexact);
+        } else {
+            cJSON_AddNullToObject(j, "graph_ms");
+        }
         cJSON_AddNumberToObject(j, "bytes", bytes);
         cJSON_AddNumberToObject(j, "gbps", bytes / (med * 1e6));
         cJSON_AddNumberToObject(j, "tflops", flops / (med * 1e9));
@@ -387,13 +438,26 @@ int fm_cmd_run(int argc, char **argv)
         printf("fp4moe run: %s backend, %s weights, %d experts (top-%d), hidden %d, inter %d, %d token%s%s\n",
                fm_backend_name(bk), fm_format_traits_get(cfg->wfmt)->name, cfg->n_experts, cfg->top_k, cfg->hidden,
                cfg->inter, T, T == 1 ? "" : "s", cfg->act_nvfp4 ? ", NVFP4 activations" : "");
-        printf("  active experts   %d of %d\n", m.active_experts, cfg->n_experts);
+        printf("  active experts   %d of %d%s\n", m.active_experts, shard_count ? shard_count : cfg->n_experts,
+               shard_count ? " held" : "");
         if (shard_count || external)
             printf("  shard / routing  experts [%d, %d) held, %s routing\n", shard_first,
                    shard_count ? shard_first + shard_count : cfg->n_experts, external ? "external" : "internal");
-        printf("  time (median)    %.3f ms over %d iterations\n", med, o.iters);
+        if (bk == FM_BACKEND_CUDA) {
+            printf("  path             device: fm_layer_run on device x%s, a stream of its own\n",
+                   external ? ", ids and weights" : "");
+            printf("  time (median)    %.3f ms eager, %.3f ms CUDA graph replay, over %d iterations each\n", med,
+                   ct.graph_ms, o.iters);
+            printf("  graph replay     %s the eager output bit for bit\n", ct.graph_bitexact ? "equals" : "DIFFERS from");
+        } else {
+            printf("  time (median)    %.3f ms over %d iterations\n", med, o.iters);
+        }
         printf("  bytes read       %.1f MB (active experts' weights + scales + activations)\n", bytes / 1e6);
-        printf("  bandwidth        %.1f GB/s\n", bytes / (med * 1e6));
+        if (bk == FM_BACKEND_CUDA)
+            printf("  bandwidth        %.1f GB/s eager, %.1f GB/s graph replay\n", bytes / (med * 1e6),
+                   bytes / (ct.graph_ms * 1e6));
+        else
+            printf("  bandwidth        %.1f GB/s\n", bytes / (med * 1e6));
         printf("  compute          %.3f TFLOP/s\n", flops / (med * 1e9));
         if (o.check) {
             if (bad >= 0) printf("  check            FAILED: non-finite output at index %ld\n", bad);
@@ -406,6 +470,7 @@ done:
     free(ids);
     free(wts);
     fm_layer_destroy(layer);
+    fm_cuda_device_close(dev); /* after its layer */
     fm_run_model_free(&m);
     free(out);
     free(ref);

@@ -41,7 +41,8 @@ static void fill_normal(fm_rng *r, float *x, size_t n, float sigma)
 static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
 {
     const fm_moe_config *c = &m->cfg;
-    int E = c->n_experts, H = c->hidden, I = c->inter;
+    /* experts made: all, or with --global-experts the shard's (expert e's seed is its global index) */
+    int E = m->n_held, E0 = m->first_held, H = c->hidden, I = c->inter, EG = c->n_experts;
     size_t d13, s13, d2, s2;
     FM_CHECK(fm_qtensor_bytes(c->wfmt, 2LL * I, H, &d13, &s13));
     FM_CHECK(fm_qtensor_bytes(c->wfmt, H, I, &d2, &s2));
@@ -49,8 +50,8 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
     m->blob = malloc(per * (size_t)E);
     m->w13 = calloc((size_t)E, sizeof *m->w13);
     m->w2 = calloc((size_t)E, sizeof *m->w2);
-    m->router_w = malloc((size_t)E * H * sizeof(float));
-    m->router_bias = malloc((size_t)E * sizeof(float));
+    m->router_w = malloc((size_t)EG * H * sizeof(float));
+    m->router_bias = malloc((size_t)EG * sizeof(float));
     if (!m->blob || !m->w13 || !m->w2 || !m->router_w || !m->router_bias)
         return fm_fail(FM_ERR_OOM, "not enough host memory for %d experts (%.1f GB)", E, per * (double)E / 1e9);
     fm_status err = FM_OK;
@@ -70,7 +71,7 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
             m->w13[e] = (fm_qtensor){c->wfmt, 2LL * I, H, base, s13 ? base + d13 : NULL, 1.0f};
             m->w2[e] = (fm_qtensor){c->wfmt, H, I, base + d13 + s13, s2 ? base + d13 + s13 + d2 : NULL, 1.0f};
             fm_rng r;
-            fm_rng_init(&r, o->seed * 1000003u + (uint64_t)e + 1);
+            fm_rng_init(&r, o->seed * 1000003u + (uint64_t)(E0 + e) + 1);
             fill_normal(&r, tmp, big, 1.0f / sqrtf((float)H));
             fm_status s1 = fm_quantize(tmp, NULL, &m->w13[e]);
             fill_normal(&r, tmp, (size_t)H * I, 1.0f / sqrtf((float)I));
@@ -90,8 +91,8 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
 
     fm_rng r;
     fm_rng_init(&r, o->seed ^ 0x5eedull);
-    fill_normal(&r, m->router_w, (size_t)E * H, 1.0f / sqrtf((float)H));
-    fill_normal(&r, m->router_bias, (size_t)E, 0.01f);
+    fill_normal(&r, m->router_w, (size_t)EG * H, 1.0f / sqrtf((float)H));
+    fill_normal(&r, m->router_bias, (size_t)EG, 0.01f);
     if (c->shared_inter > 0) {
         size_t n = (size_t)2 * c->shared_inter * H;
         m->shared_w13 = malloc(n * sizeof(uint16_t));
@@ -106,8 +107,8 @@ static fm_status build_random(const fm_run_opts *o, fm_run_model *m)
     return FM_OK;
 }
 
-/* Active experts for x: routed with the library's own logits and router, so the
- * count (and the bytes reported) is exactly what every backend routes. */
+/* Active experts of the shard for x: routed with the library's own logits and
+ * router, so the count (and the bytes reported) is exactly what every backend routes. */
 static fm_status count_active(fm_run_model *m, int T)
 {
     const fm_moe_config *c = &m->cfg;
@@ -123,9 +124,12 @@ static fm_status count_active(fm_run_model *m, int T)
         s = fm_moe_route(c, m->w.router_bias, logits, T, ids, wts);
     }
     if (s == FM_OK) {
-        m->active_experts = 0;
+        m->active_experts = 0, m->local_rows = 0;
         for (size_t i = 0; i < n; i++)
-            if (!seen[ids[i]]) seen[ids[i]] = 1, m->active_experts++;
+            if (ids[i] >= m->shard_first && ids[i] < m->shard_first + m->shard_n) {
+                m->local_rows++;
+                if (!seen[ids[i]]) seen[ids[i]] = 1, m->active_experts++;
+            }
     }
     free(logits);
     free(wts);
@@ -237,7 +241,7 @@ static fm_status check_run_size(const fm_run_opts *o, const fm_moe_config *c, in
         size_t d13 = 0, s13 = 0, d2 = 0, s2 = 0;
         if (fm_qtensor_bytes(c->wfmt, 2LL * c->inter, c->hidden, &d13, &s13) == FM_OK &&
             fm_qtensor_bytes(c->wfmt, c->hidden, c->inter, &d2, &s2) == FM_OK)
-            need += (double)c->n_experts * (double)(d13 + s13 + d2 + s2);
+            need += (double)(o->global_experts ? o->shard_count : c->n_experts) * (double)(d13 + s13 + d2 + s2);
     }
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
     double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
@@ -288,11 +292,21 @@ fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
     fm_status s;
     if (o->weights_path) {
         s = load_checkpoint(o, m);
+        m->first_held = 0, m->n_held = m->cfg.n_experts;
         if (s == FM_OK && !o->input_path) s = check_run_size(o, &m->cfg, o->tokens);
     } else {
         s = fm_moe_config_check(&m->cfg);
+        m->first_held = o->global_experts ? o->shard_first : 0;
+        m->n_held = o->global_experts ? o->shard_count : m->cfg.n_experts;
+        if (s == FM_OK && (m->n_held < 1 || (long long)m->first_held + m->n_held > m->cfg.n_experts))
+            s = fm_fail(FM_ERR_INVALID_ARG, "experts [%d, %d) are not a range of the layer's %d experts",
+                        m->first_held, m->first_held + m->n_held, m->cfg.n_experts);
         if (s == FM_OK && !o->input_path) s = check_run_size(o, &m->cfg, o->tokens);
         if (s == FM_OK) s = build_random(o, m);
+    }
+    if (s == FM_OK) { /* the shard run (checked against cfg by the caller when from a checkpoint) */
+        m->shard_first = o->shard_count ? o->shard_first : 0;
+        m->shard_n = o->shard_count ? o->shard_count : m->cfg.n_experts;
     }
     if (s == FM_OK && o->input_path) {
         s = read_input(o, m);
@@ -331,7 +345,7 @@ double fm_run_model_bytes(const fm_run_model *m, int T)
     fm_qtensor_bytes(c->wfmt, c->hidden, c->inter, &d2, &s2);
     double b = (double)m->active_experts * (double)(d13 + s13 + d2 + s2);
     b += (double)c->n_experts * c->hidden * 4.0;                 /* router (FP32) */
-    b += 3.0 * c->shared_inter * (double)c->hidden * 2.0;         /* shared expert (BF16) */
+    if (m->shard_first == 0) b += 3.0 * c->shared_inter * (double)c->hidden * 2.0; /* shared expert (BF16) */
     b += (double)T * c->hidden * (2.0 + 4.0);                     /* x (BF16) in, out (FP32) */
     return b;
 }
@@ -339,8 +353,8 @@ double fm_run_model_bytes(const fm_run_model *m, int T)
 double fm_run_model_flops(const fm_run_model *m, int T)
 {
     const fm_moe_config *c = &m->cfg;
-    double routed = (double)T * c->top_k * 3.0 * c->inter * c->hidden;
-    double shared = (double)T * 3.0 * c->shared_inter * c->hidden;
+    double routed = (double)m->local_rows * 3.0 * c->inter * c->hidden; /* the rows routed to the shard's experts */
+    double shared = m->shard_first == 0 ? (double)T * 3.0 * c->shared_inter * c->hidden : 0.0;
     double router = (double)T * c->n_experts * c->hidden;
     return 2.0 * (routed + shared + router);
 }

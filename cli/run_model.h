@@ -17,6 +17,12 @@ typedef struct {
     unsigned        route_set;    /* routing flags given: bits (1u << FM_ROUTE_x) of cfg */
     const char     *input_path;   /* --input x.npy: [T][hidden] BF16 ('<u2', '<V2') or FP32 ('<f4') */
     const char     *output_path;  /* --output y.npy: FP32 [T][hidden] */
+    /* --shard FIRST:COUNT (shard_count 0: all experts) and --global-experts N (0: not
+     * given). With global_experts, cfg.n_experts is N (the router and the routing
+     * are over N), and the random weights are made for the held experts only, each
+     * from the same seed as expert FIRST+i of the whole model (so a layer built with
+     * --global-experts N --shard F:C equals --experts N --shard F:C bit for bit). */
+    int             shard_first, shard_count, global_experts;
 } fm_run_opts;
 
 typedef struct {
@@ -24,7 +30,12 @@ typedef struct {
     fm_moe_weights w;
     uint16_t      *x;              /* [tokens][hidden] BF16 input */
     int            tokens;         /* T: --tokens, or the rows of --input */
-    int            active_experts; /* experts with >= 1 routed row for x */
+    int            active_experts; /* experts of the shard (all, without one) with >= 1 routed row for x */
+    long long      local_rows;     /* routed (token, expert) slots of x on the shard's experts */
+    /* w.w13/w2/a1/a2 hold experts [first_held, first_held + n_held) of cfg.n_experts:
+     * all of them (first_held 0), or with --global-experts the shard's only */
+    int            first_held, n_held;
+    int            shard_first, shard_n; /* the experts run: [shard_first, shard_first + shard_n) */
     /* owned storage */
     fm_qtensor *w13, *w2;
     void       *blob;     /* one allocation for all expert data and scales */
@@ -48,9 +59,10 @@ double fm_run_host_bytes(const fm_moe_config *c, int T, int check, int cpu_ws);
 fm_status fm_run_write_output(const fm_run_opts *o, const fm_run_model *m, const float *out);
 void      fm_run_model_free(fm_run_model *m);
 /* Bytes the layer must read at least once for T tokens: weights + scales of the
- * active experts, the router, the shared expert, input x and output. */
+ * active experts (of the shard), the router, the shared expert (the shard holding
+ * expert 0), input x and output. */
 double fm_run_model_bytes(const fm_run_model *m, int T);
-/* 2 * multiply-adds of the routed and shared GEMMs. */
+/* 2 * multiply-adds of the routed GEMMs (the shard's rows), the shared expert and the router. */
 double fm_run_model_flops(const fm_run_model *m, int T);
 
 #endif

@@ -38,7 +38,8 @@ assert need <= set(j), need - set(j); assert j["check_passed"] is True and j["ba
 else echo "FAIL: --json"; fails=$((fails+1)); fi
 # expert shards (issue 17): each checked against the reference holding the same shard, the
 # shards' outputs summed = the whole layer; external routing = internal; bad shard / routing flags
-sh=(--experts 16 --topk 4 --hidden 256 --inter 128 --tokens 9 --iters 1 --backend cpu)
+gs=(--topk 4 --hidden 256 --inter 128 --tokens 9 --iters 1 --backend cpu)
+sh=(--experts 16 "${gs[@]}")
 expect 0 "experts \[4, 8) held, external routing" -- run "${sh[@]}" --shard 4:4 --routing external --check
 expect 0 "experts \[12, 16) held, internal routing" -- run "${sh[@]}" --shard 12:4 --check --backend cpu-ref
 expect 2 "--shard expects FIRST:COUNT" -- run "${sh[@]}" --shard 4
@@ -62,5 +63,31 @@ e = ((s - a) ** 2).sum() / (a ** 2).sum()
 assert e <= 1e-11, f"shards summed vs the layer: NMSE {e}"' "$d"; then echo "ok: 4 shards summed = the layer, external = internal routing"
 else echo "FAIL: shards / external routing through --output"; fails=$((fails+1)); fi
 rm -rf "$d"
+# --global-experts N (issue 17): a shard of a bigger model holds only its experts' weights, each made
+# as in the whole model, so it equals --experts N --shard F:C bit for bit; bad combinations exit 2
+expect 0 "experts \[4, 8) held, external routing" -- run "${gs[@]}" --global-experts 32 --shard 4:4 --routing external --check
+expect 2 "contradicts --shard 0:4" -- run "${gs[@]}" --global-experts 32 --experts 8 --shard 0:4
+expect 2 "is not a range of the layer's 8 experts (--global-experts)" -- run "${gs[@]}" --global-experts 8 --shard 6:4
+expect 2 "takes from the checkpoint" -- run --weights /nonexistent --global-experts 256
+expect 2 "--global-experts expects an integer" -- run "${gs[@]}" --global-experts 0
+n=$((n+1))
+d=$(mktemp -d)
+ok=1
+"$FM" run "${sh[@]}" --shard 8:4 --output "$d/s.npy" >/dev/null 2>&1 || ok=0
+"$FM" run "${gs[@]}" --global-experts 16 --shard 8:4 --output "$d/g.npy" >/dev/null 2>&1 || ok=0
+"$FM" run "${sh[@]}" --shard 0:4 --routing external --output "$d/s0.npy" >/dev/null 2>&1 || ok=0
+"$FM" run "${gs[@]}" --experts 4 --global-experts 16 --routing external --output "$d/g0.npy" >/dev/null 2>&1 || ok=0
+if [ $ok = 1 ] && cmp -s "$d/s.npy" "$d/g.npy" && cmp -s "$d/s0.npy" "$d/g0.npy"; then
+  echo "ok: --global-experts 16 --shard 8:4 = --experts 16 --shard 8:4, --global-experts 16 --experts 4 = --shard 0:4"
+else echo "FAIL: --global-experts vs the whole model's shard"; fails=$((fails+1)); fi
+rm -rf "$d"
+# --json of the CPU path: the fields the cuda path adds are there (graph_ms null: no graph on the host)
+n=$((n+1))
+if "$FM" run "${gs[@]}" --global-experts 64 --shard 16:16 --json | "${PYTHON:-python3}" -c '
+import json,sys; j=json.load(sys.stdin)
+assert j["path"] == "host" and j["graph_ms"] is None and j["eager_ms"] == j["time_ms"] > 0, j
+assert j["experts"] == 64 and j["shard_first"] == 16 and j["shard_count"] == 16, j
+assert 0 < j["active_experts"] <= 16, j'; then echo "ok: --json path/eager_ms/graph_ms, --global-experts"
+else echo "FAIL: --json with --global-experts"; fails=$((fails+1)); fi
 echo "$((n-fails)) passed, $fails failed"
 [ "$fails" = 0 ]

@@ -17,10 +17,23 @@ On CUDA the op only enqueues on torch.cuda.current_stream() of x's device
 (fm_layer_run: no allocation, host planning or synchronisation), so it is
 captured into CUDA graphs and replayed. What only the device can see (ids out
 of range, NaN/Inf) is read with MoE.errors(), which synchronises.
+
+Per-call host cost (issue 18; bench/py_overhead.py): the op's body is one
+closure made per layer (MoE._fast) with everything it reads bound as locals:
+one conjunction of cheap checks (dtype identity, shape tuple, device, contiguity,
+alignment), the run arguments written into the prebuilt fm_layer_run_args with
+one struct.pack_into, one ctypes call. Only when a check fails does the slow
+path (MoE._check) run, to raise the exception naming the argument. Calling the
+MoE object itself (moe(x, ...)) in plain eager mode skips the dispatcher too
+(~2 us per call on a CPU tensor, more on CUDA): it takes the op's path whenever
+torch.compile is tracing, a dispatch or function mode is active (FakeTensor,
+functionalization, ...), the profiler is on (so traces still show fp4moe::moe),
+or x is not a plain torch.Tensor.
 """
 
 import ctypes as C
 import itertools
+import struct
 import threading
 
 import numpy as np
@@ -38,6 +51,31 @@ _registry = {}
 _ids = itertools.count(1)
 _reg_lock = threading.Lock()
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_Tensor, _BF16, _I32, _F32 = torch.Tensor, torch.bfloat16, torch.int32, torch.float32
+_empty = torch.empty
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: True)
+_profiling = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
+
+
+def _args_packer():
+    """struct.Struct writing (x, T, topk_ids, topk_weights, out, workspace, stream)
+    into an fm_layer_run_args in one call, at the offsets ctypes (checked
+    against the library at import, _lib._check_abi) says; NULL = 0."""
+    S, pos, fmt = _lib.LayerRunArgs, 0, "="
+    for name, ctype in S._fields_:
+        d = getattr(S, name)
+        code = "i" if ctype is C.c_int else {8: "Q", 4: "I"}[d.size]
+        fmt += "x" * (d.offset - pos) + code
+        pos = d.offset + d.size
+    fmt += "x" * (C.sizeof(S) - pos)
+    packer = struct.Struct(fmt)
+    assert packer.size == C.sizeof(S), (fmt, C.sizeof(S))
+    return packer.pack_into
+
+
+_pack_args = _args_packer()
 
 
 def _get(layer):
@@ -88,6 +126,7 @@ class MoE:
         self._args = _lib.LayerRunArgs()
         self._aref = C.byref(self._args)  # made once: a byref per call costs more than the fields
         self._run = lib.fm_layer_run if _lib.HAS_RUN_API else None
+        self._fast = self._make_fast()
         with _reg_lock:
             self.id = next(_ids)
             _registry[self.id] = self
@@ -98,10 +137,68 @@ class MoE:
             self.layer.close()
 
     def __call__(self, x, topk_ids=None, topk_weights=None, out=None):
+        # plain eager call: the op's body without the dispatcher (module docstring)
+        if not _is_compiling() and type(x) is _Tensor and not _dispatch_modes() and not _function_modes() \
+                and not _profiling():
+            y = self._fast(x, topk_ids, topk_weights, out)
+            if y is not None:
+                return y
         if out is None:
             return torch.ops.fp4moe.moe.default(self.id, x, topk_ids, topk_weights)
         torch.ops.fp4moe.moe_out.default(self.id, x, topk_ids, topk_weights, out)
         return out
+
+    def _make_fast(self):
+        """The op's body for this layer: check cheaply, launch, return out (a new
+        tensor when out is None), or None when a check failed (nothing launched:
+        the caller then runs _check, which raises naming the argument)."""
+        if self._run is None:  # a library without fm_layer_run: the checked, slower path
+            def slow(x, ids, w, out):
+                T = self._check(x, ids, w, out)
+                if out is None:
+                    out = torch.empty((T, self.hidden), dtype=self.out_dtype, device=x.device)
+                self._launch(x, ids, w, out, T)
+                return out
+            return slow
+        H, k, max_t, odt, dev = self.hidden, self.top_k, self.max_tokens, self.out_dtype, self.device
+        args, run, h, ref, pack, empty = self._args, self._run, self._h, self._aref, _pack_args, _empty
+        BF16, I32, F32 = _BF16, _I32, _F32
+        cuda, di = self._cuda, self._dev_index
+        raw = _raw_stream if _raw_stream is not None else \
+            (lambda i: torch.cuda.current_stream(i).cuda_stream)  # noqa: E731
+
+        def fast(x, ids, w, out):
+            try:
+                T, hx = x.shape
+                if x.dtype is not BF16 or hx != H or not 0 < T <= max_t or x.device != dev or \
+                        not x.is_contiguous():
+                    return None
+                if ids is None:
+                    if w is not None:
+                        return None
+                    ip = wp = 0
+                else:
+                    if ids.dtype is not I32 or w.dtype is not F32 or ids.shape != (T, k) or w.shape != (T, k) or \
+                            ids.device != dev or w.device != dev or not ids.is_contiguous() or \
+                            not w.is_contiguous():
+                        return None
+                    ip, wp = ids.data_ptr(), w.data_ptr()
+                if out is None:
+                    out = empty((T, H), dtype=odt, device=dev)
+                elif out.dtype is not odt or out.shape != (T, H) or out.device != dev or not out.is_contiguous():
+                    return None
+                xp, op = x.data_ptr(), out.data_ptr()
+                if (xp | op) & 15:
+                    return None
+            except (AttributeError, TypeError, ValueError):  # not a tensor, not 2-D, ...
+                return None
+            pack(args, 0, xp, T, ip, wp, op, 0, raw(di) if cuda else 0)
+            rc = run(h, ref)
+            if rc:
+                check(rc, "fp4moe.moe")
+            return out
+
+        return fast
 
     # ---- checks: every argument named, with what was expected -------------
     def _bad(self, arg, t, what):
@@ -337,20 +434,32 @@ def _global(arg, t, take_max=False):
 
 
 # ---- the ops ---------------------------------------------------------------
+def _rejected(L, x, ids, w, out):
+    """A fast check failed: _check raises, naming the argument."""
+    L._check(x, ids, w, out)
+    raise ValueError("fp4moe.moe: the arguments were rejected (x, topk_ids, topk_weights, out)")
+
+
 def _moe(layer, x, topk_ids=None, topk_weights=None):
-    L = _get(layer)
-    T = L._check(x, topk_ids, topk_weights, None)
-    out = torch.empty((T, L.hidden), dtype=L.out_dtype, device=x.device)
-    L._launch(x, topk_ids, topk_weights, out, T)
-    return out
+    try:
+        L = _registry[layer]
+    except (KeyError, TypeError):
+        L = _get(layer)
+    y = L._fast(x, topk_ids, topk_weights, None)
+    if y is None:
+        _rejected(L, x, topk_ids, topk_weights, None)
+    return y
 
 
 def _moe_out(layer, x, topk_ids, topk_weights, out):
     if out is None:
         raise ValueError("fp4moe.moe_out: out: required")
-    L = _get(layer)
-    T = L._check(x, topk_ids, topk_weights, out)
-    L._launch(x, topk_ids, topk_weights, out, T)
+    try:
+        L = _registry[layer]
+    except (KeyError, TypeError):
+        L = _get(layer)
+    if L._fast(x, topk_ids, topk_weights, out) is None:
+        _rejected(L, x, topk_ids, topk_weights, out)
 
 
 for _key in ("CPU", "CUDA"):

@@ -130,3 +130,74 @@ def test_from_modelopt_tensors(rng):
     experts[2]["down_proj"]["weight"] = experts[2]["down_proj"]["weight"].to(torch.int32)
     with pytest.raises(TypeError, match=r"experts\[2\]\['down_proj'\]\['weight'\]: expected torch.uint8"):
         MoE.from_modelopt_experts(cfg, router, experts, device="cpu")
+
+
+def test_run_args_packer_matches_the_struct():
+    """The op writes fm_layer_run_args with one struct.pack_into (issue 18): each
+    field lands where ctypes (checked against the library at import) reads it."""
+    from fp4moe import _lib, torch_ops
+
+    a = _lib.LayerRunArgs()
+    vals = (0x1000, 77, 0x2000, 0x3000, 0x4000, 0, 0x5000)
+    torch_ops._pack_args(a, 0, *vals)
+    assert (a.x, a.T, a.topk_ids, a.topk_weights, a.out, a.workspace, a.stream) == \
+        (0x1000, 77, 0x2000, 0x3000, 0x4000, None, 0x5000)
+    torch_ops._pack_args(a, 0, 0x10, 1, 0, 0, 0x20, 0, 0)
+    assert (a.x, a.T, a.topk_ids, a.topk_weights, a.out, a.stream) == (0x10, 1, None, None, 0x20, None)
+
+
+def test_call_paths_agree_and_modes_see_the_op(setup, rng):
+    """moe(x) in plain eager mode skips the dispatcher; the op, the object and
+    the object under a dispatch mode give the same bits, and a mode (FakeTensor,
+    functionalization, a tracer) still sees fp4moe::moe / moe_out."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cfg, W, ref, m = setup
+    x = bf16(make_x(rng, 3, cfg.hidden)[0])
+    ids = torch.tensor([[0, 5], [7, -1], [3, 2]], dtype=torch.int32)
+    w = torch.rand(3, 2)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    for routing in ((), (ids, w)):
+        direct = m(x, *routing)
+        via_op = torch.ops.fp4moe.moe(m.id, x, *routing)
+        out = torch.full_like(direct, float("nan"))
+        torch.ops.fp4moe.moe_out(m.id, x, *(routing or (None, None)), out)
+        with Seen() as seen:
+            moded = m(x, *routing)
+            out2 = torch.empty_like(direct)
+            m(x, *routing, out=out2)
+        assert any("fp4moe.moe.default" in o for o in seen.ops), seen.ops
+        assert any("fp4moe.moe_out.default" in o for o in seen.ops), seen.ops
+        for y in (via_op, out, moded, out2):
+            assert torch.equal(y, direct)
+
+
+def test_bad_arguments_through_the_op(setup, rng):
+    """The op called directly (the dispatcher's path) raises the same named errors."""
+    cfg, W, ref, m = setup
+    x = bf16(make_x(rng, 2, cfg.hidden)[0])
+    ids = torch.zeros(2, 2, dtype=torch.int32)
+    out = torch.empty(2, cfg.hidden)
+    cases = [
+        (lambda: torch.ops.fp4moe.moe(m.id, x.float()), "x: expected a contiguous torch.bfloat16"),
+        (lambda: torch.ops.fp4moe.moe(m.id, x, ids, None), "give both"),
+        (lambda: torch.ops.fp4moe.moe(m.id, x, ids, torch.ones(2, 3)), r"topk_weights: expected .* \[2\]\[2\]"),
+        (lambda: torch.ops.fp4moe.moe_out(m.id, x, None, None, out.t()), "out: expected a contiguous"),
+        (lambda: torch.ops.fp4moe.moe_out(m.id, x, None, None, out[:1]), r"out: expected .* \[2\]\[64\]"),
+        (lambda: torch.ops.fp4moe.moe(m.id, torch.zeros(2, 64, 1, dtype=torch.bfloat16)), "x: expected"),
+    ]
+    for call, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            call()
+    with pytest.raises((TypeError, RuntimeError)):
+        m([[1.0] * cfg.hidden])  # not a tensor: the dispatcher's own error, no crash
+    assert torch.equal(m(x), torch.ops.fp4moe.moe(m.id, x))  # still usable after the errors

@@ -248,3 +248,32 @@ def test_wrong_device_raises(rng):
     x = x_of(rng, 2, cfg.hidden)
     with pytest.raises(ValueError, match="topk_ids: expected .* on cuda:0"):
         m(x, torch.zeros(2, 4, dtype=torch.int32), torch.ones(2, 4, device=DEV))
+
+
+def test_object_and_op_paths_agree(rng):
+    """moe(...) in eager mode skips the dispatcher (issue 18); the op and the object
+    give the same bits eagerly and from one captured graph, on the current stream,
+    and the object's bad arguments still raise naming them."""
+    cfg, ref, m = layer(rng, "nvfp4", max_tokens=64)
+    T = 8
+    x = x_of(rng, T, cfg.hidden)
+    ids = torch.stack([torch.randperm(cfg.n_experts)[:cfg.top_k] for _ in range(T)]).int().to(DEV)
+    w = torch.rand(T, cfg.top_k, device=DEV)
+    for routing in ((), (ids, w)):
+        a, b = m(x, *routing), torch.ops.fp4moe.moe(m.id, x, *routing)
+        assert torch.equal(a, b)
+    o1, o2 = (torch.full((T, cfg.hidden), float("nan"), dtype=torch.bfloat16, device=DEV) for _ in range(2))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        m(x, ids, w, out=o1)
+        torch.ops.fp4moe.moe_out(m.id, x, ids, w, o2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o1, o2) and torch.equal(o1, m(x, ids, w))
+    with pytest.raises(ValueError, match="out: expected .* on cuda:0"):
+        m(x, out=torch.empty(T, cfg.hidden, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="topk_weights: expected a contiguous torch.float32"):
+        m(x, ids, w.half())
+    with pytest.raises(ValueError, match=r"T=65 outside \[1, max_tokens=64\]"):
+        m(x_of(rng, 65, cfg.hidden))
+    m.errors()
