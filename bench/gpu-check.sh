@@ -87,7 +87,8 @@ if [ "$MODE" = layer ]; then
     awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum|launch__grid_size|dram__throughput|dram__bytes_read/ {printf "%-34s %-48s %s %s\n", substr(k,1,34), $1, $(NF-1), $NF}' \
       "$OUT/ncu_layer_$tk.log" | head -${NCU_LINES:-100}
   done
-  for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check' | tr '\n' ' ')"; done
+  for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
+  for tk in 1 8; do echo "-- fp4moe run EP8 rank 0 (--global-experts 256 --shard 0:32 --routing external) --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --global-experts 256 --shard 0:32 --routing external --tokens $tk --iters 50 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
   exit 0
 fi
 if [ "$MODE" = perf ]; then
