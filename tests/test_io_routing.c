@@ -153,6 +153,9 @@ static void test_errors(void **state)
     load_fails("{\"model_type\": \"qwen3_moe\", \"norm_topk_prob\": 1}", NULL, FM_ERR_FORMAT, "norm_topk_prob");
     load_fails("{\"model_type\": \"glm4_moe\", \"routed_scaling_factor\": -1}", NULL, FM_ERR_FORMAT,
                "routed_scaling_factor");
+    /* fuzz_config's finding (2026-12-03): > 0 as a double, 0 as the float the layer keeps */
+    load_fails("{\"model_type\": \"glm4_moe\", \"routed_scaling_factor\": 1e-65}", NULL, FM_ERR_FORMAT,
+               "routed_scaling_factor");
     load_fails("{\"model_type\": \"new_moe\", \"num_experts_per_tok\": 2}", NULL, FM_ERR_UNSUPPORTED,
                "score (scoring_func), renormalize (norm_topk_prob), routed_scale (routed_scaling_factor)");
     load_fails("{\"model_type\": \"new_moe\", \"num_experts_per_tok\": 2}", NULL, FM_ERR_UNSUPPORTED, "\"new_moe\"");

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,8 +123,10 @@ static fm_status parse_routing(const cJSON *c, const char *label, fm_cfgjson *r)
     }
     if ((v = item(c, "routed_scaling_factor"))) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-        if (!(d > 0 && d < 1e30))
-            return fm_fail(FM_ERR_FORMAT, "%s: \"routed_scaling_factor\" must be a number > 0", label);
+        /* as a float (the layer's routed_scale): a normal number, not one that rounds to 0 */
+        if (!(d >= FLT_MIN && d < 1e30))
+            return fm_fail(FM_ERR_FORMAT, "%s: \"routed_scaling_factor\" must be a number in [%g, 1e30), got %g", label,
+                           (double)FLT_MIN, d);
         r->has_scale = 1;
         r->scale = (float)d;
     }
