@@ -53,7 +53,8 @@ L = lambda f: np.load(f"{d}/{f}.npy").astype(np.float64)
 a = L("all")
 assert np.isfinite(a).all() and (a != 0).any()
 nm = lambda x: ((x - a) ** 2).sum() / (a ** 2).sum()
-assert nm(L("ext")) <= 1e-10, f"external vs internal routing: NMSE {nm(L(\"ext\"))}"
+e = nm(L("ext"))
+assert e <= 1e-10, f"external vs internal routing: NMSE {e}"
 s = sum(L(f"s{q}") for q in (0, 4, 8, 12))
 assert nm(s) <= 1e-10, f"shards summed vs the layer: NMSE {nm(s)}"
 assert (np.load(f"{d}/g12.npy") == np.load(f"{d}/s12.npy")).all(), "--global-experts 16 --shard 12:4 != --shard 12:4"

@@ -14,6 +14,7 @@
 
 #include "fp4moe.h"
 #include "gpu_common.h"
+#include "moe/moe_internal.h"
 
 typedef struct {
     fm_moe_config  cfg;
@@ -135,17 +136,14 @@ static void test_layer_device_path(void **state)
             CK(cudaGraphExecDestroy(ge));
             CK(cudaGraphDestroy(g));
 
-            /* external routing with the router's own ids/weights (computed on the
-             * CPU with the public functions): the same bits */
+            /* external routing with the router's own ids/weights, computed on the CPU by
+             * the library's router (bit-identical to the device's: test_cuda_route): the
+             * same bits. (A logit loop written here instead was compiled with this file's
+             * flags, which may contract x*w+p into an FMA: one token of T = 600 then got
+             * weights one ulp off on the H200, 2026-12-03.) */
             float   *logits = malloc(sizeof(float) * T * L.cfg.n_experts), *wts = malloc(sizeof(float) * T * K);
             int32_t *ids = malloc(sizeof(int32_t) * T * K);
-            for (int t = 0; t < T; t++)
-                for (int e = 0; e < L.cfg.n_experts; e++) {
-                    float part[8] = {0};
-                    for (int k = 0; k < H; k++) part[k % 8] += fm_bf16_decode(x[t * H + k]) * L.router[e * H + k];
-                    logits[t * L.cfg.n_experts + e] =
-                        ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-                }
+            fm_moe_router_logits(&L.cfg, L.router, x, T, logits);
             assert_int_equal(fm_moe_route(&L.cfg, L.bias, logits, T, ids, wts), FM_OK);
             CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
