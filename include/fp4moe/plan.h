@@ -103,6 +103,12 @@ typedef struct {
     int              plain;       /* CUTLASS families: 1 = one GEMM (the non-ptr-array kernel: no tensor maps
                                      in shared memory, the persistent tile scheduler), 0 = grouped (ptr-array,
                                      what MoE engines run) */
+    int              epi_tile_m, epi_tile_n; /* CUTLASS families: an explicit epilogue tile (the epilogue
+                                     CollectiveBuilder's EpilogueTileType = Shape<_M,_N>, as SGLang's and vLLM's
+                                     SM100 FP4 kernels pass 128x64); 0x0 = EpilogueTileAuto (the builder's own).
+                                     The builders take it as given, so it sets the epilogue's sub-tile count, its
+                                     C/D stages and through them the mainloop's automatic stage count; each
+                                     builder's static_asserts on it are checked (docs/planner.md) */
 } fm_kernel_config;
 
 /* The newest CUTLASS version measured (tests/conformance/truth-*.csv): `fp4moe explain`'s default. */
@@ -286,6 +292,9 @@ fm_status   fm_schedule_parse(const char *s, fm_schedule *out);
 fm_status   fm_epilogue_parse(const char *s, fm_epilogue *out);
 /* A CUTLASS tile shape "MxNxK" (fm_tile_parse is fp4moe's tile names). */
 fm_status   fm_tile_shape_parse(const char *s, int *m, int *n, int *k);
+/* An epilogue tile "MxN" (M, N in [1, 256], digits only) or "auto" (0x0), for
+ * fm_kernel_config.epi_tile_m / epi_tile_n; anything else is FM_ERR_BAD_SHAPE. */
+fm_status   fm_epi_tile_parse(const char *s, int *m, int *n);
 /* Accepts exactly "4.M" or "4.M.P" (digits, nothing after); anything else is FM_ERR_NOT_FOUND. */
 fm_status   fm_cutlass_version_parse(const char *s, int *out);
 
