@@ -238,6 +238,25 @@ fm_status fm_tile_parse(const char *s, fm_tile *out);
 /* 1 if a and b are the same tile: the six fields, and the family where both say one. */
 int fm_tile_equal(const fm_tile *a, const fm_tile *b);
 
+/* The kernel that runs an fp4moe tile: the compiled kernels of the two families
+ * (gemm_swapab.cu, gemm_wgmma.cu), as the planner's occupancy model, its register
+ * table and its fitted efficiencies know them. */
+typedef enum {
+    FM_VARIANT_MMA = 0,          /* mma.sync, one feature block per CTA */
+    FM_VARIANT_MMA_MULTI_BLOCK,  /* mma.sync, feature_blocks > 1 (rows with mb = 1) */
+    FM_VARIANT_WGMMA_NATURAL_X,  /* wgmma single-role kernel: X in natural column order */
+    FM_VARIANT_WGMMA_PACKED_X,   /* wgmma warp-specialized kernel: packed X, + a producer warpgroup */
+    FM_VARIANT_WGMMA_PERSISTENT, /* its persistent form (rows with persist = 1; packed X only) */
+    FM_VARIANT_COUNT
+} fm_kernel_variant;
+/* The family a variant belongs to (FM_FAMILY_FP4MOE_SWAPAB or _WGMMA). */
+fm_kernel_family fm_variant_family(fm_kernel_variant v);
+/* The variant that runs tile t of family fam: mma with feature_blocks > 1 = the
+ * multi-block kernel; wgmma: persistent for persist = 1, else packed or natural X. */
+fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed);
+/* "mma", "mma-multi-block", "wgmma-natural-x", "wgmma-packed-x", "wgmma-persistent"; "?" otherwise. */
+const char *fm_kernel_variant_name(fm_kernel_variant v);
+
 typedef struct {
     fm_elem weights;        /* FM_ELEM_NVFP4 or FM_ELEM_MXFP4 */
     int     x_packed;       /* 1: X in the prepack K order: only the wgmma kernel reads it */
@@ -252,6 +271,7 @@ typedef struct {
                                   FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA; persist:
                                   the persistent wgmma kernel (packed X only; one CTA per SM) */
     int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
+    fm_kernel_variant variant; /* the kernel that runs it (fm_variant_of) */
     int    ctas_per_sm;        /* the model's CTAs resident per SM */
     size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_swapab / fm_smem_wgmma) */
     double est_us;             /* the model's time, microseconds */
