@@ -28,8 +28,11 @@ static void help(FILE *f)
             "  --a T --b T     operand types separately (fp8 x mxfp4 on sm_120)\n"
             "  --c T --d T     epilogue source/destination: bf16 fp16 fp32 void (default bf16)\n"
             "  --epilogue E    tma (default; TensorRT-LLM default, C reused for D) | nosmem | finalize\n"
+            "  --epilogue-tile MxN  the epilogue builder's tile (EpilogueTileType Shape<_M,_N>, as SGLang's\n"
+            "                  and vLLM's SM100 kernels pass 128x64) or auto (default: EpilogueTileAuto)\n"
             "  --swap-ab       TensorRT-LLM swap-AB variant (FINALIZE bytes change)\n"
-            "                  (--swap-ab, --schedule, --cutlass, --epilogue, --c, --d: CUTLASS families only;\n"
+            "                  (--swap-ab, --schedule, --cutlass, --epilogue, --epilogue-tile, --c, --d: CUTLASS\n"
+            "                  families only;\n"
             "                  given with an fp4moe family they are an error, exit 2)\n"
             "  --schedule S    auto | coop | pingpong (sm_90/sm_120) | 1sm | 2sm (sm_100)\n"
             "  --cluster MxN   cluster shape (default 1x1)\n"
@@ -84,8 +87,8 @@ int fm_cmd_explain(int argc, char **argv)
             return FM_EXIT_USAGE;
         } else {
             i++;
-            if (!strcmp(f, "--epilogue") || !strcmp(f, "--c") || !strcmp(f, "--d") || !strcmp(f, "--cutlass") ||
-                (!strcmp(f, "--schedule") && strcmp(v, "auto")))
+            if (!strcmp(f, "--epilogue") || !strcmp(f, "--epilogue-tile") || !strcmp(f, "--c") || !strcmp(f, "--d") ||
+                !strcmp(f, "--cutlass") || (!strcmp(f, "--schedule") && strcmp(v, "auto")))
                 cutlass_only = f;
             if (!strcmp(f, "--warps")) warps_s = f;
             if (!strcmp(f, "--arch")) arch_s = v;
@@ -98,6 +101,7 @@ int fm_cmd_explain(int argc, char **argv)
             else if (!strcmp(f, "--c")) st = fm_elem_parse(v, &cfg.c);
             else if (!strcmp(f, "--d")) st = fm_elem_parse(v, &cfg.d);
             else if (!strcmp(f, "--epilogue")) st = fm_epilogue_parse(v, &cfg.epilogue);
+            else if (!strcmp(f, "--epilogue-tile")) st = fm_epi_tile_parse(v, &cfg.epi_tile_m, &cfg.epi_tile_n);
             else if (!strcmp(f, "--schedule")) st = fm_schedule_parse(v, &cfg.schedule);
             else if (!strcmp(f, "--family")) st = fm_family_parse(v, &cfg.family);
             else if (!strcmp(f, "--warps")) {
@@ -159,7 +163,9 @@ int fm_cmd_explain(int argc, char **argv)
     if (cfg.epilogue == FM_EPI_FINALIZE) cfg.d = FM_ELEM_VOID;
     fm_plan_result r;
     fm_kernel_config rc; /* what was checked, AUTO fields resolved by the library */
-    if (fm_plan_resolve(&cfg, &rc) == FM_OK) { /* else the check below says why */
+    fm_kernel_config fam_cfg = cfg; /* the family, whatever the epilogue tile (refused below by flag name) */
+    fam_cfg.epi_tile_m = fam_cfg.epi_tile_n = 0;
+    if (fm_plan_resolve(&fam_cfg, &rc) == FM_OK) { /* else the check below says why */
         int own = rc.family == FM_FAMILY_FP4MOE_SWAPAB || rc.family == FM_FAMILY_FP4MOE_WGMMA;
         if (!own && warps_s) {
             fprintf(stderr, "fp4moe explain: --warps applies to the fp4moe kernel families only (--family "
@@ -194,6 +200,11 @@ int fm_cmd_explain(int argc, char **argv)
         char tile[48];
         snprintf(tile, sizeof tile, "%dx%dx%d", cfg.tile_m, cfg.tile_n, cfg.tile_k);
         cJSON_AddStringToObject(o, "tile", tile);
+        if (!swapab) {
+            char et[32] = "auto";
+            if (cfg.epi_tile_m) snprintf(et, sizeof et, "%dx%d", cfg.epi_tile_m, cfg.epi_tile_n);
+            cJSON_AddStringToObject(o, "epilogue_tile", et);
+        }
         cJSON_AddBoolToObject(o, "fits", r.fits);
         cJSON_AddNumberToObject(o, "total_bytes", (double)b->total);
         cJSON_AddNumberToObject(o, "limit_bytes", (double)r.limit_bytes);
@@ -223,12 +234,15 @@ int fm_cmd_explain(int argc, char **argv)
                    "the launcher sizes shared memory with the same function\n",
                    arch->name, fm_family_name(fam), rc.persistent ? " (persistent)" : "", fm_elem_name(cfg.a),
                    cfg.tile_m, cfg.tile_n, cfg.tile_k, rc.warps, b->stages, cfg.stages ? "fixed" : "compiled");
-        else
-            printf("%s %s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s, %d stages (%s), CUTLASS %d.%d model\n",
+        else {
+            char et[48] = "";
+            if (cfg.epi_tile_m) snprintf(et, sizeof et, " (tile %dx%d given)", cfg.epi_tile_m, cfg.epi_tile_n);
+            printf("%s %s %s x %s tile %dx%dx%d, %s schedule, epilogue %s%s%s, %d stages (%s), CUTLASS %d.%d model\n",
                    arch->name, fm_family_name(fam), fm_elem_name(cfg.a), fm_elem_name(cfg.b), cfg.tile_m, cfg.tile_n,
-                   cfg.tile_k, fm_schedule_name(sched), fm_epilogue_name(cfg.epilogue),
+                   cfg.tile_k, fm_schedule_name(sched), fm_epilogue_name(cfg.epilogue), et,
                    cfg.swap_ab ? " (swap-AB)" : "", b->stages, cfg.stages ? "fixed" : "auto", cfg.cutlass / 100,
                    cfg.cutlass / 10 % 10);
+        }
         printf("  %-34s %9s\n", "part", "bytes");
         printf("  %-34s %9zu\n", swapab ? "FP4 weight tiles (all stages)" : "A tiles (all stages)", b->a);
         printf("  %-34s %9zu\n",

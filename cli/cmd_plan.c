@@ -64,6 +64,7 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
             cJSON_AddStringToObject(o, "tile", name);
             cJSON_AddNumberToObject(o, "feature_blocks", c[i].feature_blocks);
             cJSON_AddNumberToObject(o, "k_splits", c[i].k_splits);
+            cJSON_AddStringToObject(o, "variant", fm_kernel_variant_name(c[i].variant));
             cJSON_AddNumberToObject(o, "ctas_per_sm", c[i].ctas_per_sm);
             cJSON_AddNumberToObject(o, "smem_bytes", (double)c[i].smem_bytes);
             cJSON_AddNumberToObject(o, "est_us", c[i].est_us);

@@ -122,6 +122,9 @@ static void explain_bad_flags(void **s)
     EX("--cluster 99999999999x1", "--cluster", "[1, 16]");
     EX("--cluster 1x4294967297", "--cluster", "[1, 16]");
     EX("--cluster 2x1x", "--cluster");
+    EX("--epilogue-tile 128x", "--epilogue-tile", "MxN", "auto");
+    EX("--epilogue-tile 999x64", "--epilogue-tile", "[1, 256]");
+    EX("--epilogue-tile 64x48", "EpilogueTile must evenly divide CTA tile"); /* sm120_builder.inl static_assert */
     EX("--format foo", "--format", "nvfp4", "mxfp4");
     EX("--a foo", "--a", "nvfp4");
     EX("--epilogue bar", "--epilogue", "tma", "nosmem", "finalize");
@@ -155,7 +158,7 @@ static void family_specific_flags(void **s)
     }
     static const char *const k_cutlass_only[] = {"--epilogue finalize", "--epilogue nosmem", "--swap-ab",
                                                  "--cutlass 4.5",      "--schedule coop",    "--c fp32",
-                                                 "--d fp16"};
+                                                 "--d fp16",           "--epilogue-tile 128x64"};
     for (size_t i = 0; i < sizeof k_cutlass_only / sizeof *k_cutlass_only; i++) {
         const char *fl = k_cutlass_only[i];
         snprintf(a, sizeof a, "explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 %s", fl);
@@ -188,6 +191,8 @@ static void explain_good_flags(void **s)
         "explain --arch sm120 --tile 128x128x128 --cutlass 4.2.0 --cluster 1x1",
         "explain --arch sm_90 --gpu h200 --tile 128x128x64 --format bf16",
         "explain --arch sm_100 --gpu b200 --tile 256x128x256 --cluster 2x1 --json",
+        "explain --arch sm_100 --tile 128x128x128 --epilogue-tile 128x64 --cutlass 4.2",
+        "explain --arch sm_100 --tile 128x128x128 --epilogue-tile auto",
         "plan --gpu h200 --format bf16 --k 128",
     };
     static result r;

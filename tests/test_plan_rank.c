@@ -251,6 +251,12 @@ static void test_invariants(void **state)
             if (!wg) assert_int_equal(c[i].tile.family, FM_FAMILY_FP4MOE_SWAPAB);
             if (c[i].tile.family == FM_FAMILY_FP4MOE_WGMMA) assert_int_equal(c[i].feature_blocks, 1);
             if (k > 512) assert_int_equal(c[i].feature_blocks, 1);
+            /* the kernel that runs it: the multi-block mma kernel exactly when blocks > 1,
+             * the persistent one exactly for persist rows, packed X as asked */
+            assert_int_equal(c[i].variant, fm_variant_of(c[i].tile.family, &c[i].tile, c[i].feature_blocks, q.x_packed));
+            assert_int_equal(fm_variant_family(c[i].variant), c[i].tile.family);
+            assert_int_equal(c[i].variant == FM_VARIANT_MMA_MULTI_BLOCK, c[i].feature_blocks > 1);
+            assert_string_not_equal(fm_kernel_variant_name(c[i].variant), "?");
         }
         /* the ranking a cap gives is the head of the full one */
         fm_fp4moe_choice head[3];
@@ -259,6 +265,8 @@ static void test_invariants(void **state)
         assert_int_equal(hc, cnt < 3 ? cnt : 3);
         assert_memory_equal(head, c, hc * sizeof head[0]);
     }
+    assert_string_equal(fm_kernel_variant_name(FM_VARIANT_WGMMA_PACKED_X), "wgmma-packed-x");
+    assert_string_equal(fm_kernel_variant_name(FM_VARIANT_COUNT), "?");
     /* more rows never make the first pick's estimate smaller (same shape) */
     const fm_gpu_info *h = NULL;
     assert_int_equal(fm_gpu_find("h200", &h), FM_OK);

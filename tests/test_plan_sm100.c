@@ -132,12 +132,57 @@ static void bad_input(void **s)
     assert_int_equal(b.total, 208896); /* probe: 2-SM MXFP4 256x256x256 */
 }
 
+/* An explicit epilogue tile (SGLang's and vLLM's Shape<_128,_64>) against the automatic one (128x32),
+ * 128x128x128 1-SM NVFP4 grouped: measured (tests/conformance/truth-epitile-*.csv and truth-*.csv) */
+static void explicit_epilogue_tile(void **s)
+{
+    (void)s;
+    const struct {
+        int    cutlass, em, en;
+        size_t total, epilogue;
+        int    stages;
+    } rows[] = {
+        {420, 128, 64, 218112, 51200, 9},  {442, 128, 64, 221184, 51200, 9},
+        {420, 0, 0, 219136, 33792, 10},    {443, 0, 0, 222720, 33792, 10},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        fm_kernel_config c = sm100(FM_ELEM_NVFP4, 128, 128, 128, 0, FM_EPI_TMA, 0);
+        c.cutlass = rows[i].cutlass, c.epi_tile_m = rows[i].em, c.epi_tile_n = rows[i].en;
+        fm_smem_breakdown b;
+        assert_int_equal(fm_smem_model(&c, &b), FM_OK);
+        assert_int_equal(b.total, rows[i].total);
+        assert_int_equal(b.epilogue, rows[i].epilogue);
+        assert_int_equal(b.stages, rows[i].stages);
+    }
+    /* what the builder static_asserts, and what is not an epilogue tile */
+    fm_kernel_config c = sm100(FM_ELEM_NVFP4, 128, 128, 128, 0, FM_EPI_TMA, 0);
+    fm_smem_breakdown b;
+    c.epi_tile_m = 128, c.epi_tile_n = 4; /* N % 8 */
+    assert_int_equal(fm_smem_model(&c, &b), FM_ERR_BAD_SHAPE);
+    assert_non_null(strstr(fm_last_error(), "Unsupported tile shape"));
+    c.epi_tile_m = 128, c.epi_tile_n = 0; /* half given */
+    assert_int_equal(fm_smem_model(&c, &b), FM_ERR_BAD_SHAPE);
+    c.epi_tile_m = 128, c.epi_tile_n = 64, c.epilogue = FM_EPI_NOSMEM; /* not measured: refused, not guessed */
+    assert_int_equal(fm_smem_model(&c, &b), FM_ERR_UNSUPPORTED);
+    c.epilogue = FM_EPI_TMA, c.family = FM_FAMILY_FP4MOE_SWAPAB, c.cc = 90, c.tile_m = 8, c.tile_n = 64;
+    assert_int_equal(fm_smem_model(&c, &b), FM_ERR_UNSUPPORTED); /* fp4moe's kernels have no epilogue tile */
+    int m = -1, n = -1;
+    assert_int_equal(fm_epi_tile_parse("128x64", &m, &n), FM_OK);
+    assert_true(m == 128 && n == 64);
+    assert_int_equal(fm_epi_tile_parse("auto", &m, &n), FM_OK);
+    assert_true(m == 0 && n == 0);
+    static const char *const bad[] = {"128x", "x64", "128x64x1", "0x64", "257x64", "128x-64", "12a8x64", "", "1280x6"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(fm_epi_tile_parse(bad[i], &m, &n), FM_ERR_BAD_SHAPE);
+}
+
 int main(void)
 {
     const struct CMUnitTest t[] = {
         cmocka_unit_test(exact_bytes),
         cmocka_unit_test(waves_two_sm),
         cmocka_unit_test(bad_input),
+        cmocka_unit_test(explicit_epilogue_tile),
     };
     return cmocka_run_group_tests(t, NULL, NULL);
 }

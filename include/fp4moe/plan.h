@@ -103,6 +103,12 @@ typedef struct {
     int              plain;       /* CUTLASS families: 1 = one GEMM (the non-ptr-array kernel: no tensor maps
                                      in shared memory, the persistent tile scheduler), 0 = grouped (ptr-array,
                                      what MoE engines run) */
+    int              epi_tile_m, epi_tile_n; /* CUTLASS families: an explicit epilogue tile (the epilogue
+                                     CollectiveBuilder's EpilogueTileType = Shape<_M,_N>, as SGLang's and vLLM's
+                                     SM100 FP4 kernels pass 128x64); 0x0 = EpilogueTileAuto (the builder's own).
+                                     The builders take it as given, so it sets the epilogue's sub-tile count, its
+                                     C/D stages and through them the mainloop's automatic stage count; each
+                                     builder's static_asserts on it are checked (docs/planner.md) */
 } fm_kernel_config;
 
 /* The newest CUTLASS version measured (tests/conformance/truth-*.csv): `fp4moe explain`'s default. */
@@ -232,6 +238,25 @@ fm_status fm_tile_parse(const char *s, fm_tile *out);
 /* 1 if a and b are the same tile: the six fields, and the family where both say one. */
 int fm_tile_equal(const fm_tile *a, const fm_tile *b);
 
+/* The kernel that runs an fp4moe tile: the compiled kernels of the two families
+ * (gemm_swapab.cu, gemm_wgmma.cu), as the planner's occupancy model, its register
+ * table and its fitted efficiencies know them. */
+typedef enum {
+    FM_VARIANT_MMA = 0,          /* mma.sync, one feature block per CTA */
+    FM_VARIANT_MMA_MULTI_BLOCK,  /* mma.sync, feature_blocks > 1 (rows with mb = 1) */
+    FM_VARIANT_WGMMA_NATURAL_X,  /* wgmma single-role kernel: X in natural column order */
+    FM_VARIANT_WGMMA_PACKED_X,   /* wgmma warp-specialized kernel: packed X, + a producer warpgroup */
+    FM_VARIANT_WGMMA_PERSISTENT, /* its persistent form (rows with persist = 1; packed X only) */
+    FM_VARIANT_COUNT
+} fm_kernel_variant;
+/* The family a variant belongs to (FM_FAMILY_FP4MOE_SWAPAB or _WGMMA). */
+fm_kernel_family fm_variant_family(fm_kernel_variant v);
+/* The variant that runs tile t of family fam: mma with feature_blocks > 1 = the
+ * multi-block kernel; wgmma: persistent for persist = 1, else packed or natural X. */
+fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed);
+/* "mma", "mma-multi-block", "wgmma-natural-x", "wgmma-packed-x", "wgmma-persistent"; "?" otherwise. */
+const char *fm_kernel_variant_name(fm_kernel_variant v);
+
 typedef struct {
     fm_elem weights;        /* FM_ELEM_NVFP4 or FM_ELEM_MXFP4 */
     int     x_packed;       /* 1: X in the prepack K order: only the wgmma kernel reads it */
@@ -249,6 +274,7 @@ typedef struct {
                                   FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA; persist:
                                   the persistent wgmma kernel (packed X only; one CTA per SM) */
     int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
+    fm_kernel_variant variant; /* the kernel that runs it (fm_variant_of) */
     int    k_splits;           /* CTAs sharing the K stages of one (expert, feature block): 1 = none */
     int    ctas_per_sm;        /* the model's CTAs resident per SM */
     size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_swapab / fm_smem_wgmma) */
@@ -290,6 +316,9 @@ fm_status   fm_schedule_parse(const char *s, fm_schedule *out);
 fm_status   fm_epilogue_parse(const char *s, fm_epilogue *out);
 /* A CUTLASS tile shape "MxNxK" (fm_tile_parse is fp4moe's tile names). */
 fm_status   fm_tile_shape_parse(const char *s, int *m, int *n, int *k);
+/* An epilogue tile "MxN" (M, N in [1, 256], digits only) or "auto" (0x0), for
+ * fm_kernel_config.epi_tile_m / epi_tile_n; anything else is FM_ERR_BAD_SHAPE. */
+fm_status   fm_epi_tile_parse(const char *s, int *m, int *n);
 /* Accepts exactly "4.M" or "4.M.P" (digits, nothing after); anything else is FM_ERR_NOT_FOUND. */
 fm_status   fm_cutlass_version_parse(const char *s, int *out);
 

@@ -127,6 +127,13 @@ fm_kernel_family fm_variant_family(fm_kernel_variant v)
     return v == FM_VARIANT_MMA || v == FM_VARIANT_MMA_MULTI_BLOCK ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
 }
 
+const char *fm_kernel_variant_name(fm_kernel_variant v)
+{
+    static const char *const k[FM_VARIANT_COUNT] = {"mma", "mma-multi-block", "wgmma-natural-x", "wgmma-packed-x",
+                                                    "wgmma-persistent"};
+    return (int)v >= 0 && v < FM_VARIANT_COUNT ? k[v] : "?";
+}
+
 fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed)
 {
     if (fam == FM_FAMILY_FP4MOE_SWAPAB) return feature_blocks > 1 ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
@@ -328,7 +335,8 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                     c->smem_bytes = bd.total;
                     c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], ks, q->x_packed, sf, rows, n, k,
                                         experts, &c->ctas_per_sm);
-                    c->efficiency = efficiency(t, fm_variant_of(fam, t, nbs[j], q->x_packed));
+                    c->variant = fm_variant_of(fam, t, nbs[j], q->x_packed);
+                    c->efficiency = efficiency(t, c->variant);
                 }
             }
         }

@@ -94,19 +94,7 @@ int fm_swapab_tile_has_mb(const fm_tile *t);
 /* Which compiled kernel of a tile runs: each tile has one to three (fm_tiles.def),
  * and registers (fp4moe_regs_sm90.inc), fitted efficiencies (fp4moe_cost_h200.inc)
  * and occupancy are per kernel. */
-typedef enum {
-    FM_VARIANT_MMA = 0,          /* mma.sync, one feature block per CTA */
-    FM_VARIANT_MMA_MULTI_BLOCK,  /* mma.sync, feature_blocks > 1 (rows with mb = 1) */
-    FM_VARIANT_WGMMA_NATURAL_X,  /* wgmma single-role kernel: X in natural column order */
-    FM_VARIANT_WGMMA_PACKED_X,   /* wgmma warp-specialized kernel: packed X, + a producer warpgroup */
-    FM_VARIANT_WGMMA_PERSISTENT, /* its persistent form (rows with persist = 1; packed X only) */
-    FM_VARIANT_COUNT
-} fm_kernel_variant;
-/* The family a variant belongs to (FM_FAMILY_FP4MOE_SWAPAB or _WGMMA). */
-fm_kernel_family fm_variant_family(fm_kernel_variant v);
-/* The variant that runs tile t of family fam: mma with feature_blocks > 1 = the
- * multi-block kernel; wgmma: persistent for persist = 1, else packed or natural X. */
-fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed);
+/* fm_kernel_variant, fm_variant_family and fm_variant_of: public, fp4moe/plan.h */
 /* CTAs per SM of kernel v of tile t with `smem` bytes of dynamic shared memory on
  * arch (src/plan/cost_fp4moe.c): the fewest of what shared memory, registers (the
  * sm_90a ptxas counts, fp4moe_regs_sm90.inc), threads (the packed-X wgmma kernels

@@ -104,6 +104,29 @@ bad:
     return fm_fail(FM_ERR_BAD_SHAPE, "malformed tile '%s' (expected MxNxK, e.g. 128x256x128)", s);
 }
 
+fm_status fm_epi_tile_parse(const char *s, int *m, int *n)
+{
+    if (!s || !m || !n) return fm_fail(FM_ERR_INVALID_ARG, "fm_epi_tile_parse: NULL argument");
+    if (!strcmp(s, "auto")) {
+        *m = *n = 0;
+        return FM_OK;
+    }
+    int v[2] = {0, 0};
+    const char *p = s;
+    for (int i = 0; i < 2; i++) {
+        int d = 0;
+        for (; *p >= '0' && *p <= '9'; p++, d++)
+            if (d >= 3 || (v[i] = v[i] * 10 + (*p - '0')) > 256) goto bad;
+        if (!d || v[i] < 1 || *p != (i ? '\0' : 'x')) goto bad;
+        p++;
+    }
+    *m = v[0], *n = v[1];
+    return FM_OK;
+bad:
+    return fm_fail(FM_ERR_BAD_SHAPE, "malformed epilogue tile '%s' (expected MxN with M, N in [1, 256], e.g. 128x64, "
+                                     "or auto)", s);
+}
+
 /* "4.2", "4.2.0", "4.7" -> 420, 470.  Digits and dots only, the whole string
  * consumed: "4.2x" or "4.7 junk" is an error, not a silent 420/470. */
 fm_status fm_cutlass_version_parse(const char *s, int *out)

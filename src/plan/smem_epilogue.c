@@ -4,8 +4,9 @@
  * Sources (CUTLASS 4.2, include/cutlass/epilogue/collective/): 
  *  - builders/sm90_builder.inl, sm120_builder.inl: epilogue tile (SM90 cooperative
  *    min(128,M) x gcd(min(32,N),N), ping-pong min(64,M) x 32 (64 for 8-bit D), SM120
- *    64 x 32), StagesD = min(tiles, 2), StagesC = reuse ? max(min(tiles, 4|2), StagesD+1)
- *    : min(tiles, 4) (SM90) | StagesD (SM120); reuse = C and D of equal width > 8 bits.
+ *    64 x 32; an explicit EpilogueTileType as given: SM90 asserts M = 128 cooperative / 64
+ *    ping-pong and N % 16 == 0, SM120 that it divides the CTA tile), StagesD = min(tiles, 2),
+ *    StagesC = reuse ? max(min(tiles, 4|2), StagesD+1) : min(tiles, 4) (SM90) | StagesD (SM120); reuse = C and D of equal width > 8 bits.
  *  - sm90_epilogue_array_tma_warpspecialized.hpp: TensorStorage = union or struct of
  *    smem_C / smem_D (alignas = swizzle alignment) + fusion storage; TensorMapStorage
  *    = 1 + NumEpilogueWarpGroups descriptors of 128 B; load pipeline = 2 mbarriers a stage.
@@ -49,6 +50,21 @@ fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_
         int nperf = (bd_decl == 8 && cfg->tile_n % 64 == 0) ? 64 : 32;
         em = cfg->tile_m < 64 ? cfg->tile_m : 64;
         en = cfg->tile_n < nperf ? cfg->tile_n : nperf;
+    }
+    if (cfg->epi_tile_m) { /* an explicit EpilogueTileType, taken as given; each builder's static_asserts */
+        em = cfg->epi_tile_m, en = cfg->epi_tile_n;
+        if (sm120 && (cfg->tile_m % em || cfg->tile_n % en))
+            return fm_fail(FM_ERR_BAD_SHAPE, "rejected at compile time: epilogue tile %dx%d does not divide the CTA "
+                                             "tile %dx%d (sm120_builder.inl static_assert: EpilogueTile must evenly "
+                                             "divide CTA tile)", em, en, cfg->tile_m, cfg->tile_n);
+        if (sm120 && em != 64 && em != 128) /* measured: 128 (cooperative), 64 (ping-pong, FINALIZE) */
+            return fm_fail(FM_ERR_UNSUPPORTED, "SM120 epilogue tile M=%d is not modelled (64 and 128 are measured: "
+                                               "tests/conformance/truth-epitile-*.csv)", em);
+        if (!sm120 && (em != (coop ? 128 : 64) || en % 16))
+            return fm_fail(FM_ERR_BAD_SHAPE, "rejected at compile time: SM90 epilogue tile %dx%d: the %s schedule "
+                                             "takes M = %d and N a multiple of 16 (sm90_builder.inl static_assert: "
+                                             "Unsupported tile shape)", em, en, coop ? "cooperative" : "ping-pong",
+                           coop ? 128 : 64);
     }
     if (cfg->tile_m % em || cfg->tile_n % en)
         return fm_fail(FM_ERR_BAD_SHAPE, "tile %dx%d is not a multiple of the epilogue sub-tile %dx%d", cfg->tile_m,

@@ -191,7 +191,15 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
                        arch->name);
     if (c->persistent != 0 && c->persistent != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "persistent=%d in fm_kernel_config: 0 or 1", c->persistent);
+    if (c->epi_tile_m < 0 || c->epi_tile_n < 0 || !c->epi_tile_m != !c->epi_tile_n || c->epi_tile_m > 256 ||
+        c->epi_tile_n > 256)
+        return fm_fail(FM_ERR_BAD_SHAPE, "epilogue tile %dx%d: both 0 (automatic) or both in [1, 256]", c->epi_tile_m,
+                       c->epi_tile_n);
     const family_row *own = family_of(c->family);
+    if (own && own->resolve && c->epi_tile_m)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: an explicit epilogue tile is an argument of CUTLASS's epilogue "
+                                           "builder; fp4moe's kernels store from registers and have none",
+                       fm_family_name(c->family));
     if (own && own->resolve) return own->resolve(c); /* their own tile and arch rules */
     if (c->plain != 0 && c->plain != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "plain=%d in fm_kernel_config: 0 (grouped) or 1", c->plain);
@@ -220,6 +228,9 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
     if (!F || !F->validate) return fm_fail(FM_ERR_INVALID_ARG, "unknown kernel family");
     if (!F->runs_on(c->cc)) return fm_fail(FM_ERR_ARCH_MISMATCH, "%s, not %s", F->runs_on_text, arch->name);
     FM_CHECK(F->validate(c, arch));
+    if (c->epi_tile_m && c->epilogue == FM_EPI_NOSMEM) /* nothing staged; the builders' no-smem paths not measured */
+        return fm_fail(FM_ERR_UNSUPPORTED, "an explicit epilogue tile with the no-smem epilogue is not modelled (it "
+                                           "stages nothing; tma and finalize take one)");
     if (c->epilogue == FM_EPI_FINALIZE && c->d != FM_ELEM_VOID) c->d = FM_ELEM_VOID; /* FINALIZE has no D by definition */
     if (c->epilogue == FM_EPI_TMA && c->d == FM_ELEM_VOID)
         return fm_fail(FM_ERR_UNSUPPORTED, "a TMA epilogue without D needs a storing fusion (use --epilogue finalize)");

@@ -17,7 +17,8 @@
  *    8 CLC responses (128) + 8 TMEM base pointers (32) + 4 tensor maps (512).
  *  - gemm/collective/sm100_blockscaled_mma_array_warpspecialized.hpp: SharedStorage =
  *    { TensorStorage (aligned 128) {A; B; SFA; SFB}, TensorMapStorage 4 x 128, pipeline }.
- *  - epilogue/collective/builders/sm100_builder.inl (epilogue tile: 128 x 128 for a
+ *  - epilogue/collective/builders/sm100_builder.inl (epilogue tile: an explicit
+ *    EpilogueTileType as given (N % 8 asserted), else 128 x 128 for a
  *    256-wide block-scaled tile, else M = min(CTA M, 128) and N from the element widths;
  *    StagesD = min(tiles, 2), StagesC = reuse ? max(min(tiles, 4), StagesD + 1) : min(tiles, 4),
  *    reuse = C wider than 8 bits) and sm100_epilogue_array_tma_warpspecialized.hpp
@@ -66,7 +67,18 @@ static fm_status epilogue_sm100(const fm_kernel_config *cfg, int cta_m, sm100_ep
     int maxbits = bce > bd ? bce : bd;
     int em = cta_m < 128 ? cta_m : 128; /* 4 TMEM warps x 32 datapaths */
     int en;
-    if (cn == 256) {
+    if (cfg->epi_tile_m) { /* an explicit tile is taken as given (sm100_dense_compute_tile_shape_or_override) */
+        em = cfg->epi_tile_m, en = cfg->epi_tile_n;
+        if (en % 8)
+            return fm_fail(FM_ERR_BAD_SHAPE, "rejected at compile time: SM100 epilogue tile N=%d is not a multiple of "
+                                             "8 (sm100_builder.inl static_assert: Unsupported tile shape)", en);
+        if (em != 64 && em != 128) /* measured: 128 and 64 (a 64-row tile on a 128-row CTA builds) */
+            return fm_fail(FM_ERR_UNSUPPORTED, "SM100 epilogue tile M=%d is not modelled (64 and 128 are measured: "
+                                               "tests/conformance/truth-epitile-*.csv)", em);
+        if (em > cta_m || en > cn)
+            return fm_fail(FM_ERR_BAD_SHAPE, "epilogue tile %dx%d is larger than the per-SM tile %dx%d", em, en, cta_m,
+                           cn);
+    } else if (cn == 256) {
         en = 128; /* block-scaled 256-wide tiles: fixed 128 so the accumulator can overlap */
     } else {
         int nperf;

@@ -42,6 +42,11 @@
     {.a = FM_ELEM_##A, .b = FM_ELEM_##B, .c = FM_ELEM_##C, .d = FM_ELEM_##D, .tile_m = M, .tile_n = N, .tile_k = K, \
      .cluster_m = CM, .cluster_n = CN, .schedule = FM_SCHED_##S, .epilogue = FM_EPI_##E, .swap_ab = SWP, .cutlass = CUT}
 #define FC1(A, B, M, N, K, CM, S, CUT) KC(A, B, BF16, BF16, M, N, K, CM, 1, S, TMA, CUT, 0)
+/* ... with an explicit epilogue tile EM x EN (the epilogue builder's EpilogueTileType) */
+#define FC1E(A, B, M, N, K, CM, S, CUT, EM, EN)                                                                        \
+    {.a = FM_ELEM_##A, .b = FM_ELEM_##B, .c = FM_ELEM_BF16, .d = FM_ELEM_BF16, .tile_m = M, .tile_n = N, .tile_k = K, \
+     .cluster_m = CM, .cluster_n = 1, .schedule = FM_SCHED_##S, .epilogue = FM_EPI_TMA, .cutlass = CUT,              \
+     .epi_tile_m = EM, .epi_tile_n = EN}
 #define FC2(A, B, M, N, K, CM, S, CUT) KC(A, B, BF16, VOID, M, N, K, CM, 1, S, FINALIZE, CUT, 0)
 #define FC1X(M, N, K, CM, S, CUT, SWP) KC(NVFP4, NVFP4, BF16, BF16, M, N, K, CM, 1, S, TMA, CUT, SWP)
 #define FC2X(M, N, K, CM, S, CUT, SWP) KC(NVFP4, NVFP4, BF16, VOID, M, N, K, CM, 1, S, FINALIZE, CUT, SWP)
@@ -117,14 +122,19 @@ static const fm_tactic k_tactics[] = {
      "run_fp4_blockwise_scaled_group_mm_sm120: Shape<_128,_128,_128>, KernelPtrArrayTmaWarpSpecializedPingpong, "
      "EpilogueScheduleAuto (2 epilogue warp groups = PtrArrayTmaWarpSpecializedPingpong); CUTLASS 57e3cfb4 "
      "(sgl-kernel/CMakeLists.txt @ 00390b86; include/ = v4.2.0)"},
-    {"sglang", SGL_SHA, SGL_SRC, SGL_SHA, "fc1+fc2", 100, 103, "nvfp4", FC1(NVFP4, NVFP4, 128, 128, 128, 1, 1SM, SEED_CUT),
-     "run_fp4_blockwise_scaled_group_mm_sm100: 128x128x128, 1 SM (epilogue tile 128x64 given: modelled as auto, "
-     "the auto tile is 128x32); CUTLASS 57e3cfb4 (= v4.2.0 include/)"},
+    {"sglang", SGL_SHA, SGL_SRC, SGL_SHA, "fc1+fc2", 100, 103, "nvfp4",
+     FC1E(NVFP4, NVFP4, 128, 128, 128, 1, 1SM, SEED_CUT, 128, 64),
+     "run_fp4_blockwise_scaled_group_mm_sm100: 128x128x128, 1 SM, epilogue tile Shape<_128,_64> given (measured "
+     "218,112 B, 9 stages on v4.2.0: tests/conformance/truth-epitile-4.2.0.csv; the automatic 128x32 would be "
+     "219,136 B, 10 stages); CUTLASS 57e3cfb4 (= v4.2.0 include/)"},
     /* vLLM's cutlass_fp4_group_mm: the same single tile */
-    {"vllm", VLLM_SHA, VLLM_SRC, VLLM_SHA, "fc1+fc2", 100, 103, "nvfp4", FC1(NVFP4, NVFP4, 128, 128, 128, 1, 1SM, SEED_CUT),
-     "MMA1SMConfig: 128x128x128, KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100 (epilogue tile 128x64 given: "
-     "modelled as auto, the auto tile is 128x32); CMakeLists.txt CUTLASS_REVISION v4.4.2 @ 000a1ee9 (not read at "
-     "this row's commit: the row keeps 4.2, --cutlass 4.4 checks it under the pin)"},
+    {"vllm", VLLM_SHA, VLLM_SRC, VLLM_SHA, "fc1+fc2", 100, 103, "nvfp4",
+     FC1E(NVFP4, NVFP4, 128, 128, 128, 1, 1SM, SEED_CUT, 128, 64),
+     "MMA1SMConfig: 128x128x128, KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100, epilogue tile Shape<_128,_64> given "
+     "(measured 218,112 B on v4.2.0, 221,184 B on v4.4.2, 9 stages: truth-epitile-*.csv; the automatic 128x32 "
+     "would be 10 stages); "
+     "CMakeLists.txt CUTLASS_REVISION v4.4.2 @ 000a1ee9 (not read at this row's commit: the row keeps 4.2, "
+     "--cutlass 4.4 checks it under the pin)"},
 };
 
 size_t fm_tactic_count(void) { return sizeof k_tactics / sizeof k_tactics[0]; }

@@ -7,6 +7,8 @@ CUTLASS tree (its header line names the version, commit and nvcc).  For every ro
                      mainloop, epilogue and stages (and so the same fits verdict);
   status rejected -> explain must refuse the flags (exit 2) and its message must carry
                      the reason CUTLASS gave (the static_assert text).
+A row with an explicit epilogue tile (the epi_tile column of truth-epitile-*.csv, from
+grid_epitile.txt) is asked with --epilogue-tile; CSVs without the column are automatic-tile rows.
 Rows the planner does not yet match are listed in known_misses.txt ("<version> <id>
 <why>"): they are reported, and must still miss - a fixed row fails the check until its
 line is removed, so the list cannot go stale.
@@ -60,6 +62,8 @@ def explain(fm, ver, r):
         cmd.append('--swap-ab')
     if r['kind'] == 'plain':
         cmd += ['--kernel', 'plain']
+    if r.get('epi_tile') not in (None, '', 'auto'):  # a 14th column (truth-epitile-*.csv); older CSVs have none
+        cmd += ['--epilogue-tile', r['epi_tile']]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
