@@ -93,12 +93,14 @@ int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
+    int    work_list = 0; /* --work-list: layers with decode_work_list (the work list and split K) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--local")) only_local = 1;
+        else if (!strcmp(argv[i], "--work-list")) work_list = 1;
         else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
             char *p = argv[++i];
             n_user = 0;
@@ -109,7 +111,8 @@ int main(int argc, char **argv)
             }
         }
         else {
-            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...]\n");
+            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
+                            "[--work-list]\n");
             return 2;
         }
     }
@@ -128,8 +131,9 @@ int main(int argc, char **argv)
     fm_cuda_device *dev;
     FK(fm_cuda_device_open(0, &dev));
     printf("# bench_layer: GLM-5 EP8 MoE layer, NVFP4, hidden %d inter %d, %d local experts, top-%d; ceilings %.0f GB/s, "
-           "%.0f TFLOP/s; device %s\n",
-           H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name);
+           "%.0f TFLOP/s; device %s%s\n",
+           H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
+           work_list ? "; decode_work_list (the work list and split K)" : "");
     size_t db13, sb13, db2, sb2;
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
@@ -176,7 +180,7 @@ int main(int argc, char **argv)
         for (int s = 0; s < NSETS; s++) {
             fm_moe_weights w = {.router_w = ws[s].router, .w13 = ws[s].w13, .w2 = ws[s].w2};
             fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .first_expert = 0,
-                                .n_local = EL};
+                                .n_local = EL, .decode_work_list = work_list};
             FK(fm_layer_create_desc(&d, &cfg, &w, &L[s]));
         }
         for (int ti = 0; ti < nT; ti++) {
@@ -305,7 +309,7 @@ int main(int argc, char **argv)
                 for (int g = 0; g < 2; g++) {
                     fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0], .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
                                            .expected_rows = avg, .active_experts = act,
-                                           .k_splits = FM_CUDA_K_SPLITS_AUTO};
+                                           .k_splits = work_list ? FM_CUDA_K_SPLITS_AUTO : 0};
                     fm_tile      t;
                     double       nat = 0, pkd = 0;
                     if (fm_cuda_gemm_choose(&q, &t, NULL, &ksp[g], &nat) != FM_OK) continue;
@@ -339,15 +343,16 @@ int main(int argc, char **argv)
                                             .epi = FM_CUDA_EPI_SWIGLU, .y = dh, .expected_rows = avg,
                                             .active_experts = act, .stream = st, .pdl = 1, .x_packed = pk[0],
                                             .y_packed = pk[1], .k_splits = ksp[0], .split_ws = dsplit,
-                                            .split_ws_bytes = cnt_b + part_b, .expert_list = dlst,
-                                            .expert_slots = act};
+                                            .split_ws_bytes = cnt_b + part_b, .expert_list = work_list ? dlst : NULL,
+                                            .expert_slots = work_list ? act : 0};
                     fm_cuda_gemm_args a2 = {.w = cw2[s], .x = dh, .offsets = doff, .max_rows = R,
                                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = dout, .y_zero_init = 1,
                                             .row_weight = drw, .n_tokens = T, .top_k = K, .token_slots = dslots,
                                             .scratch = dscr, .expected_rows = avg, .active_experts = act,
                                             .stream = st, .pdl = 1, .x_packed = pk[1], .k_splits = ksp[1],
                                             .split_ws = dsplit, .split_ws_bytes = cnt_b + part_b,
-                                            .expert_list = dlst, .expert_slots = act};
+                                            .expert_list = work_list ? dlst : NULL,
+                                            .expert_slots = work_list ? act : 0};
                     CK(cudaEventRecord(ev[0], st));
                     FK(fm_cuda_gemm(&a1));
                     FK(fm_cuda_gemm(&a2));

@@ -181,16 +181,17 @@ static fm_status plan_buckets(cuda_state *s)
         long long Tb = 1LL << b;
         int       T = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens, avg, act;
         bucket_rows(&s->p, T, &avg, &act);
+        const int         wl = s->p.decode_work_list; /* splits (and the work list below) only when asked */
         fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
-                                .k_splits = FM_CUDA_K_SPLITS_AUTO};
+                                .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
-                                .active_experts = act, .k_splits = FM_CUDA_K_SPLITS_AUTO};
+                                .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         bucket_plan *pl = &s->plan[b];
         pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
         pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
         a2.x_packed = pl->pk2;
-        pl->slots = act;
+        pl->slots = wl ? act : 0; /* 0: no work list */
         FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
         FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
         const int R = T * c->top_k; /* the runs of this bucket have at most T tokens */
@@ -343,7 +344,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
         rid = ids, rwt = wts, bl = badlogit;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, active, stream)) != 0)
+                                    s->d_err, bl, p->decode_work_list ? active : NULL, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    stream)) != 0)
@@ -353,7 +354,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
                             .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
                             .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = active, .expert_slots = pl->slots};
+                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a1));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
@@ -369,7 +370,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
                             .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
                             .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = active, .expert_slots = pl->slots};
+                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a2));
     return FM_OK;
 }

@@ -50,13 +50,17 @@ static void fx_free(layer_fx *L)
     free(L->bias);
 }
 
+/* layers made with fm_layer_desc.decode_work_list (test_layer_split_shard) */
+static int g_work_list = 0;
+
 static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev, int max_tokens, int first, int n,
                       fm_out_dtype od, int caller_ws)
 {
     fm_moe_weights w = L->w;
     w.w13 += first, w.w2 += first;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
-                       .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws};
+                       .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws,
+                       .decode_work_list = g_work_list};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
@@ -240,9 +244,9 @@ static void test_layer_device_path(void **state)
     assert_null(dev);
 }
 
-/* Decode on an expert shard: 8 local experts of 64 (top-4), K = 2048 / 512, so that at
- * T = 1-8 one to a few local experts get rows and the planner splits K over several
- * CTAs (checked: fm_cuda_gemm_choose splits this FC1 shape on one expert). The split
+/* Decode on an expert shard with decode_work_list: 8 local experts of 64 (top-4),
+ * K = 2048 / 512, so that at T = 1-8 one to a few local experts get rows and the
+ * planner splits K over several CTAs (checked: fm_cuda_gemm_choose splits this FC1 shape on one expert). The split
  * layer vs the cpu-ref shard with the same (external) routing, graph replay = eager bit
  * for bit over repeated replays (the split counters are reset by every launch), and
  * the eight shards summed = the whole layer. */
@@ -280,6 +284,7 @@ static void test_layer_split_shard(void **state)
           *again = malloc(sizeof(float) * maxT * H);
     double   *sum = malloc(sizeof(double) * maxT * H);
     fm_layer *gl[E / NL], *cl = NULL;
+    g_work_list = 1; /* the cuda layers: the work list and split K (the CPU backends ignore it) */
     for (int q = 0; q < E / NL; q++) gl[q] = make(&L, FM_BACKEND_CUDA, dev, maxT, q * NL, NL, FM_OUT_F32, 0);
     fm_layer *whole = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
     const int Ts[] = {1, 2, 5, 8, 16};
@@ -348,6 +353,7 @@ static void test_layer_split_shard(void **state)
     }
     for (int q = 0; q < E / NL; q++) fm_layer_destroy(gl[q]);
     fm_layer_destroy(whole);
+    g_work_list = 0;
     CK(cudaStreamDestroy(st));
     CK(cudaFree(dx));
     CK(cudaFree(dout));
