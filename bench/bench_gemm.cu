@@ -382,12 +382,12 @@ int main(int argc, char **argv)
                 q.w = &w;
                 q.epi = fdet ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_NONE;
                 q.expected_rows = m;
-                if (fm_cuda_gemm_choose(&q, &def, &def_nb, NULL) != FM_OK) {
+                if (fm_cuda_gemm_choose(&q, &def, &def_nb, NULL, NULL) != FM_OK) {
                     fprintf(stderr, "fm_cuda_gemm_choose: %s\n", fm_last_error());
                     exit(1);
                 }
                 q.x_packed = 1;
-                have_defp = prop.major == 9 && prop.minor == 0 && fm_cuda_gemm_choose(&q, &defp, NULL, NULL) == FM_OK;
+                have_defp = prop.major == 9 && prop.minor == 0 && fm_cuda_gemm_choose(&q, &defp, NULL, NULL, NULL) == FM_OK;
             }
             double best = 1e30, def_us = 0, defp_us = 0;
             char   best_name[64] = "";

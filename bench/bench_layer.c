@@ -93,12 +93,14 @@ int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
+    int    work_list = 0; /* --work-list: layers with decode_work_list (the work list and split K) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--local")) only_local = 1;
+        else if (!strcmp(argv[i], "--work-list")) work_list = 1;
         else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
             char *p = argv[++i];
             n_user = 0;
@@ -109,7 +111,8 @@ int main(int argc, char **argv)
             }
         }
         else {
-            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...]\n");
+            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
+                            "[--work-list]\n");
             return 2;
         }
     }
@@ -128,8 +131,9 @@ int main(int argc, char **argv)
     fm_cuda_device *dev;
     FK(fm_cuda_device_open(0, &dev));
     printf("# bench_layer: GLM-5 EP8 MoE layer, NVFP4, hidden %d inter %d, %d local experts, top-%d; ceilings %.0f GB/s, "
-           "%.0f TFLOP/s; device %s\n",
-           H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name);
+           "%.0f TFLOP/s; device %s%s\n",
+           H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
+           work_list ? "; decode_work_list (the work list and split K)" : "");
     size_t db13, sb13, db2, sb2;
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
@@ -161,8 +165,8 @@ int main(int argc, char **argv)
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    printf("%-6s %5s %7s %9s | %9s %6s | %9s %6s | %9s %6s | %9s %6s\n", "route", "T", "experts", "floor_us", "graph_us",
-           "x", "eager_us", "x", "int_graph", "x", "gemms_us", "x");
+    printf("%-6s %5s %7s %9s | %9s %6s | %9s %6s | %9s %6s | %9s %6s | %s\n", "route", "T", "experts", "floor_us",
+           "graph_us", "x", "eager_us", "x", "int_graph", "x", "gemms_us", "x", "ksplit");
     for (int mi = 0; mi < 2; mi++) { /* 0: ep8 shard of 256, 1: all local, top-8 of 32 */
         const int    mode = only_local ? 1 : mi, EG = mode == 0 ? 256 : 32;
         if (only_local && mi) break;
@@ -176,7 +180,7 @@ int main(int argc, char **argv)
         for (int s = 0; s < NSETS; s++) {
             fm_moe_weights w = {.router_w = ws[s].router, .w13 = ws[s].w13, .w2 = ws[s].w2};
             fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .first_expert = 0,
-                                .n_local = EL};
+                                .n_local = EL, .decode_work_list = work_list};
             FK(fm_layer_create_desc(&d, &cfg, &w, &L[s]));
         }
         for (int ti = 0; ti < nT; ti++) {
@@ -268,6 +272,7 @@ int main(int argc, char **argv)
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
             double gemm_us = NAN;
+            int    gemm_ks[2] = {1, 1}; /* the K splits of the GEMMs-alone pair */
             {
                 int32_t *off = calloc(EL + 1, sizeof(int32_t));
                 for (int i = 0; i < T * K; i++)
@@ -298,28 +303,56 @@ int main(int argc, char **argv)
                 }
                 int act = active > 0 ? active : 1, avg = (off[EL] + act - 1) / act;
                 /* X layout as the layer picks it: packed where the planner's estimate is lower */
-                int pk[2] = {0, 0};
+                /* and K split where the planner splits it (natural X, the mma kernel) */
+                int    pk[2] = {0, 0}, ksp[2] = {1, 1};
+                size_t cnt_b = 0, part_b = 0;
                 for (int g = 0; g < 2; g++) {
                     fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0], .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
-                                           .expected_rows = avg, .active_experts = act};
+                                           .expected_rows = avg, .active_experts = act,
+                                           .k_splits = work_list ? FM_CUDA_K_SPLITS_AUTO : 0};
                     fm_tile      t;
                     double       nat = 0, pkd = 0;
-                    if (fm_cuda_gemm_choose(&q, &t, NULL, &nat) != FM_OK) continue;
+                    if (fm_cuda_gemm_choose(&q, &t, NULL, &ksp[g], &nat) != FM_OK) continue;
                     q.x_packed = 1;
-                    pk[g] = fm_cuda_gemm_choose(&q, &t, NULL, &pkd) == FM_OK && pkd < nat;
+                    pk[g] = fm_cuda_gemm_choose(&q, &t, NULL, NULL, &pkd) == FM_OK && pkd < nat;
+                    if (pk[g]) ksp[g] = 1;
+                    if (ksp[g] > 1) {
+                        size_t cb = fm_cuda_split_counter_bytes(q.w, R);
+                        size_t pb = fm_cuda_gemm_split_ws_bytes(q.w, R, ksp[g]) - cb;
+                        cnt_b = cb > cnt_b ? cb : cnt_b;
+                        part_b = pb > part_b ? pb : part_b;
+                    }
                 }
+                void *dsplit = NULL;
+                if (cnt_b + part_b) {
+                    CK(cudaMalloc(&dsplit, cnt_b + part_b));
+                    CK(cudaMemset(dsplit, 0, cnt_b + part_b));
+                }
+                gemm_ks[0] = ksp[0], gemm_ks[1] = ksp[1];
+                /* the experts' work list, as the layer's permutation writes it */
+                int32_t *lst = calloc(EL + 1, sizeof(int32_t)), *dlst;
+                for (int e = 0; e < EL; e++)
+                    if (off[e + 1] > off[e]) lst[1 + lst[0]++] = e;
+                CK(cudaMalloc((void **)&dlst, sizeof(int32_t) * (EL + 1)));
+                CK(cudaMemcpy(dlst, lst, sizeof(int32_t) * (EL + 1), cudaMemcpyHostToDevice));
+                free(lst);
                 double *tgm = malloc(sizeof(double) * reps);
                 for (int it = -warm; it < reps; it++) {
                     int s = (it + warm) % NSETS;
                     fm_cuda_gemm_args a1 = {.w = cw13[s], .x = dxp, .offsets = doff, .max_rows = R,
                                             .epi = FM_CUDA_EPI_SWIGLU, .y = dh, .expected_rows = avg,
                                             .active_experts = act, .stream = st, .pdl = 1, .x_packed = pk[0],
-                                            .y_packed = pk[1]};
+                                            .y_packed = pk[1], .k_splits = ksp[0], .split_ws = dsplit,
+                                            .split_ws_bytes = cnt_b + part_b, .expert_list = work_list ? dlst : NULL,
+                                            .expert_slots = work_list ? act : 0};
                     fm_cuda_gemm_args a2 = {.w = cw2[s], .x = dh, .offsets = doff, .max_rows = R,
                                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = dout, .y_zero_init = 1,
                                             .row_weight = drw, .n_tokens = T, .top_k = K, .token_slots = dslots,
                                             .scratch = dscr, .expected_rows = avg, .active_experts = act,
-                                            .stream = st, .pdl = 1, .x_packed = pk[1]};
+                                            .stream = st, .pdl = 1, .x_packed = pk[1], .k_splits = ksp[1],
+                                            .split_ws = dsplit, .split_ws_bytes = cnt_b + part_b,
+                                            .expert_list = work_list ? dlst : NULL,
+                                            .expert_slots = work_list ? act : 0};
                     CK(cudaEventRecord(ev[0], st));
                     FK(fm_cuda_gemm(&a1));
                     FK(fm_cuda_gemm(&a2));
@@ -333,12 +366,14 @@ int main(int argc, char **argv)
                 free(tgm);
                 for (int s = 0; s < NSETS; s++) fm_cuda_weights_destroy(cw13[s]), fm_cuda_weights_destroy(cw2[s]);
                 cudaFree(doff), cudaFree(dslots), cudaFree(dxp), cudaFree(dh), cudaFree(drw), cudaFree(dscr);
+                cudaFree(dsplit);
+                cudaFree(dlst);
                 free(off);
             }
             const double g = median(tg, reps), e = median(te, reps), gi_us = median(ti_, reps);
-            printf("%-6s %5d %7d %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f\n",
+            printf("%-6s %5d %7d %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %d/%d\n",
                    mode == 0 ? "ep8" : "local", T, active, floor_us, g, g / floor_us, e, e / floor_us, gi_us,
-                   gi_us / (floor_us + router_us), gemm_us, gemm_us / floor_us);
+                   gi_us / (floor_us + router_us), gemm_us, gemm_us / floor_us, gemm_ks[0], gemm_ks[1]);
             printf("csv,layer,%s,%d,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f\n", mode == 0 ? "ep8" : "local", T, active,
                    bytes, flops, floor_us, g, e, gi_us, gemm_us);
             fflush(stdout);

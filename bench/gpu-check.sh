@@ -28,7 +28,7 @@ export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROO
 export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
-{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" &&
+{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" ${GPU_CMAKE_ARGS:-} &&
   cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm bench_layer test_cuda_gemm test_cuda_prepack \
     test_cuda_backend test_cuda_layer test_cuda_route test_cuda_pdl; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
@@ -76,7 +76,19 @@ if [ "$MODE" = layer ]; then
     timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
     echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
   fi
-  for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check' | tr '\n' ' ')"; done
+  # NCU_LAYER="1 8": per-kernel time, grid and DRAM throughput of the layer's first graph
+  # replays at those T (ep8 routing, external ids): where a small-batch forward spends its time
+  for tk in ${NCU_LAYER:-}; do
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    echo "== ncu bench_layer --ts $tk (ep8, first graph replays)"
+    timeout ${NCU_S:-90} "$NCU" --clock-control none --launch-count ${NCU_COUNT:-24} \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+      build-gpu/bench/bench_layer --ts "$tk" --reps 3 >"$OUT/ncu_layer_$tk.log" 2>&1
+    awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum|launch__grid_size|dram__throughput|dram__bytes_read/ {printf "%-34s %-48s %s %s\n", substr(k,1,34), $1, $(NF-1), $NF}' \
+      "$OUT/ncu_layer_$tk.log" | head -${NCU_LINES:-100}
+  done
+  for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
+  for tk in 1 8; do echo "-- fp4moe run EP8 rank 0 (--global-experts 256 --shard 0:32 --routing external) --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --global-experts 256 --shard 0:32 --routing external --tokens $tk --iters 50 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
   exit 0
 fi
 if [ "$MODE" = perf ]; then

@@ -22,20 +22,23 @@ static void help(FILE *f)
                "that no tile's K divides), 1 failure\n"
                "\n"
                "fp4moe plan --launcher --gpu NAME [--format nvfp4|mxfp4] [--packed-x] [--swiglu] [--feature-blocks N]\n"
-               "                   [--smem-limit BYTES] [--rows-per-expert 8] [--n 4096] [--k 6144] [--experts 32] [--json]\n"
+               "                   [--k-splits N] [--smem-limit BYTES] [--rows-per-expert 8] [--n 4096] [--k 6144]\n"
+               "                   [--experts 32] [--json]\n"
                "fp4moe's compiled tiles ranked as fm_cuda_gemm picks them with no tile given (fm_plan_fp4moe: a cost\n"
                "model with the CUDA calculator's occupancy, fitted to every tile's H200 timing; on other GPUs scaled,\n"
-               "unmeasured); the first row is what it launches. exit: 0, 5 no tile fits the limit, 2 usage, 1 failure\n");
+               "unmeasured); the first row is what it launches. --k-splits N: also rank the plain mma kernel with K\n"
+               "split over 2, 4, ... up to N CTAs where its grid leaves SMs idle (column splits).\n"
+               "exit: 0, 5 no tile fits the limit, 2 usage, 1 failure\n");
 }
 
 static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query *q, long rows, long n, long k,
                          long experts, int json)
 {
-    fm_fp4moe_choice c[128];
+    fm_fp4moe_choice c[256];
     size_t           cnt = 0;
     fm_fp4moe_query  qq = *q;
     qq.weights = ab;
-    fm_status st = fm_plan_fp4moe(g, &qq, rows, n, k, experts, c, 128, &cnt, NULL);
+    fm_status st = fm_plan_fp4moe(g, &qq, rows, n, k, experts, c, 256, &cnt, NULL);
     if (st == FM_ERR_SMEM_EXCEEDED) {
         fprintf(stderr, "fp4moe plan: %s\n", fm_last_error());
         return FM_EXIT_REJECTED;
@@ -46,9 +49,9 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json)
         printf("%s (sm_%d, %d SMs), %s weights, %s X%s, %ld rows/expert, N=%ld K=%ld, %ld experts: fm_cuda_gemm's "
-               "ranking\n  %4s %-6s %-22s %6s %8s %8s %9s %6s\n",
+               "ranking\n  %4s %-6s %-22s %6s %6s %8s %8s %9s %6s\n",
                g->full_name, g->cc, g->sms, fm_elem_name(ab), q->x_packed ? "packed" : "natural",
-               q->swiglu ? ", SwiGLU" : "", rows, n, k, experts, "rank", "kernel", "tile", "blocks", "CTAs/SM",
+               q->swiglu ? ", SwiGLU" : "", rows, n, k, experts, "rank", "kernel", "tile", "blocks", "splits", "CTAs/SM",
                "smem", "est_us", "eff");
     for (size_t i = 0; i < cnt; i++) {
         char name[64];
@@ -60,6 +63,7 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
             cJSON_AddStringToObject(o, "family", fm_family_name(c[i].tile.family));
             cJSON_AddStringToObject(o, "tile", name);
             cJSON_AddNumberToObject(o, "feature_blocks", c[i].feature_blocks);
+            cJSON_AddNumberToObject(o, "k_splits", c[i].k_splits);
             cJSON_AddStringToObject(o, "variant", fm_kernel_variant_name(c[i].variant));
             cJSON_AddNumberToObject(o, "ctas_per_sm", c[i].ctas_per_sm);
             cJSON_AddNumberToObject(o, "smem_bytes", (double)c[i].smem_bytes);
@@ -67,8 +71,9 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
             cJSON_AddNumberToObject(o, "efficiency", c[i].efficiency);
             cJSON_AddItemToArray(arr, o);
         } else
-            printf("  %4zu %-6s %-22s %6d %8d %8zu %9.1f %6.3f\n", i + 1, wg ? "wgmma" : "mma", name,
-                   c[i].feature_blocks, c[i].ctas_per_sm, c[i].smem_bytes, c[i].est_us, c[i].efficiency);
+            printf("  %4zu %-6s %-22s %6d %6d %8d %8zu %9.1f %6.3f\n", i + 1, wg ? "wgmma" : "mma", name,
+                   c[i].feature_blocks, c[i].k_splits, c[i].ctas_per_sm, c[i].smem_bytes, c[i].est_us,
+                   c[i].efficiency);
     }
     if (json) {
         fm_cli_print_json(arr);
@@ -82,7 +87,7 @@ int fm_cmd_plan(int argc, char **argv)
         if (!strcmp(argv[i], "--engine")) return fm_cmd_plan_engine(argc, argv);
     int             launcher = 0;
     fm_fp4moe_query q = {.weights = FM_ELEM_NVFP4};
-    long            fb = 0, lim = 0;
+    long            fb = 0, lim = 0, ksp = 0;
     const char *gpu_s = NULL;
     fm_elem ab = FM_ELEM_NVFP4;
     fm_epilogue epi = FM_EPI_TMA;
@@ -124,6 +129,7 @@ int fm_cmd_plan(int argc, char **argv)
             else if (!strcmp(f, "--experts")) { if (!fm_cli_int("plan", f, v, 1, 1 << 16, &experts)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--feature-blocks")) { if (!fm_cli_int("plan", f, v, 0, 64, &fb)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--smem-limit")) { if (!fm_cli_int("plan", f, v, 0, 1L << 30, &lim)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--k-splits")) { if (!fm_cli_int("plan", f, v, 1, 32, &ksp)) return FM_EXIT_USAGE; }
             else {
                 fprintf(stderr, "fp4moe plan: unknown flag %s (see --help)\n", f);
                 return FM_EXIT_USAGE;
@@ -150,10 +156,12 @@ int fm_cmd_plan(int argc, char **argv)
         }
         q.feature_blocks = (int)fb;
         q.smem_limit = (size_t)lim;
+        q.max_k_splits = (int)ksp;
         return launcher_rank(g, ab, &q, rows, n, k, experts, json);
     }
-    if (q.x_packed || q.swiglu || fb || lim) {
-        fprintf(stderr, "fp4moe plan: --packed-x, --swiglu, --feature-blocks and --smem-limit go with --launcher\n");
+    if (q.x_packed || q.swiglu || fb || lim || ksp) {
+        fprintf(stderr, "fp4moe plan: --packed-x, --swiglu, --feature-blocks, --k-splits and --smem-limit go with "
+                        "--launcher\n");
         return FM_EXIT_USAGE;
     }
     fm_plan_candidate c[64];

@@ -15,6 +15,7 @@ typedef struct {
     int             first, n_local; /* the shard: local expert e = global first + e */
     fm_out_dtype    out_dtype;
     int             caller_workspace;
+    int             decode_work_list; /* fm_layer_desc.decode_work_list */
     fm_cuda_device *device;         /* cuda only */
 } fm_layer_params;
 

@@ -136,6 +136,9 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     if ((int)d->out_dtype != FM_OUT_F32 && (int)d->out_dtype != FM_OUT_BF16)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: out_dtype=%d (expected FM_OUT_F32 or FM_OUT_BF16)",
                        (int)d->out_dtype);
+    if (d->decode_work_list != 0 && d->decode_work_list != 1)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: decode_work_list=%d (expected 0 or 1)",
+                       d->decode_work_list);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
                        d->caller_workspace);
@@ -168,7 +171,8 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     l->ops = ops_of(kind);
     l->kind = kind;
     l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
-                             .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device};
+                             .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device,
+                             .decode_work_list = d->decode_work_list};
     fm_status s = FM_OK;
     if (kind == FM_BACKEND_CUDA && !l->p.device) {
         if ((s = fm_cuda_device_open(0, &l->own_device)) != FM_OK) {

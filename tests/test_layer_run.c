@@ -264,6 +264,14 @@ static void test_bad_arguments(void **st)
     d.first_expert = 0, d.n_local = 0, d.out_dtype = (fm_out_dtype)7;
     assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
     d.out_dtype = FM_OUT_F32;
+    d.decode_work_list = 2; /* 0 or 1 */
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+    assert_non_null(strstr(fm_last_error(), "decode_work_list"));
+    d.decode_work_list = 1; /* the CPU backends take it and ignore it */
+    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_OK);
+    fm_layer_destroy(l);
+    l = NULL;
+    d.decode_work_list = 0;
     d.device = (fm_cuda_device *)&d; /* any non-NULL device given to a CPU backend */
     assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
     assert_null(l);

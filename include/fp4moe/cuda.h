@@ -131,13 +131,58 @@ typedef struct {
      * one do the same (it triggers at its start). Graph-capturable (a programmatic edge).
      * 0 = plain launch. */
     int             pdl;
+    /* k_splits: split K over this many CTAs per (expert, feature block), for calls
+     * whose experts x feature blocks leave most SMs idle (decode on the few experts of
+     * a shard that received rows). The mma tiles' plain kernel only (one feature block
+     * per CTA). Each CTA streams a contiguous share of the K stages and stores FP32
+     * partials; the last CTA of each (row pass, feature block) sums them in split order
+     * (deterministic: the same bits on every run, though not the unsplit kernel's
+     * rounding) and runs the epilogue. 0 or 1: no split; 2..FM_CUDA_MAX_K_SPLITS: that
+     * many (at most the tile's K stages, ceil(kp / kc)); FM_CUDA_K_SPLITS_AUTO with no
+     * tile given: the planner's choice (fm_cuda_gemm_choose), which needs split_ws.
+     * split_ws / split_ws_bytes: device memory of at least
+     * fm_cuda_gemm_split_ws_bytes(w, max_rows, k_splits) bytes, 16-byte aligned,
+     * zero-filled before its first use. The arrival counters sit at its start, the
+     * partials at its end, so one buffer serves calls of several shapes and row
+     * counts when it is as large as the largest counter part plus the largest
+     * partial part among them; every launch leaves its counters at zero again.
+     * Launches in flight at once need their own. */
+    int             k_splits;
+    void           *split_ws;
+    size_t          split_ws_bytes;
+    /* expert_list (device int32 [1 + n_experts], or NULL): [0] = n, then n distinct
+     * experts in [0, n_experts) that must include every expert with rows (those left
+     * out are not computed); fm_moe's permutation writes it. The mma tiles then launch
+     * CTAs for expert_slots experts (0 or > n_experts: all) that loop over the n x
+     * (feature blocks x k_splits) units of the list: a grid sized for the experts
+     * expected to have rows (decode on a shard: 1-8 of 32), not for all of them, whose
+     * empty CTAs would only queue. More listed experts than slots: the CTAs take several
+     * units each (correct, slower). The wgmma tiles ignore it (they compute every
+     * expert with rows, the same result). */
+    const int32_t  *expert_list;
+    int             expert_slots;
 } fm_cuda_gemm_args;
+
+#define FM_CUDA_MAX_K_SPLITS 32
+#define FM_CUDA_K_SPLITS_AUTO (-1)
+
+/* Bytes of fm_cuda_gemm_args.split_ws for weights w, max_rows rows and k_splits splits
+ * (0 when k_splits < 2 or w is NULL): the arrival counters, (max_rows / 8 + n_experts
+ * + 1) x N / 16 int32 rounded up to 256 B, then the FP32 partials
+ * [k_splits][max_rows][N]. */
+size_t fm_cuda_gemm_split_ws_bytes(const fm_cuda_weights *w, int max_rows, int k_splits);
+/* The counter part of it (the same for every k_splits > 1). */
+size_t fm_cuda_split_counter_bytes(const fm_cuda_weights *w, int max_rows);
 
 /* Launch the grouped GEMM (asynchronous on a->stream).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointers the epilogue needs, max_rows < 0,
  * unknown epilogue, feature_blocks < 0, a tile family other than the two fp4moe kernels
- * and AUTO), FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
- * scratch not 16-byte aligned), FM_ERR_UNSUPPORTED (x_packed with an mma
+ * and AUTO, k_splits < -1 or > FM_CUDA_MAX_K_SPLITS, k_splits > 1 without split_ws,
+ * expert_slots < 0; expert_list not 4-byte aligned: FM_ERR_MISALIGNED),
+ * FM_ERR_MISALIGNED (x not 16-byte aligned; FINALIZE_DET: y or
+ * scratch not 16-byte aligned; split_ws not 16-byte aligned), FM_ERR_UNSUPPORTED (k_splits > 1
+ * with a wgmma tile, with more than one feature block per CTA, or above the tile's K
+ * stages; x_packed with an mma
  * tile or K % 64 != 0, y_packed with an output width % 64 != 0 or a FINALIZE
  * epilogue, a tile that is not compiled in,
  * a wgmma tile on a device other than compute capability 9.0, a wgmma grid over 2^31-1 CTAs,
@@ -168,11 +213,15 @@ fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void
  * gate/up pairs), a->x_packed,
  * a->feature_blocks and the shared-memory limit (the device's opt-in limit, or
  * a->smem_limit when lower). The device is matched to the planner's GPU table by
- * compute capability, SMs and memory bandwidth. Only a, a->w and tile are read
- * (feature_blocks and est_us, the planner's estimate in microseconds, may be NULL). Returns FM_OK, FM_ERR_INVALID_ARG (NULL,
+ * compute capability, SMs and memory bandwidth. With a->k_splits ==
+ * FM_CUDA_K_SPLITS_AUTO the ranking also holds the plain mma kernel with K split
+ * (up to FM_CUDA_MAX_K_SPLITS) where its grid would leave SMs idle; *k_splits gets
+ * the choice (1 = none). Only a, a->w and tile are read (feature_blocks, k_splits and
+ * est_us, the planner's estimate in microseconds, may be NULL). Returns FM_OK, FM_ERR_INVALID_ARG (NULL,
  * feature_blocks < 0), FM_ERR_NO_DEVICE, and fm_plan_fp4moe's statuses
  * (FM_ERR_UNSUPPORTED: no tile fits the limit, ...). */
-fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *feature_blocks, double *est_us);
+fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *feature_blocks, int *k_splits,
+                              double *est_us);
 
 /* Shared memory the compiled kernel of `t` was given at its last launch and its
  * static size, from cudaFuncGetAttributes (for the planner conformance test).

@@ -121,6 +121,13 @@ typedef struct {
     /* 1: the caller passes workspace to every run (fm_layer_workspace_size bytes,
      * 256-byte aligned, in the layer's memory space); 0: the layer owns it. */
     int             caller_workspace;
+    /* cuda, 1: decode buckets run the mma GEMMs over the list of experts that have rows
+     * (a grid sized for the experts expected to have rows) with K split where few
+     * experts would leave SMs idle (docs/cuda-gemm.md, "Decode on a few experts");
+     * 0 (default): grids over every local expert, as measured in bench/RESULTS.md.
+     * Experimental: checked on the H200 (tests), its speed not yet measured
+     * (bench_layer --work-list compares both). The CPU backends ignore it. */
+    int             decode_work_list;
 } fm_layer_desc;
 
 /* Create a layer from a description. Statuses as fm_layer_create, plus

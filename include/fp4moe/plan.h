@@ -264,6 +264,9 @@ typedef struct {
     int     feature_blocks; /* multi-block mma kernels: 0 = rank one block per CTA and the automatic
                                count, 1 = one only, > 1 = that many (tiles that have the kernel) */
     size_t  smem_limit;     /* per-block limit, 0 = the architecture's opt-in limit (min of the two) */
+    int     max_k_splits;   /* > 1: also rank the plain mma kernel with K split over 2, 4, ... up to this
+                               many CTAs per (expert, feature block), where the unsplit grid leaves SMs
+                               idle (few experts with rows: decode on an expert shard); 0/1 = no split */
 } fm_fp4moe_query;
 
 typedef struct {
@@ -272,6 +275,7 @@ typedef struct {
                                   the persistent wgmma kernel (packed X only; one CTA per SM) */
     int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
     fm_kernel_variant variant; /* the kernel that runs it (fm_variant_of) */
+    int    k_splits;           /* CTAs sharing the K stages of one (expert, feature block): 1 = none */
     int    ctas_per_sm;        /* the model's CTAs resident per SM */
     size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_swapab / fm_smem_wgmma) */
     double est_us;             /* the model's time, microseconds */

@@ -18,8 +18,9 @@
  *   6. FC2 + FINALIZE_DET: out[t] = (shared) + sum over t's local slots of
  *      weight * (h . W2^T) in slot order (deterministic), FP32 or BF16.
  * Tiles: chosen at create time for every batch-size bucket (T a power of two up
- * to max_tokens; the planner's ranking for the rows per expert each bucket
- * gives); run looks its bucket up. The GEMMs get max_rows = T * top_k: the row
+ * to max_tokens; the planner's ranking for the rows per expert and the active
+ * experts each bucket gives, K split over several CTAs where few experts leave
+ * SMs idle); run looks its bucket up. The GEMMs get max_rows = T * top_k: the row
  * counts live only on the device (offsets).
  * Devices: every CUDA call runs with the layer's device current and restores
  * the caller's device. fm_layer_forward (host pointers) runs on a private
@@ -41,12 +42,15 @@
 typedef struct {
     fm_tile      t1, t2;   /* FC1, FC2 tiles */
     int          nb1, nb2; /* feature blocks per CTA */
+    int          ks1, ks2; /* K splits (1: none) */
+    int          slots;    /* experts the mma grids are sized for (the bucket's expected active experts) */
     int          pk1, pk2; /* packed X of FC1 / FC2 */
 } bucket_plan;
 
 /* Byte offsets of the per-run buffers inside the workspace. */
 typedef struct {
-    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, total;
+    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active,
+        total;
 } ws_layout;
 
 typedef struct {
@@ -60,6 +64,8 @@ typedef struct {
     fm_moe_dev_errors  *d_err;
     ws_layout           ws;
     void               *ws_own;            /* the layer's workspace (NULL with caller workspace) */
+    void               *d_split;           /* split-K counters + partials of both GEMMs (NULL: no bucket splits) */
+    size_t              split_bytes;
     uint16_t           *d_xstage;          /* fm_layer_forward: x uploaded here */
     float              *d_ostage;          /* fm_layer_forward: FP32 out before download */
     cudaStream_t        own_stream;        /* fm_layer_forward's stream */
@@ -116,6 +122,7 @@ static ws_layout layout_of(const fm_layer_params *p)
     l.pscratch = take(&at, fm_moe_permute_scratch_bytes(p->max_tokens, c->top_k, p->n_local) + 4);
     l.hs = take(&at, sizeof(float) * (T * S + 1));
     l.badlogit = take(&at, sizeof(unsigned long long));
+    l.active = take(&at, sizeof(int32_t) * ((size_t)p->n_local + 1));
     l.total = at;
     return l;
 }
@@ -128,7 +135,8 @@ static void cuda_destroy(void *ptr)
     if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
-    void *dev[] = {s->d_router, s->d_bias, s->d_sw13, s->d_sw2, s->d_err, s->ws_own, s->d_xstage, s->d_ostage};
+    void *dev[] = {s->d_router, s->d_bias, s->d_sw13, s->d_sw2, s->d_err, s->ws_own, s->d_xstage, s->d_ostage,
+                   s->d_split};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -144,7 +152,7 @@ static int prefer_packed(const fm_cuda_gemm_args *a)
     fm_tile           t;
     double            nat = 0, pk = 0;
     p.x_packed = 1;
-    int ok = fm_cuda_gemm_choose(a, &t, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, &pk) == FM_OK;
+    int ok = fm_cuda_gemm_choose(a, &t, NULL, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, NULL, &pk) == FM_OK;
     fm_clear_error();
     return ok && pk < nat;
 }
@@ -160,28 +168,45 @@ static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
     if (*avg < 1) *avg = 1;
 }
 
+/* Tiles, X layouts and K splits of every bucket; the split buffer's size (counters of
+ * the larger GEMM at the largest split bucket + the largest partials: cuda.h's layout
+ * lets FC1 and FC2 share it, one after the other). */
 static fm_status plan_buckets(cuda_state *s)
 {
     const fm_moe_config *c = &s->p.cfg;
     const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
+    size_t               cnt_max = 0, part_max = 0;
     s->n_buckets = 0;
     for (int b = 0; b < FM_BUCKETS; b++) {
         long long Tb = 1LL << b;
         int       T = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens, avg, act;
         bucket_rows(&s->p, T, &avg, &act);
-        fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act};
+        const int         wl = s->p.decode_work_list; /* splits (and the work list below) only when asked */
+        fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
+                                .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
-                                .active_experts = act};
+                                .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         bucket_plan *pl = &s->plan[b];
         pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
         pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
         a2.x_packed = pl->pk2;
-        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, NULL));
-        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, NULL));
+        pl->slots = wl ? act : 0; /* 0: no work list */
+        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
+        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
+        const int R = T * c->top_k; /* the runs of this bucket have at most T tokens */
+        const fm_cuda_weights *wk[2] = {s->w13, s->w2};
+        const int              ks[2] = {pl->ks1, pl->ks2};
+        for (int g = 0; g < 2; g++) {
+            if (ks[g] < 2) continue;
+            size_t cb = fm_cuda_split_counter_bytes(wk[g], R), pb = fm_cuda_gemm_split_ws_bytes(wk[g], R, ks[g]) - cb;
+            if (cb > cnt_max) cnt_max = cb;
+            if (pb > part_max) part_max = pb;
+        }
         s->n_buckets = b + 1;
         if (Tb >= s->p.max_tokens) break;
     }
+    s->split_bytes = cnt_max + part_max;
     return FM_OK;
 }
 
@@ -227,7 +252,12 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
     int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
     if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
         return cu_err(le ? (cudaError_t)le : e, "clear the error word");
-    return plan_buckets(s);
+    FM_CHECK(plan_buckets(s));
+    if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
+        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return cu_err(e, "cudaMalloc");
+        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return cu_err(e, "clear split counters");
+    }
+    return FM_OK;
 }
 
 static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
@@ -296,6 +326,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
     int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
     float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
     unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
+    int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
     const bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
     int le;
 
@@ -313,7 +344,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
         rid = ids, rwt = wts, bl = badlogit;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, stream)) != 0)
+                                    s->d_err, bl, p->decode_work_list ? active : NULL, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    stream)) != 0)
@@ -321,7 +352,9 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
     /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
                             .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
-                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1};
+                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
+                            .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a1));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
@@ -335,7 +368,9 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
                             .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
                             .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
-                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1};
+                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
+                            .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a2));
     return FM_OK;
 }

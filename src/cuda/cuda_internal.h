@@ -82,13 +82,36 @@ typedef struct {
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
 } fm_gemm_params;
 
+/* The mma work-list kernel's extra parameters (gemm_swapab.cu swapab_list_kernel; a
+ * struct of its own so that fm_gemm_params, and with it every other kernel, stays as
+ * it was):
+ *  - split K (fm_cuda_gemm_args.k_splits): ksplit CTAs per (expert, feature block) each
+ *    take a contiguous share of the K stages; FP32 partials go to
+ *    split_part[ksplit][max_rows][n], split_cnt counts arrivals per (row pass, feature
+ *    block) (index (row0 / tokens per pass + expert + pass) x nbx + block) and the last
+ *    CTA sums the partials in split order and runs the epilogue (deterministic), then
+ *    resets its counter to 0;
+ *  - the experts' work list (fm_cuda_gemm_args.expert_list): active[0] experts
+ *    active[1..]; the grid is upe units (feature blocks x ksplit) x slots experts and its
+ *    CTAs loop over active[0] x upe units. NULL: a grid of every expert's units.
+ * nbx and upe are filled by fm_swapab_launch. */
+typedef struct {
+    int            ksplit; /* 1: no split */
+    float         *split_part;
+    int           *split_cnt;
+    const int32_t *active;
+    int            slots;
+    int            nbx, upe;
+} fm_gemm_work;
+
 /* ---- launchers (gemm_swapab.cu) ---- */
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
 /* Launch compiled tile `idx` (its index in fm_swapab_tiles(): fm_swapab_tile_index)
- * with `smem` dynamic bytes. Returns a cudaError_t as int. */
-int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
+ * with `smem` dynamic bytes; work (or NULL): the work-list kernel with its split K /
+ * expert list (one feature block per CTA: p->nb <= 1). Returns a cudaError_t as int. */
+int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
 /* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,

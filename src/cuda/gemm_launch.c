@@ -219,7 +219,21 @@ static fm_status device_gpu_query(fm_gpu_info *g)
     return FM_OK;
 }
 
-fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *feature_blocks, double *est_us)
+size_t fm_cuda_split_counter_bytes(const fm_cuda_weights *w, int max_rows)
+{
+    if (!w || max_rows < 0) return 0;
+    size_t cnt = ((size_t)max_rows / 8 + (size_t)w->n_experts + 1) * ((size_t)w->n / 16) * sizeof(int32_t);
+    return (cnt + 255) / 256 * 256;
+}
+
+size_t fm_cuda_gemm_split_ws_bytes(const fm_cuda_weights *w, int max_rows, int k_splits)
+{
+    if (!w || k_splits < 2 || max_rows < 0) return 0;
+    return fm_cuda_split_counter_bytes(w, max_rows) + (size_t)k_splits * (size_t)max_rows * (size_t)w->n * sizeof(float);
+}
+
+fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *feature_blocks, int *k_splits,
+                              double *est_us)
 {
     fm_clear_error();
     if (!a || !a->w || !tile) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_choose: NULL args, w or tile");
@@ -237,7 +251,8 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *fe
                          .x_packed = a->x_packed != 0,
                          .swiglu = a->epi == FM_CUDA_EPI_SWIGLU,
                          .feature_blocks = a->feature_blocks,
-                         .smem_limit = limit};
+                         .smem_limit = limit,
+                         .max_k_splits = a->k_splits == FM_CUDA_K_SPLITS_AUTO ? FM_CUDA_MAX_K_SPLITS : 0};
     fm_fp4moe_choice c;
     size_t           n = 0;
     int              rows = a->expected_rows > 0 ? a->expected_rows : 1;
@@ -246,6 +261,7 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *fe
     if (st != FM_OK) return fm_fail(st, "fm_cuda_gemm: no tile for this call: %s", fm_last_error());
     *tile = c.tile;
     if (feature_blocks) *feature_blocks = c.feature_blocks;
+    if (k_splits) *k_splits = c.k_splits > 1 ? c.k_splits : 1;
     if (est_us) *est_us = c.est_us;
     return FM_OK;
 }
@@ -282,8 +298,23 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     const fm_pack_format  *pf = fm_pack_format_get(w->fmt); /* the weights' scale decode */
     if (!pf) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: w is not prepacked FP4 weights (format %d)", (int)w->fmt);
     if (a->max_rows < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: max_rows=%d < 0", a->max_rows);
+    if (a->expert_slots < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: expert_slots=%d < 0 (0: every expert)", a->expert_slots);
+    if ((uintptr_t)a->expert_list % 4)
+        return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: expert_list is not 4-byte aligned");
     if (a->feature_blocks < 0)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: feature_blocks=%d < 0", a->feature_blocks);
+    if (a->k_splits < FM_CUDA_K_SPLITS_AUTO || a->k_splits > FM_CUDA_MAX_K_SPLITS)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: k_splits=%d outside [-1, %d] (-1: automatic)", a->k_splits,
+                       FM_CUDA_MAX_K_SPLITS);
+    if (a->k_splits > 1 && (!a->split_ws || a->split_ws_bytes < fm_cuda_gemm_split_ws_bytes(a->w, a->max_rows,
+                                                                                              a->k_splits)))
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: k_splits=%d needs split_ws of at least %zu bytes "
+                                           "(fm_cuda_gemm_split_ws_bytes), got %zu%s",
+                       a->k_splits, fm_cuda_gemm_split_ws_bytes(a->w, a->max_rows, a->k_splits), a->split_ws_bytes,
+                       a->split_ws ? "" : " (NULL)");
+    if ((uintptr_t)a->split_ws % 16)
+        return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: split_ws is not 16-byte aligned");
     if ((uintptr_t)a->x % 16) return fm_fail(FM_ERR_MISALIGNED, "fm_cuda_gemm: x is not 16-byte aligned");
     if ((int)a->epi < FM_CUDA_EPI_NONE || a->epi > FM_CUDA_EPI_FINALIZE_DET)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: unknown epilogue %d", (int)a->epi);
@@ -311,9 +342,14 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
     int     cc = device_cc();
     fm_tile t;
-    int     chosen_nb = 0;
+    int     chosen_nb = 0, ks = a->k_splits > 1 ? a->k_splits : 1;
     if (a->tile) t = *a->tile;
-    else FM_CHECK(fm_cuda_gemm_choose(a, &t, &chosen_nb, NULL)); /* the planner's first candidate (fm_plan_fp4moe) */
+    else FM_CHECK(fm_cuda_gemm_choose(a, &t, &chosen_nb, a->k_splits == FM_CUDA_K_SPLITS_AUTO ? &ks : NULL,
+                                      NULL)); /* the planner's first candidate (fm_plan_fp4moe) */
+    if (ks > 1 && (!a->split_ws || a->split_ws_bytes < fm_cuda_gemm_split_ws_bytes(w, a->max_rows, ks)))
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: the planner chose k_splits=%d, which needs split_ws of "
+                                           "%zu bytes (fm_cuda_gemm_split_ws_bytes), got %zu",
+                       ks, fm_cuda_gemm_split_ws_bytes(w, a->max_rows, ks), a->split_ws_bytes);
     char name[64];
     if (t.family != FM_FAMILY_AUTO && t.family != FM_FAMILY_FP4MOE_SWAPAB && t.family != FM_FAMILY_FP4MOE_WGMMA)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: tile family %d is not fp4moe-swapab or fp4moe-wgmma",
@@ -348,11 +384,19 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
                        tile_name(&t, name, sizeof name), w->n);
-    int nb = chosen_nb ? chosen_nb : feature_blocks(a, &t, idx);
+    int nb = chosen_nb ? chosen_nb : ((ks > 1 && a->feature_blocks == 0) ? 1 : feature_blocks(a, &t, idx));
     if (nb < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
                                            "kernel (include/fp4moe/cuda.h lists them); %s has none",
                        a->feature_blocks, tile_name(&t, name, sizeof name));
+    if (ks > 1) {
+        int stages = (w->kp + t.kc - 1) / t.kc;
+        if (wg || nb != 1 || ks > stages)
+            return fm_fail(FM_ERR_UNSUPPORTED,
+                           "fm_cuda_gemm: k_splits=%d needs an mma tile's plain kernel (one feature block per CTA) and "
+                           "at most its %d K stages; %s with %d feature block(s) per CTA",
+                           ks, stages, tile_name(&t, name, sizeof name), nb);
+    }
     fm_smem_breakdown bd;
     FM_CHECK(tile_smem_check(&t, limit, &bd));
     fm_gemm_params p = {
@@ -362,6 +406,17 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         .x_packed = a->x_packed != 0, .y_packed = a->y_packed != 0, .y = a->y,
         .nb = nb, .row_weight = a->row_weight, .row_token = a->row_token, .scratch = a->scratch,
         .pdl = a->pdl && cc >= 90};
+    /* the mma work-list kernel: split K and/or the expert list (the multi-block kernel
+     * and the wgmma tiles take no list: they compute every expert with rows, the same) */
+    fm_gemm_work work = {.ksplit = ks, .active = a->expert_list, .slots = a->expert_slots};
+    const int    use_work = !wg && nb <= 1 && (ks > 1 || a->expert_list);
+    if (ks > 1) { /* split_ws: the counters from its start, the partials at its end (so that
+                   * calls of other shapes or row counts on one buffer never write partials
+                   * over counters: cuda.h) */
+        size_t part = (size_t)ks * (size_t)a->max_rows * (size_t)w->n * sizeof(float);
+        work.split_cnt = (int *)a->split_ws;
+        work.split_part = (float *)((unsigned char *)a->split_ws + ((a->split_ws_bytes - part) & ~(size_t)15));
+    }
     if (wg && fm_wgmma_grid(idx, &p) < 0) {
         cudaGetLastError();
         return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device (SM count)");
@@ -369,7 +424,8 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
                        tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p), a->max_rows);
-    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream) : fm_swapab_launch(idx, &p, bd.total, a->stream);
+    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream)
+                 : fm_swapab_launch(idx, &p, use_work ? &work : NULL, bd.total, a->stream);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,

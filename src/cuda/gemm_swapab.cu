@@ -74,6 +74,52 @@ __device__ __forceinline__ void fm_probe_end(unsigned long long t0)
 namespace {
 using namespace fm_kc;
 
+/* Split K: store this CTA's FP32 partials (the valid tokens of the pass, the valid
+ * bands) to split_part[split][row][feature], count the CTA in, and if it is the last of
+ * the p.ksplit CTAs of (row pass, block) cidx: sum every split's partials in split
+ * order into acc (deterministic: the same order whichever CTA is last), reset the
+ * counter and return true (the caller runs the epilogue); else false. Called by every
+ * thread of the CTA (barriers inside). The threadfence / counter / threadfence order is
+ * the CUDA programming guide's last-block pattern; the last CTA reads through L2 (ld.cg). */
+template <int MT, int NT>
+__device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_gemm_work &wk, float (&acc)[MT][NT][4],
+                                            const int (&bj)[MT], const bool (&vj)[MT], int rbase, int rows, int split,
+                                            int cidx, int g, int t)
+{
+    float *part = wk.split_part;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int tok = n * 8 + 2 * t + (q & 1);
+                if (vj[i] && tok < rows)
+                    part[((size_t)split * p.max_rows + rbase + tok) * p.n + bj[i] * 16 + g + 8 * (q >> 1)] = acc[i][n][q];
+            }
+    __threadfence();
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) last = atomicAdd(&wk.split_cnt[cidx], 1) == wk.ksplit - 1;
+    if (!__syncthreads_or(last)) return false;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int tok = n * 8 + 2 * t + (q & 1);
+                if (!vj[i] || tok >= rows) continue;
+                const float *src = part + ((size_t)rbase + tok) * p.n + bj[i] * 16 + g + 8 * (q >> 1);
+                float        v = 0.0f;
+                for (int s = 0; s < wk.ksplit; s++) v += __ldcg(src + (size_t)s * p.max_rows * p.n);
+                acc[i][n][q] = v;
+            }
+    if (threadIdx.x == 0) wk.split_cnt[cidx] = 0; /* ready for the next launch */
+    return true;
+}
+
 /* MB (multi-block): the CTA computes p.nb consecutive feature blocks of its
  * expert, one K pipeline running across them, so that the next block's stages
  * are in flight while this block finishes and writes its epilogue (short K: a
@@ -81,9 +127,13 @@ using namespace fm_kc;
 /* The stage layout is fm_tile_layout.h's (the planner's model expands the same
  * macros); __launch_bounds__' minimum blocks per SM is its FM_SWAPAB_MIN_BLOCKS hint
  * (the cost model's occupancy uses it too). */
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
-__global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
-    swapab_kernel(const fm_gemm_params p)
+/* One unit of work: feature block(s) ux of expert e (split K: ux = block x ksplit +
+ * split), every row pass of the expert. LIST: the work-list kernel's unit (split K,
+ * wk); without it the split code is compiled out, so the plain and multi-block
+ * kernels are what they were before the work list (registers, SASS: the planner's
+ * fitted occupancy and timings stay theirs). */
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool LIST>
+__device__ __forceinline__ void swapab_unit(const fm_gemm_params &p, const fm_gemm_work &wk, int e, int ux)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
@@ -92,30 +142,25 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
     constexpr int S_OFF = FM_SWAPAB_S_OFF(WARPS, MT, NT, KC);     /* their scale bytes */
     constexpr int STAGE_B = FM_SWAPAB_STAGE_BYTES(WARPS, MT, NT, KC);
     extern __shared__ __align__(16) unsigned char smem[];
-#ifdef FM_PROBE_TIMELINE
-    const unsigned long long probe_t0 = fm_probe_now();
-#endif
-
-    const int e = blockIdx.y;
-    pdl_trigger();
-    pdl_wait();
     int       row0 = p.offsets[e], row1 = p.offsets[e + 1];
     if (row1 > p.max_rows) row1 = p.max_rows;
     const int m = row1 - row0;
-    if (m <= 0 || row0 < 0) {
-#ifdef FM_PROBE_TIMELINE
-        fm_probe_end(probe_t0);
-#endif
-        return;
-    }
+    if (m <= 0 || row0 < 0) return;
+
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int KB = p.kp / 64, nks = (p.kp + KC - 1) / KC;
+    /* split K (plain kernel): CTA x of the grid = feature block bx, split `split` of ksp;
+     * this CTA's K stages are [kbeg, kbeg + nks) of the nks_all (the launcher keeps
+     * ksp <= nks_all, so every split has at least one) */
+    const int ksp = !LIST || wk.ksplit < 2 ? 1 : wk.ksplit;
+    const int bx = MB ? ux : ux / ksp, split = ux - bx * ksp;
+    const int KB = p.kp / 64, nks_all = (p.kp + KC - 1) / KC;
+    const int kbeg = split * nks_all / ksp, nks = (split + 1) * nks_all / ksp - kbeg;
     const int nbands = p.n / 16;
     const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     constexpr int HALF = MT >= 2 ? MT / 2 : 1; /* launcher refuses SwiGLU with MT == 1 */
     /* feature blocks of this CTA: [blk0, blk0 + nblk); block j's bands are block 0's + j * bstride */
-    const int blk0 = MB ? blockIdx.x * p.nb : blockIdx.x;
+    const int blk0 = MB ? bx * p.nb : bx;
     const int bstride = swiglu ? WARPS * HALF : WARPS * MT;
     const int nblk = MB ? min(p.nb, ((swiglu ? nbands / 2 : nbands) + bstride - 1) / bstride - blk0) : 1;
     /* bands of this warp's tiles in the CTA's first block, and the bound of each */
@@ -180,7 +225,7 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
         /* one stage: X tile (whole CTA), this warp's weight chunks (each lane its own
          * 16 B: no other lane reads them), their scale bytes (lanes 0-3, 16 B each) */
         auto load_stage = [&](int ls) { /* ls: stage of the CTA's pipeline = block lj, K stage ks */
-            const int      lj = MB ? ls / nks : 0, ks = MB ? ls - lj * nks : ls;
+            const int      lj = MB ? ls / nks : 0, ks = (MB ? ls - lj * nks : ls) + kbeg;
             unsigned char *buf = smem + (ls % STAGES) * STAGE_B;
 #pragma unroll
             for (int j = 0; j < XIT; j++) {
@@ -277,7 +322,13 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
                     }
                 }
             }
-            if (staged) { /* every thread: the tile goes through shared memory */
+            /* split K: every CTA leaves its partials; the last of the (row pass, block)
+             * sums them all and goes on to the epilogue, the others are done with the pass */
+            const bool epi_here = MB || ksp == 1 ||
+                                  split_fixup<MT, NT>(p, wk, acc, bj, vj, row0 + pass0, rows, split,
+                                                      (row0 / TOK + e + pass0 / TOK) * wk.nbx + bx,
+                                                      g, t);
+            if (epi_here && staged) { /* every thread: the tile goes through shared memory */
                 cp_async_wait<0>();
                 __syncthreads(); /* all stage reads done, no copy in flight */
                 epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
@@ -286,7 +337,7 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
                     [&](int i, int n, int q) { return acc[i][n][q]; },
                     [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
                     [] { __syncthreads(); });
-            } else if (wv) {
+            } else if (epi_here && wv) {
                 epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, osc, g, t,
                                  [&](int i, int n, int q) { return acc[i][n][q]; });
             }
@@ -294,9 +345,41 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
         cp_async_wait<0>();
         __syncthreads(); /* the next pass overwrites the stages */
     }
+}
+
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
+__global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    swapab_kernel(const fm_gemm_params p)
+{
+#ifdef FM_PROBE_TIMELINE
+    const unsigned long long probe_t0 = fm_probe_now();
+#endif
+    pdl_trigger();
+    pdl_wait();
+    swapab_unit<WARPS, MT, NT, KC, STAGES, MB, false>(p, fm_gemm_work{}, (int)blockIdx.y, (int)blockIdx.x);
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);
 #endif
+}
+
+/* The work-list kernel (plain, one feature block a unit): with wk.active (the experts
+ * with rows, fm_cuda_gemm_args.expert_list) its CTAs take units w = blockIdx.x,
+ * + gridDim.x, ... of active[0] experts x wk.upe units each (a grid sized for the
+ * experts expected to have rows, not for all of them); without it, unit blockIdx.x of
+ * expert blockIdx.y as the plain kernel. Split K when wk.ksplit > 1. */
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    swapab_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
+{
+    pdl_trigger();
+    pdl_wait();
+    if (!wk.active) {
+        swapab_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
+        return;
+    }
+    const int n_units = wk.active[0] * wk.upe;
+    for (int w = (int)blockIdx.x; w < n_units; w += (int)gridDim.x)
+        swapab_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
 }
 
 __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
@@ -328,6 +411,7 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
 }
 
 typedef void (*kernel_fn)(const fm_gemm_params);
+typedef void (*list_fn)(const fm_gemm_params, const fm_gemm_work);
 
 /* The rows of src/plan/fm_tiles.def, in its order (= fm_swapab_tiles()); mb: the
  * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). Each
@@ -336,6 +420,7 @@ typedef void (*kernel_fn)(const fm_gemm_params);
 struct entry {
     int       warps, mt, nt, kc, stages;
     kernel_fn fn, mb;
+    list_fn   list;
 };
 #define FM_SWAPAB_MB_0(w, mt, nt, kc, st) NULL
 #define FM_SWAPAB_MB_1(w, mt, nt, kc, st) swapab_kernel<w, mt, nt, kc, st, true>
@@ -346,7 +431,8 @@ struct entry {
 #include "plan/fm_tiles.def"
 const entry k_entries[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                                \
-    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, FM_SWAPAB_MB_##mb(w, mt, nt, kc, st)},
+    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, FM_SWAPAB_MB_##mb(w, mt, nt, kc, st),            \
+     swapab_list_kernel<w, mt, nt, kc, st>},
 #include "plan/fm_tiles.def"
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
@@ -354,22 +440,23 @@ const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
  * (the attribute is per device and per function). A race between threads only repeats the
  * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
 #define FM_SWAPAB_MAX_DEV 64
-size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][2];
+size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][3]; /* plain, MB, list */
 
 } // namespace
 
 extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
 
-extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream)
+extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream)
 {
     if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
     const entry &x = k_entries[idx];
     const int    mb = p->nb > 1;
     if (mb && !x.mb) return (int)cudaErrorInvalidValue;
-    kernel_fn fn = mb ? x.mb : x.fn;
-    int       dev = 0;
+    if (mb && work) return (int)cudaErrorInvalidValue; /* the work list and split K: the plain kernel only */
+    const void *fn = mb ? (const void *)x.mb : work ? (const void *)x.list : (const void *)x.fn;
+    int         dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
-    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][mb] : NULL;
+    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][work ? 2 : mb] : NULL;
     if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
@@ -382,12 +469,22 @@ extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, size_t smem, v
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
     int  blocks = (bands + per_cta - 1) / per_cta;
     dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
+    fm_gemm_work w = {0};
+    if (work) { /* units of one expert: feature blocks x splits; a 1-D grid of `slots` experts' units with a list */
+        w = *work;
+        w.ksplit = w.ksplit > 1 ? w.ksplit : 1;
+        w.nbx = blocks;
+        w.upe = blocks * w.ksplit;
+        int slots = w.slots > 0 && w.slots < p->n_experts ? w.slots : p->n_experts;
+        grid = w.active ? dim3((unsigned)((long long)w.upe * slots)) : dim3((unsigned)w.upe, (unsigned)p->n_experts);
+    }
     if (!p->pdl) {
-        fn<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
+        if (work) x.list<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, w);
+        else (mb ? x.mb : x.fn)<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
         return (int)cudaGetLastError();
     }
-    void *args[] = {(void *)p};
-    return (int)fm_launch_pdl((const void *)fn, grid, dim3(x.warps * 32), smem, stream, args);
+    void *args[] = {(void *)p, (void *)&w};
+    return (int)fm_launch_pdl(fn, grid, dim3(x.warps * 32), smem, stream, args);
 }
 
 extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs)

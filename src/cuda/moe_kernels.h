@@ -65,12 +65,14 @@ int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream);
  * scratch: fm_moe_permute_scratch_bytes (per-chunk counts, so the placement runs
  * in parallel over slot chunks: at T x top_k = 32,768 one warp per expert walking
  * every slot took ~0.25 ms), or NULL (one chunk).
+ * active (or NULL): [1 + E], active[0] = the experts with rows, active[1..] = them
+ * ascending (the GEMMs' expert_list, fm_cuda_gemm_args).
  * Deterministic: no atomics decide an order. */
 size_t fm_moe_permute_scratch_bytes(int T, int top_k, int E);
 int    fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
                              int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
                              int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
-                             const unsigned long long *bad_logit, void *stream);
+                             const unsigned long long *bad_logit, int32_t *active, void *stream);
 
 /* out[t] += W2 . (silu(W13[0:S] . x[t]) * (W13[S:2S] . x[t])), BF16 weights, FP32 hs[T][S] scratch;
  * H % 8 == 0, S % 8 == 0, 16-byte aligned buffers. */

@@ -268,11 +268,45 @@ __device__ void block_prefix_sums(const int *src, int32_t *off, int E, int *wsum
     }
 }
 
-/* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]). */
-__global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E)
+/* active[0] = the number of experts e with off[e+1] > off[e], active[1..] = those e
+ * ascending (the GEMMs' work list, fm_cuda_gemm_args.expert_list). One CTA of exactly
+ * 1024 threads, after a barrier that makes off visible; wsum: 32 ints of shared memory. */
+__device__ void write_active_list(const int32_t *off, int E, int32_t *active, int *wsum)
+{
+    const int      tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const unsigned lt = (1u << lane) - 1u;
+    int            carry = 0;
+    for (int base = 0; base < E; base += 1024) {
+        const int      i = base + tid;
+        const bool     f = i < E && off[i + 1] > off[i];
+        const unsigned b = __ballot_sync(FM_FULL, f);
+        if (lane == 0) wsum[w] = __popc(b);
+        __syncthreads();
+        if (w == 0) {
+            int v = wsum[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int n = __shfl_up_sync(FM_FULL, v, o);
+                if (lane >= o) v += n;
+            }
+            wsum[lane] = v; /* inclusive */
+        }
+        __syncthreads();
+        if (f) active[1 + carry + (w ? wsum[w - 1] : 0) + __popc(b & lt)] = i;
+        carry += wsum[31];
+        __syncthreads(); /* wsum is rewritten by the next step */
+    }
+    if (tid == 0) active[0] = carry;
+}
+
+/* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]); then the
+ * active list when asked. */
+__global__ void __launch_bounds__(1024) permute_scan_kernel(int32_t *off, int E, int32_t *active)
 {
     __shared__ int wsum[32];
     block_prefix_sums(off + 1, off, E, wsum);
+    if (!active) return;
+    __syncthreads();
+    write_active_list(off, E, active, wsum);
 }
 
 /* One warp: expert e's slots among [s_begin, s_end) in ascending order, 128 slots per
@@ -317,7 +351,7 @@ __global__ void __launch_bounds__(1024)
     permute_count_scan_kernel(const int32_t *ids, const float *weights, int R, int E, int first, int n_global,
                               int32_t *off, int32_t *token_slots, int32_t *hist, fm_moe_dev_errors *err,
                               const unsigned long long *bad_logit, int top_k, int32_t *perm, float *row_weight,
-                              int32_t *row_token)
+                              int32_t *row_token, int32_t *active)
 {
     __shared__ int cnt[FM_FUSED_E], tmp[FM_FUSED_E];
     __shared__ int wsum[32];
@@ -348,10 +382,10 @@ __global__ void __launch_bounds__(1024)
     if (tid == 0) off[0] = 0;
     __syncthreads();
     block_prefix_sums(cnt, off, E, wsum);
+    __syncthreads(); /* the offsets this CTA just wrote are visible to it */
+    if (active) write_active_list(off, E, active, wsum);
     if (!perm) return;
-    /* R <= one chunk (perm given): the placement too, warp w taking experts w, w + 32, ...
-     * (the offsets this CTA just wrote are visible to it after the barrier) */
-    __syncthreads();
+    /* R <= one chunk (perm given): the placement too, warp w taking experts w, w + 32, ... */
     for (int e = tid >> 5; e < E; e += 32)
         place_walk(ids, weights, 0, R, e, first, off[e], top_k, perm, token_slots, row_weight, row_token);
 }
@@ -424,26 +458,30 @@ extern "C" size_t fm_moe_permute_scratch_bytes(int T, int top_k, int E)
 extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, int top_k, int E, int first,
                                      int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots,
                                      float *row_weight, int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
-                                     const unsigned long long *bad_logit, void *stream)
+                                     const unsigned long long *bad_logit, int32_t *active, void *stream)
 {
     cudaStream_t    st = (cudaStream_t)stream;
     const long long R = (long long)T * top_k;
     cudaError_t     err_ = cudaSuccess;
-    if (R <= 0 || E <= 0) return (int)cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)(E > 0 ? E : 0) + 1), st);
+    if (R <= 0 || E <= 0) {
+        err_ = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)(E > 0 ? E : 0) + 1), st);
+        if (err_ == cudaSuccess && active) err_ = cudaMemsetAsync(active, 0, sizeof(int32_t), st); /* none */
+        return (int)err_;
+    }
     int32_t *hist = E <= FM_FUSED_E ? (int32_t *)scratch : NULL;
     if (hist) { /* one launch for count + scan, then (expert, chunk) warps place; up to one chunk
                  * of slots (decode) the same CTA places them too: one launch in all */
         const int fused = R <= FM_PLACE_CHUNK;
         permute_count_scan_kernel<<<1, 1024, 0, st>>>(ids, weights, (int)R, E, first, n_global, offsets, token_slots,
                                                       hist, err, bad_logit, top_k, fused ? perm : NULL, row_weight,
-                                                      row_token);
+                                                      row_token, active);
         if (fused) return (int)cudaGetLastError();
     } else {
         if ((err_ = cudaMemsetAsync(offsets, 0, sizeof(int32_t) * ((size_t)E + 1), st)) != cudaSuccess) return (int)err_;
         permute_count_kernel<<<(unsigned)((R + 255) / 256), 256, 0, st>>>(ids, weights, (int)R, E, first, n_global,
                                                                            offsets, token_slots, err, bad_logit);
         if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
-        permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E);
+        permute_scan_kernel<<<1, 1024, 0, st>>>(offsets, E, active);
     }
     if ((err_ = cudaGetLastError()) != cudaSuccess) return (int)err_;
     const int       chunk = hist ? FM_PLACE_CHUNK : (int)R;

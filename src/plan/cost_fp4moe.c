@@ -181,8 +181,8 @@ int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_va
 
 /* CTAs per SM and the model's time of one candidate. */
 static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_family fam, const fm_tile *t,
-                      size_t smem, int nb, int packed, double sf, int64_t m, int64_t n, int64_t k, int64_t experts,
-                      int *occ)
+                      size_t smem, int nb, int ks, int packed, double sf, int64_t m, int64_t n, int64_t k,
+                      int64_t experts, int *occ)
 {
     const fm_cost_params *P = &k_cost_h200;
     double bw = P->bw * (g->mem_gbs > 0 ? g->mem_gbs / FM_H200_GBS : 1.0);
@@ -190,14 +190,17 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     double sms = g->sms;
     int    mma = fam == FM_FAMILY_FP4MOE_SWAPAB;
     int    W = t->warps, MT = t->mt, NT = t->nt, KC = t->kc, TOK = 8 * NT, F = 16 * W * MT;
-    int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(k, KC), chunks = KC / 64;
+    /* split K (ks > 1, mma plain kernel): ks times the CTAs, each over its share of the K
+     * stages, plus the fix-up of the last CTA of each (pass, block) (partials to L2, a
+     * counter, the sum read back): modelled as one more fixed CTA latency (unmeasured) */
+    int    passes = ceil_div(m, TOK), B = ceil_div(n, F), nks = ceil_div(ceil_div(k, KC), ks), chunks = KC / 64;
     /* X bytes a stage: the pass's valid rows (rows past an expert's count are not read) */
     double wst = (double)F * KC * (0.5 + sf), xst = (double)m / passes * KC * 2;
     int    o = fm_fp4moe_occupancy(arch, t, fm_variant_of(fam, t, nb, packed), smem);
     if (o < 1) o = 1;
     double ctas, iss, tc;
     if (mma) {
-        ctas = (double)experts * ceil_div(B, nb);
+        ctas = (double)experts * ceil_div(B, nb) * ks;
         iss = W * (MT * chunks * (4 * P->dec + 4.0 * NT * P->mma) + chunks * 2.0 * NT + P->stg);
         tc = (double)W * MT * chunks * 4 * NT * 4096 * 2 / (P->rmma * rate);
     } else {
@@ -212,7 +215,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     if (!mma && !packed && P->xlat * xst / (W * 32 * 16) > ps) ps = P->xlat * xst / (W * 32 * 16);
     double out = P->epi * TOK * F * 2.0 * o * sms / bw, t_cta;
     if (mma)
-        t_cta = (nb > 1 ? P->l0mb : P->l0) + passes * P->fill +
+        t_cta = (nb > 1 ? P->l0mb : P->l0) + (ks > 1 ? passes * P->l0 : 0) + passes * P->fill +
                 nb * passes * (1 + (nb > 1 && passes > 1 ? P->mbp : 0)) * (nks * ps + out);
     else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + P->lmt * (MT - 1) + nks * ps + out;
     double waves = ctas / (sms * o);
@@ -224,6 +227,14 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     return ((waves > 1 ? waves : 1) * t_cta * 1e6 + P->launch) * efficiency(t, fm_variant_of(fam, t, nb, packed));
 }
 
+/* CTAs of the plain mma kernel (one feature block each) over `experts` experts */
+static int64_t plain_ctas(const fm_tile *t, int swiglu, int64_t n, int64_t experts)
+{
+    int64_t per_cta = swiglu ? (int64_t)t->warps * t->mt / 2 : (int64_t)t->warps * t->mt; /* bands */
+    int64_t bands = swiglu ? n / 32 : n / 16;
+    return per_cta < 1 ? experts : experts * ((bands + per_cta - 1) / per_cta);
+}
+
 static int by_est(const void *pa, const void *pb)
 {
     const fm_fp4moe_choice *a = pa, *b = pb;
@@ -231,7 +242,7 @@ static int by_est(const void *pa, const void *pb)
     return (a->smem_bytes > b->smem_bytes) - (a->smem_bytes < b->smem_bytes);
 }
 
-#define FM_CHOICE_MAX 128
+#define FM_CHOICE_MAX 256
 
 fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64_t rows, int64_t n, int64_t k,
                          int64_t experts, fm_fp4moe_choice *out, size_t cap, size_t *count, size_t *total)
@@ -307,15 +318,26 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                 if (a > 1) nbs[nn++] = a;
             }
             for (int j = 0; j < nn && got < FM_CHOICE_MAX; j++) {
-                fm_fp4moe_choice *c = &all[got++];
-                memset(c, 0, sizeof *c);
-                c->tile = *t; /* the catalogue's row: its family set */
-                c->feature_blocks = nbs[j];
-                c->smem_bytes = bd.total;
-                c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], q->x_packed, sf, rows, n, k, experts,
-                                    &c->ctas_per_sm);
-                c->variant = fm_variant_of(fam, t, nbs[j], q->x_packed);
-                c->efficiency = efficiency(t, c->variant);
+                /* split K: the plain mma kernel, where its grid is under one wave */
+                int max_ks = 1;
+                if (!f && nbs[j] == 1 && q->max_k_splits > 1) {
+                    int o = fm_fp4moe_occupancy(arch, t, FM_VARIANT_MMA, bd.total);
+                    if (plain_ctas(t, q->swiglu, n, experts) < (int64_t)gpu->sms * (o > 0 ? o : 1))
+                        max_ks = q->max_k_splits;
+                }
+                for (int ks = 1; ks <= max_ks && got < FM_CHOICE_MAX; ks *= 2) {
+                    if (ks > 1 && ks > ceil_div(k, t->kc)) break; /* every split at least one K stage */
+                    fm_fp4moe_choice *c = &all[got++];
+                    memset(c, 0, sizeof *c);
+                    c->tile = *t; /* the catalogue's row: its family set */
+                    c->feature_blocks = nbs[j];
+                    c->k_splits = ks;
+                    c->smem_bytes = bd.total;
+                    c->est_us = cost_us(gpu, arch, fam, t, bd.total, nbs[j], ks, q->x_packed, sf, rows, n, k,
+                                        experts, &c->ctas_per_sm);
+                    c->variant = fm_variant_of(fam, t, nbs[j], q->x_packed);
+                    c->efficiency = efficiency(t, c->variant);
+                }
             }
         }
     }

@@ -66,6 +66,14 @@ static int g_blocks = 0;
 static int g_y_off = 0;
 /* launch with programmatic dependent launch (args.pdl; the dependent chains are in test_cuda_pdl) */
 static int g_pdl = 0;
+/* k_splits of every launch (> 1: a zero-filled split_ws of the size asked; after the
+ * check the launch runs again and must give the same bits, and every counter must be
+ * back at zero); g_ksplit_ws_less: that many bytes short (the refusal) */
+static int    g_ksplit = 0;
+static size_t g_ksplit_ws_less = 0;
+/* expert_list (the experts with rows, ascending) with expert_slots = g_slots; g_list_all:
+ * every expert listed, with or without rows */
+static int g_list = 0, g_slots = 0, g_list_all = 0;
 
 /* Returns the status of fm_cuda_gemm; on FM_OK the result has been checked, on
  * FM_ERR_SMEM_EXCEEDED the poisoned output must be untouched (checked here). */
@@ -101,17 +109,35 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
     void *doff = dev_upload(offsets, sizeof(int32_t) * (c->E + 1));
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = rows, .epi = epi, .tile = tile,
                            .expected_rows = 4, .smem_limit = smem_limit, .x_packed = pack,
-                           .feature_blocks = g_blocks, .pdl = g_pdl};
-    char   what[128], name[64];
+                           .feature_blocks = g_blocks, .pdl = g_pdl, .k_splits = g_ksplit};
+    void *dlist = NULL;
+    if (g_list) {
+        int32_t list[17] = {0};
+        for (int e = 0; e < c->E; e++)
+            if (g_list_all || c->counts[e] > 0) list[1 + list[0]++] = e;
+        dlist = dev_upload(list, sizeof(int32_t) * (c->E + 1));
+        a.expert_list = dlist;
+        a.expert_slots = g_slots;
+    }
+    void  *dsplit = NULL;
+    size_t split_bytes = fm_cuda_gemm_split_ws_bytes(cw, rows, g_ksplit);
+    if (split_bytes) {
+        CK(cudaMalloc(&dsplit, split_bytes));
+        CK(cudaMemset(dsplit, 0, split_bytes));
+        a.split_ws = dsplit;
+        a.split_ws_bytes = split_bytes - g_ksplit_ws_less;
+    }
+    char   what[160], name[64];
     if (tile) {
         tile_name(tile, name, sizeof name);
     } else {
         snprintf(name, sizeof name, "default(limit %zu)", smem_limit);
         a.expected_rows = 64;
     }
-    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s", fm_format_traits_get(f)->name,
-             name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "", g_y_packed ? " y_packed" : "", g_blocks,
-             g_y_off ? " y+2" : "", g_pdl ? " pdl" : "");
+    snprintf(what, sizeof what, "%s %s epi=%d E=%d N=%d K=%d rows=%d%s%s blocks=%d%s%s k_splits=%d list=%d/%d",
+             fm_format_traits_get(f)->name, name, (int)epi, c->E, N, K, rows, pack ? " x_packed" : "",
+             g_y_packed ? " y_packed" : "", g_blocks, g_y_off ? " y+2" : "", g_pdl ? " pdl" : "", g_ksplit, g_list,
+             g_slots);
 
     if (epi == FM_CUDA_EPI_NONE || epi == FM_CUDA_EPI_SWIGLU) {
         int       ny = epi == FM_CUDA_EPI_SWIGLU ? N / 2 : N;
@@ -151,6 +177,20 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
                 }
             }
         fm_assert_close(got, want, ne, 2e-5, what);
+        if (ret == FM_OK && dsplit && ne) { /* split K: the same bits again (the counters were reset) */
+            uint16_t *y2 = malloc(sizeof(uint16_t) * ne);
+            CK(cudaMemset(dy, 0xA5, sizeof(uint16_t) * ne));
+            assert_int_equal(fm_cuda_gemm(&a), FM_OK);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y2, dy, sizeof(uint16_t) * ne, cudaMemcpyDeviceToHost));
+            if (g_y_packed) { /* the first copy was unpacked above: compare packed with packed */
+                for (int rr = 0; rr < rows; rr++)
+                    for (int n = 0; n < ny; n++)
+                        assert_int_equal(y2[(size_t)rr * ny + fm_cuda_kpack_col(n)], yh[(size_t)rr * ny + n]);
+            } else
+                assert_memory_equal(y2, yh, sizeof(uint16_t) * ne);
+            free(y2);
+        }
         free(got);
         free(want);
         free(yh);
@@ -213,6 +253,15 @@ static fm_status run_case_limit(fm_rng *r, fm_format f, const gcase *c, const fm
         CK(cudaFree(drw));
         CK(cudaFree(dslots));
         CK(cudaFree(dscr));
+    }
+    if (dlist) CK(cudaFree(dlist));
+    if (dsplit) { /* every arrival counter back at zero */
+        size_t cb = fm_cuda_split_counter_bytes(cw, rows);
+        int   *cnt = malloc(cb);
+        CK(cudaMemcpy(cnt, dsplit, cb, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < cb / sizeof(int); i++) assert_int_equal(cnt[i], 0);
+        free(cnt);
+        CK(cudaFree(dsplit));
     }
     CK(cudaFree(dx));
     CK(cudaFree(doff));
@@ -555,6 +604,97 @@ static void test_multi_block(void **state)
     g_blocks = 0;
 }
 
+/* Split K (k_splits): every mma tile's plain kernel with K split 2, 3 and as many
+ * ways as it has K stages, every epilogue, several passes (k_big: 513 rows on one
+ * expert), zero-row experts, both formats, against the reference and bit-for-bit
+ * against its own second run (run_case_limit); then the refusals, output untouched. */
+static void test_k_split(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 11);
+    fm_tile      tiles[64];
+    size_t       n = all_tiles(tiles, 64);
+    static const gcase long_k = {3, 128, 2048, {1, 0, 5}};
+    int          tested = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fm_tile *t = &tiles[i];
+        if (is_wgmma(t) || skip_tile(i, n)) continue;
+        const int stages_big = (448 + t->kc - 1) / t->kc, stages_long = 2048 / t->kc;
+        const int splits[3] = {2, 3, stages_long};
+        for (int j = 0; j < 3; j++) {
+            g_ksplit = splits[j] < stages_long ? splits[j] : stages_long;
+            if (g_ksplit < 2) continue;
+            run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_NONE);
+            if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_SWIGLU);
+            run_case(&r, FM_FORMAT_MXFP4, &long_k, t, FM_CUDA_EPI_FINALIZE_DET);
+            run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_FINALIZE);
+        }
+        g_ksplit = stages_big; /* K = 448: a tail stage; several passes and experts */
+        if (g_ksplit >= 2) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE);
+        g_ksplit = (208 + t->kc - 1) / t->kc; /* k_mixed: K = 208, zero-row experts */
+        if (g_ksplit >= 2) run_case(&r, FM_FORMAT_NVFP4, &k_mixed, t, FM_CUDA_EPI_FINALIZE_DET);
+        g_ksplit = 0;
+        tested++;
+    }
+    printf("  %d mma tiles checked with K split\n", tested);
+    if (!getenv("FM_QUICK")) assert_true(tested >= 3);
+    /* refusals: more splits than K stages, a wgmma tile, the multi-block kernel, no or a
+     * short split_ws, out of range */
+    fm_tile plain = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, wg = {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA},
+            mb = {4, 1, 1, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB};
+    g_ksplit = 2; /* k_mixed: K = 208, one 256-K stage */
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_mixed, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    if (device_is_sm90())
+        assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &wg, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    g_blocks = 2;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &mb, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
+    g_blocks = 0;
+    g_ksplit_ws_less = 16;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_ksplit_ws_less = 0;
+    g_ksplit = FM_CUDA_MAX_K_SPLITS + 1;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_ksplit = -2;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_ksplit = 0;
+}
+
+/* The experts' work list (expert_list / expert_slots): grids for 1, 2 and every
+ * expert, CTAs looping over more listed experts than slots, zero-row experts listed or
+ * not, several passes, with and without split K, every epilogue; a wgmma tile ignores
+ * the list (same result). Then expert_slots < 0 is refused, output untouched. */
+static void test_expert_list(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 13);
+    static const gcase long_k = {6, 128, 1024, {1, 0, 5, 3, 0, 9}};
+    const fm_tile tiles[4] = {{4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, {4, 2, 1, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB},
+                              {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_SWAPAB}, {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA}};
+    const int slots[4] = {1, 2, 0, 3};
+    g_list = 1;
+    for (int ti = 0; ti < 4; ti++) {
+        const fm_tile *t = &tiles[ti];
+        if (is_wgmma(t) && !device_is_sm90()) continue;
+        for (int si = 0; si < 4; si++) {
+            g_slots = slots[si];
+            g_list_all = si == 3;
+            for (int ks = 0; ks <= 2; ks += 2) {
+                g_ksplit = is_wgmma(t) ? 0 : ks;
+                run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_NONE);
+                if (t->mt % 2 == 0) run_case(&r, FM_FORMAT_NVFP4, &long_k, t, FM_CUDA_EPI_SWIGLU);
+                run_case(&r, FM_FORMAT_MXFP4, &long_k, t, FM_CUDA_EPI_FINALIZE_DET);
+                if (ks == 0) run_case(&r, FM_FORMAT_NVFP4, &k_big, t, FM_CUDA_EPI_NONE); /* passes */
+            }
+        }
+    }
+    g_ksplit = 0, g_list_all = 0;
+    g_slots = -1;
+    assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &long_k, &tiles[0], FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
+    g_slots = 0, g_list = 0;
+}
+
 /* The planner's model is what the launch uses: after a launch, the kernel's
  * dynamic-smem attribute equals fm_smem_swapab's total and it has no static smem;
  * with the SM120 limit (101,376 B) exactly the tiles predicted over it are
@@ -659,7 +799,7 @@ static void test_planner_choice(void **state)
                                            .smem_limit = lim};
                     fm_tile   t;
                     int       nb = 0;
-                    fm_status st = fm_cuda_gemm_choose(&a, &t, &nb, NULL);
+                    fm_status st = fm_cuda_gemm_choose(&a, &t, &nb, NULL, NULL);
                     if (pk && dev.cc != 90) {
                         assert_int_equal(st, FM_ERR_ARCH_MISMATCH);
                         continue;
@@ -692,7 +832,7 @@ static void test_planner_choice(void **state)
     fake.fmt = FM_FORMAT_NVFP4, fake.n_experts = 4, fake.n = 256, fake.k = 256;
     fm_cuda_gemm_args a = {.w = &fake, .expected_rows = 1, .smem_limit = 1000};
     fm_tile           t;
-    assert_int_equal(fm_cuda_gemm_choose(&a, &t, NULL, NULL), FM_ERR_SMEM_EXCEEDED);
+    assert_int_equal(fm_cuda_gemm_choose(&a, &t, NULL, NULL, NULL), FM_ERR_SMEM_EXCEEDED);
     /* and the chosen tiles compute: SwiGLU and plain, with the SM120 limit and without */
     static const gcase c1 = {5, 512, 384, {3, 0, 17, 1, 40}};
     assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &c1, NULL, FM_CUDA_EPI_SWIGLU, 101376), FM_OK);
@@ -744,22 +884,34 @@ static void test_occupancy(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* every test starts without split K (a failed test_k_split leaves no trace in the next) */
+static int reset_split(void **state)
+{
+    (void)state;
+    g_ksplit = 0;
+    g_ksplit_ws_less = 0;
+    g_list = g_slots = g_list_all = 0;
+    return 0;
+}
+
 int main(void)
 {
     fm_test_require_gpu();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_tile_nvfp4),
-        cmocka_unit_test(test_every_tile_mxfp4),
-        cmocka_unit_test(test_skew_and_finalize),
-        cmocka_unit_test(test_wgmma_epilogues),
-        cmocka_unit_test(test_persistent),
-        cmocka_unit_test(test_x_pack),
-        cmocka_unit_test(test_partial_warp_bands),
-        cmocka_unit_test(test_statuses),
-        cmocka_unit_test(test_multi_block),
-        cmocka_unit_test(test_smem_model),
-        cmocka_unit_test(test_planner_choice),
-        cmocka_unit_test(test_occupancy),
+        cmocka_unit_test_setup(test_every_tile_nvfp4, reset_split),
+        cmocka_unit_test_setup(test_every_tile_mxfp4, reset_split),
+        cmocka_unit_test_setup(test_skew_and_finalize, reset_split),
+        cmocka_unit_test_setup(test_wgmma_epilogues, reset_split),
+        cmocka_unit_test_setup(test_persistent, reset_split),
+        cmocka_unit_test_setup(test_x_pack, reset_split),
+        cmocka_unit_test_setup(test_partial_warp_bands, reset_split),
+        cmocka_unit_test_setup(test_statuses, reset_split),
+        cmocka_unit_test_setup(test_multi_block, reset_split),
+        cmocka_unit_test_setup(test_k_split, reset_split),
+        cmocka_unit_test_setup(test_expert_list, reset_split),
+        cmocka_unit_test_setup(test_smem_model, reset_split),
+        cmocka_unit_test_setup(test_planner_choice, reset_split),
+        cmocka_unit_test_setup(test_occupancy, reset_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -156,8 +156,33 @@ static void check_permute(const int32_t *ids, const float *wts, int T, int K, in
     CK(cudaMemset(drw, 0xFF, sizeof(float) * R));
     void *pscr = NULL; /* the chunked placement's per-chunk counts */
     CK(cudaMalloc(&pscr, fm_moe_permute_scratch_bytes(T, K, E) + 4));
-    assert_int_equal(fm_moe_permute_launch(dids, dw, T, K, E, 0, E, doff, dperm, dslot, drw, dtok, pscr, NULL, NULL, NULL), 0);
+    int32_t *dact = NULL, *gact = malloc(sizeof(int32_t) * (E + 1));
+    CK(cudaMalloc((void **)&dact, sizeof(int32_t) * (E + 1)));
+    CK(cudaMemset(dact, 0xA5, sizeof(int32_t) * (E + 1)));
+    assert_int_equal(fm_moe_permute_launch(dids, dw, T, K, E, 0, E, doff, dperm, dslot, drw, dtok, pscr, NULL, NULL,
+                                           dact, NULL),
+                     0);
     CK(cudaDeviceSynchronize());
+    /* the active list: the experts with rows, ascending; from both permutation paths
+     * (per-chunk counts; no scratch: count + scan + place kernels) */
+    for (int pass = 0; pass < 2; pass++) {
+        CK(cudaMemcpy(gact, dact, sizeof(int32_t) * (E + 1), cudaMemcpyDeviceToHost));
+        int n = 0;
+        for (int e = 0; e < E; e++)
+            if (off[e + 1] > off[e]) {
+                if (n >= gact[0] || gact[1 + n] != e) fail_msg("%s: active list[%d] (of %d) != expert %d", what, n, gact[0], e);
+                n++;
+            }
+        if (gact[0] != n) fail_msg("%s: active list holds %d experts, %d have rows", what, gact[0], n);
+        if (pass) break;
+        CK(cudaMemset(dact, 0xA5, sizeof(int32_t) * (E + 1)));
+        assert_int_equal(fm_moe_permute_launch(dids, dw, T, K, E, 0, E, doff, dperm, dslot, drw, dtok, NULL, NULL,
+                                               NULL, dact, NULL),
+                         0);
+        CK(cudaDeviceSynchronize());
+    }
+    cudaFree(dact);
+    free(gact);
     CK(cudaMemcpy(goff, doff, sizeof(int32_t) * (E + 1), cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gperm, dperm, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gslot, dslot, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
@@ -284,7 +309,9 @@ static void run_case(fm_rng *r, int E, int K, int grouped, fm_score_func score, 
     CK(cudaMemset(dperm, 0xA5, sizeof(int32_t) * R));
     assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
     assert_int_equal(fm_moe_route_launch(&c, dbias, dl, T, dids, dwts, dscr, dbad, NULL), 0);
-    assert_int_equal(fm_moe_permute_launch(dids, dwts, T, K, E, 0, E, doff, dperm, dslot, drw, NULL, pscr, NULL, NULL, NULL), 0);
+    assert_int_equal(fm_moe_permute_launch(dids, dwts, T, K, E, 0, E, doff, dperm, dslot, drw, NULL, pscr, NULL, NULL, NULL,
+                                           NULL),
+                     0);
     CK(cudaDeviceSynchronize());
     int32_t *off = malloc(sizeof(int32_t) * (E + 1)), *perm = malloc(sizeof(int32_t) * R);
     int32_t *goff = malloc(sizeof(int32_t) * (E + 1)), *gperm = malloc(sizeof(int32_t) * R);
