@@ -10,7 +10,7 @@
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer]      carry=[".debs"]
-#   layer: build, ctest -L gpu, memcheck + racecheck of test_cuda_layer, bench_layer, torch_layer
+#   layer: build, ctest -L gpu (CTEST_LAST=1: after the benches), memcheck + racecheck of test_cuda_layer, bench_layer, torch_layer
 #   verify: build, ctest -L gpu, bench_gemm --quick, fp4moe run (--check at 1 and 4 tokens;
 #           16-1,024 tokens timed), memcheck + racecheck of test_cuda_gemm's quick subset
 #   results: build, ctest -L gpu, torch peer + ceilings, the full bench, the CLI on the
@@ -34,9 +34,13 @@ echo "== build"
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 # other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
 cmake --build build-gpu -j16 -- -k >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
-echo "== ctest -L gpu"
-(cd build-gpu && ctest -L gpu ${CTEST_ARGS:-} --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
-grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
+run_ctest() {
+  echo "== ctest -L gpu"
+  (cd build-gpu && timeout ${CTEST_S:-400} ctest -L gpu ${CTEST_ARGS:-} --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
+}
+# CTEST_LAST=1 (layer mode): the benchmarks first, the GPU tests at the end of the call
+[ "${CTEST_LAST:-0}" = 1 ] && [ "$MODE" = layer ] || run_ctest
 # the PDL chains (test_cuda_pdl, small) under memcheck and racecheck
 pdl_sanitize() {
   local cs; cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -87,6 +91,7 @@ if [ "$MODE" = layer ]; then
     awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum|launch__grid_size|dram__throughput|dram__bytes_read/ {printf "%-34s %-48s %s %s\n", substr(k,1,34), $1, $(NF-1), $NF}' \
       "$OUT/ncu_layer_$tk.log" | head -${NCU_LINES:-100}
   done
+  [ "${CTEST_LAST:-0}" = 1 ] && run_ctest
   for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
   for tk in 1 8; do echo "-- fp4moe run EP8 rank 0 (--global-experts 256 --shard 0:32 --routing external) --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --global-experts 256 --shard 0:32 --routing external --tokens $tk --iters 50 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
   exit 0
