@@ -89,18 +89,88 @@ static void make_experts(fm_rng *r, fm_qtensor *q, int E, int N, int K)
     free(src);
 }
 
+/* Where a graph replay's time goes: the run captured per (weight set, input), then for
+ * k = 1..n nodes the graph cut to its first k nodes (capture order: a chain), replayed
+ * with the same rotation as the full graph; the difference of successive medians is
+ * what node k adds (its own time less what PDL overlaps, plus its launch gap). */
+static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T,
+                            cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route)
+{
+    cudaGraph_t g[NSETS][NX];
+    size_t      n = 0;
+    for (int s = 0; s < NSETS; s++)
+        for (int x = 0; x < NX; x++) {
+            fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .topk_ids = dids[x],
+                                   .topk_weights = dw[x]};
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            FK(fm_layer_run(L[s], &a));
+            CK(cudaStreamEndCapture(st, &g[s][x]));
+        }
+    CK(cudaGraphGetNodes(g[0][0], NULL, &n));
+    cudaGraphNode_t *nodes = malloc(sizeof *nodes * n), *cn = malloc(sizeof *cn * n);
+    double *t = malloc(sizeof(double) * reps), prev = 0;
+    for (size_t k = 1; k <= n; k++) {
+        cudaGraphExec_t ex[NSETS][NX];
+        for (int s = 0; s < NSETS; s++)
+            for (int x = 0; x < NX; x++) {
+                size_t m = n;
+                CK(cudaGraphGetNodes(g[s][x], nodes, &m));
+                cudaGraph_t c;
+                CK(cudaGraphClone(&c, g[s][x]));
+                for (size_t i = 0; i < m; i++) CK(cudaGraphNodeFindInClone(&cn[i], nodes[i], c));
+                for (size_t i = m; i-- > k;) CK(cudaGraphDestroyNode(cn[i]));
+                CK(cudaGraphInstantiate(&ex[s][x], c, 0));
+                CK(cudaGraphDestroy(c));
+            }
+        for (int it = -warm; it < reps; it++) {
+            int s = (it + warm) % NSETS, x = ((it + warm) / NSETS) % NX;
+            CK(cudaEventRecord(ev[0], st));
+            CK(cudaGraphLaunch(ex[s][x], st));
+            CK(cudaEventRecord(ev[1], st));
+            CK(cudaEventSynchronize(ev[1]));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            if (it >= 0) t[it] = ms * 1e3;
+        }
+        const double med = median(t, reps);
+        CK(cudaGraphGetNodes(g[0][0], nodes, &n));
+        enum cudaGraphNodeType ty;
+        CK(cudaGraphNodeGetType(nodes[k - 1], &ty));
+        const char *name = ty == cudaGraphNodeTypeMemset ? "(memset)" : "(node)";
+        unsigned    grid = 0, block = 0;
+        if (ty == cudaGraphNodeTypeKernel) {
+            struct cudaKernelNodeParams kp;
+            CK(cudaGraphKernelNodeGetParams(nodes[k - 1], &kp));
+            if (cudaFuncGetName(&name, kp.func) != cudaSuccess) name = "(kernel)";
+            grid = kp.gridDim.x * kp.gridDim.y * kp.gridDim.z, block = kp.blockDim.x * kp.blockDim.y * kp.blockDim.z;
+        }
+        printf("breakdown %-5s T=%-5d node %zu/%zu %8.1f us (+%7.1f) grid %6u x %4u  %.90s\n", route, T, k, n, med,
+               med - prev, grid, block, name);
+        prev = med;
+        for (int s = 0; s < NSETS; s++)
+            for (int x = 0; x < NX; x++) CK(cudaGraphExecDestroy(ex[s][x]));
+    }
+    for (int s = 0; s < NSETS; s++)
+        for (int x = 0; x < NX; x++) CK(cudaGraphDestroy(g[s][x]));
+    free(nodes), free(cn), free(t);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
-    int    work_list = 0; /* --work-list: layers with decode_work_list (the work list and split K) */
+    int    breakdown = 0; /* --breakdown: per graph node, the time its prefix of the graph adds */
+    int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--local")) only_local = 1;
-        else if (!strcmp(argv[i], "--work-list")) work_list = 1;
+        else if (!strcmp(argv[i], "--work-list")) work_list = FM_WORK_LIST_ON;
+        else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
+        else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
         else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
             char *p = argv[++i];
             n_user = 0;
@@ -112,7 +182,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list]\n");
+                            "[--work-list | --no-work-list] [--breakdown]\n");
             return 2;
         }
     }
@@ -133,7 +203,9 @@ int main(int argc, char **argv)
     printf("# bench_layer: GLM-5 EP8 MoE layer, NVFP4, hidden %d inter %d, %d local experts, top-%d; ceilings %.0f GB/s, "
            "%.0f TFLOP/s; device %s%s\n",
            H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
-           work_list ? "; decode_work_list (the work list and split K)" : "");
+           work_list == FM_WORK_LIST_ON    ? "; decode_work_list ON (the work list and split K in every bucket)"
+           : work_list == FM_WORK_LIST_OFF ? "; decode_work_list OFF (grids over every local expert)"
+                                           : "; decode_work_list AUTO (the work list where FC1 splits >= 4 ways)");
     size_t db13, sb13, db2, sb2;
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
@@ -268,6 +340,7 @@ int main(int argc, char **argv)
             }
             FK(fm_layer_errors(L[0], st, NULL));
             FK(fm_layer_errors(L[1], st, NULL));
+            if (breakdown) graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
             /* the two GEMMs alone: the layer's own kernels with the routing's
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
@@ -304,24 +377,32 @@ int main(int argc, char **argv)
                 int act = active > 0 ? active : 1, avg = (off[EL] + act - 1) / act;
                 /* X layout as the layer picks it: packed where the planner's estimate is lower */
                 /* and K split where the planner splits it (natural X, the mma kernel) */
-                int    pk[2] = {0, 0}, ksp[2] = {1, 1};
+                /* FM_WORK_LIST_AUTO: the work list and splits only where FC1 splits >= 4 ways (the layer's rule) */
+                int    pk[2] = {0, 0}, ksp[2] = {1, 1}, use_list = work_list != FM_WORK_LIST_OFF;
                 size_t cnt_b = 0, part_b = 0;
-                for (int g = 0; g < 2; g++) {
-                    fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0], .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
-                                           .expected_rows = avg, .active_experts = act,
-                                           .k_splits = work_list ? FM_CUDA_K_SPLITS_AUTO : 0};
-                    fm_tile      t;
-                    double       nat = 0, pkd = 0;
-                    if (fm_cuda_gemm_choose(&q, &t, NULL, &ksp[g], &nat) != FM_OK) continue;
-                    q.x_packed = 1;
-                    pk[g] = fm_cuda_gemm_choose(&q, &t, NULL, NULL, &pkd) == FM_OK && pkd < nat;
-                    if (pk[g]) ksp[g] = 1;
-                    if (ksp[g] > 1) {
-                        size_t cb = fm_cuda_split_counter_bytes(q.w, R);
-                        size_t pb = fm_cuda_gemm_split_ws_bytes(q.w, R, ksp[g]) - cb;
-                        cnt_b = cb > cnt_b ? cb : cnt_b;
-                        part_b = pb > part_b ? pb : part_b;
+                for (int pass = 0; pass < 2; pass++) {
+                    cnt_b = part_b = 0;
+                    for (int g = 0; g < 2; g++) {
+                        fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0],
+                                               .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
+                                               .expected_rows = avg, .active_experts = act,
+                                               .k_splits = use_list ? FM_CUDA_K_SPLITS_AUTO : 0};
+                        fm_tile t;
+                        double  nat = 0, pkd = 0;
+                        ksp[g] = 1, pk[g] = 0;
+                        if (fm_cuda_gemm_choose(&q, &t, NULL, &ksp[g], &nat) != FM_OK) continue;
+                        q.x_packed = 1;
+                        pk[g] = fm_cuda_gemm_choose(&q, &t, NULL, NULL, &pkd) == FM_OK && pkd < nat;
+                        if (pk[g]) ksp[g] = 1;
+                        if (ksp[g] > 1) {
+                            size_t cb = fm_cuda_split_counter_bytes(q.w, R);
+                            size_t pb = fm_cuda_gemm_split_ws_bytes(q.w, R, ksp[g]) - cb;
+                            cnt_b = cb > cnt_b ? cb : cnt_b;
+                            part_b = pb > part_b ? pb : part_b;
+                        }
                     }
+                    if (!(work_list == FM_WORK_LIST_AUTO && use_list && ksp[0] < FM_WORK_LIST_MIN_SPLITS)) break;
+                    use_list = 0; /* auto, FC1 not split enough: the plain grids */
                 }
                 void *dsplit = NULL;
                 if (cnt_b + part_b) {
@@ -343,16 +424,16 @@ int main(int argc, char **argv)
                                             .epi = FM_CUDA_EPI_SWIGLU, .y = dh, .expected_rows = avg,
                                             .active_experts = act, .stream = st, .pdl = 1, .x_packed = pk[0],
                                             .y_packed = pk[1], .k_splits = ksp[0], .split_ws = dsplit,
-                                            .split_ws_bytes = cnt_b + part_b, .expert_list = work_list ? dlst : NULL,
-                                            .expert_slots = work_list ? act : 0};
+                                            .split_ws_bytes = cnt_b + part_b, .expert_list = use_list ? dlst : NULL,
+                                            .expert_slots = use_list ? act : 0};
                     fm_cuda_gemm_args a2 = {.w = cw2[s], .x = dh, .offsets = doff, .max_rows = R,
                                             .epi = FM_CUDA_EPI_FINALIZE_DET, .y = dout, .y_zero_init = 1,
                                             .row_weight = drw, .n_tokens = T, .top_k = K, .token_slots = dslots,
                                             .scratch = dscr, .expected_rows = avg, .active_experts = act,
                                             .stream = st, .pdl = 1, .x_packed = pk[1], .k_splits = ksp[1],
                                             .split_ws = dsplit, .split_ws_bytes = cnt_b + part_b,
-                                            .expert_list = work_list ? dlst : NULL,
-                                            .expert_slots = work_list ? act : 0};
+                                            .expert_list = use_list ? dlst : NULL,
+                                            .expert_slots = use_list ? act : 0};
                     CK(cudaEventRecord(ev[0], st));
                     FK(fm_cuda_gemm(&a1));
                     FK(fm_cuda_gemm(&a2));

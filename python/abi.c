@@ -42,7 +42,7 @@ static const fm_py_field k_fields[] = {
 
     S(fm_layer_run_args), F(fm_layer_run_args, x), F(fm_layer_run_args, T), F(fm_layer_run_args, topk_ids),
     F(fm_layer_run_args, topk_weights), F(fm_layer_run_args, out), F(fm_layer_run_args, workspace),
-    F(fm_layer_run_args, stream),
+    F(fm_layer_run_args, stream), F(fm_layer_run_args, routed_ids), F(fm_layer_run_args, routed_weights),
 
     S(fm_layer_error_info), F(fm_layer_error_info, bad_ids), F(fm_layer_error_info, first_bad_slot),
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),

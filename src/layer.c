@@ -136,8 +136,9 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     if ((int)d->out_dtype != FM_OUT_F32 && (int)d->out_dtype != FM_OUT_BF16)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: out_dtype=%d (expected FM_OUT_F32 or FM_OUT_BF16)",
                        (int)d->out_dtype);
-    if (d->decode_work_list != 0 && d->decode_work_list != 1)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: decode_work_list=%d (expected 0 or 1)",
+    if (d->decode_work_list < FM_WORK_LIST_OFF || d->decode_work_list > FM_WORK_LIST_ON)
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "fm_layer_create: decode_work_list=%d (expected FM_WORK_LIST_OFF -1, _AUTO 0 or _ON 1)",
                        d->decode_work_list);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
@@ -233,6 +234,11 @@ fm_status fm_layer_run(fm_layer *l, const fm_layer_run_args *a)
     if (!a->topk_ids != !a->topk_weights)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: topk_ids and topk_weights must be given together (external "
                                            "routing) or both NULL (internal routing)");
+    if (!a->routed_ids != !a->routed_weights)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: routed_ids and routed_weights must be given together or both NULL");
+    if (a->routed_ids && a->topk_ids)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: routed_ids/routed_weights are the internal router's output; "
+                                           "with external routing (topk_ids given) they must be NULL");
     if (a->T < 1 || a->T > l->p.max_tokens)
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_run: T=%d outside [1, max_tokens=%d]", a->T, l->p.max_tokens);
     size_t ws_need = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
@@ -247,6 +253,8 @@ fm_status fm_layer_run(fm_layer *l, const fm_layer_run_args *a)
         return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: workspace (%p) must be 256-byte aligned", a->workspace);
     if (a->topk_ids && (misaligned(a->topk_ids, 4) || misaligned(a->topk_weights, 4)))
         return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: topk_ids and topk_weights must be 4-byte aligned");
+    if (a->routed_ids && (misaligned(a->routed_ids, 4) || misaligned(a->routed_weights, 4)))
+        return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: routed_ids and routed_weights must be 4-byte aligned");
     return l->ops->run(l->state, a, NULL);
 }
 

@@ -156,6 +156,19 @@ static void test_internal_equals_external(void **st)
         assert_int_equal(fm_layer_run(l, &a), FM_OK);
         assert_int_equal(fm_first_nonfinite(o1, (size_t)T * H), -1);
         assert_memory_equal(o1, o2, sizeof(float) * T * H);
+        /* routed_ids/_weights: the internal routing handed back = fm_moe_route's, bit for bit,
+         * and the output unchanged by asking */
+        int32_t *rid = aligned(sizeof(int32_t) * T * K);
+        float   *rw = aligned(sizeof(float) * T * K);
+        memset(rid, 0xA5, sizeof(int32_t) * T * K);
+        fm_poison_f32(rw, (size_t)T * K);
+        fm_poison_f32(o2, (size_t)T * H);
+        a = (fm_layer_run_args){.x = x, .T = T, .out = o2, .routed_ids = rid, .routed_weights = rw};
+        assert_int_equal(fm_layer_run(l, &a), FM_OK);
+        assert_memory_equal(o1, o2, sizeof(float) * T * H);
+        assert_memory_equal(rid, ids, sizeof(int32_t) * T * K);
+        assert_memory_equal(rw, wts, sizeof(float) * T * K);
+        free(rid), free(rw);
         fm_layer_destroy(l);
     }
     free(x), free(logits), free(ids), free(wts), free(o1), free(o2);
@@ -264,13 +277,19 @@ static void test_bad_arguments(void **st)
     d.first_expert = 0, d.n_local = 0, d.out_dtype = (fm_out_dtype)7;
     assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
     d.out_dtype = FM_OUT_F32;
-    d.decode_work_list = 2; /* 0 or 1 */
-    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
-    assert_non_null(strstr(fm_last_error(), "decode_work_list"));
-    d.decode_work_list = 1; /* the CPU backends take it and ignore it */
-    assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_OK);
-    fm_layer_destroy(l);
-    l = NULL;
+    const int bad_wl[] = {2, -2, 0x7fffffff, -0x7fffffff - 1}; /* FM_WORK_LIST_OFF/AUTO/ON: -1, 0, 1 */
+    for (size_t i = 0; i < sizeof bad_wl / sizeof bad_wl[0]; i++) {
+        d.decode_work_list = bad_wl[i];
+        assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
+        assert_non_null(strstr(fm_last_error(), "decode_work_list"));
+        assert_null(l);
+    }
+    for (int wl = FM_WORK_LIST_OFF; wl <= FM_WORK_LIST_ON; wl++) { /* the CPU backends take them and ignore them */
+        d.decode_work_list = wl;
+        assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_OK);
+        fm_layer_destroy(l);
+        l = NULL;
+    }
     d.decode_work_list = 0;
     d.device = (fm_cuda_device *)&d; /* any non-NULL device given to a CPU backend */
     assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
@@ -315,6 +334,26 @@ static void test_bad_arguments(void **st)
     x[5] = 0x7fc0; /* BF16 NaN */
     BAD((void)0, FM_ERR_NONFINITE);
     BAD((a.topk_ids = NULL, a.topk_weights = NULL), FM_ERR_NONFINITE); /* internal routing too */
+    { /* ... and the routing outputs are left alone on failure */
+        int32_t *rid = aligned(sizeof(int32_t) * T * K), *rid0 = malloc(sizeof(int32_t) * T * K);
+        float   *rw = aligned(sizeof(float) * T * K);
+        memset(rid, 0x5A, sizeof(int32_t) * T * K);
+        memcpy(rid0, rid, sizeof(int32_t) * T * K);
+        memcpy(rw, rid, sizeof(float) * T * K);
+        BAD((a.topk_ids = NULL, a.topk_weights = NULL, a.routed_ids = rid, a.routed_weights = rw), FM_ERR_NONFINITE);
+        assert_memory_equal(rid, rid0, sizeof(int32_t) * T * K);
+        assert_memory_equal(rw, rid0, sizeof(float) * T * K);
+        x[5] = sx;
+        BAD((a.routed_ids = rid, a.routed_weights = rw), FM_ERR_INVALID_ARG); /* with external routing */
+        assert_non_null(strstr(fm_last_error(), "routed_ids"));
+        BAD((a.topk_ids = NULL, a.topk_weights = NULL, a.routed_ids = rid), FM_ERR_INVALID_ARG); /* one of two */
+        BAD((a.topk_ids = NULL, a.topk_weights = NULL, a.routed_weights = rw), FM_ERR_INVALID_ARG);
+        BAD((a.topk_ids = NULL, a.topk_weights = NULL, a.routed_ids = (int32_t *)((char *)rid + 2), a.routed_weights = rw),
+            FM_ERR_MISALIGNED);
+        assert_memory_equal(rid, rid0, sizeof(int32_t) * T * K);
+        assert_memory_equal(rw, rid0, sizeof(float) * T * K);
+        free(rid), free(rid0), free(rw);
+    }
     x[5] = sx;
 #undef BAD
     /* a misaligned out: refused before anything is written */

@@ -98,6 +98,8 @@ const fm_device_info *fm_cuda_device_limits(const fm_cuda_device *dev);
  * memory), or NULL when no row matches (the planner then uses the limits only). */
 const fm_gpu_info *fm_cuda_device_gpu(const fm_cuda_device *dev);
 
+enum { FM_WORK_LIST_OFF = -1, FM_WORK_LIST_AUTO = 0, FM_WORK_LIST_ON = 1, FM_WORK_LIST_MIN_SPLITS = 4 };
+
 typedef enum {
     FM_OUT_F32 = 0,  /* out: FP32 [T][hidden] */
     FM_OUT_BF16 = 1, /* out: BF16 [T][hidden] (round to nearest even) */
@@ -121,12 +123,14 @@ typedef struct {
     /* 1: the caller passes workspace to every run (fm_layer_workspace_size bytes,
      * 256-byte aligned, in the layer's memory space); 0: the layer owns it. */
     int             caller_workspace;
-    /* cuda, 1: decode buckets run the mma GEMMs over the list of experts that have rows
-     * (a grid sized for the experts expected to have rows) with K split where few
-     * experts would leave SMs idle (docs/cuda-gemm.md, "Decode on a few experts");
-     * 0 (default): grids over every local expert, as measured in bench/RESULTS.md.
-     * Experimental: checked on the H200 (tests), its speed not yet measured
-     * (bench_layer --work-list compares both). The CPU backends ignore it. */
+    /* cuda: whether decode buckets run the mma GEMMs over the list of experts that
+     * have rows (a grid sized for the experts expected to have rows) with K split
+     * where few experts would leave SMs idle (docs/cuda-gemm.md, "Decode on a few
+     * experts"). FM_WORK_LIST_AUTO (0, default): in the buckets where the planner
+     * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways (a shard's first tokens;
+     * measured faster there, slower elsewhere: bench/RESULTS.md, 2026-12-03);
+     * FM_WORK_LIST_ON: every bucket the planner splits or not; FM_WORK_LIST_OFF: never
+     * (grids over every local expert). The CPU backends ignore it. */
     int             decode_work_list;
 } fm_layer_desc;
 
@@ -153,6 +157,13 @@ typedef struct {
     void          *workspace;     /* desc.caller_workspace: fm_layer_workspace_size bytes, else NULL */
     void          *stream;        /* cudaStream_t of the layer's device (NULL: its legacy default stream);
                                      ignored by the CPU backends */
+    /* Internal routing only (NULL with external routing): where the run also writes
+     * the [T][top_k] global ids (int32) and weights (FP32) its router chose, in the
+     * layer's memory space, 4-byte aligned; both or neither. What an engine needs for
+     * an expert-parallel dispatch, and what a test passes back as external routing
+     * (the same output, bit for bit). CPU backends write them only on success. */
+    int32_t       *routed_ids;
+    float         *routed_weights;
 } fm_layer_run_args;
 
 /* Run the layer. cuda: asynchronous on a->stream, launches only (no allocation,
@@ -162,8 +173,9 @@ typedef struct {
  * of bad ids skipped). CPU backends: synchronous; they return those statuses
  * directly and leave out untouched. A layer runs one call at a time (its
  * buffers, or one workspace, are shared by the calls in flight on one stream).
- * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/x/out, only one of ids/weights,
- * workspace missing or given wrongly), FM_ERR_BAD_SHAPE (T outside
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/x/out, only one of ids/weights or
+ * of routed_ids/routed_weights, routed_* with external routing, workspace missing
+ * or given wrongly), FM_ERR_BAD_SHAPE (T outside
  * [1, max_tokens]), FM_ERR_MISALIGNED (x, out or workspace), FM_ERR_CUDA (a
  * launch failed; capture errors included); CPU backends also
  * FM_ERR_OUT_OF_RANGE (an id outside [-1, n_experts)), FM_ERR_NONFINITE. */

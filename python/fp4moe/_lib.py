@@ -51,7 +51,8 @@ class LayerDesc(C.Structure):
 
 class LayerRunArgs(C.Structure):
     _fields_ = [("x", c_void_p), ("T", c_int), ("topk_ids", c_void_p), ("topk_weights", c_void_p),
-                ("out", c_void_p), ("workspace", c_void_p), ("stream", c_void_p)]
+                ("out", c_void_p), ("workspace", c_void_p), ("stream", c_void_p),
+                ("routed_ids", c_void_p), ("routed_weights", c_void_p)]
 
 
 class LayerErrorInfo(C.Structure):

@@ -60,7 +60,8 @@ _profiling = getattr(torch._C._autograd, "_profiler_enabled", lambda: True)
 
 
 def _args_packer():
-    """struct.Struct writing (x, T, topk_ids, topk_weights, out, workspace, stream)
+    """struct.Struct writing (x, T, topk_ids, topk_weights, out, workspace, stream,
+    routed_ids, routed_weights)
     into an fm_layer_run_args in one call, at the offsets ctypes (checked
     against the library at import, _lib._check_abi) says; NULL = 0."""
     S, pos, fmt = _lib.LayerRunArgs, 0, "="
@@ -192,7 +193,7 @@ class MoE:
                     return None
             except (AttributeError, TypeError, ValueError):  # not a tensor, not 2-D, ...
                 return None
-            pack(args, 0, xp, T, ip, wp, op, 0, raw(di) if cuda else 0)
+            pack(args, 0, xp, T, ip, wp, op, 0, raw(di) if cuda else 0, 0, 0)
             rc = run(h, ref)
             if rc:
                 check(rc, "fp4moe.moe")

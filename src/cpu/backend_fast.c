@@ -244,6 +244,10 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
                        (double)s->acc[bad]);
     if (s->p.out_dtype == FM_OUT_BF16) fm_layer_store_bf16(s->acc, (size_t)T * H, a->out);
     else memcpy(a->out, s->acc, sizeof(float) * (size_t)T * H);
+    if (a->routed_ids) { /* internal routing only (fm_layer_run checks) */
+        memcpy(a->routed_ids, s->ids, sizeof(int32_t) * (size_t)T * K);
+        memcpy(a->routed_weights, s->wts, sizeof(float) * (size_t)T * K);
+    }
     if (stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
     return FM_OK;
 }

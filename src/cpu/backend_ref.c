@@ -44,7 +44,7 @@ static fm_status ref_run(void *state, const fm_layer_run_args *a, fm_run_stats *
     double t0 = omp_get_wtime();
     float *o = s->p.out_dtype == FM_OUT_BF16 ? s->out32 : a->out;
     FM_CHECK(fm_moe_forward_ref_run(&s->p.cfg, &s->cw.w, a->x, a->T, a->topk_ids, a->topk_weights, s->p.first,
-                                    s->p.n_local, o));
+                                    s->p.n_local, o, a->routed_ids, a->routed_weights));
     if (s->p.out_dtype == FM_OUT_BF16) fm_layer_store_bf16(o, (size_t)a->T * s->p.cfg.hidden, a->out);
     if (stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
     return FM_OK;

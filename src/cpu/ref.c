@@ -151,13 +151,18 @@ static fm_status check_x(const fm_moe_config *cfg, const uint16_t *x, int T, con
 }
 
 fm_status fm_moe_forward_ref_run(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
-                                 const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out)
+                                 const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out,
+                                 int32_t *routed_ids, float *routed_wts)
 {
     FM_CHECK(check_x(cfg, x, T, "fm_moe_forward_ref"));
     ref_bufs b;
     FM_CHECK(bufs_alloc(cfg, T, &b));
     fm_status s = forward(cfg, w, x, T, ext_ids, ext_wts, first, n_local, &b);
     if (s == FM_OK) memcpy(out, b.acc, sizeof(float) * (size_t)T * cfg->hidden);
+    if (s == FM_OK && routed_ids) {
+        memcpy(routed_ids, b.ids, sizeof(int32_t) * (size_t)T * cfg->top_k);
+        memcpy(routed_wts, b.wts, sizeof(float) * (size_t)T * cfg->top_k);
+    }
     bufs_free(&b);
     return s;
 }
@@ -170,5 +175,5 @@ fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, 
     if (T < 1) return fm_fail(FM_ERR_BAD_SHAPE, "fm_moe_forward_ref: T=%d < 1", T);
     FM_CHECK(fm_moe_weights_check(cfg, w));
     FM_CHECK(fm_moe_weights_check_scales(cfg, w));
-    return fm_moe_forward_ref_run(cfg, w, x, T, NULL, NULL, 0, cfg->n_experts, out);
+    return fm_moe_forward_ref_run(cfg, w, x, T, NULL, NULL, 0, cfg->n_experts, out, NULL, NULL);
 }

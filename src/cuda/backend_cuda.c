@@ -181,7 +181,12 @@ static fm_status plan_buckets(cuda_state *s)
         long long Tb = 1LL << b;
         int       T = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens, avg, act;
         bucket_rows(&s->p, T, &avg, &act);
-        const int         wl = s->p.decode_work_list; /* splits (and the work list below) only when asked */
+        /* decode_work_list: 1 every bucket, -1 none, 0 (auto) the buckets where the planner
+         * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways: there the work list won on the
+         * H200 (GLM-5 EP8, T = 1/2/4: 16/8/4 splits, graph replay -22/-7/-9 %); at 2 splits
+         * or none it lost (T = 8: +7 %, all-local T = 1: +16 %; bench/RESULTS.md 2026-12-03) */
+        const int         mode = s->p.decode_work_list;
+        int               wl = mode != FM_WORK_LIST_OFF;
         fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
                                 .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
@@ -191,8 +196,13 @@ static fm_status plan_buckets(cuda_state *s)
         pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
         a2.x_packed = pl->pk2;
-        pl->slots = wl ? act : 0; /* 0: no work list */
         FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
+        if (mode == FM_WORK_LIST_AUTO && pl->ks1 < FM_WORK_LIST_MIN_SPLITS) { /* the plain grids */
+            wl = 0;
+            a1.k_splits = a2.k_splits = 0;
+            FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
+        }
+        pl->slots = wl ? act : 0; /* 0: no work list */
         FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
         const int R = T * c->top_k; /* the runs of this bucket have at most T tokens */
         const fm_cuda_weights *wk[2] = {s->w13, s->w2};
@@ -339,12 +349,13 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                            (double)s->bad_bias_value);
         if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
             return cu_err((cudaError_t)le, "router logits");
+        if (a->routed_ids) ids = a->routed_ids, wts = a->routed_weights; /* the caller keeps the routing */
         if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
             return cu_err((cudaError_t)le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, p->decode_work_list ? active : NULL, stream)) != 0)
+                                    s->d_err, bl, pl->slots ? active : NULL, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    stream)) != 0)

@@ -32,6 +32,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <limits.h>
+#include <string.h>
 #include <stdint.h>
 
 #include "cuda/cuda_internal.h"
@@ -469,7 +470,8 @@ extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_
     int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
     int  blocks = (bands + per_cta - 1) / per_cta;
     dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
-    fm_gemm_work w = {0};
+    fm_gemm_work w;
+    memset(&w, 0, sizeof w);
     if (work) { /* units of one expert: feature blocks x splits; a 1-D grid of `slots` experts' units with a list */
         w = *work;
         w.ksplit = w.ksplit > 1 ? w.ksplit : 1;

@@ -64,8 +64,10 @@ fm_status fm_moe_plan_rows(const fm_moe_config *cfg, const fm_moe_weights *w, co
 /* fm_moe_forward_ref for one run of a layer (src/cpu/ref.c): external routing
  * (ext_ids/ext_wts, or NULL) and a shard [first, first + n_local) whose experts
  * are w->w13/w2[0..n_local); the shared expert only when first == 0. cfg and w
- * already checked; x is checked for NaN/Inf. out untouched on failure. */
+ * already checked; x is checked for NaN/Inf. routed_ids/routed_wts (or NULL): the
+ * internal routing's [T][top_k] ids and weights. Outputs untouched on failure. */
 fm_status fm_moe_forward_ref_run(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
-                                 const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out);
+                                 const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out,
+                                 int32_t *routed_ids, float *routed_wts);
 
 #endif

@@ -140,17 +140,37 @@ static void test_layer_device_path(void **state)
             CK(cudaGraphExecDestroy(ge));
             CK(cudaGraphDestroy(g));
 
-            /* external routing with the router's own ids/weights, computed on the CPU by
-             * the library's router (bit-identical to the device's: test_cuda_route): the
-             * same bits. (A logit loop written here instead was compiled with this file's
-             * flags, which may contract x*w+p into an FMA: one token of T = 600 then got
-             * weights one ulp off on the H200, 2026-12-03.) */
-            float   *logits = malloc(sizeof(float) * T * L.cfg.n_experts), *wts = malloc(sizeof(float) * T * K);
+            /* external routing with the ids/weights the device's internal routing chose
+             * (fm_layer_run_args.routed_ids/_weights): the same bits. (Routing computed on the
+             * CPU instead is not always bit-identical: on the H200, 2026-12-03, one token of
+             * T = 600 got a weight one ulp off, from libm's expf against the device's.) */
+            CK(cudaMemsetAsync(dids, 0xFF, sizeof(int32_t) * T * K, st)); /* poison: -1 ids, NaN weights */
+            CK(cudaMemsetAsync(dw, 0xFF, sizeof(float) * T * K, st));
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            fm_layer_run_args ar = a;
+            ar.routed_ids = dids, ar.routed_weights = dw;
+            run_dev(gl, &ar, st, again, n);
+            assert_memory_equal(got, again, sizeof(float) * n); /* asking for the routing changes nothing */
             int32_t *ids = malloc(sizeof(int32_t) * T * K);
-            fm_moe_router_logits(&L.cfg, L.router, x, T, logits);
-            assert_int_equal(fm_moe_route(&L.cfg, L.bias, logits, T, ids, wts), FM_OK);
-            CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+            float   *wts = malloc(sizeof(float) * T * K);
+            CK(cudaMemcpy(ids, dids, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(wts, dw, sizeof(float) * T * K, cudaMemcpyDeviceToHost));
+            { /* the routing looks like one: distinct ids in range, finite positive weights, and
+               * (almost) the CPU router's choice */
+                float   *logits = malloc(sizeof(float) * T * L.cfg.n_experts), *cw = malloc(sizeof(float) * T * K);
+                int32_t *cid = malloc(sizeof(int32_t) * T * K);
+                fm_moe_router_logits(&L.cfg, L.router, x, T, logits);
+                assert_int_equal(fm_moe_route(&L.cfg, L.bias, logits, T, cid, cw), FM_OK);
+                int differ = 0;
+                for (int i = 0; i < T * K; i++) {
+                    assert_true(ids[i] >= 0 && ids[i] < L.cfg.n_experts);
+                    assert_true(isfinite(wts[i]) && wts[i] > 0.0f);
+                    for (int j = i % K + 1; j < K; j++) assert_int_not_equal(ids[i], ids[i - i % K + j]);
+                    differ += ids[i] != cid[i] || fabsf(wts[i] - cw[i]) > 1e-6f * fabsf(cw[i]);
+                }
+                assert_true(differ <= T * K / 100); /* an ulp may flip a near-tie */
+                free(logits), free(cw), free(cid);
+            }
             fm_layer_run_args ae = a;
             ae.topk_ids = dids, ae.topk_weights = dw;
             CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
@@ -216,7 +236,7 @@ static void test_layer_device_path(void **state)
                 assert_int_equal(info.nonfinite_x, 1);
                 assert_int_equal(info.first_nonfinite, H + 7);
             }
-            free(logits), free(wts), free(ids), free(x);
+            free(wts), free(ids), free(x);
         }
         /* bad arguments */
         fm_layer_run_args a = {.x = dx, .T = maxT + 1, .out = dout, .stream = st};
