@@ -22,7 +22,9 @@ extern "C" {
 /* logits[T][E] = x[T][H] (BF16) . rw[E][H]^T (FP32), bit-identical to
  * fm_moe_router_logits (src/moe/shared.c): the same 8 partial sums, each added
  * in ascending k, folded ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); products and sums
- * rounded separately (no FMA contraction). */
+ * rounded separately (no FMA contraction). One warp per logit below
+ * FM_ROUTER_TILED_MIN_T tokens, tiles of 16 tokens x 32 experts from there on. */
+#define FM_ROUTER_TILED_MIN_T 32
 int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits, void *stream);
 
 /* Bytes of device scratch fm_moe_route_launch needs for T tokens of `cfg`. */

@@ -71,6 +71,96 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
     if (lane == 0) logits[(size_t)t * E + e] = part;
 }
 
+/* logits of a tile of RT_T tokens x RT_E experts per CTA, for larger T: the warp kernel
+ * reads a token's x row and an expert's router row per logit (T x E x 36 KB from L2 at
+ * GLM-5's 6,144: 9.6 GB at T = 1,024, ~1.3 ms on the H200, 2026-12-03), this one stages
+ * RT_K-wide slices of x and of the router in shared memory once per tile. Same roundings
+ * as the CPU: thread (c = tid & 7, g = tid >> 3) keeps chain c (the CPU's part[c]) of
+ * 2 tokens x 8 experts, adding k = c, c+8, ... in ascending k; the 8 chains of a logit sit
+ * in 8 neighbouring lanes and are folded in the CPU's tree by shuffles (FP32 addition
+ * commutes). Within a warp the 4 groups share their tokens (x: broadcasts) and differ in
+ * experts (w rows padded to RT_K + 1 floats: 32 distinct banks). The next slice is loaded
+ * into registers while this one is summed. */
+#define RT_T 16
+#define RT_E 32
+#define RT_K 64
+__global__ void __launch_bounds__(256)
+    router_logits_tiled_kernel(const uint16_t *x, const float *rw, int T, int E, int H, float *logits)
+{
+    __shared__ float xs[RT_T][RT_K];
+    __shared__ float ws[RT_E][RT_K + 1];
+    const int tid = threadIdx.x, c = tid & 7, g = tid >> 3, eg = g & 3, tp = g >> 2;
+    const int t0 = blockIdx.x * RT_T, e0 = blockIdx.y * RT_E;
+    /* loaders: w 32 rows x 64 = 8 floats a thread; x 16 rows x 64 = 4 BF16 a thread */
+    const int wrow = tid >> 3, wcol = (tid & 7) * 8, xrow = tid >> 4, xcol = (tid & 15) * 4;
+    const bool wok = e0 + wrow < E, xok = t0 + xrow < T;
+    const float    *wsrc = rw + (size_t)(wok ? e0 + wrow : 0) * H;
+    const uint16_t *xsrc = x + (size_t)(xok ? t0 + xrow : 0) * H;
+    float    wr[8];
+    uint16_t xr[4];
+    float    acc[2][8];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[a][i] = 0.0f; /* the CPU's part[c] = {0} */
+#define RT_LOAD(k0)                                                                      \
+    do {                                                                                 \
+        _Pragma("unroll") for (int i = 0; i < 8; i++) {                                  \
+            const int k = (k0) + wcol + i;                                               \
+            wr[i] = wok && k < H ? wsrc[k] : 0.0f;                                       \
+        }                                                                                \
+        _Pragma("unroll") for (int i = 0; i < 4; i++) {                                  \
+            const int k = (k0) + xcol + i;                                               \
+            xr[i] = xok && k < H ? xsrc[k] : (uint16_t)0;                                \
+        }                                                                                \
+    } while (0)
+    RT_LOAD(0);
+    for (int k0 = 0; k0 < H; k0 += RT_K) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) ws[wrow][wcol + i] = wr[i];
+#pragma unroll
+        for (int i = 0; i < 4; i++) xs[xrow][xcol + i] = __uint_as_float((uint32_t)xr[i] << 16);
+        __syncthreads();
+        if (k0 + RT_K < H) RT_LOAD(k0 + RT_K); /* in flight while this slice is summed */
+#pragma unroll
+        for (int j = 0; j < RT_K / 8; j++) {
+            const int kk = c + 8 * j;
+            if (k0 + kk < H) {
+                const float x0 = xs[2 * tp][kk], x1 = xs[2 * tp + 1][kk];
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const float w = ws[eg * 8 + i][kk];
+                    acc[0][i] = __fadd_rn(acc[0][i], __fmul_rn(x0, w));
+                    acc[1][i] = __fadd_rn(acc[1][i], __fmul_rn(x1, w));
+                }
+            }
+        }
+        __syncthreads();
+    }
+#undef RT_LOAD
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) { /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) */
+            float v = acc[a][i];
+            v = __fadd_rn(v, __shfl_xor_sync(FM_FULL, v, 1));
+            v = __fadd_rn(v, __shfl_xor_sync(FM_FULL, v, 2));
+            v = __fadd_rn(v, __shfl_xor_sync(FM_FULL, v, 4));
+            acc[a][i] = v;
+        }
+    /* lane c of the group writes expert eg*8 + c of both tokens (static register indices) */
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i == c) {
+            const int e = e0 + eg * 8 + i;
+#pragma unroll
+            for (int a = 0; a < 2; a++) {
+                const int t = t0 + 2 * tp + a;
+                if (t < T && e < E) logits[(size_t)t * E + e] = acc[a][i];
+            }
+        }
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 
 typedef struct {
@@ -414,6 +504,11 @@ extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, i
 {
     const long long warps = (long long)T * E;
     if (warps <= 0) return 0;
+    if (T >= FM_ROUTER_TILED_MIN_T && (E + RT_E - 1) / RT_E <= 65535) { /* tiles: x and w staged once per tile */
+        dim3 grid((unsigned)((T + RT_T - 1) / RT_T), (unsigned)((E + RT_E - 1) / RT_E));
+        router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        return (int)cudaGetLastError();
+    }
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
     router_logits_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
     return (int)cudaGetLastError();
