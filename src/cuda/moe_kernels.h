@@ -23,8 +23,10 @@ extern "C" {
  * fm_moe_router_logits (src/moe/shared.c): the same 8 partial sums, each added
  * in ascending k, folded ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); products and sums
  * rounded separately (no FMA contraction). One warp per logit below
- * FM_ROUTER_TILED_MIN_T tokens, tiles of 16 tokens x 32 experts from there on. */
-#define FM_ROUTER_TILED_MIN_T 32
+ * FM_ROUTER_TILED_MIN_T tokens, tiles of 16 tokens x 32 experts from there on
+ * (checked bit-exact on the H200 at T = 64 and 1,000, 2026-12-03; its speed not yet
+ * measured: below 64 tokens the tiles are too few for the warp kernel to lose). */
+#define FM_ROUTER_TILED_MIN_T 64
 int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits, void *stream);
 
 /* Bytes of device scratch fm_moe_route_launch needs for T tokens of `cfg`. */

@@ -71,16 +71,17 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
     if (lane == 0) logits[(size_t)t * E + e] = part;
 }
 
-/* logits of a tile of RT_T tokens x RT_E experts per CTA, for larger T: the warp kernel
- * reads a token's x row and an expert's router row per logit (T x E x 36 KB from L2 at
- * GLM-5's 6,144: 9.6 GB at T = 1,024, ~1.3 ms on the H200, 2026-12-03), this one stages
- * RT_K-wide slices of x and of the router in shared memory once per tile. Same roundings
- * as the CPU: thread (c = tid & 7, g = tid >> 3) keeps chain c (the CPU's part[c]) of
- * 2 tokens x 8 experts, adding k = c, c+8, ... in ascending k; the 8 chains of a logit sit
- * in 8 neighbouring lanes and are folded in the CPU's tree by shuffles (FP32 addition
- * commutes). Within a warp the 4 groups share their tokens (x: broadcasts) and differ in
- * experts (w rows padded to RT_K + 1 floats: 32 distinct banks). The next slice is loaded
- * into registers while this one is summed. */
+/* logits of a tile of RT_T tokens x RT_E experts per CTA, for larger T. The warp kernel
+ * reads a token's x row and an expert's router row per logit: T x E x 36 KB from L2 at
+ * GLM-5's 6,144, 9.6 GB at T = 1,024, where internal routing cost ~1.36 ms more than
+ * external on the H200 (2026-12-03). This one stages RT_K-wide slices of x and of the
+ * router in shared memory once per tile. Same roundings as the CPU: thread (c = tid & 7,
+ * g = tid >> 3) keeps chain c (the CPU's part[c]) of 2 tokens x 8 experts, adding
+ * k = c, c+8, ... in ascending k; the 8 chains of a logit sit in 8 neighbouring lanes
+ * and are folded in the CPU's tree by shuffles (FP32 addition commutes). Within a warp
+ * the 4 groups share their tokens (x: broadcasts) and differ in experts (w rows padded
+ * to RT_K + 1 floats: 32 distinct banks). The next slice is loaded into registers while
+ * this one is summed. */
 #define RT_T 16
 #define RT_E 32
 #define RT_K 64
