@@ -249,7 +249,7 @@ class Layer:
             raise ValueError("layer: already closed")
         return self._h
 
-    def run(self, x, topk_ids=None, topk_weights=None, out=None):
+    def run(self, x, topk_ids=None, topk_weights=None, out=None, return_routing=False):
         """out [T][hidden] = layer(x [T][hidden]) on a CPU backend, host arrays.
 
         x: BF16 (uint16 bits / bfloat16) or float (rounded to BF16).
@@ -257,7 +257,11 @@ class Layer:
         engine's routing (global ids, -1 = none, weights used as given); both
         None: the layer routes (router GEMM + its routing function).
         out: optional preallocated float32 (out_dtype f32) or uint16/bfloat16
-        (bf16) [T][hidden], written in place and returned."""
+        (bf16) [T][hidden], written in place and returned.
+        return_routing (internal routing only): return (out, ids, weights), the
+        int32 / float32 [T][top_k] routing the layer chose (fm_layer_run_args
+        routed_ids / routed_weights): passed back as topk_ids / topk_weights they
+        give the same output bit for bit."""
         if self.backend == "cuda":
             raise ValueError("run: a cuda layer takes device tensors: use fp4moe.torch_ops (torch.ops.fp4moe.moe)")
         H = self.cfg.hidden
@@ -269,6 +273,10 @@ class Layer:
             raise ValueError(f"x: T={T} outside [1, max_tokens={self.max_tokens}]")
         if (topk_ids is None) != (topk_weights is None):
             raise ValueError("topk_ids, topk_weights: give both (external routing) or neither (internal)")
+        if return_routing and topk_ids is not None:
+            raise ValueError("return_routing: only with internal routing (topk_ids given: the routing is yours)")
+        if return_routing and not _lib.HAS_RUN_API:
+            _lib.require_run_api("return_routing")
         k = self.cfg.top_k
         ids = _arr(topk_ids, "topk_ids", "int32", (T, k), True)
         tw = _arr(topk_weights, "topk_weights", "float32", (T, k), True)
@@ -292,12 +300,16 @@ class Layer:
                 a.topk_ids = None if ids is None else ids.ctypes.data
                 a.topk_weights = None if tw is None else tw.ctypes.data
                 a.workspace, a.stream = None, None
+                rid = np.empty((T, k), np.int32) if return_routing else None
+                rwt = np.empty((T, k), np.float32) if return_routing else None
+                a.routed_ids = None if rid is None else rid.ctypes.data
+                a.routed_weights = None if rwt is None else rwt.ctypes.data
                 check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
             else:
                 if ids is not None:
                     _lib.require_run_api("external routing (topk_ids / topk_weights)")
                 check(lib.fm_layer_forward(h, xb.ctypes.data, T, res.ctypes.data, None), "Layer.run")
-        return res
+        return (res, rid, rwt) if return_routing else res
 
 
 _devices = {}

@@ -83,6 +83,41 @@ def test_external_routing(rng):
 
 
 @need_run_api
+@pytest.mark.parametrize("backend", ["cpu-ref", "cpu"])
+def test_return_routing(rng, backend):
+    """The routing the layer chose, handed back: valid top-k sets, weights as the
+    numpy oracle's router gives them, and passed back as external routing the same
+    output bit for bit."""
+    cfg, W, ref = make_layer(rng, "nvfp4", E=16, k=4)
+    T = 5
+    bits, xf = make_x(rng, T, cfg.hidden)
+    with fp4moe.Layer(cfg, W, backend=backend, max_tokens=T) as layer:
+        out = np.full((T, cfg.hidden), np.nan, np.float32)
+        got, ids, w = layer.run(bits, out=out, return_routing=True)
+        assert got is out and ids.shape == (T, cfg.top_k) and w.shape == (T, cfg.top_k)
+        assert ids.dtype == np.int32 and w.dtype == np.float32
+        assert np.all((ids >= 0) & (ids < cfg.n_experts))
+        assert all(len(set(r)) == cfg.top_k for r in ids.tolist())
+        assert np.all(np.isfinite(w)) and np.all(w > 0)
+        again = layer.run(bits, ids, w)
+        assert np.array_equal(got.view(np.uint32), again.view(np.uint32))
+        assert np.array_equal(got.view(np.uint32), layer.run(bits).view(np.uint32))  # asking changes nothing
+        with pytest.raises(ValueError, match="return_routing"):
+            layer.run(bits, ids, w, return_routing=True)
+    want, margin = reference(cfg, ref, xf)
+    check(got, want, margin)
+    logits = xf.astype(np.float64) @ ref["router"].astype(np.float64).T  # the oracle's routing, per token
+    rids, rw, _ = moe_ref.route(logits, cfg.score, cfg.top_k, ref["bias"], cfg.renormalize, cfg.routed_scale,
+                                cfg.n_group, cfg.topk_group)
+    for t in range(T):
+        mine = dict(zip(ids[t].tolist(), w[t].tolist()))
+        theirs = dict(zip(np.asarray(rids[t]).tolist(), np.asarray(rw[t]).tolist()))
+        assert set(mine) == set(theirs), f"token {t}: experts {sorted(mine)} vs the oracle's {sorted(theirs)}"
+        for e, v in theirs.items():
+            assert abs(mine[e] - v) <= 1e-5 * abs(v), f"token {t} expert {e}: weight {mine[e]} vs {v}"
+
+
+@need_run_api
 @pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
 def test_expert_shard_partial_sums(rng, out_dtype):
     E = 8
