@@ -160,6 +160,7 @@ int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
+    float  row_q = 0; /* --row-quantile Q: fm_layer_desc.row_quantile (tiles sized for that quantile of the rows) */
     int    breakdown = 0; /* --breakdown: per graph node, the time its prefix of the graph adds */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     for (int i = 1; i < argc; i++) {
@@ -171,6 +172,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--work-list")) work_list = FM_WORK_LIST_ON;
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
+        else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) row_q = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
             char *p = argv[++i];
             n_user = 0;
@@ -182,7 +184,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--row-quantile Q]\n");
             return 2;
         }
     }
@@ -206,6 +208,8 @@ int main(int argc, char **argv)
            work_list == FM_WORK_LIST_ON    ? "; decode_work_list ON (the work list and split K in every bucket)"
            : work_list == FM_WORK_LIST_OFF ? "; decode_work_list OFF (grids over every local expert)"
                                            : "; decode_work_list AUTO (the work list where FC1 splits >= 4 ways)");
+    if (row_q > 0) printf("# tiles sized for the %.3g quantile of an expert's rows (fm_layer_desc.row_quantile); the GEMMs-alone column "
+                          "still uses the mean\n", row_q);
     size_t db13, sb13, db2, sb2;
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
@@ -252,7 +256,7 @@ int main(int argc, char **argv)
         for (int s = 0; s < NSETS; s++) {
             fm_moe_weights w = {.router_w = ws[s].router, .w13 = ws[s].w13, .w2 = ws[s].w2};
             fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .first_expert = 0,
-                                .n_local = EL, .decode_work_list = work_list};
+                                .n_local = EL, .decode_work_list = work_list, .row_quantile = row_q};
             FK(fm_layer_create_desc(&d, &cfg, &w, &L[s]));
         }
         for (int ti = 0; ti < nT; ti++) {

@@ -16,6 +16,7 @@ typedef struct {
     fm_out_dtype    out_dtype;
     int             caller_workspace;
     int             decode_work_list; /* fm_layer_desc.decode_work_list */
+    float           row_quantile;     /* fm_layer_desc.row_quantile */
     fm_cuda_device *device;         /* cuda only */
 } fm_layer_params;
 

@@ -140,6 +140,9 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
         return fm_fail(FM_ERR_INVALID_ARG,
                        "fm_layer_create: decode_work_list=%d (expected FM_WORK_LIST_OFF -1, _AUTO 0 or _ON 1)",
                        d->decode_work_list);
+    if (!(d->row_quantile == 0.0f || (d->row_quantile >= 0.5f && d->row_quantile < 1.0f)))
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: row_quantile=%g (expected 0, or a quantile in [0.5, 1))",
+                       (double)d->row_quantile);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
                        d->caller_workspace);
@@ -173,7 +176,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     l->kind = kind;
     l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
                              .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device,
-                             .decode_work_list = d->decode_work_list};
+                             .decode_work_list = d->decode_work_list, .row_quantile = d->row_quantile};
     fm_status s = FM_OK;
     if (kind == FM_BACKEND_CUDA && !l->p.device) {
         if ((s = fm_cuda_device_open(0, &l->own_device)) != FM_OK) {

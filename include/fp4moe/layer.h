@@ -132,6 +132,16 @@ typedef struct {
      * FM_WORK_LIST_ON: every bucket the planner splits or not; FM_WORK_LIST_OFF: never
      * (grids over every local expert). The CPU backends ignore it. */
     int             decode_work_list;
+    /* cuda: the rows per expert each bucket's tiles are chosen for. 0 (default): the
+     * mean (T * top_k routed slots spread evenly). q in [0.5, 1): the q-quantile of an
+     * expert's row count under uniform random routing (Binomial(T, top_k / n_experts)),
+     * where it exceeds the mean. A tile holds 8 * NT rows per pass and an expert with
+     * more re-streams its weights, so with random routing a tile sized for the mean
+     * runs ~40 % of the experts twice when the mean is a tile's capacity (H200:
+     * GLM-5 EP8 at T = 256, 8 rows per expert: FC1 200 us, the same tile at exactly 8
+     * rows 124 us). Experimental (not yet measured in the layer): bench_layer
+     * --row-quantile 0.9 compares. The CPU backends ignore it. */
+    float           row_quantile;
 } fm_layer_desc;
 
 /* Create a layer from a description. Statuses as fm_layer_create, plus

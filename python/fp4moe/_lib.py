@@ -46,7 +46,7 @@ class RunStats(C.Structure):
 class LayerDesc(C.Structure):
     _fields_ = [("backend", c_int), ("device", c_void_p), ("max_tokens", c_int), ("out_dtype", c_int),
                 ("first_expert", c_int), ("n_local", c_int), ("caller_workspace", c_int),
-                ("decode_work_list", c_int)]
+                ("decode_work_list", c_int), ("row_quantile", c_float)]
 
 
 class LayerRunArgs(C.Structure):

@@ -157,8 +157,24 @@ static int prefer_packed(const fm_cuda_gemm_args *a)
     return ok && pk < nat;
 }
 
+/* The smallest r with P(X <= r) >= q, X ~ Binomial(n, pr): an expert's rows when each of
+ * n tokens picks it with probability pr (log-space terms: no underflow at large n). */
+static int binomial_quantile(int n, double pr, double q)
+{
+    if (pr <= 0) return 0;
+    if (pr >= 1) return n;
+    const double lg = lgamma(n + 1.0), l1 = log(pr), l0 = log1p(-pr);
+    double       cdf = 0;
+    for (int r = 0; r < n; r++) {
+        cdf += exp(lg - lgamma(r + 1.0) - lgamma(n - r + 1.0) + r * l1 + (n - r) * l0);
+        if (cdf >= q) return r;
+    }
+    return n;
+}
+
 /* Rows per expert and active experts the planner ranks a bucket of T tokens for:
- * T * top_k routed slots over the global experts, the shard's share of them. */
+ * T * top_k routed slots over the global experts, the shard's share of them; with
+ * row_quantile, at least that quantile of one expert's row count. */
 static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
 {
     const double R = (double)T * p->cfg.top_k, local = R * p->n_local / p->cfg.n_experts;
@@ -166,6 +182,10 @@ static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
     *act = a;
     *avg = (rows + a - 1) / a;
     if (*avg < 1) *avg = 1;
+    if (p->row_quantile > 0) {
+        int qr = binomial_quantile(T, (double)p->cfg.top_k / p->cfg.n_experts, p->row_quantile);
+        if (qr > *avg) *avg = qr;
+    }
 }
 
 /* Tiles, X layouts and K splits of every bucket; the split buffer's size (counters of

@@ -51,7 +51,8 @@ static void fx_free(layer_fx *L)
 }
 
 /* layers made with fm_layer_desc.decode_work_list (test_layer_split_shard) */
-static int g_work_list = 0;
+static int   g_work_list = 0;
+static float g_row_quantile = 0; /* fm_layer_desc.row_quantile of the cuda layers made */
 
 static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev, int max_tokens, int first, int n,
                       fm_out_dtype od, int caller_ws)
@@ -60,7 +61,7 @@ static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev,
     w.w13 += first, w.w2 += first;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
                        .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws,
-                       .decode_work_list = g_work_list};
+                       .decode_work_list = g_work_list, .row_quantile = g_row_quantile};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
@@ -305,6 +306,7 @@ static void test_layer_split_shard(void **state)
     double   *sum = malloc(sizeof(double) * maxT * H);
     fm_layer *gl[E / NL], *cl = NULL;
     g_work_list = 1; /* the cuda layers: the work list and split K (the CPU backends ignore it) */
+    g_row_quantile = 0.9f; /* and tiles sized for the 90th percentile of the rows */
     for (int q = 0; q < E / NL; q++) gl[q] = make(&L, FM_BACKEND_CUDA, dev, maxT, q * NL, NL, FM_OUT_F32, 0);
     fm_layer *whole = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
     const int Ts[] = {1, 2, 5, 8, 16};
@@ -374,6 +376,7 @@ static void test_layer_split_shard(void **state)
     for (int q = 0; q < E / NL; q++) fm_layer_destroy(gl[q]);
     fm_layer_destroy(whole);
     g_work_list = 0;
+    g_row_quantile = 0;
     CK(cudaStreamDestroy(st));
     CK(cudaFree(dx));
     CK(cudaFree(dout));
