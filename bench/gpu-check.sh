@@ -80,6 +80,13 @@ if [ "$MODE" = layer ]; then
     timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
     echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
   fi
+  # WL_SANITIZE=1: the work-list / split-K GEMM tests (FM_TEST_FILTER) under memcheck + racecheck
+  if [ -n "${WL_SANITIZE:-}" ]; then
+    for t in test_k_split test_expert_list; do for tool in memcheck racecheck; do
+      FM_QUICK=1 FM_TEST_FILTER=$t timeout ${WL_S:-120} "$CS" --tool $tool --error-exitcode 9 build-gpu/tests/test_cuda_gemm >"$OUT/${tool}_$t.log" 2>&1
+      echo "$tool test_cuda_gemm $t rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_$t.log" | tail -1)"
+    done; done
+  fi
   # NCU_LAYER="1 8": per-kernel time, grid and DRAM throughput of the layer's first graph
   # replays at those T (ep8 routing, external ids): where a small-batch forward spends its time
   for tk in ${NCU_LAYER:-}; do

@@ -81,4 +81,11 @@ void fm_test_require_gpu(void)
                "(bench/gpu-check.sh)\n", fm_status_name(s), fm_last_error());
         exit(77);
     }
+    /* FM_TEST_FILTER=pattern (cmocka's wildcards): run only those tests, e.g. one test under
+     * compute-sanitizer (bench/gpu-check.sh) */
+    const char *f = getenv("FM_TEST_FILTER");
+    if (f && *f) {
+        cmocka_set_test_filter(f);
+        printf("# FM_TEST_FILTER=%s: only the tests it matches\n", f);
+    }
 }
