@@ -18,7 +18,10 @@
  * = 2 * rows * (2*inter*hidden + hidden*inter). Ceilings: --bw GB/s (default
  * 4200, the H200's measured copy) and --tflops (default 740, measured BF16).
  * Medians of --reps timings after --warm warm-ups. Output: one table row per
- * (routing, T), then a csv line each.
+ * (routing, T), then a csv line each. --breakdown: per graph node, what the graph cut
+ * after that node adds (external, then internal routing; a one-memset graph first as the
+ * launch baseline). --work-list / --no-work-list, --row-quantile Q: fm_layer_desc's
+ * decode_work_list ON / OFF and row_quantile (default AUTO and 0).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -112,14 +115,14 @@ static void make_experts(fm_rng *r, fm_qtensor *q, int E, int N, int K)
  * with the same rotation as the full graph; the difference of successive medians is
  * what node k adds (its own time less what PDL overlaps, plus its launch gap). */
 static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T,
-                            cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route)
+                            cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route, int internal)
 {
     cudaGraph_t g[NSETS][NX];
     size_t      n = 0;
     for (int s = 0; s < NSETS; s++)
         for (int x = 0; x < NX; x++) {
-            fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .topk_ids = dids[x],
-                                   .topk_weights = dw[x]};
+            fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st,
+                                   .topk_ids = internal ? NULL : dids[x], .topk_weights = internal ? NULL : dw[x]};
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             FK(fm_layer_run(L[s], &a));
             CK(cudaStreamEndCapture(st, &g[s][x]));
@@ -137,7 +140,8 @@ static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float *
                 CK(cudaGraphInstantiate(&ex[s][x], c, 0));
                 CK(cudaGraphDestroy(c));
             }
-        printf("breakdown %-5s T=%-5d baseline %8.1f us  (a graph of one 4-byte memset)\n", route, T,
+        printf("breakdown %-5s T=%-5d %s baseline %8.1f us  (a graph of one 4-byte memset)\n", route, T,
+               internal ? "int" : "ext",
                time_graphs(ex, st, ev, reps, warm, t));
         for (int s = 0; s < NSETS; s++)
             for (int x = 0; x < NX; x++) CK(cudaGraphExecDestroy(ex[s][x]));
@@ -168,7 +172,8 @@ static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float *
             if (cudaFuncGetName(&name, kp.func) != cudaSuccess) name = "(kernel)";
             grid = kp.gridDim.x * kp.gridDim.y * kp.gridDim.z, block = kp.blockDim.x * kp.blockDim.y * kp.blockDim.z;
         }
-        printf("breakdown %-5s T=%-5d node %zu/%zu %8.1f us (+%7.1f) grid %6u x %4u  %.90s\n", route, T, k, n, med,
+        printf("breakdown %-5s T=%-5d %s node %zu/%zu %8.1f us (+%7.1f) grid %6u x %4u  %.90s\n", route, T,
+               internal ? "int" : "ext", k, n, med,
                med - prev, grid, block, name);
         prev = med;
         for (int s = 0; s < NSETS; s++)
@@ -350,7 +355,8 @@ int main(int argc, char **argv)
             }
             FK(fm_layer_errors(L[0], st, NULL));
             FK(fm_layer_errors(L[1], st, NULL));
-            if (breakdown) graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
+            for (int in = 0; breakdown && in < 2; in++) /* external, then internal routing */
+                graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local", in);
             /* the two GEMMs alone: the layer's own kernels with the routing's
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
