@@ -21,6 +21,7 @@ from .format import BLOCK, FORMAT_NAMES, FORMATS, QTensor, format_code, quantize
 
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
+WORK_LIST = {"off": -1, "auto": 0, "on": 1}  # fm_layer_desc.decode_work_list (FM_WORK_LIST_*)
 SCORES = {"softmax": 0, "sigmoid": 1}
 
 
@@ -178,10 +179,13 @@ class Layer:
     cfg.n_experts is the global expert count; with first_expert/n_local the layer
     holds experts [first_expert, first_expert + n_local) (weights of those only,
     router global) and its output is that shard's partial sum. out_dtype "f32" or
-    "bf16". device: CUDA ordinal for the cuda backend (default 0)."""
+    "bf16". device: CUDA ordinal for the cuda backend (default 0). work_list
+    ("auto", "on", "off") and row_quantile (0, or a quantile in [0.5, 1)): the cuda
+    backend's decode_work_list and row_quantile (include/fp4moe/layer.h); the CPU
+    backends check and ignore them."""
 
     def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
-                 n_local=0, device=None):
+                 n_local=0, device=None, work_list="auto", row_quantile=0.0):
         from .checkpoint import LoadedLayer
 
         if backend not in BACKENDS:
@@ -190,6 +194,9 @@ class Layer:
             raise ValueError(f"out_dtype: expected 'f32' or 'bf16', got {out_dtype!r}")
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens: expected an int >= 1, got {max_tokens!r}")
+        if work_list not in WORK_LIST:
+            raise ValueError(f"work_list: expected one of {sorted(WORK_LIST)}, got {work_list!r}")
+        row_quantile = float(row_quantile)  # the library checks the range (0, or [0.5, 1))
         if isinstance(weights, LoadedLayer):
             if cfg is None:
                 cfg = weights.cfg
@@ -217,10 +224,11 @@ class Layer:
                 self.device = 0 if device is None else int(device)
                 self._dev = _open_device(self.device)
             desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
-                                  int(first_expert), int(n_local), 0)
+                                  int(first_expert), int(n_local), 0, WORK_LIST[work_list], row_quantile)
             check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(self._h)), "Layer")
         else:
-            if first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0):
+            if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
+                    or row_quantile):
                 _lib.require_run_api("a shard, BF16 output or a device choice")
             check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens,
                                       C.byref(self._h)), "Layer")
