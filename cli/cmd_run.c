@@ -61,13 +61,18 @@ static void usage(FILE *f)
             "  --routing R        internal (router + top-k inside the layer) | external (the top-k ids and\n"
             "                     weights computed here from the router, passed in as an engine does;\n"
             "                     on cuda in device memory)            (default internal)\n"
+            "  --work-list W      cuda: auto | on | off, the experts' work list and split K in decode\n"
+            "                     buckets (fm_layer_desc.decode_work_list) (default auto)\n"
+            "  --row-quantile Q   cuda: tiles chosen for the Q-quantile of an expert's rows, Q in [0.5, 1)\n"
+            "                     (fm_layer_desc.row_quantile; 0 = the mean) (default 0)\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
 
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
-       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING, OPT_GLOBAL };
+       OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING, OPT_GLOBAL,
+       OPT_WORK_LIST, OPT_ROW_Q };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -83,6 +88,7 @@ static const struct option k_opts[] = {
     {"routed-scale", required_argument, 0, OPT_RSCALE}, {"input", required_argument, 0, OPT_INPUT},
     {"output", required_argument, 0, OPT_OUTPUT},   {"shard", required_argument, 0, OPT_SHARD},
     {"routing", required_argument, 0, OPT_ROUTING}, {"global-experts", required_argument, 0, OPT_GLOBAL},
+    {"work-list", required_argument, 0, OPT_WORK_LIST}, {"row-quantile", required_argument, 0, OPT_ROW_Q},
     {0, 0, 0, 0}};
 
 /* "F:C" -> first F >= 0, count C >= 1 (checked against the layer's experts later). */
@@ -147,6 +153,8 @@ int fm_cmd_run(int argc, char **argv)
     int topk_group_flag = 0;       /* --topk-group: with --weights only together with --groups */
     int shard_first = 0, shard_count = 0, external = 0; /* --shard F:C (0 count: all), --routing external */
     int global = 0, experts_set = 0;                     /* --global-experts N, --experts given */
+    int work_list = FM_WORK_LIST_AUTO;                   /* --work-list */
+    double row_q = 0;                                    /* --row-quantile */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -195,6 +203,23 @@ int fm_cmd_run(int argc, char **argv)
                 return FM_EXIT_USAGE;
             }
             external = !strcmp(optarg, "external");
+            break;
+        case OPT_WORK_LIST:
+            if (!strcmp(optarg, "auto")) work_list = FM_WORK_LIST_AUTO;
+            else if (!strcmp(optarg, "on")) work_list = FM_WORK_LIST_ON;
+            else if (!strcmp(optarg, "off")) work_list = FM_WORK_LIST_OFF;
+            else {
+                fprintf(stderr, "fp4moe run: --work-list expects auto, on or off, got '%s'\n", optarg);
+                return FM_EXIT_USAGE;
+            }
+            break;
+        case OPT_ROW_Q:
+            if (!fm_cli_double("run", "--row-quantile", optarg, 0, 0.999999, &dv)) return FM_EXIT_USAGE;
+            if (dv != 0 && dv < 0.5) {
+                fprintf(stderr, "fp4moe run: --row-quantile expects 0 or a quantile in [0.5, 1), got '%s'\n", optarg);
+                return FM_EXIT_USAGE;
+            }
+            row_q = dv;
             break;
         case OPT_SHARED: if (!fm_cli_int("run", "--shared-inter", optarg, 0, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.shared_inter = (int)v; break;
         case OPT_ACT: o.cfg.act_nvfp4 = 1; break;
@@ -294,7 +319,8 @@ int fm_cmd_run(int argc, char **argv)
     if (sw.a1_scale) sw.a1_scale += off;
     if (sw.a2_scale) sw.a2_scale += off;
     fm_cuda_device *dev = NULL;
-    fm_layer_desc desc = {.backend = o.backend, .max_tokens = T, .first_expert = shard_first, .n_local = shard_count};
+    fm_layer_desc desc = {.backend = o.backend, .max_tokens = T, .first_expert = shard_first, .n_local = shard_count,
+                          .decode_work_list = work_list, .row_quantile = (float)row_q};
     fm_run_cuda_times ct = {0};
     fm_layer_run_args run = {.x = m.x, .T = T, .out = out};
     double *ms = calloc((size_t)o.iters, sizeof *ms);
