@@ -81,6 +81,11 @@ if [ "$MODE" = layer ]; then
     timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 build-gpu/tests/test_cuda_layer >"$OUT/racecheck_layer.log" 2>&1
     echo "racecheck test_cuda_layer rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_layer.log" | tail -1)"
   fi
+  # ROUTE_BENCH=1: the router-logits kernels alone (bench_route: warp16 / warp48 / tiled / the layer's pick)
+  if [ -n "${ROUTE_BENCH:-}" ]; then
+    echo "== bench_route"
+    timeout ${ROUTE_S:-90} build-gpu/bench/bench_route ${ROUTE_ARGS:-} 2>&1 | tee "$OUT/bench_route.log"
+  fi
   # WL_SANITIZE=1: the work-list / split-K GEMM tests (FM_TEST_FILTER) under memcheck + racecheck
   if [ -n "${WL_SANITIZE:-}" ]; then
     for t in test_k_split test_expert_list; do for tool in memcheck racecheck; do

@@ -29,6 +29,14 @@ extern "C" {
 #define FM_ROUTER_TILED_MIN_T 64
 int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits, void *stream);
 
+/* The same with the kernel named (tests and bench/bench_route.c): AUTO = the layer's
+ * dispatch above; WARP16 / WARP48: one warp per logit with 16 / 48 groups of 32 loads in
+ * flight per lane (48: 4 dependent round trips at H = 6,144 instead of 12; not used by the
+ * layer until measured); TILED: 16 x 32 tiles. All bit-identical. */
+enum { FM_ROUTER_AUTO = 0, FM_ROUTER_WARP16 = 1, FM_ROUTER_WARP48 = 2, FM_ROUTER_TILED = 3 };
+int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
+                                     void *stream, int kind);
+
 /* Bytes of device scratch fm_moe_route_launch needs for T tokens of `cfg`. */
 size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T);
 

@@ -36,6 +36,7 @@ namespace {
  * x[k]*w[k] for k = c, c+8, c+16, ... in ascending k (lanes c, c+8, c+16, c+24
  * of each 32-wide step hold them); lanes 8-31 repeat chains 0-7 so that every
  * lane takes part in the shuffles. */
+template <int U>
 __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, int E, int H, float *logits)
 {
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -47,8 +48,8 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
     float           part = 0.0f; /* the CPU's part[c] = {0} */
     /* U groups of 32 products loaded before any is summed: U loads of x and w in flight
      * per lane (one warp per logit has nothing else to hide the latency with: at decode
-     * T x E warps are a few per SM); the sums stay in the CPU's order, k ascending */
-    constexpr int U = 16;
+     * T x E warps are a few per SM); the sums stay in the CPU's order, k ascending. U = 16:
+     * 12 dependent round trips at H = 6,144; U = 48: 4 (FM_ROUTER_WARP48, not yet measured) */
     for (int k0 = 0; k0 < H; k0 += 32 * U) {
         float p[U];
 #pragma unroll
@@ -503,15 +504,26 @@ __global__ void permute_place_kernel(const int32_t *ids, const float *weights, i
 extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
                                            void *stream)
 {
+    return fm_moe_router_logits_launch_kind(x, rw, T, E, H, logits, stream, FM_ROUTER_AUTO);
+}
+
+extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H,
+                                                float *logits, void *stream, int kind)
+{
     const long long warps = (long long)T * E;
     if (warps <= 0) return 0;
-    if (T >= FM_ROUTER_TILED_MIN_T && (E + RT_E - 1) / RT_E <= 65535) { /* tiles: x and w staged once per tile */
+    if (kind == FM_ROUTER_AUTO) kind = T >= FM_ROUTER_TILED_MIN_T ? FM_ROUTER_TILED : FM_ROUTER_WARP16;
+    if (kind == FM_ROUTER_TILED && (E + RT_E - 1) / RT_E > 65535) kind = FM_ROUTER_WARP16; /* grid y limit */
+    if (kind == FM_ROUTER_TILED) { /* tiles: x and w staged once per tile */
         dim3 grid((unsigned)((T + RT_T - 1) / RT_T), (unsigned)((E + RT_E - 1) / RT_E));
         router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
         return (int)cudaGetLastError();
     }
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
-    router_logits_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+    if (kind == FM_ROUTER_WARP48)
+        router_logits_kernel<48><<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+    else
+        router_logits_kernel<16><<<blocks, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
     return (int)cudaGetLastError();
 }
 

@@ -214,7 +214,8 @@ static void check_permute(const int32_t *ids, const float *wts, int T, int K, in
     free(grw);
 }
 
-/* Device logits vs fm_moe_router_logits, bit for bit; returns the device logits (caller frees). */
+/* Device logits vs fm_moe_router_logits, bit for bit, from every kernel (the layer's
+ * dispatch last); returns the device logits (caller frees). */
 static float *check_logits(const fm_moe_config *c, const float *router, const uint16_t *x, int T, const char *what)
 {
     const int E = c->n_experts, H = c->hidden;
@@ -223,14 +224,21 @@ static float *check_logits(const fm_moe_config *c, const float *router, const ui
     uint16_t *dx = dev_upload(x, sizeof(uint16_t) * (size_t)T * H);
     float    *dw = dev_upload(router, sizeof(float) * (size_t)E * H), *dl;
     CK(cudaMalloc((void **)&dl, sizeof(float) * (size_t)T * E));
-    CK(cudaMemset(dl, 0xFF, sizeof(float) * (size_t)T * E)); /* NaN poison */
-    assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(got, dl, sizeof(float) * (size_t)T * E, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < (size_t)T * E; i++)
-        if (f32_bits(got[i]) != f32_bits(ref[i]))
-            fail_msg("%s H=%d: logit [%zu][%zu] gpu %a cpu %a (must be bit-identical)", what, H, i / E, i % E,
-                     (double)got[i], (double)ref[i]);
+    const int         kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "auto"};
+    for (int ki = 0; ki < 4; ki++) {
+        CK(cudaMemset(dl, 0xFF, sizeof(float) * (size_t)T * E)); /* NaN poison */
+        if (kinds[ki] == FM_ROUTER_AUTO)
+            assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
+        else
+            assert_int_equal(fm_moe_router_logits_launch_kind(dx, dw, T, E, H, dl, NULL, kinds[ki]), 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got, dl, sizeof(float) * (size_t)T * E, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < (size_t)T * E; i++)
+            if (f32_bits(got[i]) != f32_bits(ref[i]))
+                fail_msg("%s H=%d, %s kernel: logit [%zu][%zu] gpu %a cpu %a (must be bit-identical)", what, H,
+                         names[ki], i / E, i % E, (double)got[i], (double)ref[i]);
+    }
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dl);
