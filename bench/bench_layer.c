@@ -20,8 +20,8 @@
  * Medians of --reps timings after --warm warm-ups. Output: one table row per
  * (routing, T), then a csv line each. --breakdown: per graph node, what the graph cut
  * after that node adds (external, then internal routing; a one-memset graph first as the
- * launch baseline). --work-list / --no-work-list, --row-quantile Q: fm_layer_desc's
- * decode_work_list ON / OFF and row_quantile (default AUTO and 0).
+ * launch baseline). --work-list / --no-work-list, --row-quantile auto|mean|Q:
+ * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
-    float  row_q = 0; /* --row-quantile Q: fm_layer_desc.row_quantile (tiles sized for that quantile of the rows) */
+    float  row_q = FM_ROW_QUANTILE_AUTO; /* --row-quantile auto|mean|Q: fm_layer_desc.row_quantile */
     int    breakdown = 0; /* --breakdown: per graph node, the time its prefix of the graph adds */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     for (int i = 1; i < argc; i++) {
@@ -201,7 +201,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--work-list")) work_list = FM_WORK_LIST_ON;
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
-        else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) row_q = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) {
+            const char *q = argv[++i];
+            row_q = !strcmp(q, "mean") ? FM_ROW_QUANTILE_MEAN : !strcmp(q, "auto") ? FM_ROW_QUANTILE_AUTO : (float)atof(q);
+        }
         else if (!strcmp(argv[i], "--ts") && i + 1 < argc) { /* comma-separated T list */
             char *p = argv[++i];
             n_user = 0;
@@ -213,7 +216,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--row-quantile Q]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--row-quantile auto|mean|Q]\n");
             return 2;
         }
     }
@@ -239,6 +242,9 @@ int main(int argc, char **argv)
                                            : "; decode_work_list AUTO (the work list where FC1 splits >= 4 ways)");
     if (row_q > 0) printf("# tiles sized for the %.3g quantile of an expert's rows (fm_layer_desc.row_quantile); the GEMMs-alone column "
                           "still uses the mean\n", row_q);
+    else if (row_q < 0) printf("# tiles sized for the mean rows per expert (FM_ROW_QUANTILE_MEAN)\n");
+    else printf("# tiles sized for the 0.9 quantile of an expert's rows from %d tokens (FM_ROW_QUANTILE_AUTO); the GEMMs-alone "
+                "column uses the mean\n", FM_ROW_QUANTILE_AUTO_MIN_T);
     size_t db13, sb13, db2, sb2;
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));

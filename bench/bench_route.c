@@ -82,17 +82,20 @@ int main(int argc, char **argv)
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    const int         kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_AUTO};
-    const char *const names[] = {"warp16", "warp48", "tiled", "auto"};
+    const int         kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "auto"};
+    enum { NK = sizeof kinds / sizeof kinds[0] };
     double           *t = malloc(sizeof(double) * reps);
     printf("# bench_route: router logits, %d experts, hidden %d, FP32 router, %d copies rotated; %.0f GB/s\n", E, H,
            NR, bw);
-    printf("%6s %9s | %10s %10s %10s %10s | us (x floor)\n", "T", "floor_us", names[0], names[1], names[2], names[3]);
+    printf("%6s %9s |", "T", "floor_us");
+    for (int ki = 0; ki < NK; ki++) printf(" %12s", names[ki]);
+    printf(" | us (x floor)\n");
     for (int ti = 0; ti < nt; ti++) {
         const int    T = ts[ti];
         const double floor_us = ((double)E * H * 4 + (double)T * H * 2 + (double)T * E * 4) / (bw * 1e3);
-        double       med[4];
-        for (int ki = 0; ki < 4; ki++) {
+        double       med[NK];
+        for (int ki = 0; ki < NK; ki++) {
             for (int it = -3; it < reps; it++) {
                 const int j = (it + 3) % NR;
                 CK(cudaEventRecord(ev[0], st));
@@ -110,7 +113,7 @@ int main(int argc, char **argv)
             med[ki] = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
         }
         printf("%6d %9.1f |", T, floor_us);
-        for (int ki = 0; ki < 4; ki++) printf(" %5.1f (%4.1f)", med[ki], med[ki] / floor_us);
+        for (int ki = 0; ki < NK; ki++) printf(" %5.1f (%5.1f)", med[ki], med[ki] / floor_us);
         printf("\n");
         fflush(stdout);
     }

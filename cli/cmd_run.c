@@ -63,8 +63,9 @@ static void usage(FILE *f)
             "                     on cuda in device memory)            (default internal)\n"
             "  --work-list W      cuda: auto | on | off, the experts' work list and split K in decode\n"
             "                     buckets (fm_layer_desc.decode_work_list) (default auto)\n"
-            "  --row-quantile Q   cuda: tiles chosen for the Q-quantile of an expert's rows, Q in [0.5, 1)\n"
-            "                     (fm_layer_desc.row_quantile; 0 = the mean) (default 0)\n"
+            "  --row-quantile Q   cuda: auto | mean | Q in [0.5, 1): the rows per expert tiles are chosen\n"
+            "                     for (fm_layer_desc.row_quantile; auto: the 0.9-quantile from 32\n"
+            "                     tokens, the mean below)                (default auto)\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
@@ -154,7 +155,7 @@ int fm_cmd_run(int argc, char **argv)
     int shard_first = 0, shard_count = 0, external = 0; /* --shard F:C (0 count: all), --routing external */
     int global = 0, experts_set = 0;                     /* --global-experts N, --experts given */
     int work_list = FM_WORK_LIST_AUTO;                   /* --work-list */
-    double row_q = 0;                                    /* --row-quantile */
+    double row_q = FM_ROW_QUANTILE_AUTO;                 /* --row-quantile */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -214,12 +215,18 @@ int fm_cmd_run(int argc, char **argv)
             }
             break;
         case OPT_ROW_Q:
-            if (!fm_cli_double("run", "--row-quantile", optarg, 0, 0.999999, &dv)) return FM_EXIT_USAGE;
-            if (dv != 0 && dv < 0.5) {
-                fprintf(stderr, "fp4moe run: --row-quantile expects 0 or a quantile in [0.5, 1), got '%s'\n", optarg);
-                return FM_EXIT_USAGE;
+            if (!strcmp(optarg, "auto")) row_q = FM_ROW_QUANTILE_AUTO;
+            else if (!strcmp(optarg, "mean")) row_q = FM_ROW_QUANTILE_MEAN;
+            else {
+                char  *end = NULL;
+                double q = strtod(optarg, &end);
+                if (end == optarg || *end || !(q >= 0.5 && q < 1.0)) {
+                    fprintf(stderr, "fp4moe run: --row-quantile expects auto, mean or a quantile in [0.5, 1), got '%s'\n",
+                            optarg);
+                    return FM_EXIT_USAGE;
+                }
+                row_q = q;
             }
-            row_q = dv;
             break;
         case OPT_SHARED: if (!fm_cli_int("run", "--shared-inter", optarg, 0, 1 << 20, &v)) return FM_EXIT_USAGE; o.cfg.shared_inter = (int)v; break;
         case OPT_ACT: o.cfg.act_nvfp4 = 1; break;

@@ -140,8 +140,11 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
         return fm_fail(FM_ERR_INVALID_ARG,
                        "fm_layer_create: decode_work_list=%d (expected FM_WORK_LIST_OFF -1, _AUTO 0 or _ON 1)",
                        d->decode_work_list);
-    if (!(d->row_quantile == 0.0f || (d->row_quantile >= 0.5f && d->row_quantile < 1.0f)))
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: row_quantile=%g (expected 0, or a quantile in [0.5, 1))",
+    if (!(d->row_quantile == FM_ROW_QUANTILE_AUTO || d->row_quantile == FM_ROW_QUANTILE_MEAN ||
+          (d->row_quantile >= 0.5f && d->row_quantile < 1.0f)))
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "fm_layer_create: row_quantile=%g (expected FM_ROW_QUANTILE_AUTO 0, _MEAN -1, or a quantile in "
+                       "[0.5, 1))",
                        (double)d->row_quantile);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",

@@ -48,8 +48,11 @@ expect 2 "is not a range of the layer's 16 experts" -- run "${sh[@]}" --shard 12
 expect 2 "--routing expects internal or external" -- run "${sh[@]}" --routing maybe
 expect 0 "experts \[4, 8) held" -- run "${sh[@]}" --shard 4:4 --work-list off --row-quantile 0.9 --check
 expect 2 "--work-list expects auto, on or off" -- run "${sh[@]}" --work-list sometimes
-expect 2 "--row-quantile expects 0 or a quantile" -- run "${sh[@]}" --row-quantile 0.3
+expect 0 "passed" -- run "${sh[@]}" --row-quantile mean --check
+expect 0 "passed" -- run "${sh[@]}" --row-quantile auto --check
+expect 2 "--row-quantile expects auto, mean or a quantile" -- run "${sh[@]}" --row-quantile 0.3
 expect 2 "--row-quantile" -- run "${sh[@]}" --row-quantile 1
+expect 2 "--row-quantile" -- run "${sh[@]}" --row-quantile 0.9x
 n=$((n+1))
 d=$(mktemp -d)
 ok=1

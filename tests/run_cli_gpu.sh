@@ -32,6 +32,7 @@ expect 0 "experts \[32, 64) held, external routing" -- run --tokens 4 --iters 20
 # the tuning options: the work list in every bucket or none, tiles for the 0.9-quantile of the rows
 expect 0 "passed" -- run --tokens 2 --iters 5 --global-experts 256 --shard 0:32 --routing external --work-list on --check
 expect 0 "passed" -- run "${sh[@]}" --tokens 128 --work-list off --row-quantile 0.9 --check
+expect 0 "passed" -- run "${sh[@]}" --tokens 128 --row-quantile mean --check
 # --json carries the device path's fields
 n=$((n+1))
 if "$FM" run "${gs[@]}" --global-experts 64 --shard 16:16 --routing external --check --json | "$PY" -c '

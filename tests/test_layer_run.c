@@ -285,14 +285,14 @@ static void test_bad_arguments(void **st)
         assert_null(l);
     }
     d.decode_work_list = FM_WORK_LIST_AUTO;
-    const float bad_q[] = {-0.1f, 0.3f, 0.49f, 1.0f, 2.0f, NAN, INFINITY};
+    const float bad_q[] = {-0.1f, -0.9f, -2.0f, 0.3f, 0.49f, 1.0f, 2.0f, NAN, INFINITY, -INFINITY};
     for (size_t i = 0; i < sizeof bad_q / sizeof bad_q[0]; i++) {
         d.row_quantile = bad_q[i];
         assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_ERR_INVALID_ARG);
         assert_non_null(strstr(fm_last_error(), "row_quantile"));
         assert_null(l);
     }
-    const float good_q[] = {0.5f, 0.9f, 0.999f, 0.0f}; /* the CPU backends take them and ignore them */
+    const float good_q[] = {0.5f, 0.9f, 0.999f, FM_ROW_QUANTILE_MEAN, FM_ROW_QUANTILE_AUTO}; /* the CPU backends take them and ignore them */
     for (size_t i = 0; i < sizeof good_q / sizeof good_q[0]; i++) {
         d.row_quantile = good_q[i];
         assert_int_equal(fm_layer_create_desc(&d, &cfg, &L.w, &l), FM_OK);

@@ -99,6 +99,11 @@ const fm_device_info *fm_cuda_device_limits(const fm_cuda_device *dev);
 const fm_gpu_info *fm_cuda_device_gpu(const fm_cuda_device *dev);
 
 enum { FM_WORK_LIST_OFF = -1, FM_WORK_LIST_AUTO = 0, FM_WORK_LIST_ON = 1, FM_WORK_LIST_MIN_SPLITS = 4 };
+/* fm_layer_desc.row_quantile's special values and its AUTO rule */
+#define FM_ROW_QUANTILE_AUTO 0.0f
+#define FM_ROW_QUANTILE_MEAN (-1.0f)
+#define FM_ROW_QUANTILE_AUTO_Q 0.9f
+#define FM_ROW_QUANTILE_AUTO_MIN_T 32
 
 typedef enum {
     FM_OUT_F32 = 0,  /* out: FP32 [T][hidden] */
@@ -132,15 +137,20 @@ typedef struct {
      * FM_WORK_LIST_ON: every bucket the planner splits or not; FM_WORK_LIST_OFF: never
      * (grids over every local expert). The CPU backends ignore it. */
     int             decode_work_list;
-    /* cuda: the rows per expert each bucket's tiles are chosen for. 0 (default): the
-     * mean (T * top_k routed slots spread evenly). q in [0.5, 1): the q-quantile of an
-     * expert's row count under uniform random routing (Binomial(T, top_k / n_experts)),
-     * where it exceeds the mean. A tile holds 8 * NT rows per pass and an expert with
-     * more re-streams its weights, so with random routing a tile sized for the mean
-     * runs ~40 % of the experts twice when the mean is a tile's capacity (H200:
-     * GLM-5 EP8 at T = 256, 8 rows per expert: FC1 200 us, the same tile at exactly 8
-     * rows 124 us). Experimental (not yet measured in the layer): bench_layer
-     * --row-quantile 0.9 compares. The CPU backends ignore it. */
+    /* cuda: the rows per expert each bucket's tiles are chosen for.
+     * FM_ROW_QUANTILE_AUTO (0, default): the 0.9-quantile of an expert's row count
+     * (FM_ROW_QUANTILE_AUTO_Q) in the buckets of at least FM_ROW_QUANTILE_AUTO_MIN_T
+     * tokens, the mean below. FM_ROW_QUANTILE_MEAN (-1): the mean everywhere (T * top_k
+     * routed slots spread evenly). q in [0.5, 1): the q-quantile everywhere. The quantile
+     * is that of Binomial(T, top_k / n_experts), the rows of one expert under uniform
+     * random routing, where it exceeds the mean. Why: a tile holds 8 * NT rows per pass
+     * and an expert with more re-streams its weights, so a tile sized for the mean runs
+     * ~40 % of the experts twice when the mean is a tile's capacity. Measured on the H200
+     * (GLM-5, bench/RESULTS.md 2026-12-03, third session): 0.9 against the mean, graph
+     * replay, EP8 shard T = 256 317 -> 258 us, T = 1,024 435 -> 395, T = 32 157 -> 146;
+     * all-local T = 32 294 -> 247; T = 64-128 and 4,096 within 3 %. Below 32 tokens it is
+     * not measured (on the EP8 shard it picks the same tiles there). The CPU backends
+     * ignore it. */
     float           row_quantile;
 } fm_layer_desc;
 

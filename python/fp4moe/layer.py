@@ -22,6 +22,7 @@ from .format import BLOCK, FORMAT_NAMES, FORMATS, QTensor, format_code, quantize
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
 WORK_LIST = {"off": -1, "auto": 0, "on": 1}  # fm_layer_desc.decode_work_list (FM_WORK_LIST_*)
+ROW_QUANTILE = {"auto": 0.0, "mean": -1.0}  # fm_layer_desc.row_quantile (FM_ROW_QUANTILE_AUTO / _MEAN)
 SCORES = {"softmax": 0, "sigmoid": 1}
 
 
@@ -173,6 +174,16 @@ def to_bf16_bits(x, arg="x"):
     raise TypeError(f"{arg}: expected BF16 (uint16 bits or bfloat16) or a float array, got dtype {a.dtype}")
 
 
+def _row_quantile(q):
+    """fm_layer_desc.row_quantile from "auto" (0), "mean" (-1) or a number (the library checks
+    the range: [0.5, 1), or the two special values)."""
+    if isinstance(q, str):
+        if q not in ROW_QUANTILE:
+            raise ValueError(f"row_quantile: expected 'auto', 'mean' or a quantile in [0.5, 1), got {q!r}")
+        return ROW_QUANTILE[q]
+    return float(q)
+
+
 class Layer:
     """One fm_layer. backend: "cpu" (fast), "cpu-ref" (the oracle), "cuda", "auto".
 
@@ -180,12 +191,12 @@ class Layer:
     holds experts [first_expert, first_expert + n_local) (weights of those only,
     router global) and its output is that shard's partial sum. out_dtype "f32" or
     "bf16". device: CUDA ordinal for the cuda backend (default 0). work_list
-    ("auto", "on", "off") and row_quantile (0, or a quantile in [0.5, 1)): the cuda
+    ("auto", "on", "off") and row_quantile ("auto", "mean", or a quantile in [0.5, 1)): the cuda
     backend's decode_work_list and row_quantile (include/fp4moe/layer.h); the CPU
     backends check and ignore them."""
 
     def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
-                 n_local=0, device=None, work_list="auto", row_quantile=0.0):
+                 n_local=0, device=None, work_list="auto", row_quantile="auto"):
         from .checkpoint import LoadedLayer
 
         if backend not in BACKENDS:
@@ -196,7 +207,7 @@ class Layer:
             raise ValueError(f"max_tokens: expected an int >= 1, got {max_tokens!r}")
         if work_list not in WORK_LIST:
             raise ValueError(f"work_list: expected one of {sorted(WORK_LIST)}, got {work_list!r}")
-        row_quantile = float(row_quantile)  # the library checks the range (0, or [0.5, 1))
+        row_quantile = _row_quantile(row_quantile)
         if isinstance(weights, LoadedLayer):
             if cfg is None:
                 cfg = weights.cfg
@@ -228,7 +239,7 @@ class Layer:
             check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(self._h)), "Layer")
         else:
             if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
-                    or row_quantile):
+                    or row_quantile != 0.0):
                 _lib.require_run_api("a shard, BF16 output or a device choice")
             check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens,
                                       C.byref(self._h)), "Layer")

@@ -101,7 +101,7 @@ class MoE:
     the output is the shard's partial sum)."""
 
     def __init__(self, cfg, weights, *, device="cuda", max_tokens=256, out_dtype=torch.bfloat16, first_expert=0,
-                 n_local=0, backend=None, work_list="auto", row_quantile=0.0):
+                 n_local=0, backend=None, work_list="auto", row_quantile="auto"):
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())

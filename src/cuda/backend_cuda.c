@@ -174,7 +174,7 @@ static int binomial_quantile(int n, double pr, double q)
 
 /* Rows per expert and active experts the planner ranks a bucket of T tokens for:
  * T * top_k routed slots over the global experts, the shard's share of them; with
- * row_quantile, at least that quantile of one expert's row count. */
+ * row_quantile (or its AUTO rule), at least that quantile of one expert's row count. */
 static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
 {
     const double R = (double)T * p->cfg.top_k, local = R * p->n_local / p->cfg.n_experts;
@@ -182,8 +182,11 @@ static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
     *act = a;
     *avg = (rows + a - 1) / a;
     if (*avg < 1) *avg = 1;
-    if (p->row_quantile > 0) {
-        int qr = binomial_quantile(T, (double)p->cfg.top_k / p->cfg.n_experts, p->row_quantile);
+    const float q = p->row_quantile == FM_ROW_QUANTILE_AUTO
+                        ? (T >= FM_ROW_QUANTILE_AUTO_MIN_T ? FM_ROW_QUANTILE_AUTO_Q : 0.0f)
+                        : p->row_quantile;
+    if (q > 0) {
+        int qr = binomial_quantile(T, (double)p->cfg.top_k / p->cfg.n_experts, q);
         if (qr > *avg) *avg = qr;
     }
 }

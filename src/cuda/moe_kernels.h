@@ -22,18 +22,24 @@ extern "C" {
 /* logits[T][E] = x[T][H] (BF16) . rw[E][H]^T (FP32), bit-identical to
  * fm_moe_router_logits (src/moe/shared.c): the same 8 partial sums, each added
  * in ascending k, folded ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); products and sums
- * rounded separately (no FMA contraction). One warp per logit below
- * FM_ROUTER_TILED_MIN_T tokens, tiles of 16 tokens x 32 experts from there on
- * (checked bit-exact on the H200 at T = 64 and 1,000, 2026-12-03; its speed not yet
- * measured: below 64 tokens the tiles are too few for the warp kernel to lose). */
-#define FM_ROUTER_TILED_MIN_T 64
+ * rounded separately (no FMA contraction). The kernel by T (H200, bench/bench_route.c,
+ * 2026-12-03, GLM-5's 256 x 6,144 router, us at T = 1 / 16 / 64 / 128 / 256 / 1,024):
+ * the staged kernel below FM_ROUTER_TILED_MIN_T (17.5 / 21.3 / 55.9 / 103.5 / 192 / 731),
+ * tiles of 16 tokens x 32 experts from there on (125 / 128 / 128 / 127 / 128 / 355: too
+ * few CTAs at small T; the crossover, ~170 tokens, interpolated); where the staged kernel
+ * cannot run (H % 8 != 0, unaligned rows), one warp per logit with 48 loads in flight per
+ * lane up to FM_ROUTER_WARP48_MAX_T tokens (23.3 us at T = 1 against 32.8 with 16), 16
+ * above (48 is slower from 16 tokens). */
+#define FM_ROUTER_WARP48_MAX_T 8
+#define FM_ROUTER_TILED_MIN_T 160
 int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits, void *stream);
 
 /* The same with the kernel named (tests and bench/bench_route.c): AUTO = the layer's
  * dispatch above; WARP16 / WARP48: one warp per logit with 16 / 48 groups of 32 loads in
- * flight per lane (48: 4 dependent round trips at H = 6,144 instead of 12; not used by the
- * layer until measured); TILED: 16 x 32 tiles. All bit-identical. */
-enum { FM_ROUTER_AUTO = 0, FM_ROUTER_WARP16 = 1, FM_ROUTER_WARP48 = 2, FM_ROUTER_TILED = 3 };
+ * flight per lane; TILED: 16 x 32 tiles; STAGED: 4 tokens x 2 experts a CTA of 64 threads,
+ * one chain a thread, slices double-buffered by cp.async (needs H % 8 == 0 and 16-byte
+ * aligned x and rw, else WARP16). All bit-identical (test_cuda_route). */
+enum { FM_ROUTER_AUTO = 0, FM_ROUTER_WARP16 = 1, FM_ROUTER_WARP48 = 2, FM_ROUTER_TILED = 3, FM_ROUTER_STAGED = 4 };
 int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
                                      void *stream, int kind);
 

@@ -224,9 +224,9 @@ static float *check_logits(const fm_moe_config *c, const float *router, const ui
     uint16_t *dx = dev_upload(x, sizeof(uint16_t) * (size_t)T * H);
     float    *dw = dev_upload(router, sizeof(float) * (size_t)E * H), *dl;
     CK(cudaMalloc((void **)&dl, sizeof(float) * (size_t)T * E));
-    const int         kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_AUTO};
-    const char *const names[] = {"warp16", "warp48", "tiled", "auto"};
-    for (int ki = 0; ki < 4; ki++) {
+    const int         kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "auto"};
+    for (int ki = 0; ki < (int)(sizeof kinds / sizeof kinds[0]); ki++) {
         CK(cudaMemset(dl, 0xFF, sizeof(float) * (size_t)T * E)); /* NaN poison */
         if (kinds[ki] == FM_ROUTER_AUTO)
             assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
@@ -371,6 +371,7 @@ static void test_route_matrix(void **state)
                         for (size_t it = 0; it < FM_ARRAY_LEN(Ts); it++) {
                             /* H: short, odd (tails of the 32-wide step and of the 8 chains), or GLM-5's 6144 once */
                             int H = 1 + (int)(fm_rng_u64(&r) % 300);
+                            if (fm_rng_u64(&r) & 1) H = (H + 7) / 8 * 8; /* the staged kernel's H % 8 == 0 */
                             if (Es[ie] == 32 && Ks[ik] == 8 && it == 2 && !grouped && b && sc) H = 6144;
                             run_case(&r, Es[ie], Ks[ik], grouped, sc ? FM_SCORE_SIGMOID : FM_SCORE_SOFTMAX, b, Ts[it],
                                      H);
@@ -378,6 +379,36 @@ static void test_route_matrix(void **state)
     printf("# route: %ld cases, %ld tokens, %ld with bit-exact weights; %ld weights off (max %u ulp, tokens where "
            "libm expf is not correctly rounded)\n",
            g_tally.cases, g_tally.tokens, g_tally.tokens_exact, g_tally.weights_off_by_ulp, g_tally.max_ulp);
+}
+
+/* The logits kernels at shapes the matrix does not reach: an odd E (the staged kernel's
+ * expert pairs, the tiled kernel's 32-expert tiles cut), a last slice shorter than the
+ * staged kernel's 1,024, x and router rows not 16-byte aligned (its fallback), T not a
+ * multiple of any tile. */
+static void test_logits_shapes(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 3);
+    const int shapes[][3] = {{7, 5, 2056}, {1, 1, 8}, {33, 17, 3080}, {256, 2, 6152}, {5, 130, 1028}, {3, 9, 6}};
+    for (size_t i = 0; i < FM_ARRAY_LEN(shapes); i++) {
+        const int     E = shapes[i][0], T = shapes[i][1], H = shapes[i][2];
+        fm_moe_config c;
+        fm_moe_config_default(&c);
+        c.n_experts = E;
+        c.top_k = 1;
+        c.hidden = H;
+        c.wfmt = FM_FORMAT_BF16;
+        float    *router = malloc(sizeof(float) * (size_t)E * H);
+        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)T * H);
+        fm_rng_fill_normal(&r, router, (size_t)E * H, 0.05f);
+        for (size_t j = 0; j < (size_t)T * H; j++) x[j] = fm_bf16_encode(fm_rng_normal(&r));
+        char what[64];
+        snprintf(what, sizeof what, "E=%d T=%d", E, T);
+        free(check_logits(&c, router, x, T, what));
+        free(router);
+        free(x);
+    }
 }
 
 /* Routing of hand-made logits: all equal (every expert ties: the lowest ids,
@@ -504,6 +535,7 @@ int main(void)
     fm_test_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_matrix),
+        cmocka_unit_test(test_logits_shapes),
         cmocka_unit_test(test_route_ties),
         cmocka_unit_test(test_permute_edges),
         cmocka_unit_test(test_route_nonfinite),

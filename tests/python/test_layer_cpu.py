@@ -86,14 +86,16 @@ def test_external_routing(rng):
 def test_tuning_options(rng):
     """work_list / row_quantile: checked on every backend (the CPU ones ignore them)."""
     cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=2)
-    for wl, q in (("off", 0.0), ("on", 0.9), ("auto", 0.5)):
+    for wl, q in (("off", "mean"), ("on", 0.9), ("auto", 0.5), ("auto", "auto"), ("on", -1.0), ("off", 0.0)):
         with fp4moe.Layer(cfg, W, backend="cpu", max_tokens=4, work_list=wl, row_quantile=q) as layer:
             assert np.all(np.isfinite(layer.run(make_x(rng, 2, cfg.hidden)[0])))
     with pytest.raises(ValueError, match="work_list"):
         fp4moe.Layer(cfg, W, backend="cpu", work_list="sometimes")
-    for q in (0.3, 1.0, float("nan")):
+    for q in (0.3, 1.0, -0.5, float("nan")):
         with pytest.raises(fp4moe.Error, match="row_quantile"):
             fp4moe.Layer(cfg, W, backend="cpu", row_quantile=q)
+    with pytest.raises(ValueError, match="row_quantile"):
+        fp4moe.Layer(cfg, W, backend="cpu", row_quantile="median")
 
 
 @need_run_api
