@@ -166,59 +166,64 @@ __global__ void __launch_bounds__(256)
 
 /* logits of RS_T tokens x RS_E experts per CTA of 64 threads, for small T (the
  * warp kernels keep one warp per logit busy on its own loads: at T = 1 the H200 ran
- * them at 24-34 us for 6.3 MB of router weights, 2026-12-03; the tiled kernel has
+ * them at 23-33 us for 6.3 MB of router weights, 2026-12-03; the tiled kernel has
  * only E / 32 CTAs there). Thread (g = tid >> 3, c = tid & 7) keeps chain c of the
  * CPU's part[] for token g / RS_E and expert g % RS_E: one chain a thread, so that
- * E / RS_E x T / RS_T CTAs of few threads spread over every SM at T = 1. Slices of RS_K
- * of the x and router rows are copied global -> shared by cp.async (16-byte, every
- * copy of a slice in flight at once), double-buffered: slice s + 1 loads while s is
- * summed. Rows padded by 8 elements: the 2 experts / 2 tokens a warp reads sit in
- * different banks. Needs H % 8 == 0 and 16-byte aligned x and rw (the launcher falls
- * back to the warp kernel otherwise). Same roundings as the CPU: bit-identical. */
+ * E / RS_E x T / RS_T CTAs of few threads spread over every SM at T = 1. Slices of KS
+ * of the x and router rows are copied global -> shared by cp.async (16-byte copies),
+ * STAGES buffers deep: slices s + 1 .. s + STAGES - 1 load while s is awaited and summed. Rows
+ * padded by 8 elements (KS % 32 == 0: the 2 experts / 2 tokens a warp reads sit in
+ * different banks). Needs H % 8 == 0 and 16-byte aligned x and rw (the launcher falls
+ * back to the warp kernel otherwise). Same roundings as the CPU: bit-identical.
+ * <2, 1024> (FM_ROUTER_STAGED, the layer's pick): 17.5 us at T = 1 on the H200, mostly
+ * 2 slices in flight at most; <4, 736> (FM_ROUTER_STAGED4: 4 slices of 736 in flight,
+ * 46.5 KB of static shared memory; not measured yet). */
 #define RS_T 4
 #define RS_E 2
-#define RS_K 1024
+template <int STAGES, int KS>
 __global__ void __launch_bounds__(64)
     router_logits_staged_kernel(const uint16_t *x, const float *rw, int T, int E, int H, float *logits)
 {
-    __shared__ __align__(16) float    ws[2][RS_E][RS_K + 8];
-    __shared__ __align__(16) uint16_t xs[2][RS_T][RS_K + 8];
+    static_assert(KS % 32 == 0 && STAGES >= 2, "slices: a multiple of 32, two buffers at least");
+    __shared__ __align__(16) float    ws[STAGES][RS_E][KS + 8];
+    __shared__ __align__(16) uint16_t xs[STAGES][RS_T][KS + 8];
     const int tid = threadIdx.x, c = tid & 7, g = tid >> 3, tl = g / RS_E, el = g % RS_E;
     const int t0 = blockIdx.y * RS_T, e0 = blockIdx.x * RS_E;
-    const int S = (H + RS_K - 1) / RS_K;
-    /* every thread copies 16-byte chunks of the slice: RS_E rows of n / 4 and RS_T rows of n / 8 */
+    const int S = (H + KS - 1) / KS;
+    /* slice s into buffer s % STAGES, one commit group (empty past the last slice, so that
+     * group i is slice i and wait_group<STAGES - 1> below means slice s has landed) */
     auto issue = [&](int s) {
-        const int k0 = s * RS_K, n = H - k0 < RS_K ? H - k0 : RS_K, b = s & 1;
-        for (int i = tid; i < RS_E * (n / 4); i += 64) {
-            const int r = i / (n / 4), q = i % (n / 4);
-            const bool ok = e0 + r < E;
-            fm_kc::cp_async16(&ws[b][r][4 * q], rw + (size_t)(ok ? e0 + r : 0) * H + k0 + 4 * q, ok ? 16 : 0);
-        }
-        for (int i = tid; i < RS_T * (n / 8); i += 64) {
-            const int r = i / (n / 8), q = i % (n / 8);
-            const bool ok = t0 + r < T;
-            fm_kc::cp_async16(&xs[b][r][8 * q], x + (size_t)(ok ? t0 + r : 0) * H + k0 + 8 * q, ok ? 16 : 0);
+        if (s < S) {
+            const int k0 = s * KS, n = H - k0 < KS ? H - k0 : KS, b = s % STAGES;
+            for (int i = tid; i < RS_E * (n / 4); i += 64) {
+                const int  r = i / (n / 4), q = i % (n / 4);
+                const bool ok = e0 + r < E;
+                fm_kc::cp_async16(&ws[b][r][4 * q], rw + (size_t)(ok ? e0 + r : 0) * H + k0 + 4 * q, ok ? 16 : 0);
+            }
+            for (int i = tid; i < RS_T * (n / 8); i += 64) {
+                const int  r = i / (n / 8), q = i % (n / 8);
+                const bool ok = t0 + r < T;
+                fm_kc::cp_async16(&xs[b][r][8 * q], x + (size_t)(ok ? t0 + r : 0) * H + k0 + 8 * q, ok ? 16 : 0);
+            }
         }
         fm_kc::cp_async_commit();
     };
     float part = 0.0f; /* the CPU's part[c] = {0} */
-    issue(0);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) issue(s);
     for (int s = 0; s < S; s++) {
-        if (s + 1 < S) {
-            issue(s + 1);
-            fm_kc::cp_async_wait<1>();
-        } else {
-            fm_kc::cp_async_wait<0>();
-        }
+        issue(s + STAGES - 1);              /* into the buffer of slice s - 1, free since the last sync */
+        fm_kc::cp_async_wait<STAGES - 1>(); /* slice s has landed; STAGES - 1 later ones in flight */
         __syncthreads();
-        const int       n = H - s * RS_K < RS_K ? H - s * RS_K : RS_K, b = s & 1;
+        const int       n = H - s * KS < KS ? H - s * KS : KS, b = s % STAGES;
         const float    *wr = ws[b][el];
         const uint16_t *xr = xs[b][tl];
 #pragma unroll 8
         for (int k = c; k < n; k += 8) /* k ascending within the chain, slice after slice */
             part = __fadd_rn(part, __fmul_rn(__uint_as_float((uint32_t)xr[k] << 16), wr[k]));
-        __syncthreads(); /* buffer b is refilled by issue(s + 2) */
+        __syncthreads(); /* buffer b is refilled by the next iteration's issue */
     }
+    fm_kc::cp_async_wait<0>(); /* the empty groups: nothing in flight at exit */
     /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)): the 8 chains of a logit are 8 neighbouring lanes */
     part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 1));
     part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 2));
@@ -583,15 +588,18 @@ extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *
                : T <= FM_ROUTER_WARP48_MAX_T ? FM_ROUTER_WARP48
                                              : FM_ROUTER_WARP16;
     if (kind == FM_ROUTER_TILED && (E + RT_E - 1) / RT_E > 65535) kind = FM_ROUTER_WARP16; /* grid y limit */
-    if (kind == FM_ROUTER_STAGED && !staged_ok) kind = FM_ROUTER_WARP16;
+    if ((kind == FM_ROUTER_STAGED || kind == FM_ROUTER_STAGED4) && !staged_ok) kind = FM_ROUTER_WARP16;
     if (kind == FM_ROUTER_TILED) { /* tiles: x and w staged once per tile */
         dim3 grid((unsigned)((T + RT_T - 1) / RT_T), (unsigned)((E + RT_E - 1) / RT_E));
         router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
         return (int)cudaGetLastError();
     }
-    if (kind == FM_ROUTER_STAGED) {
+    if (kind == FM_ROUTER_STAGED || kind == FM_ROUTER_STAGED4) {
         dim3 grid((unsigned)((E + RS_E - 1) / RS_E), (unsigned)((T + RS_T - 1) / RS_T));
-        router_logits_staged_kernel<<<grid, 64, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        if (kind == FM_ROUTER_STAGED4)
+            router_logits_staged_kernel<4, 736><<<grid, 64, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        else
+            router_logits_staged_kernel<2, 1024><<<grid, 64, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
         return (int)cudaGetLastError();
     }
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
