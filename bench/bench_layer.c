@@ -261,11 +261,12 @@ int main(int argc, char **argv)
            work_list == FM_WORK_LIST_ON    ? "; decode_work_list ON (the work list and split K in every bucket)"
            : work_list == FM_WORK_LIST_OFF ? "; decode_work_list OFF (grids over every local expert)"
                                            : "; decode_work_list AUTO (the work list where FC1 splits >= 4 ways)");
-    if (row_q > 0) printf("# tiles sized for the %.3g quantile of an expert's rows (fm_layer_desc.row_quantile); the GEMMs-alone column "
-                          "still uses the mean\n", row_q);
+    if (row_q > 0) printf("# tiles sized for the %.3g quantile of an expert's rows (fm_layer_desc.row_quantile)\n", row_q);
     else if (row_q < 0) printf("# tiles sized for the mean rows per expert (FM_ROW_QUANTILE_MEAN)\n");
-    else printf("# tiles sized for the 0.9 quantile of an expert's rows from %d tokens (FM_ROW_QUANTILE_AUTO); the GEMMs-alone "
-                "column uses the mean\n", FM_ROW_QUANTILE_AUTO_MIN_T);
+    else printf("# tiles sized for the 0.9 quantile of an expert's rows from %d tokens (FM_ROW_QUANTILE_AUTO)\n",
+                FM_ROW_QUANTILE_AUTO_MIN_T);
+    printf("# GEMMs alone: the layer's FC1 + FC2 of T's bucket (fm_layer_plan: rows, experts, splits, X layouts, work "
+           "list) on one routing, eager\n");
     size_t db13, sb13, db2, sb2;
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
     FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
@@ -417,36 +418,22 @@ int main(int argc, char **argv)
                     FK(fm_cuda_weights_create(ws[s].w13, EL, &cw13[s]));
                     FK(fm_cuda_weights_create(ws[s].w2, EL, &cw2[s]));
                 }
-                int act = active > 0 ? active : 1, avg = (off[EL] + act - 1) / act;
-                /* X layout as the layer picks it: packed where the planner's estimate is lower */
-                /* and K split where the planner splits it (natural X, the mma kernel) */
-                /* FM_WORK_LIST_AUTO: the work list and splits only where FC1 splits >= 4 ways (the layer's rule) */
-                int    pk[2] = {0, 0}, ksp[2] = {1, 1}, use_list = work_list != FM_WORK_LIST_OFF;
-                size_t cnt_b = 0, part_b = 0;
-                for (int pass = 0; pass < 2; pass++) {
-                    cnt_b = part_b = 0;
-                    for (int g = 0; g < 2; g++) {
-                        fm_cuda_gemm_args q = {.w = g ? cw2[0] : cw13[0],
-                                               .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
-                                               .expected_rows = avg, .active_experts = act,
-                                               .k_splits = use_list ? FM_CUDA_K_SPLITS_AUTO : 0};
-                        fm_tile t;
-                        double  nat = 0, pkd = 0;
-                        ksp[g] = 1, pk[g] = 0;
-                        if (fm_cuda_gemm_choose(&q, &t, NULL, &ksp[g], &nat) != FM_OK) continue;
-                        q.x_packed = 1;
-                        pk[g] = fm_cuda_gemm_choose(&q, &t, NULL, NULL, &pkd) == FM_OK && pkd < nat;
-                        if (pk[g]) ksp[g] = 1;
-                        if (ksp[g] > 1) {
-                            size_t cb = fm_cuda_split_counter_bytes(q.w, R);
-                            size_t pb = fm_cuda_gemm_split_ws_bytes(q.w, R, ksp[g]) - cb;
-                            cnt_b = cb > cnt_b ? cb : cnt_b;
-                            part_b = pb > part_b ? pb : part_b;
-                        }
+                /* the layer's plan of this T (fm_layer_plan): the rows and experts its tiles were
+                 * chosen for, X layouts, K splits and work list, so the pair below launches what
+                 * the layer launches (fm_cuda_gemm picks the same tiles from the same inputs) */
+                fm_layer_plan_info pi;
+                FK(fm_layer_plan(L[0], T, &pi));
+                const int act = pi.active_experts, avg = pi.expected_rows, use_list = pi.work_list;
+                const int pk[2] = {pi.x_packed[0], pi.x_packed[1]}, ksp[2] = {pi.k_splits[0], pi.k_splits[1]};
+                size_t    cnt_b = 0, part_b = 0;
+                for (int g = 0; g < 2; g++)
+                    if (ksp[g] > 1) {
+                        const fm_cuda_weights *q = g ? cw2[0] : cw13[0];
+                        size_t cb = fm_cuda_split_counter_bytes(q, R);
+                        size_t pb = fm_cuda_gemm_split_ws_bytes(q, R, ksp[g]) - cb;
+                        cnt_b = cb > cnt_b ? cb : cnt_b;
+                        part_b = pb > part_b ? pb : part_b;
                     }
-                    if (!(work_list == FM_WORK_LIST_AUTO && use_list && ksp[0] < FM_WORK_LIST_MIN_SPLITS)) break;
-                    use_list = 0; /* auto, FC1 not split enough: the plain grids */
-                }
                 void *dsplit = NULL;
                 if (cnt_b + part_b) {
                     CK(cudaMalloc(&dsplit, cnt_b + part_b));

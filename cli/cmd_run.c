@@ -391,6 +391,12 @@ int fm_cmd_run(int argc, char **argv)
     }
     qsort(ms, (size_t)o.iters, sizeof *ms, cmp_double);
     double med = ms[o.iters / 2];
+    /* cuda: the plan of T's bucket (tiles, splits, layouts the run launched) */
+    fm_layer_plan_info pi;
+    const int          have_plan = bk == FM_BACKEND_CUDA && fm_layer_plan(layer, T, &pi) == FM_OK;
+    char               tn[2][48] = {"", ""};
+    if (have_plan)
+        for (int g = 0; g < 2; g++) fm_tile_name(&pi.tile[g], tn[g], sizeof tn[g]);
     double bytes = fm_run_model_bytes(&m, T);
     double flops = fm_run_model_flops(&m, T);
 
@@ -454,6 +460,21 @@ int fm_cmd_run(int argc, char **argv)
             cJSON_AddNumberToObject(j, "graph_ms", ct.graph_ms);
             cJSON_AddNumberToObject(j, "graph_gbps", bytes / (ct.graph_ms * 1e6));
             cJSON_AddBoolToObject(j, "graph_matches_eager", ct.graph_bitexact);
+            if (have_plan) { /* fm_layer_plan_info of T's bucket */
+                cJSON *pj = cJSON_AddObjectToObject(j, "plan");
+                cJSON_AddNumberToObject(pj, "bucket_tokens", pi.bucket_tokens);
+                cJSON_AddNumberToObject(pj, "expected_rows", pi.expected_rows);
+                cJSON_AddNumberToObject(pj, "active_experts", pi.active_experts);
+                cJSON_AddBoolToObject(pj, "work_list", pi.work_list);
+                const char *gn[2] = {"fc1", "fc2"};
+                for (int g = 0; g < 2; g++) {
+                    cJSON *gj = cJSON_AddObjectToObject(pj, gn[g]);
+                    cJSON_AddStringToObject(gj, "tile", tn[g]);
+                    cJSON_AddNumberToObject(gj, "k_splits", pi.k_splits[g]);
+                    cJSON_AddBoolToObject(gj, "x_packed", pi.x_packed[g]);
+                    cJSON_AddNumberToObject(gj, "feature_blocks", pi.feature_blocks[g]);
+                }
+            }
         } else {
             cJSON_AddNullToObject(j, "graph_ms");
         }
@@ -482,6 +503,12 @@ int fm_cmd_run(int argc, char **argv)
             printf("  time (median)    %.3f ms eager, %.3f ms CUDA graph replay, over %d iterations each\n", med,
                    ct.graph_ms, o.iters);
             printf("  graph replay     %s the eager output bit for bit\n", ct.graph_bitexact ? "equals" : "DIFFERS from");
+            if (have_plan)
+                printf("  plan             bucket of %d token%s, tiles for %d row%s x %d experts%s: FC1 %s (K split %d%s), "
+                       "FC2 %s (K split %d%s)\n",
+                       pi.bucket_tokens, pi.bucket_tokens == 1 ? "" : "s", pi.expected_rows, pi.expected_rows == 1 ? "" : "s", pi.active_experts, pi.work_list ? ", work list" : "", tn[0],
+                       pi.k_splits[0], pi.x_packed[0] ? ", packed X" : "", tn[1], pi.k_splits[1],
+                       pi.x_packed[1] ? ", packed X" : "");
         } else {
             printf("  time (median)    %.3f ms over %d iterations\n", med, o.iters);
         }

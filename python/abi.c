@@ -48,6 +48,13 @@ static const fm_py_field k_fields[] = {
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),
     F(fm_layer_error_info, nonfinite_logits), F(fm_layer_error_info, nonfinite_weights),
 
+    S(fm_tile), F(fm_tile, warps), F(fm_tile, mt), F(fm_tile, nt), F(fm_tile, kc), F(fm_tile, stages),
+    F(fm_tile, persist), F(fm_tile, family),
+
+    S(fm_layer_plan_info), F(fm_layer_plan_info, bucket_tokens), F(fm_layer_plan_info, expected_rows),
+    F(fm_layer_plan_info, active_experts), F(fm_layer_plan_info, work_list), F(fm_layer_plan_info, tile),
+    F(fm_layer_plan_info, k_splits), F(fm_layer_plan_info, x_packed), F(fm_layer_plan_info, feature_blocks),
+
     S(fm_st_tensor), F(fm_st_tensor, name), F(fm_st_tensor, dtype), F(fm_st_tensor, ndim),
     F(fm_st_tensor, shape), F(fm_st_tensor, data), F(fm_st_tensor, nbytes), F(fm_st_tensor, file_offset),
     F(fm_st_tensor, file), F(fm_st_tensor, owner_),

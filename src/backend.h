@@ -36,6 +36,8 @@ typedef struct {
     fm_status (*forward_host)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
     /* fm_layer_errors; NULL: nothing is deferred (CPU backends). */
     fm_status (*errors)(void *state, void *stream, fm_layer_error_info *info);
+    /* fm_layer_plan (T checked); NULL: the backend has none (FM_ERR_UNSUPPORTED). */
+    fm_status (*plan)(void *state, int T, fm_layer_plan_info *info);
     /* bytes of caller workspace a run needs (p->caller_workspace); NULL: 0. */
     size_t (*workspace_bytes)(void *state);
     void (*destroy)(void *state);

@@ -28,6 +28,7 @@ expect 0 "experts \[4, 8) held, internal routing" -- run "${sh[@]}" --shard 4:4 
 expect 0 "experts \[8, 12) held, external routing" -- run "${gs[@]}" --global-experts 64 --shard 8:4 --routing external --check
 # GLM-5 EP8 defaults: all local (top-8 of 32), and rank 1 of 256 global experts with the engine's routing
 expect 0 "CUDA graph replay" -- run --tokens 1 --iters 20 --check
+expect 0 "plan  *bucket of 5 tokens, tiles for .*FC1 [a-z]*_w.*FC2 [a-z]*_w" -- run "${sh[@]}" --tokens 5
 expect 0 "experts \[32, 64) held, external routing" -- run --tokens 4 --iters 20 --global-experts 256 --shard 32:32 --routing external --check
 # the tuning options: the work list in every bucket or none, tiles for the 0.9-quantile of the rows
 expect 0 "passed" -- run --tokens 2 --iters 5 --global-experts 256 --shard 0:32 --routing external --work-list on --check
@@ -40,7 +41,9 @@ import json,sys; j=json.load(sys.stdin)
 assert j["backend"] == "cuda" and j["path"] == "device", j
 assert j["eager_ms"] > 0 and j["graph_ms"] > 0 and j["time_ms"] == j["eager_ms"], j
 assert j["graph_matches_eager"] is True and j["check_passed"] is True, j
-assert j["experts"] == 64 and j["shard_first"] == 16 and j["shard_count"] == 16, j'; then echo "ok: --json (cuda)"
+assert j["experts"] == 64 and j["shard_first"] == 16 and j["shard_count"] == 16, j
+p = j["plan"]; assert p["bucket_tokens"] == 9 and p["expected_rows"] >= 1, p
+assert all(p[g]["tile"][:7] in ("swapab_", "wgmma_w") and p[g]["k_splits"] >= 1 for g in ("fc1", "fc2")), p'; then echo "ok: --json (cuda)"
 else echo "FAIL: --json (cuda)"; fails=$((fails+1)); fi
 # shards summed = the layer, external routing = internal, on the GPU (FP32 sums in another order: NMSE)
 n=$((n+1))

@@ -376,6 +376,18 @@ static void test_bad_arguments(void **st)
     a.out = out + 1;
     assert_int_equal(fm_layer_run(l, &a), FM_ERR_MISALIGNED);
     assert_int_equal(fm_layer_errors(l, NULL, NULL), FM_OK); /* the CPU defers nothing */
+    { /* fm_layer_plan: a CPU layer has no tiles; the arguments are checked first; info untouched */
+        fm_layer_plan_info pi, pi0;
+        memset(&pi, 0x5A, sizeof pi);
+        pi0 = pi;
+        assert_int_equal(fm_layer_plan(l, 1, &pi), FM_ERR_UNSUPPORTED);
+        assert_non_null(strstr(fm_last_error(), "no tile plan"));
+        assert_int_equal(fm_layer_plan(l, 0, &pi), FM_ERR_BAD_SHAPE);
+        assert_int_equal(fm_layer_plan(l, T + 1, &pi), FM_ERR_BAD_SHAPE);
+        assert_int_equal(fm_layer_plan(NULL, 1, &pi), FM_ERR_INVALID_ARG);
+        assert_int_equal(fm_layer_plan(l, 1, NULL), FM_ERR_INVALID_ARG);
+        assert_memory_equal(&pi, &pi0, sizeof pi);
+    }
     fm_layer_destroy(l);
 
     /* caller workspace on a CPU layer: size 0, none needed */

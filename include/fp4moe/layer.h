@@ -17,6 +17,7 @@
 
 #include "fp4moe/arch.h"
 #include "fp4moe/moe.h"
+#include "fp4moe/plan.h"
 #include "fp4moe/status.h"
 
 #ifdef __cplusplus
@@ -217,6 +218,25 @@ typedef struct {
  * external weight), FM_ERR_CUDA (an
  * asynchronous failure of an earlier run), FM_ERR_INVALID_ARG. CPU backends: FM_OK. */
 fm_status fm_layer_errors(fm_layer *layer, void *stream, fm_layer_error_info *info);
+
+/* What a run of T tokens launches: the cuda layer's plan for T's bucket, chosen once at
+ * create (the run only looks it up). For an engine's logs and for benchmarks that time
+ * the same kernels alone (bench/bench_layer.c). */
+typedef struct {
+    int     bucket_tokens;     /* the largest T of T's bucket: the next power of two, at most max_tokens */
+    int     expected_rows;     /* rows per expert the tiles were chosen for (fm_layer_desc.row_quantile) */
+    int     active_experts;    /* local experts the bucket expects to have rows */
+    int     work_list;         /* 1: the GEMMs run over the list of experts with rows (decode_work_list) */
+    fm_tile tile[2];           /* FC1 (gate/up + SwiGLU), FC2 (down + weighted finalize); fm_tile_name */
+    int     k_splits[2];       /* 1: K not split */
+    int     x_packed[2];       /* 1: the GEMM's X in the packed layout (docs/cuda-gemm.md) */
+    int     feature_blocks[2]; /* output feature blocks a CTA covers */
+} fm_layer_plan_info;
+
+/* The plan a run of T tokens uses into *info (written only on FM_OK). Returns FM_OK,
+ * FM_ERR_INVALID_ARG (NULL layer or info), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]),
+ * FM_ERR_UNSUPPORTED (a CPU backend: no tiles to report). */
+fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
 
 #ifdef __cplusplus
 }

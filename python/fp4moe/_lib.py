@@ -99,6 +99,16 @@ class CkptLayer(C.Structure):
                 ("ignored_router_bias", c_int), ("owned_", c_void_p)]
 
 
+class Tile(C.Structure):
+    _fields_ = [("warps", c_int), ("mt", c_int), ("nt", c_int), ("kc", c_int), ("stages", c_int), ("persist", c_int),
+                ("family", c_int)]
+
+
+class LayerPlanInfo(C.Structure):
+    _fields_ = [("bucket_tokens", c_int), ("expected_rows", c_int), ("active_experts", c_int), ("work_list", c_int),
+                ("tile", Tile * 2), ("k_splits", c_int * 2), ("x_packed", c_int * 2), ("feature_blocks", c_int * 2)]
+
+
 class _AbiField(C.Structure):
     _fields_ = [("type", c_char_p), ("field", c_char_p), ("offset", c_size_t), ("size", c_size_t)]
 
@@ -108,7 +118,7 @@ _MIRRORS = {
     "fm_moe_config": MoeConfig, "fm_qtensor": QTensor, "fm_moe_weights": MoeWeights, "fm_run_stats": RunStats,
     "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_error_info": LayerErrorInfo,
     "fm_st_tensor": StTensor, "fm_ckpt_names": CkptNames, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
-    "fm_ckpt_layer": CkptLayer,
+    "fm_ckpt_layer": CkptLayer, "fm_tile": Tile, "fm_layer_plan_info": LayerPlanInfo,
 }
 
 # name: (restype, argtypes). Those under _OPTIONAL may be missing from an older
@@ -158,9 +168,11 @@ _PROTOS = {
     "fm_layer_workspace_size": (c_int, [c_void_p, P(c_size_t)]),
     "fm_layer_run": (c_int, [c_void_p, P(LayerRunArgs)]),
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),
+    "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
+    "fm_tile_name": (c_char_p, [P(Tile), C.c_char_p, c_size_t]),
 }
 _OPTIONAL = {"fm_cuda_device_open", "fm_cuda_device_close", "fm_layer_create_desc", "fm_layer_workspace_size",
-             "fm_layer_run", "fm_layer_errors"}
+             "fm_layer_run", "fm_layer_errors", "fm_layer_plan"}
 
 
 class Error(RuntimeError):

@@ -331,6 +331,27 @@ class Layer:
         return (res, rid, rwt) if return_routing else res
 
 
+    def plan(self, T):
+        """What a run of T tokens launches (cuda layers; fm_layer_plan): a dict with
+        bucket_tokens, expected_rows, active_experts, work_list and, for "fc1" / "fc2",
+        the tile's name, k_splits, x_packed and feature_blocks. The CPU backends have no
+        tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
+        if "fm_layer_plan" in _lib.missing:
+            raise NotImplementedError(f"Layer.plan needs fm_layer_plan, which {_lib.library_path} does not export")
+        if not isinstance(T, int) or isinstance(T, bool):
+            raise TypeError(f"T: expected an int, got {type(T).__name__}")
+        info = _lib.LayerPlanInfo()
+        check(lib.fm_layer_plan(self._handle(), T, C.byref(info)), "Layer.plan")
+        res = {"bucket_tokens": info.bucket_tokens, "expected_rows": info.expected_rows,
+               "active_experts": info.active_experts, "work_list": bool(info.work_list)}
+        for g, name in enumerate(("fc1", "fc2")):
+            buf = C.create_string_buffer(48)
+            lib.fm_tile_name(C.byref(info.tile[g]), buf, len(buf))
+            res[name] = {"tile": buf.value.decode(), "k_splits": info.k_splits[g], "x_packed": bool(info.x_packed[g]),
+                         "feature_blocks": info.feature_blocks[g]}
+        return res
+
+
 _devices = {}
 _devices_lock = threading.Lock()
 

@@ -45,6 +45,7 @@ typedef struct {
     int          ks1, ks2; /* K splits (1: none) */
     int          slots;    /* experts the mma grids are sized for (the bucket's expected active experts) */
     int          pk1, pk2; /* packed X of FC1 / FC2 */
+    int          rows, act; /* rows per expert and active experts the tiles were chosen for */
 } bucket_plan;
 
 /* Byte offsets of the per-run buffers inside the workspace. */
@@ -215,6 +216,7 @@ static fm_status plan_buckets(cuda_state *s)
         fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
                                 .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         bucket_plan *pl = &s->plan[b];
+        pl->rows = avg, pl->act = act;
         pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
         pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
@@ -503,11 +505,25 @@ static fm_status cuda_forward_host(void *ptr, const uint16_t *x, int T, float *o
 
 static size_t cuda_workspace_bytes(void *ptr) { return ((cuda_state *)ptr)->ws.total; }
 
+static fm_status cuda_plan(void *state, int T, fm_layer_plan_info *info)
+{
+    const cuda_state  *s = state;
+    const int          b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
+    const bucket_plan *pl = &s->plan[b];
+    const long long    Tb = 1LL << b;
+    *info = (fm_layer_plan_info){.bucket_tokens = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens,
+                                 .expected_rows = pl->rows, .active_experts = pl->act, .work_list = pl->slots > 0,
+                                 .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
+                                 .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2}};
+    return FM_OK;
+}
+
 const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .available = cuda_available,
                                     .create = cuda_create,
                                     .run = cuda_run,
                                     .forward_host = cuda_forward_host,
                                     .errors = cuda_errors,
+                                    .plan = cuda_plan,
                                     .workspace_bytes = cuda_workspace_bytes,
                                     .destroy = cuda_destroy};

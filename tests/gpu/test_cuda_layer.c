@@ -387,9 +387,88 @@ static void test_layer_split_shard(void **state)
     fm_cuda_device_close(dev);
 }
 
+/* fm_layer_plan: what each T's bucket launches, for a shard of 8 of 64 experts, with the
+ * three row_quantile rules: the mean (the documented formula), AUTO (the mean below
+ * FM_ROW_QUANTILE_AUTO_MIN_T tokens, the 0.9-quantile's rows from there), 0.9 everywhere;
+ * tile names round-trip; T outside [1, max_tokens] refused. */
+static void test_layer_plan(void **state)
+{
+    (void)state;
+    fm_test_require_gpu();
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 5);
+    CK(cudaSetDevice(0));
+    fm_cuda_device *dev = NULL;
+    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    layer_fx L;
+    enum { E = 64, K = 4, H = 2048, I = 512, NL = 8, maxT = 300 };
+    fx_make_shape(&L, &r, FM_FORMAT_NVFP4, E, K, H, I);
+    const float qs[3] = {FM_ROW_QUANTILE_MEAN, FM_ROW_QUANTILE_AUTO, 0.9f};
+    fm_layer   *l[3];
+    for (int i = 0; i < 3; i++) {
+        g_row_quantile = qs[i];
+        l[i] = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, 0);
+    }
+    g_row_quantile = 0;
+    const int Ts[] = {1, 2, 3, 5, 8, 16, 31, 32, 33, 64, 100, 256, 257, 300};
+    int       above = 0; /* buckets where the quantile asked for more rows than the mean */
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int          T = Ts[ti];
+        fm_layer_plan_info p[3];
+        for (int i = 0; i < 3; i++) {
+            memset(&p[i], 0x5A, sizeof p[i]);
+            fm_status st = fm_layer_plan(l[i], T, &p[i]);
+            if (st != FM_OK) fail_msg("T=%d: fm_layer_plan %s: %s", T, fm_status_name(st), fm_last_error());
+            int Tb = 1;
+            while (Tb < T) Tb *= 2;
+            if (Tb > maxT) Tb = maxT;
+            if (p[i].bucket_tokens != Tb) fail_msg("T=%d: bucket_tokens %d, want %d", T, p[i].bucket_tokens, Tb);
+            if (p[i].active_experts < 1 || p[i].active_experts > NL || p[i].expected_rows < 1)
+                fail_msg("T=%d: %d rows x %d experts", T, p[i].expected_rows, p[i].active_experts);
+            for (int g = 0; g < 2; g++) {
+                char    name[48];
+                fm_tile back;
+                fm_tile_name(&p[i].tile[g], name, sizeof name);
+                if (fm_tile_parse(name, &back) != FM_OK || !fm_tile_equal(&back, &p[i].tile[g]))
+                    fail_msg("T=%d: GEMM %d tile '%s' does not parse back", T, g + 1, name);
+                if (p[i].k_splits[g] < 1 || p[i].feature_blocks[g] < 1 || (p[i].x_packed[g] & ~1))
+                    fail_msg("T=%d: GEMM %d: k_splits %d, feature_blocks %d, x_packed %d", T, g + 1, p[i].k_splits[g],
+                             p[i].feature_blocks[g], p[i].x_packed[g]);
+            }
+        }
+        /* the mean: ceil(Tb * K * NL / E) local rows over the experts expected to get one */
+        const int rows = (p[0].bucket_tokens * K * NL + E - 1) / E, act = rows < NL ? (rows > 0 ? rows : 1) : NL;
+        const int mean = (rows + act - 1) / act > 1 ? (rows + act - 1) / act : 1;
+        if (p[0].expected_rows != mean || p[0].active_experts != act)
+            fail_msg("T=%d, mean: %d rows x %d experts, want %d x %d", T, p[0].expected_rows, p[0].active_experts, mean,
+                     act);
+        if (p[2].expected_rows < mean) fail_msg("T=%d, 0.9: %d rows < the mean %d", T, p[2].expected_rows, mean);
+        const int want_auto = p[0].bucket_tokens >= FM_ROW_QUANTILE_AUTO_MIN_T ? p[2].expected_rows : mean;
+        if (p[1].expected_rows != want_auto)
+            fail_msg("T=%d, auto: %d rows, want %d", T, p[1].expected_rows, want_auto);
+        above += p[2].expected_rows > mean;
+        char n1[48], n2[48];
+        printf("  T=%3d bucket %3d: mean %2d rows, auto %2d, 0.9 %2d; auto FC1 %s x%d, FC2 %s x%d%s\n", T,
+               p[1].bucket_tokens, mean, p[1].expected_rows, p[2].expected_rows,
+               fm_tile_name(&p[1].tile[0], n1, sizeof n1), p[1].k_splits[0], fm_tile_name(&p[1].tile[1], n2, sizeof n2),
+               p[1].k_splits[1], p[1].work_list ? ", work list" : "");
+    }
+    assert_true(above > 0); /* the rule is exercised: Binomial(256, 1/16)'s 0.9-quantile is ~21 rows, the mean 16 */
+    fm_layer_plan_info keep, pi;
+    memset(&pi, 0x3C, sizeof pi);
+    keep = pi;
+    assert_int_equal(fm_layer_plan(l[1], 0, &pi), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_layer_plan(l[1], maxT + 1, &pi), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_layer_plan(l[1], 1, NULL), FM_ERR_INVALID_ARG);
+    assert_memory_equal(&pi, &keep, sizeof pi);
+    for (int i = 0; i < 3; i++) fm_layer_destroy(l[i]);
+    fx_free(&L);
+    fm_cuda_device_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layer_device_path),
-                                       cmocka_unit_test(test_layer_split_shard)};
+                                       cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

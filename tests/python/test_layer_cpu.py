@@ -83,6 +83,22 @@ def test_external_routing(rng):
 
 
 @need_run_api
+def test_plan_cpu(rng):
+    """Layer.plan: the CPU backends have no tile plan (FM_ERR_UNSUPPORTED); T checked first."""
+    cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=2)
+    with fp4moe.Layer(cfg, W, backend="cpu", max_tokens=4) as layer:
+        with pytest.raises(fp4moe.Error, match="no tile plan") as e:
+            layer.plan(2)
+        assert e.value.status == "FM_ERR_UNSUPPORTED"
+        for T in (0, 5):
+            with pytest.raises(fp4moe.Error) as e:
+                layer.plan(T)
+            assert e.value.status == "FM_ERR_BAD_SHAPE"
+        with pytest.raises(TypeError, match="T"):
+            layer.plan(2.0)
+
+
+@need_run_api
 def test_tuning_options(rng):
     """work_list / row_quantile: checked on every backend (the CPU ones ignore them)."""
     cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=2)

@@ -227,6 +227,19 @@ def test_expert_shard_partial_sums(rng):
     check(parts[0](x, ids, w) + parts[1](x, ids, w), full(x, ids, w), BOUND_F32)
 
 
+def test_plan(rng):
+    """Layer.plan on a cuda layer: T's bucket, the rows the tiles were chosen for, both GEMMs' tiles."""
+    cfg, ref, moe = layer(rng, max_tokens=64)
+    p = moe.layer.plan(5)
+    assert p["bucket_tokens"] == 8 and p["expected_rows"] >= 1 and 1 <= p["active_experts"] <= cfg.n_experts
+    for g in ("fc1", "fc2"):
+        assert p[g]["tile"].startswith(("swapab_", "wgmma_")), p[g]
+        assert p[g]["k_splits"] >= 1 and p[g]["feature_blocks"] >= 1
+    assert moe.layer.plan(64)["bucket_tokens"] == 64
+    with pytest.raises(fp4moe.Error, match="FM_ERR_BAD_SHAPE"):
+        moe.layer.plan(65)
+
+
 def test_device_side_errors(rng):
     cfg, ref, m = layer(rng, "nvfp4")
     x = x_of(rng, 4, cfg.hidden)
