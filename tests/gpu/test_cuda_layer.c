@@ -68,6 +68,27 @@ static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev,
     return l;
 }
 
+/* Every test's start: a GPU or a skip, the rng (seed + off), ordinal 0 current and opened. */
+static fm_cuda_device *gpu_setup(fm_rng *r, unsigned off)
+{
+    fm_test_require_gpu();
+    fm_rng_init(r, fm_test_seed() + off);
+    CK(cudaSetDevice(0));
+    fm_cuda_device *dev = NULL;
+    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    return dev;
+}
+
+/* The shard tests' layer: NVFP4, 64 experts top-4, hidden 2,048, inter 512, shards of 8
+ * (the planner splits FC1's K when one expert has rows: test_layer_split_shard checks) */
+enum { SH_E = 64, SH_K = 4, SH_H = 2048, SH_I = 512, SH_NL = 8 };
+static fm_cuda_device *shard_setup(fm_rng *r, unsigned off, layer_fx *L)
+{
+    fm_cuda_device *dev = gpu_setup(r, off);
+    fx_make_shape(L, r, FM_FORMAT_NVFP4, SH_E, SH_K, SH_H, SH_I);
+    return dev;
+}
+
 static void *dmalloc(size_t n)
 {
     void *p = NULL;
@@ -86,12 +107,8 @@ static void run_dev(fm_layer *l, const fm_layer_run_args *a, cudaStream_t st, fl
 static void test_layer_device_path(void **state)
 {
     (void)state;
-    fm_test_require_gpu();
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed());
-    CK(cudaSetDevice(0));
-    fm_cuda_device *dev = NULL;
-    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    fm_rng          r;
+    fm_cuda_device *dev = gpu_setup(&r, 0);
     assert_non_null(fm_cuda_device_limits(dev));
     const int fmts[2] = {FM_FORMAT_NVFP4, FM_FORMAT_MXFP4};
     for (int fi = 0; fi < 2; fi++) {
@@ -274,15 +291,10 @@ static void test_layer_device_path(void **state)
 static void test_layer_split_shard(void **state)
 {
     (void)state;
-    fm_test_require_gpu();
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed() + 3);
-    CK(cudaSetDevice(0));
-    fm_cuda_device *dev = NULL;
-    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
-    layer_fx L;
-    enum { E = 64, K = 4, H = 2048, I = 512, NL = 8, maxT = 16 };
-    fx_make_shape(&L, &r, FM_FORMAT_NVFP4, E, K, H, I);
+    fm_rng          r;
+    layer_fx        L;
+    fm_cuda_device *dev = shard_setup(&r, 3, &L);
+    enum { E = SH_E, K = SH_K, H = SH_H, I = SH_I, NL = SH_NL, maxT = 16 };
     { /* the planner splits K for this shape when one expert has rows */
         fm_cuda_weights *cw = NULL;
         assert_int_equal(fm_cuda_weights_create(L.w.w13, NL, &cw), FM_OK);
@@ -394,15 +406,10 @@ static void test_layer_split_shard(void **state)
 static void test_layer_plan(void **state)
 {
     (void)state;
-    fm_test_require_gpu();
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed() + 5);
-    CK(cudaSetDevice(0));
-    fm_cuda_device *dev = NULL;
-    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
-    layer_fx L;
-    enum { E = 64, K = 4, H = 2048, I = 512, NL = 8, maxT = 300 };
-    fx_make_shape(&L, &r, FM_FORMAT_NVFP4, E, K, H, I);
+    fm_rng          r;
+    layer_fx        L;
+    fm_cuda_device *dev = shard_setup(&r, 5, &L);
+    enum { E = SH_E, K = SH_K, NL = SH_NL, maxT = 300 }; /* per T: a bucket of up to 300 tokens */
     const float qs[3] = {FM_ROW_QUANTILE_MEAN, FM_ROW_QUANTILE_AUTO, 0.9f};
     fm_layer   *l[3];
     for (int i = 0; i < 3; i++) {
