@@ -487,6 +487,15 @@ int main(int argc, char **argv)
                    gi_us / (floor_us + router_us), gemm_us, gemm_us / floor_us, gemm_ks[0], gemm_ks[1]);
             printf("csv,layer,%s,%d,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f\n", mode == 0 ? "ep8" : "local", T, active,
                    bytes, flops, floor_us, g, e, gi_us, gemm_us);
+            { /* what the layer launched at this T (fm_layer_plan) */
+                fm_layer_plan_info lp;
+                char               n1[48], n2[48];
+                FK(fm_layer_plan(L[0], T, &lp));
+                printf("#   plan: bucket %d, tiles for %d rows x %d experts%s; FC1 %s split %d%s, FC2 %s split %d%s\n",
+                       lp.bucket_tokens, lp.expected_rows, lp.active_experts, lp.work_list ? ", work list" : "",
+                       fm_tile_name(&lp.tile[0], n1, sizeof n1), lp.k_splits[0], lp.x_packed[0] ? " packed" : "",
+                       fm_tile_name(&lp.tile[1], n2, sizeof n2), lp.k_splits[1], lp.x_packed[1] ? " packed" : "");
+            }
             fflush(stdout);
             for (int s = 0; s < NSETS; s++)
                 for (int x = 0; x < NX; x++) cudaGraphExecDestroy(ge[s][x]), cudaGraphExecDestroy(gi[s][x]);
