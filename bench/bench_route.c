@@ -82,9 +82,8 @@ int main(int argc, char **argv)
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_STAGED4,
-                         FM_ROUTER_AUTO};
-    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "staged4", "auto"};
+    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "auto"};
     enum { NK = sizeof kinds / sizeof kinds[0] };
     double           *t = malloc(sizeof(double) * reps);
     printf("# bench_route: router logits, %d experts, hidden %d, FP32 router, %d copies rotated; %.0f GB/s\n", E, H,

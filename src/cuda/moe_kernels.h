@@ -38,15 +38,13 @@ int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E
  * dispatch above; WARP16 / WARP48: one warp per logit with 16 / 48 groups of 32 loads in
  * flight per lane; TILED: 16 x 32 tiles; STAGED: 4 tokens x 2 experts a CTA of 64 threads,
  * one chain a thread, slices double-buffered by cp.async (needs H % 8 == 0 and 16-byte
- * aligned x and rw, else WARP16); STAGED4: the same with 4 buffers of 736 (3 slices in
- * flight instead of 1; not used by AUTO until measured). All bit-identical (test_cuda_route). */
+ * aligned x and rw, else WARP16). All bit-identical (test_cuda_route). */
 enum {
     FM_ROUTER_AUTO = 0,
     FM_ROUTER_WARP16 = 1,
     FM_ROUTER_WARP48 = 2,
     FM_ROUTER_TILED = 3,
-    FM_ROUTER_STAGED = 4,
-    FM_ROUTER_STAGED4 = 5
+    FM_ROUTER_STAGED = 4
 };
 int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
                                      void *stream, int kind);

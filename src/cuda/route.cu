@@ -175,9 +175,9 @@ __global__ void __launch_bounds__(256)
  * padded by 8 elements (KS % 32 == 0: the 2 experts / 2 tokens a warp reads sit in
  * different banks). Needs H % 8 == 0 and 16-byte aligned x and rw (the launcher falls
  * back to the warp kernel otherwise). Same roundings as the CPU: bit-identical.
- * <2, 1024> (FM_ROUTER_STAGED, the layer's pick): 17.5 us at T = 1 on the H200, mostly
- * 2 slices in flight at most; <4, 736> (FM_ROUTER_STAGED4: 4 slices of 736 in flight,
- * 46.5 KB of static shared memory; not measured yet). */
+ * <2, 1024> (FM_ROUTER_STAGED, the layer's pick): 17.1-17.5 us at T = 1 on the H200.
+ * <4, 736> (4 slices in flight, 46.5 KB of static shared memory) was 1.2-1.5x slower at
+ * every T (bench/RESULTS.md, 2026-12-03 fourth session): fewer CTAs per SM. */
 #define RS_T 4
 #define RS_E 2
 template <int STAGES, int KS>
@@ -588,18 +588,15 @@ extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *
                : T <= FM_ROUTER_WARP48_MAX_T ? FM_ROUTER_WARP48
                                              : FM_ROUTER_WARP16;
     if (kind == FM_ROUTER_TILED && (E + RT_E - 1) / RT_E > 65535) kind = FM_ROUTER_WARP16; /* grid y limit */
-    if ((kind == FM_ROUTER_STAGED || kind == FM_ROUTER_STAGED4) && !staged_ok) kind = FM_ROUTER_WARP16;
+    if (kind == FM_ROUTER_STAGED && !staged_ok) kind = FM_ROUTER_WARP16;
     if (kind == FM_ROUTER_TILED) { /* tiles: x and w staged once per tile */
         dim3 grid((unsigned)((T + RT_T - 1) / RT_T), (unsigned)((E + RT_E - 1) / RT_E));
         router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
         return (int)cudaGetLastError();
     }
-    if (kind == FM_ROUTER_STAGED || kind == FM_ROUTER_STAGED4) {
+    if (kind == FM_ROUTER_STAGED) {
         dim3 grid((unsigned)((E + RS_E - 1) / RS_E), (unsigned)((T + RS_T - 1) / RS_T));
-        if (kind == FM_ROUTER_STAGED4)
-            router_logits_staged_kernel<4, 736><<<grid, 64, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
-        else
-            router_logits_staged_kernel<2, 1024><<<grid, 64, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        router_logits_staged_kernel<2, 1024><<<grid, 64, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
         return (int)cudaGetLastError();
     }
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);

@@ -224,9 +224,8 @@ static float *check_logits(const fm_moe_config *c, const float *router, const ui
     uint16_t *dx = dev_upload(x, sizeof(uint16_t) * (size_t)T * H);
     float    *dw = dev_upload(router, sizeof(float) * (size_t)E * H), *dl;
     CK(cudaMalloc((void **)&dl, sizeof(float) * (size_t)T * E));
-    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_STAGED4,
-                         FM_ROUTER_AUTO};
-    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "staged4", "auto"};
+    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "auto"};
     for (int ki = 0; ki < (int)(sizeof kinds / sizeof kinds[0]); ki++) {
         CK(cudaMemset(dl, 0xFF, sizeof(float) * (size_t)T * E)); /* NaN poison */
         if (kinds[ki] == FM_ROUTER_AUTO)
