@@ -21,7 +21,9 @@
  * over the rotated routings, as the floor is (rot_time; --reps >= 16). Output: one table row per
  * (routing, T), then a csv line each. --breakdown: per graph node, what the graph cut
  * after that node adds (external, then internal routing; a one-memset graph first as the
- * launch baseline). --work-list / --no-work-list, --row-quantile auto|mean|Q:
+ * launch baseline). --sweep: other plans of each T's bucket through fm_layer_set_plan
+ * (mma tiles x K splits x work list, graph replay; sweep_plans). --work-list /
+ * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  */
 #include <cuda_runtime.h>
@@ -31,6 +33,7 @@
 #include <string.h>
 
 #include "fm_rng.h"
+#include "plan/fm_kernels_smem.h"
 #include "fp4moe.h"
 
 #define CK(x)                                                                                \
@@ -206,12 +209,117 @@ static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float *
     fflush(stdout);
 }
 
+static void plan_str(const fm_layer_plan_info *p, char *buf, size_t n)
+{
+    char n1[48], n2[48];
+    snprintf(buf, n, "FC1 %s split %d%s%s, FC2 %s split %d%s%s%s", fm_tile_name(&p->tile[0], n1, sizeof n1),
+             p->k_splits[0], p->feature_blocks[0] > 1 ? " mb" : "", p->x_packed[0] ? " packed" : "",
+             fm_tile_name(&p->tile[1], n2, sizeof n2), p->k_splits[1], p->feature_blocks[1] > 1 ? " mb" : "",
+             p->x_packed[1] ? " packed" : "", p->work_list ? ", work list" : "");
+}
+
+/* Graph replay (external routing, rot_time) of the layers with plan pl at T's bucket;
+ * -1 when fm_layer_set_plan refuses it. */
+static double time_plan(fm_layer **L, const fm_layer_plan_info *pl, uint16_t **dx, int32_t **dids, float **dw,
+                        float *dout, int T, cudaStream_t st, cudaEvent_t *ev, int reps, int warm, double *t)
+{
+    for (int s = 0; s < NSETS; s++)
+        if (fm_layer_set_plan(L[s], T, pl) != FM_OK) return -1;
+    cudaGraphExec_t ex[NSETS][NX];
+    for (int s = 0; s < NSETS; s++)
+        for (int x = 0; x < NX; x++) {
+            fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .topk_ids = dids[x],
+                                   .topk_weights = dw[x]};
+            cudaGraph_t g;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            FK(fm_layer_run(L[s], &a));
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ex[s][x], g, 0));
+            CK(cudaGraphDestroy(g));
+        }
+    const double us = time_graphs(ex, st, ev, reps, warm, t);
+    for (int s = 0; s < NSETS; s++)
+        for (int x = 0; x < NX; x++) CK(cudaGraphExecDestroy(ex[s][x]));
+    return us;
+}
+
+/* --sweep: other plans of T's bucket through fm_layer_set_plan, graph replay with
+ * external routing. Coordinate descent from the layer's plan: FC1 (every mma tile of one
+ * token group with SwiGLU pairs x K splits 1-16 x work list off/on, FC2 as planned), then
+ * FC2 (every mma tile of one token group x K splits 1-8, FC1 as the best of the first
+ * pass); then the planner's plan and the best one interleaved 3 times (A B A B A B, the
+ * means), so that the gain is not a single replay's luck. The planner's plan is restored. */
+static void sweep_plans(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T, cudaStream_t st,
+                        cudaEvent_t *ev, int reps, int warm, const char *route)
+{
+    fm_layer_plan_info def, best, c;
+    FK(fm_layer_plan(L[0], T, &def));
+    double *t = malloc(sizeof(double) * reps), best_us = time_plan(L, &def, dx, dids, dw, dout, T, st, ev, reps, warm, t);
+    const double def_us = best_us;
+    best = def;
+    size_t         nt = 0;
+    const fm_tile *tl = fm_swapab_tiles(&nt);
+    static const int ks1s[] = {1, 2, 4, 8, 16}, ks2s[] = {1, 2, 4, 8};
+    int              tried = 0, refused = 0;
+    const fm_layer_plan_info base1 = best;
+    for (size_t i = 0; i < nt; i++) {
+        if (tl[i].nt != 1 || tl[i].mt % 2) continue;
+        for (int wl = 0; wl < 2; wl++)
+            for (int k = 0; k < 5; k++) {
+                c = base1;
+                c.tile[0] = tl[i], c.k_splits[0] = ks1s[k], c.feature_blocks[0] = 1, c.x_packed[0] = 0;
+                c.work_list = wl;
+                if (wl) c.feature_blocks[1] = 1;
+                const double us = time_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t);
+                tried++;
+                if (us < 0) {
+                    refused++;
+                    continue;
+                }
+                if (us < best_us) best_us = us, best = c;
+            }
+    }
+    const fm_layer_plan_info base2 = best;
+    for (size_t i = 0; i < nt; i++) {
+        if (tl[i].nt != 1) continue;
+        for (int k = 0; k < 4; k++) {
+            c = base2;
+            c.tile[1] = tl[i], c.k_splits[1] = ks2s[k], c.feature_blocks[1] = 1, c.x_packed[1] = 0;
+            const double us = time_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t);
+            tried++;
+            if (us < 0) {
+                refused++;
+                continue;
+            }
+            if (us < best_us) best_us = us, best = c;
+        }
+    }
+    double a = 0, b = 0;
+    for (int r = 0; r < 3; r++) {
+        a += time_plan(L, &def, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
+        b += time_plan(L, &best, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
+    }
+    char sd[200], sb[200];
+    plan_str(&def, sd, sizeof sd);
+    plan_str(&best, sb, sizeof sb);
+    printf("sweep %-5s T=%-5d %d plans (%d refused by fm_layer_set_plan); planner %.1f us, best %.1f us in the sweep\n",
+           route, T, tried, refused, def_us, best_us);
+    printf("sweep %-5s T=%-5d interleaved x3: planner %.1f us, best %.1f us (%+.1f %%)\n", route, T, a, b,
+           100.0 * (b - a) / a);
+    printf("sweep %-5s T=%-5d   planner: %s\nsweep %-5s T=%-5d   best:    %s\n", route, T, sd, route, T, sb);
+    FK(fm_layer_set_plan(L[0], T, &def));
+    FK(fm_layer_set_plan(L[1], T, &def));
+    free(t);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
     float  row_q = FM_ROW_QUANTILE_AUTO; /* --row-quantile auto|mean|Q: fm_layer_desc.row_quantile */
     int    breakdown = 0; /* --breakdown: per graph node, the time its prefix of the graph adds */
+    int    sweep = 0;     /* --sweep: other plans of each T's bucket (fm_layer_set_plan) */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
@@ -222,6 +330,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--work-list")) work_list = FM_WORK_LIST_ON;
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
+        else if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) {
             const char *q = argv[++i];
             row_q = !strcmp(q, "mean") ? FM_ROW_QUANTILE_MEAN : !strcmp(q, "auto") ? FM_ROW_QUANTILE_AUTO : (float)atof(q);
@@ -237,7 +346,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--row-quantile auto|mean|Q]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--row-quantile auto|mean|Q]\n");
             return 2;
         }
     }
@@ -385,6 +494,7 @@ int main(int argc, char **argv)
             FK(fm_layer_errors(L[1], st, NULL));
             for (int in = 0; breakdown && in < 2; in++) /* external, then internal routing */
                 graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local", in);
+            if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
             /* the two GEMMs alone: the layer's own kernels with the routing's
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */

@@ -38,6 +38,8 @@ typedef struct {
     fm_status (*errors)(void *state, void *stream, fm_layer_error_info *info);
     /* fm_layer_plan (T checked); NULL: the backend has none (FM_ERR_UNSUPPORTED). */
     fm_status (*plan)(void *state, int T, fm_layer_plan_info *info);
+    /* fm_layer_set_plan (T and info's pointer checked); NULL: FM_ERR_UNSUPPORTED. */
+    fm_status (*set_plan)(void *state, int T, const fm_layer_plan_info *info);
     /* bytes of caller workspace a run needs (p->caller_workspace); NULL: 0. */
     size_t (*workspace_bytes)(void *state);
     void (*destroy)(void *state);

@@ -293,6 +293,18 @@ fm_status fm_layer_plan(const fm_layer *l, int T, fm_layer_plan_info *info)
     return l->ops->plan(l->state, T, info);
 }
 
+fm_status fm_layer_set_plan(fm_layer *l, int T, const fm_layer_plan_info *info)
+{
+    fm_clear_error();
+    if (!l || !info) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: NULL argument");
+    if (T < 1 || T > l->p.max_tokens)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_set_plan: T=%d outside [1, max_tokens=%d]", T, l->p.max_tokens);
+    if (!l->ops->set_plan)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_set_plan: the %s backend has no tile plan (only cuda layers do)",
+                       l->ops->name);
+    return l->ops->set_plan(l->state, T, info);
+}
+
 fm_backend_kind fm_layer_backend(const fm_layer *l) { return l ? l->kind : FM_BACKEND_AUTO; }
 
 void fm_layer_destroy(fm_layer *l)

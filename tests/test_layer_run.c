@@ -387,6 +387,13 @@ static void test_bad_arguments(void **st)
         assert_int_equal(fm_layer_plan(NULL, 1, &pi), FM_ERR_INVALID_ARG);
         assert_int_equal(fm_layer_plan(l, 1, NULL), FM_ERR_INVALID_ARG);
         assert_memory_equal(&pi, &pi0, sizeof pi);
+        /* fm_layer_set_plan: the same checks, then no plan to replace */
+        assert_int_equal(fm_layer_set_plan(l, 1, &pi), FM_ERR_UNSUPPORTED);
+        assert_non_null(strstr(fm_last_error(), "no tile plan"));
+        assert_int_equal(fm_layer_set_plan(l, 0, &pi), FM_ERR_BAD_SHAPE);
+        assert_int_equal(fm_layer_set_plan(l, T + 1, &pi), FM_ERR_BAD_SHAPE);
+        assert_int_equal(fm_layer_set_plan(NULL, 1, &pi), FM_ERR_INVALID_ARG);
+        assert_int_equal(fm_layer_set_plan(l, 1, NULL), FM_ERR_INVALID_ARG);
     }
     fm_layer_destroy(l);
 

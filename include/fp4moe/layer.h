@@ -238,6 +238,23 @@ typedef struct {
  * FM_ERR_UNSUPPORTED (a CPU backend: no tiles to report). */
 fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
 
+/* Replace the plan of T's bucket (every T of the bucket fm_layer_plan reports): an
+ * engine's tuned configuration, or a benchmark's sweep. info as fm_layer_plan writes it:
+ * tile[g], k_splits[g] (>= 1), x_packed[g], feature_blocks[g] (>= 1) of FC1 / FC2, and
+ * work_list with active_experts (the experts its grid is sized for, in [1, n_local]);
+ * expected_rows is kept for fm_layer_plan (informational); bucket_tokens is ignored. Each
+ * GEMM's choice is checked as its launch would check it (tile compiled in, wgmma only on
+ * sm_90a, shared memory within the device's limit, SwiGLU pairs, packed X only for wgmma
+ * tiles on sm_90a with K % 64 == 0, K splits only for an mma tile's plain kernel and at
+ * most its K stages, the work list only with mma tiles of one feature block), so a plan
+ * that fails is refused here, never at a run. May allocate (a larger split-K buffer):
+ * call it between runs, with no run of the layer in flight, and re-capture any graph of
+ * the layer captured before it. Returns FM_OK, FM_ERR_INVALID_ARG (NULL, a value outside
+ * its range), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]), FM_ERR_UNSUPPORTED (a choice
+ * the device or the GEMM cannot run, or a CPU layer), FM_ERR_SMEM_EXCEEDED, FM_ERR_CUDA;
+ * the layer's plans are unchanged on failure. */
+fm_status fm_layer_set_plan(fm_layer *layer, int T, const fm_layer_plan_info *info);
+
 #ifdef __cplusplus
 }
 #endif

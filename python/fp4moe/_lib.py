@@ -169,10 +169,12 @@ _PROTOS = {
     "fm_layer_run": (c_int, [c_void_p, P(LayerRunArgs)]),
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),
     "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
+    "fm_layer_set_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
     "fm_tile_name": (c_char_p, [P(Tile), C.c_char_p, c_size_t]),
+    "fm_tile_parse": (c_int, [C.c_char_p, P(Tile)]),
 }
 _OPTIONAL = {"fm_cuda_device_open", "fm_cuda_device_close", "fm_layer_create_desc", "fm_layer_workspace_size",
-             "fm_layer_run", "fm_layer_errors", "fm_layer_plan"}
+             "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan"}
 
 
 class Error(RuntimeError):

@@ -351,6 +351,35 @@ class Layer:
                          "feature_blocks": info.feature_blocks[g]}
         return res
 
+    def set_plan(self, T, plan):
+        """Replace the plan of T's bucket (fm_layer_set_plan): plan as Layer.plan returns it
+        (an engine's tuned configuration, e.g. kept as JSON). Checked as each GEMM's launch
+        would check it, so a plan the device cannot run is refused here (fp4moe.Error:
+        FM_ERR_UNSUPPORTED, FM_ERR_INVALID_ARG, ...), never at a run; call it between runs
+        and re-capture graphs of the layer made before it. CPU backends: FM_ERR_UNSUPPORTED."""
+        if "fm_layer_set_plan" in _lib.missing:
+            raise NotImplementedError(f"Layer.set_plan needs fm_layer_set_plan, which {_lib.library_path} does not export")
+        if not isinstance(T, int) or isinstance(T, bool):
+            raise TypeError(f"T: expected an int, got {type(T).__name__}")
+        if not isinstance(plan, dict):
+            raise TypeError(f"plan: expected a dict as Layer.plan returns, got {type(plan).__name__}")
+        info = _lib.LayerPlanInfo()
+        try:
+            info.expected_rows = int(plan.get("expected_rows", 0))
+            info.active_experts = int(plan["active_experts"])
+            info.work_list = 1 if plan["work_list"] else 0
+            for g, name in enumerate(("fc1", "fc2")):
+                q = plan[name]
+                tile = str(q["tile"])
+                if lib.fm_tile_parse(tile.encode(), C.byref(info.tile[g])) != 0:
+                    raise ValueError(f"plan[{name!r}]['tile']: {tile!r} is not a tile name (e.g. 'swapab_w4m2n1k256s3')")
+                info.k_splits[g] = int(q["k_splits"])
+                info.x_packed[g] = 1 if q["x_packed"] else 0
+                info.feature_blocks[g] = int(q["feature_blocks"])
+        except KeyError as e:
+            raise ValueError(f"plan: missing {e.args[0]!r} (the keys Layer.plan returns)") from None
+        check(lib.fm_layer_set_plan(self._handle(), T, C.byref(info)), "Layer.set_plan")
+
 
 _devices = {}
 _devices_lock = threading.Lock()

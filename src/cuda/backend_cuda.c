@@ -192,18 +192,42 @@ static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
     }
 }
 
-/* Tiles, X layouts and K splits of every bucket; the split buffer's size (counters of
- * the larger GEMM at the largest split bucket + the largest partials: cuda.h's layout
- * lets FC1 and FC2 share it, one after the other). */
+/* The largest T of bucket b */
+static int bucket_tokens(const cuda_state *s, int b)
+{
+    long long Tb = 1LL << b;
+    return Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens;
+}
+
+/* The split buffer the plans need: counters of the larger GEMM at the largest split
+ * bucket + the largest partials (cuda.h's layout lets FC1 and FC2 share it, one after
+ * the other). */
+static size_t split_need(const cuda_state *s, const bucket_plan *plans)
+{
+    size_t cnt_max = 0, part_max = 0;
+    for (int b = 0; b < s->n_buckets; b++) {
+        const int              R = bucket_tokens(s, b) * s->p.cfg.top_k; /* a bucket's runs have at most T tokens */
+        const fm_cuda_weights *wk[2] = {s->w13, s->w2};
+        const int              ks[2] = {plans[b].ks1, plans[b].ks2};
+        for (int g = 0; g < 2; g++) {
+            if (ks[g] < 2) continue;
+            size_t cb = fm_cuda_split_counter_bytes(wk[g], R), pb = fm_cuda_gemm_split_ws_bytes(wk[g], R, ks[g]) - cb;
+            if (cb > cnt_max) cnt_max = cb;
+            if (pb > part_max) part_max = pb;
+        }
+    }
+    return cnt_max + part_max;
+}
+
+/* Tiles, X layouts and K splits of every bucket, and the split buffer's size. */
 static fm_status plan_buckets(cuda_state *s)
 {
     const fm_moe_config *c = &s->p.cfg;
     const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
-    size_t               cnt_max = 0, part_max = 0;
     s->n_buckets = 0;
     for (int b = 0; b < FM_BUCKETS; b++) {
-        long long Tb = 1LL << b;
-        int       T = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens, avg, act;
+        const int T = bucket_tokens(s, b);
+        int       avg, act;
         bucket_rows(&s->p, T, &avg, &act);
         /* decode_work_list: 1 every bucket, -1 none, 0 (auto) the buckets where the planner
          * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways: there the work list won on the
@@ -229,19 +253,10 @@ static fm_status plan_buckets(cuda_state *s)
         }
         pl->slots = wl ? act : 0; /* 0: no work list */
         FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
-        const int R = T * c->top_k; /* the runs of this bucket have at most T tokens */
-        const fm_cuda_weights *wk[2] = {s->w13, s->w2};
-        const int              ks[2] = {pl->ks1, pl->ks2};
-        for (int g = 0; g < 2; g++) {
-            if (ks[g] < 2) continue;
-            size_t cb = fm_cuda_split_counter_bytes(wk[g], R), pb = fm_cuda_gemm_split_ws_bytes(wk[g], R, ks[g]) - cb;
-            if (cb > cnt_max) cnt_max = cb;
-            if (pb > part_max) part_max = pb;
-        }
         s->n_buckets = b + 1;
-        if (Tb >= s->p.max_tokens) break;
+        if (T >= s->p.max_tokens) break;
     }
-    s->split_bytes = cnt_max + part_max;
+    s->split_bytes = split_need(s, s->plan);
     return FM_OK;
 }
 
@@ -510,12 +525,88 @@ static fm_status cuda_plan(void *state, int T, fm_layer_plan_info *info)
     const cuda_state  *s = state;
     const int          b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
     const bucket_plan *pl = &s->plan[b];
-    const long long    Tb = 1LL << b;
-    *info = (fm_layer_plan_info){.bucket_tokens = Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens,
+    *info = (fm_layer_plan_info){.bucket_tokens = bucket_tokens(s, b),
                                  .expected_rows = pl->rows, .active_experts = pl->act, .work_list = pl->slots > 0,
                                  .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
                                  .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2}};
     return FM_OK;
+}
+
+/* Replace T's bucket plan with *info (fm_layer_set_plan): each GEMM's tile, K splits,
+ * X layout and feature blocks checked as its launch would check them; the split buffer
+ * grown if the new splits need more (zeroed: the counters' rest state). *s unchanged on
+ * failure. */
+static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *info)
+{
+    cuda_state          *s = state;
+    const fm_moe_config *c = &s->p.cfg;
+    const int            b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
+    const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
+    const char *const    gemm[2] = {"FC1", "FC2"};
+    for (int g = 0; g < 2; g++)
+        if (info->k_splits[g] < 1 || info->k_splits[g] > FM_CUDA_MAX_K_SPLITS || info->feature_blocks[g] < 1)
+            return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: %s k_splits=%d (1..%d), feature_blocks=%d (>= 1)",
+                           gemm[g], info->k_splits[g], FM_CUDA_MAX_K_SPLITS, info->feature_blocks[g]);
+    if (info->work_list != 0 && info->work_list != 1)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: work_list=%d (0 or 1)", info->work_list);
+    if (info->work_list && (info->active_experts < 1 || info->active_experts > s->p.n_local))
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "fm_layer_set_plan: the work list's grid is sized for active_experts=%d, outside [1, %d local "
+                       "experts]",
+                       info->active_experts, s->p.n_local);
+    for (int g = 0; g < 2; g++) {
+        const int width = g ? c->hidden : c->inter; /* K of the GEMM: what packed X needs % 64 */
+        if (info->x_packed[g] != 0 && info->x_packed[g] != 1)
+            return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: %s x_packed=%d (0 or 1)", gemm[g], info->x_packed[g]);
+        if (info->x_packed[g] && (!sm90 || width % 64))
+            return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_set_plan: %s x_packed needs sm_90a and K %% 64 == 0 (K=%d)",
+                           gemm[g], width);
+        const int wg = info->tile[g].family == FM_FAMILY_FP4MOE_WGMMA;
+        if (info->work_list && (wg || info->feature_blocks[g] != 1))
+            return fm_fail(FM_ERR_UNSUPPORTED,
+                           "fm_layer_set_plan: the work list runs mma tiles with one feature block per CTA; %s has a "
+                           "%s tile with %d",
+                           gemm[g], wg ? "wgmma" : "mma", info->feature_blocks[g]);
+        fm_cuda_gemm_args a = {.w = g ? s->w2 : s->w13, .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
+                               .x_packed = info->x_packed[g], .y_packed = g ? 0 : info->x_packed[1],
+                               .feature_blocks = info->feature_blocks[g]};
+        fm_status st = fm_cuda_gemm_check_tile(&a, &info->tile[g], info->k_splits[g]);
+        if (st != FM_OK) return fm_fail(st, "fm_layer_set_plan: %s: %s", gemm[g], fm_last_error());
+    }
+    bucket_plan plans[FM_BUCKETS];
+    memcpy(plans, s->plan, sizeof plans);
+    bucket_plan *pl = &plans[b];
+    pl->t1 = info->tile[0], pl->t2 = info->tile[1];
+    pl->nb1 = info->feature_blocks[0], pl->nb2 = info->feature_blocks[1];
+    pl->ks1 = info->k_splits[0], pl->ks2 = info->k_splits[1];
+    pl->pk1 = info->x_packed[0], pl->pk2 = info->x_packed[1];
+    pl->slots = info->work_list ? info->active_experts : 0;
+    pl->act = info->active_experts > 0 ? info->active_experts : pl->act;
+    pl->rows = info->expected_rows > 0 ? info->expected_rows : pl->rows;
+    size_t need = split_need(s, plans);
+    if (need > s->split_bytes) {
+        void       *d = NULL;
+        cudaError_t e = cudaMalloc(&d, need);
+        if (e == cudaSuccess) e = cudaMemset(d, 0, need);
+        if (e != cudaSuccess) {
+            if (d) cudaFree(d);
+            return cu_err(e, "fm_layer_set_plan: the split-K buffer");
+        }
+        cudaFree(s->d_split); /* the caller has no run in flight (fm_layer_set_plan's contract) */
+        s->d_split = d, s->split_bytes = need;
+    }
+    memcpy(s->plan, plans, sizeof plans);
+    return FM_OK;
+}
+
+static fm_status cuda_set_plan_on(void *state, int T, const fm_layer_plan_info *info)
+{
+    cuda_state *s = state;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = cuda_set_plan(s, T, info);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
 }
 
 const fm_backend_ops fm_cuda_ops = {.name = "cuda",
@@ -525,5 +616,6 @@ const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .forward_host = cuda_forward_host,
                                     .errors = cuda_errors,
                                     .plan = cuda_plan,
+                                    .set_plan = cuda_set_plan_on,
                                     .workspace_bytes = cuda_workspace_bytes,
                                     .destroy = cuda_destroy};

@@ -284,6 +284,85 @@ static int feature_blocks(const fm_cuda_gemm_args *a, const fm_tile *t, int idx)
                                       a->w->n_experts, sms);
 }
 
+/* The tile checks of a launch (family, compiled in, wgmma on sm_90a, X / Y layouts, SwiGLU,
+ * feature blocks, K splits, shared memory): *idx, *nb (feature blocks per CTA) and *bd on FM_OK.
+ * chosen_nb: the planner's feature blocks (0: from a->feature_blocks). */
+static fm_status check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int chosen_nb, int ks, int cc, size_t limit,
+                            int *idx_out, int *nb_out, fm_smem_breakdown *bd)
+{
+    const fm_cuda_weights *w = a->w;
+    char name[64];
+    if (t->family != FM_FAMILY_AUTO && t->family != FM_FAMILY_FP4MOE_SWAPAB && t->family != FM_FAMILY_FP4MOE_WGMMA)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: tile family %d is not fp4moe-swapab or fp4moe-wgmma",
+                       (int)t->family);
+    int wg = is_wgmma(t);
+    int idx = wg ? fm_wgmma_tile_index(t) : fm_swapab_tile_index(t);
+    if (idx < 0)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
+                       tile_name(t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_swapab_tiles");
+    if (wg && cc != 90)
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "fm_cuda_gemm: tile %s uses wgmma, which only sm_90a (compute capability 9.0) has; this device "
+                       "is %d.%d: use an mma tile",
+                       tile_name(t, name, sizeof name), cc / 10, cc % 10);
+    if (a->x_packed && !wg)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed (X in the prepack K order) is read by the wgmma "
+                                           "tiles only, not by %s",
+                       tile_name(t, name, sizeof name));
+    if (wg && !a->x_packed && fm_wgmma_persistent(idx))
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s (the persistent kernel) reads packed X only "
+                                           "(x_packed, fm_cuda_x_pack); for natural X use a wgmma tile with persist = 0",
+                       tile_name(t, name, sizeof name));
+    if (a->x_packed && w->k % 64)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed needs K %% 64 == 0 (K=%d)", w->k);
+    if (a->y_packed) {
+        int width = a->epi == FM_CUDA_EPI_SWIGLU ? w->n / 2 : w->n;
+        if (a->epi != FM_CUDA_EPI_NONE && a->epi != FM_CUDA_EPI_SWIGLU)
+            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: y_packed applies to the BF16 outputs (NONE, SWIGLU)");
+        if (width % 64)
+            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: y_packed needs an output width %% 64 == 0 (%d)", width);
+    }
+    if (a->epi == FM_CUDA_EPI_SWIGLU && (t->mt % 2 || w->n % 32))
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
+                       tile_name(t, name, sizeof name), w->n);
+    int nb = chosen_nb ? chosen_nb : ((ks > 1 && a->feature_blocks == 0) ? 1 : feature_blocks(a, t, idx));
+    if (nb < 0)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
+                                           "kernel (include/fp4moe/cuda.h lists them); %s has none",
+                       a->feature_blocks, tile_name(t, name, sizeof name));
+    if (ks > 1) {
+        int stages = (w->kp + t->kc - 1) / t->kc;
+        if (wg || nb != 1 || ks > stages)
+            return fm_fail(FM_ERR_UNSUPPORTED,
+                           "fm_cuda_gemm: k_splits=%d needs an mma tile's plain kernel (one feature block per CTA) and "
+                           "at most its %d K stages; %s with %d feature block(s) per CTA",
+                           ks, stages, tile_name(t, name, sizeof name), nb);
+    }
+    FM_CHECK(tile_smem_check(t, limit, bd));
+    *idx_out = idx;
+    *nb_out = nb;
+    return FM_OK;
+}
+
+fm_status fm_cuda_gemm_check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int k_splits)
+{
+    fm_clear_error();
+    if (!a || !a->w || !t) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_check_tile: NULL args, w or tile");
+    if (k_splits < 1 || k_splits > FM_CUDA_MAX_K_SPLITS)
+        return fm_fail(FM_ERR_INVALID_ARG, "k_splits=%d outside [1, %d]", k_splits, FM_CUDA_MAX_K_SPLITS);
+    if (a->feature_blocks < 1)
+        return fm_fail(FM_ERR_INVALID_ARG, "feature_blocks=%d < 1", a->feature_blocks);
+    size_t limit = device_smem_limit(NULL);
+    if (limit == 0) {
+        cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm_check_tile: no usable CUDA device");
+    }
+    if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
+    int               idx, nb;
+    fm_smem_breakdown bd;
+    return check_tile(a, t, 0, k_splits, device_cc(), limit, &idx, &nb, &bd);
+}
+
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
 {
     fm_clear_error();
@@ -350,55 +429,10 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: the planner chose k_splits=%d, which needs split_ws of "
                                            "%zu bytes (fm_cuda_gemm_split_ws_bytes), got %zu",
                        ks, fm_cuda_gemm_split_ws_bytes(w, a->max_rows, ks), a->split_ws_bytes);
-    char name[64];
-    if (t.family != FM_FAMILY_AUTO && t.family != FM_FAMILY_FP4MOE_SWAPAB && t.family != FM_FAMILY_FP4MOE_WGMMA)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: tile family %d is not fp4moe-swapab or fp4moe-wgmma",
-                       (int)t.family);
-    int wg = is_wgmma(&t);
-    int idx = wg ? fm_wgmma_tile_index(&t) : fm_swapab_tile_index(&t);
-    if (idx < 0)
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
-                       tile_name(&t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_swapab_tiles");
-    if (wg && cc != 90)
-        return fm_fail(FM_ERR_UNSUPPORTED,
-                       "fm_cuda_gemm: tile %s uses wgmma, which only sm_90a (compute capability 9.0) has; this device "
-                       "is %d.%d: use an mma tile",
-                       tile_name(&t, name, sizeof name), cc / 10, cc % 10);
-    if (a->x_packed && !wg)
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed (X in the prepack K order) is read by the wgmma "
-                                           "tiles only, not by %s",
-                       tile_name(&t, name, sizeof name));
-    if (wg && !a->x_packed && fm_wgmma_persistent(idx))
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s (the persistent kernel) reads packed X only "
-                                           "(x_packed, fm_cuda_x_pack); for natural X use a wgmma tile with persist = 0",
-                       tile_name(&t, name, sizeof name));
-    if (a->x_packed && w->k % 64)
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed needs K %% 64 == 0 (K=%d)", w->k);
-    if (a->y_packed) {
-        int width = a->epi == FM_CUDA_EPI_SWIGLU ? w->n / 2 : w->n;
-        if (a->epi != FM_CUDA_EPI_NONE && a->epi != FM_CUDA_EPI_SWIGLU)
-            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: y_packed applies to the BF16 outputs (NONE, SWIGLU)");
-        if (width % 64)
-            return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: y_packed needs an output width %% 64 == 0 (%d)", width);
-    }
-    if (a->epi == FM_CUDA_EPI_SWIGLU && (t.mt % 2 || w->n % 32))
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
-                       tile_name(&t, name, sizeof name), w->n);
-    int nb = chosen_nb ? chosen_nb : ((ks > 1 && a->feature_blocks == 0) ? 1 : feature_blocks(a, &t, idx));
-    if (nb < 0)
-        return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
-                                           "kernel (include/fp4moe/cuda.h lists them); %s has none",
-                       a->feature_blocks, tile_name(&t, name, sizeof name));
-    if (ks > 1) {
-        int stages = (w->kp + t.kc - 1) / t.kc;
-        if (wg || nb != 1 || ks > stages)
-            return fm_fail(FM_ERR_UNSUPPORTED,
-                           "fm_cuda_gemm: k_splits=%d needs an mma tile's plain kernel (one feature block per CTA) and "
-                           "at most its %d K stages; %s with %d feature block(s) per CTA",
-                           ks, stages, tile_name(&t, name, sizeof name), nb);
-    }
+    int               idx = -1, nb = 1, wg = is_wgmma(&t);
     fm_smem_breakdown bd;
-    FM_CHECK(tile_smem_check(&t, limit, &bd));
+    char              name[64];
+    FM_CHECK(check_tile(a, &t, chosen_nb, ks, cc, limit, &idx, &nb, &bd));
     fm_gemm_params p = {
         .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
         .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,

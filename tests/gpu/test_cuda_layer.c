@@ -473,9 +473,183 @@ static void test_layer_plan(void **state)
     fm_cuda_device_close(dev);
 }
 
+/* The plans of every bucket of l equal want[] (fm_layer_plan). */
+static void plans_are(const fm_layer *l, const int *Ts, int n, const fm_layer_plan_info *want, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        fm_layer_plan_info p;
+        assert_int_equal(fm_layer_plan(l, Ts[i], &p), FM_OK);
+        if (memcmp(&p, &want[i], sizeof p)) fail_msg("%s: the plan of T=%d changed", what, Ts[i]);
+    }
+}
+
+/* fm_layer_set_plan on a shard of 8 of 64 experts (max_tokens 16): every refusal with its
+ * status and every bucket's plan unchanged after it; then, per bucket, plans the planner did
+ * not choose (the work list toggled, other mma tiles with K splits up to 8: a split buffer
+ * larger than the planner's) reported back by fm_layer_plan and run against the cpu-ref
+ * shard (1e-4 NMSE), graph replay = eager bit for bit. */
+static void test_layer_set_plan(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    layer_fx        L;
+    fm_cuda_device *dev = shard_setup(&r, 7, &L);
+    enum { E = SH_E, K = SH_K, H = SH_H, NL = SH_NL, maxT = 16, NB = 5 };
+    const int Tb[NB] = {1, 2, 4, 8, 16};
+    fm_layer *l = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, 0);
+    fm_layer_plan_info keep[NB], bad;
+    for (int i = 0; i < NB; i++) assert_int_equal(fm_layer_plan(l, Tb[i], &keep[i]), FM_OK);
+    assert_int_equal(fm_layer_set_plan(l, 1, &keep[0]), FM_OK); /* its own plan back: nothing changes */
+    plans_are(l, Tb, NB, keep, "own plan set back");
+    fm_tile t_odd, t_mb, t_none;
+    assert_int_equal(fm_tile_parse("swapab_w4m1n1k256s4", &t_odd), FM_OK); /* one band: no SwiGLU pairs */
+    assert_int_equal(fm_tile_parse("swapab_w4m2n1k256s3", &t_mb), FM_OK);  /* has a multi-block kernel */
+    t_none = t_mb;
+    t_none.stages = 7; /* not compiled */
+    assert_int_equal(fm_layer_set_plan(NULL, 1, &keep[0]), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_set_plan(l, 1, NULL), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_set_plan(l, 0, &keep[0]), FM_ERR_BAD_SHAPE);
+    assert_int_equal(fm_layer_set_plan(l, maxT + 1, &keep[0]), FM_ERR_BAD_SHAPE);
+    struct {
+        int       field, value;
+        fm_status want;
+        const char *what;
+    } cases[] = {
+        {0, 0, FM_ERR_INVALID_ARG, "FC1 k_splits 0"},
+        {1, FM_CUDA_MAX_K_SPLITS + 1, FM_ERR_INVALID_ARG, "FC2 k_splits above the maximum"},
+        {2, 0, FM_ERR_INVALID_ARG, "FC1 feature_blocks 0"},
+        {3, 2, FM_ERR_INVALID_ARG, "work_list 2"},
+        {4, 0, FM_ERR_INVALID_ARG, "work list sized for 0 experts"},
+        {4, NL + 1, FM_ERR_INVALID_ARG, "work list sized for more than the local experts"},
+        {5, 0, FM_ERR_UNSUPPORTED, "FC1 tile without SwiGLU pairs"},
+        {6, 0, FM_ERR_UNSUPPORTED, "FC1 tile not compiled in"},
+        {7, 0, FM_ERR_UNSUPPORTED, "FC1 mma tile with packed X"},
+        {8, 0, FM_ERR_UNSUPPORTED, "FC1 K split with two feature blocks a CTA"},
+        {9, 0, FM_ERR_UNSUPPORTED, "FC1 K split 16 over 8 K stages"},
+        {10, 0, FM_ERR_UNSUPPORTED, "work list with two feature blocks a CTA"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        bad = keep[0];
+        switch (cases[c].field) {
+        case 0: bad.k_splits[0] = cases[c].value; break;
+        case 1: bad.k_splits[1] = cases[c].value; break;
+        case 2: bad.feature_blocks[0] = cases[c].value; break;
+        case 3: bad.work_list = cases[c].value; break;
+        case 4: bad.work_list = 1, bad.active_experts = cases[c].value; break;
+        case 5: bad.tile[0] = t_odd, bad.k_splits[0] = 1, bad.feature_blocks[0] = 1, bad.x_packed[0] = 0; break;
+        case 6: bad.tile[0] = t_none, bad.k_splits[0] = 1, bad.feature_blocks[0] = 1, bad.x_packed[0] = 0; break;
+        case 7: bad.tile[0] = t_mb, bad.k_splits[0] = 1, bad.feature_blocks[0] = 1, bad.x_packed[0] = 1; break;
+        case 8: bad.tile[0] = t_mb, bad.k_splits[0] = 2, bad.feature_blocks[0] = 2, bad.x_packed[0] = 0, bad.work_list = 0;
+                break;
+        case 9: bad.tile[0] = t_mb, bad.k_splits[0] = 16, bad.feature_blocks[0] = 1, bad.x_packed[0] = 0; break;
+        default: bad.tile[1] = t_mb, bad.k_splits[1] = 1, bad.feature_blocks[1] = 2, bad.x_packed[1] = 0;
+                 bad.work_list = 1, bad.active_experts = 1;
+        }
+        fm_status st = fm_layer_set_plan(l, 1, &bad);
+        printf("  refused (%s): %s: %s\n", cases[c].what, fm_status_name(st), fm_last_error());
+        if (st != cases[c].want)
+            fail_msg("%s: %s, want %s", cases[c].what, fm_status_name(st), fm_status_name(cases[c].want));
+        plans_are(l, Tb, NB, keep, cases[c].what);
+    }
+    /* plans the planner did not choose, each run against the reference */
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    uint16_t *dx = dmalloc(sizeof(uint16_t) * maxT * H);
+    float    *dout = dmalloc(sizeof(float) * maxT * H);
+    int32_t  *dids = dmalloc(sizeof(int32_t) * maxT * K);
+    float    *dw = dmalloc(sizeof(float) * maxT * K);
+    float    *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H),
+          *again = malloc(sizeof(float) * maxT * H);
+    fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, NL, FM_OUT_F32, 0);
+    fm_tile   f1, f2;
+    assert_int_equal(fm_tile_parse("swapab_w4m2n1k128s4", &f1), FM_OK);
+    assert_int_equal(fm_tile_parse("swapab_w4m1n1k128s4", &f2), FM_OK);
+    const int Ts[] = {1, 3, 16};
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int T = Ts[ti], bi = T == 1 ? 0 : T <= 4 ? 2 : 4;
+        for (int v = 0; v < 2; v++) {
+            fm_layer_plan_info p = keep[bi], back;
+            if (v == 0) { /* the work list toggled: plain grids, or the list with splits 4 / 2 */
+                p.work_list = !keep[bi].work_list;
+                p.k_splits[0] = p.work_list ? 4 : 1, p.k_splits[1] = p.work_list ? 2 : 1;
+                if (p.work_list) p.feature_blocks[0] = p.feature_blocks[1] = 1;
+            } else { /* other tiles, 8 / 4 splits over the list */
+                p.tile[0] = f1, p.tile[1] = f2, p.k_splits[0] = 8, p.k_splits[1] = 4, p.work_list = 1;
+                p.feature_blocks[0] = p.feature_blocks[1] = 1, p.x_packed[0] = p.x_packed[1] = 0;
+            }
+            if (p.work_list && (p.tile[0].family == FM_FAMILY_FP4MOE_WGMMA || p.tile[1].family == FM_FAMILY_FP4MOE_WGMMA))
+                continue; /* the planner put wgmma tiles here: the list takes mma tiles only (refused above) */
+            fm_status sst = fm_layer_set_plan(l, T, &p);
+            if (sst != FM_OK) fail_msg("T=%d variant %d: %s: %s", T, v, fm_status_name(sst), fm_last_error());
+            assert_int_equal(fm_layer_plan(l, T, &back), FM_OK);
+            for (int g = 0; g < 2; g++)
+                if (!fm_tile_equal(&back.tile[g], &p.tile[g]) || back.k_splits[g] != p.k_splits[g])
+                    fail_msg("T=%d variant %d: fm_layer_plan does not report the plan set (GEMM %d)", T, v, g + 1);
+            assert_int_equal(back.work_list, p.work_list);
+            const size_t n = (size_t)T * H;
+            uint16_t    *x = malloc(sizeof(uint16_t) * n);
+            int32_t     *ids = malloc(sizeof(int32_t) * T * K);
+            float       *wts = malloc(sizeof(float) * T * K);
+            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+            for (int t = 0; t < T; t++) /* distinct ids; token 0 always on local expert 3 */
+                for (int j = 0; j < K; j++) {
+                    int e, dup = 1;
+                    while (dup) {
+                        e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(&r) * E);
+                        dup = 0;
+                        for (int u = 0; u < j; u++) dup |= ids[t * K + u] == e;
+                    }
+                    ids[t * K + j] = e;
+                    wts[t * K + j] = (float)(0.1 + 0.3 * fm_rng_uniform(&r));
+                }
+            CK(cudaMemcpy(dx, x, sizeof(uint16_t) * n, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(l, &a, st, got, n);
+            assert_int_equal(fm_layer_errors(l, st, NULL), FM_OK);
+            assert_int_equal(fm_first_nonfinite(got, n), -1);
+            fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
+            fm_assert_close(got, ref, n, 1e-4, "a set plan vs the cpu-ref shard");
+            cudaGraph_t     g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            assert_int_equal(fm_layer_run(l, &a), FM_OK);
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaMemcpyAsync(again, dout, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            assert_memory_equal(got, again, sizeof(float) * n);
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
+            char n1[48], n2[48];
+            printf("  T=%2d variant %d: FC1 %s x%d, FC2 %s x%d%s: matches the reference\n", T, v,
+                   fm_tile_name(&p.tile[0], n1, sizeof n1), p.k_splits[0], fm_tile_name(&p.tile[1], n2, sizeof n2),
+                   p.k_splits[1], p.work_list ? ", work list" : "");
+            free(x), free(ids), free(wts);
+        }
+    }
+    fm_layer_destroy(cl);
+    fm_layer_destroy(l);
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dids));
+    CK(cudaFree(dw));
+    free(got), free(ref), free(again);
+    fx_free(&L);
+    fm_cuda_device_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layer_device_path),
-                                       cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan)};
+                                       cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan),
+                                       cmocka_unit_test(test_layer_set_plan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

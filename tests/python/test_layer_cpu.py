@@ -96,6 +96,21 @@ def test_plan_cpu(rng):
             assert e.value.status == "FM_ERR_BAD_SHAPE"
         with pytest.raises(TypeError, match="T"):
             layer.plan(2.0)
+        plan = {"active_experts": 1, "work_list": False,
+                "fc1": {"tile": "swapab_w4m2n1k256s3", "k_splits": 1, "x_packed": False, "feature_blocks": 1},
+                "fc2": {"tile": "swapab_w4m2n1k256s3", "k_splits": 1, "x_packed": False, "feature_blocks": 1}}
+        with pytest.raises(fp4moe.Error, match="no tile plan") as e:
+            layer.set_plan(2, plan)
+        assert e.value.status == "FM_ERR_UNSUPPORTED"
+        with pytest.raises(fp4moe.Error) as e:
+            layer.set_plan(5, plan)
+        assert e.value.status == "FM_ERR_BAD_SHAPE"
+        with pytest.raises(ValueError, match="not a tile name"):
+            layer.set_plan(2, {**plan, "fc1": {**plan["fc1"], "tile": "tile_x"}})
+        with pytest.raises(ValueError, match="missing 'fc2'"):
+            layer.set_plan(2, {k: v for k, v in plan.items() if k != "fc2"})
+        with pytest.raises(TypeError, match="plan"):
+            layer.set_plan(2, [plan])
 
 
 @need_run_api

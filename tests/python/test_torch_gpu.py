@@ -240,6 +240,30 @@ def test_plan(rng):
         moe.layer.plan(65)
 
 
+def test_set_plan(rng):
+    """Layer.set_plan: another plan for T's bucket, reported back by plan() and run against the
+    reference; a plan the GEMM cannot run refused with its status, the old plan kept."""
+    cfg, ref, moe = layer(rng, max_tokens=64)
+    p = moe.layer.plan(2)
+    q = {**p, "work_list": True, "active_experts": max(1, p["active_experts"]),
+         "fc1": {"tile": "swapab_w4m2n1k128s4", "k_splits": 2, "x_packed": False, "feature_blocks": 1},
+         "fc2": {"tile": "swapab_w4m1n1k128s4", "k_splits": 1, "x_packed": False, "feature_blocks": 1}}
+    moe.layer.set_plan(2, q)
+    got = moe.layer.plan(2)
+    assert got["fc1"] == q["fc1"] and got["fc2"] == q["fc2"] and got["work_list"]
+    x = x_of(rng, 2, cfg.hidden)
+    y = moe(x)
+    torch.cuda.synchronize()
+    want, margin = t_moe(x, ref, cfg)
+    check(y, want, BOUND_BF16, margin)
+    moe.errors()
+    bad = {**q, "fc1": {**q["fc1"], "tile": "swapab_w4m1n1k128s4"}}  # one band: no SwiGLU pairs
+    with pytest.raises(fp4moe.Error, match="SwiGLU") as e:
+        moe.layer.set_plan(2, bad)
+    assert e.value.status == "FM_ERR_UNSUPPORTED"
+    assert moe.layer.plan(2) == got
+
+
 def test_device_side_errors(rng):
     cfg, ref, m = layer(rng, "nvfp4")
     x = x_of(rng, 4, cfg.hidden)
