@@ -243,6 +243,17 @@ static double time_plan(fm_layer **L, const fm_layer_plan_info *pl, uint16_t **d
     return us;
 }
 
+/* One plan of the sweep: timed (time_plan), counted, kept in *best if faster. */
+static void try_plan(fm_layer **L, const fm_layer_plan_info *c, uint16_t **dx, int32_t **dids, float **dw,
+                     float *dout, int T, cudaStream_t st, cudaEvent_t *ev, int reps, int warm, double *t,
+                     fm_layer_plan_info *best, double *best_us, int *tried, int *refused)
+{
+    const double us = time_plan(L, c, dx, dids, dw, dout, T, st, ev, reps, warm, t);
+    ++*tried;
+    if (us < 0) ++*refused;
+    else if (us < *best_us) *best_us = us, *best = *c;
+}
+
 /* --sweep: other plans of T's bucket through fm_layer_set_plan, graph replay with
  * external routing. Coordinate descent from the layer's plan: FC1 (every mma tile of one
  * token group with SwiGLU pairs x K splits 1-16 x work list off/on, FC2 as planned), then
@@ -270,13 +281,7 @@ static void sweep_plans(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw,
                 c.tile[0] = tl[i], c.k_splits[0] = ks1s[k], c.feature_blocks[0] = 1, c.x_packed[0] = 0;
                 c.work_list = wl;
                 if (wl) c.feature_blocks[1] = 1;
-                const double us = time_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t);
-                tried++;
-                if (us < 0) {
-                    refused++;
-                    continue;
-                }
-                if (us < best_us) best_us = us, best = c;
+                try_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t, &best, &best_us, &tried, &refused);
             }
     }
     const fm_layer_plan_info base2 = best;
@@ -285,13 +290,7 @@ static void sweep_plans(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw,
         for (int k = 0; k < 4; k++) {
             c = base2;
             c.tile[1] = tl[i], c.k_splits[1] = ks2s[k], c.feature_blocks[1] = 1, c.x_packed[1] = 0;
-            const double us = time_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t);
-            tried++;
-            if (us < 0) {
-                refused++;
-                continue;
-            }
-            if (us < best_us) best_us = us, best = c;
+            try_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t, &best, &best_us, &tried, &refused);
         }
     }
     double a = 0, b = 0;

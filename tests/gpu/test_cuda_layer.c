@@ -288,6 +288,55 @@ static void test_layer_device_path(void **state)
  * layer vs the cpu-ref shard with the same (external) routing, graph replay = eager bit
  * for bit over repeated replays (the split counters are reset by every launch), and
  * the eight shards summed = the whole layer. */
+/* Fresh inputs of a shard test: x [T][H] BF16 normal, distinct ids over E experts per token
+ * (token 0's first always expert 3: shard 0 has rows) with weights in [0.1, 0.4), copied
+ * to dx / dids / dw. The host copies are the caller's to free. */
+static void shard_inputs(fm_rng *r, int T, int H, int K, int E, uint16_t **x, int32_t **ids, float **wts,
+                         uint16_t *dx, int32_t *dids, float *dw)
+{
+    const size_t n = (size_t)T * H;
+    *x = malloc(sizeof(uint16_t) * n);
+    *ids = malloc(sizeof(int32_t) * T * K);
+    *wts = malloc(sizeof(float) * T * K);
+    for (size_t i = 0; i < n; i++) (*x)[i] = fm_bf16_encode(fm_rng_normal(r));
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e, dup = 1;
+            while (dup) {
+                e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(r) * E);
+                dup = 0;
+                for (int u = 0; u < j; u++) dup |= (*ids)[t * K + u] == e;
+            }
+            (*ids)[t * K + j] = e;
+            (*wts)[t * K + j] = (float)(0.1 + 0.3 * fm_rng_uniform(r));
+        }
+    CK(cudaMemcpy(dx, *x, sizeof(uint16_t) * n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, *ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, *wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+}
+
+/* The run a captured into a graph and replayed `reps` times over a poisoned out: each
+ * replay equals eager (n floats) bit for bit. */
+static void graph_equals_eager(fm_layer *l, const fm_layer_run_args *a, cudaStream_t st, const float *eager,
+                               float *again, size_t n, int reps)
+{
+    cudaGraph_t     g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    assert_int_equal(fm_layer_run(l, a), FM_OK);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < reps; rep++) {
+        CK(cudaMemsetAsync(a->out, 0xFF, sizeof(float) * n, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaMemcpyAsync(again, a->out, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        assert_memory_equal(eager, again, sizeof(float) * n);
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+}
+
 static void test_layer_split_shard(void **state)
 {
     (void)state;
@@ -325,24 +374,10 @@ static void test_layer_split_shard(void **state)
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
         const int    T = Ts[ti];
         const size_t n = (size_t)T * H;
-        uint16_t    *x = malloc(sizeof(uint16_t) * n);
-        int32_t     *ids = malloc(sizeof(int32_t) * T * K);
-        float       *wts = malloc(sizeof(float) * T * K);
-        for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
-        for (int t = 0; t < T; t++) /* distinct ids; token 0 always on shard 0's expert 3 */
-            for (int j = 0; j < K; j++) {
-                int e, again_ = 1;
-                while (again_) {
-                    e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(&r) * E);
-                    again_ = 0;
-                    for (int u = 0; u < j; u++) again_ |= ids[t * K + u] == e;
-                }
-                ids[t * K + j] = e;
-                wts[t * K + j] = (float)(0.1 + 0.3 * fm_rng_uniform(&r));
-            }
-        CK(cudaMemcpy(dx, x, sizeof(uint16_t) * n, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+        uint16_t    *x;
+        int32_t     *ids;
+        float       *wts;
+        shard_inputs(&r, T, H, K, E, &x, &ids, &wts, dx, dids, dw);
         fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
         memset(sum, 0, sizeof(double) * n);
         for (int q = 0; q < E / NL; q++) {
@@ -358,21 +393,7 @@ static void test_layer_split_shard(void **state)
                 assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
                 fm_assert_close(got, ref, n, 1e-4, "split shard vs cpu-ref shard");
                 fm_layer_destroy(cl);
-                cudaGraph_t     g;
-                cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                assert_int_equal(fm_layer_run(gl[q], &a), FM_OK);
-                CK(cudaStreamEndCapture(st, &g));
-                CK(cudaGraphInstantiate(&ge, g, 0));
-                for (int rep = 0; rep < 4; rep++) {
-                    CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
-                    CK(cudaGraphLaunch(ge, st));
-                    CK(cudaMemcpyAsync(again, dout, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
-                    CK(cudaStreamSynchronize(st));
-                    assert_memory_equal(got, again, sizeof(float) * n);
-                }
-                CK(cudaGraphExecDestroy(ge));
-                CK(cudaGraphDestroy(g));
+                graph_equals_eager(gl[q], &a, st, got, again, n, 4);
             }
         }
         CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
@@ -587,24 +608,10 @@ static void test_layer_set_plan(void **state)
                     fail_msg("T=%d variant %d: fm_layer_plan does not report the plan set (GEMM %d)", T, v, g + 1);
             assert_int_equal(back.work_list, p.work_list);
             const size_t n = (size_t)T * H;
-            uint16_t    *x = malloc(sizeof(uint16_t) * n);
-            int32_t     *ids = malloc(sizeof(int32_t) * T * K);
-            float       *wts = malloc(sizeof(float) * T * K);
-            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
-            for (int t = 0; t < T; t++) /* distinct ids; token 0 always on local expert 3 */
-                for (int j = 0; j < K; j++) {
-                    int e, dup = 1;
-                    while (dup) {
-                        e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(&r) * E);
-                        dup = 0;
-                        for (int u = 0; u < j; u++) dup |= ids[t * K + u] == e;
-                    }
-                    ids[t * K + j] = e;
-                    wts[t * K + j] = (float)(0.1 + 0.3 * fm_rng_uniform(&r));
-                }
-            CK(cudaMemcpy(dx, x, sizeof(uint16_t) * n, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+            uint16_t    *x;
+            int32_t     *ids;
+            float       *wts;
+            shard_inputs(&r, T, H, K, E, &x, &ids, &wts, dx, dids, dw);
             fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
             CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
             run_dev(l, &a, st, got, n);
@@ -614,19 +621,7 @@ static void test_layer_set_plan(void **state)
             fm_poison_f32(ref, n);
             assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
             fm_assert_close(got, ref, n, 1e-4, "a set plan vs the cpu-ref shard");
-            cudaGraph_t     g;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-            assert_int_equal(fm_layer_run(l, &a), FM_OK);
-            CK(cudaStreamEndCapture(st, &g));
-            CK(cudaGraphInstantiate(&ge, g, 0));
-            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
-            CK(cudaGraphLaunch(ge, st));
-            CK(cudaMemcpyAsync(again, dout, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
-            CK(cudaStreamSynchronize(st));
-            assert_memory_equal(got, again, sizeof(float) * n);
-            CK(cudaGraphExecDestroy(ge));
-            CK(cudaGraphDestroy(g));
+            graph_equals_eager(l, &a, st, got, again, n, 2);
             char n1[48], n2[48];
             printf("  T=%2d variant %d: FC1 %s x%d, FC2 %s x%d%s: matches the reference\n", T, v,
                    fm_tile_name(&p.tile[0], n1, sizeof n1), p.k_splits[0], fm_tile_name(&p.tile[1], n2, sizeof n2),
