@@ -66,6 +66,11 @@ static void usage(FILE *f)
             "  --row-quantile Q   cuda: auto | mean | Q in [0.5, 1): the rows per expert tiles are chosen\n"
             "                     for (fm_layer_desc.row_quantile; auto: the 0.9-quantile from 32\n"
             "                     tokens, the mean below)                (default auto)\n"
+            "  --plan SPEC        cuda: run T's bucket with another plan (fm_layer_set_plan): comma-\n"
+            "                     separated fc1=TILE[/SPLITS], fc2=TILE[/SPLITS], list[=N] | nolist, e.g.\n"
+            "                     fc1=swapab_w4m2n1k256s3/8,fc2=swapab_w4m1n1k256s3/4,list; what is not\n"
+            "                     named stays the planner's; refused before any run if the device or the\n"
+            "                     GEMM cannot run it (wgmma tiles take packed X)\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
@@ -73,7 +78,7 @@ static void usage(FILE *f)
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
        OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING, OPT_GLOBAL,
-       OPT_WORK_LIST, OPT_ROW_Q };
+       OPT_WORK_LIST, OPT_ROW_Q, OPT_PLAN };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -90,7 +95,90 @@ static const struct option k_opts[] = {
     {"output", required_argument, 0, OPT_OUTPUT},   {"shard", required_argument, 0, OPT_SHARD},
     {"routing", required_argument, 0, OPT_ROUTING}, {"global-experts", required_argument, 0, OPT_GLOBAL},
     {"work-list", required_argument, 0, OPT_WORK_LIST}, {"row-quantile", required_argument, 0, OPT_ROW_Q},
+    {"plan", required_argument, 0, OPT_PLAN},
     {0, 0, 0, 0}};
+
+/* --plan SPEC: what replaces the planner's choice for T's bucket */
+typedef struct {
+    int     given;             /* --plan seen */
+    int     have[2], ks[2];    /* fc1 / fc2 named, their K splits */
+    fm_tile tile[2];
+    int     list, list_n;      /* -1 unchanged, 0 nolist, 1 list (list_n experts, 0: the planner's count) */
+} plan_spec;
+
+/* Parse SPEC into *ps; 0 (message printed) on a malformed item. */
+static int parse_plan(const char *spec, plan_spec *ps)
+{
+    *ps = (plan_spec){.given = 1, .ks = {1, 1}, .list = -1};
+    char buf[256];
+    if (strlen(spec) >= sizeof buf || !*spec) {
+        fprintf(stderr, "fp4moe run: --plan expects fc1=TILE[/SPLITS],fc2=TILE[/SPLITS],list[=N]|nolist, got '%s'\n",
+                spec);
+        return 0;
+    }
+    strcpy(buf, spec);
+    for (char *it = buf, *next; it; it = next) { /* the comma-separated items */
+        next = strchr(it, ',');
+        if (next) *next++ = 0;
+        int g = !strncmp(it, "fc1=", 4) ? 0 : !strncmp(it, "fc2=", 4) ? 1 : -1;
+        if (g >= 0) {
+            char *name = it + 4, *sl = strchr(name, '/');
+            long  ks = 1;
+            if (sl) {
+                char *end = NULL;
+                *sl = 0;
+                ks = strtol(sl + 1, &end, 10);
+                if (end == sl + 1 || *end || ks < 1 || ks > FM_CUDA_MAX_K_SPLITS) {
+                    fprintf(stderr, "fp4moe run: --plan: fc%d's K splits must be an integer in [1, %d], got '%s'\n",
+                            g + 1, FM_CUDA_MAX_K_SPLITS, sl + 1);
+                    return 0;
+                }
+            }
+            if (fm_tile_parse(name, &ps->tile[g]) != FM_OK) {
+                fprintf(stderr, "fp4moe run: --plan: '%s' is not a tile name (swapab_w4m2n1k256s3, wgmma_w8m2n8k64s8, "
+                                "...: `fp4moe run --json` prints the planner's)\n",
+                        name);
+                return 0;
+            }
+            ps->have[g] = 1, ps->ks[g] = (int)ks;
+        } else if (!strcmp(it, "list") || !strncmp(it, "list=", 5)) {
+            ps->list = 1;
+            if (it[4] == '=') {
+                char *end = NULL;
+                long  nl = strtol(it + 5, &end, 10);
+                if (end == it + 5 || *end || nl < 1 || nl > 1 << 20) {
+                    fprintf(stderr, "fp4moe run: --plan: list=N expects N >= 1 experts, got '%s'\n", it + 5);
+                    return 0;
+                }
+                ps->list_n = (int)nl;
+            }
+        } else if (!strcmp(it, "nolist")) {
+            ps->list = 0;
+        } else {
+            fprintf(stderr, "fp4moe run: --plan: unknown item '%s' (fc1=TILE[/SPLITS], fc2=TILE[/SPLITS], list[=N], "
+                            "nolist)\n",
+                    it);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The planner's plan of T's bucket with what ps names replaced, set on the layer. */
+static fm_status apply_plan(fm_layer *layer, int T, const plan_spec *ps)
+{
+    fm_layer_plan_info pi;
+    fm_status          st = fm_layer_plan(layer, T, &pi);
+    if (st != FM_OK) return st;
+    for (int g = 0; g < 2; g++) {
+        if (!ps->have[g]) continue;
+        pi.tile[g] = ps->tile[g], pi.k_splits[g] = ps->ks[g], pi.feature_blocks[g] = 1;
+        pi.x_packed[g] = ps->tile[g].family == FM_FAMILY_FP4MOE_WGMMA;
+    }
+    if (ps->list >= 0) pi.work_list = ps->list;
+    if (ps->list_n) pi.active_experts = ps->list_n;
+    return fm_layer_set_plan(layer, T, &pi);
+}
 
 /* "F:C" -> first F >= 0, count C >= 1 (checked against the layer's experts later). */
 static int parse_shard(const char *a, int *first, int *count)
@@ -156,6 +244,7 @@ int fm_cmd_run(int argc, char **argv)
     int global = 0, experts_set = 0;                     /* --global-experts N, --experts given */
     int work_list = FM_WORK_LIST_AUTO;                   /* --work-list */
     double row_q = FM_ROW_QUANTILE_AUTO;                 /* --row-quantile */
+    plan_spec pspec = {0};                               /* --plan */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -213,6 +302,9 @@ int fm_cmd_run(int argc, char **argv)
                 fprintf(stderr, "fp4moe run: --work-list expects auto, on or off, got '%s'\n", optarg);
                 return FM_EXIT_USAGE;
             }
+            break;
+        case OPT_PLAN:
+            if (!parse_plan(optarg, &pspec)) return FM_EXIT_USAGE;
             break;
         case OPT_ROW_Q:
             if (!strcmp(optarg, "auto")) row_q = FM_ROW_QUANTILE_AUTO;
@@ -362,6 +454,17 @@ int fm_cmd_run(int argc, char **argv)
         goto done;
     }
     fm_backend_kind bk = fm_layer_backend(layer);
+    if (pspec.given && bk != FM_BACKEND_CUDA) {
+        fprintf(stderr, "fp4moe run: --plan applies to the cuda backend (fm_layer_set_plan); the %s backend has no "
+                        "tile plan\n",
+                fm_backend_name(bk));
+        rc = FM_EXIT_USAGE;
+        goto done;
+    }
+    if (pspec.given && (s = apply_plan(layer, T, &pspec)) != FM_OK) { /* before any run: nothing ran */
+        rc = fm_cli_fail("run", s);
+        goto done;
+    }
     /* one warm-up, then the timed repetitions; external routing through fm_layer_run
      * (host pointers on the CPU backends), timed on the host clock */
     fm_run_stats st;

@@ -53,6 +53,12 @@ expect 0 "passed" -- run "${sh[@]}" --row-quantile auto --check
 expect 2 "--row-quantile expects auto, mean or a quantile" -- run "${sh[@]}" --row-quantile 0.3
 expect 2 "--row-quantile" -- run "${sh[@]}" --row-quantile 1
 expect 2 "--row-quantile" -- run "${sh[@]}" --row-quantile 0.9x
+# --plan: malformed specs are usage errors; a CPU layer has no plan to replace
+expect 2 "unknown item 'fc3=x'" -- run "${sh[@]}" --plan fc3=x
+expect 2 "'bogus' is not a tile name" -- run "${sh[@]}" --plan fc1=bogus
+expect 2 "K splits must be an integer in \[1, 32\], got '0'" -- run "${sh[@]}" --plan fc1=swapab_w4m2n1k256s3/0
+expect 2 "list=N expects N >= 1" -- run "${sh[@]}" --plan fc2=swapab_w4m1n1k256s3,list=0
+expect 2 "the cpu backend has no tile plan" -- run "${sh[@]}" --backend cpu --plan fc1=swapab_w4m2n1k256s3/2,list
 n=$((n+1))
 d=$(mktemp -d)
 ok=1

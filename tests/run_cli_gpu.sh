@@ -34,6 +34,10 @@ expect 0 "experts \[32, 64) held, external routing" -- run --tokens 4 --iters 20
 expect 0 "passed" -- run --tokens 2 --iters 5 --global-experts 256 --shard 0:32 --routing external --work-list on --check
 expect 0 "passed" -- run "${sh[@]}" --tokens 128 --work-list off --row-quantile 0.9 --check
 expect 0 "passed" -- run "${sh[@]}" --tokens 128 --row-quantile mean --check
+# --plan (fm_layer_set_plan): another plan of T's bucket runs, passes the check and is the one printed;
+# one the GEMM cannot run (no SwiGLU pairs in FC1's tile) is refused before any run
+expect 0 "FC1 swapab_w4m2n1k256s3 (K split 8), FC2 swapab_w4m1n1k256s3 (K split 4)" -- run --tokens 1 --iters 5 --global-experts 256 --shard 0:32 --routing external --plan fc1=swapab_w4m2n1k256s3/8,fc2=swapab_w4m1n1k256s3/4,list --check
+expect 1 "SwiGLU needs an even mt" -- run "${sh[@]}" --tokens 4 --plan fc1=swapab_w4m1n1k256s3
 # --json carries the device path's fields
 n=$((n+1))
 if "$FM" run "${gs[@]}" --global-experts 64 --shard 16:16 --routing external --check --json | "$PY" -c '
