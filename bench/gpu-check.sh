@@ -93,15 +93,16 @@ if [ "$MODE" = layer ]; then
       echo "$tool test_cuda_gemm $t rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_$t.log" | tail -1)"
     done; done
   fi
-  # NCU_LAYER="1 8": per-kernel time, grid and DRAM throughput of the layer's first graph
-  # replays at those T (ep8 routing, external ids): where a small-batch forward spends its time
+  # NCU_LAYER="1 8": per-kernel time, grid, DRAM throughput, registers, occupancy limits,
+  # achieved occupancy and waves of the layer's first graph replays at those T (ep8 routing,
+  # external ids): where a small-batch forward spends its time
   for tk in ${NCU_LAYER:-}; do
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     echo "== ncu bench_layer --ts $tk (ep8, first graph replays)"
     timeout ${NCU_S:-90} "$NCU" --clock-control none --launch-count ${NCU_COUNT:-24} \
-      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,launch__waves_per_multiprocessor \
       build-gpu/bench/bench_layer --ts "$tk" --reps 3 >"$OUT/ncu_layer_$tk.log" 2>&1
-    awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum|launch__grid_size|dram__throughput|dram__bytes_read/ {printf "%-34s %-48s %s %s\n", substr(k,1,34), $1, $(NF-1), $NF}' \
+    awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum|launch__grid_size|dram__throughput|dram__bytes_read|registers_per_thread|occupancy_limit|warps_active|waves_per/ {printf "%-34s %-48s %s %s\n", substr(k,1,34), $1, $(NF-1), $NF}' \
       "$OUT/ncu_layer_$tk.log" | head -${NCU_LINES:-100}
   done
   [ "${CTEST_LAST:-0}" = 1 ] && run_ctest
