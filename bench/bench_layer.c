@@ -21,8 +21,8 @@
  * over the rotated routings, as the floor is (rot_time; --reps >= 16). Output: one table row per
  * (routing, T), then a csv line each. --breakdown: per graph node, what the graph cut
  * after that node adds (external, then internal routing; a one-memset graph first as the
- * launch baseline). --sweep: other plans of each T's bucket through fm_layer_set_plan
- * (mma tiles x K splits x work list, graph replay; sweep_plans). --work-list /
+ * launch baseline). --sweep: fm_layer_tune on each T's bucket, the tuned plan against
+ * the planner's timed here (sweep_plans). --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  */
@@ -33,7 +33,6 @@
 #include <string.h>
 
 #include "fm_rng.h"
-#include "plan/fm_kernels_smem.h"
 #include "fp4moe.h"
 
 #define CK(x)                                                                                \
@@ -243,69 +242,32 @@ static double time_plan(fm_layer **L, const fm_layer_plan_info *pl, uint16_t **d
     return us;
 }
 
-/* One plan of the sweep: timed (time_plan), counted, kept in *best if faster. */
-static void try_plan(fm_layer **L, const fm_layer_plan_info *c, uint16_t **dx, int32_t **dids, float **dw,
-                     float *dout, int T, cudaStream_t st, cudaEvent_t *ev, int reps, int warm, double *t,
-                     fm_layer_plan_info *best, double *best_us, int *tried, int *refused)
-{
-    const double us = time_plan(L, c, dx, dids, dw, dout, T, st, ev, reps, warm, t);
-    ++*tried;
-    if (us < 0) ++*refused;
-    else if (us < *best_us) *best_us = us, *best = *c;
-}
-
-/* --sweep: other plans of T's bucket through fm_layer_set_plan, graph replay with
- * external routing. Coordinate descent from the layer's plan: FC1 (every mma tile of one
- * token group with SwiGLU pairs x K splits 1-16 x work list off/on, FC2 as planned), then
- * FC2 (every mma tile of one token group x K splits 1-8, FC1 as the best of the first
- * pass); then the planner's plan and the best one interleaved 3 times (A B A B A B, the
- * means), so that the gain is not a single replay's luck. The planner's plan is restored. */
+/* --sweep: fm_layer_tune on T's bucket (its search: tiles x K splits x work list, graph
+ * replay, synthetic routing), then the planner's plan and the tuned one timed here
+ * interleaved 3 times with this benchmark's method (two weight sets, the routings above:
+ * the means), so that the gain is measured outside the tuner too. The planner's plan is
+ * restored. */
 static void sweep_plans(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T, cudaStream_t st,
                         cudaEvent_t *ev, int reps, int warm, const char *route)
 {
-    fm_layer_plan_info def, best, c;
+    fm_layer_plan_info def, tuned;
+    fm_layer_tune_info ti;
     FK(fm_layer_plan(L[0], T, &def));
-    double *t = malloc(sizeof(double) * reps), best_us = time_plan(L, &def, dx, dids, dw, dout, T, st, ev, reps, warm, t);
-    const double def_us = best_us;
-    best = def;
-    size_t         nt = 0;
-    const fm_tile *tl = fm_swapab_tiles(&nt);
-    static const int ks1s[] = {1, 2, 4, 8, 16}, ks2s[] = {1, 2, 4, 8};
-    int              tried = 0, refused = 0;
-    const fm_layer_plan_info base1 = best;
-    for (size_t i = 0; i < nt; i++) {
-        if (tl[i].nt != 1 || tl[i].mt % 2) continue;
-        for (int wl = 0; wl < 2; wl++)
-            for (int k = 0; k < 5; k++) {
-                c = base1;
-                c.tile[0] = tl[i], c.k_splits[0] = ks1s[k], c.feature_blocks[0] = 1, c.x_packed[0] = 0;
-                c.work_list = wl;
-                if (wl) c.feature_blocks[1] = 1;
-                try_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t, &best, &best_us, &tried, &refused);
-            }
-    }
-    const fm_layer_plan_info base2 = best;
-    for (size_t i = 0; i < nt; i++) {
-        if (tl[i].nt != 1) continue;
-        for (int k = 0; k < 4; k++) {
-            c = base2;
-            c.tile[1] = tl[i], c.k_splits[1] = ks2s[k], c.feature_blocks[1] = 1, c.x_packed[1] = 0;
-            try_plan(L, &c, dx, dids, dw, dout, T, st, ev, reps, warm, t, &best, &best_us, &tried, &refused);
-        }
-    }
-    double a = 0, b = 0;
+    FK(fm_layer_tune(L[0], T, st, &ti));
+    FK(fm_layer_plan(L[0], T, &tuned));
+    double *t = malloc(sizeof(double) * reps), a = 0, b = 0;
     for (int r = 0; r < 3; r++) {
         a += time_plan(L, &def, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
-        b += time_plan(L, &best, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
+        b += time_plan(L, &tuned, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
     }
     char sd[200], sb[200];
     plan_str(&def, sd, sizeof sd);
-    plan_str(&best, sb, sizeof sb);
-    printf("sweep %-5s T=%-5d %d plans (%d refused by fm_layer_set_plan); planner %.1f us, best %.1f us in the sweep\n",
-           route, T, tried, refused, def_us, best_us);
-    printf("sweep %-5s T=%-5d interleaved x3: planner %.1f us, best %.1f us (%+.1f %%)\n", route, T, a, b,
+    plan_str(&tuned, sb, sizeof sb);
+    printf("sweep %-5s T=%-5d fm_layer_tune: %d plans (%d refused), %.1f -> %.1f us (its timing)%s\n", route, T,
+           ti.plans_tried, ti.plans_refused, ti.before_us, ti.after_us, ti.changed ? ", changed" : ", kept the plan");
+    printf("sweep %-5s T=%-5d interleaved x3 here: planner %.1f us, tuned %.1f us (%+.1f %%)\n", route, T, a, b,
            100.0 * (b - a) / a);
-    printf("sweep %-5s T=%-5d   planner: %s\nsweep %-5s T=%-5d   best:    %s\n", route, T, sd, route, T, sb);
+    printf("sweep %-5s T=%-5d   planner: %s\nsweep %-5s T=%-5d   tuned:   %s\n", route, T, sd, route, T, sb);
     FK(fm_layer_set_plan(L[0], T, &def));
     FK(fm_layer_set_plan(L[1], T, &def));
     free(t);
@@ -318,7 +280,7 @@ int main(int argc, char **argv)
     int    reps = 30, warm = 5, quick = 0, only_local = 0, ts_user[16], n_user = 0;
     float  row_q = FM_ROW_QUANTILE_AUTO; /* --row-quantile auto|mean|Q: fm_layer_desc.row_quantile */
     int    breakdown = 0; /* --breakdown: per graph node, the time its prefix of the graph adds */
-    int    sweep = 0;     /* --sweep: other plans of each T's bucket (fm_layer_set_plan) */
+    int    sweep = 0;     /* --sweep: fm_layer_tune on each T's bucket, timed against the planner's plan */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);

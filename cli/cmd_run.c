@@ -71,6 +71,9 @@ static void usage(FILE *f)
             "                     fc1=swapab_w4m2n1k256s3/8,fc2=swapab_w4m1n1k256s3/4,list; what is not\n"
             "                     named stays the planner's; refused before any run if the device or the\n"
             "                     GEMM cannot run it (wgmma tiles take packed X)\n"
+            "  --tune             cuda: tune T's bucket first (fm_layer_tune: other plans timed on the\n"
+            "                     device, the fastest kept if >= 3 %% faster), then run: the tune\n"
+            "                     line says what it tried and kept\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
@@ -78,7 +81,7 @@ static void usage(FILE *f)
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
        OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING, OPT_GLOBAL,
-       OPT_WORK_LIST, OPT_ROW_Q, OPT_PLAN };
+       OPT_WORK_LIST, OPT_ROW_Q, OPT_PLAN, OPT_TUNE };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -95,7 +98,7 @@ static const struct option k_opts[] = {
     {"output", required_argument, 0, OPT_OUTPUT},   {"shard", required_argument, 0, OPT_SHARD},
     {"routing", required_argument, 0, OPT_ROUTING}, {"global-experts", required_argument, 0, OPT_GLOBAL},
     {"work-list", required_argument, 0, OPT_WORK_LIST}, {"row-quantile", required_argument, 0, OPT_ROW_Q},
-    {"plan", required_argument, 0, OPT_PLAN},
+    {"plan", required_argument, 0, OPT_PLAN},       {"tune", no_argument, 0, OPT_TUNE},
     {0, 0, 0, 0}};
 
 /* --plan SPEC: what replaces the planner's choice for T's bucket */
@@ -245,6 +248,7 @@ int fm_cmd_run(int argc, char **argv)
     int work_list = FM_WORK_LIST_AUTO;                   /* --work-list */
     double row_q = FM_ROW_QUANTILE_AUTO;                 /* --row-quantile */
     plan_spec pspec = {0};                               /* --plan */
+    int tune = 0;                                        /* --tune */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -306,6 +310,7 @@ int fm_cmd_run(int argc, char **argv)
         case OPT_PLAN:
             if (!parse_plan(optarg, &pspec)) return FM_EXIT_USAGE;
             break;
+        case OPT_TUNE: tune = 1; break;
         case OPT_ROW_Q:
             if (!strcmp(optarg, "auto")) row_q = FM_ROW_QUANTILE_AUTO;
             else if (!strcmp(optarg, "mean")) row_q = FM_ROW_QUANTILE_MEAN;
@@ -454,9 +459,9 @@ int fm_cmd_run(int argc, char **argv)
         goto done;
     }
     fm_backend_kind bk = fm_layer_backend(layer);
-    if (pspec.given && bk != FM_BACKEND_CUDA) {
-        fprintf(stderr, "fp4moe run: --plan applies to the cuda backend (fm_layer_set_plan); the %s backend has no "
-                        "tile plan\n",
+    if ((pspec.given || tune) && bk != FM_BACKEND_CUDA) {
+        fprintf(stderr, "fp4moe run: %s applies to the cuda backend (%s); the %s backend has no tile plan\n",
+                pspec.given ? "--plan" : "--tune", pspec.given ? "fm_layer_set_plan" : "fm_layer_tune",
                 fm_backend_name(bk));
         rc = FM_EXIT_USAGE;
         goto done;
@@ -464,6 +469,14 @@ int fm_cmd_run(int argc, char **argv)
     if (pspec.given && (s = apply_plan(layer, T, &pspec)) != FM_OK) { /* before any run: nothing ran */
         rc = fm_cli_fail("run", s);
         goto done;
+    }
+    fm_layer_tune_info tinfo = {0};
+    if (tune) { /* from the planner's plan, or --plan's */
+        fm_cli_progress("fp4moe run: tuning the plan of %d tokens...\n", T);
+        if ((s = fm_layer_tune(layer, T, NULL, &tinfo)) != FM_OK) {
+            rc = fm_cli_fail("run", s);
+            goto done;
+        }
     }
     /* one warm-up, then the timed repetitions; external routing through fm_layer_run
      * (host pointers on the CPU backends), timed on the host clock */
@@ -569,6 +582,14 @@ int fm_cmd_run(int argc, char **argv)
                 cJSON_AddNumberToObject(pj, "expected_rows", pi.expected_rows);
                 cJSON_AddNumberToObject(pj, "active_experts", pi.active_experts);
                 cJSON_AddBoolToObject(pj, "work_list", pi.work_list);
+                if (tune) {
+                    cJSON *tj = cJSON_AddObjectToObject(j, "tune");
+                    cJSON_AddNumberToObject(tj, "plans_tried", tinfo.plans_tried);
+                    cJSON_AddNumberToObject(tj, "plans_refused", tinfo.plans_refused);
+                    cJSON_AddNumberToObject(tj, "before_us", tinfo.before_us);
+                    cJSON_AddNumberToObject(tj, "after_us", tinfo.after_us);
+                    cJSON_AddBoolToObject(tj, "changed", tinfo.changed);
+                }
                 const char *gn[2] = {"fc1", "fc2"};
                 for (int g = 0; g < 2; g++) {
                     cJSON *gj = cJSON_AddObjectToObject(pj, gn[g]);
@@ -612,6 +633,11 @@ int fm_cmd_run(int argc, char **argv)
                        pi.bucket_tokens, pi.bucket_tokens == 1 ? "" : "s", pi.expected_rows, pi.expected_rows == 1 ? "" : "s", pi.active_experts, pi.work_list ? ", work list" : "", tn[0],
                        pi.k_splits[0], pi.x_packed[0] ? ", packed X" : "", tn[1], pi.k_splits[1],
                        pi.x_packed[1] ? ", packed X" : "");
+            if (tune)
+                printf("  tune             %d plans tried (%d refused): %.1f -> %.1f us per graph replay "
+                       "(synthetic routing), %s\n",
+                       tinfo.plans_tried, tinfo.plans_refused, tinfo.before_us, tinfo.after_us,
+                       tinfo.changed ? "a faster plan kept" : "the plan kept (none >= 3 % faster)");
         } else {
             printf("  time (median)    %.3f ms over %d iterations\n", med, o.iters);
         }

@@ -55,6 +55,9 @@ static const fm_py_field k_fields[] = {
     F(fm_layer_plan_info, active_experts), F(fm_layer_plan_info, work_list), F(fm_layer_plan_info, tile),
     F(fm_layer_plan_info, k_splits), F(fm_layer_plan_info, x_packed), F(fm_layer_plan_info, feature_blocks),
 
+    S(fm_layer_tune_info), F(fm_layer_tune_info, plans_tried), F(fm_layer_tune_info, plans_refused),
+    F(fm_layer_tune_info, before_us), F(fm_layer_tune_info, after_us), F(fm_layer_tune_info, changed),
+
     S(fm_st_tensor), F(fm_st_tensor, name), F(fm_st_tensor, dtype), F(fm_st_tensor, ndim),
     F(fm_st_tensor, shape), F(fm_st_tensor, data), F(fm_st_tensor, nbytes), F(fm_st_tensor, file_offset),
     F(fm_st_tensor, file), F(fm_st_tensor, owner_),

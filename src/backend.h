@@ -40,6 +40,9 @@ typedef struct {
     fm_status (*plan)(void *state, int T, fm_layer_plan_info *info);
     /* fm_layer_set_plan (T and info's pointer checked); NULL: FM_ERR_UNSUPPORTED. */
     fm_status (*set_plan)(void *state, int T, const fm_layer_plan_info *info);
+    /* fm_layer_tune (T checked, p the layer's parameters; through the public calls on
+     * layer); NULL: FM_ERR_UNSUPPORTED. */
+    fm_status (*tune)(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
     /* bytes of caller workspace a run needs (p->caller_workspace); NULL: 0. */
     size_t (*workspace_bytes)(void *state);
     void (*destroy)(void *state);
@@ -49,6 +52,8 @@ extern const fm_backend_ops fm_cpu_ref_ops; /* src/cpu/backend_ref.c */
 extern const fm_backend_ops fm_cpu_ops;     /* src/cpu/backend_fast.c */
 #ifdef FM_HAVE_CUDA
 extern const fm_backend_ops fm_cuda_ops; /* src/cuda/backend_cuda.c */
+/* its tune op (src/cuda/tune.c) */
+fm_status fm_cuda_tune(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
 #endif
 
 /* Shape/format check of every weight tensor against cfg (shared by all backends);

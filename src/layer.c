@@ -305,6 +305,18 @@ fm_status fm_layer_set_plan(fm_layer *l, int T, const fm_layer_plan_info *info)
     return l->ops->set_plan(l->state, T, info);
 }
 
+fm_status fm_layer_tune(fm_layer *l, int T, void *stream, fm_layer_tune_info *info)
+{
+    fm_clear_error();
+    if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_tune: NULL layer");
+    if (T < 1 || T > l->p.max_tokens)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_tune: T=%d outside [1, max_tokens=%d]", T, l->p.max_tokens);
+    if (!l->ops->tune)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_tune: the %s backend has no tile plan (only cuda layers do)",
+                       l->ops->name);
+    return l->ops->tune(l, &l->p, T, stream, info);
+}
+
 fm_backend_kind fm_layer_backend(const fm_layer *l) { return l ? l->kind : FM_BACKEND_AUTO; }
 
 void fm_layer_destroy(fm_layer *l)

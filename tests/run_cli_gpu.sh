@@ -38,6 +38,8 @@ expect 0 "passed" -- run "${sh[@]}" --tokens 128 --row-quantile mean --check
 # one the GEMM cannot run (no SwiGLU pairs in FC1's tile) is refused before any run
 expect 0 "FC1 swapab_w4m2n1k256s3 (K split 8), FC2 swapab_w4m1n1k256s3 (K split 4)" -- run --tokens 1 --iters 5 --global-experts 256 --shard 0:32 --routing external --plan fc1=swapab_w4m2n1k256s3/8,fc2=swapab_w4m1n1k256s3/4,list --check
 expect 1 "SwiGLU needs an even mt" -- run "${sh[@]}" --tokens 4 --plan fc1=swapab_w4m1n1k256s3
+# --tune (fm_layer_tune): the search runs before the timed runs, the kept plan passes the check
+expect 0 "tune  *[0-9][0-9]* plans tried" -- run --tokens 2 --iters 5 --global-experts 256 --shard 0:32 --routing external --tune --check
 # --json carries the device path's fields
 n=$((n+1))
 if "$FM" run "${gs[@]}" --global-experts 64 --shard 16:16 --routing external --check --json | "$PY" -c '

@@ -394,6 +394,14 @@ static void test_bad_arguments(void **st)
         assert_int_equal(fm_layer_set_plan(l, T + 1, &pi), FM_ERR_BAD_SHAPE);
         assert_int_equal(fm_layer_set_plan(NULL, 1, &pi), FM_ERR_INVALID_ARG);
         assert_int_equal(fm_layer_set_plan(l, 1, NULL), FM_ERR_INVALID_ARG);
+        fm_layer_tune_info ti, ti0;
+        memset(&ti, 0x5A, sizeof ti);
+        ti0 = ti;
+        assert_int_equal(fm_layer_tune(l, 1, NULL, &ti), FM_ERR_UNSUPPORTED);
+        assert_non_null(strstr(fm_last_error(), "no tile plan"));
+        assert_int_equal(fm_layer_tune(l, 0, NULL, &ti), FM_ERR_BAD_SHAPE);
+        assert_int_equal(fm_layer_tune(NULL, 1, NULL, &ti), FM_ERR_INVALID_ARG);
+        assert_memory_equal(&ti, &ti0, sizeof ti);
     }
     fm_layer_destroy(l);
 

@@ -255,6 +255,34 @@ fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
  * the layer's plans are unchanged on failure. */
 fm_status fm_layer_set_plan(fm_layer *layer, int T, const fm_layer_plan_info *info);
 
+/* What fm_layer_tune did. Times are graph replays of T tokens (synthetic routing,
+ * external ids; the mean over 8 routings of each routing's median), interleaved. */
+typedef struct {
+    int    plans_tried;   /* plans of the search (fm_layer_set_plan refusals included) */
+    int    plans_refused; /* of them, refused by fm_layer_set_plan (not timed) */
+    double before_us;     /* the plan the bucket had */
+    double after_us;      /* the plan it has now (before_us when unchanged) */
+    int    changed;       /* 1: a plan at least 3 % faster than the one it had was kept */
+} fm_layer_tune_info;
+
+/* Tune T's bucket on the device: the current plan and others (every compiled tile that
+ * suits the bucket's rows x K splits x the work list, a coordinate descent over FC1 then
+ * FC2) timed as graph replays of T tokens with synthetic routing over the layer's
+ * experts, and the fastest kept through fm_layer_set_plan if it is at least 3 % faster
+ * than the current one, re-timed against it interleaved (the spread of a replay is a few
+ * percent). What vLLM's tuned configs and FlashInfer's autotuner do, for one bucket: call
+ * it for the T an engine runs (decode batch sizes) after create, before capturing graphs.
+ * Synchronous on `stream` (NULL: the legacy default stream), seconds per bucket;
+ * allocates and frees its own inputs; runs the layer, so no other run of it may be in
+ * flight, and graphs captured before must be re-captured. Measured on the H200 (GLM-5,
+ * bench/RESULTS.md 2026-12-03 fourth session): the planner's plan was within 0-6 % of the
+ * best of 108 at 1-16 tokens, so expect small gains there; it exists for the devices the
+ * planner's model was not fitted on. info may be NULL. Returns FM_OK,
+ * FM_ERR_INVALID_ARG (NULL layer), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]),
+ * FM_ERR_UNSUPPORTED (a CPU layer), FM_ERR_OOM, FM_ERR_CUDA; on failure the bucket keeps
+ * the plan it had. */
+fm_status fm_layer_tune(fm_layer *layer, int T, void *stream, fm_layer_tune_info *info);
+
 #ifdef __cplusplus
 }
 #endif

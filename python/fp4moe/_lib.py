@@ -109,6 +109,11 @@ class LayerPlanInfo(C.Structure):
                 ("tile", Tile * 2), ("k_splits", c_int * 2), ("x_packed", c_int * 2), ("feature_blocks", c_int * 2)]
 
 
+class LayerTuneInfo(C.Structure):
+    _fields_ = [("plans_tried", c_int), ("plans_refused", c_int), ("before_us", C.c_double), ("after_us", C.c_double),
+                ("changed", c_int)]
+
+
 class _AbiField(C.Structure):
     _fields_ = [("type", c_char_p), ("field", c_char_p), ("offset", c_size_t), ("size", c_size_t)]
 
@@ -119,6 +124,7 @@ _MIRRORS = {
     "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_error_info": LayerErrorInfo,
     "fm_st_tensor": StTensor, "fm_ckpt_names": CkptNames, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
     "fm_ckpt_layer": CkptLayer, "fm_tile": Tile, "fm_layer_plan_info": LayerPlanInfo,
+    "fm_layer_tune_info": LayerTuneInfo,
 }
 
 # name: (restype, argtypes). Those under _OPTIONAL may be missing from an older
@@ -170,11 +176,12 @@ _PROTOS = {
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),
     "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
     "fm_layer_set_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
+    "fm_layer_tune": (c_int, [c_void_p, c_int, c_void_p, P(LayerTuneInfo)]),
     "fm_tile_name": (c_char_p, [P(Tile), C.c_char_p, c_size_t]),
     "fm_tile_parse": (c_int, [C.c_char_p, P(Tile)]),
 }
 _OPTIONAL = {"fm_cuda_device_open", "fm_cuda_device_close", "fm_layer_create_desc", "fm_layer_workspace_size",
-             "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan"}
+             "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan", "fm_layer_tune"}
 
 
 class Error(RuntimeError):

@@ -380,6 +380,24 @@ class Layer:
             raise ValueError(f"plan: missing {e.args[0]!r} (the keys Layer.plan returns)") from None
         check(lib.fm_layer_set_plan(self._handle(), T, C.byref(info)), "Layer.set_plan")
 
+    def tune(self, T, stream=None):
+        """Tune T's bucket on the device (fm_layer_tune): other plans timed as graph replays of
+        T tokens with synthetic routing, the fastest kept if at least 3 % faster than the
+        current one. stream: a cudaStream_t as an int (torch.cuda.Stream.cuda_stream), None for
+        the legacy default stream. Synchronous, seconds per bucket; re-capture graphs of the
+        layer made before it. Returns {"plans_tried", "plans_refused", "before_us", "after_us",
+        "changed"}; Layer.plan(T) then says what was kept. CPU backends: FM_ERR_UNSUPPORTED."""
+        if "fm_layer_tune" in _lib.missing:
+            raise NotImplementedError(f"Layer.tune needs fm_layer_tune, which {_lib.library_path} does not export")
+        if not isinstance(T, int) or isinstance(T, bool):
+            raise TypeError(f"T: expected an int, got {type(T).__name__}")
+        if stream is not None and (not isinstance(stream, int) or isinstance(stream, bool)):
+            raise TypeError(f"stream: expected a cudaStream_t as an int or None, got {type(stream).__name__}")
+        info = _lib.LayerTuneInfo()
+        check(lib.fm_layer_tune(self._handle(), T, stream, C.byref(info)), "Layer.tune")
+        return {"plans_tried": info.plans_tried, "plans_refused": info.plans_refused, "before_us": info.before_us,
+                "after_us": info.after_us, "changed": bool(info.changed)}
+
 
 _devices = {}
 _devices_lock = threading.Lock()

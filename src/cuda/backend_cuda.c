@@ -617,5 +617,6 @@ const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .errors = cuda_errors,
                                     .plan = cuda_plan,
                                     .set_plan = cuda_set_plan_on,
+                                    .tune = fm_cuda_tune,
                                     .workspace_bytes = cuda_workspace_bytes,
                                     .destroy = cuda_destroy};

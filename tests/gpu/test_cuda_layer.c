@@ -641,10 +641,86 @@ static void test_layer_set_plan(void **state)
     fm_cuda_device_close(dev);
 }
 
+/* fm_layer_tune on a shard of 8 of 64 experts (max_tokens 16; one layer with its own
+ * workspace, one with the caller's): per T the search ran (plans tried), the plan kept
+ * is at least as fast as the one before by its own interleaved timing (after <= before:
+ * the rule, not a speed claim), fm_layer_plan reports a valid plan, and the layer then
+ * matches the cpu-ref shard with graph replay = eager. */
+static void test_layer_tune(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    layer_fx        L;
+    fm_cuda_device *dev = shard_setup(&r, 9, &L);
+    enum { E = SH_E, K = SH_K, H = SH_H, NL = SH_NL, maxT = 16 };
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    uint16_t *dx = dmalloc(sizeof(uint16_t) * maxT * H);
+    float    *dout = dmalloc(sizeof(float) * maxT * H);
+    int32_t  *dids = dmalloc(sizeof(int32_t) * maxT * K);
+    float    *dw = dmalloc(sizeof(float) * maxT * K);
+    float    *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H),
+          *again = malloc(sizeof(float) * maxT * H);
+    fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, NL, FM_OUT_F32, 0);
+    for (int cw = 0; cw < 2; cw++) {
+        fm_layer *l = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, cw);
+        size_t    wsb = 0;
+        assert_int_equal(fm_layer_workspace_size(l, &wsb), FM_OK);
+        void     *ws = wsb ? dmalloc(wsb) : NULL;
+        const int Ts[] = {1, 16};
+        for (int ti_ = 0; ti_ < 2; ti_++) {
+            const int          T = Ts[ti_];
+            fm_layer_tune_info ti;
+            memset(&ti, 0x5A, sizeof ti);
+            fm_status ts = fm_layer_tune(l, T, st, &ti);
+            if (ts != FM_OK) fail_msg("T=%d: fm_layer_tune %s: %s", T, fm_status_name(ts), fm_last_error());
+            printf("  T=%2d%s: %d plans (%d refused), %.1f -> %.1f us%s\n", T, cw ? " (caller workspace)" : "",
+                   ti.plans_tried, ti.plans_refused, ti.before_us, ti.after_us, ti.changed ? ", changed" : "");
+            assert_true(ti.plans_tried > 0 && ti.plans_refused >= 0 && ti.plans_refused <= ti.plans_tried);
+            assert_true(ti.before_us > 0 && ti.after_us > 0 && ti.after_us <= ti.before_us);
+            assert_true(ti.changed == 0 || ti.changed == 1);
+            fm_layer_plan_info p;
+            assert_int_equal(fm_layer_plan(l, T, &p), FM_OK);
+            assert_true(p.k_splits[0] >= 1 && p.k_splits[1] >= 1);
+            const size_t n = (size_t)T * H;
+            uint16_t    *x;
+            int32_t     *ids;
+            float       *wts;
+            shard_inputs(&r, T, H, K, E, &x, &ids, &wts, dx, dids, dw);
+            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw,
+                                   .workspace = ws};
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(l, &a, st, got, n);
+            assert_int_equal(fm_layer_errors(l, st, NULL), FM_OK);
+            assert_int_equal(fm_first_nonfinite(got, n), -1);
+            fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
+            fm_assert_close(got, ref, n, 1e-4, "a tuned layer vs the cpu-ref shard");
+            graph_equals_eager(l, &a, st, got, again, n, 2);
+            free(x), free(ids), free(wts);
+        }
+        assert_int_equal(fm_layer_tune(l, 0, st, NULL), FM_ERR_BAD_SHAPE);
+        assert_int_equal(fm_layer_tune(l, maxT + 1, st, NULL), FM_ERR_BAD_SHAPE);
+        fm_layer_destroy(l);
+        if (ws) CK(cudaFree(ws));
+    }
+    fm_layer_destroy(cl);
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dids));
+    CK(cudaFree(dw));
+    free(got), free(ref), free(again);
+    fx_free(&L);
+    fm_cuda_device_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layer_device_path),
                                        cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan),
-                                       cmocka_unit_test(test_layer_set_plan)};
+                                       cmocka_unit_test(test_layer_set_plan),
+                                       cmocka_unit_test(test_layer_tune)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

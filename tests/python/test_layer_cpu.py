@@ -111,6 +111,14 @@ def test_plan_cpu(rng):
             layer.set_plan(2, {k: v for k, v in plan.items() if k != "fc2"})
         with pytest.raises(TypeError, match="plan"):
             layer.set_plan(2, [plan])
+        with pytest.raises(fp4moe.Error, match="no tile plan") as e:
+            layer.tune(2)
+        assert e.value.status == "FM_ERR_UNSUPPORTED"
+        with pytest.raises(fp4moe.Error) as e:
+            layer.tune(0)
+        assert e.value.status == "FM_ERR_BAD_SHAPE"
+        with pytest.raises(TypeError, match="stream"):
+            layer.tune(2, stream="s")
 
 
 @need_run_api

@@ -264,6 +264,22 @@ def test_set_plan(rng):
     assert moe.layer.plan(2) == got
 
 
+def test_tune(rng):
+    """Layer.tune on the caller's torch stream: the search ran, the kept plan is no slower by its
+    own interleaved timing (the rule), and the layer still matches the reference."""
+    cfg, ref, moe = layer(rng, max_tokens=64)
+    s = torch.cuda.Stream()
+    t = moe.layer.tune(4, stream=s.cuda_stream)
+    assert t["plans_tried"] > 0 and 0 <= t["plans_refused"] <= t["plans_tried"], t
+    assert 0 < t["after_us"] <= t["before_us"], t
+    x = x_of(rng, 4, cfg.hidden)
+    y = moe(x)
+    torch.cuda.synchronize()
+    want, margin = t_moe(x, ref, cfg)
+    check(y, want, BOUND_BF16, margin)
+    moe.errors()
+
+
 def test_device_side_errors(rng):
     cfg, ref, m = layer(rng, "nvfp4")
     x = x_of(rng, 4, cfg.hidden)
