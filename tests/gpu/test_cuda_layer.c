@@ -337,6 +337,60 @@ static void graph_equals_eager(fm_layer *l, const fm_layer_run_args *a, cudaStre
     CK(cudaGraphDestroy(g));
 }
 
+/* The device buffers of a shard test (maxT tokens), its stream and host outputs. */
+typedef struct {
+    cudaStream_t st;
+    uint16_t    *dx;
+    float       *dout, *dw, *got, *ref, *again;
+    int32_t     *dids;
+} shard_bufs;
+
+static void shard_bufs_make(shard_bufs *b, int maxT, int H, int K)
+{
+    CK(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking));
+    b->dx = dmalloc(sizeof(uint16_t) * maxT * H);
+    b->dout = dmalloc(sizeof(float) * maxT * H);
+    b->dids = dmalloc(sizeof(int32_t) * maxT * K);
+    b->dw = dmalloc(sizeof(float) * maxT * K);
+    b->got = malloc(sizeof(float) * maxT * H);
+    b->ref = malloc(sizeof(float) * maxT * H);
+    b->again = malloc(sizeof(float) * maxT * H);
+}
+
+static void shard_bufs_free(shard_bufs *b)
+{
+    CK(cudaStreamDestroy(b->st));
+    CK(cudaFree(b->dx));
+    CK(cudaFree(b->dout));
+    CK(cudaFree(b->dids));
+    CK(cudaFree(b->dw));
+    free(b->got), free(b->ref), free(b->again);
+}
+
+/* One run of T fresh tokens (shard_inputs) on l against the cpu-ref layer cl (1e-4 NMSE,
+ * NaN/Inf first, out poisoned), then graph replay = eager bit for bit. */
+static void run_vs_ref(fm_layer *l, fm_layer *cl, fm_rng *r, int T, int H, int K, int E, const shard_bufs *b,
+                       void *ws, const char *what)
+{
+    const size_t n = (size_t)T * H;
+    uint16_t    *x;
+    int32_t     *ids;
+    float       *wts;
+    shard_inputs(r, T, H, K, E, &x, &ids, &wts, b->dx, b->dids, b->dw);
+    fm_layer_run_args a = {.x = b->dx, .T = T, .out = b->dout, .stream = b->st, .topk_ids = b->dids,
+                           .topk_weights = b->dw, .workspace = ws};
+    CK(cudaMemsetAsync(b->dout, 0xFF, sizeof(float) * n, b->st));
+    run_dev(l, &a, b->st, b->got, n);
+    assert_int_equal(fm_layer_errors(l, b->st, NULL), FM_OK);
+    assert_int_equal(fm_first_nonfinite(b->got, n), -1);
+    fm_layer_run_args ah = {.x = x, .T = T, .out = b->ref, .topk_ids = ids, .topk_weights = wts};
+    fm_poison_f32(b->ref, n);
+    assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
+    fm_assert_close(b->got, b->ref, n, 1e-4, what);
+    graph_equals_eager(l, &a, b->st, b->got, b->again, n, 2);
+    free(x), free(ids), free(wts);
+}
+
 static void test_layer_split_shard(void **state)
 {
     (void)state;
@@ -573,14 +627,8 @@ static void test_layer_set_plan(void **state)
         plans_are(l, Tb, NB, keep, cases[c].what);
     }
     /* plans the planner did not choose, each run against the reference */
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    uint16_t *dx = dmalloc(sizeof(uint16_t) * maxT * H);
-    float    *dout = dmalloc(sizeof(float) * maxT * H);
-    int32_t  *dids = dmalloc(sizeof(int32_t) * maxT * K);
-    float    *dw = dmalloc(sizeof(float) * maxT * K);
-    float    *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H),
-          *again = malloc(sizeof(float) * maxT * H);
+    shard_bufs bf;
+    shard_bufs_make(&bf, maxT, H, K);
     fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, NL, FM_OUT_F32, 0);
     fm_tile   f1, f2;
     assert_int_equal(fm_tile_parse("swapab_w4m2n1k128s4", &f1), FM_OK);
@@ -607,36 +655,16 @@ static void test_layer_set_plan(void **state)
                 if (!fm_tile_equal(&back.tile[g], &p.tile[g]) || back.k_splits[g] != p.k_splits[g])
                     fail_msg("T=%d variant %d: fm_layer_plan does not report the plan set (GEMM %d)", T, v, g + 1);
             assert_int_equal(back.work_list, p.work_list);
-            const size_t n = (size_t)T * H;
-            uint16_t    *x;
-            int32_t     *ids;
-            float       *wts;
-            shard_inputs(&r, T, H, K, E, &x, &ids, &wts, dx, dids, dw);
-            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
-            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
-            run_dev(l, &a, st, got, n);
-            assert_int_equal(fm_layer_errors(l, st, NULL), FM_OK);
-            assert_int_equal(fm_first_nonfinite(got, n), -1);
-            fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
-            fm_poison_f32(ref, n);
-            assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
-            fm_assert_close(got, ref, n, 1e-4, "a set plan vs the cpu-ref shard");
-            graph_equals_eager(l, &a, st, got, again, n, 2);
+            run_vs_ref(l, cl, &r, T, H, K, E, &bf, NULL, "a set plan vs the cpu-ref shard");
             char n1[48], n2[48];
             printf("  T=%2d variant %d: FC1 %s x%d, FC2 %s x%d%s: matches the reference\n", T, v,
                    fm_tile_name(&p.tile[0], n1, sizeof n1), p.k_splits[0], fm_tile_name(&p.tile[1], n2, sizeof n2),
                    p.k_splits[1], p.work_list ? ", work list" : "");
-            free(x), free(ids), free(wts);
         }
     }
     fm_layer_destroy(cl);
     fm_layer_destroy(l);
-    CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx));
-    CK(cudaFree(dout));
-    CK(cudaFree(dids));
-    CK(cudaFree(dw));
-    free(got), free(ref), free(again);
+    shard_bufs_free(&bf);
     fx_free(&L);
     fm_cuda_device_close(dev);
 }
@@ -653,14 +681,9 @@ static void test_layer_tune(void **state)
     layer_fx        L;
     fm_cuda_device *dev = shard_setup(&r, 9, &L);
     enum { E = SH_E, K = SH_K, H = SH_H, NL = SH_NL, maxT = 16 };
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    uint16_t *dx = dmalloc(sizeof(uint16_t) * maxT * H);
-    float    *dout = dmalloc(sizeof(float) * maxT * H);
-    int32_t  *dids = dmalloc(sizeof(int32_t) * maxT * K);
-    float    *dw = dmalloc(sizeof(float) * maxT * K);
-    float    *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H),
-          *again = malloc(sizeof(float) * maxT * H);
+    shard_bufs bf;
+    shard_bufs_make(&bf, maxT, H, K);
+    cudaStream_t st = bf.st;
     fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, NL, FM_OUT_F32, 0);
     for (int cw = 0; cw < 2; cw++) {
         fm_layer *l = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, cw);
@@ -682,23 +705,7 @@ static void test_layer_tune(void **state)
             fm_layer_plan_info p;
             assert_int_equal(fm_layer_plan(l, T, &p), FM_OK);
             assert_true(p.k_splits[0] >= 1 && p.k_splits[1] >= 1);
-            const size_t n = (size_t)T * H;
-            uint16_t    *x;
-            int32_t     *ids;
-            float       *wts;
-            shard_inputs(&r, T, H, K, E, &x, &ids, &wts, dx, dids, dw);
-            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw,
-                                   .workspace = ws};
-            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
-            run_dev(l, &a, st, got, n);
-            assert_int_equal(fm_layer_errors(l, st, NULL), FM_OK);
-            assert_int_equal(fm_first_nonfinite(got, n), -1);
-            fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
-            fm_poison_f32(ref, n);
-            assert_int_equal(fm_layer_run(cl, &ah), FM_OK);
-            fm_assert_close(got, ref, n, 1e-4, "a tuned layer vs the cpu-ref shard");
-            graph_equals_eager(l, &a, st, got, again, n, 2);
-            free(x), free(ids), free(wts);
+            run_vs_ref(l, cl, &r, T, H, K, E, &bf, ws, "a tuned layer vs the cpu-ref shard");
         }
         assert_int_equal(fm_layer_tune(l, 0, st, NULL), FM_ERR_BAD_SHAPE);
         assert_int_equal(fm_layer_tune(l, maxT + 1, st, NULL), FM_ERR_BAD_SHAPE);
@@ -706,12 +713,7 @@ static void test_layer_tune(void **state)
         if (ws) CK(cudaFree(ws));
     }
     fm_layer_destroy(cl);
-    CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx));
-    CK(cudaFree(dout));
-    CK(cudaFree(dids));
-    CK(cudaFree(dw));
-    free(got), free(ref), free(again);
+    shard_bufs_free(&bf);
     fx_free(&L);
     fm_cuda_device_close(dev);
 }

@@ -86,6 +86,15 @@ def check(y, want, bound, margin=np.inf):
     assert err <= bound, f"NMSE {err:.3e} > {bound}"
 
 
+def matches_ref(moe, ref, cfg, x):
+    """The layer's output of x (internal routing) against the torch reference, and no device error."""
+    y = moe(x)
+    torch.cuda.synchronize()
+    want, margin = t_moe(x, ref, cfg)
+    check(y, want, BOUND_BF16, margin)
+    moe.errors()
+
+
 def layer(rng, fmt="nvfp4", max_tokens=1024, **kw):
     cfg, W, ref = make_layer(rng, fmt, E=16, k=4, H=256, I=128, **kw)
     return cfg, ref, MoE(cfg, W, device=DEV, max_tokens=max_tokens)
@@ -252,11 +261,7 @@ def test_set_plan(rng):
     got = moe.layer.plan(2)
     assert got["fc1"] == q["fc1"] and got["fc2"] == q["fc2"] and got["work_list"]
     x = x_of(rng, 2, cfg.hidden)
-    y = moe(x)
-    torch.cuda.synchronize()
-    want, margin = t_moe(x, ref, cfg)
-    check(y, want, BOUND_BF16, margin)
-    moe.errors()
+    matches_ref(moe, ref, cfg, x)
     bad = {**q, "fc1": {**q["fc1"], "tile": "swapab_w4m1n1k128s4"}}  # one band: no SwiGLU pairs
     with pytest.raises(fp4moe.Error, match="SwiGLU") as e:
         moe.layer.set_plan(2, bad)
@@ -273,11 +278,7 @@ def test_tune(rng):
     assert t["plans_tried"] > 0 and 0 <= t["plans_refused"] <= t["plans_tried"], t
     assert 0 < t["after_us"] <= t["before_us"], t
     x = x_of(rng, 4, cfg.hidden)
-    y = moe(x)
-    torch.cuda.synchronize()
-    want, margin = t_moe(x, ref, cfg)
-    check(y, want, BOUND_BF16, margin)
-    moe.errors()
+    matches_ref(moe, ref, cfg, x)
 
 
 def test_device_side_errors(rng):
