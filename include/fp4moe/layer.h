@@ -272,9 +272,10 @@ typedef struct {
  * than the current one, re-timed against it interleaved (the spread of a replay is a few
  * percent). What vLLM's tuned configs and FlashInfer's autotuner do, for one bucket: call
  * it for the T an engine runs (decode batch sizes) after create, before capturing graphs.
- * Synchronous on `stream` (NULL: the legacy default stream), seconds per bucket;
- * allocates and frees its own inputs; runs the layer, so no other run of it may be in
- * flight, and graphs captured before must be re-captured. Measured on the H200 (GLM-5,
+ * Synchronous: it waits for the work on `stream` (NULL: the legacy default stream), then
+ * runs on a stream of its own (graphs are not captured from the legacy stream); seconds
+ * per bucket; allocates and frees its own inputs and stream; runs the layer, so no other
+ * run of it may be in flight, and graphs captured before must be re-captured. Measured on the H200 (GLM-5,
  * bench/RESULTS.md 2026-12-03 fourth session): the planner's plan was within 0-6 % of the
  * best of 108 at 1-16 tokens, so expect small gains there; it exists for the devices the
  * planner's model was not fitted on. info may be NULL. Returns FM_OK,

@@ -198,9 +198,13 @@ fm_status fm_cuda_tune(fm_layer *l, const fm_layer_params *p, int T, void *strea
     FM_CHECK(fm_layer_plan(l, T, &keep)); /* set back if anything below fails */
     int prev = -1;
     FM_CHECK(fm_cuda_device_enter(p->device, &prev));
-    tune_ctx    c = {.l = l, .T = T, .st = (cudaStream_t)stream, .slots = T * K};
+    tune_ctx    c = {.l = l, .T = T, .slots = T * K};
     fm_status   st = FM_OK;
-    cudaError_t e = cudaSuccess;
+    /* after the caller's work on `stream`, on a stream of its own: graphs cannot be
+     * captured from the legacy default stream */
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c.st, cudaStreamNonBlocking);
+    if (e != cudaSuccess) st = tune_cu(e, "the caller's stream / a stream of its own");
     size_t      wsb = 0;
     uint16_t   *hx = malloc(sizeof(uint16_t) * (size_t)T * H);
     int32_t    *hid = malloc(sizeof(int32_t) * (size_t)TUNE_NX * c.slots);
@@ -236,18 +240,21 @@ fm_status fm_cuda_tune(fm_layer *l, const fm_layer_params *p, int T, void *strea
          (e = cudaMemcpy(c.w, hw, sizeof(float) * (size_t)TUNE_NX * c.slots, cudaMemcpyHostToDevice)) != cudaSuccess))
         st = tune_cu(e, "buffers");
     if (st == FM_OK) st = search(&c, p, &ti);
-    if (st == FM_OK) st = fm_layer_errors(l, stream, NULL); /* the synthetic runs recorded nothing */
+    if (st == FM_OK) st = fm_layer_errors(l, c.st, NULL); /* the synthetic runs recorded nothing */
     if (st != FM_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", fm_last_error());
-        (void)cudaStreamSynchronize(c.st);
-        (void)fm_layer_errors(l, stream, NULL); /* clear what the failed runs left */
+        if (c.st) {
+            (void)cudaStreamSynchronize(c.st);
+            (void)fm_layer_errors(l, c.st, NULL); /* clear what the failed runs left */
+        }
         (void)fm_layer_set_plan(l, T, &keep);
         fm_fail(st, "%s", why);
     }
     cudaFree(c.x), cudaFree(c.out), cudaFree(c.ids), cudaFree(c.w), cudaFree(c.ws);
     if (c.ev[0]) cudaEventDestroy(c.ev[0]);
     if (c.ev[1]) cudaEventDestroy(c.ev[1]);
+    if (c.st) cudaStreamDestroy(c.st);
     free(hx), free(hid), free(hw);
     fm_cuda_device_leave(p->device, prev);
     if (st == FM_OK && info) *info = ti;
