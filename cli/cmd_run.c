@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "cli.h"
+#include "fp4moe/cuda.h" /* FM_CUDA_MAX_K_SPLITS (--plan); plain C, in builds without CUDA too */
 #include "run_cuda.h"
 #include "run_model.h"
 
