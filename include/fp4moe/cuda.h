@@ -161,6 +161,10 @@ typedef struct {
      * expert with rows, the same result). */
     const int32_t  *expert_list;
     int             expert_slots;
+    /* FINALIZE_DET: 1 = its reduce (the slot-order sum into y) is launched with PDL too
+     * (compute capability 9.0+, with pdl): it starts as this GEMM drains instead of after.
+     * 0 = a plain launch. An experiment (fm_layer's FM_CUDA_PDL_CHAIN=1), not yet measured. */
+    int             pdl_reduce;
 } fm_cuda_gemm_args;
 
 #define FM_CUDA_MAX_K_SPLITS 32

@@ -73,6 +73,7 @@ typedef struct {
     cudaEvent_t         ev0, ev1;
     int                 n_buckets;
     bucket_plan         plan[FM_BUCKETS];
+    int                 pdl_chain; /* FM_CUDA_PDL_CHAIN=1 on sm_90: gather and reduce launched with PDL too */
 } cuda_state;
 
 static fm_status cu_err(cudaError_t e, const char *what)
@@ -338,6 +339,10 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     s->p = *p;
     s->dev = p->device;
     s->bad_bias = -1;
+    { /* an experiment, off by default until measured (bench/NOTES-gpu.md, twelfth session) */
+        const char *pc = getenv("FM_CUDA_PDL_CHAIN");
+        s->pdl_chain = pc && !strcmp(pc, "1") && fm_cuda_device_limits(s->dev)->cc >= 90;
+    }
     int       prev = -1;
     fm_status st = fm_cuda_device_enter(s->dev, &prev);
     if (st != FM_OK) {
@@ -398,7 +403,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                                     s->d_err, bl, pl->slots ? active : NULL, stream)) != 0)
         return cu_err((cudaError_t)le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
-                                   stream)) != 0)
+                                   s->pdl_chain, stream)) != 0)
         return cu_err((cudaError_t)le, "gather");
     /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
     fm_cuda_gemm_args a1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
@@ -421,7 +426,8 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
                             .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
                             .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
+                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots,
+                            .pdl_reduce = s->pdl_chain};
     FM_CHECK(fm_cuda_gemm(&a2));
     return FM_OK;
 }

@@ -138,8 +138,10 @@ int       fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *s
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* v = init[t][n] (init NULL: 0) + sum_j scratch[token_slots[t*top_k+j]][n] in j
  * order, into out[t][n] FP32 or, when out_bf16 is not NULL, out_bf16[t][n] BF16 (RNE). */
+/* pdl (sm_90+): launched with programmatic stream serialization (the kernel waits for
+ * the previous grid before reading anything). */
 int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k, int n,
-                              int max_rows, const float *init, float *out, uint16_t *out_bf16, void *stream);
+                              int max_rows, const float *init, float *out, uint16_t *out_bf16, int pdl, void *stream);
 
 #ifdef __cplusplus
 }

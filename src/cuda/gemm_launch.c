@@ -464,7 +464,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,
                                         a->y_zero_init ? NULL : (const float *)a->y, (float *)a->y, a->y_bf16,
-                                        a->stream);
+                                        a->pdl_reduce && a->pdl && cc >= 90, a->stream);
         if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: finalize reduce launch");
     }
     return FM_OK;

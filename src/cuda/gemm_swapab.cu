@@ -386,6 +386,8 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
 __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
                                        int n, int max_rows, const float *init, float *out, uint16_t *out_bf16)
 {
+    pdl_trigger(); /* no-ops unless launched with PDL (fm_finalize_reduce_launch's pdl) */
+    pdl_wait();
     int tkn = blockIdx.y;
     int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (tkn >= n_tokens || c >= n) return;
@@ -534,10 +536,15 @@ extern "C" int fm_swapab_probe_timeline(void *buf, unsigned cap)
 
 extern "C" int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
                                          int n, int max_rows, const float *init, float *out, uint16_t *out_bf16,
-                                         void *stream)
+                                         int pdl, void *stream)
 {
     if (n_tokens <= 0) return 0;
     dim3 grid((unsigned)((n / 4 + 127) / 128), (unsigned)n_tokens);
+    if (pdl) {
+        void *args[] = {(void *)&scratch, (void *)&token_slots, (void *)&n_tokens, (void *)&top_k, (void *)&n,
+                        (void *)&max_rows, (void *)&init, (void *)&out, (void *)&out_bf16};
+        return (int)fm_launch_pdl((const void *)finalize_reduce_kernel, grid, dim3(128), 0, stream, args);
+    }
     finalize_reduce_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(scratch, token_slots, n_tokens, top_k, n,
                                                                     max_rows, init, out, out_bf16);
     return (int)cudaGetLastError();

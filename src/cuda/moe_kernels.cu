@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/kernel_common.cuh"
 #include "cuda/moe_kernels.h"
 
 namespace {
@@ -20,8 +21,12 @@ __device__ __forceinline__ bool bf16x2_nonfinite(uint32_t v) /* either half has 
 }
 
 __global__ void gather_rows_kernel(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed,
-                                   uint16_t *xp, const int32_t *n_rows, unsigned long long *bad_x)
+                                   uint16_t *xp, const int32_t *n_rows, unsigned long long *bad_x, int pdl)
 {
+    if (pdl) { /* FC1 (launched with PDL) may then be scheduled during the gather; it waits for it */
+        fm_kc::pdl_trigger();
+        fm_kc::pdl_wait();
+    }
     int p = blockIdx.y;
     if (p >= rows || (n_rows && p >= *n_rows)) return;
     const size_t t = (size_t)(perm[p] / top_k);
@@ -125,12 +130,18 @@ extern "C" int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w1
 }
 
 extern "C" int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed,
-                                    uint16_t *xp, const int32_t *n_rows, unsigned long long *bad_x, void *stream)
+                                    uint16_t *xp, const int32_t *n_rows, unsigned long long *bad_x, int pdl,
+                                    void *stream)
 {
     if (rows <= 0) return 0;
     if (packed && H % 64) return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)((H / 8 + 255) / 256), (unsigned)rows);
-    gather_rows_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, perm, rows, top_k, H, packed, xp, n_rows, bad_x);
+    if (pdl) {
+        void *args[] = {(void *)&x,  (void *)&perm,   (void *)&rows,  (void *)&top_k, (void *)&H,
+                        (void *)&packed, (void *)&xp, (void *)&n_rows, (void *)&bad_x, (void *)&pdl};
+        return (int)fm_launch_pdl((const void *)gather_rows_kernel, grid, dim3(256), 0, stream, args);
+    }
+    gather_rows_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, perm, rows, top_k, H, packed, xp, n_rows, bad_x, 0);
     return (int)cudaGetLastError();
 }
 

@@ -106,9 +106,10 @@ int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w13, const ui
  * NULL, p < *n_rows (a device count: the routed rows of this run); packed: columns
  * in the prepack K order (fm_cuda_kpack_col, H % 64 == 0), the X the wgmma tiles
  * stream. bad_x (or NULL): the smallest t*H + c of a NaN/Inf element copied is
- * atomicMin'ed there. */
+ * atomicMin'ed there. pdl (sm_90+): launched with programmatic stream serialization
+ * (the kernel waits for the previous grid before reading anything). */
 int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed, uint16_t *xp,
-                         const int32_t *n_rows, unsigned long long *bad_x, void *stream);
+                         const int32_t *n_rows, unsigned long long *bad_x, int pdl, void *stream);
 
 /* out[i] = BF16(in[i]) (round to nearest even), n % 4 == 0, 16-byte aligned. */
 int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *out, void *stream);

@@ -517,6 +517,7 @@ __global__ void __launch_bounds__(1024)
     __shared__ int cnt[FM_FUSED_E], tmp[FM_FUSED_E];
     __shared__ int wsum[32];
     const int      tid = threadIdx.x;
+    fm_kc::pdl_trigger(); /* a gather launched with PDL may be scheduled now (it waits for this grid) */
     for (int e = tid; e < E; e += 1024) cnt[e] = 0;
     for (int s0 = 0, c = 0; s0 < R; s0 += FM_PLACE_CHUNK, c++) { /* chunk c: its counts go to hist[c][e] */
         for (int e = tid; e < E; e += 1024) tmp[e] = 0;

@@ -1,0 +1,8 @@
+# test_cuda_layer again with the PDL chain experiment on (FM_CUDA_PDL_CHAIN=1: the gather
+# and the finalize reduce launched with programmatic dependent launch as the GEMMs are):
+# every check of the layer (cpu-ref, graph = eager, shards, set plans, tuning) must hold.
+if(FM_HAVE_CUDA)
+  add_test(NAME test_cuda_layer_pdl_chain COMMAND test_cuda_layer)
+  set_tests_properties(test_cuda_layer_pdl_chain PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+                       ENVIRONMENT "FM_CUDA_PDL_CHAIN=1;FM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endif()
