@@ -308,6 +308,9 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
         if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return cu_err(e, "cudaMalloc");
         if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return cu_err(e, "clear split counters");
     }
+    /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) and the
+     * memset ran on the legacy stream, which a caller's non-blocking stream does not wait for */
+    if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return cu_err(e, "upload");
     return FM_OK;
 }
 
@@ -594,6 +597,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
         void       *d = NULL;
         cudaError_t e = cudaMalloc(&d, need);
         if (e == cudaSuccess) e = cudaMemset(d, 0, need);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy); /* before a run on the caller's stream */
         if (e != cudaSuccess) {
             if (d) cudaFree(d);
             return cu_err(e, "fm_layer_set_plan: the split-K buffer");

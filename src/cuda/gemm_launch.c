@@ -97,7 +97,9 @@ fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_wei
             goto done;
         }
     }
-    if ((err = cudaMemcpy(cw->d_oscale, hos, sizeof(float) * n_experts, cudaMemcpyHostToDevice)) != cudaSuccess)
+    if ((err = cudaMemcpy(cw->d_oscale, hos, sizeof(float) * n_experts, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (err = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) /* the DMAs landed: a launch on a
+                                                                          * non-blocking stream may follow */
         st = cuda_fail(err, "fm_cuda_weights_create: upload");
 done:
     free(hd);

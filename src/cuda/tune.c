@@ -237,7 +237,8 @@ fm_status fm_cuda_tune(fm_layer *l, const fm_layer_params *p, int T, void *strea
          (e = cudaMemcpy(c.x, hx, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice)) != cudaSuccess ||
          (e = cudaMemcpy(c.ids, hid, sizeof(int32_t) * (size_t)TUNE_NX * c.slots, cudaMemcpyHostToDevice)) !=
              cudaSuccess ||
-         (e = cudaMemcpy(c.w, hw, sizeof(float) * (size_t)TUNE_NX * c.slots, cudaMemcpyHostToDevice)) != cudaSuccess))
+         (e = cudaMemcpy(c.w, hw, sizeof(float) * (size_t)TUNE_NX * c.slots, cudaMemcpyHostToDevice)) != cudaSuccess ||
+         (e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess)) /* the DMAs landed before c.st reads */
         st = tune_cu(e, "buffers");
     if (st == FM_OK) st = search(&c, p, &ti);
     if (st == FM_OK) st = fm_layer_errors(l, c.st, NULL); /* the synthetic runs recorded nothing */
