@@ -25,6 +25,10 @@
  * the planner's timed here (sweep_plans). --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
+ * --timeline FILE (a probe build, -DFM_PROBE_TIMELINE=ON; bench/probe/probe.sh
+ * layer-timeline): at the first T of the ep8 routing, two eager forwards with every
+ * swapab CTA's SM, start (before its PDL wait) and end to FILE (launches 0-3: FC1, FC2,
+ * FC1, FC2), for bench/probe/timeline.py.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -32,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_internal.h" /* fm_swapab_probe_timeline (--timeline, probe builds) */
 #include "fm_rng.h"
 #include "fp4moe.h"
 
@@ -208,6 +213,53 @@ static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float *
     fflush(stdout);
 }
 
+/* --timeline: two eager forwards (after one unrecorded) with the probe build's per-CTA
+ * record of every swapab launch (4 slots: FC1, FC2, FC1, FC2), written as CSV */
+static void write_timeline(const char *path, fm_layer *l, const uint16_t *dx, const int32_t *dids, const float *dw,
+                           float *dout, int T, cudaStream_t st)
+{
+    const unsigned cap = 1u << 16; /* CTAs per launch kept */
+    const size_t   tb = (size_t)4 * cap * 3 * sizeof(unsigned long long);
+    fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+    unsigned long long *dtl = NULL, *htl = malloc(tb);
+    FK(fm_layer_run(l, &a)); /* warm: plans, attributes, caches */
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMalloc((void **)&dtl, tb));
+    CK(cudaMemset(dtl, 0, tb));
+    if (!htl || fm_swapab_probe_timeline(dtl, cap) != 0) {
+        fprintf(stderr, "bench_layer: --timeline needs a probe build (cmake -DFM_PROBE_TIMELINE=ON)\n");
+        exit(2);
+    }
+    for (int r = 0; r < 2; r++) FK(fm_layer_run(l, &a));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(htl, dtl, tb, cudaMemcpyDeviceToHost));
+    CK(fm_swapab_probe_timeline(NULL, 0) == 0 ? cudaSuccess : cudaErrorUnknown);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "bench_layer: cannot write %s\n", path);
+        exit(2);
+    }
+    fm_layer_plan_info pl;
+    char               s1[64] = "", s2[64] = "";
+    memset(&pl, 0, sizeof pl);
+    if (fm_layer_plan(l, T, &pl) == FM_OK) {
+        fm_tile_name(&pl.tile[0], s1, sizeof s1);
+        fm_tile_name(&pl.tile[1], s2, sizeof s2);
+    }
+    fprintf(f, "# bench_layer ep8 T=%d: launches 0, 2 = FC1 %s split %d, 1, 3 = FC2 %s split %d (eager, 2 forwards)\n", T,
+            s1, pl.k_splits[0], s2, pl.k_splits[1]);
+    fprintf(f, "launch,cta,sm,start_ns,end_ns\n");
+    for (int r = 0; r < 4; r++)
+        for (unsigned c = 0; c < cap; c++) {
+            const unsigned long long *q = htl + ((size_t)r * cap + c) * 3;
+            if (q[1]) fprintf(f, "%d,%u,%llu,%llu,%llu\n", r, c, q[0], q[1], q[2]);
+        }
+    fclose(f);
+    free(htl);
+    CK(cudaFree(dtl));
+    printf("# timeline of T = %d (ep8) written to %s\n", T, path);
+}
+
 static void plan_str(const fm_layer_plan_info *p, char *buf, size_t n)
 {
     char n1[48], n2[48];
@@ -281,6 +333,7 @@ int main(int argc, char **argv)
     float  row_q = FM_ROW_QUANTILE_AUTO; /* --row-quantile auto|mean|Q: fm_layer_desc.row_quantile */
     int    breakdown = 0; /* --breakdown: per graph node, the time its prefix of the graph adds */
     int    sweep = 0;     /* --sweep: fm_layer_tune on each T's bucket, timed against the planner's plan */
+    const char *timeline = NULL; /* --timeline FILE: per-CTA timeline of the GEMMs (probe build) */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
@@ -292,6 +345,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) {
             const char *q = argv[++i];
             row_q = !strcmp(q, "mean") ? FM_ROW_QUANTILE_MEAN : !strcmp(q, "auto") ? FM_ROW_QUANTILE_AUTO : (float)atof(q);
@@ -307,7 +361,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--row-quantile auto|mean|Q]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
             return 2;
         }
     }
@@ -410,6 +464,9 @@ int main(int argc, char **argv)
                 CK(cudaMemcpy(dids[x], ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
                 CK(cudaMemcpy(dw[x], wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
             }
+            CK(cudaDeviceSynchronize()); /* pageable copies may land after cudaMemcpy returns; st is non-blocking */
+            if (timeline && mode == 0 && ti == 0)
+                write_timeline(timeline, L[0], dx[0], dids[0], dw[0], dout, T, st);
             /* the floor of each of the NX routings the timings rotate over, averaged */
             double act_sum = 0;
             for (int x = 0; x < NX; x++)

@@ -77,6 +77,7 @@ int main(int argc, char **argv)
         CK(cudaMemcpy(dx[i], hx, sizeof(uint16_t) * (size_t)MAXT * H, cudaMemcpyHostToDevice));
     }
     CK(cudaMalloc((void **)&dl, sizeof(float) * (size_t)MAXT * E));
+    CK(cudaDeviceSynchronize()); /* the pageable uploads landed before the non-blocking stream reads */
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t ev[2];

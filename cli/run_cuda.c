@@ -70,6 +70,9 @@ fm_status fm_run_cuda(fm_layer *layer, int ordinal, const fm_run_cuda_in *in, fl
         RC(cudaMemcpy(dids, in->ids, nk * sizeof *dids, cudaMemcpyHostToDevice));
         RC(cudaMemcpy(dwts, in->wts, nk * sizeof *dwts, cudaMemcpyHostToDevice));
     }
+    /* cudaMemcpy from pageable memory may return before its DMA lands, and the run's
+     * non-blocking stream does not wait for the legacy stream */
+    RC(cudaStreamSynchronize(cudaStreamLegacy));
     RC(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     RC(cudaEventCreate(&ev[0]));
     RC(cudaEventCreate(&ev[1]));

@@ -15,6 +15,9 @@
 #       every CTA's SM, start and end over 4 launches (an mma tile; a probe build of
 #       bench_gemm, -DFM_PROBE_TIMELINE=ON, in build-probe, or the carried
 #       build-probe-bin/bench_gemm_tl), summarized by bench/probe/timeline.py.
+#   probe.sh layer-timeline [T]
+#       the same per-CTA record for the layer's own GEMM launches at EP8 T tokens (work
+#       list, split K, the PDL chain; bench_layer --timeline in a probe build; T = 4).
 #   probe.sh power SHAPE M TILE
 #       nvidia-smi every 100 ms (SM clock, power, temperature, throttle reasons) while
 #       bench_gemm runs that point.
@@ -103,6 +106,15 @@ timeline)
   flag=""; [ "$how" = chain ] && flag=--chain; [ "$how" = pdl ] && flag=--pdl
   csv=$OUT/tl_${shape}_${m}_${how}.csv
   "$B" --shape "$shape" --m "$m" --tile "$tile" --timeline "$csv" $flag --reps 15 | grep -E "^#|^csv"
+  python3 bench/probe/timeline.py "$csv"
+  ;;
+layer-timeline)
+  # the layer's own GEMM launches (work list, split K, PDL chain): bench_layer --timeline
+  deps
+  T=${1:-4}
+  build build-probe bench_layer -DFM_PROBE_TIMELINE=ON
+  csv=$OUT/tl_layer_ep8_$T.csv
+  build-probe/bench/bench_layer --ts "$T" --reps 16 --timeline "$csv" | grep -E "^# timeline|^ep8"
   python3 bench/probe/timeline.py "$csv"
   ;;
 power)

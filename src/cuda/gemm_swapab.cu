@@ -414,15 +414,21 @@ template <int WARPS, int MT, int NT, int KC, int STAGES, bool BATCH>
 __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
     swapab_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
 {
+#ifdef FM_PROBE_TIMELINE
+    const unsigned long long probe_t0 = fm_probe_now(); /* before the PDL wait: the time a CTA waits shows */
+#endif
     pdl_trigger();
     pdl_wait();
     if (!wk.active) {
         swapab_unit<WARPS, MT, NT, KC, STAGES, false, true, BATCH>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
-        return;
+    } else {
+        const int n_units = wk.active[0] * wk.upe;
+        for (int w = (int)blockIdx.x; w < n_units; w += (int)gridDim.x)
+            swapab_unit<WARPS, MT, NT, KC, STAGES, false, true, BATCH>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
     }
-    const int n_units = wk.active[0] * wk.upe;
-    for (int w = (int)blockIdx.x; w < n_units; w += (int)gridDim.x)
-        swapab_unit<WARPS, MT, NT, KC, STAGES, false, true, BATCH>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
+#ifdef FM_PROBE_TIMELINE
+    fm_probe_end(probe_t0);
+#endif
 }
 
 __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
