@@ -33,6 +33,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "fp4moe/plan.h"
+#include "probe_tl.h"
 
 #define CK(x)                                                                                        \
     do {                                                                                             \
@@ -470,12 +471,8 @@ int main(int argc, char **argv)
                         CK(cudaEventElapsedTime(&ms_, ev[tl_pdl ? 0 : r], ev[r + 1]));
                         fprintf(f, " %.2f%s", ms_ * 1e3, tl_pdl == 1 ? " (4 launches, PDL)" : tl_pdl ? " (4 launches, chained)" : "");
                     }
-                    fprintf(f, "\nlaunch,cta,sm,start_ns,end_ns\n");
-                    for (int r = 0; r < 4; r++)
-                        for (unsigned c = 0; c < cap; c++) {
-                            const unsigned long long *q = htl + ((size_t)r * cap + c) * 3;
-                            if (q[1]) fprintf(f, "%d,%u,%llu,%llu,%llu\n", r, c, q[0], q[1], q[2]);
-                        }
+                    fprintf(f, "\n");
+                    fm_probe_tl_write(f, htl, cap);
                     fclose(f);
                     free(htl);
                     CK(cudaFree(dtl));

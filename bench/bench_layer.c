@@ -38,6 +38,7 @@
 
 #include "cuda/cuda_internal.h" /* fm_swapab_probe_timeline (--timeline, probe builds) */
 #include "fm_rng.h"
+#include "probe_tl.h"
 #include "fp4moe.h"
 
 #define CK(x)                                                                                \
@@ -248,12 +249,7 @@ static void write_timeline(const char *path, fm_layer *l, const uint16_t *dx, co
     }
     fprintf(f, "# bench_layer ep8 T=%d: launches 0, 2 = FC1 %s split %d, 1, 3 = FC2 %s split %d (eager, 2 forwards)\n", T,
             s1, pl.k_splits[0], s2, pl.k_splits[1]);
-    fprintf(f, "launch,cta,sm,start_ns,end_ns\n");
-    for (int r = 0; r < 4; r++)
-        for (unsigned c = 0; c < cap; c++) {
-            const unsigned long long *q = htl + ((size_t)r * cap + c) * 3;
-            if (q[1]) fprintf(f, "%d,%u,%llu,%llu,%llu\n", r, c, q[0], q[1], q[2]);
-        }
+    fm_probe_tl_write(f, htl, cap);
     fclose(f);
     free(htl);
     CK(cudaFree(dtl));
