@@ -165,11 +165,6 @@ typedef struct {
      * (compute capability 9.0+, with pdl): it starts as this GEMM drains instead of after.
      * 0 = a plain launch. fm_layer sets it on sm_90 (FM_CUDA_PDL_CHAIN=0: not). */
     int             pdl_reduce;
-    /* split K / work list: 1 = the kernel instance whose last CTA of a unit loads several
-     * splits' partials before adding them (one L2 round trip per 4 splits, not per split;
-     * the same sums, bit for bit). An experiment, off by default until measured (fm_layer:
-     * FM_CUDA_SPLIT_BATCH=1); 0 = the default instance, unchanged. */
-    int             split_batch;
 } fm_cuda_gemm_args;
 
 #define FM_CUDA_MAX_K_SPLITS 32

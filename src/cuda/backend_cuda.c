@@ -74,7 +74,6 @@ typedef struct {
     int                 n_buckets;
     bucket_plan         plan[FM_BUCKETS];
     int                 pdl_chain; /* sm_90 unless FM_CUDA_PDL_CHAIN=0: gather and reduce launched with PDL too */
-    int                 split_batch; /* FM_CUDA_SPLIT_BATCH=1: fm_cuda_gemm_args.split_batch (an experiment) */
 } cuda_state;
 
 static fm_status cu_err(cudaError_t e, const char *what)
@@ -347,8 +346,6 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
        * EP8 T = 1 / 2, nothing lost at 4-64); FM_CUDA_PDL_CHAIN=0: the plain launches, for an A/B */
         const char *pc = getenv("FM_CUDA_PDL_CHAIN");
         s->pdl_chain = !(pc && !strcmp(pc, "0")) && fm_cuda_device_limits(s->dev)->cc >= 90;
-        const char *sb = getenv("FM_CUDA_SPLIT_BATCH"); /* an experiment, off until measured */
-        s->split_batch = sb && !strcmp(sb, "1");
     }
     int       prev = -1;
     fm_status st = fm_cuda_device_enter(s->dev, &prev);
@@ -417,8 +414,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
                             .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
                             .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots,
-                            .split_batch = s->split_batch};
+                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
     FM_CHECK(fm_cuda_gemm(&a1));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
@@ -435,7 +431,6 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                             .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
                             .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
                             .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots,
-                            .split_batch = s->split_batch,
                             .pdl_reduce = s->pdl_chain};
     FM_CHECK(fm_cuda_gemm(&a2));
     return FM_OK;

@@ -102,7 +102,6 @@ typedef struct {
     const int32_t *active;
     int            slots;
     int            nbx, upe;
-    int            batch; /* fm_cuda_gemm_args.split_batch: the list kernel's batched-fixup instance */
 } fm_gemm_work;
 
 /* Whether fm_cuda_gemm would take tile t with a's weights, epilogue, X / Y layouts and

@@ -444,7 +444,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         .pdl = a->pdl && cc >= 90};
     /* the mma work-list kernel: split K and/or the expert list (the multi-block kernel
      * and the wgmma tiles take no list: they compute every expert with rows, the same) */
-    fm_gemm_work work = {.ksplit = ks, .active = a->expert_list, .slots = a->expert_slots, .batch = a->split_batch};
+    fm_gemm_work work = {.ksplit = ks, .active = a->expert_list, .slots = a->expert_slots};
     const int    use_work = !wg && nb <= 1 && (ks > 1 || a->expert_list);
     if (ks > 1) { /* split_ws: the counters from its start, the partials at its end (so that
                    * calls of other shapes or row counts on one buffer never write partials

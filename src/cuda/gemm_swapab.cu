@@ -82,7 +82,7 @@ using namespace fm_kc;
  * counter and return true (the caller runs the epilogue); else false. Called by every
  * thread of the CTA (barriers inside). The threadfence / counter / threadfence order is
  * the CUDA programming guide's last-block pattern; the last CTA reads through L2 (ld.cg). */
-template <int MT, int NT, bool BATCH>
+template <int MT, int NT>
 __device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_gemm_work &wk, float (&acc)[MT][NT][4],
                                             const int (&bj)[MT], const bool (&vj)[MT], int rbase, int rows, int split,
                                             int cidx, int g, int t)
@@ -104,61 +104,19 @@ __device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_ge
     if (threadIdx.x == 0) last = atomicAdd(&wk.split_cnt[cidx], 1) == wk.ksplit - 1;
     if (!__syncthreads_or(last)) return false;
     __threadfence();
-    /* BATCH (the list kernel's batched instance: an experiment, fm_cuda_gemm_args.split_batch,
-     * off by default; the default instance compiles the one-split-at-a-time sum alone, as before): SB splits' partials of
-     * every element loaded before any is added (one L2 round trip per batch, not per split:
-     * the last CTA is the tail of its unit), then added in split order from 0.0f, as one
-     * split at a time would; at most 32 loads in flight a thread (SB = 4 for the decode
-     * tiles' 8 elements, fewer for larger tiles: registers) */
-    constexpr int SB = MT * NT * 16 <= 32 ? 4 : MT * NT * 8 <= 32 ? 2 : 1;
-    const size_t  sstride = (size_t)p.max_rows * p.n;
-    if constexpr (!BATCH || SB == 1) { /* one element's splits after another (large tiles: registers) */
 #pragma unroll
-        for (int i = 0; i < MT; i++)
+    for (int i = 0; i < MT; i++)
 #pragma unroll
-            for (int n = 0; n < NT; n++)
+        for (int n = 0; n < NT; n++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    int tok = n * 8 + 2 * t + (q & 1);
-                    if (!vj[i] || tok >= rows) continue;
-                    const float *src = part + ((size_t)rbase + tok) * p.n + bj[i] * 16 + g + 8 * (q >> 1);
-                    float        v = 0.0f;
-                    for (int s = 0; s < wk.ksplit; s++) v += __ldcg(src + (size_t)s * sstride);
-                    acc[i][n][q] = v;
-                }
-    } else {
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
-        for (int s0 = 0; s0 < wk.ksplit; s0 += SB) {
-            float l[MT][NT][4][SB];
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int    tok = n * 8 + 2 * t + (q & 1);
-                        const bool   ok = vj[i] && tok < rows;
-                        const float *src = part + ((size_t)rbase + (ok ? tok : 0)) * p.n + bj[i] * 16 + g + 8 * (q >> 1);
-#pragma unroll
-                        for (int u = 0; u < SB; u++)
-                            l[i][n][q][u] = ok && s0 + u < wk.ksplit ? __ldcg(src + (size_t)(s0 + u) * sstride) : 0.0f;
-                    }
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-#pragma unroll
-                        for (int u = 0; u < SB; u++)
-                            if (s0 + u < wk.ksplit) acc[i][n][q] += l[i][n][q][u];
-        }
-    }
+            for (int q = 0; q < 4; q++) {
+                int tok = n * 8 + 2 * t + (q & 1);
+                if (!vj[i] || tok >= rows) continue;
+                const float *src = part + ((size_t)rbase + tok) * p.n + bj[i] * 16 + g + 8 * (q >> 1);
+                float        v = 0.0f;
+                for (int s = 0; s < wk.ksplit; s++) v += __ldcg(src + (size_t)s * p.max_rows * p.n);
+                acc[i][n][q] = v;
+            }
     if (threadIdx.x == 0) wk.split_cnt[cidx] = 0; /* ready for the next launch */
     return true;
 }
@@ -175,7 +133,7 @@ __device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_ge
  * wk); without it the split code is compiled out, so the plain and multi-block
  * kernels are what they were before the work list (registers, SASS: the planner's
  * fitted occupancy and timings stay theirs). */
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool LIST, bool BATCH = false>
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool LIST>
 __device__ __forceinline__ void swapab_unit(const fm_gemm_params &p, const fm_gemm_work &wk, int e, int ux)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
@@ -368,7 +326,7 @@ __device__ __forceinline__ void swapab_unit(const fm_gemm_params &p, const fm_ge
             /* split K: every CTA leaves its partials; the last of the (row pass, block)
              * sums them all and goes on to the epilogue, the others are done with the pass */
             const bool epi_here = MB || ksp == 1 ||
-                                  split_fixup<MT, NT, BATCH>(p, wk, acc, bj, vj, row0 + pass0, rows, split,
+                                  split_fixup<MT, NT>(p, wk, acc, bj, vj, row0 + pass0, rows, split,
                                                       (row0 / TOK + e + pass0 / TOK) * wk.nbx + bx,
                                                       g, t);
             if (epi_here && staged) { /* every thread: the tile goes through shared memory */
@@ -410,7 +368,7 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
  * + gridDim.x, ... of active[0] experts x wk.upe units each (a grid sized for the
  * experts expected to have rows, not for all of them); without it, unit blockIdx.x of
  * expert blockIdx.y as the plain kernel. Split K when wk.ksplit > 1. */
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool BATCH>
+template <int WARPS, int MT, int NT, int KC, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
     swapab_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
 {
@@ -420,11 +378,11 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
     pdl_trigger();
     pdl_wait();
     if (!wk.active) {
-        swapab_unit<WARPS, MT, NT, KC, STAGES, false, true, BATCH>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
+        swapab_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
     } else {
         const int n_units = wk.active[0] * wk.upe;
         for (int w = (int)blockIdx.x; w < n_units; w += (int)gridDim.x)
-            swapab_unit<WARPS, MT, NT, KC, STAGES, false, true, BATCH>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
+            swapab_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
     }
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);
@@ -471,7 +429,7 @@ typedef void (*list_fn)(const fm_gemm_params, const fm_gemm_work);
 struct entry {
     int       warps, mt, nt, kc, stages;
     kernel_fn fn, mb;
-    list_fn   list, list_b; /* the work-list kernel; list_b: its batched split fixup (wk.batch) */
+    list_fn   list;
 };
 #define FM_SWAPAB_MB_0(w, mt, nt, kc, st) NULL
 #define FM_SWAPAB_MB_1(w, mt, nt, kc, st) swapab_kernel<w, mt, nt, kc, st, true>
@@ -483,7 +441,7 @@ struct entry {
 const entry k_entries[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                                \
     {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, FM_SWAPAB_MB_##mb(w, mt, nt, kc, st),            \
-     swapab_list_kernel<w, mt, nt, kc, st, false>, swapab_list_kernel<w, mt, nt, kc, st, true>},
+     swapab_list_kernel<w, mt, nt, kc, st>},
 #include "plan/fm_tiles.def"
 };
 const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
@@ -491,7 +449,7 @@ const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
  * (the attribute is per device and per function). A race between threads only repeats the
  * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
 #define FM_SWAPAB_MAX_DEV 64
-size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][4]; /* plain, MB, list, list_b */
+size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][3]; /* plain, MB, list */
 
 } // namespace
 
@@ -504,12 +462,10 @@ extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_
     const int    mb = p->nb > 1;
     if (mb && !x.mb) return (int)cudaErrorInvalidValue;
     if (mb && work) return (int)cudaErrorInvalidValue; /* the work list and split K: the plain kernel only */
-    const int   lb = work && work->batch; /* the batched split fixup's instance */
-    const list_fn lf = lb ? x.list_b : x.list;
-    const void *fn = mb ? (const void *)x.mb : work ? (const void *)lf : (const void *)x.fn;
+    const void *fn = mb ? (const void *)x.mb : work ? (const void *)x.list : (const void *)x.fn;
     int         dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
-    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][work ? 2 + lb : mb] : NULL;
+    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][work ? 2 : mb] : NULL;
     if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
@@ -533,7 +489,7 @@ extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_
         grid = w.active ? dim3((unsigned)((long long)w.upe * slots)) : dim3((unsigned)w.upe, (unsigned)p->n_experts);
     }
     if (!p->pdl) {
-        if (work) lf<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, w);
+        if (work) x.list<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, w);
         else (mb ? x.mb : x.fn)<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
         return (int)cudaGetLastError();
     }
