@@ -35,14 +35,7 @@
 #include "fp4moe/plan.h"
 #include "probe_tl.h"
 
-#define CK(x)                                                                                        \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
+#include "bench_ck.h"
 
 __global__ void fill_random(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t lo, uint32_t span)
 {

@@ -41,14 +41,7 @@
 #include "probe_tl.h"
 #include "fp4moe.h"
 
-#define CK(x)                                                                                \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "bench_ck.h"
 #define FK(x)                                                                                     \
     do {                                                                                          \
         fm_status s_ = (x);                                                                       \

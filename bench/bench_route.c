@@ -16,14 +16,7 @@
 #include "fm_rng.h"
 #include "fp4moe.h"
 
-#define CK(x)                                                                                \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "bench_ck.h"
 
 enum { NR = 12 }; /* 12 x 6.3 MB routers: more than the H200's L2 */
 

@@ -17,18 +17,6 @@
 
 static fm_rng g_rng;
 
-static char *write_tmp(const char *text)
-{
-    static char path[64];
-    strcpy(path, "/tmp/fm-sim-meas-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t n = strlen(text);
-    assert_int_equal(write(fd, text, n), (ssize_t)n);
-    close(fd);
-    return path;
-}
-
 static void test_interpolation(void **state)
 {
     (void)state;
@@ -45,7 +33,7 @@ static void test_interpolation(void **state)
              "h200,nvfp4,fc1,32,4096,6144,32,%.9g\n"
              "h200,mxfp4,fc1,32,4096,6144,1,1\n",
              u8 * 32, u1 * 32, u32 * 16, u32 * 32);
-    char *path = write_tmp(text);
+    char *path = fm_test_write_tmp("sim-meas", text);
     fm_sim_measured *m = NULL;
     assert_int_equal(fm_sim_measured_load(path, &m), FM_OK);
     unlink(path);
@@ -86,7 +74,7 @@ static void test_bad_files(void **state)
         {"gpu,format,gemm,experts,n,k,rows_per_expert,us\nh200,nvfp4,fc1,32,4096,6144,8,nan\n", "us 'nan'"},
     };
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
-        char *path = write_tmp(k_bad[i].text);
+        char *path = fm_test_write_tmp("sim-meas", k_bad[i].text);
         fm_sim_measured *m = (fm_sim_measured *)0x1;
         fm_status st = fm_sim_measured_load(path, &m);
         unlink(path);
@@ -123,7 +111,7 @@ static void test_sim_uses_table(void **state)
             len += snprintf(text + len, sizeof text - len, "h200,nvfp4,fc%d,8,%d,%d,%d,%.12g\n", j + 1, nn[j], kk[j],
                             r, 8 * (a[j] + b[j] * r));
     }
-    char *path = write_tmp(text);
+    char *path = fm_test_write_tmp("sim-meas", text);
     fm_sim_measured *m = NULL;
     assert_int_equal(fm_sim_measured_load(path, &m), FM_OK);
     unlink(path);

@@ -22,21 +22,9 @@
 
 static fm_rng g_rng;
 
-static char *write_tmp(const char *text)
-{
-    static char path[64];
-    strcpy(path, "/tmp/fm-sim-val-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t n = strlen(text);
-    assert_int_equal(write(fd, text, n), (ssize_t)n);
-    close(fd);
-    return path;
-}
-
 static fm_sim_measured *load_text(const char *text)
 {
-    char *path = write_tmp(text);
+    char *path = fm_test_write_tmp("sim-val", text);
     fm_sim_measured *m = NULL;
     assert_int_equal(fm_sim_measured_load(path, &m), FM_OK);
     unlink(path);

@@ -1,4 +1,5 @@
 /* testutil.c - see testutil.h */
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "testutil.h"
 
 #include <math.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t fm_test_seed(void)
 {
@@ -88,4 +90,16 @@ void fm_test_require_gpu(void)
         cmocka_set_test_filter(f);
         printf("# FM_TEST_FILTER=%s: only the tests it matches\n", f);
     }
+}
+
+char *fm_test_write_tmp(const char *tag, const char *text)
+{
+    static char path[96];
+    snprintf(path, sizeof path, "/tmp/fm-%s-XXXXXX", tag);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+    return path;
 }

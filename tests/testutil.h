@@ -36,4 +36,8 @@ void fm_assert_close(const float *got, const float *ref, size_t n, double nmse_b
  * usable; call first in GPU tests. */
 void fm_test_require_gpu(void);
 
+/* A new file /tmp/fm-<tag>-XXXXXX holding `text` (asserts on failure); the path is in a
+ * static buffer that the next call overwrites. The caller unlinks it. */
+char *fm_test_write_tmp(const char *tag, const char *text);
+
 #endif
