@@ -27,5 +27,12 @@ if(TARGET fp4moe_shared)
     # pytest exits 5 when every test was skipped at collection (no torch, or no GPU: -rs
     # prints why): that is ctest's "skipped", as the C GPU tests' 77
     set_tests_properties(python_gpu PROPERTIES LABELS gpu ENVIRONMENT "${FM_PYTEST_ENV}" SKIP_RETURN_CODE 5)
+    # The torch ops on CPU tensors (test_torch_cpu.py) need torch, which the project's venv
+    # does not install (torch with its CUDA wheels is ~7 GB): python_cpu skips them; the GPU
+    # machine has torch, and `ctest -L gpu` there runs them through this test.
+    add_test(NAME python_torch_cpu
+             COMMAND ${FM_PYTEST_PY} -m pytest -q -p no:cacheprovider -m "not gpu" -rs
+                     ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_cpu.py)
+    set_tests_properties(python_torch_cpu PROPERTIES LABELS gpu ENVIRONMENT "${FM_PYTEST_ENV}" SKIP_RETURN_CODE 5)
   endif()
 endif()

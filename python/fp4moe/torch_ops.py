@@ -2,13 +2,18 @@
 
     moe(int layer, Tensor x, Tensor? topk_ids=None, Tensor? topk_weights=None) -> Tensor
     moe_out(int layer, Tensor x, Tensor? topk_ids, Tensor? topk_weights, Tensor(a!) out) -> ()
+    moe_routed(int layer, Tensor x) -> (Tensor out, Tensor topk_ids, Tensor topk_weights)
 
 `layer` is the id of an fp4moe.torch_ops.MoE (an int, so the op's schema stays
 plain and torch.compile bakes it in as a constant). x is BF16 [T][hidden] on the
 layer's device; topk_ids int32 / topk_weights float32 [T][top_k] are the
 engine's routing (global expert ids, -1 = none, weights used as given), or both
 None for the layer's own routing. The output is the layer's out dtype
-(BF16 by default) [T][hidden]; moe_out writes a preallocated one.
+(BF16 by default) [T][hidden]; moe_out writes a preallocated one. moe_routed
+runs the layer's own routing and also returns the int32 ids / float32 weights
+[T][top_k] it chose (global ids; what an expert-parallel dispatch or a test
+needs: passed back as topk_ids / topk_weights they give the same output, bit
+for bit).
 
 Registered with the low-level torch.library.Library API (not
 @torch.library.custom_op, whose wrapper costs ~3x more per eager call), with
@@ -46,6 +51,7 @@ from .layer import Layer, MoEConfig, MoEWeights
 _LIB = torch.library.Library("fp4moe", "DEF")
 _LIB.define("moe(int layer, Tensor x, Tensor? topk_ids=None, Tensor? topk_weights=None) -> Tensor")
 _LIB.define("moe_out(int layer, Tensor x, Tensor? topk_ids, Tensor? topk_weights, Tensor(a!) out) -> ()")
+_LIB.define("moe_routed(int layer, Tensor x) -> (Tensor, Tensor, Tensor)")
 
 _registry = {}
 _ids = itertools.count(1)
@@ -94,6 +100,7 @@ class MoE:
         y = moe(x)                               # internal routing
         y = moe(x, topk_ids, topk_weights)       # the engine's routing
         moe(x, topk_ids, topk_weights, out=buf)  # into a preallocated buffer
+        y, ids, w = moe(x, return_routing=True)  # internal routing, and what it chose
 
     device: "cuda", "cuda:N" or "cpu" (the CPU backends; backend="cpu-ref" for
     the reference). out_dtype torch.bfloat16 or torch.float32. first_expert /
@@ -138,7 +145,17 @@ class MoE:
         if getattr(self, "layer", None) is not None:
             self.layer.close()
 
-    def __call__(self, x, topk_ids=None, topk_weights=None, out=None):
+    def __call__(self, x, topk_ids=None, topk_weights=None, out=None, return_routing=False):
+        if return_routing:  # (out, ids, weights): torch.ops.fp4moe.moe_routed
+            if topk_ids is not None or topk_weights is not None:
+                raise ValueError("fp4moe.moe: return_routing: only with internal routing "
+                                 "(topk_ids given: the routing is yours)")
+            if out is not None:
+                raise ValueError("fp4moe.moe: return_routing: out= is not taken (the op returns new tensors)")
+            if not _is_compiling() and type(x) is _Tensor and not _dispatch_modes() and not _function_modes() \
+                    and not _profiling():
+                return self._routed(x)
+            return torch.ops.fp4moe.moe_routed.default(self.id, x)
         # plain eager call: the op's body without the dispatcher (module docstring)
         if not _is_compiling() and type(x) is _Tensor and not _dispatch_modes() and not _function_modes() \
                 and not _profiling():
@@ -201,6 +218,22 @@ class MoE:
             return out
 
         return fast
+
+    def _routed(self, x):
+        """moe_routed's body: internal routing into new (out, ids, weights)."""
+        _lib.require_run_api("return_routing (torch.ops.fp4moe.moe_routed)")
+        T = self._check(x, None, None, None)
+        dev, k = self.device, self.top_k
+        out = torch.empty((T, self.hidden), dtype=self.out_dtype, device=dev)
+        ids = torch.empty((T, k), dtype=torch.int32, device=dev)
+        w = torch.empty((T, k), dtype=torch.float32, device=dev)
+        stream = (_raw_stream(self._dev_index) if _raw_stream else torch.cuda.current_stream(dev).cuda_stream) \
+            if self._cuda else 0
+        _pack_args(self._args, 0, x.data_ptr(), T, 0, 0, out.data_ptr(), 0, stream, ids.data_ptr(), w.data_ptr())
+        rc = self._run(self._h, self._aref)
+        if rc:
+            check(rc, "fp4moe.moe_routed")
+        return out, ids, w
 
     # ---- checks: every argument named, with what was expected -------------
     def _bad(self, arg, t, what):
@@ -464,9 +497,14 @@ def _moe_out(layer, x, topk_ids, topk_weights, out):
         _rejected(L, x, topk_ids, topk_weights, out)
 
 
+def _moe_routed(layer, x):
+    return _get(layer)._routed(x)
+
+
 for _key in ("CPU", "CUDA"):
     _LIB.impl("moe", _moe, _key)
     _LIB.impl("moe_out", _moe_out, _key)
+    _LIB.impl("moe_routed", _moe_routed, _key)
 
 
 def _fake_check(L, x, ids, w, out):
@@ -493,6 +531,15 @@ def _moe_fake(layer, x, topk_ids=None, topk_weights=None):
 def _moe_out_fake(layer, x, topk_ids, topk_weights, out):
     _fake_check(_get(layer), x, topk_ids, topk_weights, out)
     return None
+
+
+@torch.library.register_fake("fp4moe::moe_routed", lib=_LIB)
+def _moe_routed_fake(layer, x):
+    L = _get(layer)
+    _fake_check(L, x, None, None, None)
+    T = x.shape[0]
+    return (x.new_empty((T, L.hidden), dtype=L.out_dtype), x.new_empty((T, L.top_k), dtype=torch.int32),
+            x.new_empty((T, L.top_k), dtype=torch.float32))
 
 
 __all__ = ["MoE", "MoEConfig", "MoEWeights"]

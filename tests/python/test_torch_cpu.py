@@ -138,12 +138,70 @@ def test_run_args_packer_matches_the_struct():
     from fp4moe import _lib, torch_ops
 
     a = _lib.LayerRunArgs()
-    vals = (0x1000, 77, 0x2000, 0x3000, 0x4000, 0, 0x5000)
+    names = [n for n, _ in _lib.LayerRunArgs._fields_]
+    assert names == ["x", "T", "topk_ids", "topk_weights", "out", "workspace", "stream", "routed_ids",
+                     "routed_weights"], "fm_layer_run_args changed: update the op's pack calls and this test"
+    vals = (0x1000, 77, 0x2000, 0x3000, 0x4000, 0, 0x5000, 0x6000, 0x7000)
     torch_ops._pack_args(a, 0, *vals)
-    assert (a.x, a.T, a.topk_ids, a.topk_weights, a.out, a.workspace, a.stream) == \
-        (0x1000, 77, 0x2000, 0x3000, 0x4000, None, 0x5000)
-    torch_ops._pack_args(a, 0, 0x10, 1, 0, 0, 0x20, 0, 0)
-    assert (a.x, a.T, a.topk_ids, a.topk_weights, a.out, a.stream) == (0x10, 1, None, None, 0x20, None)
+    assert tuple(getattr(a, n) for n in names) == (0x1000, 77, 0x2000, 0x3000, 0x4000, None, 0x5000, 0x6000,
+                                                   0x7000)
+    torch_ops._pack_args(a, 0, 0x10, 1, 0, 0, 0x20, 0, 0, 0, 0)
+    assert tuple(getattr(a, n) for n in names) == (0x10, 1, None, None, 0x20, None, None, None, None)
+
+
+@need_run_api
+@pytest.mark.parametrize("backend", ["cpu-ref", "cpu"])
+def test_return_routing(rng, backend):
+    """moe(x, return_routing=True) / torch.ops.fp4moe.moe_routed: the layer's own
+    routing handed back with the output: the oracle's experts and weights per token,
+    the oracle's output, and passed back as external routing the same output bit for
+    bit; the op, the object and torch.compile agree."""
+    cfg, W, ref = make_layer(rng, "nvfp4", E=16, k=4)
+    T = 5
+    bits, xf = make_x(rng, T, cfg.hidden)
+    m = MoE(cfg, W, device="cpu", out_dtype=torch.float32, max_tokens=8, backend=backend)
+    try:
+        x = bf16(bits)
+        y, ids, w = m(x, return_routing=True)
+        assert y.dtype == torch.float32 and y.shape == (T, cfg.hidden) and torch.isfinite(y).all()
+        assert ids.dtype == torch.int32 and w.dtype == torch.float32
+        assert ids.shape == (T, cfg.top_k) and w.shape == (T, cfg.top_k)
+        want, margin = reference(cfg, ref, xf)
+        assert margin > 1e-6 and moe_ref.nmse(y.numpy(), want) <= 1e-9
+        logits = xf.astype(np.float64) @ ref["router"].astype(np.float64).T
+        rids, rw, _ = moe_ref.route(logits, cfg.score, cfg.top_k, ref["bias"], cfg.renormalize, cfg.routed_scale,
+                                    cfg.n_group, cfg.topk_group)
+        for t in range(T):
+            mine = dict(zip(ids[t].tolist(), w[t].tolist()))
+            theirs = dict(zip(np.asarray(rids[t]).tolist(), np.asarray(rw[t]).tolist()))
+            assert set(mine) == set(theirs), f"token {t}: experts {sorted(mine)} vs the oracle's {sorted(theirs)}"
+            for e, v in theirs.items():
+                assert abs(mine[e] - v) <= 1e-5 * abs(v), f"token {t} expert {e}: weight {mine[e]} vs {v}"
+        assert torch.equal(m(x, ids, w), y)  # passed back: the same bits
+        assert torch.equal(m(x), y)  # asking for the routing changes nothing
+        y2, ids2, w2 = torch.ops.fp4moe.moe_routed(m.id, x)  # through the dispatcher
+        assert torch.equal(y2, y) and torch.equal(ids2, ids) and torch.equal(w2, w)
+
+        def f(x):
+            o, i, v = m(x, return_routing=True)
+            return o + 1, i, v
+
+        o3, ids3, w3 = torch.compile(f, fullgraph=True)(x)
+        assert torch.equal(o3, y + 1) and torch.equal(ids3, ids) and torch.equal(w3, w)
+        with pytest.raises(ValueError, match="return_routing: only with internal routing"):
+            m(x, ids, w, return_routing=True)
+        with pytest.raises(ValueError, match="return_routing: out= is not taken"):
+            m(x, out=torch.empty(T, cfg.hidden), return_routing=True)
+        with pytest.raises(ValueError, match="x: expected"):
+            m(x.float(), return_routing=True)
+        with pytest.raises(ValueError, match="T=9 outside"):
+            m(bf16(make_x(rng, 9, cfg.hidden)[0]), return_routing=True)
+        nan = x.clone()
+        nan[2, 3] = float("nan")
+        with pytest.raises(fp4moe.Error):
+            m(nan, return_routing=True)
+    finally:
+        m.close()
 
 
 def test_call_paths_agree_and_modes_see_the_op(setup, rng):

@@ -175,6 +175,35 @@ def test_cuda_graph_capture_and_replay(rng):
     m.errors()
 
 
+def test_return_routing(rng):
+    """moe(x, return_routing=True) on the device: the torch reference's experts per
+    token (where not within FP32 noise of a tie), the reference's output, the same
+    output bit for bit when the ids / weights are passed back as external routing,
+    and captured into a CUDA graph with the eager run's bits."""
+    cfg, ref, m = layer(rng, "nvfp4", max_tokens=64)
+    T = 24
+    x = x_of(rng, T, cfg.hidden)
+    y, ids, w = m(x, return_routing=True)
+    torch.cuda.synchronize()
+    assert ids.device == DEV and ids.dtype == torch.int32 and w.dtype == torch.float32
+    assert ids.shape == (T, cfg.top_k) and w.shape == (T, cfg.top_k) and torch.isfinite(w).all()
+    want, margin = t_moe(x, ref, cfg)
+    check(y, want, BOUND_BF16, margin)
+    bias = None if ref["bias"] is None else torch.from_numpy(ref["bias"]).to(DEV)
+    rids, rw, _ = t_route(x.float() @ torch.from_numpy(ref["router"]).to(DEV).T, cfg, bias)
+    for t in range(T):
+        if margin[t] > 1e-5:
+            assert set(ids[t].tolist()) == set(rids[t].tolist()), f"token {t}: experts differ from the reference"
+    assert torch.equal(m(x, ids, w), y), "the routing passed back gives another output"
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg, idg, wg = m(x, return_routing=True)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(yg, y) and torch.equal(idg, ids) and torch.equal(wg, w)
+    m.errors()
+
+
 def test_compile_fullgraph(rng):
     cfg, ref, m = layer(rng, "nvfp4")
     x = x_of(rng, 9, cfg.hidden)
