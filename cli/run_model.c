@@ -163,6 +163,31 @@ static void route_origin(const fm_ckpt_layer *l, int which, char *buf, size_t n)
     }
 }
 
+/* What the checkpoint's model computes and fp4moe's layer does not (fm_ckpt_layer's flags,
+ * docs/checkpoints.md): said on stderr before the run, since --check compares with fp4moe's own
+ * reference of the same layer and cannot see it. */
+static void warn_not_modelled(const fm_ckpt_layer *l)
+{
+    if (l->layout == FM_LAYOUT_GPT_OSS)
+        fprintf(stderr,
+                "fp4moe run: warning: layer %d is gpt-oss's: its clamped SwiGLU (alpha 1.702, limit 7)%s%s: not "
+                "modelled; the output is fp4moe's SwiGLU MoE over the checkpoint's weights, not the model's layer "
+                "(--check compares with fp4moe's reference of that)\n",
+                l->layer, l->ignored_bias ? ", its expert biases" : "",
+                l->ignored_router_bias ? ", its router logit bias" : "");
+    else if (l->ignored_bias || l->ignored_router_bias)
+        fprintf(stderr, "fp4moe run: warning: layer %d: the checkpoint's %s not loaded: fp4moe's layer does not "
+                "model %s\n", l->layer,
+                l->ignored_bias && l->ignored_router_bias ? "expert biases and router logit bias are"
+                : l->ignored_bias                        ? "expert biases are"
+                                                         : "router logit bias is",
+                l->ignored_bias + l->ignored_router_bias > 1 ? "them" : "it");
+    if (l->rescaled_w13)
+        fprintf(stderr, "fp4moe run: note: layer %d: %d experts' gate and up global scales differed: the smaller "
+                "half's block scales were re-encoded against the larger (lossy, as fused kernels need)\n",
+                l->layer, l->rescaled_w13);
+}
+
 /* A real layer: every expert of layer --layer, routing from the model
  * (fm_checkpoint_load_layer); flags in route_set override, each said on stderr
  * with the value and origin it replaces (from a validate-only load without them). */
@@ -209,6 +234,7 @@ static fm_status load_checkpoint(const fm_run_opts *o, fm_run_model *m)
         }
     fm_ckpt_layer_free(base);
     if (s != FM_OK) return s;
+    warn_not_modelled(l);
     m->ckpt = l;
     m->cfg = l->cfg;
     m->w = l->w;

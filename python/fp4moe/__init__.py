@@ -10,7 +10,7 @@ graph-capturable, traced by torch.compile. See docs/python.md.
 
 from ._lib import HAS_RUN_API, Error, library_path
 from ._lib import lib as _clib
-from .checkpoint import Checkpoint, LoadedLayer
+from .checkpoint import Checkpoint, LoadedLayer, NotModelledWarning
 from .format import QTensor, dequantize, qtensor, quantize
 from .layer import Layer, MoEConfig, MoEWeights, route, to_bf16_bits
 
@@ -34,6 +34,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'fp4moe' has no attribute {name!r}")
 
 
-__all__ = ["Error", "HAS_RUN_API", "library_path", "Checkpoint", "LoadedLayer", "QTensor", "quantize",
-           "dequantize", "qtensor", "Layer", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
+__all__ = ["Error", "HAS_RUN_API", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
+           "quantize", "dequantize", "qtensor", "Layer", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
            "backend_available"]

@@ -3,6 +3,7 @@ reader and layer loader (include/fp4moe/io.h, docs/checkpoints.md)."""
 
 import ctypes as C
 import os
+import warnings
 
 import numpy as np
 
@@ -126,9 +127,17 @@ class Checkpoint:
             part.close()
 
 
+class NotModelledWarning(UserWarning):
+    """A loaded layer's model computes something fp4moe's layer does not (gpt-oss's clamped
+    SwiGLU and expert biases, an unloaded router logit bias): the layer runs, but its output
+    is not the model's (LoadedLayer.not_modelled lists what)."""
+
+
 class LoadedLayer:
     """One layer loaded from a checkpoint (owns the library's fm_ckpt_layer).
-    Pass it as the weights of fp4moe.Layer; .weights() copies it into MoEWeights."""
+    Pass it as the weights of fp4moe.Layer; .weights() copies it into MoEWeights.
+    not_modelled: what the model computes and fp4moe's layer does not (empty for the
+    layers it models exactly); loading such a layer warns (NotModelledWarning)."""
 
     def __init__(self, ptr):
         self._c = ptr
@@ -139,6 +148,18 @@ class LoadedLayer:
         self.has_router_bias, self.has_input_scales = bool(c.has_router_bias), bool(c.has_input_scales)
         self.rescaled_w13, self.ignored_bias = c.rescaled_w13, bool(c.ignored_bias)
         self.ignored_router_bias = bool(c.ignored_router_bias)
+        nm = []
+        if self.layout == "gpt-oss":
+            nm.append("gpt-oss's clamped SwiGLU (alpha 1.702, limit 7)")
+        if self.ignored_bias:
+            nm.append("expert biases")
+        if self.ignored_router_bias:
+            nm.append("a router logit bias")
+        self.not_modelled = tuple(nm)
+        if nm:
+            warnings.warn(f"layer {self.layer}: {', '.join(nm)}: not modelled by fp4moe's layer; its output is "
+                          "fp4moe's SwiGLU MoE over the checkpoint's weights, not the model's layer",
+                          NotModelledWarning, stacklevel=3)
 
     def close(self):
         if getattr(self, "_c", None):

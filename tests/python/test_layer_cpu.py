@@ -10,6 +10,7 @@ and NaN/Inf is checked before the bound."""
 import json
 import os
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -227,8 +228,11 @@ def test_modelopt_checkpoint(rng, tmp_path):
     with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
         assert ck.scan()["layers"] == {0: cfg.n_experts}
         assert np.array_equal(ck.tensor("model.layers.0.mlp.experts.1.up_proj.weight"), W.w13_data[1, I:])
-        loaded = ck.load_layer(0, routing=cfg)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", fp4moe.NotModelledWarning)  # a layer fp4moe models: no warning
+            loaded = ck.load_layer(0, routing=cfg)
     assert loaded.cfg.hidden == cfg.hidden and loaded.cfg.inter == I and loaded.layout == "modelopt"
+    assert loaded.not_modelled == ()
     back = loaded.weights()
     assert np.array_equal(back.w13_data, W.w13_data) and np.array_equal(back.w2_scales, W.w2_scales)
     bits, xf = make_x(rng, 4, cfg.hidden)
@@ -246,6 +250,42 @@ def test_modelopt_checkpoint(rng, tmp_path):
                 with fp4moe.Layer(scfg, sw, backend="cpu", max_tokens=4, first_expert=first, n_local=2) as L:
                     total = total + L.run(bits)
         check(total, want, margin)
+
+
+def test_gpt_oss_checkpoint_warns(rng, tmp_path):
+    """A gpt-oss MXFP4 layer (fused, interleaved gate/up, expert biases) loads and runs, and
+    says what fp4moe's layer does not compute (its clamped SwiGLU, the expert biases):
+    NotModelledWarning and LoadedLayer.not_modelled; its de-interleaved weights are the
+    checkpoint's."""
+    cfg, W, ref = make_layer(rng, "mxfp4", E=4, k=2)
+    E, I, H = cfg.n_experts, cfg.inter, cfg.hidden
+    fused = np.empty_like(W.w13_data)  # gpt-oss: fused row 2i = gate row i, 2i+1 = up row i
+    fused[:, 0::2], fused[:, 1::2] = W.w13_data[:, :I], W.w13_data[:, I:]
+    fs = np.empty_like(W.w13_scales)
+    fs[:, 0::2], fs[:, 1::2] = W.w13_scales[:, :I], W.w13_scales[:, I:]
+    pre = "model.layers.0.mlp."
+    t = {pre + "router.weight": ("F32", W.router_w), pre + "router.bias": ("F32", np.zeros(E, np.float32)),
+         pre + "experts.gate_up_proj_blocks": ("U8", fused.reshape(E, 2 * I, H // 32, 16)),
+         pre + "experts.gate_up_proj_scales": ("U8", fs),
+         pre + "experts.gate_up_proj_bias": ("F32", rng.standard_normal((E, 2 * I)).astype(np.float32)),
+         pre + "experts.down_proj_blocks": ("U8", W.w2_data.reshape(E, H, I // 32, 16)),
+         pre + "experts.down_proj_scales": ("U8", W.w2_scales),
+         pre + "experts.down_proj_bias": ("F32", rng.standard_normal((E, H)).astype(np.float32))}
+    _write_safetensors(tmp_path / "model.safetensors", t)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "num_experts_per_tok": 2}))
+    with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+        with pytest.warns(fp4moe.NotModelledWarning, match=r"layer 0: gpt-oss's clamped SwiGLU \(alpha 1.702, "
+                          r"limit 7\), expert biases: not modelled"):
+            loaded = ck.load_layer(0)
+    try:
+        assert loaded.layout == "gpt-oss" and loaded.ignored_bias
+        assert loaded.not_modelled == ("gpt-oss's clamped SwiGLU (alpha 1.702, limit 7)", "expert biases")
+        back = loaded.weights()
+        assert np.array_equal(back.w13_data, W.w13_data) and np.array_equal(back.w2_data, W.w2_data)
+        with fp4moe.Layer(None, loaded, backend="cpu", max_tokens=2) as layer:
+            assert np.all(np.isfinite(layer.run(make_x(rng, 2, H)[0])))
+    finally:
+        loaded.close()
 
 
 def test_route_matches_formula(rng):
