@@ -168,16 +168,10 @@ static void route_origin(const fm_ckpt_layer *l, int which, char *buf, size_t n)
  * reference of the same layer and cannot see it. */
 static void warn_not_modelled(const fm_ckpt_layer *l)
 {
-    if (l->layout == FM_LAYOUT_GPT_OSS)
-        fprintf(stderr,
-                "fp4moe run: warning: layer %d is gpt-oss's: its clamped SwiGLU (alpha 1.702, limit 7)%s%s: not "
-                "modelled; the output is fp4moe's SwiGLU MoE over the checkpoint's weights, not the model's layer "
-                "(--check compares with fp4moe's reference of that)\n",
-                l->layer, l->ignored_bias ? ", its expert biases" : "",
-                l->ignored_router_bias ? ", its router logit bias" : "");
-    else if (l->ignored_bias || l->ignored_router_bias)
+    if (l->ignored_bias || l->ignored_router_bias)
         fprintf(stderr, "fp4moe run: warning: layer %d: the checkpoint's %s not loaded: fp4moe's layer does not "
-                "model %s\n", l->layer,
+                "model %s; the output is not the model's layer (--check compares with fp4moe's reference of the "
+                "same computation)\n", l->layer,
                 l->ignored_bias && l->ignored_router_bias ? "expert biases and router logit bias are"
                 : l->ignored_bias                        ? "expert biases are"
                                                          : "router logit bias is",

@@ -94,6 +94,16 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
             snprintf(who, sizeof who, "%s[%d] (expert %d): %s too large", j ? "w2" : "w13", e, e, too_big);
             FM_CHECK(fm_qtensor_check_finite(who, j ? &w->w2[e] : &w->w13[e]));
         }
+        /* Expert biases (gpt-oss): finite, so that a NaN in the checkpoint is named here, not
+         * reported later as an output that overflowed */
+        for (int j = 0; j < 2; j++) {
+            const float *b = j ? w->w2_bias : w->w13_bias;
+            const int    nb = j ? cfg->hidden : 2 * cfg->inter;
+            for (int i = 0; b && i < nb; i++)
+                if (!isfinite(b[(size_t)e * nb + i]))
+                    return fm_fail(FM_ERR_NONFINITE, "%s[%d][%d] = %g: an expert bias must be finite",
+                                   j ? "w2_bias" : "w13_bias", e, i, (double)b[(size_t)e * nb + i]);
+        }
         /* Input global scales: fm_quantize's rule for a static NVFP4 global
          * (normal, and the largest value of its grid, 6 x 448 x scale, finite),
          * checked here so that every backend refuses them at create, not each

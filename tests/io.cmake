@@ -2,7 +2,7 @@
 # included by tests/CMakeLists.txt:
 #   io_sample_write          test_io_checkpoint writes small checkpoints (fixture)
 #   io_cli_inspect_*         `fp4moe inspect` on them: text, --json, a bad one, usage
-#   io_cli_run_weights       `fp4moe run --weights DIR --layer 1 --check` on them; gpt-oss warned
+#   io_cli_run_weights       `fp4moe run --weights DIR --layer 1 --check` on them, no warning
 #   io_cli_inspect_stray     inspect names a stray expert index and exits 1 (issue 15)
 #   io_cli_inspect_nanscale  inspect rejects NaN scale codes as run does, exit 1 (issue 15)
 #   io_cli_hostile_paths     inspect / run / simulate --measured on a FIFO and a
@@ -28,7 +28,7 @@ endfunction()
 fm_io_cli_check(io_cli_inspect_modelopt
   "out=$(\"$0\" inspect \"$1/modelopt\") && echo \"$out\" | grep -Eq 'layout +modelopt' && echo \"$out\" | grep -q 'NVFP4' && echo \"$out\" | grep -Eq '^  3 +4 +64 +32 +32 +2 +sigmoid'")
 fm_io_cli_check(io_cli_inspect_gptoss
-  "out=$(\"$0\" inspect --tensors \"$1/gptoss\") && echo \"$out\" | grep -Eq 'layout +gpt-oss' && echo \"$out\" | grep -q 'MXFP4' && echo \"$out\" | grep -q 'expert-bias-ignored' && echo \"$out\" | grep -Eq 'gate_up_proj_blocks +U8 +\\[4, 64, 2, 16\\]'")
+  "out=$(\"$0\" inspect --tensors \"$1/gptoss\") && echo \"$out\" | grep -Eq 'layout +gpt-oss' && echo \"$out\" | grep -q 'MXFP4' && echo \"$out\" | grep -q 'swiglu-gptoss(limit 7) expert-bias' && ! echo \"$out\" | grep -q 'ignored' && echo \"$out\" | grep -Eq 'gate_up_proj_blocks +U8 +\\[4, 64, 2, 16\\]'")
 fm_io_cli_check(io_cli_inspect_json
   "\"$0\" inspect --json --layer 1 \"$1/modelopt\" > \"$1/inspect.json\" && grep -q '\"format\":[[:space:]]*\"nvfp4\"' \"$1/inspect.json\" && grep -q '\"layer\":[[:space:]]*1,' \"$1/inspect.json\" && ! grep -q '\"layer\":[[:space:]]*3,' \"$1/inspect.json\"")
 fm_io_cli_check(io_cli_inspect_bad
@@ -37,10 +37,10 @@ fm_io_cli_check(io_cli_inspect_missing
   "err=$(\"$0\" inspect \"$1/nonexistent\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*nonexistent'")
 fm_io_cli_check(io_cli_inspect_usage
   "\"$0\" inspect --help | grep -q 'usage: fp4moe inspect' && { \"$0\" inspect >/dev/null 2>&1; [ $? -eq 2 ]; } && { \"$0\" inspect --layout nope \"$1\" >/dev/null 2>&1; [ $? -eq 2 ]; }")
-# a real layer runs; what its model computes and fp4moe does not (gpt-oss's clamped SwiGLU and
-# expert biases) is said on stderr, and nothing is said for a layer fp4moe models (ModelOpt)
+# a real layer runs, ModelOpt and gpt-oss (its clamped SwiGLU and expert biases modelled: no
+# warning, which a layer with something left unloaded would get on stderr)
 fm_io_cli_check(io_cli_run_weights
-  "err=$(\"$0\" run --weights \"$1/modelopt\" --layer 1 --check --backend cpu --iters 1 2>&1 >/dev/null) && ! echo \"$err\" | grep -q 'warning' && err=$(\"$0\" run --weights \"$1/gptoss\" --layer 1 --check --backend cpu --iters 1 2>&1 >/dev/null) && echo \"$err\" | grep -q \"warning: layer 1 is gpt-oss's: its clamped SwiGLU (alpha 1.702, limit 7), its expert biases: not modelled\"")
+  "err=$(\"$0\" run --weights \"$1/modelopt\" --layer 1 --check --backend cpu --iters 1 2>&1 >/dev/null) && ! echo \"$err\" | grep -q 'warning' && err=$(\"$0\" run --weights \"$1/gptoss\" --layer 1 --check --backend cpu --iters 1 2>&1 >/dev/null) && ! echo \"$err\" | grep -q 'warning'")
 
 fm_io_cli_check(io_cli_inspect_stray
   "err=$(\"$0\" inspect \"$1/stray\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_FORMAT.*experts.999999999.gate_proj.weight.*expert index 999999999'")

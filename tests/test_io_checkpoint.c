@@ -165,8 +165,22 @@ static void test_gptoss_round_trip(void **state)
     assert_int_equal(l->cfg.score, FM_SCORE_SOFTMAX_TOPK); /* the gpt_oss family's */
     assert_int_equal(l->route_from[FM_ROUTE_SCORE].from, FM_ROUTE_FROM_MODEL_DEFAULT);
     assert_string_equal(l->model_type, "gpt_oss");
-    assert_int_equal(l->ignored_bias, 1);
+    assert_int_equal(l->ignored_bias, 0); /* the expert biases are loaded */
+    assert_int_equal(l->cfg.activation, FM_ACT_SWIGLU_GPTOSS);
+    assert_true(l->cfg.swiglu_limit == 7.0f); /* no swiglu_limit in config.json: GptOssConfig's default */
     assert_int_equal(l->ignored_router_bias, 0); /* a logit bias, which softmax-topk adds */
+    /* the biases as the model reads them: fused gate_up_proj_bias[e][2i] is gate i, [2i+1] up i */
+    assert_non_null(l->w13_bias);
+    assert_non_null(l->w2_bias);
+    assert_ptr_equal(l->w.w13_bias, l->w13_bias);
+    assert_ptr_equal(l->w.w2_bias, l->w2_bias);
+    for (int e = 0; e < E; e++) {
+        for (int n = 0; n < 2 * I; n++) {
+            float want = fm_bf16_decode(m->gu_bias_bf16[e * 2 * I + n]);
+            assert_true(l->w13_bias[e * 2 * I + ((n & 1) ? I + n / 2 : n / 2)] == want);
+        }
+        for (int n = 0; n < H; n++) assert_true(l->w2_bias[e * H + n] == fm_bf16_decode(m->dn_bias_bf16[e * H + n]));
+    }
     assert_non_null(l->router_bias);
     for (int e = 0; e < E; e++) assert_true(l->router_bias[e] == 0.0f); /* g_zero_bias */
     for (int e = 0; e < E; e++) {
@@ -191,6 +205,24 @@ static void test_gptoss_round_trip(void **state)
     free(deq);
     assert_same_output(&r, &m->cfg, &m->w, &l->cfg, &l->w);
     fm_ckpt_layer_free(l);
+    /* config.json's swiglu_limit is the clamp; a value that is not a positive number is refused */
+    write_text(dir, "config.json", "{\"model_type\": \"gpt_oss\", \"swiglu_limit\": 5.5}");
+    l = load_ok(dir, LAYER, NULL);
+    assert_true(l->cfg.swiglu_limit == 5.5f);
+    fm_ckpt_layer_free(l);
+    const char *bad[3] = {"\"x\"", "0", "-7"};
+    for (int i = 0; i < 3; i++) {
+        char txt[128];
+        snprintf(txt, sizeof txt, "{\"model_type\": \"gpt_oss\", \"swiglu_limit\": %s}", bad[i]);
+        write_text(dir, "config.json", txt);
+        assert_int_equal(fm_checkpoint_open(dir, &ck), FM_OK);
+        fm_ckpt_layer *bl = NULL;
+        assert_int_equal(fm_checkpoint_load_layer(ck, LAYER, NULL, &bl), FM_ERR_FORMAT);
+        assert_non_null(strstr(fm_last_error(), "swiglu_limit"));
+        assert_null(bl);
+        fm_checkpoint_close(ck);
+    }
+    write_text(dir, "config.json", k_config_gptoss);
     free(gu_b), free(gu_s), free(dn_b), free(dn_s);
     free(s);
     model_free(m);

@@ -56,6 +56,10 @@ typedef struct {
     uint16_t      router_bf16[E * H];
     float         router_w[E * H], bias[E], a1[E], a2[E], g_in[E];
     uint16_t      sh13[2 * SI * H], sh2[H * SI];
+    /* gpt-oss expert biases: as the checkpoint holds them (BF16, gate_up rows interleaved)
+     * and as fp4moe's layer takes them (FP32, gate rows then up rows) */
+    uint16_t      gu_bias_bf16[E * 2 * I], dn_bias_bf16[E * H];
+    float         b13[E * 2 * I], b2[E * H];
     fm_moe_weights w;
 } model;
 
@@ -80,10 +84,12 @@ static inline model *model_new(fm_rng *r, fm_format f, int gptoss)
     m->cfg.hidden = H;
     m->cfg.inter = I;
     m->cfg.wfmt = f;
-    if (gptoss) { /* the gpt_oss family's routing (k_config_gptoss) */
+    if (gptoss) { /* the gpt_oss family's routing (k_config_gptoss) and experts */
         m->cfg.top_k = 4;
         m->cfg.score = FM_SCORE_SOFTMAX_TOPK;
         m->cfg.routed_scale = 1.0f;
+        m->cfg.activation = FM_ACT_SWIGLU_GPTOSS;
+        m->cfg.swiglu_limit = 7.0f; /* GptOssConfig's default: k_config_gptoss has no swiglu_limit */
     } else { /* what config.json says below */
         m->cfg.top_k = 2;
         m->cfg.n_group = 2;
@@ -103,10 +109,22 @@ static inline model *model_new(fm_rng *r, fm_format f, int gptoss)
     }
     for (int i = 0; i < 2 * SI * H; i++) m->sh13[i] = fm_bf16_encode(0.05f * fm_rng_normal(r));
     for (int i = 0; i < H * SI; i++) m->sh2[i] = fm_bf16_encode(0.05f * fm_rng_normal(r));
+    for (int e = 0; e < E; e++) {
+        for (int n = 0; n < 2 * I; n++) { /* fused row n: gate row n/2 (even n) or up row n/2 (odd) */
+            uint16_t b = fm_bf16_encode(0.1f * fm_rng_normal(r));
+            m->gu_bias_bf16[e * 2 * I + n] = b;
+            m->b13[e * 2 * I + ((n & 1) ? I + n / 2 : n / 2)] = fm_bf16_decode(b);
+        }
+        for (int n = 0; n < H; n++) {
+            m->dn_bias_bf16[e * H + n] = fm_bf16_encode(0.1f * fm_rng_normal(r));
+            m->b2[e * H + n] = fm_bf16_decode(m->dn_bias_bf16[e * H + n]);
+        }
+    }
     int nv = f == FM_FORMAT_NVFP4 && !gptoss;
     m->w = (fm_moe_weights){.router_w = m->router_w, .router_bias = gptoss ? NULL : m->bias, .w13 = m->w13,
                             .w2 = m->w2, .a1_scale = nv ? m->a1 : NULL, .a2_scale = nv ? m->a2 : NULL,
-                            .shared_w13 = gptoss ? NULL : m->sh13, .shared_w2 = gptoss ? NULL : m->sh2};
+                            .shared_w13 = gptoss ? NULL : m->sh13, .shared_w2 = gptoss ? NULL : m->sh2,
+                            .w13_bias = gptoss ? m->b13 : NULL, .w2_bias = gptoss ? m->b2 : NULL};
     return m;
 }
 
@@ -304,13 +322,13 @@ static inline void build_gptoss(itemset *s, const model *m, int L, uint8_t *gu_b
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.gate_up_proj_scales", L);
     add(s, 0, nm, FM_DTYPE_U8, 3, E, 2 * I, H / 32, 0, gu_s);
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.gate_up_proj_bias", L);
-    add(s, 0, nm, FM_DTYPE_BF16, 2, E, 2 * I, 0, 0, g_zero_bias);
+    add(s, 0, nm, FM_DTYPE_BF16, 2, E, 2 * I, 0, 0, m->gu_bias_bf16);
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.down_proj_blocks", L);
     add(s, 1, nm, FM_DTYPE_U8, 4, E, H, I / 32, 16, dn_b);
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.down_proj_scales", L);
     add(s, 1, nm, FM_DTYPE_F8_E8M0, 3, E, H, I / 32, 0, dn_s);
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.down_proj_bias", L);
-    add(s, 1, nm, FM_DTYPE_BF16, 2, E, H, 0, 0, g_zero_bias);
+    add(s, 1, nm, FM_DTYPE_BF16, 2, E, H, 0, 0, m->dn_bias_bf16);
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.router.weight", L);
     add(s, 0, nm, FM_DTYPE_BF16, 2, E, H, 0, 0, m->router_bf16);
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.router.bias", L);

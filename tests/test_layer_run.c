@@ -7,7 +7,9 @@
  *    decoded with fm_dequantize, whose codecs are checked against ml_dtypes
  *    elsewhere): out[t] = sum_j w[t][j] * W2_e . SwiGLU(W13_e . x_t), e =
  *    ids[t][j], slots with id -1 skipped; random ids and weights, not the
- *    router's. Bound: the layer accumulates in FP32 over K <= 256 terms of O(1)
+ *    router's; with gpt-oss's experts (FM_ACT_SWIGLU_GPTOSS, w13_bias / w2_bias) the
+ *    formula of transformers' GptOssExperts: g + b13, gate min(g, L), up clamp(u, -L, L),
+ *    (up + 1) * gate * sigmoid(1.702 gate), W2 h + b2. Bound: the layer accumulates in FP32 over K <= 256 terms of O(1)
  *    products, so NMSE ~ K * 2^-48 << 1e-9.
  *  - internal routing fed back as external routing: the same ids and weights
  *    give a bit-identical output (the routing step is the only difference).
@@ -30,6 +32,8 @@ static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int 
     w.w13 = L->w13 + first;
     w.w2 = L->w2 + first;
     if (w.a1_scale) w.a1_scale += first, w.a2_scale += first;
+    if (w.w13_bias) w.w13_bias += (size_t)first * 2 * L->cfg.inter;
+    if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
     fm_layer_desc d = {.backend = b, .max_tokens = max_tokens, .out_dtype = od, .first_expert = first,
                        .n_local = n_local};
     fm_layer *l = NULL;
@@ -63,12 +67,20 @@ static void oracle(const fx_layer *L, const uint16_t *x, int T, const int32_t *i
             for (int n = 0; n < 2 * I; n++) {
                 double s = 0;
                 for (int k = 0; k < H; k++) s += (double)w13[(size_t)n * H + k] * fm_bf16_decode(x[(size_t)t * H + k]);
-                g[n] = s;
+                g[n] = s + (L->w.w13_bias ? L->w.w13_bias[(size_t)e * 2 * I + n] : 0.0);
             }
-            for (int i = 0; i < I; i++) h[i] = g[i] / (1.0 + exp(-g[i])) * g[I + i];
+            for (int i = 0; i < I; i++) {
+                if (c->activation == FM_ACT_SWIGLU_GPTOSS) {
+                    const double lim = c->swiglu_limit, gt = fmin(g[i], lim), up = fmax(fmin(g[I + i], lim), -lim);
+                    h[i] = (up + 1.0) * gt / (1.0 + exp(-1.702 * gt));
+                } else {
+                    h[i] = g[i] / (1.0 + exp(-g[i])) * g[I + i];
+                }
+            }
             for (int n = 0; n < H; n++) {
                 double s = 0;
                 for (int i = 0; i < I; i++) s += (double)w2[(size_t)n * I + i] * h[i];
+                s += L->w.w2_bias ? L->w.w2_bias[(size_t)e * H + n] : 0.0;
                 out[(size_t)t * H + n] += wts[t * K + j] * s;
             }
         }
@@ -119,6 +131,93 @@ static void test_external_routing_vs_formula(void **st)
         fm_layer_destroy(l);
     }
     free(x), free(ids), free(wts), free(out), free(ref);
+    fx_free(&L);
+}
+
+/* gpt-oss's experts: the clamped SwiGLU (a limit of 0.5 so that both clamps bite: FC1
+ * outputs are O(1)) and both expert biases, on both CPU backends, whole and as 4 shards,
+ * against the float64 formula; and what create refuses (a NaN bias, limits that do not
+ * go with the activation, an unknown activation). */
+static void test_gptoss_experts_vs_formula(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0x6055);
+    const int E = 8, K = 3, H = 64, I = 32, T = fx_asan() ? 3 : 6;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_MXFP4);
+    cfg.activation = FM_ACT_SWIGLU_GPTOSS;
+    cfg.swiglu_limit = 0.5f;
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 1, 0);
+    float *b13 = malloc(sizeof(float) * E * 2 * I), *b2 = malloc(sizeof(float) * E * H);
+    for (int i = 0; i < E * 2 * I; i++) b13[i] = 0.5f * fm_rng_normal(&r);
+    for (int i = 0; i < E * H; i++) b2[i] = 0.5f * fm_rng_normal(&r);
+    L.w.w13_bias = b13;
+    L.w.w2_bias = b2;
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
+    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
+    float    *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * T * H);
+    float    *sum = malloc(sizeof(float) * T * H);
+    double   *ref = malloc(sizeof(double) * T * H), *plain = malloc(sizeof(double) * T * H);
+    random_routing(&r, T, K, E, ids, wts);
+    oracle(&L, x, T, ids, wts, ref);
+    fx_layer P = L; /* the same weights as plain SwiGLU without biases: what fp4moe ran before */
+    P.cfg.activation = FM_ACT_SWIGLU;
+    P.cfg.swiglu_limit = 0.0f;
+    P.w.w13_bias = P.w.w2_bias = NULL;
+    oracle(&P, x, T, ids, wts, plain);
+    double far = 0, nrm = 0;
+    for (int i = 0; i < T * H; i++) far += (plain[i] - ref[i]) * (plain[i] - ref[i]), nrm += ref[i] * ref[i];
+    assert_true(far > 1e-2 * nrm); /* the test tells the two apart */
+    for (int b = 0; b < 2; b++) {
+        for (int shards = 1; shards <= 4; shards *= 4) {
+            for (int i = 0; i < T * H; i++) sum[i] = 0.0f;
+            for (int q = 0; q < shards; q++) {
+                const int nl = E / shards;
+                fm_layer *l = make(k_cpu[b], &L, T, q * nl, nl, FM_OUT_F32);
+                fm_poison_f32(out, (size_t)T * H);
+                fm_layer_run_args a = {.x = x, .T = T, .topk_ids = ids, .topk_weights = wts, .out = out};
+                assert_int_equal(fm_layer_run(l, &a), FM_OK);
+                assert_int_equal(fm_first_nonfinite(out, (size_t)T * H), -1);
+                for (int i = 0; i < T * H; i++) sum[i] += out[i];
+                fm_layer_destroy(l);
+            }
+            double e = fm_nmse64(sum, ref, (size_t)T * H);
+            if (!(e <= 1e-9))
+                fail_msg("%s, %d shard(s): gpt-oss experts NMSE %.3g vs the float64 formula", fm_backend_name(k_cpu[b]),
+                         shards, e);
+        }
+    }
+    /* refused at create, with the status that names the cause */
+    fm_layer_desc d = {.backend = FM_BACKEND_CPU, .max_tokens = T};
+    fm_layer     *l = NULL;
+    b13[5 * 2 * I + 7] = NAN;
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &L.w, &l), FM_ERR_NONFINITE);
+    assert_non_null(strstr(fm_last_error(), "w13_bias[5][7]"));
+    assert_null(l);
+    b13[5 * 2 * I + 7] = 0.0f;
+    b2[3 * H + 1] = INFINITY;
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &L.w, &l), FM_ERR_NONFINITE);
+    assert_non_null(strstr(fm_last_error(), "w2_bias[3][1]"));
+    b2[3 * H + 1] = 0.0f;
+    fm_moe_config bad = L.cfg;
+    const float limits[3] = {0.0f, -1.0f, NAN};
+    for (int i = 0; i < 3; i++) {
+        bad.swiglu_limit = limits[i];
+        assert_int_equal(fm_layer_create_desc(&d, &bad, &L.w, &l), FM_ERR_INVALID_ARG);
+        assert_non_null(strstr(fm_last_error(), "swiglu_limit"));
+    }
+    bad.activation = FM_ACT_SWIGLU;
+    bad.swiglu_limit = 7.0f;
+    assert_int_equal(fm_layer_create_desc(&d, &bad, &L.w, &l), FM_ERR_INVALID_ARG);
+    assert_non_null(strstr(fm_last_error(), "plain SwiGLU takes 0"));
+    bad.activation = (fm_activation)7;
+    assert_int_equal(fm_layer_create_desc(&d, &bad, &L.w, &l), FM_ERR_INVALID_ARG);
+    assert_non_null(strstr(fm_last_error(), "unknown activation 7"));
+    assert_null(l);
+    assert_string_equal(fm_activation_name(FM_ACT_SWIGLU_GPTOSS), "swiglu-gptoss");
+    assert_string_equal(fm_activation_name((fm_activation)7), "?");
+    free(b13), free(b2), free(x), free(ids), free(wts), free(out), free(sum), free(ref), free(plain);
     fx_free(&L);
 }
 
@@ -420,7 +519,8 @@ static void test_bad_arguments(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_external_routing_vs_formula), cmocka_unit_test(test_internal_equals_external),
+        cmocka_unit_test(test_external_routing_vs_formula), cmocka_unit_test(test_gptoss_experts_vs_formula),
+        cmocka_unit_test(test_internal_equals_external),
         cmocka_unit_test(test_shards_sum_to_layer),         cmocka_unit_test(test_bf16_output),
         cmocka_unit_test(test_bad_arguments),
     };

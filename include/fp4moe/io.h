@@ -350,12 +350,16 @@ typedef struct {
     float          *a2_scale;     /* [n_experts] or NULL */
     uint16_t       *shared_w13;   /* BF16 or NULL */
     uint16_t       *shared_w2;    /* BF16 or NULL */
+    float          *w13_bias;     /* [n_experts][2*inter] FP32 expert biases (gpt-oss), or NULL */
+    float          *w2_bias;      /* [n_experts][hidden], or NULL */
     uint8_t       **w13_sf_swizzled; /* [n_experts] 128x4-swizzled scales (fm_sf_swizzle) or NULL */
     uint8_t       **w2_sf_swizzled;
     int             layer;
     int             first_expert;
     int             has_router_bias;  /* the checkpoint has a ranking bias for this layer */
     int             has_input_scales; /* ... and per-expert input_scale (static W4A4 scales) */
+    int             has_expert_bias;  /* ... and expert biases (gpt-oss; in w13_bias / w2_bias
+                                         unless validate_only) */
     fm_ckpt_layout  layout;
     char            model_type[64];            /* config.json's ("" if none) */
     fm_route_origin route_from[FM_ROUTE_N];    /* where each routing setting came from */
@@ -363,7 +367,8 @@ typedef struct {
     int             rescaled_w13; /* experts whose gate and up weight_scale_2 differed: the
                                      smaller-global half's E4M3 block scales were re-encoded
                                      against the larger global (lossy, as fused kernels need) */
-    int             ignored_bias; /* 1: expert biases (gpt-oss *_bias) were not loaded */
+    int             ignored_bias; /* 1: expert biases were not loaded (none of today's layouts:
+                                     gpt-oss's load into w13_bias / w2_bias) */
     int             ignored_router_bias; /* 1: additive router logit bias (gpt-oss) not loaded
                                             (it is loaded as router_bias when the score is
                                             FM_SCORE_SOFTMAX_TOPK, whose bias is a logit bias) */

@@ -10,9 +10,11 @@
  *   weights = scores of the chosen experts (unbiased), renormalised to sum 1 if
  *     `renormalize`, times routed_scale (SOFTMAX_TOPK: softmax of the chosen
  *     biased logits, times routed_scale)
- *   per expert e and routed row r: h = SwiGLU(x_r . W13_e^T) where W13_e has the
- *     gate rows [0, inter) then the up rows [inter, 2*inter); SwiGLU = silu(g) * u
- *   y_r = h . W2_e^T ([hidden]); out[t] = sum over t's slots of weight * y_r
+ *   per expert e and routed row r: h = act(x_r . W13_e^T + b13_e) where W13_e has
+ *     the gate rows [0, inter) then the up rows [inter, 2*inter); act = SwiGLU,
+ *     silu(g) * u, or gpt-oss's (FM_ACT_SWIGLU_GPTOSS, below); b13_e the optional
+ *     expert bias (w13_bias, gpt-oss), 0 without
+ *   y_r = h . W2_e^T + b2_e ([hidden]); out[t] = sum over t's slots of weight * y_r
  *   plus, if shared_inter > 0, the BF16 shared expert's SwiGLU MLP of x[t].
  * With act_nvfp4 the inputs of FC1 and FC2 are quantized to NVFP4 (per-expert
  * input global scale from a1_scale / a2_scale when given, else dynamic per row
@@ -40,6 +42,16 @@ typedef enum { FM_SCORE_SOFTMAX = 0, FM_SCORE_SIGMOID = 1, FM_SCORE_SOFTMAX_TOPK
 /* "softmax", "sigmoid", "softmax-topk"; "?" for an invalid value. */
 const char *fm_score_name(fm_score_func s);
 
+/* The experts' gated activation of g = FC1 output (gate g[0, inter), up u[inter, 2*inter)):
+ * SWIGLU: h = silu(g) * u (DeepSeek, GLM, Qwen, Mixtral).
+ * SWIGLU_GPTOSS: gpt-oss's clamped form (transformers' GptOssExperts): g' = min(g, L),
+ *   u' = clamp(u, -L, L), h = (u' + 1) * g' * sigmoid(1.702 g'), L = swiglu_limit (its
+ *   config.json's swiglu_limit, 7.0); a NaN stays NaN. */
+typedef enum { FM_ACT_SWIGLU = 0, FM_ACT_SWIGLU_GPTOSS = 1 } fm_activation;
+
+/* "swiglu", "swiglu-gptoss"; "?" for an invalid value. */
+const char *fm_activation_name(fm_activation a);
+
 typedef struct {
     int           n_experts;    /* routed experts held by this layer (E) */
     int           top_k;        /* experts per token, 1..n_experts */
@@ -53,6 +65,8 @@ typedef struct {
     int           shared_inter; /* shared expert intermediate size; 0 = none */
     fm_format     wfmt;         /* routed-expert weight format */
     int           act_nvfp4;    /* 1: quantize FC1/FC2 inputs to NVFP4 (W4A4) */
+    fm_activation activation;   /* FM_ACT_SWIGLU (0, the default) or FM_ACT_SWIGLU_GPTOSS */
+    float         swiglu_limit; /* SWIGLU_GPTOSS: the clamp L, finite and > 0; SWIGLU: 0 */
 } fm_moe_config;
 
 /* GLM-5 EP8 shard defaults: 32 experts, top-8, hidden 6144, inter 2048, sigmoid,
@@ -79,6 +93,10 @@ typedef struct {
     const float    *a2_scale;    /* [n_experts] same for FC2, or NULL */
     const uint16_t *shared_w13;  /* BF16 [2*shared_inter][hidden], or NULL */
     const uint16_t *shared_w2;   /* BF16 [hidden][shared_inter], or NULL */
+    /* Expert biases (gpt-oss), FP32, finite, or NULL (none): added to FC1's output before the
+     * activation (gate then up, as w13's rows) and to FC2's output before the routing weight. */
+    const float    *w13_bias;    /* [n_experts][2*inter], or NULL */
+    const float    *w2_bias;     /* [n_experts][hidden], or NULL */
 } fm_moe_weights;
 
 /* Route T tokens given logits[T][n_experts]: ids[T][top_k] (descending biased

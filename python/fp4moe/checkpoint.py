@@ -128,9 +128,9 @@ class Checkpoint:
 
 
 class NotModelledWarning(UserWarning):
-    """A loaded layer's model computes something fp4moe's layer does not (gpt-oss's clamped
-    SwiGLU and expert biases, an unloaded router logit bias): the layer runs, but its output
-    is not the model's (LoadedLayer.not_modelled lists what)."""
+    """A loaded layer's model computes something fp4moe's layer did not load (expert biases or
+    a router logit bias the layout leaves out): the layer runs, but its output is not the
+    model's (LoadedLayer.not_modelled lists what)."""
 
 
 class LoadedLayer:
@@ -148,17 +148,16 @@ class LoadedLayer:
         self.has_router_bias, self.has_input_scales = bool(c.has_router_bias), bool(c.has_input_scales)
         self.rescaled_w13, self.ignored_bias = c.rescaled_w13, bool(c.ignored_bias)
         self.ignored_router_bias = bool(c.ignored_router_bias)
+        self.has_expert_bias = bool(c.has_expert_bias)
         nm = []
-        if self.layout == "gpt-oss":
-            nm.append("gpt-oss's clamped SwiGLU (alpha 1.702, limit 7)")
         if self.ignored_bias:
             nm.append("expert biases")
         if self.ignored_router_bias:
             nm.append("a router logit bias")
         self.not_modelled = tuple(nm)
         if nm:
-            warnings.warn(f"layer {self.layer}: {', '.join(nm)}: not modelled by fp4moe's layer; its output is "
-                          "fp4moe's SwiGLU MoE over the checkpoint's weights, not the model's layer",
+            warnings.warn(f"layer {self.layer}: {', '.join(nm)}: not loaded (fp4moe's layer does not model "
+                          f"{'them' if len(nm) > 1 else 'it'}); its output is not the model's layer",
                           NotModelledWarning, stacklevel=3)
 
     def close(self):
@@ -196,5 +195,8 @@ class LoadedLayer:
         rw = np.ctypeslib.as_array(c.router_w, (E * H,)).reshape(E, H).copy()
         sw13 = None if not c.shared_w13 else np.ctypeslib.as_array(c.shared_w13, (2 * S * H,)).reshape(2 * S, H).copy()
         sw2 = None if not c.shared_w2 else np.ctypeslib.as_array(c.shared_w2, (H * S,)).reshape(H, S).copy()
+        I = cfg.inter
+        b13 = None if not c.w13_bias else np.ctypeslib.as_array(c.w13_bias, (E * 2 * I,)).reshape(E, 2 * I).copy()
+        b2 = None if not c.w2_bias else np.ctypeslib.as_array(c.w2_bias, (E * H,)).reshape(E, H).copy()
         return MoEWeights(rw, d13, s13, g13, d2, s2, g2, f32(c.router_bias, E), f32(c.a1_scale, E),
-                          f32(c.a2_scale, E), sw13, sw2)
+                          f32(c.a2_scale, E), sw13, sw2, b13, b2)

@@ -23,7 +23,10 @@ BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
 WORK_LIST = {"off": -1, "auto": 0, "on": 1}  # fm_layer_desc.decode_work_list (FM_WORK_LIST_*)
 ROW_QUANTILE = {"auto": 0.0, "mean": -1.0}  # fm_layer_desc.row_quantile (FM_ROW_QUANTILE_AUTO / _MEAN)
-SCORES = {"softmax": 0, "sigmoid": 1}
+SCORES = {"softmax": 0, "sigmoid": 1, "softmax-topk": 2}
+SCORE_NAMES = {v: k for k, v in SCORES.items()}
+ACTIVATIONS = {"swiglu": 0, "swiglu-gptoss": 1}
+ACTIVATION_NAMES = {v: k for k, v in ACTIVATIONS.items()}
 
 
 @dataclass
@@ -34,7 +37,7 @@ class MoEConfig:
     top_k: int
     hidden: int
     inter: int
-    score: str = "softmax"        # "softmax" (Qwen, Mixtral) or "sigmoid" (DeepSeek-V3, GLM)
+    score: str = "softmax"        # "softmax" (Qwen, Mixtral), "sigmoid" (DeepSeek-V3, GLM), "softmax-topk" (gpt-oss)
     n_group: int = 0
     topk_group: int = 0
     renormalize: bool = True
@@ -42,22 +45,26 @@ class MoEConfig:
     shared_inter: int = 0
     wfmt: str = "nvfp4"
     act_nvfp4: bool = False
+    activation: str = "swiglu"    # "swiglu", or "swiglu-gptoss" (gpt-oss's clamped form, with swiglu_limit)
+    swiglu_limit: float = 0.0     # swiglu-gptoss: the clamp (gpt-oss: 7.0); swiglu: 0
 
     def _c(self):
         if self.score not in SCORES:
-            raise ValueError(f"score: expected 'softmax' or 'sigmoid', got {self.score!r}")
+            raise ValueError(f"score: expected one of {sorted(SCORES)}, got {self.score!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
         c = _lib.MoeConfig(int(self.n_experts), int(self.top_k), int(self.hidden), int(self.inter),
                            SCORES[self.score], int(self.n_group), int(self.topk_group), int(bool(self.renormalize)),
                            float(self.routed_scale), int(self.shared_inter), format_code(self.wfmt, "wfmt"),
-                           int(bool(self.act_nvfp4)))
+                           int(bool(self.act_nvfp4)), ACTIVATIONS[self.activation], float(self.swiglu_limit))
         check(lib.fm_moe_config_check(C.byref(c)), "MoEConfig")
         return c
 
     @classmethod
     def _from_c(cls, c):
-        return cls(c.n_experts, c.top_k, c.hidden, c.inter, "sigmoid" if c.score == 1 else "softmax", c.n_group,
+        return cls(c.n_experts, c.top_k, c.hidden, c.inter, SCORE_NAMES.get(c.score, "?"), c.n_group,
                    c.topk_group, bool(c.renormalize), c.routed_scale, c.shared_inter, FORMAT_NAMES[c.wfmt],
-                   bool(c.act_nvfp4))
+                   bool(c.act_nvfp4), ACTIVATION_NAMES.get(c.activation, "?"), c.swiglu_limit)
 
 
 def _arr(a, arg, dtype, shape, allow_none=False):
@@ -90,6 +97,8 @@ class MoEWeights:
     w2_*        the same for [E][hidden][inter]
     a1_scale, a2_scale  float32 [E] static NVFP4 input scales (act_nvfp4), or None
     shared_w13  uint16 (BF16 bits) [2*shared_inter][hidden], shared_w2 [hidden][shared_inter], or None
+    w13_bias    float32 [E][2*inter] expert bias of FC1 (gate then up, gpt-oss), or None
+    w2_bias     float32 [E][hidden] expert bias of FC2, or None
     """
 
     router_w: np.ndarray
@@ -104,6 +113,8 @@ class MoEWeights:
     a2_scale: object = None
     shared_w13: object = None
     shared_w2: object = None
+    w13_bias: object = None
+    w2_bias: object = None
 
     @classmethod
     def quantize(cls, cfg, router_w, w13, w2, router_bias=None, shared_w13=None, shared_w2=None):
@@ -154,9 +165,12 @@ class MoEWeights:
         S = cfg.shared_inter
         sw13 = _arr(self.shared_w13, "shared_w13", ("uint16", "bfloat16"), (2 * S, H), S == 0)
         sw2 = _arr(self.shared_w2, "shared_w2", ("uint16", "bfloat16"), (H, S), S == 0)
-        keep += [rw, rb, a1, a2, sw13, sw2]
+        b13 = _arr(self.w13_bias, "w13_bias", "float32", (E, 2 * I), True)
+        b2 = _arr(self.w2_bias, "w2_bias", "float32", (E, H), True)
+        keep += [rw, rb, a1, a2, sw13, sw2, b13, b2]
         ptr = lambda a: None if a is None else a.ctypes.data  # noqa: E731
-        w = _lib.MoeWeights(ptr(rw), ptr(rb), mats[0], mats[1], ptr(a1), ptr(a2), ptr(sw13), ptr(sw2))
+        w = _lib.MoeWeights(ptr(rw), ptr(rb), mats[0], mats[1], ptr(a1), ptr(a2), ptr(sw13), ptr(sw2), ptr(b13),
+                            ptr(b2))
         return w, keep
 
 

@@ -377,14 +377,19 @@ class MoE:
 
     @classmethod
     def from_gpt_oss(cls, cfg, router_weight, gate_up_proj_blocks, gate_up_proj_scales, down_proj_blocks,
-                     down_proj_scales, **kw):
+                     down_proj_scales, *, gate_up_proj_bias=None, down_proj_bias=None, router_bias=None, **kw):
         """gpt-oss MXFP4 experts as the checkpoint stores them: *_blocks uint8
         [E][N][K/32][16], *_scales uint8 (UE8M0) [E][N][K/32]; gate_up rows
-        interleave gate and up (row 2i = gate i, 2i+1 = up i). Expert biases and
-        gpt-oss's clamped SwiGLU are not part of fp4moe's layer (as the
-        checkpoint loader reports: ignored_bias)."""
+        interleave gate and up (row 2i = gate i, 2i+1 = up i), and so does
+        gate_up_proj_bias [E][2*inter] (down_proj_bias [E][hidden]; float32 /
+        bfloat16 / float16). router_bias: the router's logit bias [E] (score
+        "softmax-topk"). cfg must say gpt-oss's experts: activation="swiglu-gptoss"
+        with its swiglu_limit (7.0 in the released models)."""
         if cfg.wfmt != "mxfp4":
             raise ValueError(f"cfg.wfmt: gpt-oss weights are MXFP4, cfg says {cfg.wfmt!r}")
+        if cfg.activation != "swiglu-gptoss":
+            raise ValueError(f"cfg.activation: gpt-oss's experts are 'swiglu-gptoss' (with swiglu_limit, 7.0 in "
+                             f"the released models), cfg says {cfg.activation!r}")
         gub, gus = _u8(gate_up_proj_blocks, "gate_up_proj_blocks"), _u8(gate_up_proj_scales, "gate_up_proj_scales")
         db, ds = _u8(down_proj_blocks, "down_proj_blocks"), _u8(down_proj_scales, "down_proj_scales")
         for arg, a in (("gate_up_proj_blocks", gub), ("down_proj_blocks", db)):
@@ -394,8 +399,15 @@ class MoE:
         d13 = np.concatenate([gub[:, 0::2], gub[:, 1::2]], 1).reshape(E, gub.shape[1], -1)
         s13 = np.concatenate([gus[:, 0::2], gus[:, 1::2]], 1)
         ones = np.ones(E, np.float32)
+        b13 = None if gate_up_proj_bias is None else _f32(gate_up_proj_bias, "gate_up_proj_bias")
+        if b13 is not None:
+            if b13.shape != (E, gub.shape[1]):
+                raise ValueError(f"gate_up_proj_bias: expected [{E}][{gub.shape[1]}], got {list(b13.shape)}")
+            b13 = np.ascontiguousarray(np.concatenate([b13[:, 0::2], b13[:, 1::2]], 1))
+        b2 = None if down_proj_bias is None else _f32(down_proj_bias, "down_proj_bias")
+        rb = None if router_bias is None else _f32(router_bias, "router_bias")
         w = MoEWeights(_f32(router_weight, "router_weight"), d13, s13, ones, db.reshape(E, db.shape[1], -1), ds,
-                       ones.copy())
+                       ones.copy(), router_bias=rb, w13_bias=b13, w2_bias=b2)
         return cls(cfg, w, **kw)
 
 

@@ -1,6 +1,6 @@
 /* backend_fast.c - the "cpu" backend: the fast CPU path (OpenMP + AVX2/AVX-512).
  *
- * One forward = route -> permute -> FC1 -> SwiGLU -> FC2 -> finalize, like the
+ * One forward = route -> permute -> FC1 (+ bias) -> activation -> FC2 (+ bias) -> finalize, like the
  * reference, but each GEMM phase is a flat list of work items (one item = one
  * expert's weight rows [n0, n1) times ALL rows routed to that expert), shared
  * dynamically by the threads. So each active expert's FP4 weights are streamed
@@ -203,10 +203,9 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
     run_items(s, n);
 
 #pragma omp parallel for schedule(static) num_threads(s->nthreads)
-    for (int p = 0; p < P; p++) {
-        const float *g = s->G + (size_t)p * 2 * I;
-        fm_moe_swiglu(g, g + I, I, s->Hh + (size_t)p * I);
-    }
+    for (int p = 0; p < P; p++) /* + the expert bias (gpt-oss), then SwiGLU or gpt-oss's clamped form */
+        fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)s->rowexp[p] * 2 * I : NULL,
+                          s->G + (size_t)p * 2 * I, s->Hh + (size_t)p * I);
     for (int t = 0; t < T && S > 0; t++) fm_moe_swiglu(s->SG + (size_t)t * 2 * S, s->SG + (size_t)t * 2 * S + S, S,
                                                        s->SH + (size_t)t * S);
     if (c->act_nvfp4) {
@@ -223,6 +222,14 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
     }
     if (S > 0) n = add_items(s->items, n, &s->sh2, s->SH, T, s->SY);
     run_items(s, n);
+    if (w->w2_bias) {
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+        for (int p = 0; p < P; p++) {
+            float       *y = s->Y + (size_t)p * H;
+            const float *b = w->w2_bias + (size_t)s->rowexp[p] * H;
+            for (int i = 0; i < H; i++) y[i] += b[i];
+        }
+    }
 
     /* Finalize in the reference's order: slots j ascending, then the shared expert. */
 #pragma omp parallel for schedule(static) num_threads(s->nthreads)

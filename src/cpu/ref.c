@@ -4,9 +4,10 @@
  *   route (shared router logits + fm_moe_route), permute (fm_moe_permute),
  *   then for each routed row p of expert e (token t):
  *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4
- *     g[n] = a . W13_e[n]  for n < 2*inter   (gate rows, then up rows)
- *     h = silu(g[0..inter)) * g[inter..2*inter), NVFP4 round trip when act_nvfp4
- *     y_p[n] = h . W2_e[n]
+ *     g[n] = a . W13_e[n] (+ w13_bias[e][n])  for n < 2*inter (gate rows, then up rows)
+ *     h = act(g): silu(g[0..inter)) * g[inter..2*inter), or gpt-oss's clamped form
+ *       (fm_moe_expert_act); NVFP4 round trip when act_nvfp4
+ *     y_p[n] = h . W2_e[n] (+ w2_bias[e][n])
  *   out[t] = sum_j weight[t][j] * y_(slot t,j)   (j ascending)  + shared(x[t])
  * Weights are dequantized one row at a time with fm_dequantize (the format
  * engineer's codec, so the oracle shares no decoding code with the fast path).
@@ -108,10 +109,13 @@ static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const 
             if (c->act_nvfp4)
                 FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
             FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
-            fm_moe_swiglu(b->g, b->g + I, I, b->h);
+            fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
             if (c->act_nvfp4)
                 FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
-            FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, b->y + (size_t)p * H));
+            float *y = b->y + (size_t)p * H;
+            FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, y));
+            if (w->w2_bias)
+                for (int n = 0; n < H; n++) y[n] += w->w2_bias[(size_t)e * H + n];
         }
     }
 

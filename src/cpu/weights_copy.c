@@ -41,6 +41,8 @@ static void lay_out(const fm_moe_config *c, int L, const fm_moe_weights *w, aren
     o->w.a2_scale = w->a2_scale ? take(a, w->a2_scale, sizeof(float) * L) : NULL;
     o->w.shared_w13 = S > 0 ? take(a, w->shared_w13, sizeof(uint16_t) * 2 * (size_t)S * H) : NULL;
     o->w.shared_w2 = S > 0 ? take(a, w->shared_w2, sizeof(uint16_t) * (size_t)H * S) : NULL;
+    o->w.w13_bias = w->w13_bias ? take(a, w->w13_bias, sizeof(float) * L * 2 * (size_t)c->inter) : NULL;
+    o->w.w2_bias = w->w2_bias ? take(a, w->w2_bias, sizeof(float) * L * (size_t)H) : NULL;
     for (int e = 0; e < L; e++) {
         const fm_qtensor *src[2] = {&w->w13[e], &w->w2[e]};
         fm_qtensor *dst[2] = {a->base ? &o->w13[e] : NULL, a->base ? &o->w2[e] : NULL};

@@ -25,7 +25,8 @@
  * Devices: every CUDA call runs with the layer's device current and restores
  * the caller's device. fm_layer_forward (host pointers) runs on a private
  * stream of the layer: upload, run, one sync, the error word, download.
- * Not done yet: act_nvfp4 (create returns FM_ERR_UNSUPPORTED).
+ * Not done yet: act_nvfp4, gpt-oss's softmax-topk routing and its experts (clamped SwiGLU,
+ * expert biases): create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -321,6 +322,10 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     if (cfg->score == FM_SCORE_SOFTMAX_TOPK) /* route.cu knows softmax and sigmoid only */
         return fm_fail(FM_ERR_UNSUPPORTED,
                        "cuda backend: score softmax-topk (gpt-oss routing) is not implemented; use a CPU backend");
+    if (cfg->activation != FM_ACT_SWIGLU || w->w13_bias || w->w2_bias) /* the GEMM epilogues: plain SwiGLU, no bias */
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "cuda backend: gpt-oss's clamped SwiGLU and expert biases are not implemented in the GPU "
+                       "kernels; use a CPU backend");
     if (cfg->shared_inter % 16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: shared_inter=%d must be a multiple of 16", cfg->shared_inter);
     if (cfg->wfmt == FM_FORMAT_BF16)

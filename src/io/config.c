@@ -116,6 +116,14 @@ static fm_status parse_routing(const cJSON *c, const char *label, fm_cfgjson *r)
             return fm_fail(FM_ERR_UNSUPPORTED, "%s: topk_method \"%.64s\" is not one fp4moe routes (noaux_tc, greedy)",
                            label, v->valuestring);
     }
+    if ((v = item(c, "swiglu_limit"))) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!(d >= FLT_MIN && d <= FLT_MAX))
+            return fm_fail(FM_ERR_FORMAT, "%s: \"swiglu_limit\" must be a number in [%g, %g], got %g", label,
+                           (double)FLT_MIN, (double)FLT_MAX, d);
+        r->has_swiglu_limit = 1;
+        r->swiglu_limit = (float)d;
+    }
     if ((v = item(c, "norm_topk_prob"))) {
         if (!cJSON_IsBool(v)) return fm_fail(FM_ERR_FORMAT, "%s: \"norm_topk_prob\" must be true or false", label);
         r->has_renorm = 1;

@@ -28,6 +28,8 @@ typedef struct {
     int   has_n_group, n_group;        /* n_group */
     int   has_topk_group, topk_group;  /* topk_group */
     int   greedy;                      /* topk_method "greedy": plain top-k, any n_group ignored */
+    int   has_swiglu_limit;            /* swiglu_limit (gpt-oss): its experts' clamp, finite > 0 */
+    float swiglu_limit;
     /* quantization_config (root) */
     int   has_quant;
     char  quant_method[48];  /* "" if absent */

@@ -37,6 +37,8 @@ void fm_ckpt_layer_free(fm_ckpt_layer *l)
     free(l->a2_scale);
     free(l->shared_w13);
     free(l->shared_w2);
+    free(l->w13_bias);
+    free(l->w2_bias);
     free(l);
 }
 
@@ -178,8 +180,15 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, con
     l->layout = c->nm.layout;
     l->cfg.n_experts = c->n;
     l->cfg.hidden = c->hidden;
-    if (c->nm.layout == FM_LAYOUT_GPT_OSS) FM_CHECK(fm_load_gptoss(c, l));
-    else FM_CHECK(fm_load_modelopt(c, l));
+    if (c->nm.layout == FM_LAYOUT_GPT_OSS) {
+        FM_CHECK(fm_load_gptoss(c, l));
+        /* gpt-oss's experts: its clamped SwiGLU, the clamp from config.json (transformers'
+         * GptOssConfig default 7.0) */
+        l->cfg.activation = FM_ACT_SWIGLU_GPTOSS;
+        l->cfg.swiglu_limit = cj && cj->has_swiglu_limit ? cj->swiglu_limit : 7.0f;
+    } else {
+        FM_CHECK(fm_load_modelopt(c, l));
+    }
     /* Routing before the router (the score decides what its bias is), but a
      * routing error is reported after the tensors validated: a broken tensor
      * is the first thing to fix. */
@@ -191,7 +200,7 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, con
     if (rs != FM_OK) return fm_fail(rs, "%s", rmsg);
     l->w = (fm_moe_weights){.router_w = l->router_w, .router_bias = l->router_bias, .w13 = l->w13, .w2 = l->w2,
                             .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
-                            .shared_w2 = l->shared_w2};
+                            .shared_w2 = l->shared_w2, .w13_bias = l->w13_bias, .w2_bias = l->w2_bias};
     if (o && o->swizzle_scales && !c->dry) FM_CHECK(swizzle_all(l));
     fm_status s = fm_moe_config_check(&l->cfg);
     if (s != FM_OK)

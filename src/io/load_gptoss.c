@@ -15,29 +15,57 @@
  * gate_up rows INTERLEAVE gate and up (row 2i = gate i, row 2i+1 = up i: the
  * model splits its output as gate_up[..., ::2], gate_up[..., 1::2]); fp4moe's
  * w13 wants gate rows then up rows, so rows are de-interleaved here.
- * The biases and gpt-oss's clamped SwiGLU (alpha 1.702, limit 7) are outside
- * fp4moe's layer: biases are reported (ignored_bias), not loaded.
+ * The biases (F32 / BF16 / F16) load into w13_bias (de-interleaved like the rows) and
+ * w2_bias; the caller sets gpt-oss's clamped SwiGLU (FM_ACT_SWIGLU_GPTOSS).
  */
 #include "load_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
-    const fm_st_tensor *b, *s; /* _blocks, _scales */
+    const fm_st_tensor *b, *s, *bias; /* _blocks, _scales, _bias (optional: NULL) */
 } fused_src;
 
-static fm_status find_fused(const fm_load_ctx *c, const char *proj, int64_t N, int64_t K, fused_src *fs,
-                            int *has_bias)
+static fm_status find_fused(const fm_load_ctx *c, const char *proj, int64_t N, int64_t K, fused_src *fs)
 {
     FM_CHECK(fm_load_find(c, c->nm.expert, -1, proj, "_blocks", &fs->b));
     FM_CHECK(fm_load_find(c, c->nm.expert, -1, proj, "_scales", &fs->s));
     int64_t bs[4] = {c->n_total, N, K / 32, 16}, ss[3] = {c->n_total, N, K / 32};
     FM_CHECK(fm_load_expect(fs->b, FM_DTYPE_U8, -1, 4, bs));
     FM_CHECK(fm_load_expect(fs->s, FM_DTYPE_U8, FM_DTYPE_F8_E8M0, 3, ss));
-    const fm_st_tensor *bias;
-    if (fm_load_find(c, c->nm.expert, -1, proj, "_bias", &bias) == FM_OK) *has_bias = 1;
+    fs->bias = NULL;
+    if (fm_load_find(c, c->nm.expert, -1, proj, "_bias", &fs->bias) != FM_OK) fs->bias = NULL;
     fm_clear_error();
+    if (fs->bias) {
+        const fm_st_tensor *t = fs->bias;
+        if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_BF16 && t->dtype != FM_DTYPE_F16)
+            return fm_fail(FM_ERR_FORMAT, "%s: expert bias '%s' has dtype %s, expected F32, BF16 or F16", t->file,
+                           t->name, fm_dtype_name(t->dtype));
+        int64_t want[2] = {c->n_total, N};
+        FM_CHECK(fm_load_expect(t, t->dtype, -1, 2, want));
+    }
+    return FM_OK;
+}
+
+/* The loaded experts' rows of an expert bias [n_total][N] as FP32 into dst[n][N], each
+ * finite (FM_ERR_NONFINITE naming tensor, expert and index); with deinterleave, row
+ * 2i -> i and 2i+1 -> N/2 + i (gate_up: gate then up, as w13's rows). */
+static fm_status load_bias(const fm_load_ctx *c, const fm_st_tensor *t, int64_t N, int deinterleave, float *tmp,
+                           float *dst)
+{
+    for (int i = 0; i < c->n; i++) {
+        const int64_t e = (int64_t)c->first + i;
+        FM_CHECK(fm_st_to_f32(t, e * N, N, tmp));
+        float *d = dst + (size_t)i * (size_t)N;
+        for (int64_t r = 0; r < N; r++) {
+            if (!isfinite(tmp[r]))
+                return fm_fail(FM_ERR_NONFINITE, "%s: expert bias '%s'[%lld][%lld] is %g", t->file, t->name,
+                               (long long)e, (long long)r, (double)tmp[r]);
+            d[deinterleave ? ((r & 1) ? N / 2 + r / 2 : r / 2) : r] = tmp[r];
+        }
+    }
     return FM_OK;
 }
 
@@ -54,9 +82,8 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
         return fm_fail(FM_ERR_BAD_SHAPE, "layer %d: hidden=%lld and inter=%lld must be multiples of the MXFP4 block (32)",
                        c->layer, (long long)H, (long long)I);
     fused_src gu, dn;
-    int has_bias = 0;
-    FM_CHECK(find_fused(c, c->nm.proj_gate, 2 * I, H, &gu, &has_bias));
-    FM_CHECK(find_fused(c, c->nm.proj_down, H, I, &dn, &has_bias));
+    FM_CHECK(find_fused(c, c->nm.proj_gate, 2 * I, H, &gu));
+    FM_CHECK(find_fused(c, c->nm.proj_down, H, I, &dn));
     /* gpt-oss's router has an additive logit bias: not a ranking-only bias. */
     char rb[512];
     const fm_st_tensor *t;
@@ -67,7 +94,8 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
         if (fm_load_find(c, rb, -1, NULL, NULL, &t) == FM_OK) l->ignored_router_bias = 1;
         fm_clear_error();
     }
-    l->ignored_bias = has_bias;
+    l->ignored_bias = 0; /* loaded below */
+    l->has_expert_bias = gu.bias || dn.bias;
     l->cfg.inter = (int)I;
     l->cfg.wfmt = FM_FORMAT_MXFP4;
     const size_t s13 = (size_t)(2 * I) * (size_t)(H / 32), s2 = (size_t)H * (size_t)(I / 32); /* scale bytes/expert */
@@ -101,5 +129,17 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
         if (s == FM_OK) s = fm_load_scales(dn.s, (int)e, e * s2, H, I / 32, FM_SCALE_UE8M0, l->w2[i].scales);
     }
     free(tmp);
+    if (s != FM_OK || (!gu.bias && !dn.bias)) return s;
+    const size_t nb = (size_t)(H > 2 * I ? H : 2 * I);
+    float *ftmp = malloc(sizeof(float) * nb);
+    if (gu.bias) l->w13_bias = malloc(sizeof(float) * (size_t)c->n * 2 * (size_t)I);
+    if (dn.bias) l->w2_bias = malloc(sizeof(float) * (size_t)c->n * (size_t)H);
+    if (!ftmp || (gu.bias && !l->w13_bias) || (dn.bias && !l->w2_bias)) {
+        free(ftmp);
+        return fm_fail(FM_ERR_OOM, "layer %d: out of memory for the expert biases", c->layer);
+    }
+    if (gu.bias) s = load_bias(c, gu.bias, 2 * I, 1, ftmp, l->w13_bias);
+    if (s == FM_OK && dn.bias) s = load_bias(c, dn.bias, H, 0, ftmp, l->w2_bias);
+    free(ftmp);
     return s;
 }

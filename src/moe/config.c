@@ -1,6 +1,8 @@
 /* config.c - MoE layer configuration: GLM-5 defaults and validation. */
 #include "fm_internal.h"
 
+#include <float.h>
+
 void fm_moe_config_default(fm_moe_config *cfg)
 {
     if (!cfg) return;
@@ -17,6 +19,8 @@ void fm_moe_config_default(fm_moe_config *cfg)
         .shared_inter = 0,
         .wfmt = FM_FORMAT_NVFP4,
         .act_nvfp4 = 0,
+        .activation = FM_ACT_SWIGLU,
+        .swiglu_limit = 0.0f,
     };
 }
 
@@ -26,6 +30,15 @@ const char *fm_score_name(fm_score_func s)
     case FM_SCORE_SOFTMAX: return "softmax";
     case FM_SCORE_SIGMOID: return "sigmoid";
     case FM_SCORE_SOFTMAX_TOPK: return "softmax-topk";
+    }
+    return "?";
+}
+
+const char *fm_activation_name(fm_activation a)
+{
+    switch (a) {
+    case FM_ACT_SWIGLU: return "swiglu";
+    case FM_ACT_SWIGLU_GPTOSS: return "swiglu-gptoss";
     }
     return "?";
 }
@@ -65,6 +78,15 @@ fm_status fm_moe_config_check(const fm_moe_config *c)
                        c->hidden, c->inter, tr->name, blk);
     if (c->act_nvfp4 && (c->hidden % 16 || c->inter % 16))
         return fm_fail(FM_ERR_BAD_SHAPE, "config: act_nvfp4 needs hidden and inter multiples of 16");
+    if (c->activation != FM_ACT_SWIGLU && c->activation != FM_ACT_SWIGLU_GPTOSS)
+        return fm_fail(FM_ERR_INVALID_ARG, "config: unknown activation %d (expected FM_ACT_SWIGLU 0 or "
+                       "FM_ACT_SWIGLU_GPTOSS 1)", (int)c->activation);
+    if (c->activation == FM_ACT_SWIGLU_GPTOSS && !(c->swiglu_limit > 0.0f && c->swiglu_limit <= FLT_MAX))
+        return fm_fail(FM_ERR_INVALID_ARG, "config: swiglu_limit=%g: gpt-oss's clamped SwiGLU needs a finite limit > 0",
+                       (double)c->swiglu_limit);
+    if (c->activation == FM_ACT_SWIGLU && c->swiglu_limit != 0.0f)
+        return fm_fail(FM_ERR_INVALID_ARG, "config: swiglu_limit=%g is gpt-oss's clamp (FM_ACT_SWIGLU_GPTOSS); plain "
+                       "SwiGLU takes 0", (double)c->swiglu_limit);
     if (c->shared_inter % 16 && c->shared_inter)
         return fm_fail(FM_ERR_BAD_SHAPE, "config: shared_inter=%d must be a multiple of 16", c->shared_inter);
     return FM_OK;

@@ -42,6 +42,11 @@ fm_status fm_moe_weights_check_scales(const fm_moe_config *cfg, const fm_moe_wei
 /* SwiGLU of one row: h[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)). */
 void fm_moe_swiglu(const float *gate, const float *up, int n, float *h);
 
+/* An expert's activation of one row of FC1 output g[2*inter] (gate then up) into
+ * h[inter]: the expert bias (bias[2*inter], or NULL) added to g in place, then
+ * c->activation (SwiGLU, or gpt-oss's clamped form with c->swiglu_limit). */
+void fm_moe_expert_act(const fm_moe_config *c, const float *bias, float *g, float *h);
+
 /* First index of a NaN/Inf in x[n], or -1. */
 long fm_moe_first_nonfinite(const float *x, size_t n);
 

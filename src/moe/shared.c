@@ -61,6 +61,24 @@ void fm_moe_swiglu(const float *gate, const float *up, int n, float *h)
     for (int i = 0; i < n; i++) h[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+void fm_moe_expert_act(const fm_moe_config *c, const float *bias, float *g, float *h)
+{
+    const int I = c->inter;
+    if (bias)
+        for (int i = 0; i < 2 * I; i++) g[i] += bias[i];
+    if (c->activation != FM_ACT_SWIGLU_GPTOSS) {
+        fm_moe_swiglu(g, g + I, I, h);
+        return;
+    }
+    const float L = c->swiglu_limit, alpha = 1.702f;
+    for (int i = 0; i < I; i++) {
+        float gt = g[i], up = g[I + i];
+        gt = gt > L ? L : gt; /* comparisons, not fminf: a NaN stays NaN, as torch.clamp */
+        up = up > L ? L : up < -L ? -L : up;
+        h[i] = (up + 1.0f) * (gt / (1.0f + expf(-alpha * gt)));
+    }
+}
+
 long fm_moe_first_nonfinite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -47,6 +47,15 @@ def route(logits, score, top_k, bias=None, renormalize=True, routed_scale=1.0, n
     """(ids [T][k], weights [T][k], margin): margin = the smallest gap between the
     k-th and (k+1)-th ranking score of any token (small: the choice is fragile)."""
     lg = np.asarray(logits, np.float64)
+    if score == "softmax-topk":  # gpt-oss: top-k of logits + bias, softmax over the k chosen
+        b = lg + (0 if bias is None else np.asarray(bias, np.float64))
+        order = np.argsort(-b, 1, kind="stable")
+        ids = order[:, :top_k]
+        srt = np.take_along_axis(b, order, 1)
+        margin = np.min(srt[:, top_k - 1] - srt[:, top_k]) if top_k < b.shape[1] else np.inf
+        ch = np.take_along_axis(b, ids, 1)
+        e = np.exp(ch - ch.max(1, keepdims=True))
+        return ids.astype(np.int32), e / e.sum(1, keepdims=True) * routed_scale, margin
     if score == "softmax":
         e = np.exp(lg - lg.max(1, keepdims=True))
         s = e / e.sum(1, keepdims=True)
@@ -77,8 +86,19 @@ def silu(v):
     return v / (1 + np.exp(-v))
 
 
-def moe(x, w13, w2, ids, weights, inter, shared=None):
-    """x [T][H] float; w13 [E][2I][H], w2 [E][H][I] dequantized; ids global (-1 skipped)."""
+def gptoss_act(gate_up, limit, alpha=1.702):
+    """gpt-oss's clamped SwiGLU as transformers' GptOssExperts writes it, on fp4moe's
+    [gate | up] halves (the model's gate_up[..., ::2] / [..., 1::2])."""
+    inter = gate_up.shape[-1] // 2
+    gate, up = gate_up[..., :inter], gate_up[..., inter:]
+    gate = np.minimum(gate, limit)
+    up = np.clip(up, -limit, limit)
+    return (up + 1) * (gate * (1 / (1 + np.exp(-gate * alpha))))
+
+
+def moe(x, w13, w2, ids, weights, inter, shared=None, b13=None, b2=None, limit=None):
+    """x [T][H] float; w13 [E][2I][H], w2 [E][H][I] dequantized; ids global (-1 skipped).
+    b13 [E][2I] / b2 [E][H]: expert biases; limit: gpt-oss's clamped SwiGLU (else SwiGLU)."""
     x = np.asarray(x, np.float64)
     T = x.shape[0]
     y = np.zeros((T, w2.shape[1]), np.float64)
@@ -88,8 +108,13 @@ def moe(x, w13, w2, ids, weights, inter, shared=None):
             if e < 0:
                 continue
             g = w13[e].astype(np.float64) @ x[t]
-            h = silu(g[:inter]) * g[inter:]
-            y[t] += weights[t, j] * (w2[e].astype(np.float64) @ h)
+            if b13 is not None:
+                g = g + b13[e]
+            h = silu(g[:inter]) * g[inter:] if limit is None else gptoss_act(g, limit)
+            o = w2[e].astype(np.float64) @ h
+            if b2 is not None:
+                o = o + b2[e]
+            y[t] += weights[t, j] * o
     if shared is not None:
         s13, s2 = (np.asarray(a, np.float64) for a in shared)
         si = s2.shape[1]

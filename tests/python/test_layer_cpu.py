@@ -252,40 +252,66 @@ def test_modelopt_checkpoint(rng, tmp_path):
         check(total, want, margin)
 
 
-def test_gpt_oss_checkpoint_warns(rng, tmp_path):
-    """A gpt-oss MXFP4 layer (fused, interleaved gate/up, expert biases) loads and runs, and
-    says what fp4moe's layer does not compute (its clamped SwiGLU, the expert biases):
-    NotModelledWarning and LoadedLayer.not_modelled; its de-interleaved weights are the
-    checkpoint's."""
-    cfg, W, ref = make_layer(rng, "mxfp4", E=4, k=2)
+@pytest.mark.parametrize("limit", [None, 0.75])
+def test_gpt_oss_checkpoint(rng, tmp_path, limit):
+    """A gpt-oss MXFP4 layer as the checkpoint holds it (fused, interleaved gate/up rows and
+    biases, router logit bias, config.json) loads and runs as the model defines it: softmax
+    over the top-k biased logits, gate_up bias, the clamped SwiGLU (swiglu_limit from
+    config.json, 7.0 without; 0.75 makes the clamps bite), down bias; against the numpy
+    oracle; nothing reported as not modelled."""
+    cfg, W, ref = make_layer(rng, "mxfp4", E=8, k=2)
     E, I, H = cfg.n_experts, cfg.inter, cfg.hidden
     fused = np.empty_like(W.w13_data)  # gpt-oss: fused row 2i = gate row i, 2i+1 = up row i
     fused[:, 0::2], fused[:, 1::2] = W.w13_data[:, :I], W.w13_data[:, I:]
     fs = np.empty_like(W.w13_scales)
     fs[:, 0::2], fs[:, 1::2] = W.w13_scales[:, :I], W.w13_scales[:, I:]
+    gu_bias = (rng.standard_normal((E, 2 * I)) * 0.5).astype(np.float32)  # interleaved, as stored
+    dn_bias = (rng.standard_normal((E, H)) * 0.5).astype(np.float32)
+    r_bias = (rng.standard_normal(E) * 0.5).astype(np.float32)
     pre = "model.layers.0.mlp."
-    t = {pre + "router.weight": ("F32", W.router_w), pre + "router.bias": ("F32", np.zeros(E, np.float32)),
+    t = {pre + "router.weight": ("F32", W.router_w), pre + "router.bias": ("F32", r_bias),
          pre + "experts.gate_up_proj_blocks": ("U8", fused.reshape(E, 2 * I, H // 32, 16)),
          pre + "experts.gate_up_proj_scales": ("U8", fs),
-         pre + "experts.gate_up_proj_bias": ("F32", rng.standard_normal((E, 2 * I)).astype(np.float32)),
+         pre + "experts.gate_up_proj_bias": ("F32", gu_bias),
          pre + "experts.down_proj_blocks": ("U8", W.w2_data.reshape(E, H, I // 32, 16)),
          pre + "experts.down_proj_scales": ("U8", W.w2_scales),
-         pre + "experts.down_proj_bias": ("F32", rng.standard_normal((E, H)).astype(np.float32))}
+         pre + "experts.down_proj_bias": ("F32", dn_bias)}
     _write_safetensors(tmp_path / "model.safetensors", t)
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "num_experts_per_tok": 2}))
+    conf = {"model_type": "gpt_oss", "num_experts_per_tok": 2}
+    if limit is not None:
+        conf["swiglu_limit"] = limit
+    (tmp_path / "config.json").write_text(json.dumps(conf))
     with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
-        with pytest.warns(fp4moe.NotModelledWarning, match=r"layer 0: gpt-oss's clamped SwiGLU \(alpha 1.702, "
-                          r"limit 7\), expert biases: not modelled"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", fp4moe.NotModelledWarning)
             loaded = ck.load_layer(0)
+    L = 7.0 if limit is None else limit
     try:
-        assert loaded.layout == "gpt-oss" and loaded.ignored_bias
-        assert loaded.not_modelled == ("gpt-oss's clamped SwiGLU (alpha 1.702, limit 7)", "expert biases")
+        assert loaded.layout == "gpt-oss" and loaded.has_expert_bias and loaded.not_modelled == ()
+        assert loaded.cfg.score == "softmax-topk" and loaded.cfg.activation == "swiglu-gptoss"
+        assert loaded.cfg.swiglu_limit == np.float32(L)
         back = loaded.weights()
         assert np.array_equal(back.w13_data, W.w13_data) and np.array_equal(back.w2_data, W.w2_data)
-        with fp4moe.Layer(None, loaded, backend="cpu", max_tokens=2) as layer:
-            assert np.all(np.isfinite(layer.run(make_x(rng, 2, H)[0])))
+        b13 = np.concatenate([gu_bias[:, 0::2], gu_bias[:, 1::2]], 1)  # gate then up, as w13's rows
+        assert np.array_equal(back.w13_bias, b13) and np.array_equal(back.w2_bias, dn_bias)
+        T = 6
+        bits, xf = make_x(rng, T, H)
+        outs = []
+        for backend in ("cpu-ref", "cpu"):
+            with fp4moe.Layer(None, loaded, backend=backend, max_tokens=T) as layer:
+                outs.append(layer.run(bits))
     finally:
         loaded.close()
+    logits = xf.astype(np.float64) @ ref["router"].astype(np.float64).T
+    ids, w, margin = moe_ref.route(logits, "softmax-topk", 2, r_bias)
+    want = moe_ref.moe(xf, ref["w13"], ref["w2"], ids, w, I, b13=b13, b2=dn_bias, limit=L)
+    g = np.stack([ref["w13"][e].astype(np.float64) @ xf.T for e in range(E)]) + b13[:, :, None]
+    if limit is not None:  # the clamps really bite: some gate above L, some up outside [-L, L]
+        assert (g[:, :I] > L).any() and (np.abs(g[:, I:]) > L).any()
+    for got in outs:
+        check(got, want, margin)
+    plain = moe_ref.moe(xf, ref["w13"], ref["w2"], ids, w, I)  # what fp4moe computed before: far off
+    assert moe_ref.nmse(plain, want) > 1e-2
 
 
 def test_route_matches_formula(rng):

@@ -132,6 +132,43 @@ def test_from_modelopt_tensors(rng):
         MoE.from_modelopt_experts(cfg, router, experts, device="cpu")
 
 
+def test_from_gpt_oss(rng):
+    """MoE.from_gpt_oss with tensors as a gpt-oss checkpoint stores them (interleaved gate_up
+    rows and bias, router logit bias): the model's layer (softmax over the top-k biased
+    logits, clamped SwiGLU, both biases) against the numpy oracle; a cfg without gpt-oss's
+    activation is refused, naming it."""
+    import dataclasses
+
+    cfg, W, ref = make_layer(rng, "mxfp4", E=8, k=2)
+    E, I, H = cfg.n_experts, cfg.inter, cfg.hidden
+    cfg = dataclasses.replace(cfg, score="softmax-topk", activation="swiglu-gptoss", swiglu_limit=0.75)
+    inter = lambda a: np.stack([a[:, :I], a[:, I:]], 2).reshape(a.shape[0], 2 * I, *a.shape[2:])  # noqa: E731
+    gub, gus = inter(W.w13_data), inter(W.w13_scales)
+    b13 = (rng.standard_normal((E, 2 * I)) * 0.5).astype(np.float32)
+    b2 = (rng.standard_normal((E, H)) * 0.5).astype(np.float32)
+    rb = (rng.standard_normal(E) * 0.5).astype(np.float32)
+    T = torch.from_numpy
+    m = MoE.from_gpt_oss(cfg, T(W.router_w), T(gub.reshape(E, 2 * I, H // 32, 16)), T(gus),
+                         T(W.w2_data.reshape(E, H, I // 32, 16)), T(W.w2_scales), gate_up_proj_bias=T(inter(b13)),
+                         down_proj_bias=T(b2).bfloat16().float(), router_bias=T(rb), device="cpu",
+                         out_dtype=torch.float32, max_tokens=8)
+    try:
+        bits, xf = make_x(rng, 5, H)
+        y = m(bf16(bits))
+        logits = xf.astype(np.float64) @ ref["router"].astype(np.float64).T
+        ids, w, margin = moe_ref.route(logits, "softmax-topk", 2, rb)
+        b2r = T(b2).bfloat16().float().numpy()
+        want = moe_ref.moe(xf, ref["w13"], ref["w2"], ids, w, I, b13=b13, b2=b2r, limit=0.75)
+        assert margin > 1e-6 and torch.isfinite(y).all()
+        assert moe_ref.nmse(y.numpy(), want) <= 1e-9
+    finally:
+        m.close()
+    with pytest.raises(ValueError, match="cfg.activation: gpt-oss's experts are 'swiglu-gptoss'"):
+        MoE.from_gpt_oss(dataclasses.replace(cfg, activation="swiglu", swiglu_limit=0.0), T(W.router_w),
+                         T(gub.reshape(E, 2 * I, H // 32, 16)), T(gus), T(W.w2_data.reshape(E, H, I // 32, 16)),
+                         T(W.w2_scales), device="cpu")
+
+
 def test_run_args_packer_matches_the_struct():
     """The op writes fm_layer_run_args with one struct.pack_into (issue 18): each
     field lands where ctypes (checked against the library at import) reads it."""
