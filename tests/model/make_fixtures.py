@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Make the real-checkpoint fixtures of tests/model/: tiny random Qwen3-MoE and
 DeepSeek-V3 models quantized and exported by the real tools (NVIDIA ModelOpt NVFP4,
-llmcompressor / compressed-tensors NVFP4 and NVFP4A16), each with an input of one MoE
-layer and that layer's output computed by the model's own transformers code on the
-checkpoint's dequantized weights.
+llmcompressor / compressed-tensors NVFP4 and NVFP4A16), and a tiny gpt-oss in OpenAI's
+MXFP4 checkpoint layout, each with an input of one MoE layer and that layer's output
+computed by the model's own transformers code on the checkpoint's dequantized weights
+(gpt-oss: transformers reads the MXFP4 checkpoint itself, Mxfp4Config(dequantize=True)).
 
     python3 tests/model/make_fixtures.py [--out tests/model/fixtures] [--venv build/model-venv]
 
@@ -32,10 +33,15 @@ TOOLS = [("modelopt-nvfp4", "modelopt", "NVFP4_DEFAULT_CFG"),
          ("ct-nvfp4a16", "llmcompressor", "NVFP4A16")]
 
 
-def have_pins():
+# the gpt-oss fixture needs only these (no quantization tool: the checkpoint layout is OpenAI's)
+GPTOSS = "mxfp4-gptoss"
+GPTOSS_PINS = [p for p in PINS if p.split("==")[0] in ("torch", "transformers", "numpy", "safetensors")]
+
+
+def have_pins(pins=None):
     try:
         from importlib.metadata import version
-        return all(version(p.split("==")[0]) == p.split("==")[1] for p in PINS)
+        return all(version(p.split("==")[0]) == p.split("==")[1] for p in pins or PINS)
     except Exception:
         return False
 
@@ -261,6 +267,164 @@ def ct_crosscheck(ck, ckdir, layer):
     return worst
 
 
+# ---- gpt-oss: OpenAI's MXFP4 layout, read back by transformers itself -----------------------
+def gptoss_spec():
+    """Tiny gpt-oss: 2 layers (both MoE), 8 experts, top-2, hidden 64, expert dim 64 (MXFP4
+    needs multiples of 32). swiglu_limit 7.0, the released models' value, which transformers'
+    GptOssExperts hard-codes (it does not read config.swiglu_limit); the weights and biases
+    below are large enough that the clamps at 7 bite."""
+    from transformers import GptOssConfig
+    return GptOssConfig(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+                        num_experts_per_tok=2, swiglu_limit=7.0, max_position_embeddings=256,
+                        tie_word_embeddings=False, architectures=["GptOssForCausalLM"])
+
+
+def export_gptoss(cfg, seed, ckdir):
+    """A random BF16 gpt-oss saved by transformers, its experts then replaced by random MXFP4
+    tensors in the released checkpoints' layout: *_blocks U8 [E][N][K/32][16] (two E2M1 per
+    byte), *_scales U8 [E][N][K/32] (UE8M0 2^-3 or 2^-2: weights of std ~3/sqrt(K), so FC1
+    outputs of std ~3), gate_up rows interleaved (the model splits gate_up[..., ::2],
+    [..., 1::2]), BF16 biases of std 2 (FC1 outputs past the clamp at 7 in a few % of the
+    elements), router weight std 1/sqrt(H) and bias std 0.5; config.json gets
+    quantization_config {quant_method: mxfp4}."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    m.to(torch.bfloat16).save_pretrained(ckdir)
+    path = os.path.join(ckdir, "model.safetensors")
+    sd = load_file(path)
+    rng = np.random.default_rng(seed)
+    H, I, E = cfg.hidden_size, cfg.intermediate_size, cfg.num_local_experts
+    bf = lambda a: torch.from_numpy(np.asarray(a, np.float32)).bfloat16()  # noqa: E731
+    for L in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{L}.mlp."
+        for k in [k for k in sd if k.startswith(pre + "experts.") or k.startswith(pre + "router.")]:
+            del sd[k]
+        sd[pre + "router.weight"] = bf(rng.normal(0.0, H ** -0.5, (E, H)))
+        sd[pre + "router.bias"] = bf(rng.normal(0.0, 0.5, E))
+        for proj, N, K in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
+            sd[pre + f"experts.{proj}_blocks"] = torch.from_numpy(rng.integers(0, 256, (E, N, K // 32, 16),
+                                                                               dtype=np.uint8))
+            sd[pre + f"experts.{proj}_scales"] = torch.from_numpy(rng.integers(124, 126, (E, N, K // 32),
+                                                                               dtype=np.uint8))
+            sd[pre + f"experts.{proj}_bias"] = bf(rng.normal(0.0, 2.0, (E, N)))
+    save_file(sd, path, metadata={"format": "pt"})
+    c = json.load(open(os.path.join(ckdir, "config.json")))
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(ckdir, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    return {"recipe": "random E2M1 codes, UE8M0 scales 124-125, BF16 biases, in OpenAI's gpt-oss MXFP4 layout",
+            "export": "transformers save_pretrained (BF16), experts replaced (safetensors.torch.save_file)"}
+
+
+def mxfp4_np(ck, name, N, K):
+    """float64 [E][N][K] from *_blocks / *_scales as the layout defines them (low nibble first)."""
+    import numpy as np
+    from nvfp4_np import e2m1_unpack
+    dt, shp, raw = ck[name + "_blocks"]
+    E = shp[0]
+    vals = e2m1_unpack(raw, (E * N, K // 2)).reshape(E, N, K)
+    sc = np.frombuffer(ck[name + "_scales"][2], np.uint8).reshape(E, N, K // 32).astype(np.float64)
+    return vals * np.repeat(2.0 ** (sc - 127), 32, axis=2)
+
+
+def reference_gptoss(ckdir, ck, cfg, layer, x32):
+    """transformers' GptOssForCausalLM.from_pretrained(ckdir, Mxfp4Config(dequantize=True)), the
+    experts then cast to FP32 (exact): its own reading of the MXFP4 checkpoint and its MoE block (router with logit bias,
+    softmax over the top-k, experts with biases and the clamped SwiGLU) on x. Also checks
+    that its dequantized experts equal the layout's definition read here (mxfp4_np)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, Mxfp4Config
+    m = AutoModelForCausalLM.from_pretrained(ckdir, quantization_config=Mxfp4Config(dequantize=True),
+                                             dtype=torch.float32).eval()
+    blk = m.model.layers[layer].mlp
+    # Mxfp4Config(dequantize=True) leaves the experts in BF16 (exact: E2M1 x 2^k fits) and its
+    # grouped GEMM then casts the activations to BF16 too; in FP32, as the other fixtures'
+    # references run, the same code computes the layer without those roundings
+    blk.experts.float()
+    H, I = cfg.hidden_size, cfg.intermediate_size
+    pre = f"model.layers.{layer}.mlp.experts."
+    gu = mxfp4_np(ck, pre + "gate_up_proj", 2 * I, H)  # [E][2I (interleaved)][H]
+    dn = mxfp4_np(ck, pre + "down_proj", H, I)
+    theirs13 = blk.experts.gate_up_proj.detach().double().numpy()  # [E][H][2I]
+    theirs2 = blk.experts.down_proj.detach().double().numpy()       # [E][I][H]
+    wdiff = max(float(np.abs(theirs13 - gu.transpose(0, 2, 1)).max()), float(np.abs(theirs2 - dn.transpose(0, 2, 1)).max()))
+    assert wdiff == 0.0, f"transformers' dequantized experts differ from the MXFP4 definition by {wdiff}"
+    assert float(blk.experts.limit) == cfg.swiglu_limit
+    with torch.no_grad():
+        xt = torch.from_numpy(x32)[None]
+        logits, tw, ti = blk.router(xt.view(-1, H))
+        y = blk(xt)[0][0].float().numpy()
+        # the routed (token, expert) pairs' FC1 outputs: how many elements the clamps change
+        x64, w13, b13 = xt.view(-1, H).double(), blk.experts.gate_up_proj.double(), blk.experts.gate_up_proj_bias.double()
+        g = torch.stack([x64[t] @ w13[e] + b13[e] for t in range(x64.shape[0]) for e in ti[t].tolist()])
+        clamped = {"gate_above_limit": int((g[:, ::2] > cfg.swiglu_limit).sum()),
+                   "up_outside_limit": int((g[:, 1::2].abs() > cfg.swiglu_limit).sum()),
+                   "elements": int(g[:, ::2].numel())}
+    return y, ti.numpy().astype(np.int32), tw.float().numpy(), clamped
+
+
+def make_gptoss_fixture(out_root, seed, versions, cmdline):
+    import numpy as np
+    cfg = gptoss_spec()
+    name = GPTOSS
+    fx = os.path.join(out_root, name)
+    ckdir = os.path.join(fx, "checkpoint")
+    shutil.rmtree(fx, ignore_errors=True)
+    os.makedirs(fx)
+    how = export_gptoss(cfg, seed, ckdir)
+    ck = read_checkpoint(ckdir)
+    rng = np.random.default_rng(seed + 7)
+    layers = []
+    for L in range(cfg.num_hidden_layers):
+        T = int(rng.integers(5, 17))
+        xb = bf16_bits(rng.standard_normal((T, cfg.hidden_size)).astype(np.float32))
+        x32 = bf16_value(xb)
+        y, ti, tw, clamped = reference_gptoss(ckdir, ck, cfg, L, x32)
+        assert np.all(np.isfinite(y)), (name, L)
+        assert clamped["gate_above_limit"] > 0 and clamped["up_outside_limit"] > 0, clamped
+        d = os.path.join(fx, f"layer{L}")
+        os.makedirs(d)
+        np.save(os.path.join(d, "x_bf16.npy"), xb.astype("<u2"))
+        np.save(os.path.join(d, "x_f32.npy"), x32.astype("<f4"))
+        np.save(os.path.join(d, "y_ref.npy"), y.astype("<f4"))
+        np.save(os.path.join(d, "topk_ids.npy"), ti.astype("<i4"))
+        np.save(os.path.join(d, "topk_weights.npy"), tw.astype("<f4"))
+        layers.append({"layer": L, "tokens": T, "exercised": {"swiglu_clamps": clamped}})
+    meta = {"name": name, "model": "gptoss", "model_type": cfg.model_type, "tool": "none (OpenAI's layout)",
+            "scheme": "mxfp4", "layout": "gpt-oss", "quantization_config_format": None, "input_scales": False,
+            "hidden": cfg.hidden_size, "moe_intermediate": cfg.intermediate_size,
+            "routing": {"family": "gpt_oss", "score": "softmax-topk (softmax over the top-k logits)",
+                        "top_k": cfg.num_experts_per_tok, "n_experts": cfg.num_local_experts, "n_group": 1,
+                        "topk_group": 1, "correction_bias": True, "renormalize": False,
+                        "routed_scaling_factor": 1.0, "shared_experts": 0,
+                        "router_logit_bias": True, "expert_biases": True, "swiglu_limit": cfg.swiglu_limit,
+                        "swiglu_alpha": 1.702},
+            "layers": layers, "seed": seed, "versions": versions, "how": how,
+            "reference": "transformers' GptOssForCausalLM loaded from the checkpoint with "
+                         "Mxfp4Config(dequantize=True) (its own MXFP4 reading, checked equal to the "
+                         "layout's definition), FP32, layer L's GptOssMLP on x; input x = the BF16 "
+                         "values of x_bf16.npy"}
+    with open(os.path.join(fx, "fixture.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    files = sorted(os.path.relpath(os.path.join(dp, fn), fx) for dp, _, fns in os.walk(fx) for fn in fns)
+    with open(os.path.join(fx, "MANIFEST"), "w") as f:
+        f.write(f"# {name}: written by tests/model/make_fixtures.py; checkpoint/ as made by export_gptoss\n")
+        f.write(f"command {cmdline}\nseed {seed}\n")
+        for k, v in versions.items():
+            f.write(f"version {k} {v}\n")
+        for fn in files:
+            f.write(f"sha256 {sha256(os.path.join(fx, fn))} {fn}\n")
+    print(f"make_fixtures: {name}: {len(files)} files, layers {[l['layer'] for l in layers]}", flush=True)
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -339,16 +503,17 @@ def main():
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--only", nargs="*", default=None, help="fixture names to (re)make")
     a = ap.parse_args()
-    names = [f"{pfx}-{m}" for m in ("qwen3moe", "dsv3") for pfx, _, _ in TOOLS]
+    names = [f"{pfx}-{m}" for m in ("qwen3moe", "dsv3") for pfx, _, _ in TOOLS] + [GPTOSS]
     unknown = sorted(set(a.only or []) - set(names))
     if unknown:
         ap.error(f"--only: unknown fixture(s) {unknown}; known: {names}")
-    if not have_pins():
+    pins = GPTOSS_PINS if a.only == [GPTOSS] else PINS  # gpt-oss alone needs no quantization tool
+    if not have_pins(pins):
         bootstrap(a.venv)
     import tempfile
     from importlib.metadata import version
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    versions = {p.split("==")[0]: version(p.split("==")[0]) for p in PINS}
+    versions = {p.split("==")[0]: version(p.split("==")[0]) for p in pins}
     versions["python"] = sys.version.split()[0]
     cmdline = "python3 tests/model/make_fixtures.py " + " ".join(sys.argv[1:])
     work = a.work or tempfile.mkdtemp(prefix="fp4moe-model-")
@@ -362,6 +527,8 @@ def main():
         build_base(mname, cfg, seed, base)
         for name, tool, scheme in todo:
             make_fixture(name, tool, scheme, mname, cfg, base, a.out, seed, versions, cmdline)
+    if a.only is None or GPTOSS in a.only:
+        make_gptoss_fixture(a.out, a.seed * 100 + 2, versions, cmdline)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 
 For every fixture of tests/model/fixtures/ (made by make_fixtures.py: ModelOpt NVFP4 and
 llmcompressor / compressed-tensors NVFP4 and NVFP4A16 exports of tiny random Qwen3-MoE and
-DeepSeek-V3 models) and every MoE layer it holds, runs
+DeepSeek-V3 models, and a tiny gpt-oss in OpenAI's MXFP4 layout read back by transformers)
+and every MoE layer it holds, runs
 
     fp4moe run --weights <fixture>/checkpoint --layer L --input x.npy --output y.npy --backend B
 
