@@ -29,7 +29,9 @@ extern "C" {
     X(ERR_OUT_OF_RANGE,   13, "index out of range")                                         \
     X(ERR_NOT_FOUND,      14, "not found")                                                  \
     X(ERR_NO_BACKEND,     15, "backend not compiled into this build")                       \
-    X(ERR_MISMATCH,       16, "result does not match the reference within its bound")
+    X(ERR_MISMATCH,       16, "result does not match the reference within its bound")     \
+    X(ERR_BUSY,           17, "object in use by another call")                              \
+    X(ERR_NO_KERNEL,      18, "this build carries no kernel code for the device")
 
 typedef enum {
 #define FM_STATUS_ENUM_(name, value, msg) FM_##name = value,
