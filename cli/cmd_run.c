@@ -447,14 +447,23 @@ int fm_cmd_run(int argc, char **argv)
         run.topk_ids = ids, run.topk_weights = wts;
     }
     fm_cli_progress("fp4moe run: preparing backend...\n");
+    /* cold start, apart from making the random weights: opening the device (which learns the
+     * kernels it has code for; a PTX build JIT-compiles here) and creating the layer */
+    double            open_ms = 0, create_ms = 0, t_start = fm_cli_now_ms();
+    fm_cuda_code_info code;
+    memset(&code, 0, sizeof code);
     if (use_cuda) {
         if ((s = fm_cuda_device_open(0, &dev)) != FM_OK) {
             rc = fm_cli_fail("run", s);
             goto done;
         }
+        (void)fm_cuda_device_code(dev, &code);
+        open_ms = fm_cli_now_ms() - t_start;
         desc.backend = FM_BACKEND_CUDA, desc.device = dev;
     }
+    t_start = fm_cli_now_ms();
     s = fm_layer_create_desc(&desc, cfg, &sw, &layer);
+    create_ms = fm_cli_now_ms() - t_start;
     if (s != FM_OK) {
         rc = fm_cli_fail("run", s);
         goto done;
@@ -559,6 +568,12 @@ int fm_cmd_run(int argc, char **argv)
     if (o.json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "backend", fm_backend_name(bk));
+        cJSON_AddNumberToObject(j, "device_open_ms", open_ms);
+        cJSON_AddNumberToObject(j, "layer_create_ms", create_ms);
+        if (dev) {
+            cJSON_AddStringToObject(j, "code_target", code.running);
+            cJSON_AddBoolToObject(j, "jit", code.jit);
+        }
         cJSON_AddStringToObject(j, "format", fm_format_traits_get(cfg->wfmt)->name);
         cJSON_AddNumberToObject(j, "experts", cfg->n_experts);
         cJSON_AddNumberToObject(j, "top_k", cfg->top_k);
@@ -623,6 +638,8 @@ int fm_cmd_run(int argc, char **argv)
             printf("  shard / routing  experts [%d, %d) held, %s routing\n", shard_first,
                    shard_count ? shard_first + shard_count : cfg->n_experts, external ? "external" : "internal");
         if (bk == FM_BACKEND_CUDA) {
+            printf("  startup          device open %.1f ms (code %s%s), layer create %.1f ms\n", open_ms,
+                   code.running, code.jit ? ", PTX JIT-compiled at open" : ", SASS", create_ms);
             printf("  path             device: fm_layer_run on device x%s, a stream of its own\n",
                    external ? ", ids and weights" : "");
             printf("  time (median)    %.3f ms eager, %.3f ms CUDA graph replay, over %d iterations each\n", med,

@@ -7,6 +7,9 @@
 #   fp4moe_pdl_nowait / test_cuda_pdl_nowait: the kernels without the grid-dependency wait
 #   (FM_TEST_PDL_NO_WAIT, src/cuda/kernel_common.cuh pdl_wait): test_cuda_pdl must fail.
 if(FM_HAVE_CUDA AND FM_TEST_MUTANTS)
+  # source properties are per directory: the units' and the .cu files' -gencode flags again
+  include(${FM_GEN_DIR}/units.cmake)
+  set_source_files_properties(${FM_CUDA_CU} PROPERTIES COMPILE_OPTIONS "${FM_GENCODE_ALL}")
   add_library(fp4moe_pdl_nowait STATIC ${FM_SRC})
   foreach(p INCLUDE_DIRECTORIES COMPILE_OPTIONS COMPILE_DEFINITIONS LINK_LIBRARIES POSITION_INDEPENDENT_CODE
             CUDA_SEPARABLE_COMPILATION INTERFACE_INCLUDE_DIRECTORIES INTERFACE_COMPILE_DEFINITIONS

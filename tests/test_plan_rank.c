@@ -177,7 +177,7 @@ static void test_pick_vs_h200_measurements(void **state)
                     g_rows[j].us < best)
                     best = g_rows[j].us;
             if (best >= 1e30) continue;
-            fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4, .x_packed = packed};
+            fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4, .x_packed = packed, .mma_rows = ~0ull, .wgmma_rows = ~0ull};
             fm_fp4moe_choice c[8];
             size_t           cnt = 0;
             assert_int_equal(fm_plan_fp4moe(h200, &q, r->m, r->n, r->k, r->e, c, 8, &cnt, NULL), FM_OK);
@@ -230,7 +230,8 @@ static void test_invariants(void **state)
         fm_fp4moe_query q = {.weights = (it / 2) % 2 ? FM_ELEM_MXFP4 : FM_ELEM_NVFP4,
                              .x_packed = wg && (it / 4) % 2,
                              .swiglu = (it / 8) % 2,
-                             .smem_limit = (it / 16) % 3 == 0 ? 101376 : 0};
+                             .smem_limit = (it / 16) % 3 == 0 ? 101376 : 0,
+                             .mma_rows = ~0ull, .wgmma_rows = ~0ull}; /* the catalogue, whatever this build carries */
         int64_t m = 1 + (int64_t)(fm_rng_uniform(&rng) * 1024);
         int64_t n = 32 * (1 + (int64_t)(fm_rng_uniform(&rng) * 256));
         int64_t k = 64 * (1 + (int64_t)(fm_rng_uniform(&rng) * 128));
@@ -270,7 +271,7 @@ static void test_invariants(void **state)
     /* more rows never make the first pick's estimate smaller (same shape) */
     const fm_gpu_info *h = NULL;
     assert_int_equal(fm_gpu_find("h200", &h), FM_OK);
-    fm_fp4moe_query q = {.weights = FM_ELEM_NVFP4};
+    fm_fp4moe_query q = {.weights = FM_ELEM_NVFP4, .mma_rows = ~0ull, .wgmma_rows = ~0ull};
     double prev = 0;
     for (int m = 1; m <= 1024; m *= 2) {
         fm_fp4moe_choice c;
@@ -287,7 +288,7 @@ static void test_errors(void **state)
     const fm_gpu_info *h = NULL, *rtx = NULL;
     assert_int_equal(fm_gpu_find("h200", &h), FM_OK);
     assert_int_equal(fm_gpu_find("rtx-pro-6000", &rtx), FM_OK);
-    fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4};
+    fm_fp4moe_query  q = {.weights = FM_ELEM_NVFP4, .mma_rows = ~0ull, .wgmma_rows = ~0ull};
     fm_fp4moe_choice c[2], poison;
     memset(&poison, 0xA5, sizeof poison);
     c[0] = c[1] = poison;

@@ -165,6 +165,10 @@ typedef struct {
      * (compute capability 9.0+, with pdl): it starts as this GEMM drains instead of after.
      * 0 = a plain launch. fm_layer sets it on sm_90 (FM_CUDA_PDL_CHAIN=0: not). */
     int             pdl_reduce;
+    /* The device (fm_cuda_device_open; it must be current): its limits and the kernels
+     * it has code for decide the tile. NULL: the current device, opened once by the
+     * library and kept. */
+    const struct fm_cuda_device *device;
 } fm_cuda_gemm_args;
 
 #define FM_CUDA_MAX_K_SPLITS 32

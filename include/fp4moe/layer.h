@@ -88,9 +88,13 @@ void fm_layer_destroy(fm_layer *layer);
 typedef struct fm_cuda_device fm_cuda_device;
 
 /* Open CUDA device `ordinal` (0-based; the caller's current device is neither
- * read nor changed). Returns FM_OK, FM_ERR_INVALID_ARG (NULL out),
+ * read nor changed). It learns here which of the build's kernels have code for the
+ * device (fm_cuda_device_code); the planner, fm_layer_set_plan, fm_layer_tune and the
+ * GEMMs choose only among those. Returns FM_OK, FM_ERR_INVALID_ARG (NULL out),
  * FM_ERR_OUT_OF_RANGE (no such device), FM_ERR_NO_DEVICE, FM_ERR_CUDA,
- * FM_ERR_NO_BACKEND (built without CUDA), FM_ERR_OOM. *out is NULL on failure. */
+ * FM_ERR_NO_KERNEL (the build carries no code this device runs: the message names
+ * the device and the build's targets), FM_ERR_NO_BACKEND (built without CUDA),
+ * FM_ERR_OOM. *out is NULL on failure. */
 fm_status fm_cuda_device_open(int ordinal, fm_cuda_device **out);
 void      fm_cuda_device_close(fm_cuda_device *dev); /* after every layer on it is destroyed */
 /* Limits read off the device (fp4moe/arch.h fm_device_info); NULL for NULL. */
@@ -98,6 +102,20 @@ const fm_device_info *fm_cuda_device_limits(const fm_cuda_device *dev);
 /* Its row of the planner's GPU table (matched by compute capability, SMs and
  * memory), or NULL when no row matches (the planner then uses the limits only). */
 const fm_gpu_info *fm_cuda_device_gpu(const fm_cuda_device *dev);
+
+/* What this build carries for the device. */
+typedef struct {
+    char targets[160]; /* every GPU target of the build: "sm_80 sm_90a sm_100f sm_120f" */
+    char running[32];  /* the one whose code this device runs: "sm_90a"; a compute_NN target
+                          when the driver JIT-compiled PTX (jit = 1) */
+    int  jit;
+    int  mma_tiles, wgmma_tiles; /* catalogue rows with code here, per kernel family */
+} fm_cuda_code_info;
+/* Returns FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_NO_BACKEND (built without CUDA). */
+fm_status fm_cuda_device_code(const fm_cuda_device *dev, fm_cuda_code_info *out);
+/* The build's GPU targets ("sm_80 sm_90a sm_100f sm_120f"; without CUDA, those an equal
+ * CUDA build would carry), without a device. Never NULL. */
+const char *fm_cuda_build_targets(void);
 
 enum { FM_WORK_LIST_OFF = -1, FM_WORK_LIST_AUTO = 0, FM_WORK_LIST_ON = 1, FM_WORK_LIST_MIN_SPLITS = 4 };
 /* fm_layer_desc.row_quantile's special values and its AUTO rule */

@@ -267,6 +267,10 @@ typedef struct {
     int     max_k_splits;   /* > 1: also rank the plain mma kernel with K split over 2, 4, ... up to this
                                many CTAs per (expert, feature block), where the unsplit grid leaves SMs
                                idle (few experts with rows: decode on an expert shard); 0/1 = no split */
+    /* The catalogue rows that may be chosen (bit r = row r of fm_swapab_tiles / fm_wgmma_tiles):
+     * an opened device's (fm_cuda_device_code), or both 0 = the rows this build carries for
+     * gpu's compute capability (without CUDA: those an equal CUDA build would carry). */
+    unsigned long long mma_rows, wgmma_rows;
 } fm_fp4moe_query;
 
 typedef struct {

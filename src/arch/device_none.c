@@ -38,6 +38,13 @@ const fm_gpu_info *fm_cuda_device_gpu(const fm_cuda_device *dev)
     (void)dev;
     return NULL;
 }
+
+fm_status fm_cuda_device_code(const fm_cuda_device *dev, fm_cuda_code_info *out)
+{
+    (void)dev;
+    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_device_code: out is NULL");
+    return fm_fail(FM_ERR_NO_BACKEND, "this fp4moe was built without CUDA (configure with nvcc present)");
+}
 #else
 typedef int fm_device_none_unused; /* ISO C forbids an empty translation unit */
 #endif

@@ -87,13 +87,17 @@ static fm_status cu_err(cudaError_t e, const char *what)
 static fm_status cuda_available(void)
 {
     int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n < 1) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "cuda backend: no usable CUDA device (%s)",
-                       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
+    if (fm_device_count(&n) != FM_OK)
+        return fm_fail(FM_ERR_NO_DEVICE, "cuda backend: no usable CUDA device (%s)", fm_last_error());
     return FM_OK;
+}
+
+/* Whether the device has code for any wgmma tile (sm_90a in the build, a 9.0 device). */
+static int has_wgmma(const fm_cuda_device *d)
+{
+    unsigned long long m, w;
+    fm_cuda_device_rows(d, &m, &w);
+    return w != 0;
 }
 
 static size_t take(size_t *at, size_t bytes)
@@ -225,7 +229,7 @@ static size_t split_need(const cuda_state *s, const bucket_plan *plans)
 static fm_status plan_buckets(cuda_state *s)
 {
     const fm_moe_config *c = &s->p.cfg;
-    const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
+    const int            sm90 = has_wgmma(s->dev); /* packed X is read by the wgmma kernels */
     s->n_buckets = 0;
     for (int b = 0; b < FM_BUCKETS; b++) {
         const int T = bucket_tokens(s, b);
@@ -237,9 +241,9 @@ static fm_status plan_buckets(cuda_state *s)
          * or none it lost (T = 8: +7 %, all-local T = 1: +16 %; bench/RESULTS.md 2026-12-03) */
         const int         mode = s->p.decode_work_list;
         int               wl = mode != FM_WORK_LIST_OFF;
-        fm_cuda_gemm_args a1 = {.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
+        fm_cuda_gemm_args a1 = {.device = s->dev, .w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
                                 .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
-        fm_cuda_gemm_args a2 = {.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
+        fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
                                 .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         bucket_plan *pl = &s->plan[b];
         pl->rows = avg, pl->act = act;
@@ -415,7 +419,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
                                    s->pdl_chain, stream)) != 0)
         return cu_err((cudaError_t)le, "gather");
     /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
-    fm_cuda_gemm_args a1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
+    fm_cuda_gemm_args a1 = {.device = s->dev, .w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
                             .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
                             .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
                             .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
@@ -429,7 +433,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
         if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
             return cu_err((cudaError_t)le, "shared expert");
     }
-    fm_cuda_gemm_args a2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_FINALIZE_DET,
+    fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .x = h, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_FINALIZE_DET,
                             .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
                             .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
                             .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
@@ -556,7 +560,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
     cuda_state          *s = state;
     const fm_moe_config *c = &s->p.cfg;
     const int            b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
-    const int            sm90 = fm_cuda_device_limits(s->dev)->cc == 90;
+    const int            sm90 = has_wgmma(s->dev); /* packed X is read by the wgmma kernels */
     const char *const    gemm[2] = {"FC1", "FC2"};
     for (int g = 0; g < 2; g++)
         if (info->k_splits[g] < 1 || info->k_splits[g] > FM_CUDA_MAX_K_SPLITS || info->feature_blocks[g] < 1)
@@ -582,7 +586,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
                            "fm_layer_set_plan: the work list runs mma tiles with one feature block per CTA; %s has a "
                            "%s tile with %d",
                            gemm[g], wg ? "wgmma" : "mma", info->feature_blocks[g]);
-        fm_cuda_gemm_args a = {.w = g ? s->w2 : s->w13, .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
+        fm_cuda_gemm_args a = {.device = s->dev, .w = g ? s->w2 : s->w13, .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
                                .x_packed = info->x_packed[g], .y_packed = g ? 0 : info->x_packed[1],
                                .feature_blocks = info->feature_blocks[g]};
         fm_status st = fm_cuda_gemm_check_tile(&a, &info->tile[g], info->k_splits[g]);

@@ -62,6 +62,19 @@ int fm_cuda_device_ordinal(const fm_cuda_device *d);
  * fm_cuda_device_leave (nothing is switched when it already is d). */
 fm_status fm_cuda_device_enter(const fm_cuda_device *d, int *prev);
 void      fm_cuda_device_leave(const fm_cuda_device *d, int prev);
+/* The device current on the calling thread, opened once per ordinal and kept (the GEMM
+ * API runs on the current device): the only place the library asks which one it is. */
+fm_status fm_cuda_device_current(const fm_cuda_device **out);
+/* The GPU row the planner ranks tiles for (the table's, else the device's figures). */
+const fm_gpu_info *fm_cuda_device_plan_gpu(const fm_cuda_device *d);
+/* Whether catalogue row idx of a family (wgmma 0/1) has code on d. */
+int  fm_cuda_device_has_tile(const fm_cuda_device *d, int wgmma, int idx);
+void fm_cuda_device_rows(const fm_cuda_device *d, unsigned long long *mma_rows, unsigned long long *wgmma_rows);
+/* One kernel of each hand-written unit, for the device's code probe. */
+const void *fm_mma_generic_kernel(void);
+const void *fm_wgmma_generic_kernel(void);
+const void *fm_route_generic_kernel(void);
+const void *fm_moe_generic_kernel(void);
 
 /* ---- the kernels' parameters: what both families (gemm_swapab.cu's mma.sync kernel
  * and gemm_wgmma.cu's wgmma kernels) take, filled by fm_cuda_gemm (gemm_launch.c) ---- */
@@ -109,14 +122,15 @@ typedef struct {
  * checks without a launch (fm_layer_set_plan validates a plan with it). */
 fm_status fm_cuda_gemm_check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int k_splits);
 
-/* ---- launchers (gemm_swapab.cu) ---- */
+/* ---- launchers (gemm_mma.cu) ---- */
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
 /* Launch compiled tile `idx` (its index in fm_swapab_tiles(): fm_swapab_tile_index)
- * with `smem` dynamic bytes; work (or NULL): the work-list kernel with its split K /
- * expert list (one feature block per CTA: p->nb <= 1). Returns a cudaError_t as int. */
-int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream);
+ * with `smem` dynamic bytes on device ordinal dev (current); work (or NULL): the
+ * work-list kernel with its split K / expert list (one feature block per CTA:
+ * p->nb <= 1). Returns a cudaError_t as int. */
+int fm_swapab_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_swapab_has_mb(int idx);
 /* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,
@@ -130,11 +144,12 @@ int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
  * occupancy conformance test. */
 int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
 int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
-/* ---- launchers (gemm_wgmma.cu, sm_90a): same parameters, idx in fm_wgmma_tiles()
+/* ---- launchers (gemm_wgmma.cu, sm_90a units): same parameters, idx in fm_wgmma_tiles()
  * (fm_wgmma_tile_index) ---- */
-long long fm_wgmma_grid(int idx, const fm_gemm_params *p); /* CTAs the launch needs (upper bound), -1: no device */
+/* CTAs the launch needs (upper bound; the persistent kernel: at most sms), -1: not in the build */
+long long fm_wgmma_grid(int idx, const fm_gemm_params *p, int sms);
 int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
-int       fm_wgmma_launch(int idx, const fm_gemm_params *p, size_t smem, void *stream);
+int       fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *p, size_t smem, void *stream);
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* v = init[t][n] (init NULL: 0) + sum_j scratch[token_slots[t*top_k+j]][n] in j
  * order, into out[t][n] FP32 or, when out_bf16 is not NULL, out_bf16[t][n] BF16 (RNE). */

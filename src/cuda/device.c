@@ -2,6 +2,7 @@
  * FM_HAVE_CUDA).  No driver or no device is a normal answer (FM_ERR_NO_DEVICE with
  * the runtime's reason), never a crash: `fp4moe devices` prints it in one line. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,9 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_internal.h"
+#include "cuda/units.h"
 #include "fm_internal.h"
+#include "kernels/fm_build.h"
 
 fm_status fm_device_count(int *n)
 {
@@ -89,6 +92,11 @@ struct fm_cuda_device {
     fm_device_info info;
     fm_gpu_info    gpu;   /* the matched row of the GPU table (valid when has_gpu) */
     int            has_gpu;
+    fm_gpu_info    plan_gpu; /* what the planner ranks for: gpu, or the device's own figures */
+    /* the catalogue rows this device has code for (bit r = row r), asked once at open */
+    unsigned long long mma_rows, wgmma_rows;
+    int                jit;         /* the code is PTX the driver compiled at open */
+    char               running[32]; /* the build's target that runs here ("sm_90a") */
 };
 
 /* The GPU table's row of the same compute capability and SM count, the memory
@@ -105,6 +113,55 @@ static int match_gpu(const fm_device_info *d, fm_gpu_info *out)
     return best != NULL;
 }
 
+/* Whether the device has code for kernel fn (SASS of a target that runs here, or PTX
+ * the driver compiles now). A kernel without an image is an answer, not an error. */
+static int has_code(const void *fn)
+{
+    if (!fn) return 0;
+    struct cudaFuncAttributes a;
+    cudaError_t               e = cudaFuncGetAttributes(&a, fn);
+    (void)cudaGetLastError();
+    return e == cudaSuccess;
+}
+
+/* Which kernels carry code for this device, asked of the runtime once: the planner,
+ * fm_layer_set_plan, fm_layer_tune and fm_cuda_gemm then choose only among them.
+ * Fails with FM_ERR_NO_KERNEL when the build has nothing this device can run. */
+static fm_status probe_kernels(fm_cuda_device *d)
+{
+    int prev;
+    FM_CHECK(fm_cuda_device_enter(d, &prev));
+    for (int r = 0; r < fm_build_n_mma && r < 64; r++) {
+        const fm_mma_unit *u = fm_mma_units[r];
+        if (u && has_code(u->plain) && has_code(u->list) && (!u->mb || has_code(u->mb))) d->mma_rows |= 1ull << r;
+    }
+    for (int r = 0; r < fm_build_n_wgmma && r < 64; r++) {
+        const fm_wgmma_unit *u = fm_wgmma_units[r];
+        if (u && has_code(u->packed) && (!u->natural || has_code(u->natural))) d->wgmma_rows |= 1ull << r;
+    }
+    /* the hand-written units (routing, permutation, reduce, X packing): one kernel each */
+    int generic = has_code(fm_mma_generic_kernel()) && has_code(fm_route_generic_kernel()) &&
+                  has_code(fm_moe_generic_kernel()) && has_code(fm_wgmma_generic_kernel());
+    fm_cuda_device_leave(d, prev);
+    unsigned sass, ptx;
+    fm_build_targets_for(d->info.cc, &sass, &ptx);
+    char built[160];
+    fm_build_targets_str(built, sizeof built);
+    if (!generic || !d->mma_rows)
+        return fm_fail(FM_ERR_NO_KERNEL,
+                       "device %d (%s, compute capability %d.%d) has no fp4moe kernel code in this build, which "
+                       "carries %s; rebuild with -DFM_CUDA_ARCHS=native (this GPU) or all",
+                       d->ordinal, d->info.name, d->info.cc / 10, d->info.cc % 10, built);
+    unsigned use = sass ? sass : ptx;
+    for (int i = 0; i < fm_build_n_targets; i++)
+        if (use & (1u << i)) {
+            snprintf(d->running, sizeof d->running, "%s", fm_build_target_names[i]);
+            break;
+        }
+    d->jit = !sass;
+    return FM_OK;
+}
+
 fm_status fm_cuda_device_open(int ordinal, fm_cuda_device **out)
 {
     fm_clear_error();
@@ -117,7 +174,69 @@ fm_status fm_cuda_device_open(int ordinal, fm_cuda_device **out)
     d->ordinal = ordinal;
     d->info = info;
     d->has_gpu = match_gpu(&info, &d->gpu);
+    if (d->has_gpu) d->plan_gpu = d->gpu;
+    else /* no row of the table: the device's own figures (the cost model's rates are the H200's) */
+        d->plan_gpu = (fm_gpu_info){.name = "cuda-device", .full_name = "CUDA device", .cc = info.cc,
+                                    .sms = info.sms, .mem_gbs = info.mem_gbs};
+    fm_status st = probe_kernels(d);
+    if (st != FM_OK) {
+        free(d);
+        return st;
+    }
     *out = d;
+    return FM_OK;
+}
+
+/* The device current on the calling thread, opened once per ordinal and kept for the
+ * process (the GEMM API takes no device object: it runs on the current device). */
+#define FM_CURRENT_MAX 64
+static _Atomic(fm_cuda_device *) k_current[FM_CURRENT_MAX];
+
+fm_status fm_cuda_device_current(const fm_cuda_device **out)
+{
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fm_fail(FM_ERR_NO_DEVICE, "no usable CUDA device");
+    }
+    if (dev < 0 || dev >= FM_CURRENT_MAX)
+        return fm_fail(FM_ERR_UNSUPPORTED, "CUDA device %d: at most %d devices per process", dev, FM_CURRENT_MAX);
+    fm_cuda_device *d = atomic_load(&k_current[dev]);
+    if (!d) {
+        fm_cuda_device *mine = NULL;
+        FM_CHECK(fm_cuda_device_open(dev, &mine));
+        if (atomic_compare_exchange_strong(&k_current[dev], &d, mine)) d = mine;
+        else fm_cuda_device_close(mine); /* another thread opened it first */
+    }
+    *out = d;
+    return FM_OK;
+}
+
+const fm_gpu_info *fm_cuda_device_plan_gpu(const fm_cuda_device *d) { return &d->plan_gpu; }
+
+int fm_cuda_device_has_tile(const fm_cuda_device *d, int wgmma, int idx)
+{
+    return idx >= 0 && idx < 64 && (((wgmma ? d->wgmma_rows : d->mma_rows) >> idx) & 1);
+}
+
+void fm_cuda_device_rows(const fm_cuda_device *d, unsigned long long *mma_rows, unsigned long long *wgmma_rows)
+{
+    *mma_rows = d->mma_rows;
+    *wgmma_rows = d->wgmma_rows;
+}
+
+fm_status fm_cuda_device_code(const fm_cuda_device *d, fm_cuda_code_info *out)
+{
+    fm_clear_error();
+    if (!d || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_device_code: NULL argument");
+    memset(out, 0, sizeof *out);
+    fm_build_targets_str(out->targets, sizeof out->targets);
+    snprintf(out->running, sizeof out->running, "%s", d->running);
+    out->jit = d->jit;
+    for (int r = 0; r < 64; r++) {
+        out->mma_tiles += (int)((d->mma_rows >> r) & 1);
+        out->wgmma_tiles += (int)((d->wgmma_rows >> r) & 1);
+    }
     return FM_OK;
 }
 

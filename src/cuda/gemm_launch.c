@@ -61,10 +61,8 @@ fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_wei
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_weights_create: [%lld x %lld] too large", (long long)w[0].rows,
                        (long long)w[0].cols);
     int dev_count = 0;
-    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count < 1) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_weights_create: no CUDA device");
-    }
+    if (fm_device_count(&dev_count) != FM_OK)
+        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_weights_create: %s", fm_last_error());
     size_t db, sb;
     fm_cuda_prepack_sizes(w[0].rows, w[0].cols, &db, &sb);
     uint8_t *hd = malloc(db), *hs = malloc(sb);
@@ -145,80 +143,14 @@ fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void
     return FM_OK;
 }
 
-/* Compute capability of the current device x 10 (90 = sm_90), 0 if none. */
-static int device_cc(void)
+/* The call's device: the one it names, else the current one (device.c). */
+static fm_status gemm_device(const fm_cuda_gemm_args *a, const fm_cuda_device **d)
 {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return major * 10 + minor;
-}
-
-static size_t device_smem_limit(int *dev_out)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-    if (dev_out) *dev_out = dev;
-    return (size_t)v;
-}
-
-/* The planner's view of the current device: the GPU table's row of the same
- * compute capability and SM count nearest in memory bandwidth (the cost model's
- * parameters are scaled by its bandwidth and BF16 rate), else the device's own
- * figures with an unknown BF16 rate (the H200's rates are used). */
-#define FM_GPU_CACHE 64 /* devices whose row is kept (the memory-clock query costs milliseconds) */
-static fm_gpu_info k_gpu_cache[FM_GPU_CACHE];
-static int         k_gpu_cached[FM_GPU_CACHE];
-
-static fm_status device_gpu_query(fm_gpu_info *g);
-
-static fm_status device_gpu(fm_gpu_info *g)
-{
-    int dev = -1;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
-    }
-    if (dev >= 0 && dev < FM_GPU_CACHE && k_gpu_cached[dev]) { /* a race only repeats the same query */
-        *g = k_gpu_cache[dev];
+    if (a->device) {
+        *d = a->device;
         return FM_OK;
     }
-    FM_CHECK(device_gpu_query(g));
-    if (dev >= 0 && dev < FM_GPU_CACHE) {
-        k_gpu_cache[dev] = *g;
-        k_gpu_cached[dev] = 1;
-    }
-    return FM_OK;
-}
-
-static fm_status device_gpu_query(fm_gpu_info *g)
-{
-    int dev = 0, sms = 0, clk = 0, bus = 0, cc = device_cc();
-    if (!cc || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
-    }
-    if (cudaDeviceGetAttribute(&clk, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
-        cudaGetLastError();
-        clk = bus = 0;
-    }
-    double gbs = 2.0 * clk * 1e3 * bus / 8 / 1e9;
-    const fm_gpu_info *best = NULL;
-    for (size_t i = 0; i < fm_gpu_count(); i++) {
-        const fm_gpu_info *r = fm_gpu_at(i);
-        if (r->cc != cc || r->sms != sms) continue;
-        if (!best || fabs(r->mem_gbs - gbs) < fabs(best->mem_gbs - gbs)) best = r;
-    }
-    if (best) *g = *best;
-    else *g = (fm_gpu_info){.name = "cuda-device", .full_name = "CUDA device", .cc = cc, .sms = sms, .mem_gbs = gbs};
-    return FM_OK;
+    return fm_cuda_device_current(d);
 }
 
 size_t fm_cuda_split_counter_bytes(const fm_cuda_weights *w, int max_rows)
@@ -241,9 +173,10 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *fe
     if (!a || !a->w || !tile) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_choose: NULL args, w or tile");
     if (a->feature_blocks < 0)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm_choose: feature_blocks=%d < 0", a->feature_blocks);
-    fm_gpu_info g;
-    FM_CHECK(device_gpu(&g));
-    size_t limit = device_smem_limit(NULL);
+    const fm_cuda_device *dev;
+    FM_CHECK(gemm_device(a, &dev));
+    const fm_gpu_info *g = fm_cuda_device_plan_gpu(dev);
+    size_t             limit = fm_cuda_device_limits(dev)->smem_block_optin;
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
     const fm_cuda_weights *w = a->w;
     const fm_pack_format *pf = fm_pack_format_get(w->fmt);
@@ -255,11 +188,12 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *fe
                          .feature_blocks = a->feature_blocks,
                          .smem_limit = limit,
                          .max_k_splits = a->k_splits == FM_CUDA_K_SPLITS_AUTO ? FM_CUDA_MAX_K_SPLITS : 0};
+    fm_cuda_device_rows(dev, &q.mma_rows, &q.wgmma_rows);
     fm_fp4moe_choice c;
     size_t           n = 0;
     int              rows = a->expected_rows > 0 ? a->expected_rows : 1;
     int              ex = a->active_experts > 0 && a->active_experts < w->n_experts ? a->active_experts : w->n_experts;
-    fm_status        st = fm_plan_fp4moe(&g, &q, rows, w->n, w->k, ex, &c, 1, &n, NULL);
+    fm_status        st = fm_plan_fp4moe(g, &q, rows, w->n, w->k, ex, &c, 1, &n, NULL);
     if (st != FM_OK) return fm_fail(st, "fm_cuda_gemm: no tile for this call: %s", fm_last_error());
     *tile = c.tile;
     if (feature_blocks) *feature_blocks = c.feature_blocks;
@@ -272,16 +206,11 @@ fm_status fm_cuda_gemm_choose(const fm_cuda_gemm_args *a, fm_tile *tile, int *fe
  * asks for a multi-block kernel the tile does not have. Automatic: short K
  * (<= 512, at most 4 stages of 128 per block) with blocks to spare, i.e. so that
  * experts x blocks / nb still gives ~16 CTAs per SM of a 132-SM part. */
-static int feature_blocks(const fm_cuda_gemm_args *a, const fm_tile *t, int idx)
+static int feature_blocks(const fm_cuda_gemm_args *a, const fm_tile *t, int idx, int sms)
 {
     int has = !is_wgmma(t) && fm_swapab_has_mb(idx);
     if (a->feature_blocks > 1) return has ? a->feature_blocks : -1;
     if (a->feature_blocks == 1 || !has) return 1;
-    int sms = 0, dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-    }
     return fm_plan_fp4moe_auto_blocks(t->warps, t->mt, a->epi == FM_CUDA_EPI_SWIGLU, a->w->n, a->w->k,
                                       a->w->n_experts, sms);
 }
@@ -289,9 +218,10 @@ static int feature_blocks(const fm_cuda_gemm_args *a, const fm_tile *t, int idx)
 /* The tile checks of a launch (family, compiled in, wgmma on sm_90a, X / Y layouts, SwiGLU,
  * feature blocks, K splits, shared memory): *idx, *nb (feature blocks per CTA) and *bd on FM_OK.
  * chosen_nb: the planner's feature blocks (0: from a->feature_blocks). */
-static fm_status check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int chosen_nb, int ks, int cc, size_t limit,
-                            int *idx_out, int *nb_out, fm_smem_breakdown *bd)
+static fm_status check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int chosen_nb, int ks,
+                            const fm_cuda_device *dev, size_t limit, int *idx_out, int *nb_out, fm_smem_breakdown *bd)
 {
+    const int cc = fm_cuda_device_limits(dev)->cc;
     const fm_cuda_weights *w = a->w;
     char name[64];
     if (t->family != FM_FAMILY_AUTO && t->family != FM_FAMILY_FP4MOE_SWAPAB && t->family != FM_FAMILY_FP4MOE_WGMMA)
@@ -302,11 +232,12 @@ static fm_status check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int ch
     if (idx < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
                        tile_name(t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_swapab_tiles");
-    if (wg && cc != 90)
-        return fm_fail(FM_ERR_UNSUPPORTED,
-                       "fm_cuda_gemm: tile %s uses wgmma, which only sm_90a (compute capability 9.0) has; this device "
-                       "is %d.%d: use an mma tile",
-                       tile_name(t, name, sizeof name), cc / 10, cc % 10);
+    if (!fm_cuda_device_has_tile(dev, wg, idx))
+        return fm_fail(FM_ERR_NO_KERNEL,
+                       "fm_cuda_gemm: tile %s has no code for this device (compute capability %d.%d) in this build "
+                       "(targets %s)%s",
+                       tile_name(t, name, sizeof name), cc / 10, cc % 10, fm_cuda_build_targets(),
+                       wg ? ": wgmma exists on sm_90a only; use an mma tile" : "");
     if (a->x_packed && !wg)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: x_packed (X in the prepack K order) is read by the wgmma "
                                            "tiles only, not by %s",
@@ -327,7 +258,7 @@ static fm_status check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int ch
     if (a->epi == FM_CUDA_EPI_SWIGLU && (t->mt % 2 || w->n % 32))
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: SwiGLU needs an even mt (tile %s) and N %% 32 == 0 (N=%d)",
                        tile_name(t, name, sizeof name), w->n);
-    int nb = chosen_nb ? chosen_nb : ((ks > 1 && a->feature_blocks == 0) ? 1 : feature_blocks(a, t, idx));
+    int nb = chosen_nb ? chosen_nb : ((ks > 1 && a->feature_blocks == 0) ? 1 : feature_blocks(a, t, idx, fm_cuda_device_limits(dev)->sms));
     if (nb < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: feature_blocks=%d needs an mma tile with a multi-block "
                                            "kernel (include/fp4moe/cuda.h lists them); %s has none",
@@ -354,15 +285,13 @@ fm_status fm_cuda_gemm_check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, 
         return fm_fail(FM_ERR_INVALID_ARG, "k_splits=%d outside [1, %d]", k_splits, FM_CUDA_MAX_K_SPLITS);
     if (a->feature_blocks < 1)
         return fm_fail(FM_ERR_INVALID_ARG, "feature_blocks=%d < 1", a->feature_blocks);
-    size_t limit = device_smem_limit(NULL);
-    if (limit == 0) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm_check_tile: no usable CUDA device");
-    }
+    const fm_cuda_device *dev;
+    FM_CHECK(gemm_device(a, &dev));
+    size_t limit = fm_cuda_device_limits(dev)->smem_block_optin;
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
     int               idx, nb;
     fm_smem_breakdown bd;
-    return check_tile(a, t, 0, k_splits, device_cc(), limit, &idx, &nb, &bd);
+    return check_tile(a, t, 0, k_splits, dev, limit, &idx, &nb, &bd);
 }
 
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
@@ -414,14 +343,12 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET && a->n_tokens > 65535)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: n_tokens=%d > 65,535 (grid y limit); split the batch",
                        a->n_tokens);
-    int    dev = 0;
-    size_t limit = device_smem_limit(&dev);
-    if (limit == 0) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device");
-    }
+    const fm_cuda_device *dv;
+    FM_CHECK(gemm_device(a, &dv));
+    const fm_device_info *lim = fm_cuda_device_limits(dv);
+    const int             dev = fm_cuda_device_ordinal(dv), cc = lim->cc, sms = lim->sms;
+    size_t                limit = lim->smem_block_optin;
     if (a->smem_limit && a->smem_limit < limit) limit = a->smem_limit;
-    int     cc = device_cc();
     fm_tile t;
     int     chosen_nb = 0, ks = a->k_splits > 1 ? a->k_splits : 1;
     if (a->tile) t = *a->tile;
@@ -434,7 +361,7 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
     int               idx = -1, nb = 1, wg = is_wgmma(&t);
     fm_smem_breakdown bd;
     char              name[64];
-    FM_CHECK(check_tile(a, &t, chosen_nb, ks, cc, limit, &idx, &nb, &bd));
+    FM_CHECK(check_tile(a, &t, chosen_nb, ks, dv, limit, &idx, &nb, &bd));
     fm_gemm_params p = {
         .wdata = w->d_data, .wscale = w->d_scale, .oscale = w->d_oscale, .x = a->x, .offsets = a->offsets,
         .max_rows = a->max_rows, .n_experts = w->n_experts, .n = w->n, .k = w->k, .kp = w->kp,
@@ -453,15 +380,11 @@ fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a)
         work.split_cnt = (int *)a->split_ws;
         work.split_part = (float *)((unsigned char *)a->split_ws + ((a->split_ws_bytes - part) & ~(size_t)15));
     }
-    if (wg && fm_wgmma_grid(idx, &p) < 0) {
-        cudaGetLastError();
-        return fm_fail(FM_ERR_NO_DEVICE, "fm_cuda_gemm: no usable CUDA device (SM count)");
-    }
-    if (wg && fm_wgmma_grid(idx, &p) > 0x7FFFFFFFLL)
+    if (wg && fm_wgmma_grid(idx, &p, sms) > 0x7FFFFFFFLL)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
-                       tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p), a->max_rows);
-    int err = wg ? fm_wgmma_launch(idx, &p, bd.total, a->stream)
-                 : fm_swapab_launch(idx, &p, use_work ? &work : NULL, bd.total, a->stream);
+                       tile_name(&t, name, sizeof name), fm_wgmma_grid(idx, &p, sms), a->max_rows);
+    int err = wg ? fm_wgmma_launch(dev, sms, idx, &p, bd.total, a->stream)
+                 : fm_swapab_launch(dev, idx, &p, use_work ? &work : NULL, bd.total, a->stream);
     if (err) return cuda_fail((cudaError_t)err, "fm_cuda_gemm: launch");
     if (a->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(a->scratch, a->token_slots, a->n_tokens, a->top_k, w->n, a->max_rows,

@@ -154,3 +154,5 @@ extern "C" int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *
     store_bf16_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(in, n / 4, out);
     return (int)cudaGetLastError();
 }
+
+extern "C" const void *fm_moe_generic_kernel(void) { return (const void *)gather_rows_kernel; }

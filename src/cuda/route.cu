@@ -680,3 +680,5 @@ extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, i
         ids, weights, (int)R, top_k, E, first, offsets, hist, chunk, perm, token_slots, row_weight, row_token);
     return (int)cudaGetLastError();
 }
+
+extern "C" const void *fm_route_generic_kernel(void) { return (const void *)route_kernel; }

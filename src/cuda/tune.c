@@ -124,20 +124,22 @@ static int tile_fits(const fm_tile *t, int need)
     return 2 * tok >= need && tok <= (need > 2 ? 4 * need : 8);
 }
 
-/* The candidate tiles of both families (wgmma only where the device has it) for `rows`
- * rows per expert (capped at the largest pass of the compiled tiles). */
-static size_t candidates(fm_tile *out, size_t cap, int rows, int sm90)
+/* The candidate tiles of both families that have code on the device for `rows` rows per
+ * expert (capped at the largest pass of those tiles). */
+static size_t candidates(fm_tile *out, size_t cap, int rows, const fm_cuda_device *d)
 {
     size_t         n = 0, ns = 0, nw = 0;
     const fm_tile *sw = fm_swapab_tiles(&ns), *wg = fm_wgmma_tiles(&nw);
     int            max_tok = 8;
-    for (size_t i = 0; i < ns; i++) max_tok = 8 * sw[i].nt > max_tok ? 8 * sw[i].nt : max_tok;
-    for (size_t i = 0; sm90 && i < nw; i++) max_tok = 8 * wg[i].nt > max_tok ? 8 * wg[i].nt : max_tok;
+    for (size_t i = 0; i < ns; i++)
+        if (fm_cuda_device_has_tile(d, 0, (int)i)) max_tok = 8 * sw[i].nt > max_tok ? 8 * sw[i].nt : max_tok;
+    for (size_t i = 0; i < nw; i++)
+        if (fm_cuda_device_has_tile(d, 1, (int)i)) max_tok = 8 * wg[i].nt > max_tok ? 8 * wg[i].nt : max_tok;
     const int need = rows < max_tok ? rows : max_tok;
     for (size_t i = 0; i < ns && n < cap; i++)
-        if (tile_fits(&sw[i], need)) out[n++] = sw[i];
-    for (size_t i = 0; sm90 && i < nw && n < cap; i++)
-        if (tile_fits(&wg[i], need)) out[n++] = wg[i];
+        if (fm_cuda_device_has_tile(d, 0, (int)i) && tile_fits(&sw[i], need)) out[n++] = sw[i];
+    for (size_t i = 0; i < nw && n < cap; i++)
+        if (fm_cuda_device_has_tile(d, 1, (int)i) && tile_fits(&wg[i], need)) out[n++] = wg[i];
     return n;
 }
 
@@ -148,9 +150,8 @@ static fm_status search(tune_ctx *c, const fm_layer_params *p, fm_layer_tune_inf
     double cur_us, best_us;
     FM_CHECK(time_current(c, &cur_us));
     best = cur, best_us = cur_us;
-    const int sm90 = fm_cuda_device_limits(p->device)->cc == 90;
-    fm_tile   tl[128];
-    const size_t nt = candidates(tl, 128, cur.expected_rows, sm90);
+    fm_tile      tl[128];
+    const size_t nt = candidates(tl, 128, cur.expected_rows, p->device);
     static const int ks1[] = {1, 2, 4, 8, 16}, ks2[] = {1, 2, 4, 8};
     for (int phase = 0; phase < 2; phase++) {
         const fm_layer_plan_info base = best;

@@ -49,6 +49,8 @@
 
 #include "plan/fm_kernels_smem.h"
 #include "plan_internal.h"
+#include "kernels/fm_build.h"
+#include "fp4moe/layer.h"
 
 typedef struct {
     double bw;     /* B/s the chip streams (the H200's, fitted) */
@@ -278,12 +280,14 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                        arch->name);
     if (q->x_packed && k % 64)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_plan_fp4moe: packed X needs K %% 64 == 0 (K=%lld)", (long long)k);
+    unsigned long long rows_ok[2] = {q->mma_rows, q->wgmma_rows};
+    if (!rows_ok[0] && !rows_ok[1]) fm_build_rows_for(gpu->cc, &rows_ok[0], &rows_ok[1]);
     size_t limit = arch->smem_block_optin;
     if (q->smem_limit && q->smem_limit < limit) limit = q->smem_limit;
     double sf = q->weights == FM_ELEM_NVFP4 ? 1.0 / 16 : 1.0 / 32;
 
     fm_fp4moe_choice all[FM_CHOICE_MAX];
-    size_t got = 0, over = 0, odd = 0, no_mb = 0;
+    size_t got = 0, over = 0, odd = 0, no_mb = 0, absent = 0;
     for (int f = 0; f < 2; f++) {
         fm_kernel_family fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
         if (f ? !wg : q->x_packed) continue;
@@ -291,6 +295,10 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
         const fm_tile *tiles = f ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
         for (size_t i = 0; i < nt; i++) {
             const fm_tile *t = &tiles[i];
+            if (i >= 64 || !((rows_ok[f] >> i) & 1)) { /* no code for this device in the build */
+                absent++;
+                continue;
+            }
             fm_smem_breakdown bd;
             fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_swapab(t, &bd);
             if (st != FM_OK) return st; /* a compiled tile outside its model: a bug, said as it is */
@@ -342,10 +350,14 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
         }
     }
     if (!got)
-        return fm_fail(over && !odd && !no_mb ? FM_ERR_SMEM_EXCEEDED : FM_ERR_UNSUPPORTED,
+        return fm_fail(over && !odd && !no_mb && !absent ? FM_ERR_SMEM_EXCEEDED
+                       : absent && !over && !odd && !no_mb ? FM_ERR_NO_KERNEL
+                                                           : FM_ERR_UNSUPPORTED,
                        "fm_plan_fp4moe: no compiled fp4moe tile qualifies on %s (sm_%d)%s: %zu over the %zu B "
-                       "shared-memory limit, %zu without gate/up pairs for SwiGLU, %zu without a multi-block kernel",
-                       gpu->name, gpu->cc, q->x_packed ? " for packed X" : "", over, limit, odd, no_mb);
+                       "shared-memory limit, %zu without gate/up pairs for SwiGLU, %zu without a multi-block kernel, "
+                       "%zu without code for it in this build (%s)",
+                       gpu->name, gpu->cc, q->x_packed ? " for packed X" : "", over, limit, odd, no_mb, absent,
+                       fm_cuda_build_targets());
     qsort(all, got, sizeof all[0], by_est);
     size_t w = got < cap ? got : cap;
     if (w) memcpy(out, all, w * sizeof all[0]);

@@ -1,4 +1,4 @@
-/* gemm_swapab.cu - grouped GEMM with FP4 weights for small per-expert batches.
+/* gemm_mma.cuh - grouped GEMM with FP4 weights for small per-expert batches.
  *
  * Y_e = X_e . W_e^T for every expert e, rows of expert e = [offsets[e], offsets[e+1])
  * read on the device. At 1-32 rows per expert the job is streaming each expert's
@@ -26,9 +26,12 @@
  *    segments (epilogue_staged, kernel_common.cuh, shared with the wgmma
  *    kernels); the other epilogues store from the registers.
  * Shared memory = fm_smem_swapab(tile) (src/plan/fm_kernels_smem.c), all dynamic.
+ * Instantiated one catalogue row per generated unit (gemm_mma_row.cuh); launched by
+ * gemm_swapab.cu through the build's unit table (units.h).
  * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on
  * SM120 within its 99 KB), nothing here needs wgmma.
  */
+#pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -44,8 +47,10 @@
  * seq % FM_PROBE_TL_LAUNCHES of fm_probe_tl; the last CTA to finish advances seq.
  * Launches in one stream do not overlap, so every CTA of a launch reads the same seq. */
 #define FM_PROBE_TL_LAUNCHES 4
-__device__ unsigned long long *fm_probe_tl;
-__device__ unsigned            fm_probe_tl_cap, fm_probe_tl_seq, fm_probe_tl_done;
+/* static: each generated unit has its own copies (no relocatable device code); its
+ * fm_mma_unit.probe_timeline sets them */
+static __device__ unsigned long long *fm_probe_tl;
+static __device__ unsigned            fm_probe_tl_cap, fm_probe_tl_seq, fm_probe_tl_done;
 __device__ __forceinline__ unsigned long long fm_probe_now()
 {
     unsigned long long t;
@@ -389,169 +394,4 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
 #endif
 }
 
-__global__ void finalize_reduce_kernel(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
-                                       int n, int max_rows, const float *init, float *out, uint16_t *out_bf16)
-{
-    pdl_trigger(); /* no-ops unless launched with PDL (fm_finalize_reduce_launch's pdl) */
-    pdl_wait();
-    int tkn = blockIdx.y;
-    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (tkn >= n_tokens || c >= n) return;
-    float4 acc = init ? *(const float4 *)(init + (size_t)tkn * n + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int j = 0; j < top_k; j++) { /* fixed slot order: deterministic */
-        int r = token_slots[tkn * top_k + j];
-        if (r < 0 || r >= max_rows) continue;
-        float4 v = *(const float4 *)(scratch + (size_t)r * n + c);
-        acc.x += v.x;
-        acc.y += v.y;
-        acc.z += v.z;
-        acc.w += v.w;
-    }
-    if (out_bf16) {
-        uint2 o;
-        o.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.x)) |
-              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.y)) << 16);
-        o.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.z)) |
-              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(acc.w)) << 16);
-        *(uint2 *)(out_bf16 + (size_t)tkn * n + c) = o;
-    } else {
-        *(float4 *)(out + (size_t)tkn * n + c) = acc;
-    }
-}
-
-typedef void (*kernel_fn)(const fm_gemm_params);
-typedef void (*list_fn)(const fm_gemm_params, const fm_gemm_work);
-
-/* The rows of src/plan/fm_tiles.def, in its order (= fm_swapab_tiles()); mb: the
- * multi-block kernel of the tile (NULL: none), used for short K (fm_cuda_gemm). Each
- * row is checked at compile time: the fields in the template's ranges, the shared
- * memory within the opt-in limit, the launch-bounds hint at least one block. */
-struct entry {
-    int       warps, mt, nt, kc, stages;
-    kernel_fn fn, mb;
-    list_fn   list;
-};
-#define FM_SWAPAB_MB_0(w, mt, nt, kc, st) NULL
-#define FM_SWAPAB_MB_1(w, mt, nt, kc, st) swapab_kernel<w, mt, nt, kc, st, true>
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                                \
-    static_assert(FM_SWAPAB_TILE_OK(w, mt, nt, kc, st) && FM_SWAPAB_SMEM(w, mt, nt, kc, st) <= FM_SMEM_OPTIN_MAX && \
-                      FM_SWAPAB_MIN_BLOCKS(w, mt, nt, kc, st) >= 1,                                          \
-                  "fm_tiles.def: bad swapab row w" #w "m" #mt "n" #nt "k" #kc "s" #st);
-#include "plan/fm_tiles.def"
-const entry k_entries[] = {
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                                \
-    {w, mt, nt, kc, st, swapab_kernel<w, mt, nt, kc, st, false>, FM_SWAPAB_MB_##mb(w, mt, nt, kc, st),            \
-     swapab_list_kernel<w, mt, nt, kc, st>},
-#include "plan/fm_tiles.def"
-};
-const int k_n_entries = sizeof(k_entries) / sizeof(k_entries[0]);
-/* Dynamic shared-memory attribute already set, per device and kernel (plain, MB)
- * (the attribute is per device and per function). A race between threads only repeats the
- * idempotent cudaFuncSetAttribute. Devices beyond FM_SWAPAB_MAX_DEV always set it. */
-#define FM_SWAPAB_MAX_DEV 64
-size_t k_dyn_set[FM_SWAPAB_MAX_DEV][sizeof(k_entries) / sizeof(k_entries[0])][3]; /* plain, MB, list */
-
 } // namespace
-
-extern "C" int fm_swapab_has_mb(int idx) { return idx >= 0 && idx < k_n_entries && k_entries[idx].mb != NULL; }
-
-extern "C" int fm_swapab_launch(int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream)
-{
-    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
-    const entry &x = k_entries[idx];
-    const int    mb = p->nb > 1;
-    if (mb && !x.mb) return (int)cudaErrorInvalidValue;
-    if (mb && work) return (int)cudaErrorInvalidValue; /* the work list and split K: the plain kernel only */
-    const void *fn = mb ? (const void *)x.mb : work ? (const void *)x.list : (const void *)x.fn;
-    int         dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaGetLastError();
-    size_t *set = dev >= 0 && dev < FM_SWAPAB_MAX_DEV ? &k_dyn_set[dev][idx][work ? 2 : mb] : NULL;
-    if (!set || smem > *set) {
-        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (err != cudaSuccess) return (int)err;
-        /* as much shared memory per SM as possible: the CTAs per SM are what keep bytes in flight */
-        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-        if (err != cudaSuccess) return (int)err;
-        if (set) *set = smem;
-    }
-    int  per_cta = p->epi == FM_CUDA_EPI_SWIGLU ? x.warps * x.mt / 2 : x.warps * x.mt; /* bands per CTA */
-    int  bands = p->epi == FM_CUDA_EPI_SWIGLU ? p->n / 32 : p->n / 16;
-    int  blocks = (bands + per_cta - 1) / per_cta;
-    dim3 grid((unsigned)(mb ? (blocks + p->nb - 1) / p->nb : blocks), (unsigned)p->n_experts);
-    fm_gemm_work w;
-    memset(&w, 0, sizeof w);
-    if (work) { /* units of one expert: feature blocks x splits; a 1-D grid of `slots` experts' units with a list */
-        w = *work;
-        w.ksplit = w.ksplit > 1 ? w.ksplit : 1;
-        w.nbx = blocks;
-        w.upe = blocks * w.ksplit;
-        int slots = w.slots > 0 && w.slots < p->n_experts ? w.slots : p->n_experts;
-        grid = w.active ? dim3((unsigned)((long long)w.upe * slots)) : dim3((unsigned)w.upe, (unsigned)p->n_experts);
-    }
-    if (!p->pdl) {
-        if (work) x.list<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p, w);
-        else (mb ? x.mb : x.fn)<<<grid, x.warps * 32, smem, (cudaStream_t)stream>>>(*p);
-        return (int)cudaGetLastError();
-    }
-    void *args[] = {(void *)p, (void *)&w};
-    return (int)fm_launch_pdl(fn, grid, dim3(x.warps * 32), smem, stream, args);
-}
-
-extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs)
-{
-    if (idx < 0 || idx >= k_n_entries || (mb && !k_entries[idx].mb)) return (int)cudaErrorInvalidValue;
-    const entry &x = k_entries[idx];
-    kernel_fn    fn = mb ? x.mb : x.fn;
-    /* the launch's attributes (the tile's smem is fixed: fm_cuda_gemm sets this same value) */
-    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, fn, x.warps * 32, smem);
-    cudaFuncAttributes a;
-    if (err == cudaSuccess) err = cudaFuncGetAttributes(&a, fn);
-    if (err == cudaSuccess) *regs = a.numRegs;
-    return (int)err;
-}
-
-extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn)
-{
-    if (idx < 0 || idx >= k_n_entries) return (int)cudaErrorInvalidValue;
-    cudaFuncAttributes a;
-    cudaError_t        err = cudaFuncGetAttributes(&a, k_entries[idx].fn);
-    if (err != cudaSuccess) return (int)err;
-    if (static_smem) *static_smem = a.sharedSizeBytes;
-    if (max_dyn) *max_dyn = (size_t)a.maxDynamicSharedSizeBytes;
-    return 0;
-}
-
-extern "C" int fm_swapab_probe_timeline(void *buf, unsigned cap)
-{
-#ifdef FM_PROBE_TIMELINE
-    unsigned    zero = 0;
-    cudaError_t err = cudaMemcpyToSymbol(fm_probe_tl, &buf, sizeof buf);
-    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_cap, &cap, sizeof cap);
-    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_seq, &zero, sizeof zero);
-    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_done, &zero, sizeof zero);
-    return (int)err;
-#else
-    (void)buf;
-    (void)cap;
-    return -1; /* not a probe build */
-#endif
-}
-
-extern "C" int fm_finalize_reduce_launch(const float *scratch, const int32_t *token_slots, int n_tokens, int top_k,
-                                         int n, int max_rows, const float *init, float *out, uint16_t *out_bf16,
-                                         int pdl, void *stream)
-{
-    if (n_tokens <= 0) return 0;
-    dim3 grid((unsigned)((n / 4 + 127) / 128), (unsigned)n_tokens);
-    if (pdl) {
-        void *args[] = {(void *)&scratch, (void *)&token_slots, (void *)&n_tokens, (void *)&top_k, (void *)&n,
-                        (void *)&max_rows, (void *)&init, (void *)&out, (void *)&out_bf16};
-        return (int)fm_launch_pdl((const void *)finalize_reduce_kernel, grid, dim3(128), 0, stream, args);
-    }
-    finalize_reduce_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(scratch, token_slots, n_tokens, top_k, n,
-                                                                    max_rows, init, out, out_bf16);
-    return (int)cudaGetLastError();
-}

@@ -1,0 +1,64 @@
+/* gemm_mma_row.cuh - the mma.sync kernels of one catalogue row, FM_UNIT_ROW of
+ * src/plan/fm_tiles.def's FM_SWAPAB_TILE rows: the plain kernel, the multi-block one
+ * where the row has it, and the work-list one. Included by the generated unit
+ * build/kernels/mma_row_NN.cu (src/kernels/fm_units_gen.c), which is compiled for the
+ * targets whose opt-in shared memory the row fits; exported as fm_mma_unit_NN. */
+#include "cuda/gemm_mma.cuh"
+#include "cuda/units.h"
+
+#ifndef FM_UNIT_ROW
+#error "FM_UNIT_ROW: the catalogue row this unit instantiates"
+#endif
+
+namespace {
+struct mma_row {
+    int w, mt, nt, kc, st, mb;
+};
+constexpr mma_row k_rows[] = {
+#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
+#include "plan/fm_tiles.def"
+#undef FM_SWAPAB_TILE
+};
+constexpr mma_row R = k_rows[FM_UNIT_ROW];
+/* the row's fields in the template's ranges, its shared memory within the largest
+ * opt-in limit, the launch-bounds hint at least one block */
+static_assert(FM_SWAPAB_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st) &&
+                  FM_SWAPAB_SMEM(R.w, R.mt, R.nt, R.kc, R.st) <= FM_SMEM_OPTIN_MAX &&
+                  FM_SWAPAB_MIN_BLOCKS(R.w, R.mt, R.nt, R.kc, R.st) >= 1,
+              "fm_tiles.def: bad mma row");
+
+template <bool MB> struct mb_kernel {
+    static const void *get() { return nullptr; }
+};
+template <> struct mb_kernel<true> {
+    static const void *get() { return (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>; }
+};
+
+#ifdef FM_PROBE_TIMELINE
+int probe_timeline(void *buf, unsigned cap)
+{
+    unsigned    zero = 0;
+    cudaError_t err = cudaMemcpyToSymbol(fm_probe_tl, &buf, sizeof buf);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_cap, &cap, sizeof cap);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_seq, &zero, sizeof zero);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(fm_probe_tl_done, &zero, sizeof zero);
+    return (int)err;
+}
+#define FM_UNIT_PROBE probe_timeline
+#else
+#define FM_UNIT_PROBE NULL
+#endif
+} // namespace
+
+#define FM_UNIT_CAT_(a, b) a##b
+#define FM_UNIT_CAT(a, b) FM_UNIT_CAT_(a, b)
+extern "C" const fm_mma_unit FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
+    R.w,
+    R.mt,
+    R.nt,
+    R.kc,
+    R.st,
+    (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
+    mb_kernel<R.mb != 0>::get(),
+    (const void *)swapab_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
+    FM_UNIT_PROBE};

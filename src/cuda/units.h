@@ -1,0 +1,35 @@
+/* units.h - one compiled row of the tile catalogue (src/plan/fm_tiles.def): the
+ * kernels a generated unit (build/kernels/{mma,wgmma}_row_NN.cu) instantiates, as
+ * host-side function handles for cudaLaunchKernel / cudaFuncGetAttributes. The
+ * build's table (fm_build_table.c) lists them in catalogue order, NULL for a row no
+ * target of the build carries. Plain C: device.c asks each handle whether the
+ * device has code for it. */
+#ifndef FM_CUDA_UNITS_H
+#define FM_CUDA_UNITS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int         warps, mt, nt, kc, stages;
+    const void *plain; /* one feature block per CTA */
+    const void *mb;    /* the multi-block kernel (short K), NULL if the row has none */
+    const void *list;  /* the work-list kernel (split K, expert list) */
+    /* probe builds: point the row's timeline buffer at buf (else NULL) */
+    int (*probe_timeline)(void *buf, unsigned cap);
+} fm_mma_unit;
+
+typedef struct {
+    int         warps, mt, nt, kc, stages, persist;
+    const void *packed;  /* warp-specialized, packed X (fm_smem_wgmma's bytes) */
+    const void *natural; /* single-role, natural X; NULL for the persistent kernel */
+} fm_wgmma_unit;
+
+extern const fm_mma_unit *const   fm_mma_units[];   /* fm_build_n_mma entries */
+extern const fm_wgmma_unit *const fm_wgmma_units[]; /* fm_build_n_wgmma entries */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
