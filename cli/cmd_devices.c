@@ -27,8 +27,8 @@ int fm_cmd_devices(int argc, char **argv)
     int n = 0;
     fm_status st = fm_device_count(&n);
     if (st != FM_OK) {
-        fprintf(stderr, "fp4moe devices: no GPU available: %s\n", fm_last_error());
-        fprintf(stderr, "fp4moe devices: this build's GPU targets: %s\n", fm_cuda_build_targets());
+        fprintf(stderr, "fp4moe devices: no GPU available: %s (this build's GPU targets: %s)\n", fm_last_error(),
+                fm_cuda_build_targets());
         return FM_EXIT_NO_DEVICE;
     }
     if (!json) printf("build: GPU targets %s\n", fm_cuda_build_targets());

@@ -39,6 +39,16 @@ static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query
     fm_fp4moe_query  qq = *q;
     qq.weights = ab;
     fm_status st = fm_plan_fp4moe(g, &qq, rows, n, k, experts, c, 256, &cnt, NULL);
+    int       catalogue = 0;
+    if (st == FM_ERR_NO_KERNEL) { /* this build has no code for the GPU: rank what an `all` build carries */
+        qq.mma_rows = qq.wgmma_rows = ~0ull;
+        catalogue = 1;
+        st = fm_plan_fp4moe(g, &qq, rows, n, k, experts, c, 256, &cnt, NULL);
+    }
+    if (catalogue && st == FM_OK && !json)
+        printf("note: this build carries no code for %s (its GPU targets: %s); ranking the tiles an "
+               "FM_CUDA_ARCHS=all build carries for it\n",
+               g->name, fm_cuda_build_targets());
     if (st == FM_ERR_SMEM_EXCEEDED) {
         fprintf(stderr, "fp4moe plan: %s\n", fm_last_error());
         return FM_EXIT_REJECTED;

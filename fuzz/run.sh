@@ -25,7 +25,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 TARGETS=(
   "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file.c src/status.c src/format/codec.c"
   "config      src/io/config.c src/fm_file.c src/status.c"
-  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/fm_file.c src/status.c src/rng.c"
+  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/kernels/build.c src/fm_file.c src/status.c src/rng.c @table"
 )
 
 OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}
@@ -93,6 +93,12 @@ for name in "${names[@]}"; do
   read -r -a globs <<<"${sources[$name]}"
   files=()
   for g in "${globs[@]}"; do
+    if [ "$g" = @table ]; then # the build table the planner reads (src/kernels/fm_units_gen.c), of an `all` build
+      "$CC" -std=c11 -I"$SRC/src" "$SRC/src/kernels/fm_units_gen.c" -o "$dir/fm_units_gen" &&
+        "$dir/fm_units_gen" "$dir" "80;90a;100f;120f" cpu || exit 1
+      files+=("$dir/fm_build_table.c")
+      continue
+    fi
     for f in "$SRC"/$g; do files+=("$f"); done
   done
   # A failure here is a build error in the target's sources (shown above).
