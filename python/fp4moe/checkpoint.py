@@ -2,12 +2,12 @@
 reader and layer loader (include/fp4moe/io.h, docs/checkpoints.md)."""
 
 import ctypes as C
-import os
 import warnings
 
 import numpy as np
 
 from . import _lib
+from ._args import as_cstr, as_int, as_path
 from ._lib import check, lib
 from .format import FORMAT_NAMES
 from .layer import MoEConfig, MoEWeights
@@ -33,11 +33,9 @@ class Checkpoint:
     """A safetensors file, a folder of shards or an index (fm_checkpoint_open)."""
 
     def __init__(self, path):
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}")
-        self.path = os.fspath(path)
+        self.path, cpath = as_path(path, "path")
         self._h = C.c_void_p()
-        check(lib.fm_checkpoint_open(self.path.encode(), C.byref(self._h)), self.path)
+        check(lib.fm_checkpoint_open(cpath, C.byref(self._h)), self.path)
 
     def close(self):
         if getattr(self, "_h", None):
@@ -65,7 +63,7 @@ class Checkpoint:
     def tensor(self, name):
         """A copy of one tensor as numpy (F4 as packed uint8 bytes)."""
         p = C.POINTER(_lib.StTensor)()
-        check(lib.fm_checkpoint_find(self._handle(), name.encode(), C.byref(p)), name)
+        check(lib.fm_checkpoint_find(self._handle(), as_cstr(name, "name"), C.byref(p)), name)
         t = p.contents
         raw = np.empty(t.nbytes, np.uint8)
         check(lib.fm_st_read(p, 0, t.nbytes, raw.ctypes.data), name)
@@ -89,8 +87,9 @@ class Checkpoint:
         [first_expert, first_expert + n_experts) (0 = all). routing: a MoEConfig
         whose top_k/score/groups/renormalize/routed_scale/act_nvfp4 replace what
         config.json next to the checkpoint says."""
+        layer = as_int(layer, "layer", 0)
         opts = _lib.CkptLoadOpts()
-        opts.first_expert, opts.n_experts = int(first_expert), int(n_experts)
+        opts.first_expert, opts.n_experts = as_int(first_expert, "first_expert", 0), as_int(n_experts, "n_experts", 0)
         rc = None
         if routing is not None:
             if not isinstance(routing, MoEConfig):
@@ -98,7 +97,7 @@ class Checkpoint:
             rc = routing._c()
             opts.routing = C.pointer(rc)
         out = C.POINTER(_lib.CkptLayer)()
-        check(lib.fm_checkpoint_load_layer(self._handle(), int(layer), C.byref(opts), C.byref(out)),
+        check(lib.fm_checkpoint_load_layer(self._handle(), layer, C.byref(opts), C.byref(out)),
               f"{self.path} layer {layer}")
         return LoadedLayer(out)
 
@@ -110,13 +109,15 @@ class Checkpoint:
         returns this shard's partial sum. (load_layer with first_expert/n_experts
         instead makes a standalone layer routing among the loaded experts only.)
         Returns (cfg with the global n_experts, MoEWeights)."""
+        layer = as_int(layer, "layer", 0)
+        first_expert, n_local = as_int(first_expert, "first_expert", 0), as_int(n_local, "n_local", 0)
         part = self.load_layer(layer, first_expert, n_local, routing)
         try:
             w = part.weights()
             names = _lib.CkptNames()
             layout = {"modelopt": 1, "gpt-oss": 2}[part.layout]
             check(lib.fm_ckpt_names_default(layout, C.byref(names)), "load_shard")
-            sub = lambda pat: pat.decode().replace("{L}", str(int(layer)))  # noqa: E731
+            sub = lambda pat: pat.decode().replace("{L}", str(layer))  # noqa: E731
             w.router_w = np.ascontiguousarray(self.tensor(sub(names.router)).astype(np.float32))
             if w.router_bias is not None and names.router_bias:
                 w.router_bias = np.ascontiguousarray(self.tensor(sub(names.router_bias)).astype(np.float32))

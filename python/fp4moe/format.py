@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _lib
+from ._args import as_float
 from ._lib import check, lib
 
 FORMATS = {"bf16": 0, "nvfp4": 1, "mxfp4": 2}
@@ -19,9 +20,9 @@ BLOCK = {"bf16": 0, "nvfp4": 16, "mxfp4": 32}
 def format_code(fmt, arg="fmt"):
     if isinstance(fmt, str) and fmt.lower() in FORMATS:
         return FORMATS[fmt.lower()]
-    if isinstance(fmt, int) and fmt in FORMAT_NAMES:
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt in FORMAT_NAMES:
         return fmt
-    raise ValueError(f"{arg}: expected one of 'nvfp4', 'mxfp4', 'bf16', got {fmt!r}")
+    raise ValueError(f"{arg}: unknown format {fmt!r}: expected one of 'nvfp4', 'mxfp4', 'bf16'")
 
 
 @dataclass
@@ -38,6 +39,9 @@ class QTensor:
     data: np.ndarray
     scales: object
     global_scale: float
+
+    def __post_init__(self):
+        self.fmt = FORMAT_NAMES[format_code(self.fmt, "QTensor.fmt")]
 
     @property
     def shape(self):
@@ -84,7 +88,7 @@ def quantize(x, fmt="nvfp4", global_scale=None):
     if global_scale is not None:
         if name != "nvfp4":
             raise ValueError(f"global_scale: only NVFP4 has a global scale, not {name}")
-        gs = C.byref(C.c_float(float(global_scale)))
+        gs = C.byref(C.c_float(as_float(global_scale, "global_scale")))
     check(lib.fm_quantize(src.ctypes.data, gs, C.byref(ct)), "quantize")
     q.global_scale = ct.global_scale
     return q
@@ -116,8 +120,7 @@ def qtensor(fmt, data, scales=None, global_scale=1.0, cols=None):
     if kc % BLOCK[name]:
         raise ValueError(f"data: {kc} columns is not a multiple of the {name} block ({BLOCK[name]})")
     s = _u8_2d(scales, "scales", (rows, kc // BLOCK[name]))
-    g = float(global_scale)
-    return QTensor(name, d, s, g)
+    return QTensor(name, d, s, as_float(global_scale, "global_scale"))
 
 
 def dequantize(q):
