@@ -18,7 +18,7 @@ import numpy as np
 from . import _lib
 from ._args import UINTPTR_MAX, as_choice, as_cstr, as_float, as_int
 from ._lib import check, lib
-from .format import BLOCK, FORMAT_NAMES, FORMATS, QTensor, format_code, quantize
+from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, format_code, quantize
 
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
@@ -94,9 +94,6 @@ def _arr(a, arg, dtype, shape, allow_none=False):
     return np.ascontiguousarray(a)
 
 
-_SCALE_DT = ("uint8", "float8_e4m3fn", "float8_e8m0fnu")
-
-
 @dataclass
 class MoEWeights:
     """The layer's weights as stacked host arrays (E = experts held: all, or the shard's).
@@ -142,8 +139,14 @@ class MoEWeights:
         def stack(qs, what):
             if not qs or not all(isinstance(q, QTensor) for q in qs):
                 raise TypeError(f"{what}: expected a non-empty list of fp4moe.QTensor")
-            sc = None if qs[0].scales is None else np.stack([q.scales for q in qs])
-            return np.stack([q.data for q in qs]), sc, np.array([q.global_scale for q in qs], np.float32)
+            arrs = [q._arrays(f"{what}[{e}]") for e, q in enumerate(qs)]
+            fmt, d0, s0, _ = arrs[0]
+            for e, (f, d, s, _) in enumerate(arrs):
+                if f != fmt or d.shape != d0.shape:
+                    raise ValueError(f"{what}[{e}]: {f} {d.shape} differs from {what}[0]'s {fmt} {d0.shape} "
+                                     "(the experts are stacked: one format and shape)")
+            sc = None if s0 is None else np.stack([a[2] for a in arrs])
+            return np.stack([a[1] for a in arrs]), sc, np.array([a[3] for a in arrs], np.float32)
 
         d13, s13, g13 = stack(w13, "w13")
         d2, s2, g2 = stack(w2, "w2")
@@ -163,7 +166,7 @@ class MoEWeights:
         mats = []
         for name, rows, cols in (("w13", 2 * I, H), ("w2", H, I)):
             d = _arr(getattr(self, name + "_data"), name + "_data", ddt, (E, rows, cols // 2 if fp4 else cols))
-            s = _arr(getattr(self, name + "_scales"), name + "_scales", _SCALE_DT, (E, rows, cols // blk)) \
+            s = _arr(getattr(self, name + "_scales"), name + "_scales", SCALE_DTYPES, (E, rows, cols // blk)) \
                 if fp4 else None
             g = _arr(getattr(self, name + "_global"), name + "_global", "float32", (E,))
             arr = (_lib.QTensor * E)()
