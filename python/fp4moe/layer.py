@@ -9,6 +9,7 @@ exception; what only the library can judge (formats, finite scales, routing
 ids) comes back as fp4moe.Error with its status and message.
 """
 
+import contextlib
 import ctypes as C
 import threading
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import _lib
 from ._args import UINTPTR_MAX, as_choice, as_cstr, as_float, as_int
-from ._lib import check, lib
+from ._lib import ClosedError, check, lib
 from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, format_code, quantize
 
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
@@ -222,7 +223,10 @@ class Layer:
     "bf16". device: CUDA ordinal for the cuda backend (default 0). work_list
     ("auto", "on", "off") and row_quantile ("auto", "mean", or a quantile in [0.5, 1)): the cuda
     backend's decode_work_list and row_quantile (include/fp4moe/layer.h); the CPU
-    backends check and ignore them."""
+    backends check and ignore them.
+
+    Threads: calls from several threads take turns on the layer's lock; close() waits
+    for the call in flight, and calls after it raise fp4moe.ClosedError."""
 
     def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
                  n_local=0, device=None, work_list="auto", row_quantile="auto"):
@@ -241,15 +245,15 @@ class Layer:
                 cfg = weights.cfg
             elif not isinstance(cfg, MoEConfig):
                 raise TypeError(f"cfg: expected fp4moe.MoEConfig or None, got {type(cfg).__name__}")
-            self._keep = [weights]
             ccfg = cfg._c()
-            cw = weights._c.contents.w
+            source = weights._hd  # create reads its fm_ckpt_layer: held against a close in another thread
         elif isinstance(weights, MoEWeights):
             if not isinstance(cfg, MoEConfig):
                 raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
             ccfg = cfg._c()
             nl = n_local or cfg.n_experts
-            cw, self._keep = weights._c(cfg, nl)
+            cw, keep = weights._c(cfg, nl)  # keep: the arrays cw points into, alive until create returns
+            source = contextlib.nullcontext()
         else:
             raise TypeError(f"weights: expected fp4moe.MoEWeights or a loaded checkpoint layer, "
                             f"got {type(weights).__name__}")
@@ -258,31 +262,38 @@ class Layer:
         self.first_expert, self.n_local = first_expert, n_local or cfg.n_experts
         self.device = None
         self._dev = None
-        self._h = C.c_void_p()
-        self._lock = threading.Lock()
+        h = C.c_void_p()
         if _lib.HAS_RUN_API:
             if backend == "cuda":
                 self.device = 0 if device is None else device
                 self._dev = _open_device(self.device)
             desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
                                   first_expert, n_local, 0, WORK_LIST[work_list], row_quantile)
-            check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(self._h)), "Layer")
+            with source as loaded:
+                if loaded is not None:
+                    cw = loaded.contents.w
+                check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
         else:
             if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
                     or row_quantile != 0.0):
                 _lib.require_run_api("a shard, BF16 output or a device choice")
-            check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens,
-                                      C.byref(self._h)), "Layer")
-        self.backend = lib.fm_backend_name(lib.fm_layer_backend(self._h)).decode()
+            with source as loaded:
+                if loaded is not None:
+                    cw = loaded.contents.w
+                check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens, C.byref(h)),
+                      "Layer")
+        self.backend = lib.fm_backend_name(lib.fm_layer_backend(h)).decode()
         if self.backend == "cuda" and self.device is None:
             self.device = 0
-        self._keep = None  # the library copied/uploaded the weights: w need not outlive create
-        self._args = _lib.LayerRunArgs()
+        self._args = _lib.LayerRunArgs()  # shared by the calls: filled and used under the handle's lock
+        self._hd = _lib.Handle("Layer", h)
 
     def close(self):
-        if getattr(self, "_h", None):
-            lib.fm_layer_destroy(self._h)
-            self._h = C.c_void_p()
+        """Destroy the layer, after the call in flight in another thread if there is one;
+        calls after it raise fp4moe.ClosedError. Twice is harmless."""
+        hd = getattr(self, "_hd", None)
+        if hd is not None:
+            hd.close(lib.fm_layer_destroy)
 
     def __del__(self):
         self.close()
@@ -294,9 +305,11 @@ class Layer:
         self.close()
 
     def _handle(self):
-        if not self._h:
-            raise ValueError("layer: already closed")
-        return self._h
+        """The fm_layer pointer without the lock: for a benchmark's raw baseline
+        (bench/py_overhead.py), never for a call that may race a close."""
+        if not self._hd.ptr:
+            raise ClosedError(f"{self._hd.what} is closed")
+        return self._hd.ptr
 
     def run(self, x, topk_ids=None, topk_weights=None, out=None, return_routing=False):
         """out [T][hidden] = layer(x [T][hidden]) on a CPU backend, host arrays.
@@ -341,8 +354,7 @@ class Layer:
             if not out.flags.writeable:
                 raise ValueError("out: read-only array")
             res = out
-        h = self._handle()
-        with self._lock:
+        with self._hd as h:
             if _lib.HAS_RUN_API:
                 a = self._args
                 a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
@@ -370,7 +382,8 @@ class Layer:
             raise NotImplementedError(f"Layer.plan needs fm_layer_plan, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         info = _lib.LayerPlanInfo()
-        check(lib.fm_layer_plan(self._handle(), T, C.byref(info)), "Layer.plan")
+        with self._hd as h:
+            check(lib.fm_layer_plan(h, T, C.byref(info)), "Layer.plan")
         res = {"bucket_tokens": info.bucket_tokens, "expected_rows": info.expected_rows,
                "active_experts": info.active_experts, "work_list": bool(info.work_list)}
         for g, name in enumerate(("fc1", "fc2")):
@@ -406,7 +419,8 @@ class Layer:
                 info.feature_blocks[g] = as_int(q["feature_blocks"], f"plan[{name!r}]['feature_blocks']")
         except KeyError as e:
             raise ValueError(f"plan: missing {e.args[0]!r} (the keys Layer.plan returns)") from None
-        check(lib.fm_layer_set_plan(self._handle(), T, C.byref(info)), "Layer.set_plan")
+        with self._hd as h:
+            check(lib.fm_layer_set_plan(h, T, C.byref(info)), "Layer.set_plan")
 
     def tune(self, T, stream=None):
         """Tune T's bucket on the device (fm_layer_tune): other plans timed as graph replays of
@@ -421,7 +435,8 @@ class Layer:
         if stream is not None:
             stream = as_int(stream, "stream (a cudaStream_t as an int, or None)", 0, UINTPTR_MAX)
         info = _lib.LayerTuneInfo()
-        check(lib.fm_layer_tune(self._handle(), T, stream, C.byref(info)), "Layer.tune")
+        with self._hd as h:
+            check(lib.fm_layer_tune(h, T, stream, C.byref(info)), "Layer.tune")
         return {"plans_tried": info.plans_tried, "plans_refused": info.plans_refused, "before_us": info.before_us,
                 "after_us": info.after_us, "changed": bool(info.changed)}
 

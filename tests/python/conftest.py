@@ -5,8 +5,10 @@ each run and printed; FM_SEED=<n> replays one."""
 
 import json
 import os
+import random
 import struct
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -98,3 +100,37 @@ def write_modelopt(path, cfg, W, layer=0):
             t[p + proj + ".weight_scale"] = ("F8_E4M3", s)
             t[p + proj + ".weight_scale_2"] = ("F32", np.array([g], np.float32))
     write_safetensors(path, t)
+
+
+def race(call, close, expect=None):
+    """call() in a loop in a thread until it raises; close() from this thread meanwhile.
+    Returns (completed calls, the exception that ended the loop)."""
+    started, done = threading.Event(), []
+    ended = []
+
+    def loop():
+        try:
+            while True:
+                r = call()
+                if expect is not None:
+                    expect(r)
+                done.append(1)
+                started.set()
+        except BaseException as e:  # noqa: B902 (reported to the main thread)
+            ended.append(e)
+            started.set()
+
+    t = threading.Thread(target=loop)
+    t.start()
+    assert started.wait(60)
+    threading.Event().wait(random.uniform(0, 0.004))
+    close()
+    t.join(60)
+    assert not t.is_alive()
+    return len(done), ended[0]
+
+
+def closed(exc, what):
+    """exc is the error of a call on a closed `what` (a ValueError, as a closed file's)."""
+    assert isinstance(exc, fp4moe.ClosedError) and isinstance(exc, ValueError), repr(exc)
+    assert str(exc) == f"{what} is closed"
