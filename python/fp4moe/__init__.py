@@ -19,10 +19,10 @@ __version__ = _clib.fm_version().decode()
 
 def backend_available(name):
     """True when backend name ("cpu-ref", "cpu", "cuda") can run here."""
+    from ._args import as_choice
     from .layer import BACKENDS
 
-    if name not in BACKENDS:
-        raise ValueError(f"name: expected one of {sorted(BACKENDS)}, got {name!r}")
+    as_choice(name, "name", BACKENDS)
     return _clib.fm_backend_available(BACKENDS[name]) == 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _lib
-from ._args import as_float
+from ._args import as_float, as_int
 from ._lib import check, lib
 
 FORMATS = {"bf16": 0, "nvfp4": 1, "mxfp4": 2}
@@ -144,11 +144,17 @@ def _u8_2d(a, arg, shape):
 def qtensor(fmt, data, scales=None, global_scale=1.0, cols=None):
     """Wrap existing arrays as a QTensor, checking dtypes and shapes: data uint8
     [rows][cols/2] (FP4) or uint16/bfloat16 [rows][cols] (BF16); scales uint8 or
-    float8 codes [rows][cols/block]."""
+    float8 codes [rows][cols/block]. cols, when given, must be what data holds (a
+    check of the caller's shape, never a reinterpretation of the bytes)."""
     name = FORMAT_NAMES[format_code(fmt)]
     d = np.asarray(data)
     if d.ndim != 2:
         raise ValueError(f"data: expected a 2-D array, got shape {d.shape}")
+    if cols is not None:
+        cols = as_int(cols, "cols", 0, 2**63 - 1)
+        have = d.shape[1] * (1 if name == "bf16" else 2)
+        if cols != have:
+            raise ValueError(f"cols: {cols}, but data {d.shape} holds {have} {name} columns")
     if name == "bf16":
         if d.dtype.itemsize != 2 or d.dtype.name not in ("uint16", "bfloat16"):
             raise TypeError(f"data: BF16 expects uint16 bits or bfloat16, got dtype {d.dtype}")

@@ -126,3 +126,15 @@ def test_nul_in_path_and_name(ckpt, tmp_path):
             ck.tensor(name + "\0.ignored")
         with pytest.raises(TypeError, match="name: expected a str, got int"):
             ck.tensor(3)
+
+
+def test_qtensor_cols_and_backend_name():
+    d, sc = np.zeros((2, 16), np.uint8), np.zeros((2, 2), np.uint8)
+    assert fp4moe.qtensor("nvfp4", d, sc, cols=32).shape == (2, 32)
+    with pytest.raises(ValueError, match=r"cols: 16, but data \(2, 16\) holds 32 nvfp4 columns"):
+        fp4moe.qtensor("nvfp4", d, sc, cols=16)
+    with pytest.raises(TypeError, match="cols: expected an int, got float"):
+        fp4moe.qtensor("nvfp4", d, sc, cols=32.0)
+    with pytest.raises(ValueError, match="name: expected one of 'auto', 'cpu-ref'"):
+        fp4moe.backend_available(["cpu"])
+    assert fp4moe.backend_available("cpu")
