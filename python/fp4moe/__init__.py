@@ -8,7 +8,7 @@ torch (imported on first use of fp4moe.torch_ops): torch.ops.fp4moe.moe / moe_ou
 graph-capturable, traced by torch.compile. See docs/python.md.
 """
 
-from ._lib import HAS_RUN_API, Error, library_path
+from ._lib import HAS_RUN_API, ClosedError, Error, library_path
 from ._lib import lib as _clib
 from .checkpoint import Checkpoint, LoadedLayer, NotModelledWarning
 from .format import QTensor, dequantize, qtensor, quantize
@@ -19,10 +19,10 @@ __version__ = _clib.fm_version().decode()
 
 def backend_available(name):
     """True when backend name ("cpu-ref", "cpu", "cuda") can run here."""
+    from ._args import as_choice
     from .layer import BACKENDS
 
-    if name not in BACKENDS:
-        raise ValueError(f"name: expected one of {sorted(BACKENDS)}, got {name!r}")
+    as_choice(name, "name", BACKENDS)
     return _clib.fm_backend_available(BACKENDS[name]) == 0
 
 
@@ -34,6 +34,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'fp4moe' has no attribute {name!r}")
 
 
-__all__ = ["Error", "HAS_RUN_API", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
+__all__ = ["Error", "ClosedError", "HAS_RUN_API", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
            "quantize", "dequantize", "qtensor", "Layer", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
            "backend_available"]

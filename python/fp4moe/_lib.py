@@ -16,6 +16,7 @@ field, instead of reading garbage.
 
 import ctypes as C
 import os
+import threading
 
 c_int, c_int32, c_int64, c_float, c_double = C.c_int, C.c_int32, C.c_int64, C.c_float, C.c_double
 c_size_t, c_void_p, c_char_p = C.c_size_t, C.c_void_p, C.c_char_p
@@ -193,6 +194,43 @@ class Error(RuntimeError):
     def __init__(self, status_name, detail, code=None):
         super().__init__(f"{status_name}: {detail}" if detail else status_name)
         self.status, self.detail, self.code = status_name, detail, code
+
+
+class ClosedError(ValueError):
+    """An fp4moe object (Layer, torch_ops.MoE, Checkpoint, LoadedLayer) used after its
+    close(); the message names it: "Layer is closed"."""
+
+
+class Handle:
+    """A library object that several threads may use: every C call that uses it holds
+    .lock (`with handle as ptr:`), and close() takes the lock too. So a close waits for
+    the call in flight, and a call after it raises ClosedError instead of handing the
+    library a freed object. Reentrant, so that a method holding it may call another
+    (Checkpoint.load_shard -> load_layer) and a __del__ run by the garbage collector in
+    a thread that holds it cannot deadlock."""
+
+    __slots__ = ("what", "lock", "ptr")
+
+    def __init__(self, what, ptr):
+        self.what, self.lock, self.ptr = what, threading.RLock(), ptr
+
+    def __enter__(self):
+        self.lock.acquire()
+        if not self.ptr:
+            self.lock.release()
+            raise ClosedError(f"{self.what} is closed")
+        return self.ptr
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+    def close(self, free):
+        """free(ptr) once, after any call in flight; later calls raise ClosedError."""
+        with self.lock:
+            p = self.ptr
+            if p:
+                self.ptr = type(p)()  # NULL: what every call checks under the lock
+                free(p)
 
 
 def _library_path():

@@ -2,12 +2,12 @@
 reader and layer loader (include/fp4moe/io.h, docs/checkpoints.md)."""
 
 import ctypes as C
-import os
 import warnings
 
 import numpy as np
 
 from . import _lib
+from ._args import as_cstr, as_int, as_path
 from ._lib import check, lib
 from .format import FORMAT_NAMES
 from .layer import MoEConfig, MoEWeights
@@ -30,19 +30,21 @@ def _np_dtype(code):
 
 
 class Checkpoint:
-    """A safetensors file, a folder of shards or an index (fm_checkpoint_open)."""
+    """A safetensors file, a folder of shards or an index (fm_checkpoint_open). Its methods
+    may be called from several threads; each takes the checkpoint's lock for its C calls
+    (they take turns), and close() waits for the call in flight, after which calls raise
+    fp4moe.ClosedError. Layers it loaded are independent of it and outlive it."""
 
     def __init__(self, path):
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}")
-        self.path = os.fspath(path)
-        self._h = C.c_void_p()
-        check(lib.fm_checkpoint_open(self.path.encode(), C.byref(self._h)), self.path)
+        self.path, cpath = as_path(path, "path")
+        h = C.c_void_p()
+        check(lib.fm_checkpoint_open(cpath, C.byref(h)), self.path)
+        self._hd = _lib.Handle("Checkpoint", h)
 
     def close(self):
-        if getattr(self, "_h", None):
-            lib.fm_checkpoint_close(self._h)
-            self._h = C.c_void_p()
+        hd = getattr(self, "_hd", None)
+        if hd is not None:
+            hd.close(lib.fm_checkpoint_close)
 
     __del__ = close
 
@@ -52,31 +54,29 @@ class Checkpoint:
     def __exit__(self, *a):
         self.close()
 
-    def _handle(self):
-        if not self._h:
-            raise ValueError("checkpoint: already closed")
-        return self._h
-
     def names(self):
-        h = self._handle()
-        return [lib.fm_checkpoint_tensor_at(h, i).contents.name.decode()
-                for i in range(lib.fm_checkpoint_tensor_count(h))]
+        with self._hd as h:  # the names live in the checkpoint's memory
+            return [lib.fm_checkpoint_tensor_at(h, i).contents.name.decode()
+                    for i in range(lib.fm_checkpoint_tensor_count(h))]
 
     def tensor(self, name):
         """A copy of one tensor as numpy (F4 as packed uint8 bytes)."""
+        cname = as_cstr(name, "name")
         p = C.POINTER(_lib.StTensor)()
-        check(lib.fm_checkpoint_find(self._handle(), name.encode(), C.byref(p)), name)
-        t = p.contents
-        raw = np.empty(t.nbytes, np.uint8)
-        check(lib.fm_st_read(p, 0, t.nbytes, raw.ctypes.data), name)
-        dt = _np_dtype(t.dtype)
-        shape = tuple(t.shape[i] for i in range(t.ndim))
+        with self._hd as h:  # p points into the checkpoint
+            check(lib.fm_checkpoint_find(h, cname, C.byref(p)), name)
+            t = p.contents
+            raw = np.empty(t.nbytes, np.uint8)
+            check(lib.fm_st_read(p, 0, t.nbytes, raw.ctypes.data), name)
+            dt = _np_dtype(t.dtype)
+            shape = tuple(t.shape[i] for i in range(t.ndim))
         return raw if dt is None else raw.view(dt).reshape(shape)
 
     def scan(self):
         """{layout, wfmt, layers: {layer: experts}, expert_bytes} (fm_checkpoint_scan)."""
         s = _lib.CkptScan()
-        check(lib.fm_checkpoint_scan(self._handle(), None, C.byref(s)), self.path)
+        with self._hd as h:
+            check(lib.fm_checkpoint_scan(h, None, C.byref(s)), self.path)
         try:
             return {"layout": lib.fm_ckpt_layout_name(s.layout).decode(), "wfmt": FORMAT_NAMES[s.wfmt],
                     "layers": {s.layers[i]: s.experts[i] for i in range(s.n_layers)},
@@ -89,8 +89,9 @@ class Checkpoint:
         [first_expert, first_expert + n_experts) (0 = all). routing: a MoEConfig
         whose top_k/score/groups/renormalize/routed_scale/act_nvfp4 replace what
         config.json next to the checkpoint says."""
+        layer = as_int(layer, "layer", 0)
         opts = _lib.CkptLoadOpts()
-        opts.first_expert, opts.n_experts = int(first_expert), int(n_experts)
+        opts.first_expert, opts.n_experts = as_int(first_expert, "first_expert", 0), as_int(n_experts, "n_experts", 0)
         rc = None
         if routing is not None:
             if not isinstance(routing, MoEConfig):
@@ -98,8 +99,8 @@ class Checkpoint:
             rc = routing._c()
             opts.routing = C.pointer(rc)
         out = C.POINTER(_lib.CkptLayer)()
-        check(lib.fm_checkpoint_load_layer(self._handle(), int(layer), C.byref(opts), C.byref(out)),
-              f"{self.path} layer {layer}")
+        with self._hd as h:
+            check(lib.fm_checkpoint_load_layer(h, layer, C.byref(opts), C.byref(out)), f"{self.path} layer {layer}")
         return LoadedLayer(out)
 
 
@@ -110,13 +111,15 @@ class Checkpoint:
         returns this shard's partial sum. (load_layer with first_expert/n_experts
         instead makes a standalone layer routing among the loaded experts only.)
         Returns (cfg with the global n_experts, MoEWeights)."""
+        layer = as_int(layer, "layer", 0)
+        first_expert, n_local = as_int(first_expert, "first_expert", 0), as_int(n_local, "n_local", 0)
         part = self.load_layer(layer, first_expert, n_local, routing)
         try:
             w = part.weights()
             names = _lib.CkptNames()
             layout = {"modelopt": 1, "gpt-oss": 2}[part.layout]
             check(lib.fm_ckpt_names_default(layout, C.byref(names)), "load_shard")
-            sub = lambda pat: pat.decode().replace("{L}", str(int(layer)))  # noqa: E731
+            sub = lambda pat: pat.decode().replace("{L}", str(layer))  # noqa: E731
             w.router_w = np.ascontiguousarray(self.tensor(sub(names.router)).astype(np.float32))
             if w.router_bias is not None and names.router_bias:
                 w.router_bias = np.ascontiguousarray(self.tensor(sub(names.router_bias)).astype(np.float32))
@@ -140,7 +143,7 @@ class LoadedLayer:
     layers it models exactly); loading such a layer warns (NotModelledWarning)."""
 
     def __init__(self, ptr):
-        self._c = ptr
+        self._hd = _lib.Handle("LoadedLayer", ptr)
         c = ptr.contents
         self.cfg = MoEConfig._from_c(c.cfg)
         self.layer, self.first_expert = c.layer, c.first_expert
@@ -161,15 +164,21 @@ class LoadedLayer:
                           NotModelledWarning, stacklevel=3)
 
     def close(self):
-        if getattr(self, "_c", None):
-            lib.fm_ckpt_layer_free(self._c)
-            self._c = None
+        """Free the loaded arrays, after a weights() or Layer(None, this) in flight in another
+        thread; later uses raise fp4moe.ClosedError. A Layer made from it keeps working."""
+        hd = getattr(self, "_hd", None)
+        if hd is not None:
+            hd.close(lib.fm_ckpt_layer_free)
 
     __del__ = close
 
     def weights(self):
         """Copies of the loaded arrays as MoEWeights (for inspection or a reference)."""
-        c, cfg = self._c.contents, self.cfg
+        with self._hd as p:
+            return self._weights(p.contents)
+
+    def _weights(self, c):
+        cfg = self.cfg
         E, H, S = cfg.n_experts, cfg.hidden, cfg.shared_inter
 
         def f32(p, n):

@@ -9,6 +9,7 @@ exception; what only the library can judge (formats, finite scales, routing
 ids) comes back as fp4moe.Error with its status and message.
 """
 
+import contextlib
 import ctypes as C
 import threading
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _lib
-from ._lib import check, lib
-from .format import BLOCK, FORMAT_NAMES, FORMATS, QTensor, format_code, quantize
+from ._args import UINTPTR_MAX, as_choice, as_cstr, as_float, as_int
+from ._lib import ClosedError, check, lib
+from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, format_code, quantize
 
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
@@ -48,15 +50,26 @@ class MoEConfig:
     activation: str = "swiglu"    # "swiglu", or "swiglu-gptoss" (gpt-oss's clamped form, with swiglu_limit)
     swiglu_limit: float = 0.0     # swiglu-gptoss: the clamp (gpt-oss: 7.0); swiglu: 0
 
+    def __post_init__(self):
+        self._fields()
+
+    def _fields(self):
+        """The fields checked (every int within C int, numbers, known names) and normalised
+        in place (wfmt to its lower-case name), as fm_moe_config's values in field order.
+        At construction and again before every C call: the fields are mutable."""
+        ints = {f: as_int(getattr(self, f), f) for f in ("n_experts", "top_k", "hidden", "inter", "n_group",
+                                                         "topk_group", "shared_inter")}
+        self.__dict__.update(ints)
+        self.wfmt = FORMAT_NAMES[format_code(self.wfmt, "wfmt")]
+        return (ints["n_experts"], ints["top_k"], ints["hidden"], ints["inter"],
+                SCORES[as_choice(self.score, "score", SCORES)], ints["n_group"], ints["topk_group"],
+                int(bool(self.renormalize)), as_float(self.routed_scale, "routed_scale"), ints["shared_inter"],
+                FORMATS[self.wfmt], int(bool(self.act_nvfp4)),
+                ACTIVATIONS[as_choice(self.activation, "activation", ACTIVATIONS)],
+                as_float(self.swiglu_limit, "swiglu_limit"))
+
     def _c(self):
-        if self.score not in SCORES:
-            raise ValueError(f"score: expected one of {sorted(SCORES)}, got {self.score!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        c = _lib.MoeConfig(int(self.n_experts), int(self.top_k), int(self.hidden), int(self.inter),
-                           SCORES[self.score], int(self.n_group), int(self.topk_group), int(bool(self.renormalize)),
-                           float(self.routed_scale), int(self.shared_inter), format_code(self.wfmt, "wfmt"),
-                           int(bool(self.act_nvfp4)), ACTIVATIONS[self.activation], float(self.swiglu_limit))
+        c = _lib.MoeConfig(*self._fields())
         check(lib.fm_moe_config_check(C.byref(c)), "MoEConfig")
         return c
 
@@ -80,9 +93,6 @@ def _arr(a, arg, dtype, shape, allow_none=False):
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{arg}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
     return np.ascontiguousarray(a)
-
-
-_SCALE_DT = ("uint8", "float8_e4m3fn", "float8_e8m0fnu")
 
 
 @dataclass
@@ -130,8 +140,14 @@ class MoEWeights:
         def stack(qs, what):
             if not qs or not all(isinstance(q, QTensor) for q in qs):
                 raise TypeError(f"{what}: expected a non-empty list of fp4moe.QTensor")
-            sc = None if qs[0].scales is None else np.stack([q.scales for q in qs])
-            return np.stack([q.data for q in qs]), sc, np.array([q.global_scale for q in qs], np.float32)
+            arrs = [q._arrays(f"{what}[{e}]") for e, q in enumerate(qs)]
+            fmt, d0, s0, _ = arrs[0]
+            for e, (f, d, s, _) in enumerate(arrs):
+                if f != fmt or d.shape != d0.shape:
+                    raise ValueError(f"{what}[{e}]: {f} {d.shape} differs from {what}[0]'s {fmt} {d0.shape} "
+                                     "(the experts are stacked: one format and shape)")
+            sc = None if s0 is None else np.stack([a[2] for a in arrs])
+            return np.stack([a[1] for a in arrs]), sc, np.array([a[3] for a in arrs], np.float32)
 
         d13, s13, g13 = stack(w13, "w13")
         d2, s2, g2 = stack(w2, "w2")
@@ -151,7 +167,7 @@ class MoEWeights:
         mats = []
         for name, rows, cols in (("w13", 2 * I, H), ("w2", H, I)):
             d = _arr(getattr(self, name + "_data"), name + "_data", ddt, (E, rows, cols // 2 if fp4 else cols))
-            s = _arr(getattr(self, name + "_scales"), name + "_scales", _SCALE_DT, (E, rows, cols // blk)) \
+            s = _arr(getattr(self, name + "_scales"), name + "_scales", SCALE_DTYPES, (E, rows, cols // blk)) \
                 if fp4 else None
             g = _arr(getattr(self, name + "_global"), name + "_global", "float32", (E,))
             arr = (_lib.QTensor * E)()
@@ -195,7 +211,7 @@ def _row_quantile(q):
         if q not in ROW_QUANTILE:
             raise ValueError(f"row_quantile: expected 'auto', 'mean' or a quantile in [0.5, 1), got {q!r}")
         return ROW_QUANTILE[q]
-    return float(q)
+    return as_float(q, "row_quantile")
 
 
 class Layer:
@@ -207,33 +223,37 @@ class Layer:
     "bf16". device: CUDA ordinal for the cuda backend (default 0). work_list
     ("auto", "on", "off") and row_quantile ("auto", "mean", or a quantile in [0.5, 1)): the cuda
     backend's decode_work_list and row_quantile (include/fp4moe/layer.h); the CPU
-    backends check and ignore them."""
+    backends check and ignore them.
+
+    Threads: calls from several threads take turns on the layer's lock; close() waits
+    for the call in flight, and calls after it raise fp4moe.ClosedError."""
 
     def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
                  n_local=0, device=None, work_list="auto", row_quantile="auto"):
         from .checkpoint import LoadedLayer
 
-        if backend not in BACKENDS:
-            raise ValueError(f"backend: expected one of {sorted(BACKENDS)}, got {backend!r}")
-        if out_dtype not in OUT_DTYPES:
-            raise ValueError(f"out_dtype: expected 'f32' or 'bf16', got {out_dtype!r}")
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens: expected an int >= 1, got {max_tokens!r}")
-        if work_list not in WORK_LIST:
-            raise ValueError(f"work_list: expected one of {sorted(WORK_LIST)}, got {work_list!r}")
+        as_choice(backend, "backend", BACKENDS)
+        as_choice(out_dtype, "out_dtype", OUT_DTYPES)
+        max_tokens = as_int(max_tokens, "max_tokens", 1)
+        first_expert = as_int(first_expert, "first_expert", 0)
+        n_local = as_int(n_local, "n_local", 0)
+        device = None if device is None else as_int(device, "device", 0)
+        as_choice(work_list, "work_list", WORK_LIST)
         row_quantile = _row_quantile(row_quantile)
         if isinstance(weights, LoadedLayer):
             if cfg is None:
                 cfg = weights.cfg
-            self._keep = [weights]
+            elif not isinstance(cfg, MoEConfig):
+                raise TypeError(f"cfg: expected fp4moe.MoEConfig or None, got {type(cfg).__name__}")
             ccfg = cfg._c()
-            cw = weights._c.contents.w
+            source = weights._hd  # create reads its fm_ckpt_layer: held against a close in another thread
         elif isinstance(weights, MoEWeights):
             if not isinstance(cfg, MoEConfig):
                 raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
             ccfg = cfg._c()
             nl = n_local or cfg.n_experts
-            cw, self._keep = weights._c(cfg, nl)
+            cw, keep = weights._c(cfg, nl)  # keep: the arrays cw points into, alive until create returns
+            source = contextlib.nullcontext()
         else:
             raise TypeError(f"weights: expected fp4moe.MoEWeights or a loaded checkpoint layer, "
                             f"got {type(weights).__name__}")
@@ -242,31 +262,38 @@ class Layer:
         self.first_expert, self.n_local = first_expert, n_local or cfg.n_experts
         self.device = None
         self._dev = None
-        self._h = C.c_void_p()
-        self._lock = threading.Lock()
+        h = C.c_void_p()
         if _lib.HAS_RUN_API:
             if backend == "cuda":
-                self.device = 0 if device is None else int(device)
+                self.device = 0 if device is None else device
                 self._dev = _open_device(self.device)
             desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
-                                  int(first_expert), int(n_local), 0, WORK_LIST[work_list], row_quantile)
-            check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(self._h)), "Layer")
+                                  first_expert, n_local, 0, WORK_LIST[work_list], row_quantile)
+            with source as loaded:
+                if loaded is not None:
+                    cw = loaded.contents.w
+                check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
         else:
             if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
                     or row_quantile != 0.0):
                 _lib.require_run_api("a shard, BF16 output or a device choice")
-            check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens,
-                                      C.byref(self._h)), "Layer")
-        self.backend = lib.fm_backend_name(lib.fm_layer_backend(self._h)).decode()
+            with source as loaded:
+                if loaded is not None:
+                    cw = loaded.contents.w
+                check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens, C.byref(h)),
+                      "Layer")
+        self.backend = lib.fm_backend_name(lib.fm_layer_backend(h)).decode()
         if self.backend == "cuda" and self.device is None:
             self.device = 0
-        self._keep = None  # the library copied/uploaded the weights: w need not outlive create
-        self._args = _lib.LayerRunArgs()
+        self._args = _lib.LayerRunArgs()  # shared by the calls: filled and used under the handle's lock
+        self._hd = _lib.Handle("Layer", h)
 
     def close(self):
-        if getattr(self, "_h", None):
-            lib.fm_layer_destroy(self._h)
-            self._h = C.c_void_p()
+        """Destroy the layer, after the call in flight in another thread if there is one;
+        calls after it raise fp4moe.ClosedError. Twice is harmless."""
+        hd = getattr(self, "_hd", None)
+        if hd is not None:
+            hd.close(lib.fm_layer_destroy)
 
     def __del__(self):
         self.close()
@@ -278,9 +305,11 @@ class Layer:
         self.close()
 
     def _handle(self):
-        if not self._h:
-            raise ValueError("layer: already closed")
-        return self._h
+        """The fm_layer pointer without the lock: for a benchmark's raw baseline
+        (bench/py_overhead.py), never for a call that may race a close."""
+        if not self._hd.ptr:
+            raise ClosedError(f"{self._hd.what} is closed")
+        return self._hd.ptr
 
     def run(self, x, topk_ids=None, topk_weights=None, out=None, return_routing=False):
         """out [T][hidden] = layer(x [T][hidden]) on a CPU backend, host arrays.
@@ -325,8 +354,7 @@ class Layer:
             if not out.flags.writeable:
                 raise ValueError("out: read-only array")
             res = out
-        h = self._handle()
-        with self._lock:
+        with self._hd as h:
             if _lib.HAS_RUN_API:
                 a = self._args
                 a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
@@ -352,10 +380,10 @@ class Layer:
         tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
         if "fm_layer_plan" in _lib.missing:
             raise NotImplementedError(f"Layer.plan needs fm_layer_plan, which {_lib.library_path} does not export")
-        if not isinstance(T, int) or isinstance(T, bool):
-            raise TypeError(f"T: expected an int, got {type(T).__name__}")
+        T = as_int(T, "T")
         info = _lib.LayerPlanInfo()
-        check(lib.fm_layer_plan(self._handle(), T, C.byref(info)), "Layer.plan")
+        with self._hd as h:
+            check(lib.fm_layer_plan(h, T, C.byref(info)), "Layer.plan")
         res = {"bucket_tokens": info.bucket_tokens, "expected_rows": info.expected_rows,
                "active_experts": info.active_experts, "work_list": bool(info.work_list)}
         for g, name in enumerate(("fc1", "fc2")):
@@ -373,26 +401,26 @@ class Layer:
         and re-capture graphs of the layer made before it. CPU backends: FM_ERR_UNSUPPORTED."""
         if "fm_layer_set_plan" in _lib.missing:
             raise NotImplementedError(f"Layer.set_plan needs fm_layer_set_plan, which {_lib.library_path} does not export")
-        if not isinstance(T, int) or isinstance(T, bool):
-            raise TypeError(f"T: expected an int, got {type(T).__name__}")
+        T = as_int(T, "T")
         if not isinstance(plan, dict):
             raise TypeError(f"plan: expected a dict as Layer.plan returns, got {type(plan).__name__}")
         info = _lib.LayerPlanInfo()
         try:
-            info.expected_rows = int(plan.get("expected_rows", 0))
-            info.active_experts = int(plan["active_experts"])
+            info.expected_rows = as_int(plan.get("expected_rows", 0), "plan['expected_rows']")
+            info.active_experts = as_int(plan["active_experts"], "plan['active_experts']")
             info.work_list = 1 if plan["work_list"] else 0
             for g, name in enumerate(("fc1", "fc2")):
                 q = plan[name]
-                tile = str(q["tile"])
-                if lib.fm_tile_parse(tile.encode(), C.byref(info.tile[g])) != 0:
+                tile = q["tile"]
+                if lib.fm_tile_parse(as_cstr(tile, f"plan[{name!r}]['tile']"), C.byref(info.tile[g])) != 0:
                     raise ValueError(f"plan[{name!r}]['tile']: {tile!r} is not a tile name (e.g. 'swapab_w4m2n1k256s3')")
-                info.k_splits[g] = int(q["k_splits"])
+                info.k_splits[g] = as_int(q["k_splits"], f"plan[{name!r}]['k_splits']")
                 info.x_packed[g] = 1 if q["x_packed"] else 0
-                info.feature_blocks[g] = int(q["feature_blocks"])
+                info.feature_blocks[g] = as_int(q["feature_blocks"], f"plan[{name!r}]['feature_blocks']")
         except KeyError as e:
             raise ValueError(f"plan: missing {e.args[0]!r} (the keys Layer.plan returns)") from None
-        check(lib.fm_layer_set_plan(self._handle(), T, C.byref(info)), "Layer.set_plan")
+        with self._hd as h:
+            check(lib.fm_layer_set_plan(h, T, C.byref(info)), "Layer.set_plan")
 
     def tune(self, T, stream=None):
         """Tune T's bucket on the device (fm_layer_tune): other plans timed as graph replays of
@@ -403,12 +431,12 @@ class Layer:
         "changed"}; Layer.plan(T) then says what was kept. CPU backends: FM_ERR_UNSUPPORTED."""
         if "fm_layer_tune" in _lib.missing:
             raise NotImplementedError(f"Layer.tune needs fm_layer_tune, which {_lib.library_path} does not export")
-        if not isinstance(T, int) or isinstance(T, bool):
-            raise TypeError(f"T: expected an int, got {type(T).__name__}")
-        if stream is not None and (not isinstance(stream, int) or isinstance(stream, bool)):
-            raise TypeError(f"stream: expected a cudaStream_t as an int or None, got {type(stream).__name__}")
+        T = as_int(T, "T")
+        if stream is not None:
+            stream = as_int(stream, "stream (a cudaStream_t as an int, or None)", 0, UINTPTR_MAX)
         info = _lib.LayerTuneInfo()
-        check(lib.fm_layer_tune(self._handle(), T, stream, C.byref(info)), "Layer.tune")
+        with self._hd as h:
+            check(lib.fm_layer_tune(h, T, stream, C.byref(info)), "Layer.tune")
         return {"plans_tried": info.plans_tried, "plans_refused": info.plans_refused, "before_us": info.before_us,
                 "after_us": info.after_us, "changed": bool(info.changed)}
 
@@ -436,7 +464,7 @@ def route(cfg, logits, router_bias=None):
         raise ValueError(f"logits: expected shape [T][{cfg.n_experts}], got {lg.shape}")
     lg = _arr(lg, "logits", "float32", (lg.shape[0], cfg.n_experts))
     rb = _arr(router_bias, "router_bias", "float32", (cfg.n_experts,), True)
-    T = lg.shape[0]
+    T = as_int(lg.shape[0], "logits: T (rows)")
     ids = np.empty((T, cfg.top_k), np.int32)
     w = np.empty((T, cfg.top_k), np.float32)
     check(lib.fm_moe_route(C.byref(c), None if rb is None else rb.ctypes.data, lg.ctypes.data, T, ids.ctypes.data,

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from . import _lib
-from ._lib import check, lib
+from ._lib import ClosedError, check, lib
 from .layer import Layer, MoEConfig, MoEWeights
 
 _LIB = torch.library.Library("fp4moe", "DEF")
@@ -105,7 +105,9 @@ class MoE:
     device: "cuda", "cuda:N" or "cpu" (the CPU backends; backend="cpu-ref" for
     the reference). out_dtype torch.bfloat16 or torch.float32. first_expert /
     n_local: an expert shard (weights of the local experts only, global ids,
-    the output is the shard's partial sum)."""
+    the output is the shard's partial sum). Calls from several threads take turns on
+    the layer's lock; close() waits for the call in flight, and calls after it raise
+    fp4moe.ClosedError."""
 
     def __init__(self, cfg, weights, *, device="cuda", max_tokens=256, out_dtype=torch.bfloat16, first_expert=0,
                  n_local=0, backend=None, work_list="auto", row_quantile="auto"):
@@ -131,7 +133,9 @@ class MoE:
         self.hidden, self.top_k = self.cfg.hidden, self.cfg.top_k
         self._cuda = dev.type == "cuda"
         self._dev_index = dev.index if self._cuda else -1
-        self._h = self.layer._handle()
+        self._hd = self.layer._hd  # the layer's handle and lock: every call below runs under it
+        self._hd.what = "MoE"  # closed: "MoE is closed", from the op and from moe.layer alike
+        self._h = self.layer._handle()  # unlocked, for bench/py_overhead.py's raw ctypes baseline only
         self._args = _lib.LayerRunArgs()
         self._aref = C.byref(self._args)  # made once: a byref per call costs more than the fields
         self._run = lib.fm_layer_run if _lib.HAS_RUN_API else None
@@ -141,6 +145,10 @@ class MoE:
             _registry[self.id] = self
 
     def close(self):
+        """Unregister the id and destroy the layer, after the call in flight in another
+        thread if there is one (a CUDA call has only enqueued: synchronise the streams
+        that use the layer before closing it); calls after it raise fp4moe.ClosedError
+        ("MoE is closed"), and the op with this id says it is not live."""
         _registry.pop(getattr(self, "id", None), None)
         if getattr(self, "layer", None) is not None:
             self.layer.close()
@@ -180,7 +188,8 @@ class MoE:
                 return out
             return slow
         H, k, max_t, odt, dev = self.hidden, self.top_k, self.max_tokens, self.out_dtype, self.device
-        args, run, h, ref, pack, empty = self._args, self._run, self._h, self._aref, _pack_args, _empty
+        args, run, hd, ref, pack, empty = self._args, self._run, self._hd, self._aref, _pack_args, _empty
+        lock = hd.lock
         BF16, I32, F32 = _BF16, _I32, _F32
         cuda, di = self._cuda, self._dev_index
         raw = _raw_stream if _raw_stream is not None else \
@@ -211,8 +220,12 @@ class MoE:
                     return None
             except (AttributeError, TypeError, ValueError):  # not a tensor, not 2-D, ...
                 return None
-            pack(args, 0, xp, T, ip, wp, op, 0, raw(di) if cuda else 0, 0, 0)
-            rc = run(h, ref)
+            with lock:  # against a close in another thread, and args is shared by the calls
+                h = hd.ptr
+                if not h:
+                    raise ClosedError("MoE is closed")
+                pack(args, 0, xp, T, ip, wp, op, 0, raw(di) if cuda else 0, 0, 0)
+                rc = run(h, ref)
             if rc:
                 check(rc, "fp4moe.moe")
             return out
@@ -229,8 +242,9 @@ class MoE:
         w = torch.empty((T, k), dtype=torch.float32, device=dev)
         stream = (_raw_stream(self._dev_index) if _raw_stream else torch.cuda.current_stream(dev).cuda_stream) \
             if self._cuda else 0
-        _pack_args(self._args, 0, x.data_ptr(), T, 0, 0, out.data_ptr(), 0, stream, ids.data_ptr(), w.data_ptr())
-        rc = self._run(self._h, self._aref)
+        with self._hd as h:
+            _pack_args(self._args, 0, x.data_ptr(), T, 0, 0, out.data_ptr(), 0, stream, ids.data_ptr(), w.data_ptr())
+            rc = self._run(h, self._aref)
         if rc:
             check(rc, "fp4moe.moe_routed")
         return out, ids, w
@@ -275,18 +289,21 @@ class MoE:
         if self._run is None:  # library without fm_layer_run: CPU, internal routing, FP32 only
             if ids is not None or self.out_dtype != torch.float32:
                 _lib.require_run_api("external routing or BF16 output")
-            check(lib.fm_layer_forward(self._h, x.data_ptr(), T, out.data_ptr(), None), "fp4moe.moe")
+            with self._hd as h:
+                check(lib.fm_layer_forward(h, x.data_ptr(), T, out.data_ptr(), None), "fp4moe.moe")
             return
-        a = self._args
-        a.x, a.T, a.out = x.data_ptr(), T, out.data_ptr()
-        if ids is None:
-            a.topk_ids = a.topk_weights = None
-        else:
-            a.topk_ids, a.topk_weights = ids.data_ptr(), w.data_ptr()
-        if self._cuda:
-            a.stream = _raw_stream(self._dev_index) if _raw_stream else \
-                torch.cuda.current_stream(self.device).cuda_stream
-        rc = self._run(self._h, self._aref)
+        stream = (_raw_stream(self._dev_index) if _raw_stream else torch.cuda.current_stream(self.device).cuda_stream) \
+            if self._cuda else None
+        with self._hd as h:
+            a = self._args
+            a.x, a.T, a.out = x.data_ptr(), T, out.data_ptr()
+            if ids is None:
+                a.topk_ids = a.topk_weights = None
+            else:
+                a.topk_ids, a.topk_weights = ids.data_ptr(), w.data_ptr()
+            if self._cuda:
+                a.stream = stream
+            rc = self._run(h, self._aref)
         if rc:
             check(rc, "fp4moe.moe")
 
@@ -298,7 +315,8 @@ class MoE:
         _lib.require_run_api("MoE.errors")
         info = _lib.LayerErrorInfo()
         stream = torch.cuda.current_stream(self.device).cuda_stream if self._cuda else None
-        rc = lib.fm_layer_errors(self._h, stream, C.byref(info))
+        with self._hd as h:
+            rc = lib.fm_layer_errors(h, stream, C.byref(info))
         rec = {f: getattr(info, f) for f, _ in info._fields_}
         if rc and raise_on_error:
             check(rc, f"fp4moe.moe errors {rec}")

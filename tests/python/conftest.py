@@ -3,8 +3,12 @@ run sets it up (PYTHONPATH=python/, FP4MOE_LIBRARY=the build's libfp4moe.so) or
 as installed; failing to import it is a failure, never a skip. Seeds are fresh
 each run and printed; FM_SEED=<n> replays one."""
 
+import json
 import os
+import random
+import struct
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -67,3 +71,66 @@ def reference(cfg, ref, xf, ids=None, weights=None):
         ids, weights, margin = moe_ref.route(logits, cfg.score, cfg.top_k, ref["bias"], cfg.renormalize,
                                              cfg.routed_scale, cfg.n_group, cfg.topk_group)
     return moe_ref.moe(xf, ref["w13"], ref["w2"], ids, weights, cfg.inter, ref["shared"]), margin
+
+
+def write_safetensors(path, tensors):
+    """Independent writer (the format: u64 header length, JSON header, data)."""
+    header, blobs, off = {}, [], 0
+    for name, (dtype, arr) in tensors.items():
+        b = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_modelopt(path, cfg, W, layer=0):
+    """W (NVFP4 MoEWeights of cfg) as layer `layer` of a ModelOpt-layout checkpoint file."""
+    I = cfg.inter
+    t = {f"model.layers.{layer}.mlp.gate.weight": ("F32", W.router_w)}
+    for e in range(cfg.n_experts):
+        p = f"model.layers.{layer}.mlp.experts.{e}."
+        for proj, d, s, g in (("gate_proj", W.w13_data[e, :I], W.w13_scales[e, :I], W.w13_global[e]),
+                              ("up_proj", W.w13_data[e, I:], W.w13_scales[e, I:], W.w13_global[e]),
+                              ("down_proj", W.w2_data[e], W.w2_scales[e], W.w2_global[e])):
+            t[p + proj + ".weight"] = ("U8", d)
+            t[p + proj + ".weight_scale"] = ("F8_E4M3", s)
+            t[p + proj + ".weight_scale_2"] = ("F32", np.array([g], np.float32))
+    write_safetensors(path, t)
+
+
+def race(call, close, expect=None):
+    """call() in a loop in a thread until it raises; close() from this thread meanwhile.
+    Returns (completed calls, the exception that ended the loop)."""
+    started, done = threading.Event(), []
+    ended = []
+
+    def loop():
+        try:
+            while True:
+                r = call()
+                if expect is not None:
+                    expect(r)
+                done.append(1)
+                started.set()
+        except BaseException as e:  # noqa: B902 (reported to the main thread)
+            ended.append(e)
+            started.set()
+
+    t = threading.Thread(target=loop)
+    t.start()
+    assert started.wait(60)
+    threading.Event().wait(random.uniform(0, 0.004))
+    close()
+    t.join(60)
+    assert not t.is_alive()
+    return len(done), ended[0]
+
+
+def closed(exc, what):
+    """exc is the error of a call on a closed `what` (a ValueError, as a closed file's)."""
+    assert isinstance(exc, fp4moe.ClosedError) and isinstance(exc, ValueError), repr(exc)
+    assert str(exc) == f"{what} is closed"

@@ -9,7 +9,7 @@ import pytest
 
 import fp4moe
 from fp4moe import _lib
-from conftest import make_layer, make_x
+from conftest import make_layer, make_x, write_modelopt
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def test_quantize_errors():
         fp4moe.quantize(np.ones(32, np.float32))
     with pytest.raises(TypeError, match="x: expected a floating-point"):
         fp4moe.quantize(np.ones((2, 32), np.int32))
-    with pytest.raises(ValueError, match="fmt: expected one of"):
+    with pytest.raises(ValueError, match="fmt: unknown format 'fp8': expected one of 'nvfp4', 'mxfp4', 'bf16'"):
         fp4moe.quantize(x, "fp8")
     with pytest.raises(ValueError, match="global_scale: only NVFP4"):
         fp4moe.quantize(np.ones((2, 32), np.float32), "mxfp4", global_scale=1.0)
@@ -101,7 +101,7 @@ def test_layer_construction_errors(rng):
     cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
     with pytest.raises(ValueError, match="backend: expected one of"):
         fp4moe.Layer(cfg, W, backend="tpu")
-    with pytest.raises(ValueError, match="max_tokens: expected an int >= 1"):
+    with pytest.raises(ValueError, match=r"max_tokens: 0 is outside \[1, "):
         fp4moe.Layer(cfg, W, max_tokens=0)
     with pytest.raises(TypeError, match="weights: expected fp4moe.MoEWeights"):
         fp4moe.Layer(cfg, {"w13": 1})
@@ -129,8 +129,28 @@ def test_closed_layer(rng):
     cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
     L = fp4moe.Layer(cfg, W, max_tokens=2)
     L.close()
-    with pytest.raises(ValueError, match="layer: already closed"):
+    with pytest.raises(fp4moe.ClosedError, match="^Layer is closed$"):  # a ValueError, as a closed file's
         L.run(np.zeros((1, cfg.hidden), np.uint16))
+    assert issubclass(fp4moe.ClosedError, ValueError)
+
+
+def test_closed_checkpoint_objects(rng, tmp_path):
+    """A closed Checkpoint / LoadedLayer names itself (a LoadedLayer said AttributeError about NoneType)."""
+    cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
+    write_modelopt(tmp_path / "m.safetensors", cfg, W)
+    ck = fp4moe.Checkpoint(tmp_path / "m.safetensors")
+    lw = ck.load_layer(0, routing=cfg)
+    ck.close()
+    for call in (ck.names, ck.scan, lambda: ck.tensor("x"), lambda: ck.load_layer(0, routing=cfg),
+                 lambda: ck.load_shard(0, 0, 2, routing=cfg)):
+        with pytest.raises(fp4moe.ClosedError, match="^Checkpoint is closed$"):
+            call()
+    assert lw.weights().w13_data.shape == W.w13_data.shape  # a loaded layer outlives its checkpoint
+    lw.close()
+    lw.close()
+    for call in (lw.weights, lambda: fp4moe.Layer(None, lw)):
+        with pytest.raises(fp4moe.ClosedError, match="^LoadedLayer is closed$"):
+            call()
 
 
 def test_abi_check_catches_a_drifted_mirror(monkeypatch):

@@ -109,3 +109,101 @@ def test_qtensor_wraps_checkpoint_arrays(rng):
     import ml_dtypes
     w = fp4moe.qtensor("nvfp4", q.data, q.scales.view(ml_dtypes.float8_e4m3fn), q.global_scale)
     assert np.array_equal(fp4moe.dequantize(w), fp4moe.dequantize(q))
+
+
+@pytest.fixture
+def guarded():
+    """bytes(n) -> a uint8 array of n bytes ending where an inaccessible page begins: C
+    reading one byte past it faults (instead of reading a neighbour's bytes unseen)."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    m = mmap.mmap(-1, 2 * page)
+    base = np.frombuffer(m, np.uint8)
+    libc = C.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [C.c_void_p, C.c_size_t, C.c_int]
+    assert libc.mprotect(base.ctypes.data + page, page, 0) == 0  # PROT_NONE
+    made = []
+
+    def make(n):
+        made.append(base[page - n:page])
+        return made[-1]
+    yield make
+    libc.mprotect(base.ctypes.data + page, page, 3)  # PROT_READ | PROT_WRITE, so that unmapping is ordinary
+    made.clear()
+    del base
+    m.close()
+
+
+def test_qtensor_scales_smaller_than_data(rng, guarded):
+    """A QTensor built directly whose scales do not cover its data is refused before C
+    reads it (which ran past the array: here into a PROT_NONE page, a crash)."""
+    q = fp4moe.quantize(rng.standard_normal((8, 64)).astype(np.float32), "nvfp4")  # scales [8][4]
+    small = guarded(8 * 2)
+    small[:] = q.scales[:4].ravel()[:16]
+    for scales, msg in ((small.reshape(8, 2), r"q.scales: expected shape \(8, 4\) .* got \(8, 2\)"),
+                        (small.reshape(4, 4), r"q.scales: expected shape \(8, 4\) .* got \(4, 4\)"),
+                        (small, r"q.scales: expected shape \(8, 4\)")):
+        with pytest.raises(ValueError, match=msg):
+            fp4moe.dequantize(fp4moe.QTensor("nvfp4", q.data, scales, q.global_scale))
+    with pytest.raises(ValueError, match=r"q.scales: nvfp4 needs block scales \[8\]\[4\], got None"):
+        fp4moe.dequantize(fp4moe.QTensor("nvfp4", q.data, None, q.global_scale))
+    exact = guarded(8 * 4)  # the right size, ending at the guard page: read up to its last byte
+    exact[:] = q.scales.ravel()
+    assert np.array_equal(fp4moe.dequantize(fp4moe.QTensor("nvfp4", q.data, exact.reshape(8, 4), q.global_scale)),
+                          fp4moe.dequantize(q))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_qtensor_dtypes_and_strides(rng, fmt):
+    """Wrong dtypes are refused naming the field; strided arrays are read as the values
+    they hold (through contiguous copies), not as their raw buffers."""
+    q = fp4moe.quantize(rng.standard_normal((6, 64)).astype(np.float32), fmt)
+    want = fp4moe.dequantize(q)
+    wide = np.zeros((q.data.shape[0], 2 * q.data.shape[1]), q.data.dtype)
+    wide[:, ::2] = q.data
+    strided = fp4moe.QTensor(fmt, wide[:, ::2], q.scales, q.global_scale)
+    assert not strided.data.flags.c_contiguous
+    assert np.array_equal(fp4moe.dequantize(strided), want)
+    if q.scales is not None:
+        tall = np.zeros((2 * q.scales.shape[0], q.scales.shape[1]), np.uint8)
+        tall[::2] = q.scales
+        assert np.array_equal(fp4moe.dequantize(fp4moe.QTensor(fmt, q.data, tall[::2], q.global_scale)), want)
+        assert np.array_equal(fp4moe.dequantize(fp4moe.QTensor(fmt, q.data.T.copy().T, q.scales.T.copy().T,
+                                                               q.global_scale)), want)  # Fortran order
+        for bad, msg in ((dict(data=q.data.astype(np.float64)), f"q.data: {fmt} expects uint8 .* got dtype float64"),
+                         (dict(data=q.data.view(np.int8)), "q.data: .* got dtype int8"),
+                         (dict(data=q.data.ravel()), r"q.data: expected a 2-D array .* got shape \(192,\)"),
+                         (dict(data=q.data[:, :3]), r"q.data: 6 columns is not a multiple of the"),
+                         (dict(scales=q.scales.astype(np.float32)), "q.scales: expected uint8 .* got dtype float32"),
+                         (dict(global_scale="2"), "q.global_scale: expected a number, got str")):
+            kw = dict(data=q.data, scales=q.scales, global_scale=q.global_scale, **{})
+            kw.update(bad)
+            with pytest.raises((TypeError, ValueError), match=msg):
+                fp4moe.dequantize(fp4moe.QTensor(fmt, **kw))
+    else:
+        for bad, msg in ((dict(data=q.data.astype(np.float64)), "q.data: BF16 expects uint16 .* got dtype float64"),
+                         (dict(data=q.data.view(np.int16)), "q.data: BF16 expects uint16 .* got dtype int16"),
+                         (dict(scales=np.zeros((6, 4), np.uint8)), "q.scales: BF16 has no block scales")):
+            kw = dict(data=q.data, scales=None, global_scale=1.0)
+            kw.update(bad)
+            with pytest.raises((TypeError, ValueError), match=msg):
+                fp4moe.dequantize(fp4moe.QTensor(fmt, **kw))
+
+
+def test_from_qtensors_checks_each(rng):
+    """Layer weights from QTensors: each one checked and named before the stack."""
+    qs = [fp4moe.quantize(rng.standard_normal((8, 32)).astype(np.float32), "nvfp4") for _ in range(3)]
+    router = np.zeros((3, 32), np.float32)
+    bad = fp4moe.QTensor("nvfp4", qs[1].data.astype(np.float64), qs[1].scales, 1.0)
+    with pytest.raises(TypeError, match="w13\\[1\\].data: nvfp4 expects uint8"):
+        fp4moe.MoEWeights.from_qtensors(router, [qs[0], bad, qs[2]], qs)
+    bad = fp4moe.QTensor("nvfp4", qs[2].data, qs[2].scales[:, :1], 1.0)
+    with pytest.raises(ValueError, match=r"w2\[2\].scales: expected shape \(8, 2\)"):
+        fp4moe.MoEWeights.from_qtensors(router, qs, [qs[0], qs[1], bad])
+    mx = fp4moe.quantize(rng.standard_normal((8, 32)).astype(np.float32), "mxfp4")
+    with pytest.raises(ValueError, match=r"w13\[2\]: mxfp4 \(8, 16\) differs from w13\[0\]'s nvfp4"):
+        fp4moe.MoEWeights.from_qtensors(router, [qs[0], qs[1], mx], qs)
+    W = fp4moe.MoEWeights.from_qtensors(router, [fp4moe.QTensor("nvfp4", np.asfortranarray(q.data), q.scales,
+                                                                q.global_scale) for q in qs], qs)
+    assert W.w13_data.flags.c_contiguous and np.array_equal(W.w13_data[1], qs[1].data)

@@ -9,7 +9,6 @@ and NaN/Inf is checked before the bound."""
 
 import json
 import os
-import struct
 import warnings
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 
 import fp4moe
 import moe_ref
-from conftest import make_layer, make_x, reference
+from conftest import make_layer, make_x, reference, write_modelopt, write_safetensors
 
 BOUND = 1e-9
 need_run_api = pytest.mark.skipif(not fp4moe.HAS_RUN_API,
@@ -197,34 +196,11 @@ def test_expert_shard_partial_sums(rng, out_dtype):
         assert moe_ref.nmse(parts[0] + parts[1], want) <= 1e-5
 
 
-def _write_safetensors(path, tensors):
-    """Independent writer (the format: u64 header length, JSON header, data)."""
-    header, blobs, off = {}, [], 0
-    for name, (dtype, arr) in tensors.items():
-        b = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
 def test_modelopt_checkpoint(rng, tmp_path):
     """A ModelOpt-layout NVFP4 checkpoint written here, loaded by the library, run, checked."""
     cfg, W, ref = make_layer(rng, "nvfp4", E=4, k=2)
     I = cfg.inter
-    t = {"model.layers.0.mlp.gate.weight": ("F32", W.router_w)}
-    for e in range(cfg.n_experts):
-        p = f"model.layers.0.mlp.experts.{e}."
-        for proj, d, s, g in (("gate_proj", W.w13_data[e, :I], W.w13_scales[e, :I], W.w13_global[e]),
-                              ("up_proj", W.w13_data[e, I:], W.w13_scales[e, I:], W.w13_global[e]),
-                              ("down_proj", W.w2_data[e], W.w2_scales[e], W.w2_global[e])):
-            t[p + proj + ".weight"] = ("U8", d)
-            t[p + proj + ".weight_scale"] = ("F8_E4M3", s)
-            t[p + proj + ".weight_scale_2"] = ("F32", np.array([g], np.float32))
-    _write_safetensors(tmp_path / "model.safetensors", t)
+    write_modelopt(tmp_path / "model.safetensors", cfg, W)
     with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
         assert ck.scan()["layers"] == {0: cfg.n_experts}
         assert np.array_equal(ck.tensor("model.layers.0.mlp.experts.1.up_proj.weight"), W.w13_data[1, I:])
@@ -276,7 +252,7 @@ def test_gpt_oss_checkpoint(rng, tmp_path, limit):
          pre + "experts.down_proj_blocks": ("U8", W.w2_data.reshape(E, H, I // 32, 16)),
          pre + "experts.down_proj_scales": ("U8", W.w2_scales),
          pre + "experts.down_proj_bias": ("F32", dn_bias)}
-    _write_safetensors(tmp_path / "model.safetensors", t)
+    write_safetensors(tmp_path / "model.safetensors", t)
     conf = {"model_type": "gpt_oss", "num_experts_per_tok": 2}
     if limit is not None:
         conf["swiglu_limit"] = limit

@@ -2,12 +2,14 @@
 Layer, torch.compile(fullgraph=True) traces them, out= is written in place,
 bad tensors raise naming the argument. Skips when torch is not installed."""
 
+import threading
+
 import numpy as np
 import pytest
 
 import fp4moe
 import moe_ref
-from conftest import make_layer, make_x, reference
+from conftest import closed, make_layer, make_x, race, reference
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the torch ops are not tested here")
 from fp4moe.torch_ops import MoE  # noqa: E402
@@ -296,3 +298,51 @@ def test_bad_arguments_through_the_op(setup, rng):
     with pytest.raises((TypeError, RuntimeError)):
         m([[1.0] * cfg.hidden])  # not a tensor: the dispatcher's own error, no crash
     assert torch.equal(m(x), torch.ops.fp4moe.moe(m.id, x))  # still usable after the errors
+
+
+@pytest.mark.parametrize("path", ["call", "op", "op_out", "routed"])
+def test_close_during_calls(rng, path):
+    """MoE.close() in one thread while another calls: each call completes (same output) or
+    raises fp4moe.ClosedError, never runs on the destroyed layer; the op with the closed id
+    then says the id is not live."""
+    if path == "routed" and not fp4moe.HAS_RUN_API:
+        pytest.skip("the library does not export fm_layer_run yet")
+    cfg, W, _ = make_layer(rng, "nvfp4", E=16, k=4, H=256, I=256)
+    bits, _ = make_x(rng, 8, cfg.hidden)
+    x = bf16(bits)
+    for _ in range(8):
+        m = MoE(cfg, W, device="cpu", out_dtype=torch.float32, max_tokens=8)
+        want = m(x)
+        out = torch.empty_like(want)
+        call = {"call": lambda: m(x), "op": lambda: torch.ops.fp4moe.moe(m.id, x),
+                "op_out": lambda: (torch.ops.fp4moe.moe_out(m.id, x, None, None, out), out)[1],
+                "routed": lambda: m(x, return_routing=True)[0]}[path]
+        n, exc = race(call, m.close, lambda y: torch.testing.assert_close(y, want, rtol=0, atol=0))
+        if path.startswith("op") and not isinstance(exc, fp4moe.ClosedError):
+            assert isinstance(exc, ValueError) and "is not the id of a live" in str(exc), repr(exc)
+        else:
+            closed(exc, "MoE")
+        with pytest.raises(fp4moe.ClosedError, match="^MoE is closed$"):
+            m(x)
+        with pytest.raises(fp4moe.ClosedError, match="^MoE is closed$"):
+            m.layer.run(bits)
+        with pytest.raises(ValueError, match="is not the id of a live"):
+            torch.ops.fp4moe.moe(m.id, x)
+
+
+def test_calls_from_threads(setup, rng):
+    """Calls from several threads on one MoE take turns (the run arguments are shared):
+    each gets its own output."""
+    cfg, W, ref, m = setup
+    xs = [bf16(make_x(rng, 1 + i, cfg.hidden)[0]) for i in range(4)]
+    want = [m(x) for x in xs]
+    bad = []
+
+    def work(i):
+        for _ in range(200):
+            if not torch.equal(m(xs[i]), want[i]):
+                bad.append(i)
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert not bad
