@@ -27,17 +27,18 @@ conf() { # dir archs [targets...]
 }
 timed_build() { # dir label targets...
   local d=$1 l=$2; shift 2
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s%N)
   cmake --build "$d" -j$J ${1:+--target "$@"} >"$OUT/build-$l.log" 2>&1 || { tail -30 "$OUT/build-$l.log"; echo "BUILD $l FAILED"; return 1; }
-  local t1=$(date +%s.%N)
-  printf "build %-10s %6.1f s (-j%s)\n" "$l" "$(echo "$t1 - $t0" | bc)" "$J" | tee -a "$OUT/table.txt"
+  local t1=$(date +%s%N)
+  printf "build %-12s %5d.%01d s (-j%s)\n" "$l" $(( (t1 - t0) / 1000000000 )) $(( (t1 - t0) / 100000000 % 10 )) "$J" | tee -a "$OUT/table.txt"
 }
 if [ "$MODE" = all ]; then
   conf build-all all && timed_build build-all all || exit 1
   ls -la build-all/libfp4moe.a build-all/python/libfp4moe.so | tee -a "$OUT/table.txt"
   (mkdir -p /tmp/cubins && cd /tmp/cubins && cuobjdump -xelf all "$OLDPWD/build-all/python/libfp4moe.so" >/dev/null 2>&1
-   for a in sm_80 sm_90a sm_100f sm_120f; do
-     printf "cubins %-8s %8d KB in %3d files\n" $a $(( $(cat *.$a.cubin 2>/dev/null | wc -c) / 1024 )) $(ls *.$a.cubin 2>/dev/null | wc -l)
+   ls | sed 's/.*\.\(sm_[0-9a-z]*\)\.cubin$/\1/' | sort | uniq -c | tr '\n' ' '; echo
+   for a in $(ls | sed 's/.*\.\(sm_[0-9a-z]*\)\.cubin$/\1/' | sort -u); do
+     printf "cubins %-8s %8d KB in %3d files\n" $a $(( $(cat *.$a.cubin | wc -c) / 1024 )) $(ls *.$a.cubin | wc -l)
    done) | tee -a "$OUT/table.txt"
   build-all/fp4moe devices | tee "$OUT/devices.txt"
   echo "== cold start, driver cache off"
@@ -63,21 +64,24 @@ if [ "$MODE" = native ]; then
   timed_build build-nat touch-wgmma fp4moe && echo "rebuilt after touching wgmma_ws.cuh: $(grep -c 'Building CUDA' "$OUT/build-touch-wgmma.log") units" | tee -a "$OUT/table.txt"
   touch src/cuda/gemm_mma.cuh
   timed_build build-nat touch-mma fp4moe && echo "rebuilt after touching gemm_mma.cuh: $(grep -c 'Building CUDA' "$OUT/build-touch-mma.log") units" | tee -a "$OUT/table.txt"
-  echo "== bench_layer (native)"
-  timeout ${LAYER_S:-200} build-nat/bench/bench_layer ${LAYER_ARGS:-} >"$OUT/bench_layer_nat.log" 2>&1 || tail -5 "$OUT/bench_layer_nat.log"
-  grep -v "^csv" "$OUT/bench_layer_nat.log" | tail -25
+  for b in nat all; do # the same table on both builds, in one call (all: left by the `all` call, if still here)
+    [ -x build-$b/bench/bench_layer ] || { echo "(no build-$b here)"; continue; }
+    echo "== bench_layer ($b)"
+    timeout ${LAYER_S:-150} build-$b/bench/bench_layer ${LAYER_ARGS:-} >"$OUT/bench_layer_$b.log" 2>&1 || tail -5 "$OUT/bench_layer_$b.log"
+    grep -v "^csv" "$OUT/bench_layer_$b.log" | tail -25
+  done
 fi
 if [ "$MODE" = refuse ]; then
-  conf build-80 80 && timed_build build-80 sm80-only fp4moe_cli || exit 1
+  conf build-80 80 && conf build-ptx compute_80 || exit 1
+  J=8 timed_build build-80 sm80-only fp4moe_cli & J=8 timed_build build-ptx ptx-only fp4moe_cli & wait
   echo "== sm_80 SASS only on this GPU"
   build-80/fp4moe devices 2>&1 | tee "$OUT/devices-80.txt" | grep -E "build|code"
-  build-80/fp4moe run --tokens 1 --check >"$OUT/run-80.log" 2>&1; echo "fp4moe run exit $? (want 3 or 1, no run): $(tail -2 "$OUT/run-80.log")" | tee -a "$OUT/table.txt"
-  conf build-ptx compute_80 && timed_build build-ptx ptx-only fp4moe_cli || exit 1
+  build-80/fp4moe run --tokens 1 --check >"$OUT/run-80.log" 2>&1; echo "sm80-only: fp4moe run exit $? (want 1, no run): $(tail -1 "$OUT/run-80.log")" | tee -a "$OUT/table.txt"
   echo "== compute_80 PTX only on this GPU"
-  build-ptx/fp4moe devices 2>&1 | grep -E "build|code" | tee -a "$OUT/table.txt"
-  for T in 1 4 16 64 256 1024 4096; do
-    timeout 200 build-ptx/fp4moe run --tokens $T --check --iters 3 >"$OUT/run-ptx-$T.log" 2>&1
-    echo "ptx T=$T exit $? $(grep -E 'check|startup' "$OUT/run-ptx-$T.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$OUT/table.txt"
+  t0=$(date +%s); build-ptx/fp4moe devices 2>&1 | grep -E "build|code" | tee -a "$OUT/table.txt"; echo "ptx: devices (first open, JIT) $(( $(date +%s) - t0 )) s" | tee -a "$OUT/table.txt"
+  for T in ${PTX_TS:-1 16 256 1024 4096}; do
+    timeout 150 build-ptx/fp4moe run --tokens $T --check --iters 2 >"$OUT/run-ptx-$T.log" 2>&1
+    echo "ptx T=$T exit $? $(grep -E 'check|startup|plan ' "$OUT/run-ptx-$T.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$OUT/table.txt"
     grep -q "wgmma" "$OUT/run-ptx-$T.log" && echo "  WGMMA IN PLAN (must not be)" | tee -a "$OUT/table.txt"
   done
 fi

@@ -27,12 +27,12 @@ static_assert(FM_SWAPAB_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st) &&
                   FM_SWAPAB_MIN_BLOCKS(R.w, R.mt, R.nt, R.kc, R.st) >= 1,
               "fm_tiles.def: bad mma row");
 
-template <bool MB> struct mb_kernel {
-    static const void *get() { return nullptr; }
-};
-template <> struct mb_kernel<true> {
-    static const void *get() { return (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>; }
-};
+/* the multi-block kernel only where the row has it (a discarded branch is never instantiated) */
+template <bool MB> const void *mb_kernel()
+{
+    if constexpr (MB) return (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>;
+    else return nullptr;
+}
 
 #ifdef FM_PROBE_TIMELINE
 int probe_timeline(void *buf, unsigned cap)
@@ -59,6 +59,6 @@ extern "C" const fm_mma_unit FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
     R.kc,
     R.st,
     (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
-    mb_kernel<R.mb != 0>::get(),
+    mb_kernel<R.mb != 0>(),
     (const void *)swapab_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
     FM_UNIT_PROBE};

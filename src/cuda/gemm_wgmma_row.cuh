@@ -27,12 +27,13 @@ static_assert(FM_WGMMA_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st, R.persist) &&
                   FM_WGMMA_SMEM(R.w, R.mt, R.nt, R.kc, R.st, R.persist) <= FM_SMEM_OPTIN_MAX,
               "fm_tiles.def: bad wgmma row");
 
-template <bool PERSIST> struct natural_kernel {
-    static const void *get() { return (const void *)wgmma_kernel<R.w, R.mt, R.nt, R.kc, R.st>; }
-};
-template <> struct natural_kernel<true> {
-    static const void *get() { return nullptr; } /* the persistent kernel reads packed X only */
-};
+/* the natural-X kernel, except for the persistent row (it reads packed X only); a discarded
+ * branch is never instantiated */
+template <bool PERSIST> const void *natural_kernel()
+{
+    if constexpr (PERSIST) return nullptr;
+    else return (const void *)wgmma_kernel<R.w, R.mt, R.nt, R.kc, R.st>;
+}
 } // namespace
 
 #define FM_UNIT_CAT_(a, b) a##b
@@ -45,4 +46,4 @@ extern "C" const fm_wgmma_unit FM_UNIT_CAT(fm_wgmma_unit_, FM_UNIT_ROW) = {
     R.st,
     R.persist,
     (const void *)wgmma_ws_kernel<R.w, R.mt, R.nt, R.kc, R.st, R.persist != 0>,
-    natural_kernel<R.persist != 0>::get()};
+    natural_kernel<R.persist != 0>()};
