@@ -405,13 +405,15 @@ int fm_cmd_run(int argc, char **argv)
     }
     fm_run_model m;
     s = fm_run_model_build(&o, &m);
-    if (s != FM_OK) { /* settings from flags that do not make a layer are usage errors; a bad checkpoint is not */
+    if (s != FM_OK) { /* settings from flags that do not make a layer are usage errors; a bad checkpoint or
+                       * --input file is not (exit 1 whatever is wrong with the file, with or without --weights) */
         int rc0 = fm_cli_fail("run", s);
         const char *d = fm_last_error();
         if (o.weights_path && d && strstr(d, "give ")) /* routing the checkpoint does not say */
             fprintf(stderr, "fp4moe run: the routing flags are --topk, --score, --renormalize, --routed-scale "
                             "and --groups/--topk-group\n");
-        return !o.weights_path && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE : rc0;
+        return !o.weights_path && !m.bad_input && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE
+                                                                                                  : rc0;
     }
     const fm_moe_config *cfg = &m.cfg;
     int T = m.tokens; /* --tokens, or the rows of --input */

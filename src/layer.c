@@ -122,6 +122,33 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
     return FM_OK;
 }
 
+/* The router and the shared expert (BF16): finite, so that a NaN in a checkpoint is named
+ * here, at create, like a NaN scale; at a run it made every logit of an expert (or every
+ * output of the shared expert) NaN, which the backends then blamed on the input ("inputs
+ * too large"). cfg->n_experts is the global count: the router spans every expert. */
+static fm_status check_dense_finite(const fm_moe_config *cfg, const fm_moe_weights *w)
+{
+    const size_t E = (size_t)cfg->n_experts, H = (size_t)cfg->hidden, S = (size_t)cfg->shared_inter;
+    for (size_t i = 0; i < E * H; i++)
+        if (!isfinite(w->router_w[i]))
+            return fm_fail(FM_ERR_NONFINITE, "router_w[%zu][%zu] = %g: the router weight must be finite", i / H, i % H,
+                           (double)w->router_w[i]);
+    for (size_t e = 0; w->router_bias && e < E; e++)
+        if (!isfinite(w->router_bias[e]))
+            return fm_fail(FM_ERR_NONFINITE, "router_bias[%zu] = %g: the router bias must be finite", e,
+                           (double)w->router_bias[e]);
+    if (S == 0) return FM_OK;
+    for (int j = 0; j < 2; j++) {
+        const uint16_t *t = j ? w->shared_w2 : w->shared_w13;
+        const size_t    rows = j ? H : 2 * S, cols = j ? S : H;
+        for (size_t i = 0; i < rows * cols; i++)
+            if ((t[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+                return fm_fail(FM_ERR_NONFINITE, "%s[%zu][%zu] is %s: a shared-expert weight must be finite",
+                               j ? "shared_w2" : "shared_w13", i / cols, i % cols, (t[i] & 0x7fu) ? "NaN" : "Inf");
+    }
+    return FM_OK;
+}
+
 void fm_layer_store_bf16(const float *in, size_t n, uint16_t *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = fm_bf16_encode(in[i]);
@@ -204,6 +231,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     fm_moe_config lcfg = *cfg; /* the shard's experts, for the weight checks */
     lcfg.n_experts = (int)nl;
     FM_CHECK(fm_moe_weights_check(&lcfg, w));
+    FM_CHECK(check_dense_finite(cfg, w));
     fm_backend_kind kind = d->backend;
     if ((int)kind < 0 || kind >= FM_BACKEND_COUNT)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: unknown backend %d", (int)kind);

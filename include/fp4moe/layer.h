@@ -72,7 +72,9 @@ typedef struct {
  * FM_ERR_OOM, FM_ERR_CUDA. FM_ERR_BAD_SHAPE also when max_tokens*top_k or
  * max_tokens*hidden exceeds 2^31-1. FM_ERR_NONFINITE: a NaN scale code, a weight
  * global scale that is not finite and positive or makes a decoded weight overflow
- * FP32 (tensor and expert named), an a1/a2 scale outside its range (moe.h).
+ * FP32 (tensor and expert named), an a1/a2 scale outside its range (moe.h), a
+ * NaN or Inf in router_w, router_bias, an expert bias or a BF16 shared-expert weight
+ * (shared_w13 / shared_w2; tensor and element named).
  * On failure *out is NULL. */
 fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
                           fm_layer **out);
