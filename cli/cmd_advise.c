@@ -55,6 +55,9 @@ int fm_cmd_advise(int argc, char **argv)
         else if (!v) {
             fprintf(stderr, "fp4moe advise: %s needs a value (or unknown flag)\n", f);
             return FM_EXIT_USAGE;
+        } else if (!*v) { /* '' is not "not given": a script's empty variable must not pick the default */
+            fprintf(stderr, "fp4moe advise: %s expects a value, got '' (an empty string)\n", f);
+            return FM_EXIT_USAGE;
         } else {
             i++;
             if (!strcmp(f, "--model")) model_s = v;
@@ -64,7 +67,10 @@ int fm_cmd_advise(int argc, char **argv)
             else if (!strcmp(f, "--parallel")) parallel = v;
             else if (!strcmp(f, "--gpus")) { if (!fm_cli_int("advise", f, v, 1, 4096, &gpus)) return FM_EXIT_USAGE; }
             else if (!strcmp(f, "--max-running")) { if (!fm_cli_int("advise", f, v, 1, 1 << 16, &running)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--tokens-per-step")) { if (!fm_cli_int("advise", f, v, 1, 64, &tps)) return FM_EXIT_USAGE; }
+            else if (!strcmp(f, "--tokens-per-step")) { /* the simulator's range (its own row) */
+                const fm_sim_range *rg = fm_sim_range_get(FM_SIM_SET_TOKENS_PER_STEP);
+                if (!fm_cli_int("advise", f, v, (long)rg->lo, (long)rg->hi, &tps)) return FM_EXIT_USAGE;
+            }
             else if (!strcmp(f, "--decode-steps")) { if (!fm_cli_int("advise", f, v, 1, 1024, &steps)) return FM_EXIT_USAGE; }
             else {
                 fprintf(stderr, "fp4moe advise: unknown flag %s (see --help)\n", f);
@@ -108,11 +114,14 @@ int fm_cmd_advise(int argc, char **argv)
     /* (2) rows per expert now, and the settings that reach 8/16/32 */
     fm_sim_result now;
     if ((st = fm_sim_run(&cfg, &now)) != FM_OK) return fm_cli_fail("advise", st);
-    fm_sim_crossings cr, cr2;
+    fm_sim_crossings cr, cr2 = {0};
     fm_sim_config mtp = cfg; /* the same with twice the tokens per step (MTP / speculative drafts) */
     mtp.tokens_per_step = 2 * cfg.tokens_per_step;
+    /* twice a --tokens-per-step above half the simulator's range is outside it: that case
+     * is left out (said in the report) rather than refused with a value the user never gave */
+    const int have_mtp = mtp.tokens_per_step <= fm_sim_range_get(FM_SIM_SET_TOKENS_PER_STEP)->hi;
     if ((st = fm_sim_find_crossings(&cfg, 1 << 14, &cr)) != FM_OK ||
-        (st = fm_sim_find_crossings(&mtp, 1 << 14, &cr2)) != FM_OK)
+        (have_mtp && (st = fm_sim_find_crossings(&mtp, 1 << 14, &cr2)) != FM_OK))
         return fm_cli_fail("advise", st);
     /* (3) surviving tile heights (fc1 list: the M of each distinct fitting tile) and fp4moe's kernel */
     option opt[16];
@@ -162,7 +171,8 @@ int fm_cmd_advise(int argc, char **argv)
             snprintf(key, sizeof key, "%d", targets[j]);
             cJSON_AddNumberToObject(reach, key, cr.rows_at[j]);
             snprintf(key, sizeof key, "%d_mtp", targets[j]);
-            cJSON_AddNumberToObject(reach, key, cr2.rows_at[j]);
+            if (have_mtp) cJSON_AddNumberToObject(reach, key, cr2.rows_at[j]);
+            else cJSON_AddNullToObject(reach, key); /* twice the tokens per step: beyond the simulator */
         }
         cJSON_AddItemToObject(o, "max_running_for_rows", reach);
         cJSON *ops = cJSON_CreateArray();
@@ -224,9 +234,14 @@ int fm_cmd_advise(int argc, char **argv)
     printf("\n(2) rows per active expert at %d requests: %.1f (p50 %d, p90 %d); %.0f%% of the 128-row tile is "
            "padding\n", cfg.max_running, now.rows_per_active, now.rows_p50, now.rows_p90, 100 * now.waste);
     for (int j = 0; j < 3; j++) {
-        if (cr.rows_at[j])
+        if (cr.rows_at[j] && have_mtp)
             printf("  %2d rows: max-running %d at %d token(s)/step, or %d with %d tokens/step (MTP)\n", targets[j],
                    cr.rows_at[j], cfg.tokens_per_step, cr2.rows_at[j], mtp.tokens_per_step);
+        else if (cr.rows_at[j])
+            printf("  %2d rows: max-running %d at %d token(s)/step (MTP at %d tokens/step: beyond the simulator's "
+                   "%g, not computed)\n",
+                   targets[j], cr.rows_at[j], cfg.tokens_per_step, mtp.tokens_per_step,
+                   fm_sim_range_get(FM_SIM_SET_TOKENS_PER_STEP)->hi);
         else
             printf("  %2d rows: not reached below %d requests\n", targets[j], 1 << 14);
     }

@@ -57,6 +57,9 @@ int fm_cmd_plan_engine(int argc, char **argv)
         else if (!v) {
             fprintf(stderr, "fp4moe plan: %s needs a value (or unknown flag)\n", f);
             return FM_EXIT_USAGE;
+        } else if (!*v) { /* '' is not "not given": a script's empty variable must not pick the default */
+            fprintf(stderr, "fp4moe plan: %s expects a value, got '' (an empty string)\n", f);
+            return FM_EXIT_USAGE;
         } else {
             i++;
             if (!strcmp(f, "--engine")) engine = v;

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "cli.h"
+#include "fm_file.h" /* fm_file_out: --output checked before the run */
 #include "fp4moe/cuda.h" /* FM_CUDA_MAX_K_SPLITS (--plan); plain C, in builds without CUDA too */
 #include "run_cuda.h"
 #include "run_model.h"
@@ -395,15 +396,24 @@ int fm_cmd_run(int argc, char **argv)
     /* Say "no GPU" before spending seconds on quantizing weights. */
     fm_status s = fm_backend_available(o.backend);
     if (s != FM_OK) return fm_cli_fail("run", s);
+    /* and refuse an --output path that is a link, FIFO, device or read-only file before
+     * the run, not after it (fm_file.h's rule; checked again when the output is written) */
+    if (o.output_path) {
+        fm_file_out probe;
+        if ((s = fm_file_out_begin(o.output_path, &probe)) != FM_OK) return fm_cli_fail("run", s);
+        fm_file_out_abort(&probe);
+    }
     fm_run_model m;
     s = fm_run_model_build(&o, &m);
-    if (s != FM_OK) { /* settings from flags that do not make a layer are usage errors; a bad checkpoint is not */
+    if (s != FM_OK) { /* settings from flags that do not make a layer are usage errors; a bad checkpoint or
+                       * --input file is not (exit 1 whatever is wrong with the file, with or without --weights) */
         int rc0 = fm_cli_fail("run", s);
         const char *d = fm_last_error();
         if (o.weights_path && d && strstr(d, "give ")) /* routing the checkpoint does not say */
             fprintf(stderr, "fp4moe run: the routing flags are --topk, --score, --renormalize, --routed-scale "
                             "and --groups/--topk-group\n");
-        return !o.weights_path && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE : rc0;
+        return !o.weights_path && !m.bad_input && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE
+                                                                                                  : rc0;
     }
     const fm_moe_config *cfg = &m.cfg;
     int T = m.tokens; /* --tokens, or the rows of --input */

@@ -328,8 +328,9 @@ fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
         m->shard_first = o->shard_count ? o->shard_first : 0;
         m->shard_n = o->shard_count ? o->shard_count : m->cfg.n_experts;
     }
+    int bad_input = 0;
     if (s == FM_OK && o->input_path) {
-        s = read_input(o, m);
+        bad_input = (s = read_input(o, m)) != FM_OK;
     } else if (s == FM_OK) {
         size_t n = (size_t)o->tokens * m->cfg.hidden;
         m->x = malloc(n * sizeof *m->x);
@@ -340,6 +341,7 @@ fm_status fm_run_model_build(const fm_run_opts *o, fm_run_model *m)
     }
     if (s == FM_OK) s = count_active(m, m->tokens);
     if (s != FM_OK) fm_run_model_free(m);
+    m->bad_input = bad_input;
     return s;
 }
 

@@ -42,6 +42,10 @@ typedef struct {
     float      *router_w, *router_bias;
     uint16_t   *shared_w13, *shared_w2;
     fm_ckpt_layer *ckpt;  /* the loaded layer with --weights (owns its buffers) */
+    /* set when fm_run_model_build fails: 1 when the --input file was at fault (unreadable,
+     * malformed, a shape that does not fit the layer or --tokens): exit 1 like any bad file,
+     * not the usage code 2 of a bad flag */
+    int bad_input;
 } fm_run_model;
 
 void      fm_run_opts_default(fm_run_opts *o);

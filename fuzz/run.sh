@@ -23,9 +23,9 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 # name         sources besides fuzz/fuzz_NAME.c (relative to the repository root; globs expand)
 TARGETS=(
-  "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file.c src/status.c src/format/codec.c"
-  "config      src/io/config.c src/fm_file.c src/status.c"
-  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/kernels/build.c src/fm_file.c src/status.c src/rng.c @table"
+  "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file*.c src/status.c src/format/codec.c"
+  "config      src/io/config.c src/fm_file*.c src/status.c"
+  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/kernels/build.c src/fm_file*.c src/status.c src/rng.c @table"
 )
 
 OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}

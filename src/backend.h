@@ -60,6 +60,12 @@ fm_status fm_cuda_tune(fm_layer *layer, const fm_layer_params *p, int T, void *s
  * it checks cfg->n_experts experts (layer.c passes the shard's count). */
 fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w);
 
+/* Tests only (tests/test_layer_threads.c): take (hold 1) or give back (hold 0) the
+ * layer's in-use flag as a call running on another thread holds it, so that every
+ * entry point's FM_ERR_BUSY can be checked without a race. Taking a held flag is
+ * FM_ERR_BUSY; giving back is FM_OK. */
+fm_status fm_layer_test_hold(fm_layer *l, int hold);
+
 /* out[i] = BF16(in[i]) (round to nearest even), n elements (CPU backends' BF16 output). */
 void fm_layer_store_bf16(const float *in, size_t n, uint16_t *out);
 

@@ -6,6 +6,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,33 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
     return FM_OK;
 }
 
+/* The router and the shared expert (BF16): finite, so that a NaN in a checkpoint is named
+ * here, at create, like a NaN scale; at a run it made every logit of an expert (or every
+ * output of the shared expert) NaN, which the backends then blamed on the input ("inputs
+ * too large"). cfg->n_experts is the global count: the router spans every expert. */
+static fm_status check_dense_finite(const fm_moe_config *cfg, const fm_moe_weights *w)
+{
+    const size_t E = (size_t)cfg->n_experts, H = (size_t)cfg->hidden, S = (size_t)cfg->shared_inter;
+    for (size_t i = 0; i < E * H; i++)
+        if (!isfinite(w->router_w[i]))
+            return fm_fail(FM_ERR_NONFINITE, "router_w[%zu][%zu] = %g: the router weight must be finite", i / H, i % H,
+                           (double)w->router_w[i]);
+    for (size_t e = 0; w->router_bias && e < E; e++)
+        if (!isfinite(w->router_bias[e]))
+            return fm_fail(FM_ERR_NONFINITE, "router_bias[%zu] = %g: the router bias must be finite", e,
+                           (double)w->router_bias[e]);
+    if (S == 0) return FM_OK;
+    for (int j = 0; j < 2; j++) {
+        const uint16_t *t = j ? w->shared_w2 : w->shared_w13;
+        const size_t    rows = j ? H : 2 * S, cols = j ? S : H;
+        for (size_t i = 0; i < rows * cols; i++)
+            if ((t[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+                return fm_fail(FM_ERR_NONFINITE, "%s[%zu][%zu] is %s: a shared-expert weight must be finite",
+                               j ? "shared_w2" : "shared_w13", i / cols, i % cols, (t[i] & 0x7fu) ? "NaN" : "Inf");
+    }
+    return FM_OK;
+}
+
 void fm_layer_store_bf16(const float *in, size_t n, uint16_t *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = fm_bf16_encode(in[i]);
@@ -132,7 +160,36 @@ struct fm_layer {
     fm_layer_params       p;
     fm_cuda_device       *own_device; /* opened by the layer (desc.device NULL), closed with it */
     void                 *state;
+    /* 1 while a call uses the layer's state: a backend's buffers (host scratch, device
+     * buffers, the error record, plans) serve one call at a time, and a second call
+     * that ran alongside wrote the same buffers (wrong outputs with FM_OK, then heap
+     * corruption). Taken by atomic_exchange at entry, so the second call fails with
+     * FM_ERR_BUSY at once and never waits; acquire / release hand the state from one
+     * call to the next, whichever thread each runs on. */
+    atomic_int busy;
 };
+
+/* The layer fm_layer_tune is tuning on this thread: the cuda tuner runs, plans and
+ * re-plans the layer through the public calls (src/cuda/tune.c), which must not find
+ * their own thread's tune holding the layer. */
+static _Thread_local const fm_layer *tl_tuning;
+
+/* Take the layer for one call: 1 taken (release with layer_leave), 2 already held by
+ * this thread's fm_layer_tune (nothing to release), 0 busy (FM_ERR_BUSY recorded). */
+static int layer_enter(const fm_layer *cl, const char *who)
+{
+    fm_layer *l = (fm_layer *)cl; /* the flag is the one mutable part of a const layer's calls */
+    if (tl_tuning == cl) return 2;
+    if (atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) == 0) return 1;
+    fm_fail(FM_ERR_BUSY, "%s: the layer is in use by another call (a layer runs one call at a time: give each thread "
+                         "its own layer, or serialise the calls)", who);
+    return 0;
+}
+
+static void layer_leave(const fm_layer *cl, int entered)
+{
+    if (entered == 1) atomic_store_explicit(&((fm_layer *)cl)->busy, 0, memory_order_release);
+}
 
 fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg, const fm_moe_weights *w,
                                fm_layer **out)
@@ -174,6 +231,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     fm_moe_config lcfg = *cfg; /* the shard's experts, for the weight checks */
     lcfg.n_experts = (int)nl;
     FM_CHECK(fm_moe_weights_check(&lcfg, w));
+    FM_CHECK(check_dense_finite(cfg, w));
     fm_backend_kind kind = d->backend;
     if ((int)kind < 0 || kind >= FM_BACKEND_COUNT)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: unknown backend %d", (int)kind);
@@ -185,6 +243,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     FM_CHECK(fm_backend_available(kind));
     fm_layer *l = calloc(1, sizeof *l);
     if (!l) return fm_fail(FM_ERR_OOM, "fm_layer_create: out of host memory");
+    atomic_init(&l->busy, 0);
     l->ops = ops_of(kind);
     l->kind = kind;
     l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
@@ -235,9 +294,16 @@ fm_status fm_layer_forward(fm_layer *l, const uint16_t *x, int T, float *out, fm
     if (l->p.caller_workspace)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_forward: the layer takes caller workspace; use fm_layer_run");
     FM_CHECK(check_x_host(l, x, T, "fm_layer_forward"));
-    if (l->ops->forward_host) return l->ops->forward_host(l->state, x, T, out, stats);
-    fm_layer_run_args a = {.x = x, .T = T, .out = out};
-    return l->ops->run(l->state, &a, stats);
+    const int in = layer_enter(l, "fm_layer_forward");
+    if (!in) return FM_ERR_BUSY;
+    fm_status s;
+    if (l->ops->forward_host) s = l->ops->forward_host(l->state, x, T, out, stats);
+    else {
+        fm_layer_run_args a = {.x = x, .T = T, .out = out};
+        s = l->ops->run(l->state, &a, stats);
+    }
+    layer_leave(l, in);
+    return s;
 }
 
 static int misaligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
@@ -257,10 +323,6 @@ fm_status fm_layer_run(fm_layer *l, const fm_layer_run_args *a)
                                            "with external routing (topk_ids given) they must be NULL");
     if (a->T < 1 || a->T > l->p.max_tokens)
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_run: T=%d outside [1, max_tokens=%d]", a->T, l->p.max_tokens);
-    size_t ws_need = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
-    if (ws_need > 0 && !a->workspace)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: the layer takes caller workspace (fm_layer_workspace_size) "
-                                           "and none was given");
     if (!l->p.caller_workspace && a->workspace)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: workspace given to a layer that owns its workspace");
     if (misaligned(a->x, 16) || misaligned(a->out, 16))
@@ -271,23 +333,38 @@ fm_status fm_layer_run(fm_layer *l, const fm_layer_run_args *a)
         return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: topk_ids and topk_weights must be 4-byte aligned");
     if (a->routed_ids && (misaligned(a->routed_ids, 4) || misaligned(a->routed_weights, 4)))
         return fm_fail(FM_ERR_MISALIGNED, "fm_layer_run: routed_ids and routed_weights must be 4-byte aligned");
-    return l->ops->run(l->state, a, NULL);
+    const int in = layer_enter(l, "fm_layer_run");
+    if (!in) return FM_ERR_BUSY;
+    /* under the flag: the size follows the plans, which set_plan may grow */
+    size_t    ws_need = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
+    fm_status s = ws_need > 0 && !a->workspace
+                      ? fm_fail(FM_ERR_INVALID_ARG, "fm_layer_run: the layer takes caller workspace "
+                                                    "(fm_layer_workspace_size) and none was given")
+                      : l->ops->run(l->state, a, NULL);
+    layer_leave(l, in);
+    return s;
 }
 
 fm_status fm_layer_errors(fm_layer *l, void *stream, fm_layer_error_info *info)
 {
     fm_clear_error();
     if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_errors: NULL layer");
+    const int in = layer_enter(l, "fm_layer_errors");
+    if (!in) return FM_ERR_BUSY;
     if (info) *info = (fm_layer_error_info){.first_bad_slot = -1, .first_nonfinite = -1};
-    if (!l->ops->errors) return FM_OK;
-    return l->ops->errors(l->state, stream, info);
+    fm_status s = l->ops->errors ? l->ops->errors(l->state, stream, info) : FM_OK;
+    layer_leave(l, in);
+    return s;
 }
 
 fm_status fm_layer_workspace_size(const fm_layer *l, size_t *bytes)
 {
     fm_clear_error();
     if (!l || !bytes) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_workspace_size: NULL argument");
+    const int in = layer_enter(l, "fm_layer_workspace_size"); /* set_plan may change it */
+    if (!in) return FM_ERR_BUSY;
     *bytes = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
+    layer_leave(l, in);
     return FM_OK;
 }
 
@@ -300,7 +377,11 @@ fm_status fm_layer_plan(const fm_layer *l, int T, fm_layer_plan_info *info)
     if (!l->ops->plan)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_plan: the %s backend has no tile plan (only cuda layers do)",
                        l->ops->name);
-    return l->ops->plan(l->state, T, info);
+    const int in = layer_enter(l, "fm_layer_plan");
+    if (!in) return FM_ERR_BUSY;
+    fm_status s = l->ops->plan(l->state, T, info);
+    layer_leave(l, in);
+    return s;
 }
 
 fm_status fm_layer_set_plan(fm_layer *l, int T, const fm_layer_plan_info *info)
@@ -312,7 +393,11 @@ fm_status fm_layer_set_plan(fm_layer *l, int T, const fm_layer_plan_info *info)
     if (!l->ops->set_plan)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_set_plan: the %s backend has no tile plan (only cuda layers do)",
                        l->ops->name);
-    return l->ops->set_plan(l->state, T, info);
+    const int in = layer_enter(l, "fm_layer_set_plan");
+    if (!in) return FM_ERR_BUSY;
+    fm_status s = l->ops->set_plan(l->state, T, info);
+    layer_leave(l, in);
+    return s;
 }
 
 fm_status fm_layer_tune(fm_layer *l, int T, void *stream, fm_layer_tune_info *info)
@@ -324,7 +409,24 @@ fm_status fm_layer_tune(fm_layer *l, int T, void *stream, fm_layer_tune_info *in
     if (!l->ops->tune)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_tune: the %s backend has no tile plan (only cuda layers do)",
                        l->ops->name);
-    return l->ops->tune(l, &l->p, T, stream, info);
+    const int in = layer_enter(l, "fm_layer_tune");
+    if (!in) return FM_ERR_BUSY;
+    const fm_layer *outer = tl_tuning;
+    tl_tuning = l; /* its runs and plan changes go through the public calls on this thread */
+    fm_status s = l->ops->tune(l, &l->p, T, stream, info);
+    tl_tuning = outer;
+    layer_leave(l, in);
+    return s;
+}
+
+fm_status fm_layer_test_hold(fm_layer *l, int hold)
+{
+    if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_test_hold: NULL layer");
+    if (!hold) {
+        layer_leave(l, 1);
+        return FM_OK;
+    }
+    return layer_enter(l, "fm_layer_test_hold") == 1 ? FM_OK : FM_ERR_BUSY;
 }
 
 fm_backend_kind fm_layer_backend(const fm_layer *l) { return l ? l->kind : FM_BACKEND_AUTO; }
@@ -332,6 +434,13 @@ fm_backend_kind fm_layer_backend(const fm_layer *l) { return l ? l->kind : FM_BA
 void fm_layer_destroy(fm_layer *l)
 {
     if (!l) return;
+    /* A call in flight on another thread (a caller bug, layer.h): freeing the state under
+     * it would corrupt the heap; leave the layer allocated (a leak) and say so instead.
+     * Nothing can catch a call made after the free. */
+    if (tl_tuning != l && atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) != 0) {
+        fprintf(stderr, "fp4moe: fm_layer_destroy: the layer is in use by another call; not destroyed (leaked)\n");
+        return;
+    }
     l->ops->destroy(l->state);
     fm_cuda_device_close(l->own_device);
     free(l);

@@ -26,3 +26,16 @@ fm_golden(golden_plan_engine_vllm_b200_cutlass44 plan --engine vllm --gpu b200 -
 fm_golden(golden_plan_engine_flashinfer_unknown_version plan --engine flashinfer --engine-version 1234567 --gpu b200)
 fm_golden(golden_advise_glm5_rtxpro6000 advise --model glm5 --gpu rtx-pro-6000 --gpus 8)
 fm_golden(golden_advise_glm5_rtxpro6000_json advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --json)
+
+# Issue 30: advise --tokens-per-step above half the simulator's range (33..64) used to fail on
+# the doubled (MTP) value the user never gave; it now reports without the MTP case (null in
+# --json), and 65 is refused by the flag check. An empty --engine-version (or any empty value)
+# is a usage error naming the flag, not "not given".
+add_test(NAME advise_tokens_per_step_mtp COMMAND sh -c
+  "out=$(\"$0\" advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --tokens-per-step 40) && echo \"$out\" | grep -q 'at 40 token(s)/step (MTP at 80 tokens/step: beyond the simulator.s 64, not computed)' && out=$(\"$0\" advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --tokens-per-step 32) && echo \"$out\" | grep -q 'with 64 tokens/step (MTP)' && \"$0\" advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --tokens-per-step 64 --json | grep -q '\"8_mtp\":[[:space:]]*null' && err=$(\"$0\" advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --tokens-per-step 65 2>&1); [ $? -eq 2 ] && echo \"$err\" | grep -q 'tokens-per-step expects an integer in \\[1, 64\\]'"
+  $<TARGET_FILE:fp4moe_cli>)
+set_tests_properties(advise_tokens_per_step_mtp PROPERTIES LABELS cpu)
+add_test(NAME plan_engine_empty_values COMMAND sh -c
+  "err=$(\"$0\" plan --engine trtllm --engine-version '' --gpu rtx-pro-6000 2>&1 >/dev/null); [ $? -eq 2 ] && echo \"$err\" | grep -q -- \"--engine-version expects a value, got ''\" && err=$(\"$0\" advise --model glm5 --gpu rtx-pro-6000 --gpus 8 --engine '' 2>&1 >/dev/null); [ $? -eq 2 ] && echo \"$err\" | grep -q -- \"--engine expects a value, got ''\""
+  $<TARGET_FILE:fp4moe_cli>)
+set_tests_properties(plan_engine_empty_values PROPERTIES LABELS cpu)

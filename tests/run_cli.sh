@@ -95,6 +95,32 @@ if [ $ok = 1 ] && cmp -s "$d/s.npy" "$d/g.npy" && cmp -s "$d/s0.npy" "$d/g0.npy"
   echo "ok: --global-experts 16 --shard 8:4 = --experts 16 --shard 8:4, --global-experts 16 --experts 4 = --shard 0:4"
 else echo "FAIL: --global-experts vs the whole model's shard"; fails=$((fails+1)); fi
 rm -rf "$d"
+# --output (issue 30): a symbolic link, a FIFO, a read-only file (refused for root too) or a
+# device at the path is refused before the run, exit 1 naming it, and left exactly as it was
+# (the old writer renamed a regular file over it and exited 0); no temporary stays behind
+d=$(mktemp -d)
+echo keep > "$d/target"; ln -s "$d/target" "$d/link.npy"; ln -s "$d/nowhere" "$d/dangling.npy"
+mkfifo "$d/fifo.npy"; echo old > "$d/ro.npy"; chmod 444 "$d/ro.npy"
+expect 1 "FM_ERR_IO: $d/link.npy: refusing to write: it is a symbolic link" -- run "${small[@]}" --backend cpu --output "$d/link.npy"
+expect 1 "FM_ERR_IO: $d/dangling.npy: refusing to write: it is a symbolic link" -- run "${small[@]}" --backend cpu --output "$d/dangling.npy"
+expect 1 "FM_ERR_IO: $d/fifo.npy: refusing to write: it is a FIFO" -- run "${small[@]}" --backend cpu --output "$d/fifo.npy"
+expect 1 "FM_ERR_IO: $d/ro.npy: refusing to write: the file is read-only" -- run "${small[@]}" --backend cpu --output "$d/ro.npy"
+expect 1 "FM_ERR_IO: $d/no/y.npy: cannot create a temporary" -- run "${small[@]}" --backend cpu --output "$d/no/y.npy"
+n=$((n+1))
+if [ -L "$d/link.npy" ] && [ "$(cat "$d/target")" = keep ] && [ -L "$d/dangling.npy" ] && [ ! -e "$d/nowhere" ] &&
+   [ -p "$d/fifo.npy" ] && [ "$(cat "$d/ro.npy")" = old ] && [ "$(stat -c %a "$d/ro.npy")" = 444 ] &&
+   [ -z "$(find "$d" -name '*.tmp')" ]; then echo "ok: refused --output targets unchanged, no temporary left"
+else echo "FAIL: a refused --output target changed:"; ls -la "$d"; fails=$((fails+1)); fi
+if [ "$(id -u)" = 0 ] && mknod "$d/full.npy" c 1 7 2>/dev/null; then # what /dev/full is, in our folder
+  expect 1 "FM_ERR_IO: $d/full.npy: refusing to write: it is a character device" -- run "${small[@]}" --backend cpu --output "$d/full.npy"
+  n=$((n+1))
+  if [ -c "$d/full.npy" ]; then echo "ok: device node kept"; else echo "FAIL: device node replaced"; fails=$((fails+1)); fi
+fi
+expect 0 "passed" -- run "${small[@]}" --backend cpu --check --output "$d/y.npy"
+n=$((n+1))
+if [ -f "$d/y.npy" ] && [ -z "$(find "$d" -name '*.tmp')" ]; then echo "ok: --output written"
+else echo "FAIL: --output not written"; fails=$((fails+1)); fi
+rm -rf "$d"
 # --json of the CPU path: the fields the cuda path adds are there (graph_ms null: no graph on the host)
 n=$((n+1))
 if "$FM" run "${gs[@]}" --global-experts 64 --shard 16:16 --json | "${PYTHON:-python3}" -c '

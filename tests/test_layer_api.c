@@ -1,6 +1,7 @@
 /* test_layer_api.c - the checks fm_layer_create / fm_layer_forward make for every
  * backend (src/layer.c): specific statuses, a detail message, and caller buffers
  * untouched on failure. Small random layers; NVFP4 weights. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,39 @@ static void create_rejects(void **st)
     L->w2[3].fmt = FM_FORMAT_MXFP4;
     assert_int_equal(fm_layer_create(FM_BACKEND_CPU, &L->cfg, &L->w, 1, &l), FM_ERR_FORMAT);
     L->w2[3].fmt = FM_FORMAT_NVFP4;
+    /* a NaN / Inf in the router or in a BF16 shared-expert weight (issue 30): refused at
+     * create naming the tensor and element, on both CPU backends; it used to be blamed on
+     * the input at run time ("inputs too large") */
+    static const fm_backend_kind cpu[2] = {FM_BACKEND_CPU_REF, FM_BACKEND_CPU};
+    for (int b = 0; b < 2; b++) {
+        L->router[1 * H + 5] = NAN;
+        assert_int_equal(fm_layer_create(cpu[b], &L->cfg, &L->w, 1, &l), FM_ERR_NONFINITE);
+        assert_non_null(strstr(fm_last_error(), "router_w[1][5]"));
+        assert_null(l);
+        L->router[1 * H + 5] = 0.25f;
+        float bias[E] = {0, 0, -INFINITY, 0};
+        L->w.router_bias = bias;
+        assert_int_equal(fm_layer_create(cpu[b], &L->cfg, &L->w, 1, &l), FM_ERR_NONFINITE);
+        assert_non_null(strstr(fm_last_error(), "router_bias[2]"));
+        L->w.router_bias = NULL;
+        enum { S = 32 };
+        uint16_t *s13 = calloc(2 * S * H, 2), *s2 = calloc((size_t)H * S, 2);
+        assert_true(s13 && s2);
+        L->cfg.shared_inter = S;
+        L->w.shared_w13 = s13, L->w.shared_w2 = s2;
+        assert_int_equal(fm_layer_create(cpu[b], &L->cfg, &L->w, 1, &l), FM_OK); /* zeros: fine */
+        fm_layer_destroy(l);
+        s13[(size_t)(2 * S - 1) * H + 3] = 0x7fc0; /* BF16 NaN */
+        assert_int_equal(fm_layer_create(cpu[b], &L->cfg, &L->w, 1, &l), FM_ERR_NONFINITE);
+        assert_non_null(strstr(fm_last_error(), "shared_w13[63][3] is NaN"));
+        s13[(size_t)(2 * S - 1) * H + 3] = 0;
+        s2[7 * S + 1] = 0xff80; /* BF16 -Inf */
+        assert_int_equal(fm_layer_create(cpu[b], &L->cfg, &L->w, 1, &l), FM_ERR_NONFINITE);
+        assert_non_null(strstr(fm_last_error(), "shared_w2[7][1] is Inf"));
+        L->cfg.shared_inter = 0;
+        L->w.shared_w13 = L->w.shared_w2 = NULL;
+        free(s13), free(s2);
+    }
     /* the cuda backend: absent from this build, or no device on this machine */
     fm_status s = fm_layer_create(FM_BACKEND_CUDA, &L->cfg, &L->w, 1, &l);
     if (fm_backend_available(FM_BACKEND_CUDA) != FM_OK) {

@@ -360,6 +360,56 @@ static void test_plot_unwritable(void **state)
     rmdir(dir);
 }
 
+/* A --plot path that is a symbolic link, a FIFO or a read-only file (issue 30): exit 1
+ * naming it, left as it was (the old writer renamed its .part file over it). */
+static void test_plot_refused_targets(void **state)
+{
+    (void)state;
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("# gnuplot absent: the refusals come after the gnuplot look-up\n");
+        return;
+    }
+    char dir[] = "/tmp/fm-sim-cli-XXXXXX", p[3][64], tgt[64], args[256], *out;
+    assert_non_null(mkdtemp(dir));
+    snprintf(tgt, sizeof tgt, "%s/target", dir);
+    FILE *f = fopen(tgt, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+    snprintf(p[0], sizeof p[0], "%s/link.png", dir);
+    snprintf(p[1], sizeof p[1], "%s/fifo.png", dir);
+    snprintf(p[2], sizeof p[2], "%s/ro.png", dir);
+    assert_int_equal(symlink(tgt, p[0]), 0);
+    assert_int_equal(mkfifo(p[1], 0666), 0);
+    f = fopen(p[2], "w");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    assert_int_equal(chmod(p[2], 0444), 0);
+    const char *why[3] = {"symbolic link", "FIFO", "read-only"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "--sweep-max 16 --plot %s", p[i]);
+        int rc = run(args, 1, &out);
+        if (rc != 1 || !strstr(out, "FM_ERR_IO") || !strstr(out, p[i]) || !strstr(out, why[i])) {
+            print_error("'%s': exit %d, '%s' (want 1 naming it, %s)\n", args, rc, out, why[i]);
+            fail();
+        }
+        free(out);
+    }
+    struct stat sb;
+    assert_int_equal(lstat(p[0], &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_int_equal(lstat(p[1], &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(lstat(p[2], &sb), 0);
+    assert_true(S_ISREG(sb.st_mode) && sb.st_size == 3);
+    assert_int_equal(lstat(tgt, &sb), 0);
+    assert_true(sb.st_size == 4);
+    for (int i = 0; i < 3; i++) unlink(p[i]);
+    unlink(tgt);
+    assert_int_equal(rmdir(dir), 0); /* nothing else left (no temporary) */
+}
+
 int main(void)
 {
     g_cli = getenv("FM_CLI");
@@ -374,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings_exit_2),
         cmocka_unit_test(test_plot),
         cmocka_unit_test(test_plot_unwritable),
+        cmocka_unit_test(test_plot_refused_targets),
         cmocka_unit_test(test_flag_ranges),
         cmocka_unit_test(test_work_refused),
         cmocka_unit_test(test_validate_ignored_flags),

@@ -147,16 +147,21 @@ typedef struct {
 
 /* Write a safetensors file: header padded with spaces to a multiple of 8 bytes,
  * tensors in the given order. metadata: n_meta key/value pairs
- * (keys[i], values[i]) or n_meta = 0. The file is written to path.tmp and
- * renamed, so a failure leaves no partial file at path.
+ * (keys[i], values[i]) or n_meta = 0. path must be absent or a regular file
+ * this process may write (read-only by its mode bits is refused, for root
+ * too); a symbolic link, directory, FIFO or device there is refused, never
+ * followed or replaced. The file is written to an exclusive temporary next to
+ * path, fsynced and renamed over it, so a failure (ENOSPC, EFBIG...) leaves
+ * path as it was and no temporary behind.
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, empty or duplicate name, bad ndim,
- * negative dim), FM_ERR_FORMAT (bad dtype), FM_ERR_IO, FM_ERR_OOM. */
+ * negative dim), FM_ERR_FORMAT (bad dtype), FM_ERR_IO (naming path: refused,
+ * or the write failed), FM_ERR_OOM. */
 fm_status fm_safetensors_write(const char *path, const fm_st_write_item *items, size_t n, const char *const *meta_keys,
                                const char *const *meta_values, size_t n_meta);
 
 /* Write a model.safetensors.index.json: {"metadata": {"total_size": total_size},
  * "weight_map": {names[i]: files[i]}}. files[i] are names relative to the index's folder.
- * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_OOM. */
+ * path: as fm_safetensors_write. Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_IO, FM_ERR_OOM. */
 fm_status fm_safetensors_write_index(const char *path, const char *const *names, const char *const *files, size_t n,
                                      uint64_t total_size);
 
@@ -426,9 +431,11 @@ fm_status fm_npy_read(const char *path, fm_npy *out);
 fm_status fm_npy_parse(const void *buf, size_t len, const char *label, fm_npy *out);
 void      fm_npy_free(fm_npy *a);
 
-/* Write a version 1.0 .npy ('<f4' for F32, '<u2' for BF16) via path.tmp + rename.
- * Returns FM_OK, FM_ERR_INVALID_ARG (NULL, dtype not F32/BF16, bad ndim or
- * negative dim), FM_ERR_IO, FM_ERR_OOM. */
+/* Write a version 1.0 .npy ('<f4' for F32, '<u2' for BF16). path: as
+ * fm_safetensors_write (absent or a writable regular file; an exclusive
+ * temporary renamed over it once every byte is written; a failure leaves it
+ * as it was). Returns FM_OK, FM_ERR_INVALID_ARG (NULL, dtype not F32/BF16,
+ * bad ndim or negative dim), FM_ERR_IO (naming path), FM_ERR_OOM. */
 fm_status fm_npy_write(const char *path, fm_dtype dtype, int ndim, const int64_t *shape, const void *data);
 
 #ifdef __cplusplus

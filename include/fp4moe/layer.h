@@ -7,6 +7,23 @@
  *   cuda    : GPU kernels (present when the library was built with nvcc and a
  *             device is visible)
  * A layer is created once (weights prepacked / uploaded), then run many times.
+ *
+ * Threads: different layers may be used on different threads at the same time
+ * (nothing is shared between layers but read-only tables; a cuda device may
+ * carry layers used from several threads). One layer runs one call at a time:
+ * fm_layer_forward, fm_layer_run, fm_layer_errors, fm_layer_plan,
+ * fm_layer_set_plan, fm_layer_tune and fm_layer_workspace_size each take the
+ * layer for the call, and a call that finds it taken by another call (on
+ * another thread) fails at once with FM_ERR_BUSY and a message, touching
+ * nothing (no output written); it never waits. So give each thread its own
+ * layer, or serialise the calls; calls one after the other may come from any
+ * thread. fm_layer_backend reads nothing that changes and may be called any
+ * time. fm_layer_destroy while another call on the layer is in flight is a
+ * caller bug: when that call is inside the library, destroy says so on stderr
+ * and leaves the layer allocated (leaked) rather than free memory in use; a
+ * call made after destroy returned is a use after free, as for any handle.
+ * (A cuda run returns once its work is enqueued: the layer is free again while
+ * the device still works; runs on one stream are ordered by the stream.)
  */
 #ifndef FP4MOE_LAYER_H
 #define FP4MOE_LAYER_H
@@ -55,14 +72,17 @@ typedef struct {
  * FM_ERR_OOM, FM_ERR_CUDA. FM_ERR_BAD_SHAPE also when max_tokens*top_k or
  * max_tokens*hidden exceeds 2^31-1. FM_ERR_NONFINITE: a NaN scale code, a weight
  * global scale that is not finite and positive or makes a decoded weight overflow
- * FP32 (tensor and expert named), an a1/a2 scale outside its range (moe.h).
+ * FP32 (tensor and expert named), an a1/a2 scale outside its range (moe.h), a
+ * NaN or Inf in router_w, router_bias, an expert bias or a BF16 shared-expert weight
+ * (shared_w13 / shared_w2; tensor and element named).
  * On failure *out is NULL. */
 fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
                           fm_layer **out);
 
 /* out[T][hidden] FP32 = layer(x[T][hidden] BF16), host pointers. 1 <= T <= max_tokens.
  * Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_BAD_SHAPE, FM_ERR_NONFINITE (NaN/Inf in x),
- * FM_ERR_OOM (cpu-ref allocates its scratch per call), FM_ERR_CUDA.
+ * FM_ERR_OOM (cpu-ref allocates its scratch per call), FM_ERR_CUDA, FM_ERR_BUSY
+ * (another call is using the layer: see Threads above).
  * `out` is untouched on failure. stats may be NULL. */
 fm_status fm_layer_forward(fm_layer *layer, const uint16_t *x, int T, float *out, fm_run_stats *stats);
 
@@ -211,12 +231,14 @@ typedef struct {
  * is recorded for fm_layer_errors and the output is still fully written (rows
  * of bad ids skipped). CPU backends: synchronous; they return those statuses
  * directly and leave out untouched. A layer runs one call at a time (its
- * buffers, or one workspace, are shared by the calls in flight on one stream).
+ * buffers, or one workspace, are shared by the calls in flight on one stream): a
+ * call while another call of the layer is running (another thread) is FM_ERR_BUSY,
+ * out untouched (Threads, at the top).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/x/out, only one of ids/weights or
  * of routed_ids/routed_weights, routed_* with external routing, workspace missing
  * or given wrongly), FM_ERR_BAD_SHAPE (T outside
  * [1, max_tokens]), FM_ERR_MISALIGNED (x, out or workspace), FM_ERR_CUDA (a
- * launch failed; capture errors included); CPU backends also
+ * launch failed; capture errors included), FM_ERR_BUSY; CPU backends also
  * FM_ERR_OUT_OF_RANGE (an id outside [-1, n_experts)), FM_ERR_NONFINITE. */
 fm_status fm_layer_run(fm_layer *layer, const fm_layer_run_args *a);
 
@@ -234,7 +256,8 @@ typedef struct {
  * device recorded. info may be NULL. Returns FM_OK (nothing recorded),
  * FM_ERR_OUT_OF_RANGE (bad ids), FM_ERR_NONFINITE (NaN/Inf in x, a logit, or an
  * external weight), FM_ERR_CUDA (an
- * asynchronous failure of an earlier run), FM_ERR_INVALID_ARG. CPU backends: FM_OK. */
+ * asynchronous failure of an earlier run), FM_ERR_INVALID_ARG, FM_ERR_BUSY (another call
+ * is using the layer; nothing read or cleared). CPU backends: FM_OK (or FM_ERR_BUSY). */
 fm_status fm_layer_errors(fm_layer *layer, void *stream, fm_layer_error_info *info);
 
 /* What a run of T tokens launches: the cuda layer's plan for T's bucket, chosen once at
@@ -253,7 +276,7 @@ typedef struct {
 
 /* The plan a run of T tokens uses into *info (written only on FM_OK). Returns FM_OK,
  * FM_ERR_INVALID_ARG (NULL layer or info), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]),
- * FM_ERR_UNSUPPORTED (a CPU backend: no tiles to report). */
+ * FM_ERR_UNSUPPORTED (a CPU backend: no tiles to report), FM_ERR_BUSY. */
 fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
 
 /* Replace the plan of T's bucket (every T of the bucket fm_layer_plan reports): an
@@ -269,8 +292,8 @@ fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
  * call it between runs, with no run of the layer in flight, and re-capture any graph of
  * the layer captured before it. Returns FM_OK, FM_ERR_INVALID_ARG (NULL, a value outside
  * its range), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]), FM_ERR_UNSUPPORTED (a choice
- * the device or the GEMM cannot run, or a CPU layer), FM_ERR_SMEM_EXCEEDED, FM_ERR_CUDA;
- * the layer's plans are unchanged on failure. */
+ * the device or the GEMM cannot run, or a CPU layer), FM_ERR_SMEM_EXCEEDED, FM_ERR_CUDA,
+ * FM_ERR_BUSY; the layer's plans are unchanged on failure. */
 fm_status fm_layer_set_plan(fm_layer *layer, int T, const fm_layer_plan_info *info);
 
 /* What fm_layer_tune did. Times are graph replays of T tokens (synthetic routing,
@@ -298,8 +321,9 @@ typedef struct {
  * best of 108 at 1-16 tokens, so expect small gains there; it exists for the devices the
  * planner's model was not fitted on. info may be NULL. Returns FM_OK,
  * FM_ERR_INVALID_ARG (NULL layer), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]),
- * FM_ERR_UNSUPPORTED (a CPU layer), FM_ERR_OOM, FM_ERR_CUDA; on failure the bucket keeps
- * the plan it had. */
+ * FM_ERR_UNSUPPORTED (a CPU layer), FM_ERR_OOM, FM_ERR_CUDA, FM_ERR_BUSY (another call is
+ * using the layer; the tuner's own calls on it, on this thread, are not refused: they
+ * are its work); on failure the bucket keeps the plan it had. */
 fm_status fm_layer_tune(fm_layer *layer, int T, void *stream, fm_layer_tune_info *info);
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
+#include "fm_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -220,21 +221,15 @@ fm_status fm_npy_write(const char *path, fm_dtype dtype, int ndim, const int64_t
     k += snprintf(hdr + k, sizeof hdr - (size_t)k, "), }");
     size_t total = 10 + (size_t)k + 1, pad = (64 - total % 64) % 64; /* numpy aligns the data to 64 bytes */
     size_t hl = (size_t)k + pad + 1;
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_npy_write: path too long");
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return fm_fail(FM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 255), (unsigned char)(hl >> 8)};
+    unsigned char pre[10 + 512 + 64] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 255), (unsigned char)(hl >> 8)};
+    memcpy(pre + 10, hdr, (size_t)k);
+    memset(pre + 10 + k, ' ', pad);
+    pre[10 + (size_t)k + pad] = '\n';
     size_t bytes = (size_t)n * (dtype == FM_DTYPE_F32 ? 4 : 2);
-    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)k, f) == (size_t)k;
-    for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
-    ok = ok && fputc('\n', f) != EOF && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return fm_fail(FM_ERR_IO, "%s: write failed: %s", path, strerror(e));
-    }
+    fm_file_out o; /* PATH only if absent or a writable regular file, via an exclusive temporary (fm_file.h) */
+    FM_CHECK(fm_file_out_begin(path, &o));
+    FM_CHECK(fm_file_out_write(&o, pre, 10 + (size_t)k + pad + 1));
+    if (bytes) FM_CHECK(fm_file_out_write(&o, data, bytes));
+    FM_CHECK(fm_file_out_commit(&o));
     return FM_OK;
 }

@@ -5,11 +5,13 @@
  * integral doubles in exponent form ("1e+16"), which the reference reader
  * (serde u64) rejects; offsets and dims here are printed as exact integers.
  * The header is padded with spaces so the data section starts 8-byte aligned.
- * Output goes to PATH.tmp first and is renamed into place, so a failed write
- * never leaves a half-written checkpoint at PATH.
+ * Output goes through fm_file_out (fm_file.h): an exclusive temporary renamed
+ * into place, so a failed write never leaves a half-written checkpoint at PATH,
+ * and a PATH that is a link, device or FIFO is refused, never replaced.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
+#include "fm_file.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -72,39 +74,15 @@ static void sb_json_str(strbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
-/* Write `n` byte ranges to path via path.tmp + rename. */
+/* Write `n` byte ranges to path (fm_file_out: an exclusive temporary renamed
+ * over path, which must be absent or a writable regular file). */
 static fm_status write_file(const char *path, const void *const *parts, const uint64_t *sizes, size_t n)
 {
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 5);
-    if (!tmp) return fm_fail(FM_ERR_OOM, "%s: out of memory", path);
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fm_status s = fm_fail(FM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    int ok = 1;
-    for (size_t i = 0; i < n && ok; i++)
-        if (sizes[i] && fwrite(parts[i], 1, (size_t)sizes[i], f) != sizes[i]) ok = 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok) {
-        remove(tmp);
-        free(tmp);
-        return fm_fail(FM_ERR_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    free(tmp);
-    return FM_OK;
+    fm_file_out o;
+    FM_CHECK(fm_file_out_begin(path, &o));
+    for (size_t i = 0; i < n; i++)
+        if (sizes[i]) FM_CHECK(fm_file_out_write(&o, parts[i], (size_t)sizes[i]));
+    return fm_file_out_commit(&o);
 }
 
 fm_status fm_safetensors_write(const char *path, const fm_st_write_item *items, size_t n, const char *const *meta_keys,

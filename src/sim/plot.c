@@ -5,7 +5,10 @@
  * in PATH (or $FM_GNUPLOT) first, so its absence is a clear FM_ERR_NOT_FOUND
  * instead of a shell's "command not found".  The data go through a temporary
  * file; the script through gnuplot's stdin.  The output is proved writable before
- * gnuplot starts (it creates <png>.part itself), and gnuplot's stdout goes to
+ * gnuplot starts: fm_file_out (fm_file.h) refuses a PNG path that is a link,
+ * device, FIFO or read-only file and creates the exclusive temporary that gnuplot
+ * then writes by name and that is renamed over the path only when gnuplot
+ * succeeded.  gnuplot's stdout goes to
  * /dev/null: when `set output` fails gnuplot falls back to stdout, which would
  * pour the PNG into the caller's terminal or pipe.  Paths go into the script as
  * quoted strings (quotes doubled, backslashes as they are); a path with a
@@ -21,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fm_file.h"
 #include "fm_internal.h"
 #include "sim_internal.h"
 
@@ -95,28 +99,27 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
         return fm_fail(FM_ERR_NOT_FOUND, "gnuplot not found (PATH%s); install it: apt-get install gnuplot-nox, "
                        "or run scripts/deps.sh",
                        getenv("FM_GNUPLOT") ? ", $FM_GNUPLOT" : "");
-    /* draw into <png>.part and rename on success: a failed plot leaves an
-     * existing file of the caller's untouched.  Create it now: an unwritable
-     * path is an FM_ERR_IO naming it, before any work */
-    char part[4200];
-    snprintf(part, sizeof part, "%s.part", png);
-    int pfd = open(part, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (pfd < 0) return fm_fail(FM_ERR_IO, "cannot write the plot '%s': %s", part, strerror(errno));
-    close(pfd);
+    /* draw into the temporary and rename on success: a failed plot leaves an
+     * existing file of the caller's untouched.  Create it now: an unwritable or
+     * refused path is an FM_ERR_IO naming it, before any work */
+    fm_file_out out;
+    if (fm_file_out_begin(png, &out) != FM_OK)
+        return fm_fail(FM_ERR_IO, "cannot write the plot: %s", fm_last_error());
+    const char *part = out.tmp;
     const char *tmpdir = getenv("TMPDIR");
     char data[4096];
     snprintf(data, sizeof data, "%s/fp4moe-sim-XXXXXX", tmpdir && *tmpdir && quotable(tmpdir) ? tmpdir : "/tmp");
     int fd = mkstemp(data);
     if (fd < 0) {
         int e = errno;
-        unlink(part);
+        fm_file_out_abort(&out);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: cannot create a temporary file: %s", strerror(e));
     }
     FILE *df = fdopen(fd, "w");
     if (!df) {
         close(fd);
         unlink(data);
-        unlink(part);
+        fm_file_out_abort(&out);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: fdopen failed");
     }
     /* columns: requests, rows/active, rows/expert, efficiency %, waste %, bandwidth % */
@@ -127,7 +130,7 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
     fclose(df);
     if (bad) {
         unlink(data);
-        unlink(part);
+        fm_file_out_abort(&out);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: writing %s failed", data);
     }
     char cmd[4200], qgp[4150];
@@ -136,7 +139,7 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
     FILE *p = okq ? popen(cmd, "w") : NULL;
     if (!p) {
         unlink(data);
-        unlink(part);
+        fm_file_out_abort(&out);
         return fm_fail(FM_ERR_IO, "fm_sim_plot: cannot start %s", gp);
     }
     fprintf(p, "set terminal pngcairo size 1000,800 noenhanced\nset output ");
@@ -170,18 +173,16 @@ fm_status fm_sim_plot(const char *png, const fm_sim_config *c, const fm_sim_resu
     unlink(data);
     struct stat sb;
     if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
-        unlink(part);
-        return fm_fail(FM_ERR_IO, "gnuplot (%s) failed with status %d writing '%s'", gp,
-                       rc == -1 ? -1 : (WIFEXITED(rc) ? WEXITSTATUS(rc) : 128), part);
+        fm_status s = fm_fail(FM_ERR_IO, "gnuplot (%s) failed with status %d writing '%s'", gp,
+                              rc == -1 ? -1 : (WIFEXITED(rc) ? WEXITSTATUS(rc) : 128), part);
+        fm_file_out_abort(&out);
+        return s;
     }
-    if (stat(part, &sb) || sb.st_size == 0) {
-        unlink(part);
-        return fm_fail(FM_ERR_IO, "gnuplot wrote nothing to '%s'", part);
+    /* fstat of our descriptor: gnuplot's fopen("w") truncated and wrote the same file */
+    if (fstat(out.fd, &sb) || sb.st_size == 0) {
+        fm_status s = fm_fail(FM_ERR_IO, "gnuplot wrote nothing to '%s'", part);
+        fm_file_out_abort(&out);
+        return s;
     }
-    if (rename(part, png)) {
-        int e = errno;
-        unlink(part);
-        return fm_fail(FM_ERR_IO, "cannot rename '%s' to '%s': %s", part, png, strerror(e));
-    }
-    return FM_OK;
+    return fm_file_out_commit(&out);
 }
