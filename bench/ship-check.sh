@@ -80,9 +80,11 @@ if [ "$MODE" = refuse ]; then
   echo "== compute_80 PTX only on this GPU"
   t0=$(date +%s); build-ptx/fp4moe devices 2>&1 | grep -E "build|code" | tee -a "$OUT/table.txt"; echo "ptx: devices (first open, JIT) $(( $(date +%s) - t0 )) s" | tee -a "$OUT/table.txt"
   for T in ${PTX_TS:-1 16 256 1024 4096}; do
-    timeout 150 build-ptx/fp4moe run --tokens $T --check --iters 2 >"$OUT/run-ptx-$T.log" 2>&1
-    echo "ptx T=$T exit $? $(grep -E 'check|startup|plan ' "$OUT/run-ptx-$T.log" | tr -s ' ' | tr '\n' ' ')" | tee -a "$OUT/table.txt"
-    grep -q "wgmma" "$OUT/run-ptx-$T.log" && echo "  WGMMA IN PLAN (must not be)" | tee -a "$OUT/table.txt"
+    # one log for every T: the device tool returns at most 8 files
+    timeout 150 build-ptx/fp4moe run --tokens $T --check --iters 2 >/tmp/run-ptx.log 2>&1
+    echo "ptx T=$T exit $? $(grep -E 'check|startup|plan ' /tmp/run-ptx.log | tr -s ' ' | tr '\n' ' ')" | tee -a "$OUT/table.txt"
+    grep -q "wgmma" /tmp/run-ptx.log && echo "  WGMMA IN PLAN (must not be)" | tee -a "$OUT/table.txt"
+    cat /tmp/run-ptx.log >>"$OUT/run-ptx.log"
   done
 fi
 echo "==== table"
