@@ -36,7 +36,7 @@ natural X (mma tiles, with and without multi-block, and the natural-X wgmma
 kernel) and packed X (the packed-X wgmma kernel)."""
 import argparse, collections, csv, math, random, re, sys, datetime
 
-# compiled multi-block mma tiles (gemm_swapab.cu FM_SWAPAB_ENTRY_MB rows)
+# compiled multi-block mma tiles (gemm_mma.cuh FM_SWAPAB_ENTRY_MB rows)
 MB = {(8,1,1,64,4),(4,1,1,128,8),(4,1,1,128,4),(4,2,1,128,8),(4,1,1,256,3),(4,2,1,256,3),(4,2,1,128,4),(4,4,1,128,3)}
 SMS, SMEM_SM, RES, REGS = 132, 228*1024, 1024, 65536     # the H200 (sm_90): fm_arch / fm_gpu tables
 CLK_ISSUE = 4 * 1.9e9      # warp instructions per second per SM: 4 schedulers x ~1.9 GHz (H200 boost ~1.98)
@@ -45,7 +45,7 @@ def smem_sw(W,MT,NT,KC,S): return S*(W*MT*(KC//64)*576 + 8*NT*(2*KC+16))      # 
 def smem_wg(W,MT,NT,KC,S,persist=False):                                       # fm_smem_wgmma
     raw = W*MT*(KC//64)*576 + 16*NT*KC
     return S*((raw+1023)//1024*1024 + 16) + (8*NT*(32*W*MT + 16) if persist else 0)
-def minb(W,MT,NT,KC,S):                      # gemm_swapab.cu swapab_min_blocks (launch bounds)
+def minb(W,MT,NT,KC,S):                      # gemm_mma.cuh swapab_min_blocks (launch bounds)
     sm = smem_sw(W,MT,NT,KC,S) + 1024
     b = 1 if NT > 2 else 225*1024//sm
     b = min(b, 65536//(W*32*64))

@@ -28,7 +28,7 @@ export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROO
 export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
-{ cmake -S . -B build-gpu -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" ${GPU_CMAKE_ARGS:-} &&
+{ cmake -S . -B build-gpu -DFM_CUDA_ARCHS=${ARCHS:-native} -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" ${GPU_CMAKE_ARGS:-} &&
   cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm bench_layer test_cuda_gemm test_cuda_prepack \
     test_cuda_backend test_cuda_layer test_cuda_route test_cuda_pdl; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }

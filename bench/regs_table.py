@@ -2,7 +2,9 @@
 """regs_table.py - the registers per thread of every compiled fp4moe GEMM kernel
 (ptxas -v, sm_90a), written as C for the planner's occupancy model:
 
-    python3 bench/regs_table.py [--nvcc nvcc] [-o src/plan/fp4moe_regs_sm90.inc]
+    python3 bench/regs_table.py [--csv build/kernel_resources.csv] [-o src/plan/fp4moe_regs_sm90.inc]
+
+from the build's ptxas table (build/kernel_resources.csv: every kernel x target).
 
 The planner (src/plan/cost_fp4moe.c) computes CTAs per SM as the CUDA occupancy
 calculator does: the fewest of what the SM's shared memory, registers (per warp,
@@ -11,30 +13,22 @@ register counts are a property of the build, so tests/gpu/test_cuda_gemm.c
 checks them against cudaFuncGetAttributes and the resulting occupancy against
 cudaOccupancyMaxActiveBlocksPerMultiprocessor: rerun this script when a kernel
 changes and that test says so."""
-import argparse, re, subprocess, sys
+import argparse, csv, re, sys
 
 ap = argparse.ArgumentParser()
-ap.add_argument('--nvcc', default='nvcc')
+ap.add_argument('--csv', default='build/kernel_resources.csv',
+                help="the build's ptxas table (scripts/kernel_resources.sh; a build with sm_90a)")
 ap.add_argument('-o', '--output', default='src/plan/fp4moe_regs_sm90.inc')
 a = ap.parse_args()
 rows = []
-for src in ('src/cuda/gemm_swapab.cu', 'src/cuda/gemm_wgmma.cu'):
-    out = subprocess.run([a.nvcc, '-std=c++17', '-gencode=arch=compute_90a,code=sm_90a', '-Iinclude', '-Isrc', '-O3',
-                          '--expt-relaxed-constexpr', '-Xptxas', '-v', '-cubin', '-o', '/dev/null', src],
-                         capture_output=True, text=True, check=True).stderr
-    name = None
-    for line in out.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line)
-        if m: name = m.group(1)
-        m = re.search(r'Used (\d+) registers', line)
-        if m and name:
-            dm = subprocess.run(['c++filt', name], capture_output=True, text=True).stdout.strip()
-            k = re.search(r'(swapab_kernel|wgmma_ws_kernel|wgmma_kernel)<(\d+), (\d+), (\d+), (\d+), (\d+)(?:, (true|false))?>', dm)
-            if k:
-                fam = 'FM_FAMILY_FP4MOE_SWAPAB' if k.group(1) == 'swapab_kernel' else 'FM_FAMILY_FP4MOE_WGMMA'
-                flag = int(k.group(7) == 'true') if k.group(1) == 'swapab_kernel' else (0 if k.group(1) == 'wgmma_kernel' else 1 + (k.group(7) == 'true'))
-                rows.append((fam, *map(int, k.group(2, 3, 4, 5, 6)), flag, int(m.group(1))))
-            name = None
+for r in csv.DictReader(open(a.csv)):
+    if r['target'] != 'sm_90a': continue
+    k = re.search(r'(swapab_kernel|wgmma_ws_kernel|wgmma_kernel)<(\d+); (\d+); (\d+); (\d+); (\d+)(?:; (true|false))?>', r['kernel'])
+    if k:
+        fam = 'FM_FAMILY_FP4MOE_SWAPAB' if k.group(1) == 'swapab_kernel' else 'FM_FAMILY_FP4MOE_WGMMA'
+        flag = int(k.group(7) == 'true') if k.group(1) == 'swapab_kernel' else (0 if k.group(1) == 'wgmma_kernel' else 1 + (k.group(7) == 'true'))
+        rows.append((fam, *map(int, k.group(2, 3, 4, 5, 6)), flag, int(r['registers'])))
+if not rows: sys.exit('no sm_90a GEMM kernel in %s: build with FM_CUDA_ARCHS including 90a first' % a.csv)
 rows.sort()
 # the C enum fm_kernel_variant (src/plan/fm_kernels_smem.h) of (family, variant number)
 VARIANT = {('FM_FAMILY_FP4MOE_SWAPAB', 0): 'FM_VARIANT_MMA', ('FM_FAMILY_FP4MOE_SWAPAB', 1): 'FM_VARIANT_MMA_MULTI_BLOCK',

@@ -39,7 +39,7 @@ extern "C" {
 
 /* A tile is an fm_tile (fp4moe/plan.h: fields, fm_tile_name / fm_tile_parse /
  * fm_tile_equal; src/plan/fm_tiles.def lists the compiled ones). Which kernel runs it:
- *   family FM_FAMILY_FP4MOE_SWAPAB   mma.sync m16n8k16 (gemm_swapab.cu): sm_80 and later,
+ *   family FM_FAMILY_FP4MOE_SWAPAB   mma.sync m16n8k16 (gemm_mma.cuh): sm_80 and later,
  *                                    SM120 within 99 KB
  *   family FM_FAMILY_FP4MOE_WGMMA    wgmma m64nNk16, weights from registers (gemm_wgmma.cu):
  *                                    sm_90a (H100/H200) only; persist = 1: the persistent

@@ -30,7 +30,7 @@ typedef enum {
     FM_FAMILY_CUTLASS_SM90,    /* TMA warp-specialized GEMM, ptr-array grouped, BF16/FP8 */
     FM_FAMILY_CUTLASS_SM120,   /* block-scaled grouped GEMM (NVFP4, MXFP4, FP8xFP4) */
     FM_FAMILY_CUTLASS_SM100,   /* block-scaled UMMA grouped GEMM, 1-SM and 2-SM (NVFP4, MXFP4) */
-    FM_FAMILY_FP4MOE_SWAPAB,   /* fp4moe's own small-M swap-AB FP4 grouped GEMM (src/cuda/gemm_swapab.cu) */
+    FM_FAMILY_FP4MOE_SWAPAB,   /* fp4moe's own small-M swap-AB FP4 grouped GEMM (src/cuda/gemm_mma.cuh) */
     FM_FAMILY_FP4MOE_WGMMA,    /* the same swap-AB GEMM on warpgroup MMAs, sm_90a only (src/cuda/gemm_wgmma.cu) */
     FM_FAMILY_COUNT
 } fm_kernel_family;
@@ -239,7 +239,7 @@ fm_status fm_tile_parse(const char *s, fm_tile *out);
 int fm_tile_equal(const fm_tile *a, const fm_tile *b);
 
 /* The kernel that runs an fp4moe tile: the compiled kernels of the two families
- * (gemm_swapab.cu, gemm_wgmma.cu), as the planner's occupancy model, its register
+ * (gemm_mma.cuh, gemm_wgmma.cu), as the planner's occupancy model, its register
  * table and its fitted efficiencies know them. */
 typedef enum {
     FM_VARIANT_MMA = 0,          /* mma.sync, one feature block per CTA */

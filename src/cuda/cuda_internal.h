@@ -76,7 +76,7 @@ const void *fm_wgmma_generic_kernel(void);
 const void *fm_route_generic_kernel(void);
 const void *fm_moe_generic_kernel(void);
 
-/* ---- the kernels' parameters: what both families (gemm_swapab.cu's mma.sync kernel
+/* ---- the kernels' parameters: what both families (gemm_mma.cuh's mma.sync kernel
  * and gemm_wgmma.cu's wgmma kernels) take, filled by fm_cuda_gemm (gemm_launch.c) ---- */
 typedef struct {
     const void     *wdata, *wscale;
@@ -95,7 +95,7 @@ typedef struct {
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
 } fm_gemm_params;
 
-/* The mma work-list kernel's extra parameters (gemm_swapab.cu swapab_list_kernel; a
+/* The mma work-list kernel's extra parameters (gemm_mma.cuh swapab_list_kernel; a
  * struct of its own so that fm_gemm_params, and with it every other kernel, stays as
  * it was):
  *  - split K (fm_cuda_gemm_args.k_splits): ksplit CTAs per (expert, feature block) each

@@ -27,7 +27,7 @@
  *    kernels); the other epilogues store from the registers.
  * Shared memory = fm_smem_swapab(tile) (src/plan/fm_kernels_smem.c), all dynamic.
  * Instantiated one catalogue row per generated unit (gemm_mma_row.cuh); launched by
- * gemm_swapab.cu through the build's unit table (units.h).
+ * gemm_mma.cu through the build's unit table (units.h).
  * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on
  * SM120 within its 99 KB), nothing here needs wgmma.
  */

@@ -1,6 +1,6 @@
 /* gemm_wgmma.cuh - the FP4 grouped GEMM on Hopper's warpgroup MMA (sm_90a).
  *
- * Same operation, weights and epilogues as gemm_swapab.cu (Y_e = X_e . W_e^T,
+ * Same operation, weights and epilogues as gemm_mma.cuh (Y_e = X_e . W_e^T,
  * expert offsets on the device), same swap-AB orientation, but the MMA is
  * wgmma.mma_async m64nNk16 with
  *  - A = the dequantized weights, straight from registers: the register
@@ -17,7 +17,7 @@
  *    layout bits = 128-byte swizzle. The K order inside a 64-K chunk is the
  *    prepack's, not the natural one: the prepacked A fragment of MMA step s
  *    holds, in lane (g, t), K = 16t + 4s + {0,1} (logical k 2t, 2t+1) and
- *    16t + 4s + {2,3} (logical k 2t+8, 2t+9) (so that gemm_swapab.cu reads X
+ *    16t + 4s + {2,3} (logical k 2t+8, 2t+9) (so that gemm_mma.cuh reads X
  *    with 16-byte loads), so core-matrix column 2s + h of a chunk holds, in
  *    4-byte word t, X[16t + 4s + 2h .. +1]: the natural-X kernel loads the token
  *    tile into registers (16-byte loads) and stores it transposed (16-byte

@@ -1,5 +1,5 @@
 /* kernel_common.cuh - device helpers shared by the FP4 grouped-GEMM kernels
- * (gemm_swapab.cu: mma.sync, gemm_wgmma.cu: wgmma): BF16 math, cp.async, the
+ * (gemm_mma.cuh: mma.sync, gemm_wgmma.cu: wgmma): BF16 math, cp.async, the
  * E2M1 -> BF16 dequantization of one prepacked word, and the two epilogues:
  * epilogue (every epilogue, stores from the registers) and epilogue_staged
  * (BF16 outputs, through the idle stage buffers as 16-byte row segments). */

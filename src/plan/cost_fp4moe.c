@@ -104,7 +104,7 @@ typedef struct {
 
 static int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
-/* the swapab kernel's launch-bounds blocks per SM (gemm_swapab.cu expands the same macro) */
+/* the swapab kernel's launch-bounds blocks per SM (gemm_mma.cuh expands the same macro) */
 static int swapab_min_blocks(const fm_tile *t)
 {
     return FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages);

@@ -24,7 +24,7 @@
                    "fm_tiles.def: wgmma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " over 227 KB of shared memory");
 #include "plan/fm_tiles.def"
 
-/* The compiled swapab instantiations (fm_tiles.def; src/cuda/gemm_swapab.cu expands
+/* The compiled swapab instantiations (fm_tiles.def; src/cuda/gemm_mma.cuh expands
  * the same rows into its dispatch table, so the two cannot differ). */
 static const fm_tile k_swapab_tiles[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, 0, FM_FAMILY_FP4MOE_SWAPAB},

@@ -5,7 +5,7 @@
  * memory with the same function and refuses, with FM_ERR_SMEM_EXCEEDED, a
  * configuration over the limit, so a plan and a launch cannot disagree.
  *
- * Family "swapab" (src/cuda/gemm_swapab.cu): the FP4 grouped GEMM for small
+ * Family "swapab" (src/cuda/gemm_mma.cuh): the FP4 grouped GEMM for small
  * per-expert batches. Swap-AB: the weights are the MMA's M operand (16 output
  * features per mma.sync m16n8k16), the tokens its N operand (8 per fragment).
  * Each stage, staged by cp.async (`stages` deep, no mbarriers, no static smem):
@@ -85,10 +85,10 @@ fm_status fm_smem_swapab_check(const fm_tile *t, size_t limit_bytes, fm_smem_bre
  * in the order the default heuristic prefers for small batches. *count gets the
  * number of entries. Never NULL. */
 const fm_tile *fm_swapab_tiles(size_t *count);
-/* Index of t in fm_swapab_tiles(), as fm_wgmma_tile_index (gemm_swapab.cu's table). */
+/* Index of t in fm_swapab_tiles(), as fm_wgmma_tile_index (the build table's order, src/cuda/units.h). */
 int fm_swapab_tile_index(const fm_tile *t);
 /* 1 if the compiled swapab tile t also has the multi-block kernel (feature
- * blocks > 1, gemm_swapab.cu's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
+ * blocks > 1, gemm_mma.cuh's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
  * the two lists agree), else 0. */
 int fm_swapab_tile_has_mb(const fm_tile *t);
 /* Which compiled kernel of a tile runs: each tile has one to three (fm_tiles.def),

@@ -1,6 +1,6 @@
 /* fm_tile_layout.h - the shared-memory layout of one pipeline stage of fp4moe's
  * kernels, written once: the planner's model (fm_kernels_smem.c), the kernels'
- * offsets (gemm_swapab.cu, wgmma_natural.cuh, wgmma_ws.cuh), the launch-bounds
+ * offsets (gemm_mma.cuh, wgmma_natural.cuh, wgmma_ws.cuh), the launch-bounds
  * hint and the cost model's occupancy (cost_fp4moe.c) all expand these macros.
  * Macros, not functions: C11's _Static_assert and C++'s constexpr both take them,
  * so every row of the tile catalogue (fm_tiles.def) is checked at compile time in
@@ -10,7 +10,7 @@
  * Tile fields (fm_kernels_smem.h): w warps (consumer warps for wgmma), mt 16-row
  * bands per warp, nt 8-token groups a pass, kc K per stage, st stages.
  *
- * Family swapab (mma.sync, gemm_swapab.cu), one stage, offsets from its start:
+ * Family swapab (mma.sync, gemm_mma.cuh), one stage, offsets from its start:
  *   [0, W_OFF)          the token tile X[8*nt][kc] BF16, each row + 16 B padding
  *                        (conflict-free 16-byte fragment reads)
  *   [W_OFF, S_OFF)      the FP4 weight chunks: w*mt*(kc/64) of 512 B (16 rows x 64 K)

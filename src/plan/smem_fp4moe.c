@@ -14,7 +14,7 @@
  *   stages          X staging stages; 0 = the compiled instantiation's count
  *
  *   family          kernel                 needs           warps     mt       nt          kc
- *   fp4moe-swapab   gemm_swapab.cu         mma.sync bf16   1..8 (4)  1/2/4    1..8        64..1024
+ *   fp4moe-swapab   gemm_mma.cuh         mma.sync bf16   1..8 (4)  1/2/4    1..8        64..1024
  *                   (sm_80+)
  *   fp4moe-wgmma    gemm_wgmma.cu          wgmma (sm_90a)  4/8 (8)   1/2      1..32       64..256
  *
