@@ -75,7 +75,12 @@ static void usage(FILE *f)
             "                     GEMM cannot run it (wgmma tiles take packed X)\n"
             "  --tune             cuda: tune T's bucket first (fm_layer_tune: other plans timed on the\n"
             "                     device, the fastest kept if >= 3 %% faster), then run: the tune\n"
-            "                     line says what it tried and kept\n"
+            "                     line says what it tried and kept\n");
+    fprintf(f, "  --plans FILE       cuda: take the buckets' plans from a plan file (fm_layer_desc.plans), used\n"
+            "                     only where its device/driver/library metadata and the layer's shape\n"
+            "                     match (a warning says why not); a corrupt file is refused (exit 1)\n"
+            "  --save-plans FILE  cuda: after --tune (or --plans), write every bucket's plan into FILE\n"
+            "                     (fm_layer_save_plans: this device's section, other sections kept)\n"
             "  --json             machine-readable output on stdout\n"
             "  --help             this text\n");
 }
@@ -83,7 +88,7 @@ static void usage(FILE *f)
 enum { OPT_EXPERTS = 256, OPT_TOPK, OPT_HIDDEN, OPT_INTER, OPT_TOKENS, OPT_FORMAT, OPT_SCORE, OPT_GROUPS,
        OPT_TOPK_GROUP, OPT_SHARED, OPT_ACT, OPT_BACKEND, OPT_ITERS, OPT_SEED, OPT_CHECK, OPT_WEIGHTS, OPT_LAYER,
        OPT_JSON, OPT_HELP, OPT_RENORM, OPT_RSCALE, OPT_INPUT, OPT_OUTPUT, OPT_SHARD, OPT_ROUTING, OPT_GLOBAL,
-       OPT_WORK_LIST, OPT_ROW_Q, OPT_PLAN, OPT_TUNE };
+       OPT_WORK_LIST, OPT_ROW_Q, OPT_PLAN, OPT_TUNE, OPT_PLANS, OPT_SAVE_PLANS };
 
 static const struct option k_opts[] = {
     {"experts", required_argument, 0, OPT_EXPERTS}, {"topk", required_argument, 0, OPT_TOPK},
@@ -101,6 +106,7 @@ static const struct option k_opts[] = {
     {"routing", required_argument, 0, OPT_ROUTING}, {"global-experts", required_argument, 0, OPT_GLOBAL},
     {"work-list", required_argument, 0, OPT_WORK_LIST}, {"row-quantile", required_argument, 0, OPT_ROW_Q},
     {"plan", required_argument, 0, OPT_PLAN},       {"tune", no_argument, 0, OPT_TUNE},
+    {"plans", required_argument, 0, OPT_PLANS},     {"save-plans", required_argument, 0, OPT_SAVE_PLANS},
     {0, 0, 0, 0}};
 
 /* --plan SPEC: what replaces the planner's choice for T's bucket */
@@ -251,6 +257,7 @@ int fm_cmd_run(int argc, char **argv)
     double row_q = FM_ROW_QUANTILE_AUTO;                 /* --row-quantile */
     plan_spec pspec = {0};                               /* --plan */
     int tune = 0;                                        /* --tune */
+    const char *plans_in = NULL, *plans_out = NULL;      /* --plans, --save-plans */
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", k_opts, NULL)) != -1;) {
@@ -313,6 +320,14 @@ int fm_cmd_run(int argc, char **argv)
             if (!parse_plan(optarg, &pspec)) return FM_EXIT_USAGE;
             break;
         case OPT_TUNE: tune = 1; break;
+        case OPT_PLANS:
+        case OPT_SAVE_PLANS:
+            if (!*optarg) {
+                fprintf(stderr, "fp4moe run: --%s expects a file name\n", c == OPT_PLANS ? "plans" : "save-plans");
+                return FM_EXIT_USAGE;
+            }
+            *(c == OPT_PLANS ? &plans_in : &plans_out) = optarg;
+            break;
         case OPT_ROW_Q:
             if (!strcmp(optarg, "auto")) row_q = FM_ROW_QUANTILE_AUTO;
             else if (!strcmp(optarg, "mean")) row_q = FM_ROW_QUANTILE_MEAN;
@@ -435,7 +450,7 @@ int fm_cmd_run(int argc, char **argv)
     if (sw.a2_scale) sw.a2_scale += off;
     fm_cuda_device *dev = NULL;
     fm_layer_desc desc = {.backend = o.backend, .max_tokens = T, .first_expert = shard_first, .n_local = shard_count,
-                          .decode_work_list = work_list, .row_quantile = (float)row_q};
+                          .decode_work_list = work_list, .row_quantile = (float)row_q, .plans = plans_in};
     fm_run_cuda_times ct = {0};
     fm_layer_run_args run = {.x = m.x, .T = T, .out = out};
     double *ms = calloc((size_t)o.iters, sizeof *ms);
@@ -479,9 +494,10 @@ int fm_cmd_run(int argc, char **argv)
         goto done;
     }
     fm_backend_kind bk = fm_layer_backend(layer);
-    if ((pspec.given || tune) && bk != FM_BACKEND_CUDA) {
+    if ((pspec.given || tune || plans_out) && bk != FM_BACKEND_CUDA) {
         fprintf(stderr, "fp4moe run: %s applies to the cuda backend (%s); the %s backend has no tile plan\n",
-                pspec.given ? "--plan" : "--tune", pspec.given ? "fm_layer_set_plan" : "fm_layer_tune",
+                pspec.given ? "--plan" : tune ? "--tune" : "--save-plans",
+                pspec.given ? "fm_layer_set_plan" : tune ? "fm_layer_tune" : "fm_layer_save_plans",
                 fm_backend_name(bk));
         rc = FM_EXIT_USAGE;
         goto done;
@@ -490,6 +506,7 @@ int fm_cmd_run(int argc, char **argv)
         rc = fm_cli_fail("run", s);
         goto done;
     }
+    if (*fm_layer_plans_note(layer)) fprintf(stderr, "fp4moe run: %s\n", fm_layer_plans_note(layer));
     fm_layer_tune_info tinfo = {0};
     if (tune) { /* from the planner's plan, or --plan's */
         fm_cli_progress("fp4moe run: tuning the plan of %d tokens...\n", T);
@@ -497,6 +514,10 @@ int fm_cmd_run(int argc, char **argv)
             rc = fm_cli_fail("run", s);
             goto done;
         }
+    }
+    if (plans_out && (s = fm_layer_save_plans(layer, plans_out)) != FM_OK) { /* before the runs: nothing timed lost */
+        rc = fm_cli_fail("run", s);
+        goto done;
     }
     /* one warm-up, then the timed repetitions; external routing through fm_layer_run
      * (host pointers on the CPU backends), timed on the host clock */

@@ -48,6 +48,12 @@ typedef struct {
     void (*destroy)(void *state);
 } fm_backend_ops;
 
+/* Plan files (src/layer_plans.c), through the public fm_layer_plan / fm_layer_set_plan.
+ * load: the plans of path's matching section and shape, all or none; *note says what
+ * happened when the file was not used (FM_OK then). */
+fm_status fm_layer_plans_load(fm_layer *l, const fm_layer_params *p, const char *path, char *note, size_t nn);
+fm_status fm_layer_plans_save(fm_layer *l, const fm_layer_params *p, const char *path);
+
 extern const fm_backend_ops fm_cpu_ref_ops; /* src/cpu/backend_ref.c */
 extern const fm_backend_ops fm_cpu_ops;     /* src/cpu/backend_fast.c */
 #ifdef FM_HAVE_CUDA

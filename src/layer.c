@@ -167,6 +167,7 @@ struct fm_layer {
      * FM_ERR_BUSY at once and never waits; acquire / release hand the state from one
      * call to the next, whichever thread each runs on. */
     atomic_int busy;
+    char       plans_note[768]; /* fm_layer_plans_note */
 };
 
 /* The layer fm_layer_tune is tuning on this thread: the cuda tuner runs, plans and
@@ -262,9 +263,28 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
         free(l);
         return s;
     }
+    if (d->plans && kind != FM_BACKEND_CUDA)
+        snprintf(l->plans_note, sizeof l->plans_note, "plans in %s not used: the %s backend has no tile plan",
+                 d->plans, fm_backend_name(kind));
+    else if (d->plans && (s = fm_layer_plans_load(l, &l->p, d->plans, l->plans_note, sizeof l->plans_note)) != FM_OK) {
+        fm_layer_destroy(l);
+        return s;
+    }
     *out = l;
     return FM_OK;
 }
+
+fm_status fm_layer_save_plans(fm_layer *l, const char *path)
+{
+    fm_clear_error();
+    if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_save_plans: layer is NULL");
+    if (l->kind != FM_BACKEND_CUDA)
+        return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_save_plans: the %s backend has no tile plan",
+                       fm_backend_name(l->kind));
+    return fm_layer_plans_save(l, &l->p, path);
+}
+
+const char *fm_layer_plans_note(const fm_layer *l) { return l ? l->plans_note : ""; }
 
 fm_status fm_layer_create(fm_backend_kind kind, const fm_moe_config *cfg, const fm_moe_weights *w, int max_tokens,
                           fm_layer **out)

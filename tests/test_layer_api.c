@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -41,6 +42,38 @@ static small_layer *make_layer(fm_rng *r)
     for (int i = 0; i < TMAX * H; i++) L->x[i] = fm_bf16_encode(fm_rng_normal(r));
     L->w = (fm_moe_weights){.router_w = L->router, .w13 = L->w13, .w2 = L->w2};
     return L;
+}
+
+/* Plan files on a CPU layer: desc.plans is not read (a note says why; create succeeds
+ * even for a path that does not exist), saving is FM_ERR_UNSUPPORTED and writes nothing. */
+static void plans_on_cpu(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 3);
+    small_layer  *L = make_layer(&r);
+    fm_layer_desc d = {.backend = FM_BACKEND_CPU, .max_tokens = TMAX, .plans = "/nonexistent/plans.json"};
+    fm_layer     *l = NULL;
+    assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_OK);
+    assert_non_null(strstr(fm_layer_plans_note(l), "not used"));
+    assert_non_null(strstr(fm_layer_plans_note(l), "cpu backend"));
+    char *path = fm_test_write_tmp("plans", "{\"keep\": 1}");
+    assert_int_equal(fm_layer_save_plans(l, path), FM_ERR_UNSUPPORTED);
+    FILE *f = fopen(path, "r");
+    char  buf[32] = {0};
+    assert_non_null(f);
+    assert_true(fread(buf, 1, sizeof buf - 1, f) > 0);
+    fclose(f);
+    assert_string_equal(buf, "{\"keep\": 1}"); /* untouched */
+    unlink(path);
+    assert_int_equal(fm_layer_save_plans(NULL, "x"), FM_ERR_INVALID_ARG);
+    assert_string_equal(fm_layer_plans_note(NULL), "");
+    fm_layer_destroy(l);
+    d.plans = NULL;
+    assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_OK);
+    assert_string_equal(fm_layer_plans_note(l), ""); /* none given */
+    fm_layer_destroy(l);
+    free(L);
 }
 
 static void create_rejects(void **st)
@@ -176,6 +209,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(create_rejects),
+        cmocka_unit_test(plans_on_cpu),
         cmocka_unit_test(forward_rejects_and_leaves_out_alone),
         cmocka_unit_test(backend_names),
     };

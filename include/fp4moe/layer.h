@@ -130,6 +130,7 @@ typedef struct {
                           when the driver JIT-compiled PTX (jit = 1) */
     int  jit;
     int  mma_tiles, wgmma_tiles; /* catalogue rows with code here, per kernel family */
+    int  driver_version, runtime_version; /* cudaDriverGetVersion / cudaRuntimeGetVersion (13000 = 13.0) */
 } fm_cuda_code_info;
 /* Returns FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_NO_BACKEND (built without CUDA). */
 fm_status fm_cuda_device_code(const fm_cuda_device *dev, fm_cuda_code_info *out);
@@ -191,6 +192,15 @@ typedef struct {
      * not measured (on the EP8 shard it picks the same tiles there). The CPU backends
      * ignore it. */
     float           row_quantile;
+    /* cuda: a plan file (fm_layer_save_plans) to take the buckets' plans from, or NULL.
+     * Used only where its metadata match this device and build exactly (GPU name,
+     * compute capability, SMs, driver and runtime versions, library version, GPU
+     * targets) and it has this layer's shape (format, experts, top-k, sizes, shard,
+     * max_tokens, activation); otherwise the planner's plans are used and
+     * fm_layer_plans_note says why. A file that is not a plan file, or whose matching
+     * plans this layer refuses (fm_layer_set_plan), fails create with FM_ERR_FORMAT:
+     * plans are taken all or none. The CPU backends ignore it (a note says so). */
+    const char     *plans;
 } fm_layer_desc;
 
 /* Create a layer from a description. Statuses as fm_layer_create, plus
@@ -295,6 +305,20 @@ fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
  * the device or the GEMM cannot run, or a CPU layer), FM_ERR_SMEM_EXCEEDED, FM_ERR_CUDA,
  * FM_ERR_BUSY; the layer's plans are unchanged on failure. */
 fm_status fm_layer_set_plan(fm_layer *layer, int T, const fm_layer_plan_info *info);
+
+/* Write every bucket's plan of the layer (cuda) into the plan file at path, in the
+ * section of this device and build (the metadata fm_layer_desc.plans matches), replacing
+ * the entry of this layer's shape and keeping every other section and shape; PATH is
+ * written only if absent or a regular file (an exclusive temporary renamed over it). What
+ * fm_layer_tune found survives the process: tune the buckets an engine runs, save, and
+ * create with desc.plans next time. Returns FM_OK, FM_ERR_INVALID_ARG, FM_ERR_UNSUPPORTED
+ * (a CPU layer), FM_ERR_FORMAT (path holds something that is not a plan file: left
+ * alone), FM_ERR_IO, FM_ERR_OOM, FM_ERR_BUSY. */
+fm_status fm_layer_save_plans(fm_layer *layer, const char *path);
+/* What create did with desc.plans, for the caller to log or warn about: "" (none given),
+ * "loaded N bucket plans from F", or why F was not used ("written for NVIDIA B200 ...",
+ * "no plans for this layer's shape"). Never NULL; valid while the layer lives. */
+const char *fm_layer_plans_note(const fm_layer *layer);
 
 /* What fm_layer_tune did. Times are graph replays of T tokens (synthetic routing,
  * external ids; the mean over 8 routings of each routing's median), interleaved. */

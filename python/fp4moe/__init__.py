@@ -12,7 +12,7 @@ from ._lib import HAS_RUN_API, ClosedError, Error, library_path
 from ._lib import lib as _clib
 from .checkpoint import Checkpoint, LoadedLayer, NotModelledWarning
 from .format import QTensor, dequantize, qtensor, quantize
-from .layer import Layer, MoEConfig, MoEWeights, route, to_bf16_bits
+from .layer import Layer, MoEConfig, MoEWeights, PlansWarning, route, to_bf16_bits
 
 __version__ = _clib.fm_version().decode()
 
@@ -35,5 +35,5 @@ def __getattr__(name):
 
 
 __all__ = ["Error", "ClosedError", "HAS_RUN_API", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
-           "quantize", "dequantize", "qtensor", "Layer", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
+           "quantize", "dequantize", "qtensor", "Layer", "PlansWarning", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
            "backend_available"]

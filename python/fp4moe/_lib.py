@@ -48,7 +48,7 @@ class RunStats(C.Structure):
 class LayerDesc(C.Structure):
     _fields_ = [("backend", c_int), ("device", c_void_p), ("max_tokens", c_int), ("out_dtype", c_int),
                 ("first_expert", c_int), ("n_local", c_int), ("caller_workspace", c_int),
-                ("decode_work_list", c_int), ("row_quantile", c_float)]
+                ("decode_work_list", c_int), ("row_quantile", c_float), ("plans", C.c_char_p)]
 
 
 class LayerRunArgs(C.Structure):
@@ -180,11 +180,14 @@ _PROTOS = {
     "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
     "fm_layer_set_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
     "fm_layer_tune": (c_int, [c_void_p, c_int, c_void_p, P(LayerTuneInfo)]),
+    "fm_layer_save_plans": (c_int, [c_void_p, C.c_char_p]),
+    "fm_layer_plans_note": (C.c_char_p, [c_void_p]),
     "fm_tile_name": (c_char_p, [P(Tile), C.c_char_p, c_size_t]),
     "fm_tile_parse": (c_int, [C.c_char_p, P(Tile)]),
 }
 _OPTIONAL = {"fm_cuda_device_open", "fm_cuda_device_close", "fm_layer_create_desc", "fm_layer_workspace_size",
-             "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan", "fm_layer_tune"}
+             "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan", "fm_layer_tune",
+             "fm_layer_save_plans", "fm_layer_plans_note"}
 
 
 class Error(RuntimeError):

@@ -12,12 +12,13 @@ ids) comes back as fp4moe.Error with its status and message.
 import contextlib
 import ctypes as C
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import _lib
-from ._args import UINTPTR_MAX, as_choice, as_cstr, as_float, as_int
+from ._args import UINTPTR_MAX, as_choice, as_cstr, as_float, as_int, as_path
 from ._lib import ClosedError, check, lib
 from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, format_code, quantize
 
@@ -229,7 +230,7 @@ class Layer:
     for the call in flight, and calls after it raise fp4moe.ClosedError."""
 
     def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
-                 n_local=0, device=None, work_list="auto", row_quantile="auto"):
+                 n_local=0, device=None, work_list="auto", row_quantile="auto", plans=None):
         from .checkpoint import LoadedLayer
 
         as_choice(backend, "backend", BACKENDS)
@@ -240,6 +241,7 @@ class Layer:
         device = None if device is None else as_int(device, "device", 0)
         as_choice(work_list, "work_list", WORK_LIST)
         row_quantile = _row_quantile(row_quantile)
+        plans_c = None if plans is None else as_path(plans, "plans")[1]
         if isinstance(weights, LoadedLayer):
             if cfg is None:
                 cfg = weights.cfg
@@ -268,14 +270,14 @@ class Layer:
                 self.device = 0 if device is None else device
                 self._dev = _open_device(self.device)
             desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
-                                  first_expert, n_local, 0, WORK_LIST[work_list], row_quantile)
+                                  first_expert, n_local, 0, WORK_LIST[work_list], row_quantile, plans_c)
             with source as loaded:
                 if loaded is not None:
                     cw = loaded.contents.w
                 check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
         else:
             if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
-                    or row_quantile != 0.0):
+                    or row_quantile != 0.0 or plans is not None):
                 _lib.require_run_api("a shard, BF16 output or a device choice")
             with source as loaded:
                 if loaded is not None:
@@ -287,6 +289,11 @@ class Layer:
             self.device = 0
         self._args = _lib.LayerRunArgs()  # shared by the calls: filled and used under the handle's lock
         self._hd = _lib.Handle("Layer", h)
+        # what create did with `plans` (fm_layer_plans_note): "" when none was given
+        note = lib.fm_layer_plans_note(h) if "fm_layer_plans_note" not in _lib.missing else None
+        self.plans_note = note.decode() if note else ""
+        if self.plans_note and not self.plans_note.startswith("loaded"):
+            warnings.warn(f"fp4moe.Layer: {self.plans_note}", PlansWarning, stacklevel=2)
 
     def close(self):
         """Destroy the layer, after the call in flight in another thread if there is one;
@@ -422,6 +429,17 @@ class Layer:
         with self._hd as h:
             check(lib.fm_layer_set_plan(h, T, C.byref(info)), "Layer.set_plan")
 
+    def save_plans(self, path):
+        """Write every bucket's plan into the plan file at path (fm_layer_save_plans): the
+        section of this device and build, other sections and shapes kept; create a layer
+        with plans=path to take them. cuda only (CPU backends: FM_ERR_UNSUPPORTED)."""
+        if "fm_layer_save_plans" in _lib.missing:
+            raise NotImplementedError(f"Layer.save_plans needs fm_layer_save_plans, which {_lib.library_path} "
+                                      "does not export")
+        _, cpath = as_path(path, "path")
+        with self._hd as h:
+            check(lib.fm_layer_save_plans(h, cpath), "Layer.save_plans")
+
     def tune(self, T, stream=None):
         """Tune T's bucket on the device (fm_layer_tune): other plans timed as graph replays of
         T tokens with synthetic routing, the fastest kept if at least 3 % faster than the
@@ -439,6 +457,11 @@ class Layer:
             check(lib.fm_layer_tune(h, T, stream, C.byref(info)), "Layer.tune")
         return {"plans_tried": info.plans_tried, "plans_refused": info.plans_refused, "before_us": info.before_us,
                 "after_us": info.after_us, "changed": bool(info.changed)}
+
+
+class PlansWarning(UserWarning):
+    """A plan file given to a layer was not used (another GPU, driver, library version or
+    layer shape): the planner's plans run instead. Layer.plans_note says why."""
 
 
 _devices = {}

@@ -110,7 +110,7 @@ class MoE:
     fp4moe.ClosedError."""
 
     def __init__(self, cfg, weights, *, device="cuda", max_tokens=256, out_dtype=torch.bfloat16, first_expert=0,
-                 n_local=0, backend=None, work_list="auto", row_quantile="auto"):
+                 n_local=0, backend=None, work_list="auto", row_quantile="auto", plans=None):
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
@@ -128,7 +128,7 @@ class MoE:
                            out_dtype="bf16" if out_dtype == torch.bfloat16 else "f32",
                            first_expert=first_expert, n_local=n_local,
                            device=dev.index if dev.type == "cuda" else None, work_list=work_list,
-                           row_quantile=row_quantile)
+                           row_quantile=row_quantile, plans=plans)
         self.cfg, self.device, self.out_dtype, self.max_tokens = self.layer.cfg, dev, out_dtype, max_tokens
         self.hidden, self.top_k = self.cfg.hidden, self.cfg.top_k
         self._cuda = dev.type == "cuda"

@@ -97,6 +97,7 @@ struct fm_cuda_device {
     unsigned long long mma_rows, wgmma_rows;
     int                jit;         /* the code is PTX the driver compiled at open */
     char               running[32]; /* the build's target that runs here ("sm_90a") */
+    int                driver_version, runtime_version;
 };
 
 /* The GPU table's row of the same compute capability and SM count, the memory
@@ -178,6 +179,9 @@ fm_status fm_cuda_device_open(int ordinal, fm_cuda_device **out)
     else /* no row of the table: the device's own figures (the cost model's rates are the H200's) */
         d->plan_gpu = (fm_gpu_info){.name = "cuda-device", .full_name = "CUDA device", .cc = info.cc,
                                     .sms = info.sms, .mem_gbs = info.mem_gbs};
+    if (cudaDriverGetVersion(&d->driver_version) != cudaSuccess) d->driver_version = 0;
+    if (cudaRuntimeGetVersion(&d->runtime_version) != cudaSuccess) d->runtime_version = 0;
+    (void)cudaGetLastError();
     fm_status st = probe_kernels(d);
     if (st != FM_OK) {
         free(d);
@@ -233,6 +237,8 @@ fm_status fm_cuda_device_code(const fm_cuda_device *d, fm_cuda_code_info *out)
     fm_build_targets_str(out->targets, sizeof out->targets);
     snprintf(out->running, sizeof out->running, "%s", d->running);
     out->jit = d->jit;
+    out->driver_version = d->driver_version;
+    out->runtime_version = d->runtime_version;
     for (int r = 0; r < 64; r++) {
         out->mma_tiles += (int)((d->mma_rows >> r) & 1);
         out->wgmma_tiles += (int)((d->wgmma_rows >> r) & 1);

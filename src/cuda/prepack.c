@@ -67,10 +67,14 @@ void fm_cuda_prepack_sizes(int64_t n, int64_t k, size_t *data_bytes, size_t *sca
     if (scale_bytes) *scale_bytes = (size_t)chunks * FM_PACK_SCALE_BYTES;
 }
 
-static uint8_t code_at(const fm_qtensor *w, int64_t row, int64_t k)
+/* Whether block b of row `row` (blk codes) has a non-zero magnitude: its bytes masked to
+ * the magnitude bits of both codes (blk is even, blocks start on a byte). */
+static int block_nonzero(const fm_qtensor *w, int64_t row, int64_t b, int blk)
 {
-    const uint8_t *d = (const uint8_t *)w->data + row * (w->cols / 2) + k / 2;
-    return (k & 1) ? (uint8_t)(*d >> 4) : (uint8_t)(*d & 15);
+    const uint8_t *d = (const uint8_t *)w->data + row * (w->cols / 2) + b * blk / 2;
+    for (int i = 0; i < blk / 2; i++)
+        if (d[i] & 0x77) return 1;
+    return 0;
 }
 
 /* NVFP4 E4M3 scale -> byte code (0 for a zero scale). */
@@ -118,9 +122,7 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
                     return fm_fail(FM_ERR_FORMAT, "fm_cuda_prepack: negative block scale at row %lld block %lld",
                                    (long long)r, (long long)b);
             } else {
-                int nz = 0;
-                for (int i = 0; i < blk && !nz; i++) nz = (code_at(w, r, b * blk + i) & 7) != 0;
-                if (nz) {
+                if (block_nonzero(w, r, b, blk)) {
                     if (s < cmin) cmin = s;
                     if (s > cmax) cmax = s;
                 }
@@ -140,7 +142,23 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
             return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_prepack: MXFP4 scale 2^%d is outside FP32", cmin - 2);
     }
     const int64_t KB = (K + FM_PACK_KCHUNK - 1) / FM_PACK_KCHUNK;
-    for (int64_t band = 0; band < N / FM_PACK_BAND; band++)
+    /* the word bits of one source byte (two codes: low nibble = even k = half 0) at pair j:
+     * a lookup per byte instead of a loop over each code's 4 bits (the placement is k_pos's) */
+    uint32_t tab[4][256];
+    for (int j = 0; j < 4; j++)
+        for (int byte = 0; byte < 256; byte++) {
+            uint32_t v = 0;
+            for (int h = 0; h < 2; h++)
+                for (int bit = 0; bit < 4; bit++)
+                    if ((byte >> (4 * h)) >> bit & 1) v |= 1u << k_pos[j][h][bit];
+            tab[j][byte] = v;
+        }
+    /* bands are independent (each writes its own chunks): one per thread when the matrix
+     * is large enough to pay for the team (layer create prepacks every expert: seconds on
+     * one core for a GLM-5 shard) */
+    const int64_t nbands = N / FM_PACK_BAND;
+#pragma omp parallel for schedule(static) if (N * K >= (1 << 22))
+    for (int64_t band = 0; band < nbands; band++)
         for (int64_t c = 0; c < KB; c++) {
             uint8_t *dch = data + (band * KB + c) * FM_PACK_CHUNK_BYTES;
             uint8_t *sch = scale + (band * KB + c) * FM_PACK_SCALE_BYTES;
@@ -151,29 +169,26 @@ fm_status fm_cuda_prepack(const fm_qtensor *w, uint8_t *data, uint8_t *scale, fl
                 for (int half = 0; half < 2; half++) {
                     int64_t row = band * 16 + g + 8 * half, b = k0 / blk;
                     if (k0 >= K) continue;
-                    uint8_t s = w->scales[row * nsb + b];
-                    if (!rebased) {
-                        bytes[half] = nv_code(s);
-                    } else {
-                        int nz = 0;
-                        for (int i = 0; i < blk && !nz; i++) nz = (code_at(w, row, b * blk + i) & 7) != 0;
-                        bytes[half] = nz ? (uint8_t)(s - cmin + 1) : 0;
-                    }
+                    uint8_t sc = w->scales[row * nsb + b];
+                    if (!rebased) bytes[half] = nv_code(sc);
+                    else bytes[half] = block_nonzero(w, row, b, blk) ? (uint8_t)(sc - cmin + 1) : 0;
                 }
                 sch[lane * 2] = bytes[0];
                 sch[lane * 2 + 1] = bytes[1];
-                for (int s = 0; s < 4; s++) {
+                /* K is a multiple of the block (>= 16): a lane's 16 K values are all in K or
+                 * all padding; pair j takes row g + 8 (j & 1), codes k0 + 4 st + 2 (j >> 1) + h,
+                 * i.e. byte 2 st + (j >> 1) of the row's 8 bytes at k0; a zero block (scale code
+                 * 0) or padding gives code 0 */
+                const uint8_t *r0 = NULL, *r1 = NULL;
+                if (k0 < K) {
+                    r0 = (const uint8_t *)w->data + (band * 16 + g) * (K / 2) + k0 / 2;
+                    r1 = r0 + 8 * (K / 2);
+                }
+                for (int st = 0; st < 4; st++) {
                     uint32_t word = 0;
-                    for (int j = 0; j < 4; j++)
-                        for (int h = 0; h < 2; h++) {
-                            int64_t row = band * 16 + g + 8 * (j & 1);
-                            int64_t k = k0 + 4 * s + 2 * (j >> 1) + h;
-                            if (k >= K || bytes[j & 1] == 0) continue; /* padding or zero block: code 0 */
-                            uint8_t code = code_at(w, row, k);
-                            for (int bit = 0; bit < 4; bit++)
-                                if (code >> bit & 1) word |= 1u << k_pos[j][h][bit];
-                        }
-                    memcpy(dch + lane * 16 + s * 4, &word, 4);
+                    if (r0 && bytes[0]) word |= tab[0][r0[2 * st]] | tab[2][r0[2 * st + 1]];
+                    if (r1 && bytes[1]) word |= tab[1][r1[2 * st]] | tab[3][r1[2 * st + 1]];
+                    memcpy(dch + lane * 16 + st * 4, &word, 4);
                 }
             }
         }

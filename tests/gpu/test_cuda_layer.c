@@ -11,6 +11,7 @@
  * outputs, NaN/Inf first. */
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fp4moe.h"
 #include "gpu_common.h"
@@ -51,8 +52,9 @@ static void fx_free(layer_fx *L)
 }
 
 /* layers made with fm_layer_desc.decode_work_list (test_layer_split_shard) */
-static int   g_work_list = 0;
-static float g_row_quantile = 0; /* fm_layer_desc.row_quantile of the cuda layers made */
+static int         g_work_list = 0;
+static float       g_row_quantile = 0; /* fm_layer_desc.row_quantile of the cuda layers made */
+static const char *g_plans = NULL;     /* fm_layer_desc.plans of the cuda layers made (test_layer_plans) */
 
 static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev, int max_tokens, int first, int n,
                       fm_out_dtype od, int caller_ws)
@@ -61,7 +63,8 @@ static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev,
     w.w13 += first, w.w2 += first;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
                        .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws,
-                       .decode_work_list = g_work_list, .row_quantile = g_row_quantile};
+                       .decode_work_list = g_work_list, .row_quantile = g_row_quantile,
+                       .plans = b == FM_BACKEND_CUDA ? g_plans : NULL};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
@@ -698,6 +701,108 @@ static void test_layer_set_plan(void **state)
  * is at least as fast as the one before by its own interleaved timing (after <= before:
  * the rule, not a speed claim), fm_layer_plan reports a valid plan, and the layer then
  * matches the cpu-ref shard with graph replay = eager. */
+/* Plan files: a plan set on a shard layer, saved, loaded by a new layer (every bucket's
+ * plan equal, the note says so); a file of another GPU ignored with a note (the planner's
+ * plans); another shape ignored with a note; a file that is not a plan file, and one whose
+ * matching section holds a tile this build does not have, refused at create with
+ * FM_ERR_FORMAT; saving over a file that is not a plan file refused, the file untouched. */
+static char *dup_str(const char *s)
+{
+    char *d = malloc(strlen(s) + 1);
+    assert_non_null(d);
+    return strcpy(d, s);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t      n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+static void test_layer_plans(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    layer_fx        L;
+    fm_cuda_device *dev = shard_setup(&r, 8, &L);
+    enum { NL = SH_NL, maxT = 16, NB = 5 };
+    const int Tb[NB] = {1, 2, 4, 8, 16};
+    fm_layer *a = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, 0);
+    fm_layer_plan_info planner[NB], want[NB];
+    for (int i = 0; i < NB; i++) assert_int_equal(fm_layer_plan(a, Tb[i], &planner[i]), FM_OK);
+    fm_layer_plan_info alt = planner[0]; /* not the planner's: the work list toggled, FC1 split 2 */
+    alt.work_list = !alt.work_list;
+    alt.active_experts = 1;
+    assert_int_equal(fm_tile_parse("swapab_w4m2n1k256s3", &alt.tile[0]), FM_OK);
+    alt.k_splits[0] = 2, alt.feature_blocks[0] = 1, alt.x_packed[0] = 0;
+    assert_int_equal(fm_layer_set_plan(a, 1, &alt), FM_OK);
+    for (int i = 0; i < NB; i++) assert_int_equal(fm_layer_plan(a, Tb[i], &want[i]), FM_OK);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/fm-plans-%d.json", (int)getpid());
+    unlink(path);
+    assert_int_equal(fm_layer_save_plans(a, path), FM_OK);
+    assert_int_equal(fm_layer_save_plans(a, path), FM_OK); /* again: the entry replaced, not doubled */
+    char *text = slurp(path);
+    assert_non_null(strstr(text, "\"fp4moe_plans\""));
+    assert_null(strstr(strstr(text, "\"shape\"") + 1, "\"shape\""));
+    g_plans = path;
+    fm_layer *b = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, 0);
+    assert_non_null(strstr(fm_layer_plans_note(b), "loaded 5 bucket plans"));
+    plans_are(b, Tb, NB, want, "loaded from the plan file");
+    fm_layer_destroy(b);
+    /* another shape (max_tokens): not used, the planner's plans */
+    b = make(&L, FM_BACKEND_CUDA, dev, 8, 0, NL, FM_OUT_F32, 0);
+    assert_non_null(strstr(fm_layer_plans_note(b), "shape"));
+    fm_layer_destroy(b);
+    /* another GPU: the section's gpu renamed */
+    char *other = dup_str(text), *g = strstr(other, "\"gpu\":");
+    assert_non_null(g);
+    char *q1 = strchr(g + 6, '"'), *q2 = q1 ? strchr(q1 + 1, '"') : NULL;
+    assert_non_null(q2);
+    memset(q1 + 1, 'X', (size_t)(q2 - q1 - 1));
+    FILE *f = fopen(path, "wb");
+    fputs(other, f);
+    fclose(f);
+    b = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, 0);
+    assert_non_null(strstr(fm_layer_plans_note(b), "none for this device"));
+    plans_are(b, Tb, NB, planner, "another GPU's file: the planner's");
+    fm_layer_destroy(b);
+    /* corrupt: not JSON; and a matching section with a tile this build lacks */
+    fm_moe_weights w = L.w;
+    fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = maxT, .n_local = NL, .plans = path};
+    f = fopen(path, "wb");
+    fputs("{\"fp4moe_plans\": 1, \"sections\": [", f);
+    fclose(f);
+    b = (fm_layer *)(uintptr_t)1;
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &b), FM_ERR_FORMAT);
+    assert_null(b);
+    char *bad = dup_str(text), *t = strstr(bad, "swapab_w4m2n1k256s3");
+    assert_non_null(t);
+    t[strlen("swapab_w4m2n1k256s")] = '7'; /* stages 7: not compiled */
+    f = fopen(path, "wb");
+    fputs(bad, f);
+    fclose(f);
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &b), FM_ERR_FORMAT);
+    /* saving over something that is not a plan file: refused, left alone */
+    f = fopen(path, "wb");
+    fputs("not json", f);
+    fclose(f);
+    assert_int_equal(fm_layer_save_plans(a, path), FM_ERR_FORMAT);
+    assert_string_equal(slurp(path), "not json");
+    g_plans = NULL;
+    unlink(path);
+    free(other);
+    free(bad);
+    fm_layer_destroy(a);
+    fx_free(&L);
+    fm_cuda_device_close(dev);
+}
+
 static void test_layer_tune(void **state)
 {
     (void)state;
@@ -747,7 +852,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layer_device_path),
                                        cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan),
                                        cmocka_unit_test(test_layer_set_plan),
-                                       cmocka_unit_test(test_layer_tune)};
+                                       cmocka_unit_test(test_layer_plans), cmocka_unit_test(test_layer_tune)};
     const char *only = getenv("FM_TEST_FILTER"); /* e.g. test_layer_split_shard (cmocka's pattern) */
     if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,7 +3,8 @@
  * BF16 scale from the byte code, output multiplier) must give back fm_dequantize's
  * values (relative 1e-6: both are exact products, only the order of the FP32
  * multiplications by the global scale may differ), including zero blocks,
- * subnormal E4M3 scales, padded K and MXFP4 exponent offsets. Needs no GPU. */
+ * subnormal E4M3 scales, padded K and MXFP4 exponent offsets, on small matrices and on
+ * ones large enough for the threaded band loop. Needs no GPU: labelled cpu too. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,9 @@ static void test_layout_roundtrip(void **state)
     check_format(&r, FM_FORMAT_NVFP4, 16, 64);
     check_format(&r, FM_FORMAT_MXFP4, 32, 224);
     check_format(&r, FM_FORMAT_MXFP4, 16, 512);
+    /* large enough for prepack's threaded band loop (N * K >= 2^22), with a padded chunk */
+    check_format(&r, FM_FORMAT_NVFP4, 1024, 4112);
+    check_format(&r, FM_FORMAT_MXFP4, 2048, 2080);
 }
 
 static void test_refusals(void **state)

@@ -304,3 +304,23 @@ def test_checkpoint_missing_file(tmp_path):
     with pytest.raises(fp4moe.Error) as e:
         fp4moe.Checkpoint(os.fspath(tmp_path / "nope.safetensors"))
     assert e.value.status == "FM_ERR_IO"
+
+
+def test_plans_on_cpu(tmp_path):
+    """A plan file given to a CPU layer is not read (a PlansWarning says why, the layer works);
+    Layer.save_plans on a CPU layer is refused and writes nothing; a NUL in the path refused."""
+    cfg, w, _ = make_layer(np.random.default_rng())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layer = fp4moe.Layer(cfg, w, backend="cpu", max_tokens=2, plans=tmp_path / "none.json")
+    assert any(issubclass(c.category, fp4moe.PlansWarning) for c in caught)
+    assert "not used" in layer.plans_note and "cpu backend" in layer.plans_note
+    target = tmp_path / "plans.json"
+    with pytest.raises(fp4moe.Error) as e:
+        layer.save_plans(target)
+    assert e.value.status == "FM_ERR_UNSUPPORTED"
+    assert not target.exists()
+    with pytest.raises(ValueError, match="NUL"):
+        fp4moe.Layer(cfg, w, backend="cpu", max_tokens=2, plans="a\0b")
+    assert fp4moe.Layer(cfg, w, backend="cpu", max_tokens=2).plans_note == ""
+
