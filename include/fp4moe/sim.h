@@ -303,8 +303,8 @@ fm_status fm_sim_fit_eff(const fm_sim_config *c, const fm_sim_measured *m, doubl
  * bench/h200_fp4moe_gemm.csv (bench/HISTORY.md, "GPU, 2026-11-30 sixth session": launches
  * timed queued back to back): `fp4moe simulate --calibrated-h200`.  Not the defaults:
  * those describe a kernel at the measured copy/GEMM ceilings (docs/simulate.md says
- * why).  The fifth session's table (one launch at a time) fitted 0.67 / 0.70, the
- * third session's kernels 0.69 / 0.43. */
+ * why). Timed one launch at a time instead, the same kernels fit lower (the launch gap
+ * counted in): refit from that CSV whenever the kernels or the timing method change. */
 #define FM_SIM_H200_FP4MOE_BW_EFF 0.725      /* 3.48 TB/s: 82 % of the 4.234 TB/s copy ceiling */
 #define FM_SIM_H200_FP4MOE_COMPUTE_EFF 0.67  /* 663 TFLOP/s: the wgmma kernels at 128+ rows (591-744) */
 

@@ -21,7 +21,7 @@
  * 9 integer ops per word (7 on the ALU pipe, the two left shifts as IMAD.SHL on
  * the FMA pipe), found by an exhaustive search over shifts, rotations and two-shift
  * merges (bench/NOTES-gpu.md, s9); the four sets of source bits partition the word
- * (k_pos below). The previous layout took 11 (j=1 (w<<3)&M, j=2/3 two shifts each).
+ * (k_pos below); the obvious placement (j=1 (w<<3)&M, j=2/3 two shifts each) takes 11.
  *
  * Scale byte codes (0 = the block is all zero: its codes are zeroed too):
  *   NVFP4: E4M3 -> unsigned E5M3, byte = ((e' + 10) << 3) | m' with value 2^e' (1 + m'/8)
