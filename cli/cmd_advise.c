@@ -5,6 +5,7 @@
  *  3. the time of the engine's surviving tiles against fp4moe's own kernels at those rows,
  *     and the predicted tokens/s for each (fm_sim_run with the tile's M, and with fp4moe's kernel).
  * Everything is a model (docs/advise.md): nothing here needs a GPU. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,16 +29,26 @@ static void help(FILE *f)
 typedef struct {
     char   label[48];
     int    tile_m; /* 0: fp4moe's kernel */
+    int    same_as;      /* >= 0: the model gives exactly the figures of that row (printed as one) */
     double us[NSET], tps[NSET];
 } option;
 
-static fm_status sim_with(const fm_sim_config *base, int tile_m, int max_running, fm_sim_result *r)
+static fm_status sim_with(const fm_sim_config *base, const option *o, int max_running, fm_sim_result *r)
 {
     fm_sim_config c = *base;
     c.max_running = max_running;
-    c.kernel = tile_m ? FM_SIM_KERNEL_CUTLASS : FM_SIM_KERNEL_FP4MOE;
-    c.tile_m = tile_m;
+    c.kernel = o->tile_m ? FM_SIM_KERNEL_CUTLASS : FM_SIM_KERNEL_FP4MOE;
+    c.tile_m = o->tile_m;
     return fm_sim_run(&c, r);
+}
+
+/* Where a row's figures come from: every figure of (3) is modelled. fp4moe's kernels are
+ * measured on the H200 only (their fitted efficiencies: include/fp4moe/sim.h), where no
+ * engine in the table has an FP4 grouped-GEMM tactic, so advise never reaches it. */
+static const char *source_of(const option *o)
+{
+    (void)o;
+    return "modelled: roofline (no measurement of this kernel on this GPU)";
 }
 
 int fm_cmd_advise(int argc, char **argv)
@@ -137,12 +148,23 @@ int fm_cmd_advise(int argc, char **argv)
     snprintf(opt[no].label, sizeof opt[no].label, "fp4moe kernels");
     opt[no++].tile_m = 0;
     int set[NSET] = {cfg.max_running, cr.rows_at[0], cr.rows_at[1], cr.rows_at[2]};
-    for (int j = 0; j < no; j++)
+    for (int j = 0; j < no; j++) {
+        opt[j].same_as = -1;
         for (int s = 0; s < NSET; s++) {
             fm_sim_result r = {0};
-            if (set[s] && (st = sim_with(&cfg, opt[j].tile_m, set[s], &r)) != FM_OK) return fm_cli_fail("advise", st);
+            if (set[s] && (st = sim_with(&cfg, &opt[j], set[s], &r)) != FM_OK) return fm_cli_fail("advise", st);
             opt[j].us[s] = r.fc1_us + r.fc2_us, opt[j].tps[s] = r.tokens_per_s;
         }
+        /* two kernels the model cannot tell apart (both at the same roofline bound, neither
+         * measured here) are one row, never two rows that look like a comparison */
+        for (int k = 0; k < j && opt[j].same_as < 0; k++) {
+            int same = opt[k].same_as < 0;
+            for (int s = 0; s < NSET && same; s++)
+                same = fabs(opt[k].us[s] - opt[j].us[s]) <= 1e-9 * (1 + opt[k].us[s]) &&
+                       fabs(opt[k].tps[s] - opt[j].tps[s]) <= 1e-9 * (1 + opt[k].tps[s]);
+            if (same) opt[j].same_as = k;
+        }
+    }
     static const int targets[3] = {8, 16, 32};
     if (json) {
         cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
@@ -180,6 +202,9 @@ int fm_cmd_advise(int argc, char **argv)
             cJSON *p = cJSON_CreateObject();
             cJSON_AddStringToObject(p, "kernel", opt[j].label);
             cJSON_AddNumberToObject(p, "tile_m", opt[j].tile_m);
+            cJSON_AddStringToObject(p, "source", source_of(&opt[j]));
+            if (opt[j].same_as >= 0) cJSON_AddStringToObject(p, "same_as", opt[opt[j].same_as].label);
+            else cJSON_AddNullToObject(p, "same_as");
             cJSON *at = cJSON_CreateArray();
             for (int s = 0; s < NSET; s++) {
                 if (!set[s]) continue;
@@ -202,7 +227,7 @@ int fm_cmd_advise(int argc, char **argv)
         for (int i = 0; i < 10; i++)
             for (int j = 0; j < no; j++) {
                 fm_sim_result r;
-                if ((st = sim_with(&cfg, opt[j].tile_m, rs[i], &r)) != FM_OK) return fm_cli_fail("advise", st);
+                if ((st = sim_with(&cfg, &opt[j], rs[i], &r)) != FM_OK) return fm_cli_fail("advise", st);
                 v[i][j] = r.tokens_per_s;
                 if (v[i][j] > best) best = v[i][j];
             }
@@ -245,16 +270,35 @@ int fm_cmd_advise(int argc, char **argv)
         else
             printf("  %2d rows: not reached below %d requests\n", targets[j], 1 << 14);
     }
-    printf("\n(3) routed-GEMM time per layer (us) / predicted MoE tokens/s, by max-running:\n  %-22s", "kernel");
+    char labels[16][160]; /* each printed row: a kernel and those the model cannot tell from it */
+    int  width = 22, merged = 0;
+    for (int j = 0; j < no; j++) {
+        int n = snprintf(labels[j], sizeof labels[j], "%s", opt[j].label);
+        for (int k = j + 1; k < no; k++)
+            if (opt[j].same_as < 0 && opt[k].same_as == j && n > 0 && (size_t)n < sizeof labels[j]) {
+                n += snprintf(labels[j] + n, sizeof labels[j] - (size_t)n, " = %s", opt[k].label);
+                merged = 1;
+            }
+        if (opt[j].same_as < 0 && n > width) width = n;
+    }
+    printf("\n(3) routed-GEMM time per layer (us) / predicted MoE tokens/s, by max-running:\n  %-*s", width, "kernel");
     for (int s = 0; s < NSET; s++)
         if (set[s]) printf(" %9d%s%-9s", set[s], s ? "" : "", s ? (s == 1 ? " (8 r)" : s == 2 ? " (16 r)" : " (32 r)") : " (now)");
     printf("\n");
     for (int j = 0; j < no; j++) {
-        printf("  %-22s", opt[j].label);
+        if (opt[j].same_as >= 0) continue;
+        printf("  %-*s", width, labels[j]);
         for (int s = 0; s < NSET; s++)
             if (set[s]) printf(" %6.0f/%-11.0f", opt[j].us[s], opt[j].tps[s]);
-        printf("\n");
+        printf("\n    %s\n", source_of(&opt[j]));
     }
+    if (merged)
+        printf("  (rows joined by '=': the model gives them the same figures here: each is at the same roofline bound "
+               "at these rows and none is measured on this GPU, so it cannot tell the kernels apart)\n");
+    if (g->cc == 120 || g->cc == 121)
+        printf("  published (docs/background.md, the field report of this deployment): CUTLASS's 128-row FP4 tiles "
+               "ran at 0.8-55 TFLOP/s during\n  decode on the RTX PRO 6000, against ~1,300 TFLOP/s on large FP4 GEMMs "
+               "(~235 W of 600 W): far under the roofline above\n");
     printf("(model figures: the simulator's roofline with the GPU table; docs/simulate.md, docs/advise.md)\n");
     return FM_EXIT_OK;
 }
