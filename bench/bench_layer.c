@@ -22,7 +22,7 @@
  * (routing, T), then a csv line each. --breakdown: per graph node, what the graph cut
  * after that node adds (external, then internal routing; a one-memset graph first as the
  * launch baseline). --sweep: fm_layer_tune on each T's bucket, the tuned plan against
- * the planner's timed here (sweep_plans). --work-list /
+ * the planner's timed here (sweep_plans). --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  * --timeline FILE (a probe build, -DFM_PROBE_TIMELINE=ON; bench/probe/probe.sh
@@ -324,6 +324,7 @@ int main(int argc, char **argv)
     int    sweep = 0;     /* --sweep: fm_layer_tune on each T's bucket, timed against the planner's plan */
     const char *timeline = NULL; /* --timeline FILE: per-CTA timeline of the GEMMs (probe build) */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
+    int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
@@ -331,6 +332,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--local")) only_local = 1;
         else if (!strcmp(argv[i], "--work-list")) work_list = FM_WORK_LIST_ON;
+        else if (!strcmp(argv[i], "--no-pdl-chain")) pdl_chain = FM_PDL_CHAIN_OFF;
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
@@ -426,7 +428,8 @@ int main(int argc, char **argv)
         for (int s = 0; s < NSETS; s++) {
             fm_moe_weights w = {.router_w = ws[s].router, .w13 = ws[s].w13, .w2 = ws[s].w2};
             fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .first_expert = 0,
-                                .n_local = EL, .decode_work_list = work_list, .row_quantile = row_q};
+                                .n_local = EL, .decode_work_list = work_list, .row_quantile = row_q,
+                                .pdl_chain = pdl_chain};
             FK(fm_layer_create_desc(&d, &cfg, &w, &L[s]));
         }
         for (int ti = 0; ti < nT; ti++) {

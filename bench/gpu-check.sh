@@ -59,7 +59,7 @@ if [ "$MODE" = layer ]; then
   grep -v "^csv" "$OUT/bench_layer.log"
   if [ -n "${LAYER_ARGS2:-}" ]; then
     echo "== ${LAYER_ENV2:-} bench_layer $LAYER_ARGS2"
-    # LAYER_ENV2="FM_CUDA_PDL_CHAIN=0": the second run with a switch (an A/B in one call)
+    # LAYER_ARGS2="... --no-pdl-chain" (or LAYER_ENV2): the second run with a switch (an A/B in one call)
     timeout ${LAYER_S:-240} env ${LAYER_ENV2:-} build-gpu/bench/bench_layer $LAYER_ARGS2 >"$OUT/bench_layer2.log" 2>&1 || tail -5 "$OUT/bench_layer2.log"
     grep -v "^csv" "$OUT/bench_layer2.log"
   fi

@@ -41,7 +41,7 @@ static const fm_py_field k_fields[] = {
     S(fm_layer_desc), F(fm_layer_desc, backend), F(fm_layer_desc, device), F(fm_layer_desc, max_tokens),
     F(fm_layer_desc, out_dtype), F(fm_layer_desc, first_expert), F(fm_layer_desc, n_local),
     F(fm_layer_desc, caller_workspace), F(fm_layer_desc, decode_work_list), F(fm_layer_desc, row_quantile),
-    F(fm_layer_desc, plans),
+    F(fm_layer_desc, plans), F(fm_layer_desc, pdl_chain),
 
     S(fm_layer_run_args), F(fm_layer_run_args, x), F(fm_layer_run_args, T), F(fm_layer_run_args, topk_ids),
     F(fm_layer_run_args, topk_weights), F(fm_layer_run_args, out), F(fm_layer_run_args, workspace),

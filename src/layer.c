@@ -214,6 +214,9 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
                        "fm_layer_create: row_quantile=%g (expected FM_ROW_QUANTILE_AUTO 0, _MEAN -1, or a quantile in "
                        "[0.5, 1))",
                        (double)d->row_quantile);
+    if (d->pdl_chain != FM_PDL_CHAIN_AUTO && d->pdl_chain != FM_PDL_CHAIN_OFF)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: pdl_chain=%d (expected FM_PDL_CHAIN_AUTO 0 or _OFF -1)",
+                       d->pdl_chain);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
                        d->caller_workspace);
@@ -249,7 +252,8 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     l->kind = kind;
     l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
                              .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device,
-                             .decode_work_list = d->decode_work_list, .row_quantile = d->row_quantile};
+                             .decode_work_list = d->decode_work_list, .row_quantile = d->row_quantile,
+                             .pdl_chain = d->pdl_chain};
     fm_status s = FM_OK;
     if (kind == FM_BACKEND_CUDA && !l->p.device) {
         if ((s = fm_cuda_device_open(0, &l->own_device)) != FM_OK) {

@@ -73,6 +73,15 @@ static void plans_on_cpu(void **st)
     assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_OK);
     assert_string_equal(fm_layer_plans_note(l), ""); /* none given */
     fm_layer_destroy(l);
+    /* pdl_chain: AUTO or OFF (the CPU backends ignore it), anything else refused */
+    d.pdl_chain = FM_PDL_CHAIN_OFF;
+    assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_OK);
+    fm_layer_destroy(l);
+    d.pdl_chain = 1;
+    l = (fm_layer *)(uintptr_t)1;
+    assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_ERR_INVALID_ARG);
+    assert_non_null(strstr(fm_last_error(), "pdl_chain=1"));
+    assert_null(l);
     free(L);
 }
 

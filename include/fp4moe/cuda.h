@@ -163,7 +163,7 @@ typedef struct {
     int             expert_slots;
     /* FINALIZE_DET: 1 = its reduce (the slot-order sum into y) is launched with PDL too
      * (compute capability 9.0+, with pdl): it starts as this GEMM drains instead of after.
-     * 0 = a plain launch. fm_layer sets it on sm_90 (FM_CUDA_PDL_CHAIN=0: not). */
+     * 0 = a plain launch. fm_layer sets it on cc 9.0+ unless fm_layer_desc.pdl_chain is OFF. */
     int             pdl_reduce;
     /* The device (fm_cuda_device_open; it must be current): its limits and the kernels
      * it has code for decide the tile. NULL: the current device, opened once by the

@@ -139,6 +139,8 @@ fm_status fm_cuda_device_code(const fm_cuda_device *dev, fm_cuda_code_info *out)
 const char *fm_cuda_build_targets(void);
 
 enum { FM_WORK_LIST_OFF = -1, FM_WORK_LIST_AUTO = 0, FM_WORK_LIST_ON = 1, FM_WORK_LIST_MIN_SPLITS = 4 };
+/* fm_layer_desc.pdl_chain */
+enum { FM_PDL_CHAIN_OFF = -1, FM_PDL_CHAIN_AUTO = 0 };
 /* fm_layer_desc.row_quantile's special values and its AUTO rule */
 #define FM_ROW_QUANTILE_AUTO 0.0f
 #define FM_ROW_QUANTILE_MEAN (-1.0f)
@@ -201,6 +203,13 @@ typedef struct {
      * plans this layer refuses (fm_layer_set_plan), fails create with FM_ERR_FORMAT:
      * plans are taken all or none. The CPU backends ignore it (a note says so). */
     const char     *plans;
+    /* cuda: FM_PDL_CHAIN_AUTO (0, default): where the device has programmatic dependent
+     * launch (compute capability 9.0+), the gather and the finalize reduce are launched with
+     * it like the GEMMs, so each starts while the kernel before it drains (H200, GLM-5 EP8
+     * graph replay: T = 1 22.7 -> 20.9 us, T = 2 41.2 -> 37.2, T = 4-64 unchanged;
+     * bench/RESULTS.md). FM_PDL_CHAIN_OFF (-1): those two launched plainly (an A/B, or a
+     * driver whose PDL misbehaves); the GEMMs keep theirs. The CPU backends ignore it. */
+    int             pdl_chain;
 } fm_layer_desc;
 
 /* Create a layer from a description. Statuses as fm_layer_create, plus

@@ -48,7 +48,8 @@ class RunStats(C.Structure):
 class LayerDesc(C.Structure):
     _fields_ = [("backend", c_int), ("device", c_void_p), ("max_tokens", c_int), ("out_dtype", c_int),
                 ("first_expert", c_int), ("n_local", c_int), ("caller_workspace", c_int),
-                ("decode_work_list", c_int), ("row_quantile", c_float), ("plans", C.c_char_p)]
+                ("decode_work_list", c_int), ("row_quantile", c_float), ("plans", C.c_char_p),
+                ("pdl_chain", c_int)]
 
 
 class LayerRunArgs(C.Structure):

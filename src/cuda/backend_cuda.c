@@ -74,7 +74,7 @@ typedef struct {
     cudaEvent_t         ev0, ev1;
     int                 n_buckets;
     bucket_plan         plan[FM_BUCKETS];
-    int                 pdl_chain; /* sm_90 unless FM_CUDA_PDL_CHAIN=0: gather and reduce launched with PDL too */
+    int                 pdl_chain; /* cc 9.0+ unless desc.pdl_chain is OFF: gather and reduce launched with PDL too */
 } cuda_state;
 
 static fm_status cu_err(cudaError_t e, const char *what)
@@ -351,11 +351,8 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     s->p = *p;
     s->dev = p->device;
     s->bad_bias = -1;
-    { /* on by default (H200, 2026-12-03: -1.8 / -4.0 us graph replay, -5.1 / -2.9 us eager at
-       * EP8 T = 1 / 2, nothing lost at 4-64); FM_CUDA_PDL_CHAIN=0: the plain launches, for an A/B */
-        const char *pc = getenv("FM_CUDA_PDL_CHAIN");
-        s->pdl_chain = !(pc && !strcmp(pc, "0")) && fm_cuda_device_limits(s->dev)->cc >= 90;
-    }
+    /* fm_layer_desc.pdl_chain: on where the device has PDL (layer.h says what it gains) */
+    s->pdl_chain = p->pdl_chain != FM_PDL_CHAIN_OFF && fm_cuda_device_limits(s->dev)->cc >= 90;
     int       prev = -1;
     fm_status st = fm_cuda_device_enter(s->dev, &prev);
     if (st != FM_OK) {

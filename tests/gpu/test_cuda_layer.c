@@ -55,6 +55,7 @@ static void fx_free(layer_fx *L)
 static int         g_work_list = 0;
 static float       g_row_quantile = 0; /* fm_layer_desc.row_quantile of the cuda layers made */
 static const char *g_plans = NULL;     /* fm_layer_desc.plans of the cuda layers made (test_layer_plans) */
+static int         g_pdl_chain = FM_PDL_CHAIN_AUTO; /* FM_TEST_PDL_CHAIN_OFF=1: every layer made with it off */
 
 static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev, int max_tokens, int first, int n,
                       fm_out_dtype od, int caller_ws)
@@ -64,7 +65,7 @@ static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev,
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
                        .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws,
                        .decode_work_list = g_work_list, .row_quantile = g_row_quantile,
-                       .plans = b == FM_BACKEND_CUDA ? g_plans : NULL};
+                       .plans = b == FM_BACKEND_CUDA ? g_plans : NULL, .pdl_chain = g_pdl_chain};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
@@ -774,7 +775,8 @@ static void test_layer_plans(void **state)
     fm_layer_destroy(b);
     /* corrupt: not JSON; and a matching section with a tile this build lacks */
     fm_moe_weights w = L.w;
-    fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = maxT, .n_local = NL, .plans = path};
+    fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = maxT, .n_local = NL, .plans = path,
+                        .pdl_chain = g_pdl_chain};
     f = fopen(path, "wb");
     fputs("{\"fp4moe_plans\": 1, \"sections\": [", f);
     fclose(f);
@@ -853,6 +855,8 @@ int main(void)
                                        cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan),
                                        cmocka_unit_test(test_layer_set_plan),
                                        cmocka_unit_test(test_layer_plans), cmocka_unit_test(test_layer_tune)};
+    const char *off = getenv("FM_TEST_PDL_CHAIN_OFF"); /* tests/layer_switches.cmake */
+    if (off && !strcmp(off, "1")) g_pdl_chain = FM_PDL_CHAIN_OFF;
     const char *only = getenv("FM_TEST_FILTER"); /* e.g. test_layer_split_shard (cmocka's pattern) */
     if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
