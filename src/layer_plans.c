@@ -14,9 +14,11 @@
  * One file holds the plans of several GPUs, builds and layer shapes; a section is one
  * device + build. Why every field of the metadata: a plan is a measurement of these
  * kernels on this GPU under this driver; another library version may have other tiles. */
+#define _POSIX_C_SOURCE 200809L /* stat */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -124,11 +126,11 @@ static fm_status read_file(const char *path, cJSON **root)
     return FM_OK;
 }
 
+/* Whether anything is at path (never opened: a FIFO there would block a reader). */
 static int file_exists(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (f) fclose(f);
-    return f != NULL;
+    struct stat st;
+    return lstat(path, &st) == 0;
 }
 
 static int meta_equal(const cJSON *a, const cJSON *b) { return a && b && cJSON_Compare(a, b, 1); }
@@ -225,6 +227,10 @@ static int gemm_from(const cJSON *o, fm_layer_plan_info *in, int g)
 fm_status fm_layer_plans_load(fm_layer *l, const fm_layer_params *p, const char *path, char *note, size_t nn)
 {
     cJSON    *root = NULL, *meta = NULL;
+    if (!file_exists(path)) { /* the first run of a deployment: tune, then fm_layer_save_plans */
+        snprintf(note, nn, "plans in %s not used: there is no such file yet (the planner's plans)", path);
+        return FM_OK;
+    }
     fm_status st = read_file(path, &root);
     if (st != FM_OK) return fm_fail(st == FM_ERR_IO ? FM_ERR_IO : FM_ERR_FORMAT, "fm_layer_create: plans: %s",
                                     fm_last_error());

@@ -199,7 +199,8 @@ typedef struct {
      * compute capability, SMs, driver and runtime versions, library version, GPU
      * targets) and it has this layer's shape (format, experts, top-k, sizes, shard,
      * max_tokens, activation); otherwise the planner's plans are used and
-     * fm_layer_plans_note says why. A file that is not a plan file, or whose matching
+     * fm_layer_plans_note says why (so too when path does not exist yet: a first run that
+     * tunes and saves). A file that is not a plan file, or whose matching
      * plans this layer refuses (fm_layer_set_plan), fails create with FM_ERR_FORMAT:
      * plans are taken all or none. The CPU backends ignore it (a note says so). */
     const char     *plans;

@@ -746,6 +746,12 @@ static void test_layer_plans(void **state)
     char path[64];
     snprintf(path, sizeof path, "/tmp/fm-plans-%d.json", (int)getpid());
     unlink(path);
+    g_plans = path; /* no such file yet: the planner's plans, and a note */
+    fm_layer *none = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, NL, FM_OUT_F32, 0);
+    assert_non_null(strstr(fm_layer_plans_note(none), "no such file"));
+    plans_are(none, Tb, NB, planner, "no plan file yet: the planner's");
+    fm_layer_destroy(none);
+    g_plans = NULL;
     assert_int_equal(fm_layer_save_plans(a, path), FM_OK);
     assert_int_equal(fm_layer_save_plans(a, path), FM_OK); /* again: the entry replaced, not doubled */
     char *text = slurp(path);
