@@ -1,0 +1,139 @@
+/* flags.c - one parser and one usage printer for every subcommand's flag table (flags.h). */
+#include "flags.h"
+
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+
+int fm_flags_index(const fm_flag_cmd *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_flags; i++)
+        if (!strcmp(c->flags[i].name, name)) return (int)i;
+    return -1;
+}
+
+/* The row "--" + a (up to len) names: the exact name, else the only name it is a prefix of; -1 none or several. */
+static int lookup(const fm_flag_cmd *c, const char *a, size_t len)
+{
+    int hit = -1, hits = 0;
+    for (size_t i = 0; i < c->n_flags; i++) {
+        const char *n = c->flags[i].name;
+        if (strncmp(n, a, len)) continue;
+        if (!n[len]) return (int)i;
+        hit = (int)i, hits++;
+    }
+    return hits == 1 ? hit : -1;
+}
+
+static void choices_list(const fm_flag_choice *ch, FILE *f)
+{
+    for (int i = 0; ch[i].name; i++) fprintf(f, "%s%s", i == 0 ? "" : ch[i + 1].name ? ", " : " or ", ch[i].name);
+}
+
+/* One value into its field; 0 refused (message printed). */
+static int set_value(const fm_flag_cmd *c, const fm_flag *fl, const char *val, char *opts)
+{
+    char  flag[64];
+    void *field = opts + fl->off;
+    long  lv;
+    snprintf(flag, sizeof flag, "--%s", fl->name);
+    switch (fl->kind) {
+    case FM_FLAG_INT:
+        if (!fm_cli_int(c->cmd, flag, val, (long)fl->lo, (long)fl->hi, &lv)) return 0;
+        *(int *)field = (int)lv;
+        return 1;
+    case FM_FLAG_DOUBLE: return fm_cli_double(c->cmd, flag, val, fl->lo, fl->hi, (double *)field);
+    case FM_FLAG_FILE:
+        if (!*val) {
+            fprintf(stderr, "fp4moe %s: %s expects a file name\n", c->cmd, flag);
+            return 0;
+        }
+        /* fall through */
+    case FM_FLAG_STRING: *(const char **)field = val; return 1;
+    case FM_FLAG_CHOICE:
+        for (const fm_flag_choice *ch = fl->choices; ch->name; ch++)
+            if (!(fl->nocase ? strcasecmp : strcmp)(val, ch->name)) {
+                *(int *)field = ch->value;
+                return 1;
+            }
+        fprintf(stderr, "fp4moe %s: %s expects ", c->cmd, flag);
+        choices_list(fl->choices, stderr);
+        fprintf(stderr, ", got '%s'\n", val);
+        return 0;
+    case FM_FLAG_CUSTOM: return fl->parse(c->cmd, flag, val, field);
+    case FM_FLAG_SWITCH:
+    case FM_FLAG_HELP: break;
+    }
+    return 0;
+}
+
+static int unknown(const fm_flag_cmd *c, const char *a)
+{
+    fprintf(stderr, "fp4moe %s: %s '%s'\n", c->cmd, c->unknown, a);
+    fm_flags_usage(c, stderr);
+    return FM_EXIT_USAGE;
+}
+
+int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_flags_result *r)
+{
+    memset(r, 0, sizeof *r);
+    int only_args = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_args || a[0] != '-' || !a[1]) { /* a word, "-", or anything after "--" */
+            if (r->n_args < FM_FLAGS_MAX_ARGS) r->args[r->n_args] = a;
+            r->n_args++;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_args = 1;
+            continue;
+        }
+        if (a[1] != '-') { /* short flags: only -h, where the command has it */
+            if (c->short_help && !strcmp(a, "-h")) {
+                fm_flags_usage(c, stdout);
+                return FM_EXIT_OK;
+            }
+            return unknown(c, a);
+        }
+        const char *eq = strchr(a + 2, '=');
+        int         k = lookup(c, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+        if (k < 0) return unknown(c, a);
+        const fm_flag *fl = &c->flags[k];
+        r->seen[k] = i;
+        if (fl->kind == FM_FLAG_SWITCH || fl->kind == FM_FLAG_HELP) {
+            if (eq) return unknown(c, a); /* a value given to a flag that takes none */
+            if (fl->kind == FM_FLAG_HELP) {
+                fm_flags_usage(c, stdout);
+                return FM_EXIT_OK;
+            }
+            *(int *)((char *)opts + fl->off) = 1;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!val) return unknown(c, a);
+        if (!set_value(c, fl, val, opts)) return FM_EXIT_USAGE;
+    }
+    return FM_FLAGS_GO;
+}
+
+void fm_flags_usage(const fm_flag_cmd *c, FILE *f)
+{
+    for (int i = 0; i < 4 && c->head[i]; i++) fputs(c->head[i], f);
+    for (size_t i = 0; i < c->n_flags; i++) {
+        const fm_flag *fl = &c->flags[i];
+        if (!fl->help) continue;
+        char name[64];
+        snprintf(name, sizeof name, "--%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
+        fprintf(f, "  %-*s ", c->col, name);
+        for (const char *l = fl->help;;) { /* the help's lines, the later ones indented under the first */
+            size_t n = strcspn(l, "\n");
+            fprintf(f, "%.*s\n", (int)n, l);
+            if (!l[n] || !l[n + 1]) break;
+            l += n + 1;
+            fprintf(f, "%*s", c->col + 3, "");
+        }
+    }
+    for (int i = 0; i < 4 && c->tail[i]; i++) fputs(c->tail[i], f);
+}
