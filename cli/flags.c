@@ -68,11 +68,40 @@ static int set_value(const fm_flag_cmd *c, const fm_flag *fl, const char *val, c
     return 0;
 }
 
+static int say(const fm_flag_cmd *c, const char *const msg[2], const char *a)
+{
+    fprintf(stderr, "fp4moe %s: %s%s%s\n", c->cmd, msg[0], a, msg[1]);
+    return FM_EXIT_USAGE;
+}
+
 static int unknown(const fm_flag_cmd *c, const char *a)
 {
-    fprintf(stderr, "fp4moe %s: %s '%s'\n", c->cmd, c->unknown, a);
-    fm_flags_usage(c, stderr);
+    say(c, c->unknown, a);
+    if (c->usage_on_unknown) fm_flags_usage(c, stderr);
     return FM_EXIT_USAGE;
+}
+
+/* The row argv[i] names, with its value in *val (NULL: none there); -1 unknown. */
+static int find(const fm_flag_cmd *c, int argc, char **argv, int *i, const char **val)
+{
+    const char *a = argv[*i];
+    if (c->short_help && !strcmp(a, "-h")) a = "--help";
+    if (c->strict) {
+        int k = strncmp(a, "--", 2) ? -1 : fm_flags_index(c, a + 2);
+        *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+        if (k >= 0 && *val && c->flags[k].kind != FM_FLAG_SWITCH && c->flags[k].kind != FM_FLAG_HELP) ++*i;
+        return k;
+    }
+    if (a[1] != '-') return -1; /* short flags: none but -h */
+    const char *eq = strchr(a + 2, '=');
+    int         k = lookup(c, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+    if (k < 0) return -1;
+    if (c->flags[k].kind == FM_FLAG_SWITCH || c->flags[k].kind == FM_FLAG_HELP) {
+        *val = eq; /* a value given to a flag that takes none: refused by the caller */
+        return eq ? -1 : k;
+    }
+    *val = eq ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+    return k;
 }
 
 int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_flags_result *r)
@@ -80,40 +109,34 @@ int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_f
     memset(r, 0, sizeof *r);
     int only_args = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_args || a[0] != '-' || !a[1]) { /* a word, "-", or anything after "--" */
+        const char *a = argv[i], *val = NULL;
+        if (!c->strict && (only_args || a[0] != '-' || !a[1])) { /* a word, "-", or anything after "--" */
             if (r->n_args < FM_FLAGS_MAX_ARGS) r->args[r->n_args] = a;
             r->n_args++;
             continue;
         }
-        if (!strcmp(a, "--")) {
+        if (!c->strict && !strcmp(a, "--")) {
             only_args = 1;
             continue;
         }
-        if (a[1] != '-') { /* short flags: only -h, where the command has it */
-            if (c->short_help && !strcmp(a, "-h")) {
-                fm_flags_usage(c, stdout);
-                return FM_EXIT_OK;
-            }
-            return unknown(c, a);
+        int k = find(c, argc, argv, &i, &val);
+        if (k >= 0 && c->flags[k].kind == FM_FLAG_HELP) {
+            fm_flags_usage(c, stdout);
+            return FM_EXIT_OK;
         }
-        const char *eq = strchr(a + 2, '=');
-        int         k = lookup(c, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
-        if (k < 0) return unknown(c, a);
-        const fm_flag *fl = &c->flags[k];
-        r->seen[k] = i;
-        if (fl->kind == FM_FLAG_SWITCH || fl->kind == FM_FLAG_HELP) {
-            if (eq) return unknown(c, a); /* a value given to a flag that takes none */
-            if (fl->kind == FM_FLAG_HELP) {
-                fm_flags_usage(c, stdout);
-                return FM_EXIT_OK;
-            }
-            *(int *)((char *)opts + fl->off) = 1;
+        if (k >= 0 && c->flags[k].kind == FM_FLAG_SWITCH) {
+            r->seen[k] = i;
+            *(int *)((char *)opts + c->flags[k].off) = 1;
             continue;
         }
-        const char *val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!val) return unknown(c, a);
-        if (!set_value(c, fl, val, opts)) return FM_EXIT_USAGE;
+        if (!val && c->strict && c->missing[0]) return say(c, c->missing, a);
+        if (val && !*val && c->empty_post) { /* '' is not "not given" (a script's empty variable) */
+            fprintf(stderr, "fp4moe %s: %s%s\n", c->cmd, a, c->empty_post);
+            return FM_EXIT_USAGE;
+        }
+        if (k < 0 || !val) return unknown(c, a);
+        r->seen[k] = i;
+        if (!set_value(c, &c->flags[k], val, opts)) return FM_EXIT_USAGE;
     }
     return FM_FLAGS_GO;
 }

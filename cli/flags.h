@@ -3,11 +3,12 @@
  * argv against it and one printer writes the command's --help from it, so what a
  * flag accepts, what its error message says and what the help says cannot drift.
  *
- * Parsing follows getopt_long's rules as the commands used them before: "--name
- * VALUE" or "--name=VALUE", a unique prefix of a name stands for it (an exact
- * name wins over a longer one), "--" ends the flags, "-" and words not starting
- * with '-' are positional arguments wherever they stand. Flags are read in argv
- * order and the first bad one stops the parse. */
+ * Two sets of rules, as the commands parsed before (each keeps its own): getopt_long's
+ * ("--name VALUE" or "--name=VALUE", a unique prefix of a name stands for it, an exact
+ * name winning over a longer one; "--" ends the flags; "-" and words not starting with
+ * '-' are positional arguments wherever they stand), or strict ones (exact names,
+ * "--name VALUE", every word a flag). Flags are read in argv order and the first bad
+ * one stops the parse. */
 #ifndef FM_CLI_FLAGS_H
 #define FM_CLI_FLAGS_H
 
@@ -43,7 +44,7 @@ typedef struct {
                                     * NULL: the flag is left out of the usage */
 } fm_flag;
 
-/* A command's usage and parse rules. */
+/* A command's usage and parse rules. Messages are "fp4moe <cmd>: <pre><flag><post>". */
 typedef struct {
     const char    *cmd;        /* "run": messages say "fp4moe run: ..." */
     const fm_flag *flags;
@@ -51,9 +52,14 @@ typedef struct {
     const char    *head[4];    /* printed before the flag lines (several literals: -Wpedantic's 4095-char limit) */
     const char    *tail[4];    /* and after them */
     int            col;        /* width of the "--name ARG" column */
-    const char    *unknown;    /* "unknown or incomplete flag": said with the flag for an unknown
-                                * flag or one missing its value, then the usage on stderr */
     int            short_help; /* -h is --help too */
+    /* strict: exact names only, the value is always the next word, and every word is
+     * a flag (no positional arguments); else getopt_long's rules (flags.h's top) */
+    int            strict;
+    const char    *unknown[2];    /* pre and post of the message for an unknown flag */
+    int            usage_on_unknown; /* and then the usage on stderr */
+    const char    *missing[2];    /* strict: for a last word that takes a value or is unknown; NULL: unknown's */
+    const char    *empty_post;    /* after the flag when its value is "" (NULL: "" goes to the kind's check) */
 } fm_flag_cmd;
 
 enum { FM_FLAGS_MAX = 64, FM_FLAGS_MAX_ARGS = 16, FM_FLAGS_GO = -1 };

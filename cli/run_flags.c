@@ -212,7 +212,8 @@ static const fm_flag_cmd k_run_cmd = {
     .head = {"usage: fp4moe run [flags]\n"
              "Build a MoE layer with random quantized weights, run it, optionally check it.\n\n"},
     .col = 18,
-    .unknown = "unknown or incomplete flag",
+    .unknown = {"unknown or incomplete flag '", "'"},
+    .usage_on_unknown = 1,
 };
 
 /* Was --name given? Its argv index (the last time), 0 not. */
