@@ -31,7 +31,7 @@ static void choices_list(const fm_flag_choice *ch, FILE *f)
     for (int i = 0; ch[i].name; i++) fprintf(f, "%s%s", i == 0 ? "" : ch[i + 1].name ? ", " : " or ", ch[i].name);
 }
 
-/* One value into its field; 0 refused (message printed). */
+/* One value into its field: FM_FLAGS_GO, or the exit code (message printed). */
 static int set_value(const fm_flag_cmd *c, const fm_flag *fl, const char *val, char *opts)
 {
     char  flag[64];
@@ -40,32 +40,33 @@ static int set_value(const fm_flag_cmd *c, const fm_flag *fl, const char *val, c
     snprintf(flag, sizeof flag, "--%s", fl->name);
     switch (fl->kind) {
     case FM_FLAG_INT:
-        if (!fm_cli_int(c->cmd, flag, val, (long)fl->lo, (long)fl->hi, &lv)) return 0;
+        if (!fm_cli_int(c->cmd, flag, val, (long)fl->lo, (long)fl->hi, &lv)) return FM_EXIT_USAGE;
         *(int *)field = (int)lv;
-        return 1;
-    case FM_FLAG_DOUBLE: return fm_cli_double(c->cmd, flag, val, fl->lo, fl->hi, (double *)field);
+        return FM_FLAGS_GO;
+    case FM_FLAG_DOUBLE:
+        return fm_cli_double(c->cmd, flag, val, fl->lo, fl->hi, (double *)field) ? FM_FLAGS_GO : FM_EXIT_USAGE;
     case FM_FLAG_FILE:
         if (!*val) {
             fprintf(stderr, "fp4moe %s: %s expects a file name\n", c->cmd, flag);
-            return 0;
+            return FM_EXIT_USAGE;
         }
         /* fall through */
-    case FM_FLAG_STRING: *(const char **)field = val; return 1;
+    case FM_FLAG_STRING: *(const char **)field = val; return FM_FLAGS_GO;
     case FM_FLAG_CHOICE:
         for (const fm_flag_choice *ch = fl->choices; ch->name; ch++)
             if (!(fl->nocase ? strcasecmp : strcmp)(val, ch->name)) {
                 *(int *)field = ch->value;
-                return 1;
+                return FM_FLAGS_GO;
             }
         fprintf(stderr, "fp4moe %s: %s expects ", c->cmd, flag);
         choices_list(fl->choices, stderr);
         fprintf(stderr, ", got '%s'\n", val);
-        return 0;
+        return FM_EXIT_USAGE;
     case FM_FLAG_CUSTOM: return fl->parse(c->cmd, flag, val, field);
     case FM_FLAG_SWITCH:
     case FM_FLAG_HELP: break;
     }
-    return 0;
+    return FM_EXIT_USAGE;
 }
 
 static int say(const fm_flag_cmd *c, const char *const msg[2], const char *a)
@@ -136,7 +137,8 @@ int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_f
         }
         if (k < 0 || !val) return unknown(c, a);
         r->seen[k] = i;
-        if (!set_value(c, &c->flags[k], val, opts)) return FM_EXIT_USAGE;
+        int rc = set_value(c, &c->flags[k], val, opts);
+        if (rc != FM_FLAGS_GO) return rc;
     }
     return FM_FLAGS_GO;
 }

@@ -22,7 +22,7 @@ typedef enum {
     FM_FLAG_STRING, /* const char *, any value (an empty one too) */
     FM_FLAG_FILE,   /* const char *, an empty value refused: "--X expects a file name" */
     FM_FLAG_CHOICE, /* one of choices[] by name: the int at off becomes its value */
-    FM_FLAG_CUSTOM, /* parse(cmd, "--name", value, field): 0 refused, message printed */
+    FM_FLAG_CUSTOM, /* parse(cmd, "--name", value, field): FM_FLAGS_GO, or the exit code (message printed) */
     FM_FLAG_HELP,   /* the usage on stdout, exit 0 */
 } fm_flag_kind;
 

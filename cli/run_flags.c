@@ -81,10 +81,10 @@ static int parse_shard(const char *cmd, const char *flag, const char *a, void *f
     if (ok) c = strtol(e1 + 1, &e2, 10);
     if (!ok || e2 == e1 + 1 || *e2 || f < 0 || c < 1 || f > 1 << 24 || c > 1 << 24) {
         fprintf(stderr, "fp4moe %s: %s expects FIRST:COUNT (FIRST >= 0, COUNT >= 1), got '%s'\n", cmd, flag, a);
-        return 0;
+        return FM_EXIT_USAGE;
     }
     sh->first = (int)f, sh->count = (int)c;
-    return 1;
+    return FM_FLAGS_GO;
 }
 
 /* auto | mean | a quantile in [0.5, 1) */
@@ -98,17 +98,17 @@ static int parse_row_quantile(const char *cmd, const char *flag, const char *a, 
         double v = strtod(a, &end);
         if (end == a || *end || !(v >= 0.5 && v < 1.0)) {
             fprintf(stderr, "fp4moe %s: %s expects auto, mean or a quantile in [0.5, 1), got '%s'\n", cmd, flag, a);
-            return 0;
+            return FM_EXIT_USAGE;
         }
         *q = v;
     }
-    return 1;
+    return FM_FLAGS_GO;
 }
 
 static int parse_plan_flag(const char *cmd, const char *flag, const char *a, void *field)
 {
     (void)cmd, (void)flag;
-    return parse_plan(a, field);
+    return parse_plan(a, field) ? FM_FLAGS_GO : FM_EXIT_USAGE;
 }
 
 
