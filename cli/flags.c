@@ -150,8 +150,9 @@ void fm_flags_usage(const fm_flag_cmd *c, FILE *f)
         const fm_flag *fl = &c->flags[i];
         if (!fl->help) continue;
         char name[64];
-        snprintf(name, sizeof name, "--%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
-        fprintf(f, "  %-*s ", c->col, name);
+        if (fl->shown) snprintf(name, sizeof name, "%s", fl->shown);
+        else snprintf(name, sizeof name, "--%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
+        fprintf(f, "  %-*s %s", c->col, name, (int)strlen(name) > c->col ? " " : "");
         for (const char *l = fl->help;;) { /* the help's lines, the later ones indented under the first */
             size_t n = strcspn(l, "\n");
             fprintf(f, "%.*s\n", (int)n, l);

@@ -42,6 +42,7 @@ typedef struct {
     int (*parse)(const char *cmd, const char *flag, const char *val, void *field); /* CUSTOM */
     const char *help;              /* '\n' separates lines, each further one indented under the first;
                                     * NULL: the flag is left out of the usage */
+    const char *shown;             /* the usage's name column when not "--name ARG" (two flags on one line) */
 } fm_flag;
 
 /* A command's usage and parse rules. Messages are "fp4moe <cmd>: <pre><flag><post>". */
@@ -51,7 +52,7 @@ typedef struct {
     size_t         n_flags;
     const char    *head[4];    /* printed before the flag lines (several literals: -Wpedantic's 4095-char limit) */
     const char    *tail[4];    /* and after them */
-    int            col;        /* width of the "--name ARG" column */
+    int            col;        /* width of the "--name ARG" column (a longer name: two spaces after it) */
     int            short_help; /* -h is --help too */
     /* strict: exact names only, the value is always the next word, and every word is
      * a flag (no positional arguments); else getopt_long's rules (flags.h's top) */
