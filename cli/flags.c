@@ -146,6 +146,7 @@ int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_f
 void fm_flags_usage(const fm_flag_cmd *c, FILE *f)
 {
     for (int i = 0; i < 4 && c->head[i]; i++) fputs(c->head[i], f);
+    if (c->more) c->more(f);
     for (size_t i = 0; i < c->n_flags; i++) {
         const fm_flag *fl = &c->flags[i];
         if (!fl->help) continue;

@@ -51,7 +51,8 @@ typedef struct {
     const fm_flag *flags;
     size_t         n_flags;
     const char    *head[4];    /* printed before the flag lines (several literals: -Wpedantic's 4095-char limit) */
-    const char    *tail[4];    /* and after them */
+    void (*more)(FILE *f);     /* what the usage says after head that is not fixed text (NULL: nothing) */
+    const char    *tail[4];    /* and after the flag lines */
     int            col;        /* width of the "--name ARG" column (a longer name: two spaces after it) */
     int            short_help; /* -h is --help too */
     /* strict: exact names only, the value is always the next word, and every word is
