@@ -130,7 +130,7 @@ int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_f
             *(int *)((char *)opts + c->flags[k].off) = 1;
             continue;
         }
-        if (!val && c->strict && c->missing[0]) return say(c, c->missing, a);
+        if (!val && c->strict && c->missing[0] && (k >= 0 || !c->missing_known_only)) return say(c, c->missing, a);
         if (val && !*val && c->empty_post) { /* '' is not "not given" (a script's empty variable) */
             fprintf(stderr, "fp4moe %s: %s%s\n", c->cmd, a, c->empty_post);
             return FM_EXIT_USAGE;

@@ -61,6 +61,7 @@ typedef struct {
     const char    *unknown[2];    /* pre and post of the message for an unknown flag */
     int            usage_on_unknown; /* and then the usage on stderr */
     const char    *missing[2];    /* strict: for a last word that takes a value or is unknown; NULL: unknown's */
+    int            missing_known_only; /* missing's message for known flags only (an unknown one: unknown's) */
     const char    *empty_post;    /* after the flag when its value is "" (NULL: "" goes to the kind's check) */
 } fm_flag_cmd;
 
