@@ -1,6 +1,7 @@
 /* cli.h - the fp4moe command-line tool: one file per subcommand (cmd_<name>.c),
  * each exporting `int fm_cmd_<name>(int argc, char **argv)` (argv[0] is the
- * subcommand name), and shared helpers in cli_util.c. */
+ * subcommand name), each reading its flags from a table (flags.h: one parser,
+ * one usage printer), and shared helpers in cli_util.c. */
 #ifndef FM_CLI_H
 #define FM_CLI_H
 

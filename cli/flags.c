@@ -1,6 +1,7 @@
 /* flags.c - one parser and one usage printer for every subcommand's flag table (flags.h). */
 #include "flags.h"
 
+#include <assert.h>
 #include <string.h>
 #include <strings.h>
 
@@ -107,6 +108,7 @@ static int find(const fm_flag_cmd *c, int argc, char **argv, int *i, const char 
 
 int fm_flags_parse(const fm_flag_cmd *c, int argc, char **argv, void *opts, fm_flags_result *r)
 {
+    assert(c->n_flags <= FM_FLAGS_MAX); /* r->seen has a slot per row */
     memset(r, 0, sizeof *r);
     int only_args = 0;
     for (int i = 1; i < argc; i++) {
