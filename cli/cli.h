@@ -1,6 +1,7 @@
 /* cli.h - the fp4moe command-line tool: one file per subcommand (cmd_<name>.c),
  * each exporting `int fm_cmd_<name>(int argc, char **argv)` (argv[0] is the
- * subcommand name), and shared helpers in cli_util.c. */
+ * subcommand name), each reading its flags from a table (flags.h: one parser,
+ * one usage printer), and shared helpers in cli_util.c. */
 #ifndef FM_CLI_H
 #define FM_CLI_H
 
@@ -44,13 +45,8 @@ int fm_cli_fail(const char *cmd, fm_status s);
  * (or the flags, for a combination). */
 int fm_cli_usage_status(const char *cmd, const char *flag, fm_status s);
 
-/* `fp4moe simulate` (cmd_simulate_flags.c): its --help, and one numeric flag of
- * the simulator's range table (or --max-running): 1 parsed into c / ov (model
- * overrides) / *sweep_max, bit set in *given; 0 not such a flag; -1 a bad value
- * (message printed). */
+/* `fp4moe simulate`'s --help (cmd_simulate_flags.c; its flag table: simulate_flags.h). */
 void fm_cli_simulate_usage(FILE *f);
-int  fm_cli_simulate_numeric(const char *flag, const char *val, fm_sim_config *c, fm_sim_model *ov, int *sweep_max,
-                             unsigned *given);
 
 /* Print a JSON document (cJSON_Print) and a newline on stdout, then free it. */
 struct cJSON;

@@ -6,24 +6,67 @@
  *     and the predicted tokens/s for each (fm_sim_run with the tile's M, and with fp4moe's kernel).
  * Everything is a model (docs/advise.md): nothing here needs a GPU. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "flags.h"
 
-static void help(FILE *f)
+typedef struct {
+    const char *model, *gpu, *engine, *format, *parallel;
+    int         gpus, running, tps, steps, json, plot, help;
+} advise_opts;
+
+/* --tokens-per-step: the simulator's range (its own row) */
+static int parse_tps(const char *cmd, const char *flag, const char *v, void *field)
 {
-    fprintf(f, "usage: fp4moe advise --model M --gpu G --gpus N [--engine trtllm|flashinfer|sglang|vllm]\n"
-               "                     [--format nvfp4|mxfp4|fp8xfp4] [--parallel ep|tp] [--max-running R]\n"
-               "                     [--tokens-per-step T] [--decode-steps S] [--json | --plot]\n"
-               "  (1) the engine's tactics that die on the GPU and the fix; (2) rows per expert at the settings\n"
-               "  and the settings that reach 8/16/32 rows; (3) the engine's surviving tiles vs fp4moe's kernels\n"
-               "  at those rows, predicted MoE tokens/s (a model: docs/advise.md). --plot draws tokens/s against\n"
-               "  max-running for each. Defaults: engine trtllm, nvfp4, EP, 64 requests, 1 token/step, 1 step.\n"
-               "exit: 0, 2 usage (unknown model/GPU/engine: the message lists the known ones), 1 failure\n");
+    const fm_sim_range *rg = fm_sim_range_get(FM_SIM_SET_TOKENS_PER_STEP);
+    long                lv;
+    if (!fm_cli_int(cmd, flag, v, (long)rg->lo, (long)rg->hi, &lv)) return FM_EXIT_USAGE;
+    *(int *)field = (int)lv;
+    return FM_FLAGS_GO;
 }
+
+/* no usage lines of their own: the usage's head says them */
+#define O(f) offsetof(advise_opts, f)
+static const fm_flag k_advise_flags[] = {
+    {"json", NULL, FM_FLAG_SWITCH, O(json), .help = NULL},
+    {"plot", NULL, FM_FLAG_SWITCH, O(plot), .help = NULL},
+    {"model", "M", FM_FLAG_STRING, O(model), .help = NULL},
+    {"gpu", "G", FM_FLAG_STRING, O(gpu), .help = NULL},
+    {"engine", "E", FM_FLAG_STRING, O(engine), .help = NULL},
+    {"format", "F", FM_FLAG_STRING, O(format), .help = NULL},
+    {"parallel", "P", FM_FLAG_STRING, O(parallel), .help = NULL},
+    {"gpus", "N", FM_FLAG_INT, O(gpus), 1, 4096, .help = NULL},
+    {"max-running", "R", FM_FLAG_INT, O(running), 1, 1 << 16, .help = NULL},
+    {"tokens-per-step", "T", FM_FLAG_CUSTOM, O(tps), .parse = parse_tps, .help = NULL},
+    {"decode-steps", "S", FM_FLAG_INT, O(steps), 1, 1024, .help = NULL},
+    {"help", NULL, FM_FLAG_HELP, O(help), .help = NULL},
+};
+#undef O
+
+static const fm_flag_cmd k_advise_cmd = {
+    .cmd = "advise",
+    .flags = k_advise_flags,
+    .n_flags = sizeof k_advise_flags / sizeof k_advise_flags[0],
+    .head = {"usage: fp4moe advise --model M --gpu G --gpus N [--engine trtllm|flashinfer|sglang|vllm]\n"
+             "                     [--format nvfp4|mxfp4|fp8xfp4] [--parallel ep|tp] [--max-running R]\n"
+             "                     [--tokens-per-step T] [--decode-steps S] [--json | --plot]\n"
+             "  (1) the engine's tactics that die on the GPU and the fix; (2) rows per expert at the settings\n"
+             "  and the settings that reach 8/16/32 rows; (3) the engine's surviving tiles vs fp4moe's kernels\n"
+             "  at those rows, predicted MoE tokens/s (a model: docs/advise.md). --plot draws tokens/s against\n"
+             "  max-running for each. Defaults: engine trtllm, nvfp4, EP, 64 requests, 1 token/step, 1 step.\n"
+             "exit: 0, 2 usage (unknown model/GPU/engine: the message lists the known ones), 1 failure\n"},
+    .short_help = 1,
+    .strict = 1,
+    .unknown = {"unknown flag ", " (see --help)"},
+    .missing = {"", " needs a value (or unknown flag)"},
+    /* '' is not "not given": a script's empty variable must not pick the default */
+    .empty_post = " expects a value, got '' (an empty string)",
+};
 
 #define NSET 4 /* the settings compared: now, and the max-running reaching 8, 16, 32 rows */
 typedef struct {
@@ -53,45 +96,17 @@ static const char *source_of(const option *o)
 
 int fm_cmd_advise(int argc, char **argv)
 {
-    const char *model_s = NULL, *gpu_s = NULL, *engine = "trtllm", *format = "nvfp4", *parallel = "ep";
-    long gpus = 0, running = 64, tps = 1, steps = 1;
-    int json = 0, plot = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            help(stdout);
-            return FM_EXIT_OK;
-        } else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--plot")) plot = 1;
-        else if (!v) {
-            fprintf(stderr, "fp4moe advise: %s needs a value (or unknown flag)\n", f);
-            return FM_EXIT_USAGE;
-        } else if (!*v) { /* '' is not "not given": a script's empty variable must not pick the default */
-            fprintf(stderr, "fp4moe advise: %s expects a value, got '' (an empty string)\n", f);
-            return FM_EXIT_USAGE;
-        } else {
-            i++;
-            if (!strcmp(f, "--model")) model_s = v;
-            else if (!strcmp(f, "--gpu")) gpu_s = v;
-            else if (!strcmp(f, "--engine")) engine = v;
-            else if (!strcmp(f, "--format")) format = v;
-            else if (!strcmp(f, "--parallel")) parallel = v;
-            else if (!strcmp(f, "--gpus")) { if (!fm_cli_int("advise", f, v, 1, 4096, &gpus)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--max-running")) { if (!fm_cli_int("advise", f, v, 1, 1 << 16, &running)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--tokens-per-step")) { /* the simulator's range (its own row) */
-                const fm_sim_range *rg = fm_sim_range_get(FM_SIM_SET_TOKENS_PER_STEP);
-                if (!fm_cli_int("advise", f, v, (long)rg->lo, (long)rg->hi, &tps)) return FM_EXIT_USAGE;
-            }
-            else if (!strcmp(f, "--decode-steps")) { if (!fm_cli_int("advise", f, v, 1, 1024, &steps)) return FM_EXIT_USAGE; }
-            else {
-                fprintf(stderr, "fp4moe advise: unknown flag %s (see --help)\n", f);
-                return FM_EXIT_USAGE;
-            }
-        }
-    }
+    advise_opts fl = {.engine = "trtllm", .format = "nvfp4", .parallel = "ep", .running = 64, .tps = 1, .steps = 1};
+    fm_flags_result fr;
+    int             rc = fm_flags_parse(&k_advise_cmd, argc, argv, &fl, &fr);
+    if (rc != FM_FLAGS_GO) return rc;
+    const char *model_s = fl.model, *gpu_s = fl.gpu, *engine = fl.engine, *format = fl.format;
+    const char *parallel = fl.parallel;
+    const long  gpus = fl.gpus, running = fl.running, tps = fl.tps, steps = fl.steps;
+    const int   json = fl.json, plot = fl.plot;
     if (!model_s || !gpu_s || !gpus) {
         fprintf(stderr, "fp4moe advise: --model, --gpu and --gpus are required\n");
-        help(stderr);
+        fm_flags_usage(&k_advise_cmd, stderr);
         return FM_EXIT_USAGE;
     }
     if (json && plot) {

@@ -2,28 +2,44 @@
  * its shared-memory limits next to what the arch table says, the GPU targets this
  * build carries and which one each GPU runs (--json too).
  * No driver / no GPU / no CUDA build: one line on stderr and exit 3, no crash. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "flags.h"
+
+typedef struct {
+    int json, help;
+} devices_opts;
+
+static const fm_flag k_devices_flags[] = {
+    /* not in the usage lines: the usage says it all */
+    {"json", NULL, FM_FLAG_SWITCH, offsetof(devices_opts, json), .help = NULL},
+    {"help", NULL, FM_FLAG_HELP, offsetof(devices_opts, help), .help = NULL},
+};
+
+static const fm_flag_cmd k_devices_cmd = {
+    .cmd = "devices",
+    .flags = k_devices_flags,
+    .n_flags = sizeof k_devices_flags / sizeof k_devices_flags[0],
+    .head = {"usage: fp4moe devices [--json]\n  lists visible GPUs: name, CC, SMs, shared memory "
+             "default/opt-in/per SM/reserved, L2, memory bandwidth, and which of this build's GPU targets "
+             "it runs (none: the build has no code for it)\nexit: 0 ok, 3 no GPU or driver\n"},
+    .short_help = 1,
+    .strict = 1,
+    .unknown = {"unknown flag ", ""},
+};
 
 int fm_cmd_devices(int argc, char **argv)
 {
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fp4moe devices [--json]\n  lists visible GPUs: name, CC, SMs, shared memory "
-                   "default/opt-in/per SM/reserved, L2, memory bandwidth, and which of this build's GPU targets "
-                   "it runs (none: the build has no code for it)\nexit: 0 ok, 3 no GPU or driver\n");
-            return FM_EXIT_OK;
-        } else if (!strcmp(argv[i], "--json")) json = 1;
-        else {
-            fprintf(stderr, "fp4moe devices: unknown flag %s\n", argv[i]);
-            return FM_EXIT_USAGE;
-        }
-    }
+    devices_opts    opt = {0};
+    fm_flags_result r;
+    int             rc = fm_flags_parse(&k_devices_cmd, argc, argv, &opt, &r);
+    if (rc != FM_FLAGS_GO) return rc;
+    const int json = opt.json;
     int n = 0;
     fm_status st = fm_device_count(&n);
     if (st != FM_OK) {

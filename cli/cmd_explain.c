@@ -1,49 +1,16 @@
 /* cmd_explain.c - `fp4moe explain`: byte-by-byte shared memory of one tile, the
  * verdict (cuBLASLt-style check) and the fix, as text or --json.
  * Every flag that changes the bytes is a flag here (see --help). */
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "flags.h"
 #include "plan/plan_internal.h" /* fm_plan_resolve: the family and schedule it checked */
-
-static void help(FILE *f)
-{
-    fprintf(f,
-            "usage: fp4moe explain --arch sm120 --tile 128x256x128 [flags]\n"
-            "  --arch A        sm_90 | sm_100 | sm_120 | sm_121 ... (or --gpu NAME)\n"
-            "  --family F      auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
-            "                  fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
-            "                  fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)\n"
-            "  --warps W       fp4moe kernels only: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
-            "                  fp4moe-wgmma 4, 8 or 12 consumer warps, default 8)\n"
-            "  --persistent    fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its\n"
-            "                  output tile in a buffer of its own: counted as epilogue D)\n"
-            "  --gpu NAME      a named GPU (fp4moe plan --help lists them); sets --arch (with --arch too,\n"
-            "                  both must name the same architecture) and the SM count for waves\n"
-            "  --tile MxNxK    CTA tile\n"
-            "  --format F      nvfp4 | mxfp4 | bf16 | fp8 (sets --a and --b; default nvfp4)\n"
-            "  --a T --b T     operand types separately (fp8 x mxfp4 on sm_120)\n"
-            "  --c T --d T     epilogue source/destination: bf16 fp16 fp32 void (default bf16)\n"
-            "  --epilogue E    tma (default; TensorRT-LLM default, C reused for D) | nosmem | finalize\n"
-            "  --epilogue-tile MxN  the epilogue builder's tile (EpilogueTileType Shape<_M,_N>, as SGLang's\n"
-            "                  and vLLM's SM100 kernels pass 128x64) or auto (default: EpilogueTileAuto)\n"
-            "  --swap-ab       TensorRT-LLM swap-AB variant (FINALIZE bytes change)\n"
-            "                  (--swap-ab, --schedule, --cutlass, --epilogue, --epilogue-tile, --c, --d: CUTLASS\n"
-            "                  families only;\n"
-            "                  given with an fp4moe family they are an error, exit 2)\n"
-            "  --schedule S    auto | coop | pingpong (sm_90/sm_120) | 1sm | 2sm (sm_100)\n"
-            "  --cluster MxN   cluster shape (default 1x1)\n"
-            "  --stages N      pipeline stages, or auto (default)\n"
-            "  --cutlass V     CUTLASS version of the kernel: 4.2, 4.4, 4.5, 4.7 (default: the newest measured)\n"
-            "  --kernel K      grouped (ptr-array, default: what MoE engines run) | plain (one GEMM)\n"
-            "  --k K           problem K (must be a multiple of the tile's K)\n"
-            "  --json          machine-readable output\n"
-            "exit: 0 fits, 5 rejected, 2 usage (a bad flag value, or flags that describe no valid kernel),\n"
-            "      1 failure\n");
-}
 
 /* "MxN": two whole numbers in [1, 16] (a cluster has at most 16 CTAs), digits only,
  * so an overflowing "99999999999x1" is an error instead of a wrapped int. */
@@ -61,85 +28,170 @@ static int cluster_parse(const char *s, int *m, int *n)
     return 1;
 }
 
-int fm_cmd_explain(int argc, char **argv)
-{
+typedef struct {
     fm_kernel_config cfg;
-    fm_kernel_config_init(&cfg);
-    cfg.a = cfg.b = FM_ELEM_NVFP4;
-    cfg.cutlass = FM_CUTLASS_NEWEST;
-    const char *arch_s = NULL, *gpu_s = NULL, *tile_s = NULL;
-    int json = 0;
-    long k = 0;
-    /* flags that only one kind of family reads, as given (NULL = not given): each
-     * is rejected for the other kind instead of silently ignored */
-    const char *warps_s = NULL, *cutlass_only = NULL;
-    fm_status st = FM_OK;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            help(stdout);
-            return FM_EXIT_OK;
-        } else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--swap-ab")) cfg.swap_ab = 1, cutlass_only = f;
-        else if (!strcmp(f, "--persistent")) cfg.persistent = 1;
-        else if (!v) {
-            fprintf(stderr, "fp4moe explain: %s needs a value (or unknown flag)\n", f);
-            return FM_EXIT_USAGE;
-        } else {
-            i++;
-            if (!strcmp(f, "--epilogue") || !strcmp(f, "--epilogue-tile") || !strcmp(f, "--c") || !strcmp(f, "--d") ||
-                !strcmp(f, "--cutlass") || (!strcmp(f, "--schedule") && strcmp(v, "auto")))
-                cutlass_only = f;
-            if (!strcmp(f, "--warps")) warps_s = f;
-            if (!strcmp(f, "--arch")) arch_s = v;
-            else if (!strcmp(f, "--gpu")) gpu_s = v;
-            else if (!strcmp(f, "--tile")) tile_s = v;
-            else if (!strcmp(f, "--format")) {
-                if ((st = fm_elem_parse(v, &cfg.a)) == FM_OK) cfg.b = cfg.a;
-            } else if (!strcmp(f, "--a")) st = fm_elem_parse(v, &cfg.a);
-            else if (!strcmp(f, "--b")) st = fm_elem_parse(v, &cfg.b);
-            else if (!strcmp(f, "--c")) st = fm_elem_parse(v, &cfg.c);
-            else if (!strcmp(f, "--d")) st = fm_elem_parse(v, &cfg.d);
-            else if (!strcmp(f, "--epilogue")) st = fm_epilogue_parse(v, &cfg.epilogue);
-            else if (!strcmp(f, "--epilogue-tile")) st = fm_epi_tile_parse(v, &cfg.epi_tile_m, &cfg.epi_tile_n);
-            else if (!strcmp(f, "--schedule")) st = fm_schedule_parse(v, &cfg.schedule);
-            else if (!strcmp(f, "--family")) st = fm_family_parse(v, &cfg.family);
-            else if (!strcmp(f, "--warps")) {
-                long w = 0;
-                if (!fm_cli_int("explain", "--warps", v, 1, 12, &w)) return FM_EXIT_USAGE; /* the family says which */
-                cfg.warps = (int)w;
-            }
-            else if (!strcmp(f, "--cutlass")) st = fm_cutlass_version_parse(v, &cfg.cutlass);
-            else if (!strcmp(f, "--kernel")) {
-                if (!strcmp(v, "grouped")) cfg.plain = 0;
-                else if (!strcmp(v, "plain")) cfg.plain = 1;
-                else {
-                    fprintf(stderr, "fp4moe explain: --kernel expects grouped or plain, got '%s'\n", v);
-                    return FM_EXIT_USAGE;
-                }
-            }
-            else if (!strcmp(f, "--cluster")) {
-                if (!cluster_parse(v, &cfg.cluster_m, &cfg.cluster_n)) {
-                    fprintf(stderr, "fp4moe explain: --cluster expects MxN with M, N in [1, 16] (e.g. 2x1), got '%s'\n",
-                            v);
-                    return FM_EXIT_USAGE;
-                }
-            } else if (!strcmp(f, "--stages")) {
-                long s = 0;
-                if (strcmp(v, "auto") && !fm_cli_int("explain", "--stages", v, 1, 32, &s)) return FM_EXIT_USAGE;
-                cfg.stages = (int)s;
-            } else if (!strcmp(f, "--k")) {
-                if (!fm_cli_int("explain", "--k", v, 1, 1L << 30, &k)) return FM_EXIT_USAGE;
-            } else {
-                fprintf(stderr, "fp4moe explain: unknown flag %s (see --help)\n", f);
-                return FM_EXIT_USAGE;
-            }
-            if (st != FM_OK) return fm_cli_usage_status("explain", f, st);
+    const char      *arch, *gpu, *tile;
+    int              json, k, help;
+    int              sched_set; /* a --schedule other than auto was given */
+} explain_opts;
+
+/* A value the library parses: its refusal is a usage error naming the flag (fm_cli_usage_status). */
+static int lib(const char *cmd, const char *flag, fm_status st)
+{
+    return st == FM_OK ? FM_FLAGS_GO : fm_cli_usage_status(cmd, flag, st);
+}
+static int parse_elem(const char *cmd, const char *flag, const char *v, void *field)
+{
+    return lib(cmd, flag, fm_elem_parse(v, field));
+}
+static int parse_format(const char *cmd, const char *flag, const char *v, void *field) /* --a and --b */
+{
+    fm_kernel_config *c = field;
+    fm_status         st = fm_elem_parse(v, &c->a);
+    if (st == FM_OK) c->b = c->a;
+    return lib(cmd, flag, st);
+}
+static int parse_epilogue(const char *cmd, const char *flag, const char *v, void *field)
+{
+    return lib(cmd, flag, fm_epilogue_parse(v, field));
+}
+static int parse_epi_tile(const char *cmd, const char *flag, const char *v, void *field)
+{
+    fm_kernel_config *c = field;
+    return lib(cmd, flag, fm_epi_tile_parse(v, &c->epi_tile_m, &c->epi_tile_n));
+}
+static int parse_schedule(const char *cmd, const char *flag, const char *v, void *field)
+{
+    explain_opts *o = field;
+    if (strcmp(v, "auto")) o->sched_set = 1;
+    return lib(cmd, flag, fm_schedule_parse(v, &o->cfg.schedule));
+}
+static int parse_family(const char *cmd, const char *flag, const char *v, void *field)
+{
+    return lib(cmd, flag, fm_family_parse(v, field));
+}
+static int parse_cutlass(const char *cmd, const char *flag, const char *v, void *field)
+{
+    return lib(cmd, flag, fm_cutlass_version_parse(v, field));
+}
+static int parse_cluster(const char *cmd, const char *flag, const char *v, void *field)
+{
+    fm_kernel_config *c = field;
+    if (cluster_parse(v, &c->cluster_m, &c->cluster_n)) return FM_FLAGS_GO;
+    fprintf(stderr, "fp4moe %s: %s expects MxN with M, N in [1, 16] (e.g. 2x1), got '%s'\n", cmd, flag, v);
+    return FM_EXIT_USAGE;
+}
+static int parse_stages(const char *cmd, const char *flag, const char *v, void *field) /* auto = 0 */
+{
+    long st = 0;
+    if (strcmp(v, "auto") && !fm_cli_int(cmd, flag, v, 1, 32, &st)) return FM_EXIT_USAGE;
+    *(int *)field = (int)st;
+    return FM_FLAGS_GO;
+}
+
+static const fm_flag_choice k_kernels[] = {{"grouped", 0}, {"plain", 1}, {NULL, 0}};
+
+#define O(f) offsetof(explain_opts, f)
+static const fm_flag k_explain_flags[] = {
+    {"arch", "A", FM_FLAG_STRING, O(arch), .help = "sm_90 | sm_100 | sm_120 | sm_121 ... (or --gpu NAME)"},
+    {"family", "F", FM_FLAG_CUSTOM, O(cfg.family), .parse = parse_family,
+     .help = "auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
+             "fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
+             "fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)"},
+    {"warps", "W", FM_FLAG_INT, O(cfg.warps), 1, 12, /* the family says which */
+     .help = "fp4moe kernels only: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
+             "fp4moe-wgmma 4, 8 or 12 consumer warps, default 8)"},
+    {"persistent", NULL, FM_FLAG_SWITCH, O(cfg.persistent),
+     .help = "fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its\n"
+             "output tile in a buffer of its own: counted as epilogue D)"},
+    {"gpu", "NAME", FM_FLAG_STRING, O(gpu),
+     .help = "a named GPU (fp4moe plan --help lists them); sets --arch (with --arch too,\n"
+             "both must name the same architecture) and the SM count for waves"},
+    {"tile", "MxNxK", FM_FLAG_STRING, O(tile), .help = "CTA tile"},
+    {"format", "F", FM_FLAG_CUSTOM, O(cfg), .parse = parse_format,
+     .help = "nvfp4 | mxfp4 | bf16 | fp8 (sets --a and --b; default nvfp4)"},
+    {"a", "T", FM_FLAG_CUSTOM, O(cfg.a), .parse = parse_elem, .shown = "--a T --b T",
+     .help = "operand types separately (fp8 x mxfp4 on sm_120)"},
+    {"b", "T", FM_FLAG_CUSTOM, O(cfg.b), .parse = parse_elem, .help = NULL},
+    {"c", "T", FM_FLAG_CUSTOM, O(cfg.c), .parse = parse_elem, .shown = "--c T --d T",
+     .help = "epilogue source/destination: bf16 fp16 fp32 void (default bf16)"},
+    {"d", "T", FM_FLAG_CUSTOM, O(cfg.d), .parse = parse_elem, .help = NULL},
+    {"epilogue", "E", FM_FLAG_CUSTOM, O(cfg.epilogue), .parse = parse_epilogue,
+     .help = "tma (default; TensorRT-LLM default, C reused for D) | nosmem | finalize"},
+    {"epilogue-tile", "MxN", FM_FLAG_CUSTOM, O(cfg), .parse = parse_epi_tile,
+     .help = "the epilogue builder's tile (EpilogueTileType Shape<_M,_N>, as SGLang's\n"
+             "and vLLM's SM100 kernels pass 128x64) or auto (default: EpilogueTileAuto)"},
+    {"swap-ab", NULL, FM_FLAG_SWITCH, O(cfg.swap_ab),
+     .help = "TensorRT-LLM swap-AB variant (FINALIZE bytes change)\n"
+             "(--swap-ab, --schedule, --cutlass, --epilogue, --epilogue-tile, --c, --d: CUTLASS\n"
+             "families only;\n"
+             "given with an fp4moe family they are an error, exit 2)"},
+    {"schedule", "S", FM_FLAG_CUSTOM, 0, .parse = parse_schedule,
+     .help = "auto | coop | pingpong (sm_90/sm_120) | 1sm | 2sm (sm_100)"},
+    {"cluster", "MxN", FM_FLAG_CUSTOM, O(cfg), .parse = parse_cluster, .help = "cluster shape (default 1x1)"},
+    {"stages", "N", FM_FLAG_CUSTOM, O(cfg.stages), .parse = parse_stages, .help = "pipeline stages, or auto (default)"},
+    {"cutlass", "V", FM_FLAG_CUSTOM, O(cfg.cutlass), .parse = parse_cutlass,
+     .help = "CUTLASS version of the kernel: 4.2, 4.4, 4.5, 4.7 (default: the newest measured)"},
+    {"kernel", "K", FM_FLAG_CHOICE, O(cfg.plain), .choices = k_kernels,
+     .help = "grouped (ptr-array, default: what MoE engines run) | plain (one GEMM)"},
+    {"k", "K", FM_FLAG_INT, O(k), 1, 1 << 30, .help = "problem K (must be a multiple of the tile's K)"},
+    {"json", NULL, FM_FLAG_SWITCH, O(json), .help = "machine-readable output"},
+    {"help", NULL, FM_FLAG_HELP, O(help), .help = NULL},
+};
+#undef O
+
+static const fm_flag_cmd k_explain_cmd = {
+    .cmd = "explain",
+    .flags = k_explain_flags,
+    .n_flags = sizeof k_explain_flags / sizeof k_explain_flags[0],
+    .head = {"usage: fp4moe explain --arch sm120 --tile 128x256x128 [flags]\n"},
+    .tail = {"exit: 0 fits, 5 rejected, 2 usage (a bad flag value, or flags that describe no valid kernel),\n"
+             "      1 failure\n"},
+    .col = 15,
+    .short_help = 1,
+    .strict = 1,
+    .unknown = {"unknown flag ", " (see --help)"},
+    .missing = {"", " needs a value (or unknown flag)"},
+};
+
+/* The flag only the CUTLASS families read that was given last (NULL: none), to refuse it
+ * with an fp4moe family instead of ignoring it. */
+static const char *cutlass_only(const explain_opts *o, const fm_flags_result *r)
+{
+    static const char *const k_only[] = {"swap-ab", "epilogue", "epilogue-tile", "c", "d", "cutlass", "schedule"};
+    static char              name[32];
+    int                      at = 0;
+    for (size_t i = 0; i < sizeof k_only / sizeof k_only[0]; i++) {
+        int k = fm_flags_index(&k_explain_cmd, k_only[i]);
+        if (r->seen[k] > at && (strcmp(k_only[i], "schedule") || o->sched_set)) {
+            at = r->seen[k];
+            snprintf(name, sizeof name, "--%s", k_only[i]);
         }
     }
+    return at ? name : NULL;
+}
+
+int fm_cmd_explain(int argc, char **argv)
+{
+    explain_opts fl = {0};
+    fm_kernel_config_init(&fl.cfg);
+    fl.cfg.a = fl.cfg.b = FM_ELEM_NVFP4;
+    fl.cfg.cutlass = FM_CUTLASS_NEWEST;
+    fm_flags_result fr;
+    int             rc0 = fm_flags_parse(&k_explain_cmd, argc, argv, &fl, &fr);
+    if (rc0 != FM_FLAGS_GO) return rc0;
+    fm_kernel_config cfg = fl.cfg;
+    const char      *arch_s = fl.arch, *gpu_s = fl.gpu, *tile_s = fl.tile;
+    const int        json = fl.json;
+    const long       k = fl.k;
+    /* flags that only one kind of family reads, as given (NULL = not given): each
+     * is rejected for the other kind instead of silently ignored */
+    const char *warps_s = fr.seen[fm_flags_index(&k_explain_cmd, "warps")] ? "--warps" : NULL;
+    const char *cutlass_s = cutlass_only(&fl, &fr);
+    fm_status   st = FM_OK;
     if ((!arch_s && !gpu_s) || !tile_s) {
         fprintf(stderr, "fp4moe explain: --arch (or --gpu) and --tile are required\n");
-        help(stderr);
+        fm_flags_usage(&k_explain_cmd, stderr);
         return FM_EXIT_USAGE;
     }
     const fm_arch_info *arch = NULL;
@@ -172,10 +224,10 @@ int fm_cmd_explain(int argc, char **argv)
                             "fp4moe-swapab or fp4moe-wgmma), not to %s\n", fm_family_name(rc.family));
             return FM_EXIT_USAGE;
         }
-        if (own && cutlass_only) {
+        if (own && cutlass_s) {
             fprintf(stderr, "fp4moe explain: %s applies to the CUTLASS families only, not to %s (its epilogue "
                             "writes BF16 straight to global memory; it has no schedule, swap-AB variant or CUTLASS "
-                            "version)\n", cutlass_only, fm_family_name(rc.family));
+                            "version)\n", cutlass_s, fm_family_name(rc.family));
             return FM_EXIT_USAGE;
         }
     }

@@ -16,35 +16,48 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "flags.h"
 #include "io/io_internal.h" /* fm_st_shape_str */
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: fp4moe inspect PATH [flags]\n"
-            "List the tensors, quantization format, MoE layers and experts of a safetensors checkpoint.\n"
-            "PATH is a .safetensors file, a folder of shards, or a model.safetensors.index.json.\n\n"
-            "  --layout L    auto | modelopt | compressed-tensors | gpt-oss   expert tensor layout (default auto)\n"
-            "  --layer N     show (and validate) only MoE layer N\n"
-            "  --tensors     also list every tensor: name, dtype, shape, bytes, file\n"
-            "  --json        machine-readable output on stdout\n"
-            "  --help        this text\n\n"
-            "exit codes: 0 ok, 1 bad or unreadable checkpoint (status and tensor on stderr), 2 usage\n");
-}
+typedef struct {
+    int layout, layer, tensors, json, help;
+} inspect_opts;
 
-enum { OPT_LAYOUT = 256, OPT_LAYER, OPT_TENSORS, OPT_JSON, OPT_HELP };
+static const fm_flag_choice k_layouts[] = {{"auto", FM_LAYOUT_AUTO},
+                                           {"modelopt", FM_LAYOUT_MODELOPT},
+                                           {"compressed-tensors", FM_LAYOUT_COMPRESSED_TENSORS},
+                                           {"gpt-oss", FM_LAYOUT_GPT_OSS},
+                                           {NULL, 0}};
 
-static const struct option k_opts[] = {{"layout", required_argument, 0, OPT_LAYOUT},
-                                       {"layer", required_argument, 0, OPT_LAYER},
-                                       {"tensors", no_argument, 0, OPT_TENSORS},
-                                       {"json", no_argument, 0, OPT_JSON},
-                                       {"help", no_argument, 0, OPT_HELP},
-                                       {0, 0, 0, 0}};
+#define O(f) offsetof(inspect_opts, f)
+static const fm_flag k_inspect_flags[] = {
+    {"layout", "L", FM_FLAG_CHOICE, O(layout), .choices = k_layouts,
+     .help = "auto | modelopt | compressed-tensors | gpt-oss   expert tensor layout (default auto)"},
+    {"layer", "N", FM_FLAG_INT, O(layer), 0, 1000000, .help = "show (and validate) only MoE layer N"},
+    {"tensors", NULL, FM_FLAG_SWITCH, O(tensors), .help = "also list every tensor: name, dtype, shape, bytes, file"},
+    {"json", NULL, FM_FLAG_SWITCH, O(json), .help = "machine-readable output on stdout"},
+    {"help", NULL, FM_FLAG_HELP, O(help), .help = "this text"},
+};
+#undef O
+
+static const fm_flag_cmd k_inspect_cmd = {
+    .cmd = "inspect",
+    .flags = k_inspect_flags,
+    .n_flags = sizeof k_inspect_flags / sizeof k_inspect_flags[0],
+    .head = {"usage: fp4moe inspect PATH [flags]\n"
+             "List the tensors, quantization format, MoE layers and experts of a safetensors checkpoint.\n"
+             "PATH is a .safetensors file, a folder of shards, or a model.safetensors.index.json.\n\n"},
+    .tail = {"\nexit codes: 0 ok, 1 bad or unreadable checkpoint (status and tensor on stderr), 2 usage\n"},
+    .col = 13,
+    .short_help = 1,
+    .unknown = {"unknown flag '", "'"},
+    .usage_on_unknown = 1,
+};
 
 static const char *format_desc(fm_format f)
 {
@@ -134,45 +147,19 @@ typedef struct {
 
 int fm_cmd_inspect(int argc, char **argv)
 {
-    const char *path = NULL;
-    int json = 0, tensors = 0;
-    long only = -1;
-    fm_ckpt_layout layout = FM_LAYOUT_AUTO;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", k_opts, NULL)) != -1) {
-        switch (c) {
-        case OPT_LAYOUT:
-            if (!strcmp(optarg, "auto")) layout = FM_LAYOUT_AUTO;
-            else if (!strcmp(optarg, "modelopt")) layout = FM_LAYOUT_MODELOPT;
-            else if (!strcmp(optarg, "gpt-oss")) layout = FM_LAYOUT_GPT_OSS;
-            else if (!strcmp(optarg, "compressed-tensors")) layout = FM_LAYOUT_COMPRESSED_TENSORS;
-            else {
-                fprintf(stderr, "fp4moe inspect: --layout expects auto, modelopt, compressed-tensors or gpt-oss, got '%s'\n",
-                        optarg);
-                return FM_EXIT_USAGE;
-            }
-            break;
-        case OPT_LAYER:
-            if (!fm_cli_int("inspect", "--layer", optarg, 0, 1000000, &only)) return FM_EXIT_USAGE;
-            break;
-        case OPT_TENSORS: tensors = 1; break;
-        case OPT_JSON: json = 1; break;
-        case 'h':
-        case OPT_HELP: usage(stdout); return FM_EXIT_OK;
-        default:
-            fprintf(stderr, "fp4moe inspect: unknown flag '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            return FM_EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1) {
-        fprintf(stderr, "fp4moe inspect: expected one PATH, got %d\n", argc - optind);
-        usage(stderr);
+    inspect_opts    opt = {.layout = FM_LAYOUT_AUTO, .layer = -1};
+    fm_flags_result fr;
+    int             rc0 = fm_flags_parse(&k_inspect_cmd, argc, argv, &opt, &fr);
+    if (rc0 != FM_FLAGS_GO) return rc0;
+    if (fr.n_args != 1) {
+        fprintf(stderr, "fp4moe inspect: expected one PATH, got %d\n", fr.n_args);
+        fm_flags_usage(&k_inspect_cmd, stderr);
         return FM_EXIT_USAGE;
     }
-    path = argv[optind];
+    const char          *path = fr.args[0];
+    const int            json = opt.json, tensors = opt.tensors;
+    const long           only = opt.layer;
+    const fm_ckpt_layout layout = (fm_ckpt_layout)opt.layout;
 
     fm_checkpoint *ck = NULL;
     fm_status s = fm_checkpoint_open(path, &ck);

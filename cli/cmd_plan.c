@@ -1,35 +1,104 @@
 /* cmd_plan.c - `fp4moe plan`: every catalogue tile for a GPU/format/epilogue/shape,
  * checked (fits or not, bytes, stages) and ranked by an estimated cost; with
  * --launcher, fp4moe's own tiles ranked as fm_cuda_gemm chooses (fm_plan_fp4moe). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "flags.h"
 
-static void help(FILE *f)
+typedef struct {
+    fm_fp4moe_query q; /* --packed-x, --swiglu */
+    const char     *gpu;
+    int             ab, epi, cutlass; /* --format (fm_elem), --epilogue (fm_epilogue), --cutlass: 0 = 4.2 */
+    int             rows, n, k, experts, fb, lim, ksp;
+    int             json, launcher, swap, help;
+} plan_opts;
+
+/* --format: the GEMM operand types only (void and fp32 are epilogue types) */
+static int parse_format(const char *cmd, const char *flag, const char *v, void *field)
 {
-    fprintf(f, "usage: fp4moe plan --gpu NAME [--format nvfp4|mxfp4|fp8|bf16|fp16] [--epilogue tma|nosmem|finalize]\n"
-               "                   [--swap-ab] [--cutlass 4.2|4.4|4.5|4.7 (default 4.2)] [--rows-per-expert 8] [--n 4096]\n"
-               "                   [--k 6144] [--experts 32] [--json]\n"
-               "GPUs:");
-    for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
-    fprintf(f, "\nTiles of the GPU's CUTLASS family and fp4moe's own kernels (FP4 weights: fp4moe-swapab, and on\n"
-               "sm_90 fp4moe-wgmma), ranked.\n"
-               "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2%% is a tie,\n"
-               "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage (a bad flag value, or a --k\n"
-               "that no tile's K divides), 1 failure\n"
-               "\n"
-               "fp4moe plan --launcher --gpu NAME [--format nvfp4|mxfp4] [--packed-x] [--swiglu] [--feature-blocks N]\n"
-               "                   [--k-splits N] [--smem-limit BYTES] [--rows-per-expert 8] [--n 4096] [--k 6144]\n"
-               "                   [--experts 32] [--json]\n"
-               "fp4moe's compiled tiles ranked as fm_cuda_gemm picks them with no tile given (fm_plan_fp4moe: a cost\n"
-               "model with the CUDA calculator's occupancy, fitted to every tile's H200 timing; on other GPUs scaled,\n"
-               "unmeasured); the first row is what it launches. --k-splits N: also rank the plain mma kernel with K\n"
-               "split over 2, 4, ... up to N CTAs where its grid leaves SMs idle (column splits).\n"
-               "exit: 0, 5 no tile fits the limit, 2 usage, 1 failure\n");
+    fm_elem ab;
+    if (fm_elem_parse(v, &ab) != FM_OK || ab == FM_ELEM_VOID || ab == FM_ELEM_FP32) {
+        fprintf(stderr, "fp4moe %s: %s expects nvfp4, mxfp4, fp8, bf16 or fp16, got '%s'\n", cmd, flag, v);
+        return FM_EXIT_USAGE;
+    }
+    *(int *)field = (int)ab;
+    return FM_FLAGS_GO;
 }
+static int parse_epilogue(const char *cmd, const char *flag, const char *v, void *field)
+{
+    fm_epilogue e;
+    fm_status   st = fm_epilogue_parse(v, &e);
+    if (st != FM_OK) return fm_cli_usage_status(cmd, flag, st);
+    *(int *)field = (int)e;
+    return FM_FLAGS_GO;
+}
+static int parse_cutlass(const char *cmd, const char *flag, const char *v, void *field)
+{
+    fm_status st = fm_cutlass_version_parse(v, field);
+    return st == FM_OK ? FM_FLAGS_GO : fm_cli_usage_status(cmd, flag, st);
+}
+
+static void gpu_names(FILE *f)
+{
+    for (size_t i = 0; i < fm_gpu_count(); i++) fprintf(f, " %s", fm_gpu_at(i)->name);
+}
+
+/* no usage lines of their own: the usage's synopsis says them */
+#define O(f) offsetof(plan_opts, f)
+static const fm_flag k_plan_flags[] = {
+    {"json", NULL, FM_FLAG_SWITCH, O(json), .help = NULL},
+    {"launcher", NULL, FM_FLAG_SWITCH, O(launcher), .help = NULL},
+    {"packed-x", NULL, FM_FLAG_SWITCH, O(q.x_packed), .help = NULL},
+    {"swiglu", NULL, FM_FLAG_SWITCH, O(q.swiglu), .help = NULL},
+    {"swap-ab", NULL, FM_FLAG_SWITCH, O(swap), .help = NULL},
+    {"gpu", "NAME", FM_FLAG_STRING, O(gpu), .help = NULL},
+    {"format", "F", FM_FLAG_CUSTOM, O(ab), .parse = parse_format, .help = NULL},
+    {"epilogue", "E", FM_FLAG_CUSTOM, O(epi), .parse = parse_epilogue, .help = NULL},
+    {"cutlass", "V", FM_FLAG_CUSTOM, O(cutlass), .parse = parse_cutlass, .help = NULL},
+    {"rows-per-expert", "N", FM_FLAG_INT, O(rows), 1, 1 << 20, .help = NULL},
+    {"n", "N", FM_FLAG_INT, O(n), 1, 1 << 20, .help = NULL},
+    {"k", "K", FM_FLAG_INT, O(k), 1, 1 << 20, .help = NULL},
+    {"experts", "E", FM_FLAG_INT, O(experts), 1, 1 << 16, .help = NULL},
+    {"feature-blocks", "N", FM_FLAG_INT, O(fb), 0, 64, .help = NULL},
+    {"smem-limit", "BYTES", FM_FLAG_INT, O(lim), 0, 1L << 30, .help = NULL},
+    {"k-splits", "N", FM_FLAG_INT, O(ksp), 1, 32, .help = NULL},
+    {"help", NULL, FM_FLAG_HELP, O(help), .help = NULL},
+};
+#undef O
+
+static const fm_flag_cmd k_plan_cmd = {
+    .cmd = "plan",
+    .flags = k_plan_flags,
+    .n_flags = sizeof k_plan_flags / sizeof k_plan_flags[0],
+    .head = {"usage: fp4moe plan --gpu NAME [--format nvfp4|mxfp4|fp8|bf16|fp16] [--epilogue tma|nosmem|finalize]\n"
+             "                   [--swap-ab] [--cutlass 4.2|4.4|4.5|4.7 (default 4.2)] [--rows-per-expert 8] [--n 4096]\n"
+             "                   [--k 6144] [--experts 32] [--json]\n"
+             "GPUs:"},
+    .more = gpu_names,
+    .tail = {"\nTiles of the GPU's CUTLASS family and fp4moe's own kernels (FP4 weights: fp4moe-swapab, and on\n"
+             "sm_90 fp4moe-wgmma), ranked.\n"
+             "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2% is a tie,\n"
+             "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage (a bad flag value, or a --k\n"
+             "that no tile's K divides), 1 failure\n"
+             "\n"
+             "fp4moe plan --launcher --gpu NAME [--format nvfp4|mxfp4] [--packed-x] [--swiglu] [--feature-blocks N]\n"
+             "                   [--k-splits N] [--smem-limit BYTES] [--rows-per-expert 8] [--n 4096] [--k 6144]\n"
+             "                   [--experts 32] [--json]\n",
+             "fp4moe's compiled tiles ranked as fm_cuda_gemm picks them with no tile given (fm_plan_fp4moe: a cost\n"
+             "model with the CUDA calculator's occupancy, fitted to every tile's H200 timing; on other GPUs scaled,\n"
+             "unmeasured); the first row is what it launches. --k-splits N: also rank the plain mma kernel with K\n"
+             "split over 2, 4, ... up to N CTAs where its grid leaves SMs idle (column splits).\n"
+             "exit: 0, 5 no tile fits the limit, 2 usage, 1 failure\n"},
+    .short_help = 1,
+    .strict = 1,
+    .unknown = {"unknown flag ", " (see --help)"},
+    .missing = {"", " needs a value (or unknown flag)"},
+};
 
 static int launcher_rank(const fm_gpu_info *g, fm_elem ab, const fm_fp4moe_query *q, long rows, long n, long k,
                          long experts, int json)
@@ -95,60 +164,23 @@ int fm_cmd_plan(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) /* the engines' own tactic lists: cmd_plan_engine.c */
         if (!strcmp(argv[i], "--engine")) return fm_cmd_plan_engine(argc, argv);
-    int             launcher = 0;
-    fm_fp4moe_query q = {.weights = FM_ELEM_NVFP4};
-    long            fb = 0, lim = 0, ksp = 0;
-    const char *gpu_s = NULL;
-    fm_elem ab = FM_ELEM_NVFP4;
-    fm_epilogue epi = FM_EPI_TMA;
-    int json = 0, swap = 0, epi_given = 0, cutlass = 0; /* --cutlass: 0 = 4.2 (the catalogue's default) */
-    long rows = 8, n = 4096, k = 6144, experts = 32;
-    fm_status st = FM_OK;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            help(stdout);
-            return FM_EXIT_OK;
-        } else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--launcher")) launcher = 1;
-        else if (!strcmp(f, "--packed-x")) q.x_packed = 1;
-        else if (!strcmp(f, "--swiglu")) q.swiglu = 1;
-        else if (!strcmp(f, "--swap-ab")) swap = 1;
-        else if (!v) {
-            fprintf(stderr, "fp4moe plan: %s needs a value (or unknown flag)\n", f);
-            return FM_EXIT_USAGE;
-        } else {
-            i++;
-            if (!strcmp(f, "--gpu")) gpu_s = v;
-            else if (!strcmp(f, "--format")) {
-                /* the GEMM operand types only: void and fp32 are epilogue types */
-                if (fm_elem_parse(v, &ab) != FM_OK || ab == FM_ELEM_VOID || ab == FM_ELEM_FP32) {
-                    fprintf(stderr, "fp4moe plan: --format expects nvfp4, mxfp4, fp8, bf16 or fp16, got '%s'\n", v);
-                    return FM_EXIT_USAGE;
-                }
-            } else if (!strcmp(f, "--epilogue")) {
-                epi_given = 1;
-                if ((st = fm_epilogue_parse(v, &epi)) != FM_OK) return fm_cli_usage_status("plan", f, st);
-            }
-            else if (!strcmp(f, "--cutlass")) {
-                if ((st = fm_cutlass_version_parse(v, &cutlass)) != FM_OK) return fm_cli_usage_status("plan", f, st);
-            }
-            else if (!strcmp(f, "--rows-per-expert")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &rows)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--n")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &n)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--k")) { if (!fm_cli_int("plan", f, v, 1, 1 << 20, &k)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--experts")) { if (!fm_cli_int("plan", f, v, 1, 1 << 16, &experts)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--feature-blocks")) { if (!fm_cli_int("plan", f, v, 0, 64, &fb)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--smem-limit")) { if (!fm_cli_int("plan", f, v, 0, 1L << 30, &lim)) return FM_EXIT_USAGE; }
-            else if (!strcmp(f, "--k-splits")) { if (!fm_cli_int("plan", f, v, 1, 32, &ksp)) return FM_EXIT_USAGE; }
-            else {
-                fprintf(stderr, "fp4moe plan: unknown flag %s (see --help)\n", f);
-                return FM_EXIT_USAGE;
-            }
-        }
-    }
+    plan_opts fl = {.q = {.weights = FM_ELEM_NVFP4}, .ab = FM_ELEM_NVFP4, .epi = FM_EPI_TMA,
+                    .rows = 8, .n = 4096, .k = 6144, .experts = 32};
+    fm_flags_result fr;
+    int             rc = fm_flags_parse(&k_plan_cmd, argc, argv, &fl, &fr);
+    if (rc != FM_FLAGS_GO) return rc;
+    fm_fp4moe_query   q = fl.q;
+    const long        fb = fl.fb, lim = fl.lim, ksp = fl.ksp;
+    const char       *gpu_s = fl.gpu;
+    const fm_elem     ab = (fm_elem)fl.ab;
+    const fm_epilogue epi = (fm_epilogue)fl.epi;
+    const int         json = fl.json, launcher = fl.launcher, swap = fl.swap, cutlass = fl.cutlass;
+    const int         epi_given = fr.seen[fm_flags_index(&k_plan_cmd, "epilogue")] != 0;
+    const long        rows = fl.rows, n = fl.n, k = fl.k, experts = fl.experts;
+    fm_status         st = FM_OK;
     if (!gpu_s) {
         fprintf(stderr, "fp4moe plan: --gpu is required\n");
-        help(stderr);
+        fm_flags_usage(&k_plan_cmd, stderr);
         return FM_EXIT_USAGE;
     }
     const fm_gpu_info *g = NULL;

@@ -1,24 +1,59 @@
 /* cmd_plan_engine.c - `fp4moe plan --engine E --gpu G --format F`: the MoE grouped-GEMM
  * tactics that engine compiles, each checked on the GPU: fits / dies in initialize() /
  * rejected at compile time, its bytes, and the fix (fm_tactics_check). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "flags.h"
 
-static void help(FILE *f)
+typedef struct {
+    const char *engine, *version, *gpu, *format;
+    int         cutlass, json, help;
+} engine_opts;
+
+/* --cutlass V: the library's parse, its refusal a usage error naming the versions */
+static int parse_cutlass(const char *cmd, const char *flag, const char *v, void *field)
 {
-    fprintf(f, "usage: fp4moe plan --engine trtllm|flashinfer|sglang|vllm [--engine-version COMMIT] --gpu NAME\n"
-               "                   [--format nvfp4|mxfp4|fp8xfp4] [--cutlass V] [--json]\n"
-               "The engine's own MoE grouped-GEMM tactic list (a data table: each row names the engine source file\n"
-               "and commit it was read from), every tactic checked on the GPU with the CUTLASS version the engine\n"
-               "build used (--cutlass to ask another): fits, dies in initialize() (passes can_implement, its\n"
-               "SharedStorage is over the opt-in limit), or rejected at compile time; its bytes and the fix.\n"
-               "exit: 0 every tactic fits, 5 some tactic dies or is rejected, 2 usage (unknown engine, version,\n"
-               "GPU or format: the message lists the known ones), 1 failure\n");
+    fm_status st = fm_cutlass_version_parse(v, field);
+    return st == FM_OK ? FM_FLAGS_GO : fm_cli_usage_status(cmd, flag, st);
 }
+
+/* no usage lines of their own: the usage's head says them */
+#define O(f) offsetof(engine_opts, f)
+static const fm_flag k_engine_flags[] = {
+    {"engine", "E", FM_FLAG_STRING, O(engine), .help = NULL},
+    {"engine-version", "COMMIT", FM_FLAG_STRING, O(version), .help = NULL},
+    {"gpu", "NAME", FM_FLAG_STRING, O(gpu), .help = NULL},
+    {"format", "F", FM_FLAG_STRING, O(format), .help = NULL},
+    {"cutlass", "V", FM_FLAG_CUSTOM, O(cutlass), .parse = parse_cutlass, .help = NULL},
+    {"json", NULL, FM_FLAG_SWITCH, O(json), .help = NULL},
+    {"help", NULL, FM_FLAG_HELP, O(help), .help = NULL},
+};
+#undef O
+
+static const fm_flag_cmd k_engine_cmd = {
+    .cmd = "plan",
+    .flags = k_engine_flags,
+    .n_flags = sizeof k_engine_flags / sizeof k_engine_flags[0],
+    .head = {"usage: fp4moe plan --engine trtllm|flashinfer|sglang|vllm [--engine-version COMMIT] --gpu NAME\n"
+             "                   [--format nvfp4|mxfp4|fp8xfp4] [--cutlass V] [--json]\n"
+             "The engine's own MoE grouped-GEMM tactic list (a data table: each row names the engine source file\n"
+             "and commit it was read from), every tactic checked on the GPU with the CUTLASS version the engine\n"
+             "build used (--cutlass to ask another): fits, dies in initialize() (passes can_implement, its\n"
+             "SharedStorage is over the opt-in limit), or rejected at compile time; its bytes and the fix.\n"
+             "exit: 0 every tactic fits, 5 some tactic dies or is rejected, 2 usage (unknown engine, version,\n"
+             "GPU or format: the message lists the known ones), 1 failure\n"},
+    .short_help = 1,
+    .strict = 1,
+    .unknown = {"", " does not go with --engine (see plan --engine --help)"},
+    .missing = {"", " needs a value (or unknown flag)"},
+    /* '' is not "not given": a script's empty variable must not pick the default */
+    .empty_post = " expects a value, got '' (an empty string)",
+};
 
 static void print_text(const fm_gpu_info *g, const char *engine, const char *format, const fm_tactic_check *c,
                        size_t n)
@@ -46,38 +81,15 @@ static void print_text(const fm_gpu_info *g, const char *engine, const char *for
 
 int fm_cmd_plan_engine(int argc, char **argv)
 {
-    const char *engine = NULL, *version = NULL, *gpu_s = NULL, *format = "nvfp4";
-    int json = 0, cut = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            help(stdout);
-            return FM_EXIT_OK;
-        } else if (!strcmp(f, "--json")) json = 1;
-        else if (!v) {
-            fprintf(stderr, "fp4moe plan: %s needs a value (or unknown flag)\n", f);
-            return FM_EXIT_USAGE;
-        } else if (!*v) { /* '' is not "not given": a script's empty variable must not pick the default */
-            fprintf(stderr, "fp4moe plan: %s expects a value, got '' (an empty string)\n", f);
-            return FM_EXIT_USAGE;
-        } else {
-            i++;
-            if (!strcmp(f, "--engine")) engine = v;
-            else if (!strcmp(f, "--engine-version")) version = v;
-            else if (!strcmp(f, "--gpu")) gpu_s = v;
-            else if (!strcmp(f, "--format")) format = v;
-            else if (!strcmp(f, "--cutlass")) {
-                fm_status st = fm_cutlass_version_parse(v, &cut);
-                if (st != FM_OK) return fm_cli_usage_status("plan", f, st);
-            } else {
-                fprintf(stderr, "fp4moe plan: %s does not go with --engine (see plan --engine --help)\n", f);
-                return FM_EXIT_USAGE;
-            }
-        }
-    }
+    engine_opts     opt = {.format = "nvfp4"};
+    fm_flags_result r;
+    int             rc = fm_flags_parse(&k_engine_cmd, argc, argv, &opt, &r);
+    if (rc != FM_FLAGS_GO) return rc;
+    const char *engine = opt.engine, *version = opt.version, *gpu_s = opt.gpu, *format = opt.format;
+    const int   json = opt.json, cut = opt.cutlass;
     if (!engine || !gpu_s) {
         fprintf(stderr, "fp4moe plan: --engine and --gpu are required\n");
-        help(stderr);
+        fm_flags_usage(&k_engine_cmd, stderr);
         return FM_EXIT_USAGE;
     }
     fm_tactic_check c[64];

@@ -13,6 +13,8 @@
 #include <time.h>
 
 #include "cli.h"
+#include "flags.h"
+#include "simulate_flags.h"
 
 static const char k_cmd[] = "simulate";
 
@@ -48,43 +50,19 @@ static int parse(int argc, char **argv, fm_sim_config *c, opts *o)
     fm_sim_model ov; /* explicit model flags, -1 = not given */
     memset(&ov, 0, sizeof ov);
     ov.n_experts = ov.top_k = ov.hidden = ov.inter = ov.moe_layers = ov.shared_experts = ov.shared_inter = -1;
-    const char *fmt = NULL, *parallel = NULL, *kernel = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fm_cli_simulate_usage(stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--sweep")) { o->sweep = 1; continue; }
-        if (!strcmp(a, "--csv")) { o->csv = 1; continue; }
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!strcmp(a, "--fit")) { o->fit = 1; continue; }
-        if (!strcmp(a, "--calibrated-h200")) { o->calibrated = 1; continue; }
-        if (!strcmp(a, "--bw-eff") || !strcmp(a, "--compute-eff")) o->eff_given = 1;
-        const char **sp = !strcmp(a, "--model") ? &o->model : !strcmp(a, "--gpu") ? &o->gpu
-                        : !strcmp(a, "--measured") ? &o->measured : !strcmp(a, "--plot") ? &o->plot
-                        : !strcmp(a, "--validate") ? &o->validate
-                        : !strcmp(a, "--format") ? &fmt : !strcmp(a, "--parallel") ? &parallel
-                        : !strcmp(a, "--kernel") ? &kernel : NULL;
-        if (sp) {
-            if (sp == &parallel) o->model_flag = a; /* --model and --format choose the rows (their format) */
-            if (!val) {
-                fprintf(stderr, "fp4moe simulate: %s needs a value\n", a);
-                return FM_EXIT_USAGE;
-            }
-            *sp = val;
-            i++;
-            continue;
-        }
-        int nf = fm_cli_simulate_numeric(a, val, c, &ov, &o->sweep_max, &o->given);
-        if (nf < 0) return FM_EXIT_USAGE;
-        if (nf > 0) {
-            i++;
-            continue;
-        }
-        fprintf(stderr, "fp4moe simulate: unknown flag '%s' (fp4moe simulate --help)\n", a);
-        return FM_EXIT_USAGE;
-    }
+    fm_sim_flags       fl;
+    fm_flags_result    r;
+    const fm_flag_cmd *cmd = fm_cli_simulate_cmd();
+    memset(&fl, 0, sizeof fl);
+    int prc = fm_flags_parse(cmd, argc, argv, &fl, &r);
+    if (prc == FM_EXIT_OK) return -1; /* --help */
+    if (prc != FM_FLAGS_GO) return prc;
+    o->model = fl.model, o->gpu = fl.gpu, o->measured = fl.measured, o->plot = fl.plot, o->validate = fl.validate;
+    o->sweep = fl.sweep, o->csv = fl.csv, o->json = fl.json, o->fit = fl.fit, o->calibrated = fl.calibrated;
+    o->eff_given = r.seen[fm_flags_index(cmd, "bw-eff")] || r.seen[fm_flags_index(cmd, "compute-eff")];
+    if (fl.parallel) o->model_flag = "--parallel"; /* --model and --format choose the rows (their format) */
+    const char *fmt = fl.format, *parallel = fl.parallel, *kernel = fl.kernel;
+    fm_cli_simulate_apply(&fl, &r, c, &ov, &o->sweep_max, &o->given);
     if (o->model && fm_sim_model_find(o->model, &c->model) != FM_OK) {
         fprintf(stderr, "fp4moe simulate: %s\n", fm_last_error());
         return FM_EXIT_USAGE;

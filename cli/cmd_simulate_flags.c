@@ -1,11 +1,15 @@
 /* cmd_simulate_flags.c - `fp4moe simulate`'s numeric flags and its --help, both
  * from the simulator's range table (fm_sim_range_get): the parser accepts, the
  * message states and the help prints exactly the rows the library checks
- * (docs/simulate.md "Settings and their ranges"). */
+ * (docs/simulate.md "Settings and their ranges"). The flag table (flags.h) is built
+ * from the same range table, so the parser reads exactly those rows. */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "cli.h"
+#include "flags.h"
+#include "simulate_flags.h"
 
 static const char k_cmd[] = "simulate";
 
@@ -77,25 +81,84 @@ static void set_value(fm_sim_setting id, double v, fm_sim_config *c, fm_sim_mode
     }
 }
 
-int fm_cli_simulate_numeric(const char *a, const char *val, fm_sim_config *c, fm_sim_model *ov, int *sweep_max,
-                            unsigned *given)
+/* --max-running: --max-running-requests' old name (hidden), its messages under the new one */
+static int parse_max_running(const char *cmd, const char *flag, const char *v, void *field)
 {
-    if (!strcmp(a, "--max-running")) a = "--max-running-requests";
-    for (int i = 0; i < FM_SIM_SET_COUNT; i++) {
-        const fm_sim_range *r = fm_sim_range_get((fm_sim_setting)i);
-        if (strcmp(a, r->flag)) continue;
-        double v = 0;
-        if (r->integer) {
-            long lv = 0;
-            if (!val || !fm_cli_int(k_cmd, a, val, (long)r->lo, (long)r->hi, &lv)) return -1;
-            v = (double)lv;
-        } else if (!val || !fm_cli_double(k_cmd, a, val, r->lo, r->hi, &v)) {
-            return -1;
-        }
-        set_value((fm_sim_setting)i, v, c, ov, sweep_max);
-        *given |= 1u << i;
-        return 1;
-    }
-    return 0;
+    const fm_sim_range *r = fm_sim_range_get(FM_SIM_SET_MAX_RUNNING);
+    long                lv;
+    (void)flag;
+    if (!fm_cli_int(cmd, r->flag, v, (long)r->lo, (long)r->hi, &lv)) return FM_EXIT_USAGE;
+    *(int *)field = (int)lv;
+    return FM_FLAGS_GO;
 }
 
+static void usage_more(FILE *f)
+{
+    fm_cli_simulate_usage(f);
+}
+
+#define O(f) offsetof(fm_sim_flags, f)
+/* the rows that are not settings of the range table (the usage says them all: help NULL) */
+static const fm_flag k_fixed[] = {
+    {"help", NULL, FM_FLAG_HELP, O(help), .help = NULL},
+    {"sweep", NULL, FM_FLAG_SWITCH, O(sweep), .help = NULL},
+    {"csv", NULL, FM_FLAG_SWITCH, O(csv), .help = NULL},
+    {"json", NULL, FM_FLAG_SWITCH, O(json), .help = NULL},
+    {"fit", NULL, FM_FLAG_SWITCH, O(fit), .help = NULL},
+    {"calibrated-h200", NULL, FM_FLAG_SWITCH, O(calibrated), .help = NULL},
+    {"model", "M", FM_FLAG_STRING, O(model), .help = NULL},
+    {"gpu", "NAME", FM_FLAG_STRING, O(gpu), .help = NULL},
+    {"measured", "FILE", FM_FLAG_STRING, O(measured), .help = NULL},
+    {"plot", "FILE", FM_FLAG_STRING, O(plot), .help = NULL},
+    {"validate", "FILE", FM_FLAG_STRING, O(validate), .help = NULL},
+    {"format", "F", FM_FLAG_STRING, O(format), .help = NULL},
+    {"parallel", "P", FM_FLAG_STRING, O(parallel), .help = NULL},
+    {"kernel", "K", FM_FLAG_STRING, O(kernel), .help = NULL},
+    {"max-running", "N", FM_FLAG_CUSTOM, O(ival[FM_SIM_SET_MAX_RUNNING]), .parse = parse_max_running, .help = NULL},
+};
+enum { N_FIXED = sizeof k_fixed / sizeof k_fixed[0] };
+
+const fm_flag_cmd *fm_cli_simulate_cmd(void)
+{
+    /* the fixed rows, then one per setting of the simulator's range table: its flag, range
+     * and kind, so the parse accepts exactly what the library checks (built once) */
+    static fm_flag     rows[N_FIXED + FM_SIM_SET_COUNT];
+    static fm_flag_cmd cmd;
+    if (cmd.flags) return &cmd;
+    for (int i = 0; i < N_FIXED; i++) rows[i] = k_fixed[i];
+    for (int i = 0; i < FM_SIM_SET_COUNT; i++) {
+        const fm_sim_range *r = fm_sim_range_get((fm_sim_setting)i);
+        rows[N_FIXED + i] = (fm_flag){.name = r->flag + 2, /* "--experts" */
+                                      .arg = "N",
+                                      .kind = r->integer ? FM_FLAG_INT : FM_FLAG_DOUBLE,
+                                      .off = r->integer ? O(ival[i]) : O(dval[i]),
+                                      .lo = r->lo,
+                                      .hi = r->hi};
+    }
+    cmd = (fm_flag_cmd){
+        .cmd = k_cmd,
+        .flags = rows,
+        .n_flags = N_FIXED + FM_SIM_SET_COUNT,
+        .more = usage_more, /* the usage is fm_cli_simulate_usage's, from the same range table */
+        .short_help = 1,
+        .strict = 1,
+        .unknown = {"unknown flag '", "' (fp4moe simulate --help)"},
+        .missing = {"", " needs a value"},
+        .missing_known_only = 1,
+    };
+    return &cmd;
+}
+#undef O
+
+void fm_cli_simulate_apply(const fm_sim_flags *fl, const fm_flags_result *r, fm_sim_config *c, fm_sim_model *ov,
+                           int *sweep_max, unsigned *given)
+{
+    for (int i = 0; i < FM_SIM_SET_COUNT; i++) {
+        const fm_sim_range *rg = fm_sim_range_get((fm_sim_setting)i);
+        int                 seen = r->seen[N_FIXED + i];
+        if (i == FM_SIM_SET_MAX_RUNNING) seen |= r->seen[fm_flags_index(fm_cli_simulate_cmd(), "max-running")];
+        if (!seen) continue;
+        set_value((fm_sim_setting)i, rg->integer ? (double)fl->ival[i] : fl->dval[i], c, ov, sweep_max);
+        *given |= 1u << i;
+    }
+}
