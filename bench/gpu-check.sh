@@ -20,12 +20,7 @@
 #         cheapest call that still checks a kernel change before timing it)
 set -uo pipefail
 MODE=${1:-quick}
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-SYS=/tmp/sysroot
-for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
-export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
-export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
 { cmake -S . -B build-gpu -DFM_CUDA_ARCHS=${ARCHS:-native} -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" ${GPU_CMAKE_ARGS:-} &&

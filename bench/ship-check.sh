@@ -11,12 +11,7 @@
 # Usage (repo root): bench/ship-check.sh all|native|refuse
 set -uo pipefail
 MODE=${1:-all}
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-SYS=/tmp/sysroot
-for f in .debs/*.deb; do dpkg -x "$f" "$SYS"; done
-export PKG_CONFIG_PATH=$SYS/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$SYS
-export LD_LIBRARY_PATH=$SYS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/device_env.sh
 J=${J:-16}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/nvidia-smi.txt"
 nvcc --version | tail -2
