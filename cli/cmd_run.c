@@ -74,9 +74,9 @@ static int cmp_double(const void *a, const void *b)
  * of an activation, so the bound is that of activation quantization itself. */
 static double nmse_bound(fm_backend_kind k, const fm_moe_config *cfg)
 {
-    if (k == FM_BACKEND_CPU_REF) return 0.0;
-    if (cfg->act_nvfp4) return 2e-3;
-    return k == FM_BACKEND_CPU ? 1e-9 : 1e-4;
+    double b = 0.0;
+    (void)fm_layer_accuracy(k, cfg, &b); /* the layer's backend: never AUTO here */
+    return b;
 }
 
 /* One run: the options, the layer and its buffers, and what the report prints. */

@@ -85,6 +85,33 @@ static void plans_on_cpu(void **st)
     free(L);
 }
 
+/* The accuracy table: the bound of each backend against cpu-ref, weights-only and with
+ * NVFP4 activations, and the refusals. */
+static void accuracy_table(void **st)
+{
+    (void)st;
+    fm_moe_config c;
+    fm_moe_config_default(&c);
+    double b = -1;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CPU_REF, &c, &b), FM_OK);
+    assert_true(b == 0.0);
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CPU, &c, &b), FM_OK);
+    assert_true(b == 1e-9);
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &c, &b), FM_OK);
+    assert_true(b == 1e-4);
+    c.act_nvfp4 = 1;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CPU, &c, &b), FM_OK);
+    assert_true(b == 2e-3);
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &c, &b), FM_OK);
+    assert_true(b == 2e-3);
+    b = 7;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_AUTO, &c, &b), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_accuracy((fm_backend_kind)99, &c, &b), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CPU, NULL, &b), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CPU, &c, NULL), FM_ERR_INVALID_ARG);
+    assert_true(b == 7); /* untouched on failure */
+}
+
 static void create_rejects(void **st)
 {
     (void)st;
@@ -219,6 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(create_rejects),
         cmocka_unit_test(plans_on_cpu),
+        cmocka_unit_test(accuracy_table),
         cmocka_unit_test(forward_rejects_and_leaves_out_alone),
         cmocka_unit_test(backend_names),
     };

@@ -316,6 +316,12 @@ fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
  * FM_ERR_BUSY; the layer's plans are unchanged on failure. */
 fm_status fm_layer_set_plan(fm_layer *layer, int T, const fm_layer_plan_info *info);
 
+/* The NMSE bound of a backend's layer output against the cpu-ref backend (the oracle) on the
+ * same weights, inputs and routing, for cfg's activations (src/accuracy.c has the table and
+ * why; docs/accuracy.md): what `fp4moe run --check` enforces and the tests assert. Returns
+ * FM_OK, FM_ERR_INVALID_ARG (NULL, AUTO or an unknown backend). */
+fm_status fm_layer_accuracy(fm_backend_kind backend, const fm_moe_config *cfg, double *nmse_bound);
+
 /* Write every bucket's plan of the layer (cuda) into the plan file at path, in the
  * section of this device and build (the metadata fm_layer_desc.plans matches), replacing
  * the entry of this layer's shape and keeping every other section and shape; PATH is
