@@ -88,11 +88,7 @@ static fm_status sim_with(const fm_sim_config *base, const option *o, int max_ru
 /* Where a row's figures come from: every figure of (3) is modelled. fp4moe's kernels are
  * measured on the H200 only (their fitted efficiencies: include/fp4moe/sim.h), where no
  * engine in the table has an FP4 grouped-GEMM tactic, so advise never reaches it. */
-static const char *source_of(const option *o)
-{
-    (void)o;
-    return "modelled: roofline (no measurement of this kernel on this GPU)";
-}
+static const char *const k_source = "modelled: roofline (no measurement of this kernel on this GPU)";
 
 int fm_cmd_advise(int argc, char **argv)
 {
@@ -217,7 +213,7 @@ int fm_cmd_advise(int argc, char **argv)
             cJSON *p = cJSON_CreateObject();
             cJSON_AddStringToObject(p, "kernel", opt[j].label);
             cJSON_AddNumberToObject(p, "tile_m", opt[j].tile_m);
-            cJSON_AddStringToObject(p, "source", source_of(&opt[j]));
+            cJSON_AddStringToObject(p, "source", k_source);
             if (opt[j].same_as >= 0) cJSON_AddStringToObject(p, "same_as", opt[opt[j].same_as].label);
             else cJSON_AddNullToObject(p, "same_as");
             cJSON *at = cJSON_CreateArray();
@@ -305,7 +301,7 @@ int fm_cmd_advise(int argc, char **argv)
         printf("  %-*s", width, labels[j]);
         for (int s = 0; s < NSET; s++)
             if (set[s]) printf(" %6.0f/%-11.0f", opt[j].us[s], opt[j].tps[s]);
-        printf("\n    %s\n", source_of(&opt[j]));
+        printf("\n    %s\n", k_source);
     }
     if (merged)
         printf("  (rows joined by '=': the model gives them the same figures here: each is at the same roofline bound "

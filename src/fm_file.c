@@ -10,8 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *kind_of(mode_t m)
+const char *fm_file_kind(unsigned mode)
 {
+    mode_t m = (mode_t)mode;
+    if (S_ISLNK(m)) return "a symbolic link (not followed)";
     if (S_ISDIR(m)) return "a directory";
     if (S_ISFIFO(m)) return "a FIFO (named pipe)";
     if (S_ISCHR(m)) return "a character device";
@@ -27,7 +29,7 @@ fm_status fm_file_open(const char *path, int *fd, uint64_t *size)
     struct stat sb;
     /* Refuse by type before opening: open() of a FIFO waits for a writer. */
     if (stat(path, &sb) != 0) return fm_fail(FM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return fm_fail(FM_ERR_IO, "%s: not a regular file (%s)", path, kind_of(sb.st_mode));
+    if (!S_ISREG(sb.st_mode)) return fm_fail(FM_ERR_IO, "%s: not a regular file (%s)", path, fm_file_kind(sb.st_mode));
     /* O_NONBLOCK: should the path have become a FIFO since stat(), open() still returns at once. */
     int d = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (d < 0) return fm_fail(FM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -38,7 +40,7 @@ fm_status fm_file_open(const char *path, int *fd, uint64_t *size)
     }
     if (!S_ISREG(sb.st_mode)) {
         close(d);
-        return fm_fail(FM_ERR_IO, "%s: not a regular file (%s)", path, kind_of(sb.st_mode));
+        return fm_fail(FM_ERR_IO, "%s: not a regular file (%s)", path, fm_file_kind(sb.st_mode));
     }
     int fl = fcntl(d, F_GETFL);
     if (fl < 0 || fcntl(d, F_SETFL, fl & ~O_NONBLOCK) != 0) {

@@ -27,6 +27,10 @@
  * "cannot open: <errno text>" or "not a regular file (a FIFO)" and so on. */
 fm_status fm_file_open(const char *path, int *fd, uint64_t *size);
 
+/* What a non-regular file is, for messages ("a FIFO (named pipe)", "a symbolic link (not
+ * followed)", ...), from its st_mode. */
+const char *fm_file_kind(unsigned mode);
+
 /* fm_file_open as a stdio stream for reading. Same statuses; *out is NULL on failure. */
 fm_status fm_file_fopen(const char *path, FILE **out);
 

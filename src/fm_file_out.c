@@ -14,17 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *kind_of(mode_t m)
-{
-    if (S_ISLNK(m)) return "a symbolic link (not followed)";
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a plain file";
-}
-
 /* PATH by the rule of fm_file.h: FM_OK with *existed 0 (absent) or 1 (a
  * writable regular file), else FM_ERR_IO naming it. */
 static fm_status check_target(const char *path, int *existed)
@@ -38,7 +27,7 @@ static fm_status check_target(const char *path, int *existed)
         return fm_fail(FM_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     }
     if (!S_ISREG(sb.st_mode))
-        return fm_fail(FM_ERR_IO, "%s: refusing to write: it is %s, not a regular file", path, kind_of(sb.st_mode));
+        return fm_fail(FM_ERR_IO, "%s: refusing to write: it is %s, not a regular file", path, fm_file_kind(sb.st_mode));
     /* access(): the owner / group / other bits as they apply to this process;
      * the mode test: root passes access() for any file, a 0444 file stays read-only */
     if (access(path, W_OK) != 0 || !(sb.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)))

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -87,36 +88,24 @@ static cJSON *gemm_json(const fm_layer_plan_info *in, int g)
 static fm_status read_file(const char *path, cJSON **root)
 {
     *root = NULL;
-    FILE     *f = NULL;
-    fm_status st = fm_file_fopen(path, &f);
-    if (st != FM_OK) return st;
-    char  *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536 * 2;
-            char *nb = cap > PLANS_MAX_BYTES ? NULL : realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return fm_fail(cap > PLANS_MAX_BYTES ? FM_ERR_FORMAT : FM_ERR_OOM,
-                               "plan file %s: larger than %u MB or out of memory", path, PLANS_MAX_BYTES >> 20);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, 65536, f);
-        n += got;
-        if (got < 65536) break;
+    int      fd = -1;
+    uint64_t size = 0;
+    FM_CHECK(fm_file_open(path, &fd, &size)); /* a FIFO / device / directory: FM_ERR_IO, never a hang */
+    if (size > PLANS_MAX_BYTES) {
+        close(fd);
+        return fm_fail(FM_ERR_FORMAT, "plan file %s: %llu bytes, more than %u MB", path, (unsigned long long)size,
+                       PLANS_MAX_BYTES >> 20);
     }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return fm_fail(FM_ERR_IO, "plan file %s: read error", path);
+    char *buf = malloc((size_t)size + 1);
+    if (!buf) {
+        close(fd);
+        return fm_fail(FM_ERR_OOM, "plan file %s: out of host memory", path);
     }
-    buf[n] = 0;
-    cJSON *r = cJSON_ParseWithLength(buf, n);
+    fm_status st = fm_file_pread(fd, path, 0, buf, (size_t)size);
+    close(fd);
+    cJSON *r = st == FM_OK ? cJSON_ParseWithLength(buf, (size_t)size) : NULL;
     free(buf);
+    if (st != FM_OK) return st;
     const cJSON *v = r ? cJSON_GetObjectItemCaseSensitive(r, "fp4moe_plans") : NULL;
     if (!cJSON_IsNumber(v) || v->valuedouble != 1 || !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r, "sections"))) {
         cJSON_Delete(r);
