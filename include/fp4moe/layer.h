@@ -175,7 +175,7 @@ typedef struct {
      * where few experts would leave SMs idle (docs/cuda-gemm.md, "Decode on a few
      * experts"). FM_WORK_LIST_AUTO (0, default): in the buckets where the planner
      * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways (a shard's first tokens;
-     * measured faster there, slower elsewhere: bench/RESULTS.md, 2026-12-03);
+     * measured faster there, slower elsewhere: bench/RESULTS.md, "The work list, A/B");
      * FM_WORK_LIST_ON: every bucket the planner splits or not; FM_WORK_LIST_OFF: never
      * (grids over every local expert). The CPU backends ignore it. */
     int             decode_work_list;
@@ -188,7 +188,7 @@ typedef struct {
      * random routing, where it exceeds the mean. Why: a tile holds 8 * NT rows per pass
      * and an expert with more re-streams its weights, so a tile sized for the mean runs
      * ~40 % of the experts twice when the mean is a tile's capacity. Measured on the H200
-     * (GLM-5, bench/RESULTS.md 2026-12-03, third session): 0.9 against the mean, graph
+     * (GLM-5, bench/RESULTS.md, "Tiles for the 0.9-quantile of an expert's rows"): 0.9 against the mean, graph
      * replay, EP8 shard T = 256 317 -> 258 us, T = 1,024 435 -> 395, T = 32 157 -> 146;
      * all-local T = 32 294 -> 247; T = 64-128 and 4,096 within 3 %. Below 32 tokens it is
      * not measured (on the EP8 shard it picks the same tiles there). The CPU backends
@@ -357,7 +357,7 @@ typedef struct {
  * runs on a stream of its own (graphs are not captured from the legacy stream); seconds
  * per bucket; allocates and frees its own inputs and stream; runs the layer, so no other
  * run of it may be in flight, and graphs captured before must be re-captured. Measured on the H200 (GLM-5,
- * bench/RESULTS.md 2026-12-03 fourth session): the planner's plan was within 0-6 % of the
+ * bench/RESULTS.md, "Call C"): the planner's plan was within 0-6 % of the
  * best of 108 at 1-16 tokens, so expect small gains there; it exists for the devices the
  * planner's model was not fitted on. info may be NULL. Returns FM_OK,
  * FM_ERR_INVALID_ARG (NULL layer), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]),
