@@ -32,6 +32,11 @@ typedef struct {
     /* a has passed layer.c's argument checks (pointers, T, ids/weights paired,
      * workspace, alignment); CPU backends must not write a->out on failure. */
     fm_status (*run)(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
+    /* fm_layer_run_dispatched: a has passed layer.c's checks (pointers, layout, alignment,
+     * workspace; no shared expert); the backend reads counts / offsets through
+     * fm_dispatch_rows (they live in its memory space) and must not write a->out on
+     * failure. NULL: FM_ERR_UNSUPPORTED. */
+    fm_status (*run_dispatched)(void *state, const fm_layer_dispatch_args *a, fm_run_stats *stats);
     /* fm_layer_forward with host x / FP32 out; NULL: run is called with the host
      * pointers (CPU backends). x has passed the finite check. */
     fm_status (*forward_host)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
@@ -62,6 +67,21 @@ extern const fm_backend_ops fm_cuda_ops; /* src/cuda/backend_cuda.c */
 /* its tune op (src/cuda/tune.c) */
 fm_status fm_cuda_tune(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
 #endif
+
+/* Dispatched rows (src/layer_dispatch.c), for backends that read counts / offsets on the
+ * host: checks a's counts (each in [0, capacity]) or offsets (from 0, non-decreasing) for
+ * n_local experts, their total against max_rows, and writes the packed row ranges:
+ * local expert e's rows are [offsets[e], offsets[e + 1]) (n_local + 1 entries), *rows the
+ * total. Statuses: FM_ERR_BAD_SHAPE, with `who` in the message. */
+fm_status fm_dispatch_rows(const fm_layer_dispatch_args *a, int n_local, int64_t max_rows, const char *who,
+                           int32_t *offsets, int *rows);
+
+/* The row of a's x / out / weights that holds packed row p of local expert e. */
+static inline size_t fm_dispatch_slot(const fm_layer_dispatch_args *a, const int32_t *offsets, int e, int32_t p)
+{
+    return a->layout == FM_DISPATCH_EXPERT_MAJOR ? (size_t)e * (size_t)a->capacity + (size_t)(p - offsets[e])
+                                                 : (size_t)p;
+}
 
 /* Shape/format check of every weight tensor against cfg (shared by all backends);
  * it checks cfg->n_experts experts (layer.c passes the shard's count). */

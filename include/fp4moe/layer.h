@@ -262,6 +262,51 @@ typedef struct {
  * FM_ERR_OUT_OF_RANGE (an id outside [-1, n_experts)), FM_ERR_NONFINITE. */
 fm_status fm_layer_run(fm_layer *layer, const fm_layer_run_args *a);
 
+/* Expert parallelism: rows an all-to-all dispatch (NCCL EP, DeepEP, pplx) already sent to
+ * this layer's experts, read where the dispatch left them and answered in the layout its
+ * combine reads (docs/serving.md, "Expert parallelism"). The layer is the shard of the
+ * experts this rank holds (fm_layer_desc first_expert / n_local); routing happened before the
+ * dispatch, so the router is not run, and the shared expert, which works on the original
+ * tokens, is not part of it (a layer with one refuses: run the shared expert apart). */
+typedef enum {
+    /* low-latency layout: x [n_local][capacity][hidden], counts[e] rows of local expert e
+     * at the start of its block (DeepEP / NCCL EP low-latency, pplx) */
+    FM_DISPATCH_EXPERT_MAJOR = 1,
+    /* high-throughput layout: x [rows][hidden], local expert e's rows contiguous at
+     * [offsets[e], offsets[e + 1]) */
+    FM_DISPATCH_EXPERT_ROWS = 2,
+} fm_dispatch_layout;
+
+typedef struct {
+    fm_dispatch_layout layout;
+    const uint16_t    *x;        /* BF16 rows in `layout`, the layer's memory space, 16-byte aligned */
+    const int32_t     *counts;   /* EXPERT_MAJOR: [n_local] rows per local expert, each in [0, capacity] */
+    int                capacity; /* EXPERT_MAJOR: row slots per local expert in x and out (>= 1) */
+    const int32_t     *offsets;  /* EXPERT_ROWS: [n_local + 1], offsets[0] = 0, non-decreasing */
+    /* Each row's routing weight, indexed as its row ([n_local][capacity] or [rows]): the
+     * output row is multiplied by it. NULL: the rows are the experts' plain outputs and the
+     * combine applies the weights (as DeepEP's and NCCL EP's combine take topk_weights). */
+    const float *weights;
+    void        *out;       /* the same layout as x, desc.out_dtype, 16-byte aligned: every
+                               received row written; the slots past counts[e] (EXPERT_MAJOR) are not */
+    void        *workspace; /* as fm_layer_run_args */
+    void        *stream;    /* as fm_layer_run_args */
+} fm_layer_dispatch_args;
+
+/* Run the layer's experts on dispatched rows: out row = W2_e act(W13_e x row) (+ the
+ * expert biases; x rows NVFP4-rounded when act_nvfp4), times the row's weight when weights
+ * is given; each row's result is bit-identical to that row's expert output in fm_layer_run
+ * of the same rows. The rows received must fit the layer: at most max_tokens * top_k in
+ * all (a rank that receives T tokens from each of R ranks needs max_tokens >= R * T).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/args/x/out, a bad layout, the layout's
+ * counts or offsets missing, capacity < 1, workspace as fm_layer_run), FM_ERR_BAD_SHAPE (a
+ * count outside [0, capacity], offsets not starting at 0 or decreasing, more rows than the
+ * layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
+ * an output that overflowed), FM_ERR_UNSUPPORTED (a layer with a shared expert; the cuda
+ * backend, which does not take dispatched rows yet), FM_ERR_BUSY. out is untouched on
+ * failure. CPU backends only for now. */
+fm_status fm_layer_run_dispatched(fm_layer *layer, const fm_layer_dispatch_args *a);
+
 /* What the device recorded since the last call, then cleared. */
 typedef struct {
     long long bad_ids;        /* routed slots whose id was outside [-1, n_experts) */

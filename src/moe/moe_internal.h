@@ -74,5 +74,11 @@ fm_status fm_moe_plan_rows(const fm_moe_config *cfg, const fm_moe_weights *w, co
 fm_status fm_moe_forward_ref_run(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
                                  const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out,
                                  int32_t *routed_ids, float *routed_wts);
+/* The oracle on dispatched rows (fm_layer_run_dispatched): checks a's counts / offsets
+ * (fm_dispatch_rows: offsets gets the packed ranges, *rows the total) and the received rows
+ * and weights, then y_rows[p] = the expert output of packed row p (times its weight when
+ * a->weights), FP32 [max_rows][hidden]. */
+fm_status fm_moe_dispatched_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const fm_layer_dispatch_args *a,
+                                int n_local, int64_t max_rows, float *y_rows, int32_t *offsets, int *rows);
 
 #endif

@@ -209,8 +209,18 @@ static void test_unsupported(void **state)
     float          router[128] = {0};
     fm_moe_weights w = {.router_w = router, .w13 = w13.w, .w2 = w2.w};
     fm_layer      *l = NULL;
+    _Alignas(16) static uint16_t dummy[64 * 4]; /* never read: the call is refused first */
     assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, 4, &l), FM_ERR_UNSUPPORTED);
     assert_null(l);
+    /* dispatched rows (expert parallelism): the CPU backends take them, cuda refuses by name */
+    c.act_nvfp4 = 0;
+    assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, 4, &l), FM_OK);
+    int32_t                counts[2] = {1, 0};
+    fm_layer_dispatch_args a = {.layout = FM_DISPATCH_EXPERT_MAJOR, .x = (void *)dummy, .counts = counts,
+                                .capacity = 1, .out = (void *)dummy};
+    assert_int_equal(fm_layer_run_dispatched(l, &a), FM_ERR_UNSUPPORTED);
+    if (!strstr(fm_last_error(), "cuda")) fail_msg("the refusal should name the backend: %s", fm_last_error());
+    fm_layer_destroy(l);
     gpu_experts_free(&w13);
     gpu_experts_free(&w2);
 }
