@@ -26,7 +26,7 @@ static const fm_py_field k_fields[] = {
     F(fm_moe_config, inter), F(fm_moe_config, score), F(fm_moe_config, n_group), F(fm_moe_config, topk_group),
     F(fm_moe_config, renormalize), F(fm_moe_config, routed_scale), F(fm_moe_config, shared_inter),
     F(fm_moe_config, wfmt), F(fm_moe_config, act_nvfp4), F(fm_moe_config, activation),
-    F(fm_moe_config, swiglu_limit),
+    F(fm_moe_config, swiglu_limit), F(fm_moe_config, act_fp8),
 
     S(fm_qtensor), F(fm_qtensor, fmt), F(fm_qtensor, rows), F(fm_qtensor, cols), F(fm_qtensor, data),
     F(fm_qtensor, scales), F(fm_qtensor, global_scale),

@@ -27,7 +27,7 @@ class MoeConfig(C.Structure):
     _fields_ = [("n_experts", c_int), ("top_k", c_int), ("hidden", c_int), ("inter", c_int),
                 ("score", c_int), ("n_group", c_int), ("topk_group", c_int), ("renormalize", c_int),
                 ("routed_scale", c_float), ("shared_inter", c_int), ("wfmt", c_int), ("act_nvfp4", c_int),
-                ("activation", c_int), ("swiglu_limit", c_float)]
+                ("activation", c_int), ("swiglu_limit", c_float), ("act_fp8", c_int)]
 
 
 class QTensor(C.Structure):

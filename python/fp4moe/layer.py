@@ -30,6 +30,8 @@ SCORES = {"softmax": 0, "sigmoid": 1, "softmax-topk": 2}
 SCORE_NAMES = {v: k for k, v in SCORES.items()}
 ACTIVATIONS = {"swiglu": 0, "swiglu-gptoss": 1}
 ACTIVATION_NAMES = {v: k for k, v in ACTIVATIONS.items()}
+ACT_FP8 = {"off": 0, "block128": 1, "token": 2}
+ACT_FP8_NAMES = {v: k for k, v in ACT_FP8.items()}
 
 
 @dataclass
@@ -50,6 +52,7 @@ class MoEConfig:
     act_nvfp4: bool = False
     activation: str = "swiglu"    # "swiglu", or "swiglu-gptoss" (gpt-oss's clamped form, with swiglu_limit)
     swiglu_limit: float = 0.0     # swiglu-gptoss: the clamp (gpt-oss: 7.0); swiglu: 0
+    act_fp8: str = "off"          # FP8 activations (W4A8): "off", "block128" (scales per 128), "token"
 
     def __post_init__(self):
         self._fields()
@@ -67,7 +70,7 @@ class MoEConfig:
                 int(bool(self.renormalize)), as_float(self.routed_scale, "routed_scale"), ints["shared_inter"],
                 FORMATS[self.wfmt], int(bool(self.act_nvfp4)),
                 ACTIVATIONS[as_choice(self.activation, "activation", ACTIVATIONS)],
-                as_float(self.swiglu_limit, "swiglu_limit"))
+                as_float(self.swiglu_limit, "swiglu_limit"), ACT_FP8[as_choice(self.act_fp8, "act_fp8", ACT_FP8)])
 
     def _c(self):
         c = _lib.MoeConfig(*self._fields())
@@ -78,7 +81,8 @@ class MoEConfig:
     def _from_c(cls, c):
         return cls(c.n_experts, c.top_k, c.hidden, c.inter, SCORE_NAMES.get(c.score, "?"), c.n_group,
                    c.topk_group, bool(c.renormalize), c.routed_scale, c.shared_inter, FORMAT_NAMES[c.wfmt],
-                   bool(c.act_nvfp4), ACTIVATION_NAMES.get(c.activation, "?"), c.swiglu_limit)
+                   bool(c.act_nvfp4), ACTIVATION_NAMES.get(c.activation, "?"), c.swiglu_limit,
+                   ACT_FP8_NAMES.get(c.act_fp8, "?"))
 
 
 def _arr(a, arg, dtype, shape, allow_none=False):

@@ -165,9 +165,22 @@ static long act_quant_rows(fast_state *s, float *X, int P, int n, const float *g
     return bad;
 }
 
+/* FP8 round trip of rows [0, P) of X (width n). Returns the first failing row or -1. */
+static long act_fp8_rows(fast_state *s, float *X, int P, int n)
+{
+    long bad = -1;
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int p = 0; p < P; p++)
+        if (fm_moe_act_fp8_row(X + (size_t)p * n, n, s->cfg.act_fp8, X + (size_t)p * n) != FM_OK) {
+#pragma omp critical(fm_cpu_act_bad)
+            if (bad < 0 || p < bad) bad = p;
+        }
+    return bad;
+}
+
 /* The experts on the P packed rows of s->A1 (local expert e's rows at [offsets[e],
  * offsets[e + 1]), rowexp set): Y[p] = W2_e act(W13_e A1[p] (+ bias)) (+ bias), with the
- * NVFP4 round trips of act_nvfp4; with S > 0 the shared expert on the T rows of s->XS too
+ * NVFP4 / FP8 round trips of act_nvfp4 / act_fp8; with S > 0 the shared expert on the T rows of s->XS too
  * (into s->SY). Shared by the token-order run and the dispatched one, so a row's result does
  * not depend on where it came from. */
 static fm_status experts(fast_state *s, int P, int T, int S)
@@ -177,6 +190,10 @@ static fm_status experts(fast_state *s, int P, int T, int S)
     const int             E = s->p.n_local, H = c->hidden, I = c->inter;
     if (c->act_nvfp4) {
         long bad = act_quant_rows(s, s->A1, P, H, w->a1_scale);
+        if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
+    }
+    if (c->act_fp8) {
+        long bad = act_fp8_rows(s, s->A1, P, H);
         if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
     }
 
@@ -197,6 +214,11 @@ static fm_status experts(fast_state *s, int P, int T, int S)
                                                        s->SH + (size_t)t * S);
     if (c->act_nvfp4) {
         long bad = act_quant_rows(s, s->Hh, P, I, w->a2_scale);
+        if (bad >= 0)
+            return fm_fail(FM_ERR_NONFINITE, "cpu: FC2 input row %ld overflowed (inputs too large)", bad);
+    }
+    if (c->act_fp8) {
+        long bad = act_fp8_rows(s, s->Hh, P, I);
         if (bad >= 0)
             return fm_fail(FM_ERR_NONFINITE, "cpu: FC2 input row %ld overflowed (inputs too large)", bad);
     }

@@ -3,10 +3,10 @@
  * Simple loops, FP32 accumulation in plain K order, nothing clever:
  *   route (shared router logits + fm_moe_route), permute (fm_moe_permute),
  *   then for each routed row p of expert e (token t):
- *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4
+ *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4 (FP8 when act_fp8)
  *     g[n] = a . W13_e[n] (+ w13_bias[e][n])  for n < 2*inter (gate rows, then up rows)
  *     h = act(g): silu(g[0..inter)) * g[inter..2*inter), or gpt-oss's clamped form
- *       (fm_moe_expert_act); NVFP4 round trip when act_nvfp4
+ *       (fm_moe_expert_act); NVFP4 round trip when act_nvfp4 (FP8 when act_fp8)
  *     y_p[n] = h . W2_e[n] (+ w2_bias[e][n])
  *   out[t] = sum_j weight[t][j] * y_(slot t,j)   (j ascending)  + shared(x[t])
  * Weights are dequantized one row at a time with fm_dequantize (the format
@@ -103,9 +103,11 @@ static fm_status expert_row(const fm_moe_config *c, const fm_moe_weights *w, int
     const int H = c->hidden, I = c->inter;
     for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(xr[k]);
     if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
+    if (c->act_fp8) FM_CHECK(fm_moe_act_fp8_row(b->a, H, c->act_fp8, b->a));
     FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
     fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
     if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
+    if (c->act_fp8) FM_CHECK(fm_moe_act_fp8_row(b->h, I, c->act_fp8, b->h));
     FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, y));
     if (w->w2_bias)
         for (int n = 0; n < H; n++) y[n] += w->w2_bias[(size_t)e * H + n];

@@ -132,6 +132,7 @@ fm_status fm_load_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, cons
     l->cfg.renormalize = r.renormalize;
     l->cfg.routed_scale = r.routed_scale;
     l->cfg.act_nvfp4 = given ? given->act_nvfp4 : 0;
+    l->cfg.act_fp8 = given ? given->act_fp8 : FM_ACT_FP8_OFF;
     /* Group-limited routing is defined over all experts; an EP shard routes
      * among its own experts only, so groups are dropped there. */
     int full = c->n == c->n_total;

@@ -324,3 +324,25 @@ def test_plans_on_cpu(tmp_path):
         fp4moe.Layer(cfg, w, backend="cpu", max_tokens=2, plans="a\0b")
     assert fp4moe.Layer(cfg, w, backend="cpu", max_tokens=2).plans_note == ""
 
+
+
+def test_act_fp8(rng):
+    """W4A8 (MoEConfig.act_fp8) through Python: the two CPU backends agree within the accuracy
+    table's bound (1e-5), differ from W4A16 as FP8 activations do (~1e-3), and a name the
+    library does not know is refused before any C call (the numerics: test_layer_fp8.c)."""
+    cfg, W, _ = make_layer(rng, "nvfp4", H=256, I=128)
+    bits, _ = make_x(rng, 6, cfg.hidden)
+    outs = {}
+    for act in ("off", "block128", "token"):
+        cfg.act_fp8 = act
+        for be in ("cpu", "cpu-ref"):
+            with fp4moe.Layer(cfg, W, backend=be, max_tokens=6) as layer:
+                outs[act, be] = layer.run(bits).astype(np.float64)
+    nm = lambda a, b: float(((a - b) ** 2).sum() / (b ** 2).sum())
+    for act in ("block128", "token"):
+        assert np.isfinite(outs[act, "cpu"]).all()
+        assert nm(outs[act, "cpu"], outs[act, "cpu-ref"]) <= 1e-5
+        assert 1e-5 < nm(outs[act, "cpu-ref"], outs["off", "cpu-ref"]) < 1e-2
+    cfg.act_fp8 = "e5m2"
+    with pytest.raises(ValueError, match="act_fp8"):
+        fp4moe.Layer(cfg, W, backend="cpu", max_tokens=6)
