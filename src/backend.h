@@ -76,6 +76,12 @@ fm_status fm_cuda_tune(fm_layer *layer, const fm_layer_params *p, int T, void *s
 fm_status fm_dispatch_rows(const fm_layer_dispatch_args *a, int n_local, int64_t max_rows, const char *who,
                            int32_t *offsets, int *rows);
 
+/* Row r of a's input (x BF16, or x_fp8 times its x_scales) as FP32 into dst[hidden]: FM_OK, or
+ * FM_ERR_NONFINITE naming the row r (local expert e) and element or scale (NaN/Inf in a BF16
+ * row, an E4M3 NaN code, a scale not finite and > 0); `who` starts the message. */
+fm_status fm_dispatch_row_f32(const fm_layer_dispatch_args *a, size_t r, int hidden, int e, const char *who,
+                              float *dst);
+
 /* The row of a's x / out / weights that holds packed row p of local expert e. */
 static inline size_t fm_dispatch_slot(const fm_layer_dispatch_args *a, const int32_t *offsets, int e, int32_t p)
 {

@@ -4,6 +4,36 @@
  * Checked in full before anything is computed, so a bad count never reaches a buffer. */
 #include "backend.h"
 
+#include <float.h>
+
+fm_status fm_dispatch_row_f32(const fm_layer_dispatch_args *a, size_t r, int H, int e, const char *who, float *dst)
+{
+    if (a->x) {
+        const uint16_t *xr = a->x + r * (size_t)H;
+        for (int i = 0; i < H; i++) {
+            if ((xr[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+                return fm_fail(FM_ERR_NONFINITE, "%s: x row %zu (local expert %d), element %d is NaN or Inf", who, r, e,
+                               i);
+            dst[i] = fm_bf16_decode(xr[i]);
+        }
+        return FM_OK;
+    }
+    const int      nb = (H + 127) / 128;
+    const uint8_t *q = a->x_fp8 + r * (size_t)H;
+    const float   *sc = a->x_scales + r * (size_t)nb;
+    for (int b = 0; b < nb; b++)
+        if (!(sc[b] > 0.0f && sc[b] <= FLT_MAX))
+            return fm_fail(FM_ERR_NONFINITE, "%s: x_scales row %zu (local expert %d), block %d = %g: a scale must be "
+                                             "finite and > 0", who, r, e, b, (double)sc[b]);
+    for (int i = 0; i < H; i++) {
+        if ((q[i] & 0x7f) == 0x7f)
+            return fm_fail(FM_ERR_NONFINITE, "%s: x_fp8 row %zu (local expert %d), element %d is the E4M3 NaN code 0x%02x",
+                           who, r, e, i, q[i]);
+        dst[i] = fm_e4m3_decode(q[i]) * sc[i / 128];
+    }
+    return FM_OK;
+}
+
 fm_status fm_dispatch_rows(const fm_layer_dispatch_args *a, int n_local, int64_t max_rows, const char *who,
                            int32_t *offsets, int *rows)
 {

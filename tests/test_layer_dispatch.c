@@ -18,6 +18,7 @@
 
 #include "backend.h" /* fm_layer_test_hold */
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,11 +365,152 @@ static void test_dispatch_refusals(void **st)
     fx_free(&L);
 }
 
+/* FP8 rows (x_fp8 + x_scales per 128 channels), as an FP8 dispatch sends them, into a W4A8
+ * layer (act_fp8 = block128). With the layer's own scales (amax / 448 per block) the rows are
+ * the numbers its own quantization of the BF16 rows makes: the output must be bit-identical
+ * to the BF16 run. With power-of-two scales (UE8M0-style senders) the values differ a little:
+ * cpu against cpu-ref within the accuracy table's W4A8 bound, and close to the BF16 run. The
+ * slots no row was sent to hold E4M3 NaN codes and NaN scales: never read. Then the refusals. */
+static void fp8_encode(const dispatch *d, int H, int pow2, uint8_t *q, float *sc)
+{
+    const int nb = (H + 127) / 128;
+    for (size_t row = 0; row < dispatch_slots(d); row++) {
+        const uint16_t *xr = d->x + row * H;
+        if ((xr[0] & 0x7fff) == 0x7fc0) { /* a poisoned slot: NaN codes, NaN scales */
+            memset(q + row * H, 0x7f, (size_t)H);
+            for (int b = 0; b < nb; b++) sc[row * nb + b] = NAN;
+            continue;
+        }
+        for (int b = 0; b < nb; b++) {
+            const int b0 = b * 128, b1 = b0 + 128 < H ? b0 + 128 : H;
+            float     amax = 0.0f;
+            for (int i = b0; i < b1; i++) amax = fmaxf(amax, fabsf(fm_bf16_decode(xr[i])));
+            float s = amax / 448.0f;
+            if (!(s >= FLT_MIN)) s = 1.0f;
+            if (pow2) s = ldexpf(1.0f, (int)ceilf(log2f(s)));
+            sc[row * nb + b] = s;
+            for (int i = b0; i < b1; i++) q[row * H + i] = fm_e4m3_encode(fm_bf16_decode(xr[i]) / s);
+        }
+    }
+}
+
+static void test_fp8_rows(void **st)
+{
+    (void)st;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0xf8d);
+    const int E = 16, K = 4, H = 208, I = 64, T = fx_asan() ? 4 : 9, first = 4, nl = 6, nb = (H + 127) / 128;
+    fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_NVFP4);
+    cfg.act_fp8 = FM_ACT_FP8_BLOCK128; /* H = 208: a block of 128 and a short one of 80 */
+    fx_layer L;
+    fx_build(&L, &cfg, &r, 0, 0);
+    uint16_t *x = aligned(sizeof(uint16_t) * T * H), *xs = fx_bf16(&r, (size_t)T * H, 1.0f);
+    memcpy(x, xs, sizeof(uint16_t) * T * H);
+    free(xs);
+    int32_t *ids = aligned(sizeof(int32_t) * T * K);
+    float   *wts = aligned(sizeof(float) * T * K);
+    random_routing(&r, T, K, E, ids, wts);
+    dispatch d;
+    dispatch_make(&d, FM_DISPATCH_EXPERT_MAJOR, x, T, H, K, ids, wts, first, nl);
+    const size_t slots = dispatch_slots(&d), ob = sizeof(float) * slots * H;
+    uint8_t     *q = aligned(slots * H);
+    float       *sc = aligned(sizeof(float) * slots * nb);
+    float       *o16 = aligned(ob), *o8 = aligned(ob), *oref = aligned(ob);
+    for (int pow2 = 0; pow2 < 2; pow2++) {
+        fp8_encode(&d, H, pow2, q, sc);
+        for (int b = 0; b < 2; b++) {
+            fm_layer              *l = make(k_cpu[b], &L, T, first, nl, FM_OUT_F32);
+            fm_layer_dispatch_args a = dispatch_args(&d, 0, o16);
+            memset(o16, POISON, ob);
+            assert_int_equal(fm_layer_run_dispatched(l, &a), FM_OK);
+            a.x = NULL, a.x_fp8 = q, a.x_scales = sc, a.out = o8;
+            memset(o8, POISON, ob);
+            fm_status s = fm_layer_run_dispatched(l, &a);
+            if (s != FM_OK) fail_msg("%s FP8 rows: %s: %s", fm_backend_name(k_cpu[b]), fm_status_name(s), fm_last_error());
+            for (size_t row = 0; row < slots; row++) {
+                const int got = received(&d, T, K, (int)row);
+                for (int i = 0; i < H; i++) {
+                    const float v = o8[row * H + i];
+                    if (got && !isfinite(v)) fail_msg("FP8 rows: row %zu element %d not finite", row, i);
+                    if (!got && memcmp(&o8[row * H + i], &o16[row * H + i], sizeof(float)))
+                        fail_msg("FP8 rows: row %zu was not received but written", row);
+                }
+            }
+            if (!pow2 && memcmp(o8, o16, ob))
+                fail_msg("%s: FP8 rows with the layer's own scales differ from the BF16 rows' run",
+                         fm_backend_name(k_cpu[b]));
+            if (pow2) {
+                double dd = 0, nn = 0;
+                for (size_t row = 0; row < slots; row++)
+                    if (received(&d, T, K, (int)row))
+                        for (int i = 0; i < H; i++) {
+                            const double u = o8[row * H + i], v = o16[row * H + i];
+                            dd += (u - v) * (u - v), nn += v * v;
+                        }
+                print_message("# %s: FP8 rows with power-of-two scales vs the BF16 run: NMSE %.3g\n",
+                              fm_backend_name(k_cpu[b]), dd / nn);
+                assert_true(dd > 0 && dd / nn < 1e-2);
+                if (b == 0) memcpy(oref, o8, ob);
+                else {
+                    double bound = -1;
+                    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CPU, &L.cfg, &bound), FM_OK);
+                    for (size_t row = 0; row < slots; row++)
+                        if (received(&d, T, K, (int)row)) {
+                            char what[64];
+                            snprintf(what, sizeof what, "FP8 rows, cpu vs cpu-ref, row %zu", row);
+                            fm_assert_close(o8 + row * H, oref + row * H, (size_t)H, bound, what);
+                        }
+                }
+            }
+            fm_layer_destroy(l);
+        }
+    }
+
+    /* refusals, out untouched */
+    fp8_encode(&d, H, 0, q, sc);
+    fm_layer              *l = make(FM_BACKEND_CPU, &L, T, first, nl, FM_OUT_F32);
+    fm_layer_dispatch_args a = dispatch_args(&d, 0, o8), c;
+    a.x = NULL, a.x_fp8 = q, a.x_scales = sc;
+    c = a, c.x = d.x, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "x and x_fp8 both");
+    c = a, c.x_fp8 = NULL, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "neither x nor x_fp8");
+    c = a, c.x_scales = NULL, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "x_fp8 without x_scales");
+    c = a, c.x_fp8 = q + 1, expect_bad(l, &c, ob, FM_ERR_MISALIGNED, "x_fp8 + 1 byte");
+    c = a, c.x_scales = (const float *)((const char *)sc + 2), expect_bad(l, &c, ob, FM_ERR_MISALIGNED, "x_scales + 2");
+    int e0 = 0;
+    while (d.counts[e0] == 0) e0++;
+    const size_t row0 = (size_t)e0 * d.cap; /* the first received row */
+    const float  bad_scales[4] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        const float keep = sc[row0 * nb + 1];
+        sc[row0 * nb + 1] = bad_scales[i];
+        expect_bad(l, &a, ob, FM_ERR_NONFINITE, "a bad scale of a received row");
+        if (!strstr(fm_last_error(), "x_scales")) fail_msg("the refusal should name x_scales: %s", fm_last_error());
+        sc[row0 * nb + 1] = keep;
+    }
+    const uint8_t keepq = q[row0 * H + 130];
+    q[row0 * H + 130] = 0xff; /* -NaN */
+    expect_bad(l, &a, ob, FM_ERR_NONFINITE, "an E4M3 NaN code in a received row");
+    q[row0 * H + 130] = keepq;
+    fm_layer_destroy(l);
+    for (int m = 0; m < 2; m++) { /* layers that are not W4A8 per 128 */
+        fx_layer M = L;
+        M.cfg.act_fp8 = m ? FM_ACT_FP8_TOKEN : FM_ACT_FP8_OFF;
+        l = make(FM_BACKEND_CPU, &M, T, first, nl, FM_OUT_F32);
+        expect_bad(l, &a, ob, FM_ERR_INVALID_ARG, "FP8 rows to a layer not W4A8 per 128");
+        if (!strstr(fm_last_error(), "FM_ACT_FP8_BLOCK128")) fail_msg("the refusal should say what: %s", fm_last_error());
+        fm_layer_destroy(l);
+    }
+    free(q), free(sc), free(o16), free(o8), free(oref), free(x), free(ids), free(wts);
+    dispatch_free(&d);
+    fx_free(&L);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatched_equals_shard),
         cmocka_unit_test(test_dispatch_refusals),
+        cmocka_unit_test(test_fp8_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,6 +280,14 @@ typedef enum {
 typedef struct {
     fm_dispatch_layout layout;
     const uint16_t    *x;        /* BF16 rows in `layout`, the layer's memory space, 16-byte aligned */
+    /* Or FP8 rows, as an FP8 dispatch sends them (DeepEP / NCCL EP low latency): x_fp8 E4M3
+     * [rows in `layout`][hidden] (16-byte aligned) and x_scales FP32 [rows in `layout`]
+     * [ceil(hidden / 128)], one per 128 channels, finite and > 0; the row is q * scale, used as
+     * it is (not quantized again). Exactly one of x / x_fp8. FP8 rows need a W4A8 layer with
+     * scales per 128 (act_fp8 = FM_ACT_FP8_BLOCK128): the same numbers its own quantization
+     * of BF16 rows makes, so FC1 runs at FP8 either way. */
+    const uint8_t     *x_fp8;
+    const float       *x_scales;
     const int32_t     *counts;   /* EXPERT_MAJOR: [n_local] rows per local expert, each in [0, capacity] */
     int                capacity; /* EXPERT_MAJOR: row slots per local expert in x and out (>= 1) */
     const int32_t     *offsets;  /* EXPERT_ROWS: [n_local + 1], offsets[0] = 0, non-decreasing */
@@ -298,11 +306,12 @@ typedef struct {
  * is given; each row's result is bit-identical to that row's expert output in fm_layer_run
  * of the same rows. The rows received must fit the layer: at most max_tokens * top_k in
  * all (a rank that receives T tokens from each of R ranks needs max_tokens >= R * T).
- * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/args/x/out, a bad layout, the layout's
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/args/out, neither or both of x and x_fp8,
+ * x_fp8 without x_scales or to a layer that is not W4A8 per 128, a bad layout, the layout's
  * counts or offsets missing, capacity < 1, workspace as fm_layer_run), FM_ERR_BAD_SHAPE (a
  * count outside [0, capacity], offsets not starting at 0 or decreasing, more rows than the
  * layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
- * an output that overflowed), FM_ERR_UNSUPPORTED (a layer with a shared expert; the cuda
+ * an FP8 row's NaN code, a scale not finite and > 0, an output that overflowed), FM_ERR_UNSUPPORTED (a layer with a shared expert; the cuda
  * backend, which does not take dispatched rows yet), FM_ERR_BUSY. out is untouched on
  * failure. CPU backends only for now. */
 fm_status fm_layer_run_dispatched(fm_layer *layer, const fm_layer_dispatch_args *a);

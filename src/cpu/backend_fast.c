@@ -181,9 +181,10 @@ static long act_fp8_rows(fast_state *s, float *X, int P, int n)
 /* The experts on the P packed rows of s->A1 (local expert e's rows at [offsets[e],
  * offsets[e + 1]), rowexp set): Y[p] = W2_e act(W13_e A1[p] (+ bias)) (+ bias), with the
  * NVFP4 / FP8 round trips of act_nvfp4 / act_fp8; with S > 0 the shared expert on the T rows of s->XS too
- * (into s->SY). Shared by the token-order run and the dispatched one, so a row's result does
+ * (into s->SY). x_on_grid: A1 holds FP8 rows as a dispatch sent them (already q * scale), not
+ * quantized again. Shared by the token-order run and the dispatched one, so a row's result does
  * not depend on where it came from. */
-static fm_status experts(fast_state *s, int P, int T, int S)
+static fm_status experts(fast_state *s, int P, int T, int S, int x_on_grid)
 {
     const fm_moe_config  *c = &s->cfg;
     const fm_moe_weights *w = &s->cw.w;
@@ -192,7 +193,7 @@ static fm_status experts(fast_state *s, int P, int T, int S)
         long bad = act_quant_rows(s, s->A1, P, H, w->a1_scale);
         if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
     }
-    if (c->act_fp8) {
+    if (c->act_fp8 && !x_on_grid) {
         long bad = act_fp8_rows(s, s->A1, P, H);
         if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
     }
@@ -266,7 +267,7 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
     for (long i = 0; i < (long)T * H; i++) s->XS[i] = fm_bf16_decode(x[i]);
 #pragma omp parallel for schedule(static) num_threads(s->nthreads)
     for (int p = 0; p < P; p++) memcpy(s->A1 + (size_t)p * H, s->XS + (size_t)(s->perm[p] / K) * H, sizeof(float) * H);
-    FM_CHECK(experts(s, P, T, S));
+    FM_CHECK(experts(s, P, T, S, 0));
 
     /* Finalize in the reference's order: slots j ascending, then the shared expert. */
 #pragma omp parallel for schedule(static) num_threads(s->nthreads)
@@ -308,27 +309,16 @@ static fm_status fast_run_dispatched(void *state, const fm_layer_dispatch_args *
     int                  P = 0;
     double               t0 = omp_get_wtime();
     FM_CHECK(fm_dispatch_rows(a, E, (int64_t)s->max_tokens * c->top_k, who, s->offsets, &P));
-    for (int e = 0; e < E; e++)
+    for (int e = 0; e < E; e++) /* checked and decoded in packed order: the first bad row is named */
         for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
-            const size_t    r = fm_dispatch_slot(a, s->offsets, e, p);
-            const uint16_t *xr = a->x + r * H;
-            for (int i = 0; i < H; i++)
-                if ((xr[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
-                    return fm_fail(FM_ERR_NONFINITE, "%s: x row %zu (local expert %d), element %d is NaN or Inf", who,
-                                   r, e, i);
+            const size_t r = fm_dispatch_slot(a, s->offsets, e, p);
+            FM_CHECK(fm_dispatch_row_f32(a, r, H, e, who, s->A1 + (size_t)p * H));
             if (a->weights && !isfinite(a->weights[r]))
                 return fm_fail(FM_ERR_NONFINITE, "%s: weights[%zu] (local expert %d) = %g", who, r, e,
                                (double)a->weights[r]);
             s->rowexp[p] = e;
         }
-#pragma omp parallel for schedule(dynamic, 16) num_threads(s->nthreads)
-    for (int e = 0; e < E; e++)
-        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
-            const uint16_t *xr = a->x + fm_dispatch_slot(a, s->offsets, e, p) * H;
-            float          *dst = s->A1 + (size_t)p * H;
-            for (int i = 0; i < H; i++) dst[i] = fm_bf16_decode(xr[i]);
-        }
-    FM_CHECK(experts(s, P, 0, 0));
+    FM_CHECK(experts(s, P, 0, 0, a->x_fp8 != NULL));
     if (a->weights) /* the combine's weight applied here: one product per element, as the finalize does */
         for (int e = 0; e < E; e++)
             for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {

@@ -96,14 +96,14 @@ static fm_status bufs_alloc(const fm_moe_config *c, int T, ref_bufs *b)
     return FM_OK;
 }
 
-/* y = local expert e's output for one BF16 row xr (the chain in the comment at the top). */
-static fm_status expert_row(const fm_moe_config *c, const fm_moe_weights *w, int e, const uint16_t *xr, ref_bufs *b,
+/* y = local expert e's output for the row in b->a (FP32; the chain in the comment at the top);
+ * x_on_grid: b->a holds an FP8 row as a dispatch sent it (q * scale), not quantized again. */
+static fm_status expert_row(const fm_moe_config *c, const fm_moe_weights *w, int e, int x_on_grid, ref_bufs *b,
                             float *y)
 {
     const int H = c->hidden, I = c->inter;
-    for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(xr[k]);
     if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
-    if (c->act_fp8) FM_CHECK(fm_moe_act_fp8_row(b->a, H, c->act_fp8, b->a));
+    if (c->act_fp8 && !x_on_grid) FM_CHECK(fm_moe_act_fp8_row(b->a, H, c->act_fp8, b->a));
     FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
     fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
     if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
@@ -124,7 +124,8 @@ static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const 
     for (int e = 0; e < n_local; e++) { /* local expert e = global first + e */
         for (int32_t p = b->offsets[e]; p < b->offsets[e + 1]; p++) {
             int t = b->perm[p] / K;
-            FM_CHECK(expert_row(c, w, e, x + (size_t)t * H, b, b->y + (size_t)p * H));
+            for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(x[(size_t)t * H + k]);
+            FM_CHECK(expert_row(c, w, e, 0, b, b->y + (size_t)p * H));
         }
     }
 
@@ -202,17 +203,13 @@ fm_status fm_moe_dispatched_ref(const fm_moe_config *cfg, const fm_moe_weights *
     fm_status s = FM_OK;
     for (int e = 0; e < n_local && s == FM_OK; e++)
         for (int32_t p = offsets[e]; p < offsets[e + 1] && s == FM_OK; p++) {
-            const size_t    r = fm_dispatch_slot(a, offsets, e, p);
-            const uint16_t *xr = a->x + r * H;
-            float          *y = y_rows + (size_t)p * H;
-            for (int i = 0; i < H && s == FM_OK; i++)
-                if ((xr[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
-                    s = fm_fail(FM_ERR_NONFINITE, "%s: x row %zu (local expert %d), element %d is NaN or Inf", who, r, e,
-                                i);
+            const size_t r = fm_dispatch_slot(a, offsets, e, p);
+            float       *y = y_rows + (size_t)p * H;
+            s = fm_dispatch_row_f32(a, r, H, e, who, b.a);
             if (s == FM_OK && a->weights && !isfinite(a->weights[r]))
                 s = fm_fail(FM_ERR_NONFINITE, "%s: weights[%zu] (local expert %d) = %g", who, r, e,
                             (double)a->weights[r]);
-            if (s == FM_OK) s = expert_row(cfg, w, e, xr, &b, y);
+            if (s == FM_OK) s = expert_row(cfg, w, e, a->x_fp8 != NULL, &b, y);
             if (s == FM_OK && a->weights)
                 for (int n = 0; n < H; n++) y[n] = a->weights[r] * y[n];
         }
