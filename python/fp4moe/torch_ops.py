@@ -122,8 +122,6 @@ class MoE:
             backend = "cuda" if dev.type == "cuda" else "cpu"
         if (backend == "cuda") != (dev.type == "cuda"):
             raise ValueError(f"backend: {backend!r} does not run on device {dev}")
-        if dev.type == "cuda":
-            _lib.require_run_api("a CUDA layer for torch tensors")
         self.layer = Layer(cfg, weights, backend=backend, max_tokens=max_tokens,
                            out_dtype="bf16" if out_dtype == torch.bfloat16 else "f32",
                            first_expert=first_expert, n_local=n_local,
@@ -138,7 +136,7 @@ class MoE:
         self._h = self.layer._handle()  # unlocked, for bench/py_overhead.py's raw ctypes baseline only
         self._args = _lib.LayerRunArgs()
         self._aref = C.byref(self._args)  # made once: a byref per call costs more than the fields
-        self._run = lib.fm_layer_run if _lib.HAS_RUN_API else None
+        self._run = lib.fm_layer_run
         self._fast = self._make_fast()
         with _reg_lock:
             self.id = next(_ids)
@@ -179,14 +177,6 @@ class MoE:
         """The op's body for this layer: check cheaply, launch, return out (a new
         tensor when out is None), or None when a check failed (nothing launched:
         the caller then runs _check, which raises naming the argument)."""
-        if self._run is None:  # a library without fm_layer_run: the checked, slower path
-            def slow(x, ids, w, out):
-                T = self._check(x, ids, w, out)
-                if out is None:
-                    out = torch.empty((T, self.hidden), dtype=self.out_dtype, device=x.device)
-                self._launch(x, ids, w, out, T)
-                return out
-            return slow
         H, k, max_t, odt, dev = self.hidden, self.top_k, self.max_tokens, self.out_dtype, self.device
         args, run, hd, ref, pack, empty = self._args, self._run, self._hd, self._aref, _pack_args, _empty
         lock = hd.lock
@@ -234,7 +224,6 @@ class MoE:
 
     def _routed(self, x):
         """moe_routed's body: internal routing into new (out, ids, weights)."""
-        _lib.require_run_api("return_routing (torch.ops.fp4moe.moe_routed)")
         T = self._check(x, None, None, None)
         dev, k = self.device, self.top_k
         out = torch.empty((T, self.hidden), dtype=self.out_dtype, device=dev)
@@ -286,12 +275,6 @@ class MoE:
         return T
 
     def _launch(self, x, ids, w, out, T):
-        if self._run is None:  # library without fm_layer_run: CPU, internal routing, FP32 only
-            if ids is not None or self.out_dtype != torch.float32:
-                _lib.require_run_api("external routing or BF16 output")
-            with self._hd as h:
-                check(lib.fm_layer_forward(h, x.data_ptr(), T, out.data_ptr(), None), "fp4moe.moe")
-            return
         stream = (_raw_stream(self._dev_index) if _raw_stream else torch.cuda.current_stream(self.device).cuda_stream) \
             if self._cuda else None
         with self._hd as h:
@@ -312,7 +295,6 @@ class MoE:
         the last call (fm_layer_errors): ids out of range, NaN/Inf in x or the
         router logits. Raises fp4moe.Error when something was recorded (or
         returns the record as a dict with raise_on_error=False)."""
-        _lib.require_run_api("MoE.errors")
         info = _lib.LayerErrorInfo()
         stream = torch.cuda.current_stream(self.device).cuda_stream if self._cuda else None
         with self._hd as h:

@@ -21,8 +21,7 @@ import moe_ref  # noqa: E402
 
 
 def pytest_report_header(config):
-    return (f"fp4moe {fp4moe.__version__} from {fp4moe.library_path}; device-resident API (fm_layer_run): "
-            f"{'yes' if fp4moe.HAS_RUN_API else 'no (tests of it skip)'}")
+    return f"fp4moe {fp4moe.__version__} from {fp4moe.library_path}"
 
 
 @pytest.fixture

@@ -19,10 +19,6 @@ import moe_ref
 from conftest import make_layer, make_x, reference, write_modelopt, write_safetensors
 
 BOUND = 1e-9
-need_run_api = pytest.mark.skipif(not fp4moe.HAS_RUN_API,
-                                  reason="the library does not export fm_layer_run / fm_layer_create_desc yet")
-
-
 def check(got, ref, margin=np.inf):
     assert np.all(np.isfinite(got)), "NaN/Inf in the output (an element left unwritten?)"
     assert margin > 1e-6, f"routing near a tie (margin {margin}): re-run (the seed is printed)"
@@ -68,7 +64,6 @@ def test_float_input_is_rounded_to_bf16(rng):
     assert np.array_equal(a, b)
 
 
-@need_run_api
 def test_external_routing(rng):
     cfg, W, ref = make_layer(rng, "nvfp4", E=8, k=3)
     T = 7
@@ -82,7 +77,6 @@ def test_external_routing(rng):
     check(got, want)
 
 
-@need_run_api
 def test_plan_cpu(rng):
     """Layer.plan: the CPU backends have no tile plan (FM_ERR_UNSUPPORTED); T checked first."""
     cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=2)
@@ -121,7 +115,6 @@ def test_plan_cpu(rng):
             layer.tune(2, stream="s")
 
 
-@need_run_api
 def test_tuning_options(rng):
     """work_list / row_quantile: checked on every backend (the CPU ones ignore them)."""
     cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=2)
@@ -137,7 +130,6 @@ def test_tuning_options(rng):
         fp4moe.Layer(cfg, W, backend="cpu", row_quantile="median")
 
 
-@need_run_api
 @pytest.mark.parametrize("backend", ["cpu-ref", "cpu"])
 def test_return_routing(rng, backend):
     """The routing the layer chose, handed back: valid top-k sets, weights as the
@@ -172,7 +164,6 @@ def test_return_routing(rng, backend):
             assert abs(mine[e] - v) <= 1e-5 * abs(v), f"token {t} expert {e}: weight {mine[e]} vs {v}"
 
 
-@need_run_api
 @pytest.mark.parametrize("out_dtype", ["f32", "bf16"])
 def test_expert_shard_partial_sums(rng, out_dtype):
     E = 8
@@ -217,15 +208,15 @@ def test_modelopt_checkpoint(rng, tmp_path):
     loaded.close()
     want, margin = reference(cfg, ref, xf)
     check(got, want, margin)
-    if fp4moe.HAS_RUN_API:  # expert-parallel shards of the checkpoint: global router, partial sums
-        total = 0
-        with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
-            for first in (0, 2):
-                scfg, sw = ck.load_shard(0, first, 2, routing=cfg)
-                assert scfg.n_experts == cfg.n_experts and sw.w13_data.shape[0] == 2
-                with fp4moe.Layer(scfg, sw, backend="cpu", max_tokens=4, first_expert=first, n_local=2) as L:
-                    total = total + L.run(bits)
-        check(total, want, margin)
+    # expert-parallel shards of the checkpoint: global router, partial sums
+    total = 0
+    with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+        for first in (0, 2):
+            scfg, sw = ck.load_shard(0, first, 2, routing=cfg)
+            assert scfg.n_experts == cfg.n_experts and sw.w13_data.shape[0] == 2
+            with fp4moe.Layer(scfg, sw, backend="cpu", max_tokens=4, first_expert=first, n_local=2) as L:
+                total = total + L.run(bits)
+    check(total, want, margin)
 
 
 @pytest.mark.parametrize("limit", [None, 0.75])

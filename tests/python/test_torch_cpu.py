@@ -14,9 +14,6 @@ from conftest import closed, make_layer, make_x, race, reference
 torch = pytest.importorskip("torch", reason="torch is not installed: the torch ops are not tested here")
 from fp4moe.torch_ops import MoE  # noqa: E402
 
-need_run_api = pytest.mark.skipif(not fp4moe.HAS_RUN_API, reason="the library does not export fm_layer_run yet")
-
-
 def bf16(bits):
     return torch.from_numpy(bits.view(np.int16).copy()).view(torch.bfloat16)
 
@@ -60,7 +57,6 @@ def test_compile_fullgraph(setup, rng):
     assert torch.equal(out, eager) and torch.equal(r, eager + 1)
 
 
-@need_run_api
 def test_external_routing_and_bf16_out(rng):
     cfg, W, ref = make_layer(rng, "mxfp4", E=8, k=2)
     m = MoE(cfg, W, device="cpu", max_tokens=8)  # BF16 out
@@ -188,7 +184,6 @@ def test_run_args_packer_matches_the_struct():
     assert tuple(getattr(a, n) for n in names) == (0x10, 1, None, None, 0x20, None, None, None, None)
 
 
-@need_run_api
 @pytest.mark.parametrize("backend", ["cpu-ref", "cpu"])
 def test_return_routing(rng, backend):
     """moe(x, return_routing=True) / torch.ops.fp4moe.moe_routed: the layer's own
@@ -305,8 +300,6 @@ def test_close_during_calls(rng, path):
     """MoE.close() in one thread while another calls: each call completes (same output) or
     raises fp4moe.ClosedError, never runs on the destroyed layer; the op with the closed id
     then says the id is not live."""
-    if path == "routed" and not fp4moe.HAS_RUN_API:
-        pytest.skip("the library does not export fm_layer_run yet")
     cfg, W, _ = make_layer(rng, "nvfp4", E=16, k=4, H=256, I=256)
     bits, _ = make_x(rng, 8, cfg.hidden)
     x = bf16(bits)
