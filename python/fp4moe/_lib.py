@@ -84,7 +84,13 @@ class CkptScan(C.Structure):
 
 class CkptLoadOpts(C.Structure):
     _fields_ = [("names", c_void_p), ("routing", P(MoeConfig)), ("routing_fields", C.c_uint),
-                ("first_expert", c_int), ("n_experts", c_int), ("swizzle_scales", c_int), ("validate_only", c_int)]
+                ("first_expert", c_int), ("n_experts", c_int), ("swizzle_scales", c_int), ("global_router", c_int),
+                ("validate_only", c_int)]
+
+
+class TensorView(C.Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_int), ("shape", c_int64 * ST_MAX_DIMS),
+                ("data", c_void_p)]
 
 
 class RouteOrigin(C.Structure):
@@ -95,8 +101,9 @@ class CkptLayer(C.Structure):
     _fields_ = [("cfg", MoeConfig), ("w", MoeWeights), ("w13", P(QTensor)), ("w2", P(QTensor)),
                 ("router_w", P(c_float)), ("router_bias", P(c_float)), ("a1_scale", P(c_float)),
                 ("a2_scale", P(c_float)), ("shared_w13", P(C.c_uint16)), ("shared_w2", P(C.c_uint16)),
-                ("w13_bias", P(c_float)), ("w2_bias", P(c_float)), ("w13_sf_swizzled", c_void_p), ("w2_sf_swizzled", c_void_p), ("layer", c_int),
-                ("first_expert", c_int), ("has_router_bias", c_int), ("has_input_scales", c_int),
+                ("w13_bias", P(c_float)), ("w2_bias", P(c_float)), ("w13_sf_swizzled", c_void_p),
+                ("w2_sf_swizzled", c_void_p), ("layer", c_int), ("first_expert", c_int), ("n_local", c_int),
+                ("has_router_bias", c_int), ("has_input_scales", c_int),
                 ("has_expert_bias", c_int),
                 ("layout", c_int), ("model_type", C.c_char * 64), ("route_from", RouteOrigin * 5),
                 ("rescaled_w13", c_int), ("ignored_bias", c_int),
@@ -127,6 +134,7 @@ _MIRRORS = {
     "fm_moe_config": MoeConfig, "fm_qtensor": QTensor, "fm_moe_weights": MoeWeights, "fm_run_stats": RunStats,
     "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_error_info": LayerErrorInfo,
     "fm_st_tensor": StTensor, "fm_ckpt_names": CkptNames, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
+    "fm_tensor_view": TensorView,
     "fm_ckpt_layer": CkptLayer, "fm_tile": Tile, "fm_layer_plan_info": LayerPlanInfo,
     "fm_layer_tune_info": LayerTuneInfo,
 }
@@ -157,6 +165,7 @@ _PROTOS = {
     "fm_layer_destroy": (None, [c_void_p]),
     "fm_checkpoint_open": (c_int, [c_char_p, P(c_void_p)]),
     "fm_checkpoint_close": (None, [c_void_p]),
+    "fm_checkpoint_open_tensors": (c_int, [P(TensorView), c_size_t, c_char_p, P(c_void_p)]),
     "fm_checkpoint_tensor_count": (c_size_t, [c_void_p]),
     "fm_checkpoint_tensor_at": (P(StTensor), [c_void_p, c_size_t]),
     "fm_checkpoint_find": (c_int, [c_void_p, c_char_p, P(P(StTensor))]),

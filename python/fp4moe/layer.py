@@ -251,6 +251,12 @@ class Layer:
                 cfg = weights.cfg
             elif not isinstance(cfg, MoEConfig):
                 raise TypeError(f"cfg: expected fp4moe.MoEConfig or None, got {type(cfg).__name__}")
+            if weights.n_local != weights.cfg.n_experts:  # a shard loaded with the global router
+                if (first_expert, n_local) == (0, 0):
+                    first_expert, n_local = weights.first_expert, weights.n_local
+                elif (first_expert, n_local) != (weights.first_expert, weights.n_local):
+                    raise ValueError(f"first_expert, n_local: ({first_expert}, {n_local}) is not the loaded shard "
+                                     f"({weights.first_expert}, {weights.n_local})")
             ccfg = cfg._c()
             source = weights._hd  # create reads its fm_ckpt_layer: held against a close in another thread
         elif isinstance(weights, MoEWeights):

@@ -279,6 +279,18 @@ def test_gpt_oss_checkpoint(rng, tmp_path, limit):
         check(got, want, margin)
     plain = moe_ref.moe(xf, ref["w13"], ref["w2"], ids, w, I)  # what fp4moe computed before: far off
     assert moe_ref.nmse(plain, want) > 1e-2
+    # Expert-parallel shards: the router (weights and logit bias) is global over all 8
+    # experts whichever 4 a shard loads; the shards' partial sums are the whole layer.
+    total = 0
+    with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+        for first in (0, 4):
+            scfg, sw = ck.load_shard(0, first, 4)
+            assert scfg.n_experts == E and sw.router_w.shape == (E, H) and sw.router_bias.shape == (E,)
+            assert sw.w13_data.shape[0] == 4 and sw.w13_bias.shape == (4, 2 * I)
+            assert scfg.swiglu_limit == np.float32(L) and scfg.score == "softmax-topk"
+            with fp4moe.Layer(scfg, sw, backend="cpu-ref", max_tokens=T, first_expert=first, n_local=4) as layer:
+                total = total + layer.run(bits)
+    check(total, want, margin)
 
 
 def test_route_matches_formula(rng):
