@@ -372,7 +372,10 @@ typedef struct {
                                      top_k and groups are the model's; the experts' arrays hold
                                      [first_expert, first_expert + n_experts) only (n_local of
                                      them): hand cfg / w to fm_layer_desc with first_expert and
-                                     n_local. 0: a standalone layer of the loaded experts. */
+                                     n_local. gpt-oss's fused expert tensors may then hold the
+                                     layer's experts or only the shard's (a rank's own tensors,
+                                     taken as experts [first_expert, first_expert + n_experts)).
+                                     0: a standalone layer of the loaded experts. */
     int validate_only;            /* 1: check every tensor's presence, dtype and shape, the
                                      expert indices, and every block-scale byte for NaN
                                      codes (the scales are read, 1/9 of NVFP4 expert bytes),

@@ -248,3 +248,58 @@ class LoadedLayer:
         b2 = None if not c.w2_bias else np.ctypeslib.as_array(c.w2_bias, (E * H,)).reshape(E, H).copy()
         return MoEWeights(rw, d13, s13, g13, d2, s2, g2, f32(c.router_bias, R), f32(c.a1_scale, E),
                           f32(c.a2_scale, E), sw13, sw2, b13, b2)
+
+
+# ---- framework tensors through the C loaders ----------------------------------
+# What an engine holds (MoE.from_modelopt / from_modelopt_experts / from_gpt_oss)
+# is named here as layer 0 of a checkpoint of that layout (include/fp4moe/io.h's
+# default patterns) and loaded by the library's layout loader: no layout is
+# converted in Python. Only the names are made here; every check of dtype, shape
+# and value is the loader's (fp4moe.Error naming the tensor).
+_PRE = "model.layers.0.mlp."
+
+
+def modelopt_tensors(router_weight, experts, router_bias=None, shared=None, first_expert=0):
+    """{name: array} of a ModelOpt layer: experts is a list over the experts held of
+    {proj: {suffix: array}} (proj gate_proj / up_proj / down_proj, suffix weight /
+    weight_scale / weight_scale_2 / input_scale), numbered from first_expert; shared
+    {proj: BF16 array} or None."""
+    t = {_PRE + "gate.weight": router_weight}
+    if router_bias is not None:
+        t[_PRE + "gate.e_score_correction_bias"] = router_bias
+    for i, ex in enumerate(experts):
+        if not isinstance(ex, dict):
+            raise TypeError(f"experts[{i}]: expected a dict of projection -> tensors, got {type(ex).__name__}")
+        for proj, d in ex.items():
+            if not isinstance(d, dict):
+                raise TypeError(f"experts[{i}][{proj!r}]: expected a dict of tensors, got {type(d).__name__}")
+            for k, a in d.items():
+                t[f"{_PRE}experts.{first_expert + i}.{proj}.{k}"] = a
+    for proj, a in (shared or {}).items():
+        t[f"{_PRE}shared_experts.{proj}.weight"] = a
+    return t
+
+
+def gpt_oss_tensors(router_weight, fused, router_bias=None):
+    """{name: array} of a gpt-oss layer: fused {"gate_up_proj_blocks": ..., ...} over the
+    experts held (all of the layer's, or an expert-parallel shard's)."""
+    t = {_PRE + "router.weight": router_weight}
+    if router_bias is not None:
+        t[_PRE + "router.bias"] = router_bias
+    t.update({_PRE + "experts." + k: a for k, a in fused.items() if a is not None})
+    return t
+
+
+def load_tensors(cfg, tensors, what, first_expert=0, n_local=0):
+    """The LoadedLayer of layer 0 of Checkpoint.from_tensors(tensors), its routing cfg's,
+    with the global router (a shard when n_local): its shapes must agree with cfg."""
+    if not isinstance(cfg, MoEConfig):
+        raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
+    with Checkpoint.from_tensors(tensors, what) as ck:
+        loaded = ck.load_layer(0, first_expert, n_local, routing=cfg, global_router=True)
+    for f in ("n_experts", "hidden", "inter", "shared_inter", "wfmt"):
+        if getattr(loaded.cfg, f) != getattr(cfg, f):
+            got = getattr(loaded.cfg, f)
+            loaded.close()
+            raise ValueError(f"{what}: cfg.{f} is {getattr(cfg, f)!r}, the tensors say {got!r}")
+    return loaded

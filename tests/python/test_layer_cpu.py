@@ -16,7 +16,7 @@ import pytest
 
 import fp4moe
 import moe_ref
-from conftest import make_layer, make_x, reference, write_modelopt, write_safetensors
+from conftest import gpt_oss_dict, make_layer, make_x, reference, write_modelopt, write_safetensors
 
 BOUND = 1e-9
 def check(got, ref, margin=np.inf):
@@ -228,21 +228,10 @@ def test_gpt_oss_checkpoint(rng, tmp_path, limit):
     oracle; nothing reported as not modelled."""
     cfg, W, ref = make_layer(rng, "mxfp4", E=8, k=2)
     E, I, H = cfg.n_experts, cfg.inter, cfg.hidden
-    fused = np.empty_like(W.w13_data)  # gpt-oss: fused row 2i = gate row i, 2i+1 = up row i
-    fused[:, 0::2], fused[:, 1::2] = W.w13_data[:, :I], W.w13_data[:, I:]
-    fs = np.empty_like(W.w13_scales)
-    fs[:, 0::2], fs[:, 1::2] = W.w13_scales[:, :I], W.w13_scales[:, I:]
     gu_bias = (rng.standard_normal((E, 2 * I)) * 0.5).astype(np.float32)  # interleaved, as stored
     dn_bias = (rng.standard_normal((E, H)) * 0.5).astype(np.float32)
     r_bias = (rng.standard_normal(E) * 0.5).astype(np.float32)
-    pre = "model.layers.0.mlp."
-    t = {pre + "router.weight": ("F32", W.router_w), pre + "router.bias": ("F32", r_bias),
-         pre + "experts.gate_up_proj_blocks": ("U8", fused.reshape(E, 2 * I, H // 32, 16)),
-         pre + "experts.gate_up_proj_scales": ("U8", fs),
-         pre + "experts.gate_up_proj_bias": ("F32", gu_bias),
-         pre + "experts.down_proj_blocks": ("U8", W.w2_data.reshape(E, H, I // 32, 16)),
-         pre + "experts.down_proj_scales": ("U8", W.w2_scales),
-         pre + "experts.down_proj_bias": ("F32", dn_bias)}
+    t = gpt_oss_dict(W, cfg, gu_bias, dn_bias, r_bias)
     write_safetensors(tmp_path / "model.safetensors", t)
     conf = {"model_type": "gpt_oss", "num_experts_per_tok": 2}
     if limit is not None:
