@@ -73,6 +73,8 @@ class Checkpoint:
                 raise TypeError(f"tensors[{name!r}]: expected a numpy array, got {type(a).__name__}")
             if a.ndim > _lib.ST_MAX_DIMS:
                 raise ValueError(f"tensors[{name!r}]: {a.ndim} dimensions, more than {_lib.ST_MAX_DIMS}")
+            if not a.dtype.isnative:  # safetensors data is little-endian, as this host
+                a = a.astype(a.dtype.newbyteorder("="))
             code = _code_of(a, f"tensors[{name!r}]")
             a = np.ascontiguousarray(a)
             keep += [cname, a]

@@ -312,13 +312,11 @@ class MoE:
         (global router and ids, the output is the shard's partial sum)."""
         from .checkpoint import Checkpoint
 
-        with Checkpoint(path) as ck:
-            if n_local:
-                cfg, w = ck.load_shard(layer, first_expert, n_local, routing)
-                return cls(cfg, w, first_expert=first_expert, n_local=n_local, **kw)
-            loaded = ck.load_layer(layer, routing=routing)
+        with Checkpoint(path) as ck:  # a shard: the global router (fm_ckpt_load_opts.global_router)
+            loaded = ck.load_layer(layer, first_expert, n_local, routing=routing,
+                                   global_router=bool(first_expert or n_local))
         try:
-            return cls(None, loaded, **kw)
+            return cls(None, loaded, **kw)  # a shard's first_expert / n_local: the loaded layer's
         finally:
             loaded.close()
 
