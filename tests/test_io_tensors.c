@@ -4,8 +4,8 @@
  * The same fixture layers as test_io_checkpoint, given once as files and once as
  * views of the same bytes: the layout loaders must make the same layer of both,
  * bit for bit. Shards loaded with the global router must keep every router row
- * and sum, as fm_layer shards, to the whole layer (gpt-oss's router bias was
- * refused by the Python shard path before). Bad views are refused before
+ * and sum, as fm_layer shards, to the whole layer (gpt-oss's router bias, a
+ * logit bias, included). Bad views are refused before
  * anything is kept, each with its status; a failed load leaves the caller's
  * bytes as they were.
  */

@@ -19,6 +19,8 @@ import moe_ref
 from conftest import gpt_oss_dict, make_layer, make_x, reference, write_modelopt, write_safetensors
 
 BOUND = 1e-9
+
+
 def check(got, ref, margin=np.inf):
     assert np.all(np.isfinite(got)), "NaN/Inf in the output (an element left unwritten?)"
     assert margin > 1e-6, f"routing near a tie (margin {margin}): re-run (the seed is printed)"

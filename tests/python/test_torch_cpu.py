@@ -14,6 +14,7 @@ from conftest import closed, make_layer, make_x, race, reference
 torch = pytest.importorskip("torch", reason="torch is not installed: the torch ops are not tested here")
 from fp4moe.torch_ops import MoE  # noqa: E402
 
+
 def bf16(bits):
     return torch.from_numpy(bits.view(np.int16).copy()).view(torch.bfloat16)
 
@@ -128,7 +129,7 @@ def test_from_modelopt_tensors(rng):
                            out_dtype=torch.float32, max_tokens=4)
     assert torch.equal(st(bf16(bits)), m(bf16(bits)))
     # gate and up globals that differ: the C loader re-encodes the smaller half's block
-    # scales, as it does for a checkpoint file (before, the tensor constructors refused it)
+    # scales, as it does for a checkpoint file
     experts[1]["up_proj"]["weight_scale_2"] = torch.tensor(W.w13_global[1] * 2)
     r = MoE.from_modelopt_experts(cfg, router, experts, device="cpu", out_dtype=torch.float32, max_tokens=4)
     assert torch.isfinite(r(bf16(bits))).all()
