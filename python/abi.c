@@ -74,14 +74,17 @@ static const fm_py_field k_fields[] = {
 
     S(fm_ckpt_load_opts), F(fm_ckpt_load_opts, names), F(fm_ckpt_load_opts, routing), F(fm_ckpt_load_opts, routing_fields),
     F(fm_ckpt_load_opts, first_expert), F(fm_ckpt_load_opts, n_experts), F(fm_ckpt_load_opts, swizzle_scales),
-    F(fm_ckpt_load_opts, validate_only),
+    F(fm_ckpt_load_opts, global_router), F(fm_ckpt_load_opts, validate_only),
+
+    S(fm_tensor_view), F(fm_tensor_view, name), F(fm_tensor_view, dtype), F(fm_tensor_view, ndim),
+    F(fm_tensor_view, shape), F(fm_tensor_view, data),
 
     S(fm_ckpt_layer), F(fm_ckpt_layer, cfg), F(fm_ckpt_layer, w), F(fm_ckpt_layer, w13), F(fm_ckpt_layer, w2),
     F(fm_ckpt_layer, router_w), F(fm_ckpt_layer, router_bias), F(fm_ckpt_layer, a1_scale),
     F(fm_ckpt_layer, a2_scale), F(fm_ckpt_layer, shared_w13), F(fm_ckpt_layer, shared_w2),
     F(fm_ckpt_layer, w13_bias), F(fm_ckpt_layer, w2_bias),
     F(fm_ckpt_layer, w13_sf_swizzled), F(fm_ckpt_layer, w2_sf_swizzled), F(fm_ckpt_layer, layer),
-    F(fm_ckpt_layer, first_expert), F(fm_ckpt_layer, has_router_bias), F(fm_ckpt_layer, has_input_scales),
+    F(fm_ckpt_layer, first_expert), F(fm_ckpt_layer, n_local), F(fm_ckpt_layer, has_router_bias), F(fm_ckpt_layer, has_input_scales),
     F(fm_ckpt_layer, has_expert_bias),
     F(fm_ckpt_layer, layout), F(fm_ckpt_layer, model_type), F(fm_ckpt_layer, route_from),
     F(fm_ckpt_layer, rescaled_w13), F(fm_ckpt_layer, ignored_bias),

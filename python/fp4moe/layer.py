@@ -251,6 +251,12 @@ class Layer:
                 cfg = weights.cfg
             elif not isinstance(cfg, MoEConfig):
                 raise TypeError(f"cfg: expected fp4moe.MoEConfig or None, got {type(cfg).__name__}")
+            if weights.n_local != weights.cfg.n_experts:  # a shard loaded with the global router
+                if (first_expert, n_local) == (0, 0):
+                    first_expert, n_local = weights.first_expert, weights.n_local
+                elif (first_expert, n_local) != (weights.first_expert, weights.n_local):
+                    raise ValueError(f"first_expert, n_local: ({first_expert}, {n_local}) is not the loaded shard "
+                                     f"({weights.first_expert}, {weights.n_local})")
             ccfg = cfg._c()
             source = weights._hd  # create reads its fm_ckpt_layer: held against a close in another thread
         elif isinstance(weights, MoEWeights):
@@ -269,32 +275,22 @@ class Layer:
         self.device = None
         self._dev = None
         h = C.c_void_p()
-        if _lib.HAS_RUN_API:
-            if backend == "cuda":
-                self.device = 0 if device is None else device
-                self._dev = _open_device(self.device)
-            desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
-                                  first_expert, n_local, 0, WORK_LIST[work_list], row_quantile, plans_c)
-            with source as loaded:
-                if loaded is not None:
-                    cw = loaded.contents.w
-                check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
-        else:
-            if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
-                    or row_quantile != 0.0 or plans is not None):
-                _lib.require_run_api("a shard, BF16 output or a device choice")
-            with source as loaded:
-                if loaded is not None:
-                    cw = loaded.contents.w
-                check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens, C.byref(h)),
-                      "Layer")
+        if backend == "cuda":
+            self.device = 0 if device is None else device
+            self._dev = _open_device(self.device)
+        desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
+                              first_expert, n_local, 0, WORK_LIST[work_list], row_quantile, plans_c)
+        with source as loaded:
+            if loaded is not None:
+                cw = loaded.contents.w
+            check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
         self.backend = lib.fm_backend_name(lib.fm_layer_backend(h)).decode()
         if self.backend == "cuda" and self.device is None:
             self.device = 0
         self._args = _lib.LayerRunArgs()  # shared by the calls: filled and used under the handle's lock
         self._hd = _lib.Handle("Layer", h)
         # what create did with `plans` (fm_layer_plans_note): "" when none was given
-        note = lib.fm_layer_plans_note(h) if "fm_layer_plans_note" not in _lib.missing else None
+        note = lib.fm_layer_plans_note(h)
         self.plans_note = note.decode() if note else ""
         if self.plans_note and not self.plans_note.startswith("loaded"):
             warnings.warn(f"fp4moe.Layer: {self.plans_note}", PlansWarning, stacklevel=2)
@@ -348,8 +344,6 @@ class Layer:
             raise ValueError("topk_ids, topk_weights: give both (external routing) or neither (internal)")
         if return_routing and topk_ids is not None:
             raise ValueError("return_routing: only with internal routing (topk_ids given: the routing is yours)")
-        if return_routing and not _lib.HAS_RUN_API:
-            _lib.require_run_api("return_routing")
         k = self.cfg.top_k
         ids = _arr(topk_ids, "topk_ids", "int32", (T, k), True)
         tw = _arr(topk_weights, "topk_weights", "float32", (T, k), True)
@@ -365,22 +359,17 @@ class Layer:
             if not out.flags.writeable:
                 raise ValueError("out: read-only array")
             res = out
+        rid = np.empty((T, k), np.int32) if return_routing else None
+        rwt = np.empty((T, k), np.float32) if return_routing else None
         with self._hd as h:
-            if _lib.HAS_RUN_API:
-                a = self._args
-                a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
-                a.topk_ids = None if ids is None else ids.ctypes.data
-                a.topk_weights = None if tw is None else tw.ctypes.data
-                a.workspace, a.stream = None, None
-                rid = np.empty((T, k), np.int32) if return_routing else None
-                rwt = np.empty((T, k), np.float32) if return_routing else None
-                a.routed_ids = None if rid is None else rid.ctypes.data
-                a.routed_weights = None if rwt is None else rwt.ctypes.data
-                check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
-            else:
-                if ids is not None:
-                    _lib.require_run_api("external routing (topk_ids / topk_weights)")
-                check(lib.fm_layer_forward(h, xb.ctypes.data, T, res.ctypes.data, None), "Layer.run")
+            a = self._args
+            a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
+            a.topk_ids = None if ids is None else ids.ctypes.data
+            a.topk_weights = None if tw is None else tw.ctypes.data
+            a.workspace, a.stream = None, None
+            a.routed_ids = None if rid is None else rid.ctypes.data
+            a.routed_weights = None if rwt is None else rwt.ctypes.data
+            check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
         return (res, rid, rwt) if return_routing else res
 
 
@@ -389,8 +378,6 @@ class Layer:
         bucket_tokens, expected_rows, active_experts, work_list and, for "fc1" / "fc2",
         the tile's name, k_splits, x_packed and feature_blocks. The CPU backends have no
         tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
-        if "fm_layer_plan" in _lib.missing:
-            raise NotImplementedError(f"Layer.plan needs fm_layer_plan, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         info = _lib.LayerPlanInfo()
         with self._hd as h:
@@ -410,8 +397,6 @@ class Layer:
         would check it, so a plan the device cannot run is refused here (fp4moe.Error:
         FM_ERR_UNSUPPORTED, FM_ERR_INVALID_ARG, ...), never at a run; call it between runs
         and re-capture graphs of the layer made before it. CPU backends: FM_ERR_UNSUPPORTED."""
-        if "fm_layer_set_plan" in _lib.missing:
-            raise NotImplementedError(f"Layer.set_plan needs fm_layer_set_plan, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         if not isinstance(plan, dict):
             raise TypeError(f"plan: expected a dict as Layer.plan returns, got {type(plan).__name__}")
@@ -437,9 +422,6 @@ class Layer:
         """Write every bucket's plan into the plan file at path (fm_layer_save_plans): the
         section of this device and build, other sections and shapes kept; create a layer
         with plans=path to take them. cuda only (CPU backends: FM_ERR_UNSUPPORTED)."""
-        if "fm_layer_save_plans" in _lib.missing:
-            raise NotImplementedError(f"Layer.save_plans needs fm_layer_save_plans, which {_lib.library_path} "
-                                      "does not export")
         _, cpath = as_path(path, "path")
         with self._hd as h:
             check(lib.fm_layer_save_plans(h, cpath), "Layer.save_plans")
@@ -451,8 +433,6 @@ class Layer:
         the legacy default stream. Synchronous, seconds per bucket; re-capture graphs of the
         layer made before it. Returns {"plans_tried", "plans_refused", "before_us", "after_us",
         "changed"}; Layer.plan(T) then says what was kept. CPU backends: FM_ERR_UNSUPPORTED."""
-        if "fm_layer_tune" in _lib.missing:
-            raise NotImplementedError(f"Layer.tune needs fm_layer_tune, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         if stream is not None:
             stream = as_int(stream, "stream (a cudaStream_t as an int, or None)", 0, UINTPTR_MAX)
