@@ -47,6 +47,11 @@ static const fm_py_field k_fields[] = {
     F(fm_layer_run_args, topk_weights), F(fm_layer_run_args, out), F(fm_layer_run_args, workspace),
     F(fm_layer_run_args, stream), F(fm_layer_run_args, routed_ids), F(fm_layer_run_args, routed_weights),
 
+    S(fm_layer_dispatch_args), F(fm_layer_dispatch_args, layout), F(fm_layer_dispatch_args, x),
+    F(fm_layer_dispatch_args, x_fp8), F(fm_layer_dispatch_args, x_scales), F(fm_layer_dispatch_args, counts),
+    F(fm_layer_dispatch_args, capacity), F(fm_layer_dispatch_args, offsets), F(fm_layer_dispatch_args, weights),
+    F(fm_layer_dispatch_args, out), F(fm_layer_dispatch_args, workspace), F(fm_layer_dispatch_args, stream),
+
     S(fm_layer_error_info), F(fm_layer_error_info, bad_ids), F(fm_layer_error_info, first_bad_slot),
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),
     F(fm_layer_error_info, nonfinite_logits), F(fm_layer_error_info, nonfinite_weights),

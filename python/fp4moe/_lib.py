@@ -58,6 +58,12 @@ class LayerRunArgs(C.Structure):
                 ("routed_ids", c_void_p), ("routed_weights", c_void_p)]
 
 
+class LayerDispatchArgs(C.Structure):
+    _fields_ = [("layout", c_int), ("x", c_void_p), ("x_fp8", c_void_p), ("x_scales", c_void_p),
+                ("counts", c_void_p), ("capacity", c_int), ("offsets", c_void_p), ("weights", c_void_p),
+                ("out", c_void_p), ("workspace", c_void_p), ("stream", c_void_p)]
+
+
 class LayerErrorInfo(C.Structure):
     _fields_ = [("bad_ids", C.c_longlong), ("first_bad_slot", C.c_longlong), ("nonfinite_x", c_int),
                 ("first_nonfinite", C.c_longlong), ("nonfinite_logits", c_int), ("nonfinite_weights", C.c_longlong)]
@@ -132,7 +138,8 @@ class _AbiField(C.Structure):
 # C name -> mirror, for the layout check.
 _MIRRORS = {
     "fm_moe_config": MoeConfig, "fm_qtensor": QTensor, "fm_moe_weights": MoeWeights, "fm_run_stats": RunStats,
-    "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_error_info": LayerErrorInfo,
+    "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_dispatch_args": LayerDispatchArgs,
+    "fm_layer_error_info": LayerErrorInfo,
     "fm_st_tensor": StTensor, "fm_ckpt_names": CkptNames, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
     "fm_tensor_view": TensorView,
     "fm_ckpt_layer": CkptLayer, "fm_tile": Tile, "fm_layer_plan_info": LayerPlanInfo,
@@ -185,6 +192,7 @@ _PROTOS = {
     "fm_layer_create_desc": (c_int, [P(LayerDesc), P(MoeConfig), P(MoeWeights), P(c_void_p)]),
     "fm_layer_workspace_size": (c_int, [c_void_p, P(c_size_t)]),
     "fm_layer_run": (c_int, [c_void_p, P(LayerRunArgs)]),
+    "fm_layer_run_dispatched": (c_int, [c_void_p, P(LayerDispatchArgs)]),
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),
     "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
     "fm_layer_set_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),

@@ -372,6 +372,69 @@ class Layer:
             check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
         return (res, rid, rwt) if return_routing else res
 
+    def run_dispatched(self, x, counts=None, offsets=None, weights=None, x_scales=None, out=None):
+        """Expert parallelism on a CPU backend: the layer's experts on rows a dispatch left in
+        place (fm_layer_run_dispatched), answered in the same layout for the combine.
+
+        Give counts (int32 [n_local]) for the expert-major layout, x [n_local][capacity][hidden]
+        (rows past counts[e] are not read, their out rows not written), or offsets (int32
+        [n_local + 1]) for rows contiguous by expert, x [rows][hidden]. x is BF16 (uint16 bits /
+        bfloat16 / float, rounded to BF16) or, with x_scales (float32 [..][ceil(hidden / 128)]),
+        E4M3 (uint8 codes or ml_dtypes float8_e4m3fn) for a W4A8 layer with act_fp8 "block128".
+        weights (float32, one per row, x's layout without hidden): out rows multiplied by it;
+        None: the combine applies the routing weights. out: optional preallocated array of x's
+        layout and the layer's out dtype; by default zeros, so unwritten slots read 0."""
+        if self.backend == "cuda":
+            raise ValueError("run_dispatched: the cuda backend does not take dispatched rows yet")
+        if (counts is None) == (offsets is None):
+            raise ValueError("counts, offsets: give counts (expert-major layout) or offsets (expert rows), one of them")
+        H, nl = self.cfg.hidden, self.n_local
+        fp8 = x_scales is not None
+        if fp8:
+            xa = np.asarray(x)
+            if xa.dtype.name == "float8_e4m3fn":
+                xa = xa.view(np.uint8)
+            if xa.dtype != np.uint8:
+                raise TypeError(f"x: with x_scales, expected uint8 E4M3 codes or float8_e4m3fn, got {xa.dtype}")
+            xa = np.ascontiguousarray(xa)
+        else:
+            xa = to_bf16_bits(x)
+        if counts is not None:
+            if xa.ndim != 3 or xa.shape[0] != nl or xa.shape[2] != H or xa.shape[1] < 1:
+                raise ValueError(f"x: expected shape [{nl}][capacity][{H}] with counts, got {xa.shape}")
+            cnt = _arr(counts, "counts", "int32", (nl,))
+            lead = xa.shape[:2]
+        else:
+            if xa.ndim != 2 or xa.shape[1] != H:
+                raise ValueError(f"x: expected shape [rows][{H}] with offsets, got {xa.shape}")
+            off = _arr(offsets, "offsets", "int32", (nl + 1,))
+            lead = xa.shape[:1]
+        nb = (H + 127) // 128
+        sc = _arr(x_scales, "x_scales", "float32", (*lead, nb)) if fp8 else None
+        wt = _arr(weights, "weights", "float32", lead, True)
+        odt = np.float32 if self.out_dtype == "f32" else np.uint16
+        if out is None:
+            res = np.zeros((*lead, H), odt)
+        else:
+            if not isinstance(out, np.ndarray) or out.dtype != odt or out.shape != (*lead, H) \
+                    or not out.flags.c_contiguous or not out.flags.writeable:
+                raise ValueError(f"out: expected a writable C-contiguous {np.dtype(odt).name} array of shape "
+                                 f"{(*lead, H)}")
+            res = out
+        a = _lib.LayerDispatchArgs()
+        a.layout = 1 if counts is not None else 2
+        a.x, a.x_fp8 = (None, xa.ctypes.data) if fp8 else (xa.ctypes.data, None)
+        a.x_scales = sc.ctypes.data if fp8 else None
+        if counts is not None:
+            a.counts, a.capacity = cnt.ctypes.data, xa.shape[1]
+        else:
+            a.offsets = off.ctypes.data
+        a.weights = None if wt is None else wt.ctypes.data
+        a.out = res.ctypes.data
+        with self._hd as h:
+            check(lib.fm_layer_run_dispatched(h, C.byref(a)), "Layer.run_dispatched")
+        return res
+
 
     def plan(self, T):
         """What a run of T tokens launches (cuda layers; fm_layer_plan): a dict with
