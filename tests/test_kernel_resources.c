@@ -24,7 +24,7 @@
 
 #include "kernels/fm_build.h"
 #include "kernels/fm_targets.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "testutil.h"
 
 #define MAXK 4096

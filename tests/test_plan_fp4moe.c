@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "fp4moe.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 static fm_kernel_config swapab_cfg(int cc, const fm_tile *t, int stages)
 {

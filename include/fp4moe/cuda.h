@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 /* A tile is an fm_tile (fp4moe/plan.h: fields, fm_tile_name / fm_tile_parse /
- * fm_tile_equal; src/plan/fm_tiles.def lists the compiled ones). Which kernel runs it:
+ * fm_tile_equal; src/kernels/fm_tiles.def lists the compiled ones). Which kernel runs it:
  *   family FM_FAMILY_FP4MOE_SWAPAB   mma.sync m16n8k16 (gemm_mma.cuh): sm_80 and later,
  *                                    SM120 within 99 KB
  *   family FM_FAMILY_FP4MOE_WGMMA    wgmma m64nNk16, weights from registers (gemm_wgmma.cu):
@@ -114,7 +114,7 @@ typedef struct {
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
     /* feature_blocks (the mma tiles of one token group that have a multi-block
-     * kernel: the rows of src/plan/fm_tiles.def with mb = 1, e.g. w8m1n1k64s4,
+     * kernel: the rows of src/kernels/fm_tiles.def with mb = 1, e.g. w8m1n1k64s4,
      * w4m1n1k128s4, w4m2n1k256s3; fm_swapab_tile_has_mb): consecutive feature blocks one CTA computes,
      * its K pipeline running across them (short K has too few stages per block
      * to keep bytes in flight).

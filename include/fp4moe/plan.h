@@ -198,7 +198,7 @@ fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi
 /* ---- fp4moe's own kernels: the ranking the launcher takes its tile from ----
  *
  * fm_plan_fp4moe ranks every compiled tile of fp4moe's kernels for one grouped
- * GEMM by a cost model of the kernels (src/plan/cost_fp4moe.c: occupancy from the
+ * GEMM by a cost model of the kernels (src/kernels/cost_fp4moe.c: occupancy from the
  * shared-memory model, per-stage bytes / instruction issue / tensor work, waves,
  * pipeline fill and output bytes, times a per-tile efficiency), whose parameters
  * are fitted to every tile's timing on the H200 (bench/fit_tile_model.py, from
@@ -206,7 +206,7 @@ fm_status fm_plan_candidates(const fm_gpu_info *gpu, fm_elem ab, fm_epilogue epi
  * its bandwidth and BF16 rate per SM from the GPU table: a prediction, not a
  * measurement. fm_cuda_gemm launches the first candidate when it is given no tile. */
 /* ---- fp4moe's own tiles ----
- * One compiled tile of fp4moe's kernels (src/plan/fm_tiles.def is the catalogue):
+ * One compiled tile of fp4moe's kernels (src/kernels/fm_tiles.def is the catalogue):
  * the CTA covers warps*mt*16 output features and 8*nt tokens (an expert's rows) a
  * pass, kc of K a pipeline stage, `stages` deep.
  *   warps    warps per CTA (wgmma: consumer warps, 4/8/12)

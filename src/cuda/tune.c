@@ -26,7 +26,7 @@
 #include "cuda/cuda_internal.h"
 #include "fm_internal.h"
 #include "fm_rng.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 #define TUNE_NX 8
 #define TUNE_REPS 32 /* 4 replays a routing */

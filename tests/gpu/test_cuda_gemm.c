@@ -16,7 +16,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "fp4moe/plan.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 typedef struct {
     int E, N, K;
