@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "fm_internal.h"
+#include "fp4moe/plan.h"
 #include "kernels/fm_kernels_smem.h" /* fm_elem_bits */
 
 typedef struct {

@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 
-#include "fp4moe/plan.h"
+#include "fp4moe/kernels.h"
 #include "fp4moe/smem.h"
 #include "fp4moe/status.h"
 #include "kernels/fm_tile_layout.h"
@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-/* A tile of either family is an fm_tile (fp4moe/plan.h: fields, name, parser,
+/* A tile of either family is an fm_tile (fp4moe/kernels.h: fields, name, parser,
  * equality). The fields' ranges per family: swapab warps 1..8, mt 1/2/4 (with the
  * SwiGLU epilogue the first mt/2 bands are gate rows and the last mt/2 the matching up
  * rows), nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0; wgmma below. */
