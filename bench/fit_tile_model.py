@@ -55,7 +55,7 @@ def auto_nb(t, N, K, E, sms=SMS):            # gemm_launch.c feature_blocks(), a
     W,MT = t[0],t[1]
     c = ((N//16 + W*MT - 1)//(W*MT)) * E / (16.0*sms)
     return 8 if c >= 8 else (int(c) if c >= 2 else 1)
-# the C enum fm_kernel_variant (src/kernels/fm_kernels_smem.h) <-> (family, flag) here: mma flag 1 = the
+# the C enum fm_kernel_variant (include/fp4moe/kernels.h) <-> (family, flag) here: mma flag 1 = the
 # multi-block kernel; wgmma flag 1 = packed X (warp-specialized), 2 = its persistent form
 VARIANT = {('mma', 0): 'FM_VARIANT_MMA', ('mma', 1): 'FM_VARIANT_MMA_MULTI_BLOCK', ('wgmma', 0): 'FM_VARIANT_WGMMA_NATURAL_X',
            ('wgmma', 1): 'FM_VARIANT_WGMMA_PACKED_X', ('wgmma', 2): 'FM_VARIANT_WGMMA_PERSISTENT'}

@@ -30,7 +30,7 @@ for r in csv.DictReader(open(a.csv)):
         rows.append((fam, *map(int, k.group(2, 3, 4, 5, 6)), flag, int(r['registers'])))
 if not rows: sys.exit('no sm_90a GEMM kernel in %s: build with FM_CUDA_ARCHS including 90a first' % a.csv)
 rows.sort()
-# the C enum fm_kernel_variant (src/kernels/fm_kernels_smem.h) of (family, variant number)
+# the C enum fm_kernel_variant (include/fp4moe/kernels.h) of (family, variant number)
 VARIANT = {('FM_FAMILY_FP4MOE_SWAPAB', 0): 'FM_VARIANT_MMA', ('FM_FAMILY_FP4MOE_SWAPAB', 1): 'FM_VARIANT_MMA_MULTI_BLOCK',
            ('FM_FAMILY_FP4MOE_WGMMA', 0): 'FM_VARIANT_WGMMA_NATURAL_X', ('FM_FAMILY_FP4MOE_WGMMA', 1): 'FM_VARIANT_WGMMA_PACKED_X',
            ('FM_FAMILY_FP4MOE_WGMMA', 2): 'FM_VARIANT_WGMMA_PERSISTENT'}

@@ -19,6 +19,7 @@
  * the current plan is set back. */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
