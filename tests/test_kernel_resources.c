@@ -121,8 +121,8 @@ static int check_bounds(const kres *k, const fm_tile *t, fm_kernel_variant v)
     int regs = threads > 0 ? FM_REGS_PER_SM / (threads * blocks) / 8 * 8 : 0;
     if (regs > 255) regs = 255;
     if (b->threads != threads || b->max_regs != regs) {
-        printf("FAIL %s %s: compiled for %d threads, %d registers at most; its row as %s launches %d threads "
-               "and counts on %d CTAs per SM (%d registers)\n",
+        printf("FAIL %s %s: compiled for %d threads, %d registers at most; its row as %s has %d threads "
+               "(fm_kernel_threads) and %d CTAs per SM (%d registers)\n",
                k->target, k->kernel, b->threads, b->max_regs, fm_kernel_variant_name(v), threads, blocks, regs);
         return 1;
     }
