@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 /* Exit codes of the tool (documented in docs/cli.md). */
 enum {

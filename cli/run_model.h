@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 typedef struct {
     fm_moe_config   cfg;

@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

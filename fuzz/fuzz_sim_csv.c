@@ -20,7 +20,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 #include "fp4moe/sim.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

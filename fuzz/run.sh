@@ -25,7 +25,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 TARGETS=(
   "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file*.c src/status.c src/format/codec.c"
   "config      src/io/config.c src/fm_file*.c src/status.c"
-  "sim_csv     src/sim/*.c src/plan/*.c src/arch/*.c src/format/*.c src/kernels/build.c src/fm_file*.c src/status.c src/rng.c @table"
+  "sim_csv     src/sim/*.c src/plan/*.c src/cutlass/*.c src/kernels/build.c src/kernels/tile.c src/kernels/fm_kernels_smem.c src/kernels/cost_fp4moe.c src/arch/*.c src/format/*.c src/fm_file*.c src/status.c src/rng.c @table"
 )
 
 OUT=${1:?usage: fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]}

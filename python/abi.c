@@ -7,7 +7,7 @@
  * into the shared library (python/python.cmake); it implements nothing the
  * library does.
  */
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 #include <stddef.h>
 

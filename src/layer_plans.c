@@ -26,7 +26,7 @@
 #include "backend.h"
 #include "fm_file.h"
 #include "fm_internal.h"
-#include "fp4moe/plan.h"
+#include "fp4moe/kernels.h"
 
 #define PLANS_MAX_BYTES (64u << 20)
 

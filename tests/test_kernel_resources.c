@@ -16,6 +16,13 @@
  * 4. Spills: none, except the (target, kernel) pairs of tests/kernel_spills.csv, each up
  *    to its reviewed bytes. A new spill, or a larger one, fails: look at it, then either
  *    fix the kernel or review and raise the baseline in the same commit.
+ * 5. Launch bounds, read from the machine code (build/kernel_bounds.csv,
+ *    scripts/kernel_bounds.py): each GEMM kernel's maximum threads per block is what the
+ *    launcher and the occupancy model count for its row and variant (fm_kernel_threads:
+ *    warps x 32, + the producer warpgroup of the packed-X and persistent wgmma kernels),
+ *    and its register cap is the one its row's minimum blocks per SM imply
+ *    (FM_SWAPAB_MIN_BLOCKS for mma, 1 for wgmma), which the occupancy model counts on.
+ *    A kernel whose __launch_bounds__ drift from the row, or a stale build, fails here.
  * Targets of PTX only (compute_NN) have no ptxas report and are not checked.
  * Exit 77 (skipped) in a build without CUDA. */
 #include <stdio.h>
@@ -24,7 +31,7 @@
 
 #include "kernels/fm_build.h"
 #include "kernels/fm_targets.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "testutil.h"
 
 #define MAXK 4096
@@ -41,6 +48,13 @@ typedef struct {
 } spill_ok;
 static spill_ok g_base[256];
 static int      g_nbase;
+
+typedef struct {
+    char target[16], kernel[256];
+    int  threads, max_regs;
+} kbound;
+static kbound g_b[MAXK];
+static int    g_nb;
 
 static void load(const char *path)
 {
@@ -61,6 +75,58 @@ static void load(const char *path)
         g_nk++;
     }
     fclose(f);
+}
+
+/* kernel_bounds.csv: target,kernel,max_threads,max_regs,template_args (no ',' in kernel) */
+static void load_bounds(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s (the build writes it after linking libfp4moe)", path);
+    char line[768];
+    if (!fgets(line, sizeof line, f)) fail_msg("%s is empty", path);
+    while (fgets(line, sizeof line, f) && g_nb < MAXK) {
+        kbound *b  = &g_b[g_nb];
+        char   *c1 = strchr(line, ','), *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
+        if (!c1 || !c2 || c1 - line >= (long)sizeof b->target || c2 - c1 - 1 >= (long)sizeof b->kernel ||
+            sscanf(c2 + 1, "%d,%d", &b->threads, &b->max_regs) != 2)
+            fail_msg("malformed row in %s: %s", path, line);
+        memcpy(b->target, line, (size_t)(c1 - line));
+        memcpy(b->kernel, c1 + 1, (size_t)(c2 - c1 - 1));
+        g_nb++;
+    }
+    fclose(f);
+}
+
+static const kbound *bounds_of(const char *target, const char *kernel)
+{
+    for (int i = 0; i < g_nb; i++)
+        if (!strcmp(g_b[i].target, target) && !strcmp(g_b[i].kernel, kernel)) return &g_b[i];
+    return NULL;
+}
+
+/* Check 5 for one GEMM kernel of catalogue tile t run as variant v; returns failures. */
+static int check_bounds(const kres *k, const fm_tile *t, fm_kernel_variant v)
+{
+    const kbound *b = bounds_of(k->target, k->kernel);
+    if (!b) {
+        printf("FAIL %s %s: not in kernel_bounds.csv (a stale build?)\n", k->target, k->kernel);
+        return 1;
+    }
+    int threads = fm_kernel_threads(t, v);
+    int blocks  = fm_variant_family(v) == FM_FAMILY_FP4MOE_SWAPAB
+                      ? FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages)
+                      : 1;
+    /* ptxas's cap for __launch_bounds__(threads, blocks): the register file over
+     * threads x blocks, in steps of 8, at most 255 */
+    int regs = threads > 0 ? FM_REGS_PER_SM / (threads * blocks) / 8 * 8 : 0;
+    if (regs > 255) regs = 255;
+    if (b->threads != threads || b->max_regs != regs) {
+        printf("FAIL %s %s: compiled for %d threads, %d registers at most; its row as %s has %d threads "
+               "(fm_kernel_threads) and %d CTAs per SM (%d registers)\n",
+               k->target, k->kernel, b->threads, b->max_regs, fm_kernel_variant_name(v), threads, blocks, regs);
+        return 1;
+    }
+    return 0;
 }
 
 static void load_baseline(const char *path)
@@ -131,6 +197,8 @@ static void test_resources(void **state)
     load(path);
     snprintf(path, sizeof path, "%s/tests/kernel_spills.csv", src);
     load_baseline(path);
+    snprintf(path, sizeof path, "%s/kernel_bounds.csv", bin);
+    load_bounds(path);
     assert_true(g_nk > 0);
     size_t         nsw = 0, nwg = 0;
     const fm_tile *sw = fm_swapab_tiles(&nsw), *wg = fm_wgmma_tiles(&nwg);
@@ -152,11 +220,14 @@ static void test_resources(void **state)
         assert_int_equal(fm_target_from(k->target + 3, &tg), 0);
         int    v[8], n, fam = -1, bit = 0;
         fm_tile t;
+        fm_kernel_variant var = FM_VARIANT_MMA;
         memset(&t, 0, sizeof t);
-        if ((n = targs(k->kernel, "swapab_kernel", v, 8)) == 6) fam = 0, bit = v[5] ? 2 : 1;
-        else if ((n = targs(k->kernel, "swapab_list_kernel", v, 8)) == 5) fam = 0, bit = 4;
-        else if ((n = targs(k->kernel, "wgmma_ws_kernel", v, 8)) == 6) fam = 1, bit = 1, t.persist = v[5];
-        else if ((n = targs(k->kernel, "wgmma_kernel", v, 8)) == 5) fam = 1, bit = 2;
+        if ((n = targs(k->kernel, "swapab_kernel", v, 8)) == 6)
+            fam = 0, bit = v[5] ? 2 : 1, var = v[5] ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
+        else if ((n = targs(k->kernel, "swapab_list_kernel", v, 8)) == 5) fam = 0, bit = 4, var = FM_VARIANT_MMA;
+        else if ((n = targs(k->kernel, "wgmma_ws_kernel", v, 8)) == 6)
+            fam = 1, bit = 1, t.persist = v[5], var = v[5] ? FM_VARIANT_WGMMA_PERSISTENT : FM_VARIANT_WGMMA_PACKED_X;
+        else if ((n = targs(k->kernel, "wgmma_kernel", v, 8)) == 5) fam = 1, bit = 2, var = FM_VARIANT_WGMMA_NATURAL_X;
         size_t limit = 48 * 1024, dyn = 0;
         if (fam >= 0) {
             t.family = fam ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
@@ -174,6 +245,7 @@ static void test_resources(void **state)
                 bad++;
             }
             seen[ti][fam][row] |= (unsigned)bit;
+            bad += check_bounds(k, fam ? &wg[row] : &sw[row], var);
             fm_smem_breakdown bd;
             assert_int_equal(fam ? fm_smem_wgmma(&t, &bd) : fm_smem_swapab(&t, &bd), FM_OK);
             dyn = bd.total;

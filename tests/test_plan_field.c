@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 static fm_kernel_config sm120(int m, int n, int k, fm_epilogue e, int stages, int swap)
 {

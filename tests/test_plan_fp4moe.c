@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "fp4moe.h"
-#include "plan/fm_kernels_smem.h"
+#include "fp4moe/tools.h"
+#include "kernels/fm_kernels_smem.h"
 
 static fm_kernel_config swapab_cfg(int cc, const fm_tile *t, int stages)
 {

@@ -10,7 +10,7 @@
  *    ~04:39 UTC run of 2026-11-30, every timing averaged with the run 13 minutes
  *    before it: natural median 0 %, max 2.4 %; packed median 0 %, max 4.6 %), and the
  *    C model's median and worst regret equal those the fit printed into the header of
- *    src/plan/fp4moe_cost_h200.inc (to its 0.1 % rounding): the C code and the .inc's
+ *    src/kernels/fp4moe_cost_h200.inc (to its 0.1 % rounding): the C code and the .inc's
  *    parameters rank as the fit did (a 6-digit parameter once flipped a near-tie).
  *    Why 10 % and not less: one full run's timing of the same natural-X tile at 512+
  *    rows varies by up to 15 % (TP8-FC1 1,024 rows, w8m2n16k64s8: 4,331 and 4,990 µs in
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "fp4moe/plan.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "testutil.h"
 
 typedef struct {
@@ -143,7 +143,7 @@ static void fit_regret(int packed, double *med, double *max)
 {
     const char *src = getenv("FM_SOURCE_DIR");
     char        path[1024], line[512], want[64];
-    snprintf(path, sizeof path, "%s/src/plan/fp4moe_cost_h200.inc", src ? src : ".");
+    snprintf(path, sizeof path, "%s/src/kernels/fp4moe_cost_h200.inc", src ? src : ".");
     FILE *f = fopen(path, "r");
     if (!f) fail_msg("cannot open %s (set FM_SOURCE_DIR to the repository root)", path);
     snprintf(want, sizeof want, " * regret of the pick, %s X, ", packed ? "packed" : "natural");

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 static fm_kernel_config sm100(fm_elem f, int m, int n, int k, int two, fm_epilogue e, int stages)
 {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "fp4moe/plan.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "testutil.h"
 
 static void test_round_trip(void **state)

@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "plan/plan_internal.h"
 #include "testutil.h"
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "fp4moe.h"
+#include "fp4moe/tools.h"
 
 /* Seed for this run: $FM_SEED if set, else from the clock; printed once. */
 uint64_t fm_test_seed(void);

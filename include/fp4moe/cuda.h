@@ -30,15 +30,15 @@
 #include <stdint.h>
 
 #include "fp4moe/format.h"
-#include "fp4moe/plan.h"
+#include "fp4moe/kernels.h"
 #include "fp4moe/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A tile is an fm_tile (fp4moe/plan.h: fields, fm_tile_name / fm_tile_parse /
- * fm_tile_equal; src/plan/fm_tiles.def lists the compiled ones). Which kernel runs it:
+/* A tile is an fm_tile (fp4moe/kernels.h: fields, fm_tile_name / fm_tile_parse /
+ * fm_tile_equal; src/kernels/fm_tiles.def lists the compiled ones). Which kernel runs it:
  *   family FM_FAMILY_FP4MOE_SWAPAB   mma.sync m16n8k16 (gemm_mma.cuh): sm_80 and later,
  *                                    SM120 within 99 KB
  *   family FM_FAMILY_FP4MOE_WGMMA    wgmma m64nNk16, weights from registers (gemm_wgmma.cu):
@@ -114,7 +114,7 @@ typedef struct {
     size_t          smem_limit;    /* 0: the device's opt-in limit; else min(this, device) (e.g. 101376 = SM120) */
     void           *stream;        /* cudaStream_t, NULL = default stream */
     /* feature_blocks (the mma tiles of one token group that have a multi-block
-     * kernel: the rows of src/plan/fm_tiles.def with mb = 1, e.g. w8m1n1k64s4,
+     * kernel: the rows of src/kernels/fm_tiles.def with mb = 1, e.g. w8m1n1k64s4,
      * w4m1n1k128s4, w4m2n1k256s3; fm_swapab_tile_has_mb): consecutive feature blocks one CTA computes,
      * its K pipeline running across them (short K has too few stages per block
      * to keep bytes in flight).
@@ -214,7 +214,7 @@ int64_t fm_cuda_kpack_col(int64_t c);
 fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
 /* The tile (and feature blocks per CTA) fm_cuda_gemm launches when a->tile is
- * NULL: the first candidate of the planner's ranking fm_plan_fp4moe (fp4moe/plan.h)
+ * NULL: the first candidate of the planner's ranking fm_plan_fp4moe (fp4moe/kernels.h)
  * (its family set: swapab or wgmma, persist for the persistent kernel)
  * for this call on the current device: a->w's format and shape, a->expected_rows
  * rows per expert (< 1: 1) on a->active_experts experts (0: all), a->epi (SwiGLU:

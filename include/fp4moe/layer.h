@@ -34,7 +34,7 @@
 
 #include "fp4moe/arch.h"
 #include "fp4moe/moe.h"
-#include "fp4moe/plan.h"
+#include "fp4moe/kernels.h"
 #include "fp4moe/status.h"
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
  * grouped-GEMM configurations ("tactics") for its fused MoE and profiles them at start-up.
  * A tactic can pass can_implement() and still fail in initialize() when its
  * SharedStorage is over the per-block opt-in limit (CUTLASS issue #3096): the engine
- * sees kErrorInternal.  The lists are data (src/plan/tactics.c), one row per tactic,
+ * sees kErrorInternal.  The lists are data (src/cutlass/tactics.c), one row per tactic,
  * each naming the source file and commit it was read from; the verdict of every row is
  * fm_plan_check's for the CUTLASS version the row's engine build uses.
  */

@@ -9,7 +9,7 @@
 
 #include "fp4moe/cuda.h"
 #include "fp4moe/layer.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
-#include "fp4moe/plan.h"
+#include "fp4moe/kernels.h"
 #include "fm_internal.h"
 
 /* The kernel family of a tile: wgmma when it says so, else mma.sync (AUTO: a tile

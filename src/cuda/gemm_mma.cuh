@@ -25,7 +25,7 @@
  *  - BF16 outputs of 16+-token tiles leave through shared memory as 16-byte row
  *    segments (epilogue_staged, kernel_common.cuh, shared with the wgmma
  *    kernels); the other epilogues store from the registers.
- * Shared memory = fm_smem_swapab(tile) (src/plan/fm_kernels_smem.c), all dynamic.
+ * Shared memory = fm_smem_swapab(tile) (src/kernels/fm_kernels_smem.c), all dynamic.
  * Instantiated one catalogue row per generated unit (gemm_mma_row.cuh); launched by
  * gemm_mma.cu through the build's unit table (units.h).
  * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on

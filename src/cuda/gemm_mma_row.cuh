@@ -1,5 +1,5 @@
 /* gemm_mma_row.cuh - the mma.sync kernels of one catalogue row, FM_UNIT_ROW of
- * src/plan/fm_tiles.def's FM_SWAPAB_TILE rows: the plain kernel, the multi-block one
+ * src/kernels/fm_tiles.def's FM_SWAPAB_TILE rows: the plain kernel, the multi-block one
  * where the row has it, and the work-list one. Included by the generated unit
  * build/kernels/mma_row_NN.cu (src/kernels/fm_units_gen.c), which is compiled for the
  * targets whose opt-in shared memory the row fits; exported as fm_mma_unit_NN. */
@@ -16,7 +16,7 @@ struct mma_row {
 };
 constexpr mma_row k_rows[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 #undef FM_SWAPAB_TILE
 };
 constexpr mma_row R = k_rows[FM_UNIT_ROW];

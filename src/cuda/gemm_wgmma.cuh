@@ -44,7 +44,7 @@
  * with stmatrix, per consumer warpgroup in the warp-specialized kernels) when y
  * is 16-byte aligned, FINALIZE_DET's FP32 rows where their tile fits; FINALIZE
  * and the 8-token tiles store from the registers (kernel_common.cuh's epilogue).
- * Shared memory = fm_smem_wgmma(tile) (src/plan/fm_kernels_smem.c), all dynamic.
+ * Shared memory = fm_smem_wgmma(tile) (src/kernels/fm_kernels_smem.c), all dynamic.
  * Instantiated one catalogue row per generated unit (gemm_wgmma_row.cuh), compiled
  * for sm_90a alone; launched by gemm_wgmma.cu through the build's unit table.
  */

@@ -1,5 +1,5 @@
 /* gemm_wgmma_row.cuh - the wgmma kernels of one catalogue row, FM_UNIT_ROW of
- * src/plan/fm_tiles.def's FM_WGMMA_TILE rows: the warp-specialized kernel (packed X)
+ * src/kernels/fm_tiles.def's FM_WGMMA_TILE rows: the warp-specialized kernel (packed X)
  * and, unless the row is the persistent kernel, the single-role one (natural X).
  * Included by the generated unit build/kernels/wgmma_row_NN.cu, compiled for sm_90a
  * alone; exported as fm_wgmma_unit_NN. */
@@ -19,7 +19,7 @@ struct wgmma_row {
 };
 constexpr wgmma_row k_rows[] = {
 #define FM_WGMMA_TILE(w, mt, nt, kc, st, p) {w, mt, nt, kc, st, p},
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 #undef FM_WGMMA_TILE
 };
 constexpr wgmma_row R = k_rows[FM_UNIT_ROW];

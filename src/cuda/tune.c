@@ -19,6 +19,7 @@
  * the current plan is set back. */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,7 @@
 #include "cuda/cuda_internal.h"
 #include "fm_internal.h"
 #include "fm_rng.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 #define TUNE_NX 8
 #define TUNE_REPS 32 /* 4 replays a routing */

@@ -1,4 +1,4 @@
-/* units.h - one compiled row of the tile catalogue (src/plan/fm_tiles.def): the
+/* units.h - one compiled row of the tile catalogue (src/kernels/fm_tiles.def): the
  * kernels a generated unit (build/kernels/{mma,wgmma}_row_NN.cu) instantiates, as
  * host-side function handles for cudaLaunchKernel / cudaFuncGetAttributes. The
  * build's table (fm_build_table.c) lists them in catalogue order, NULL for a row no

@@ -8,6 +8,7 @@
 #define FM_IO_INTERNAL_H
 
 #include "fm_internal.h"
+#include "fp4moe/io.h"
 
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* fm_units_gen.c - writes the CUDA translation units of fp4moe's GEMM kernels and the
  * build's kernel table, run by CMake at configure time (not part of the library).
  *
- * Why generated units: every row of src/plan/fm_tiles.def is a set of template
+ * Why generated units: every row of src/kernels/fm_tiles.def is a set of template
  * instantiations that takes nvcc seconds per target; in one .cu file they compile one
  * after another, so the build cannot use more than a few cores. One unit per row (as
  * ggml generates its template instances) lets `make -jN` compile N rows at once, and
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "kernels/fm_targets.h"
-#include "plan/fm_tile_layout.h"
+#include "kernels/fm_tile_layout.h"
 
 typedef struct {
     int w, mt, nt, kc, st, extra; /* extra: mb (mma) or persist (wgmma) */
@@ -34,12 +34,12 @@ typedef struct {
 
 static const row k_mma[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 #undef FM_SWAPAB_TILE
 };
 static const row k_wgmma[] = {
 #define FM_WGMMA_TILE(w, mt, nt, kc, st, p) {w, mt, nt, kc, st, p},
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 #undef FM_WGMMA_TILE
 };
 #define NMMA (sizeof k_mma / sizeof k_mma[0])

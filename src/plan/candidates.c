@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "plan_internal.h"
 
 #define FM_CAND_MAX 64

@@ -1,7 +1,7 @@
 /* smem_fp4moe.c - fp4moe's own CUDA kernels as planner families.
  *
  * The bytes are never modelled twice: the planner calls fm_smem_swapab /
- * fm_smem_wgmma (src/plan/fm_kernels_smem.c), the same functions the launcher
+ * fm_smem_wgmma (src/kernels/fm_kernels_smem.c), the same functions the launcher
  * (src/cuda/gemm_launch.c) sizes its dynamic shared memory with and refuses a tile
  * by, so a plan and a launch cannot disagree.  This file only maps the planner's
  * generic tile onto the kernels' tile and says what the verdict means:
@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "plan_family.h"
 
 /* One of fp4moe's own families: its functions in fm_kernels_smem.c and its limits
@@ -67,18 +67,6 @@ const fm_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count)
         return NULL;
     }
     return fam_of(f)->tiles(count);
-}
-
-fm_status fm_fp4moe_arch_check(fm_kernel_family f, const fm_arch_info *arch)
-{
-    if (f == FM_FAMILY_FP4MOE_WGMMA && !(arch->features & FM_FEAT_WGMMA))
-        return fm_fail(FM_ERR_ARCH_MISMATCH,
-                       "fp4moe-wgmma needs wgmma (sm_90a), not %s: use fp4moe-swapab (mma.sync, sm_80+) there",
-                       arch->name);
-    if (!(arch->features & FM_FEAT_MMA_BF16))
-        return fm_fail(FM_ERR_ARCH_MISMATCH, "%s needs BF16 mma.sync and cp.async (sm_80+), not %s", fam_of(f)->name,
-                       arch->name);
-    return FM_OK;
 }
 
 int fm_fp4moe_compiled(const fm_kernel_config *cfg)

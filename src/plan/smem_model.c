@@ -9,20 +9,6 @@
 
 #include "plan_internal.h"
 
-/* element         bits  name */
-static const struct {
-    int         bits;
-    const char *name;
-} k_elems[FM_ELEM_COUNT] = {
-    [FM_ELEM_VOID] = {0, "void"},   [FM_ELEM_BF16] = {16, "bf16"},   [FM_ELEM_FP16] = {16, "fp16"},
-    [FM_ELEM_FP32] = {32, "fp32"},  [FM_ELEM_FP8] = {8, "fp8"},      [FM_ELEM_NVFP4] = {4, "nvfp4"},
-    [FM_ELEM_MXFP4] = {4, "mxfp4"},
-};
-
-int fm_elem_bits(fm_elem e) { return (unsigned)e < FM_ELEM_COUNT ? k_elems[e].bits : 0; }
-
-const char *fm_elem_name(fm_elem e) { return (unsigned)e < FM_ELEM_COUNT ? k_elems[e].name : "?"; }
-
 void fm_kernel_config_init(fm_kernel_config *cfg)
 {
     if (!cfg) return;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "fp4moe.h"
+#include "fp4moe/plan.h"
 #include "fp4moe/sim.h"
 #include "fm_rng.h"
 

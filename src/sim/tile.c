@@ -31,7 +31,7 @@
 #include <math.h>
 
 #include "fm_internal.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 #include "sim_internal.h"
 
 #define FM_SIM_TILE_CANDS 32

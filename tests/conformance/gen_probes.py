@@ -2,7 +2,7 @@
 """gen_probes.py - write probe .cu programs that print what real CUTLASS kernels put in
 shared memory, one translation unit per architecture.
 
-Why: the planner's byte model (src/plan/) is only worth something if it agrees with
+Why: the planner's byte model (src/cutlass/, src/plan/) is only worth something if it agrees with
 sizeof(GemmKernel::SharedStorage) of the kernels CUTLASS really builds.  The probes
 instantiate each grid row (tests/conformance/grid.txt) through CUTLASS's own
 CollectiveBuilders - the same types a grouped MoE GEMM uses - and print, on the

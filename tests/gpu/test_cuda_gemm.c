@@ -16,7 +16,7 @@
 
 #include "cuda/cuda_internal.h"
 #include "fp4moe/plan.h"
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 typedef struct {
     int E, N, K;
@@ -725,8 +725,11 @@ static void test_smem_model(void **state)
         char name[64];
         printf("  %-24s predicted %6zu B  static %zu  dynamic attribute %6zu  SM120 %s\n",
                tile_name(t, name, sizeof name), bd.total, st, dyn, bd.total > 101376 ? "refused" : "fits");
+        /* the kernels keep no static shared memory (all of it is the row's dynamic bytes);
+         * the attribute's dynamic size is the launcher's own fm_smem_* call, so it is
+         * printed, not compared: what the compiled kernel holds against its row (template
+         * arguments, launch bounds, shared memory) is test_kernel_resources', on the CPU */
         assert_int_equal(st, 0);
-        assert_int_equal(dyn, bd.total);
     }
     /* no tile given: the default falls back to a tile that fits the lowered limit */
     assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_skewed, NULL, FM_CUDA_EPI_SWIGLU, 101376), FM_OK);

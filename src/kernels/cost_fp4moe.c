@@ -47,9 +47,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan/fm_kernels_smem.h"
-#include "plan_internal.h"
+#include "fm_internal.h"
 #include "kernels/fm_build.h"
+#include "kernels/fm_kernels_smem.h"
 #include "fp4moe/layer.h"
 
 typedef struct {
@@ -124,25 +124,6 @@ static double efficiency(const fm_tile *t, fm_kernel_variant v)
     return 1.0;
 }
 
-fm_kernel_family fm_variant_family(fm_kernel_variant v)
-{
-    return v == FM_VARIANT_MMA || v == FM_VARIANT_MMA_MULTI_BLOCK ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
-}
-
-const char *fm_kernel_variant_name(fm_kernel_variant v)
-{
-    static const char *const k[FM_VARIANT_COUNT] = {"mma", "mma-multi-block", "wgmma-natural-x", "wgmma-packed-x",
-                                                    "wgmma-persistent"};
-    return (int)v >= 0 && v < FM_VARIANT_COUNT ? k[v] : "?";
-}
-
-fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed)
-{
-    if (fam == FM_FAMILY_FP4MOE_SWAPAB) return feature_blocks > 1 ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
-    if (t && t->persist) return FM_VARIANT_WGMMA_PERSISTENT;
-    return x_packed ? FM_VARIANT_WGMMA_PACKED_X : FM_VARIANT_WGMMA_NATURAL_X;
-}
-
 int fm_plan_fp4moe_auto_blocks(int warps, int mt, int swiglu, int64_t n, int64_t k, int64_t experts, int sms)
 {
     if (k > 512 || warps < 1 || mt < 1 || sms < 1) return 1;
@@ -163,8 +144,7 @@ int fm_fp4moe_kernel_regs(const fm_tile *t, fm_kernel_variant v)
 int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_variant v, size_t smem)
 {
     int mma = fm_variant_family(v) == FM_FAMILY_FP4MOE_SWAPAB;
-    int ws = v == FM_VARIANT_WGMMA_PACKED_X || v == FM_VARIANT_WGMMA_PERSISTENT;
-    int warps = ws ? t->warps + 4 : t->warps; /* the packed-X kernels' producer warpgroup */
+    int warps = fm_kernel_threads(t, v) / 32; /* the packed-X kernels count their producer warpgroup */
     int o = (int)(arch->smem_per_sm / (smem + arch->smem_reserved));
     int thr = arch->max_threads_sm / (warps * 32);
     if (o > thr) o = thr;

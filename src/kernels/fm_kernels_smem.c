@@ -2,7 +2,7 @@
  * fm_kernels_smem.h for the layout each formula describes). Plain C, no CUDA:
  * the planner uses it on machines without a GPU, the launcher before each launch.
  */
-#include "plan/fm_kernels_smem.h"
+#include "kernels/fm_kernels_smem.h"
 
 #include <stdio.h>
 
@@ -22,19 +22,19 @@
                    "fm_tiles.def: wgmma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " outside the kernel's ranges");  \
     _Static_assert(FM_WGMMA_SMEM(w, mt, nt, kc, st, p) <= FM_SMEM_OPTIN_MAX,                                  \
                    "fm_tiles.def: wgmma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " over 227 KB of shared memory");
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 
 /* The compiled swapab instantiations (fm_tiles.def; src/cuda/gemm_mma.cuh expands
  * the same rows into its dispatch table, so the two cannot differ). */
 static const fm_tile k_swapab_tiles[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, 0, FM_FAMILY_FP4MOE_SWAPAB},
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 };
 
 /* 1 = the row of k_swapab_tiles has the multi-block kernel (fm_tiles.def's mb column) */
 static const unsigned char k_swapab_mb[] = {
 #define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) mb,
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 };
 
 const fm_tile *fm_swapab_tiles(size_t *count)
@@ -109,7 +109,7 @@ char *fm_swapab_tile_name(const fm_tile *t, char *buf, size_t n)
  * the same rows). */
 static const fm_tile k_wgmma_tiles[] = {
 #define FM_WGMMA_TILE(w, mt, nt, kc, st, p) {w, mt, nt, kc, st, p, FM_FAMILY_FP4MOE_WGMMA},
-#include "plan/fm_tiles.def"
+#include "kernels/fm_tiles.def"
 };
 
 const fm_tile *fm_wgmma_tiles(size_t *count)

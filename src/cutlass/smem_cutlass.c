@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "plan_family.h"
+#include "cutlass/cutlass_models.h"
 
 static fm_status finish(const fm_kernel_config *cfg, fm_model_out *o, size_t stage_ab, size_t stage_sf, size_t capacity,
                         const fm_epi_out *epi, int *stages)

@@ -31,7 +31,7 @@
  */
 #include <string.h>
 
-#include "plan_family.h"
+#include "cutlass/cutlass_models.h"
 
 #define SM100_CAPACITY 232448u /* cutlass::arch::sm100_smem_capacity_bytes */
 #define SCHED_STAGES 8         /* grouped GEMM scheduler pipeline depth */

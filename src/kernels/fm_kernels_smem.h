@@ -24,16 +24,16 @@
 
 #include <stddef.h>
 
-#include "fp4moe/plan.h"
+#include "fp4moe/kernels.h"
 #include "fp4moe/smem.h"
 #include "fp4moe/status.h"
-#include "plan/fm_tile_layout.h"
+#include "kernels/fm_tile_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A tile of either family is an fm_tile (fp4moe/plan.h: fields, name, parser,
+/* A tile of either family is an fm_tile (fp4moe/kernels.h: fields, name, parser,
  * equality). The fields' ranges per family: swapab warps 1..8, mt 1/2/4 (with the
  * SwiGLU epilogue the first mt/2 bands are gate rows and the last mt/2 the matching up
  * rows), nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0; wgmma below. */
@@ -94,9 +94,21 @@ int fm_swapab_tile_has_mb(const fm_tile *t);
 /* Which compiled kernel of a tile runs: each tile has one to three (fm_tiles.def),
  * and registers (fp4moe_regs_sm90.inc), fitted efficiencies (fp4moe_cost_h200.inc)
  * and occupancy are per kernel. */
-/* fm_kernel_variant, fm_variant_family and fm_variant_of: public, fp4moe/plan.h */
+/* fm_kernel_variant, fm_variant_family and fm_variant_of: public, fp4moe/kernels.h */
+/* Threads per block of kernel v of tile t, what its __launch_bounds__ say and what the
+ * launcher and the occupancy model count: warps * 32, plus the producer warpgroup
+ * (FM_WGMMA_PRODUCER_WARPS) for the packed-X and persistent wgmma kernels.
+ * test_kernel_resources holds it to every compiled kernel's own bound
+ * (build/kernel_bounds.csv, scripts/kernel_bounds.py). 0 for t NULL. */
+int fm_kernel_threads(const fm_tile *t, fm_kernel_variant v);
+/* FM_OK if fp4moe family f runs on arch, else FM_ERR_ARCH_MISMATCH with the reason
+ * ("fp4moe-wgmma needs wgmma (sm_90a), not sm_120"): the ranking and the planner's
+ * check ask it. */
+fm_status fm_fp4moe_arch_check(fm_kernel_family f, const fm_arch_info *arch);
+/* Bits of a GEMM operand element (0 for void); fm_elem_name is public. */
+int fm_elem_bits(fm_elem e);
 /* CTAs per SM of kernel v of tile t with `smem` bytes of dynamic shared memory on
- * arch (src/plan/cost_fp4moe.c): the fewest of what shared memory, registers (the
+ * arch (src/kernels/cost_fp4moe.c): the fewest of what shared memory, registers (the
  * sm_90a ptxas counts, fp4moe_regs_sm90.inc), threads (the packed-X wgmma kernels
  * count their producer warpgroup) and block slots allow. 0 if nothing fits. */
 int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_variant v, size_t smem);

@@ -59,6 +59,10 @@
     ((st) * (FM_WGMMA_STAGE_BYTES(w, mt, nt, kc) + FM_WGMMA_BAR_BYTES) +                      \
      ((persist) ? FM_WGMMA_EPI_BYTES(w, mt, nt) : 0))
 
+/* The packed-X and persistent wgmma kernels' producer warpgroup: warps a CTA has on top
+ * of its `warps` consumer warps (fm_kernel_threads; the kernels' __launch_bounds__). */
+#define FM_WGMMA_PRODUCER_WARPS 4
+
 /* ---- occupancy terms (Hopper) ---- */
 #define FM_SMEM_RESERVED_PER_BLOCK 1024 /* the driver's shared memory per resident block */
 #define FM_SMEM_OPTIN_MAX 232448        /* sm_90 / sm_100 opt-in per block (227 KB): no tile may exceed it */

@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "plan_family.h"
+#include "cutlass/cutlass_models.h"
 
 fm_status fm_epilogue_sm90_style(const fm_kernel_config *cfg, int sm120, fm_epi_out *o)
 {
