@@ -176,6 +176,7 @@ _PROTOS = {
     "fm_cuda_device_close": (None, [c_void_p]),
     "fm_layer_create_desc": (c_int, [P(LayerDesc), P(MoeConfig), P(MoeWeights), P(c_void_p)]),
     "fm_layer_workspace_size": (c_int, [c_void_p, P(c_size_t)]),
+    "fm_layer_supports": (c_int, [P(LayerDesc), P(MoeConfig), C.c_uint, C.c_char_p, c_size_t]),
     "fm_layer_run": (c_int, [c_void_p, P(LayerRunArgs)]),
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),
     "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
@@ -188,7 +189,7 @@ _PROTOS = {
 }
 _OPTIONAL = {"fm_cuda_device_open", "fm_cuda_device_close", "fm_layer_create_desc", "fm_layer_workspace_size",
              "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan", "fm_layer_tune",
-             "fm_layer_save_plans", "fm_layer_plans_note"}
+             "fm_layer_save_plans", "fm_layer_plans_note", "fm_layer_supports"}
 
 
 class Error(RuntimeError):
