@@ -8,7 +8,7 @@ import sys
 missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
 if missing:
     print(f"skipped: {' and '.join(missing)} not installed in {sys.prefix} "
-          "(scripts/deps.sh --engines installs the pinned CPU builds)")
+          "(scripts/deps.sh --engines installs the pinned versions)")
     sys.exit(77)
 import pytest  # noqa: E402
 
