@@ -1,7 +1,9 @@
 """Real NVFP4 checkpoints (tests/model/fixtures, written by ModelOpt and llmcompressor) run in
-transformers with fp4moe experts, on the CPU.
+transformers with fp4moe experts, on the CPU: Qwen3-MoE and DeepSeek-V3 (sigmoid routing with a
+correction bias and group limits, a shared expert: all transformers' own, the routed experts
+fp4moe's), each as ModelOpt NVFP4, compressed-tensors NVFP4 (W4A4) and NVFP4A16.
 
-The model is transformers' Qwen3-MoE built from the fixture's config.json; its non-expert weights
+The model is transformers' own class built from the fixture's config.json; its non-expert weights
 come from the checkpoint (BF16 tensors as stored; the NVFP4 attention projections dequantized, the
 same in both models). The fp4moe model's experts are the checkpoint's FP4 tensors as fp4moe's
 loader takes them (fp4moe.Checkpoint.load_layer: nothing re-quantized; where an expert's gate and
@@ -36,7 +38,8 @@ from fp4moe import transformers_experts as fx  # noqa: E402
 from test_transformers_experts import SEED, STEPS, _bf16_input_eager, _nmse  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "fixtures")
-CKPTS = ["modelopt-nvfp4-qwen3moe", "ct-nvfp4-qwen3moe", "ct-nvfp4a16-qwen3moe"]
+CKPTS = ["modelopt-nvfp4-qwen3moe", "ct-nvfp4-qwen3moe", "ct-nvfp4a16-qwen3moe",
+         "modelopt-nvfp4-dsv3", "ct-nvfp4-dsv3", "ct-nvfp4a16-dsv3"]
 
 
 def _tensors(path):
@@ -59,25 +62,28 @@ def _dequant(t, prefix):
 
 def _build(name, oracle):
     """(fp4moe model, oracle, gate/up global scales equal everywhere?)"""
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     ck = os.path.join(FIXTURES, name, "checkpoint")
     with open(os.path.join(ck, "config.json")) as f:
         c = json.load(f)
     c.pop("quantization_config", None)  # the model is built dequantized; fp4moe reads the FP4 experts
-    cfg = Qwen3MoeConfig(**{k: v for k, v in c.items() if k not in ("architectures", "torch_dtype", "dtype")})
+    cfg = AutoConfig.for_model(c.pop("model_type"), **{k: v for k, v in c.items()
+                                                       if k not in ("architectures", "torch_dtype", "dtype")})
     torch.manual_seed(SEED)
-    m = Qwen3MoeForCausalLM(cfg).eval()
+    m = AutoModelForCausalLM.from_config(cfg).float().eval()
     t = _tensors(os.path.join(ck, "model.safetensors"))
-    E = cfg.num_experts
+    E = getattr(cfg, "num_experts", None) or cfg.n_routed_experts
     sd, same_globals = {}, True
     for k, p in m.state_dict().items():
         if ".mlp.experts." in k:
             continue
         base = k[:-len(".weight")]
         sd[k] = _dequant(t, base) if base + ".weight_scale" in t else t[k].float()
+    missing = [k for k in sd if k not in m.state_dict()]
+    assert not missing, missing
     m.load_state_dict(sd, strict=False)
-    ref = Qwen3MoeForCausalLM(copy.deepcopy(cfg)).eval()  # its own config: experts_implementation is there
+    ref = AutoModelForCausalLM.from_config(copy.deepcopy(cfg)).float().eval()  # its own config: experts_implementation is there
     ref.load_state_dict(sd, strict=False)
     with torch.no_grad():
         for li, _, e in fx.experts_modules(ref):
@@ -99,6 +105,7 @@ def _build(name, oracle):
         loaded = ckpt.load_layer(li)
         lcfg = loaded.cfg
         lcfg.act_nvfp4 = False  # W4A16, as the dequantized oracle
+        lcfg.shared_inter = 0  # the block's shared expert (DeepSeek-V3) stays transformers'
         assert (lcfg.n_experts, lcfg.top_k, lcfg.hidden, lcfg.inter) == (E, cfg.num_experts_per_tok,
                                                                          cfg.hidden_size, cfg.moe_intermediate_size)
         fx.attach(e, lcfg, loaded)
@@ -112,7 +119,7 @@ def test_checkpoint_block(name):
     m, ref, same = _build(name, "eager")
     bound = 1e-10 if same else 1e-3
     g = torch.Generator().manual_seed(SEED + 5)
-    for li in range(len(m.model.layers)):
+    for li, _, _ in fx.experts_modules(m):  # the MoE layers (DeepSeek-V3's first is dense)
         x = torch.randn(1, 9, m.config.hidden_size, generator=g).bfloat16().float()
         with torch.no_grad():
             y, yr = m.model.layers[li].mlp(x), ref.model.layers[li].mlp(x)
