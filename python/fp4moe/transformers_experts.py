@@ -21,9 +21,10 @@ become empty (a model so converted is for inference: save the FP4 weights, not i
 state_dict). Layers run on the model's device ("cpu": fp4moe's CPU backend; "cuda").
 
 Tested with transformers 5.17.0 and torch 2.14.0 (TESTED; scripts/deps.sh --engines
-installs them). Only SwiGLU experts in transformers' default layout are taken (gate then
-up rows concatenated, not transposed, no bias, SiLU): an experts class with another
-layout (gpt-oss's interleaved, transposed, biased experts) is refused by name.
+installs them). Two experts layouts are taken: transformers' default (gate then up rows
+concatenated, [E][N][K], no bias, SiLU: Qwen, Mixtral, DeepSeek, GLM) and gpt-oss's
+(transposed, gate and up interleaved, biases, the clamped SwiGLU: fp4moe's swiglu-gptoss,
+which only its CPU backends run); another is refused naming the module and what differs.
 """
 
 import re
@@ -80,9 +81,18 @@ def experts_modules(model):
     return found
 
 
-def _check_layout(name, m):
-    """The layout this module's weights must have for fp4moe's w13 (gate rows, then up rows) and
-    SwiGLU; else ValueError naming the module and what differs."""
+GPTOSS_ALPHA = 1.702  # fp4moe's swiglu-gptoss: h = (clamp(u) + 1) * g' * sigmoid(1.702 g')
+
+
+def _layout(name, m):
+    """"swiglu" (transformers' default layout: gate rows then up rows, [E][N][K], no bias, SiLU)
+    or "gptoss" (gpt-oss: [E][K][N] with gate and up columns interleaved, biases, the clamped
+    SwiGLU of alpha 1.702 and limit m.limit); else ValueError naming the module and what differs."""
+    from transformers.integrations import moe as tmoe
+
+    if (not m.is_concatenated and m.is_transposed and m.has_bias and hasattr(m, "limit")
+            and getattr(m, "alpha", None) == GPTOSS_ALPHA and hasattr(m, "gate_up_proj_bias")):
+        return "gptoss"
     why = []
     if not m.is_concatenated:
         why.append("gate and up interleaved")
@@ -95,14 +105,28 @@ def _check_layout(name, m):
     act = type(getattr(m, "act_fn", None)).__name__
     if act not in ("SiLU", "SiLUActivation"):
         why.append(f"activation {act} (fp4moe's is SwiGLU: silu(gate) * up)")
-    from transformers.integrations import moe as tmoe
-
     if getattr(type(m), "_apply_gate", None) is not getattr(tmoe, "_default_apply_gate", None):
         why.append("its own _apply_gate")
     if m.gate_up_proj.dim() != 3 or m.down_proj.dim() != 3:
         why.append("weights not stacked [E][N][K]")
     if why:
-        raise ValueError(f"{name} ({type(m).__name__}): not fp4moe's experts layout: {', '.join(why)}")
+        raise ValueError(f"{name} ({type(m).__name__}): not an experts layout fp4moe takes: {', '.join(why)} "
+                         "(taken: transformers' default SwiGLU layout, and gpt-oss's)")
+    return "swiglu"
+
+
+def _float_experts(m, layout):
+    """w13 [E][2*inter][hidden] (gate rows, then up rows), w2 [E][hidden][inter], float32, and
+    the biases in the same row order (or None), from the module's parameters."""
+    w13 = m.gate_up_proj.detach().float().cpu().numpy()
+    w2 = m.down_proj.detach().float().cpu().numpy()
+    if layout == "swiglu":
+        return w13, w2, None, None
+    w13 = w13.transpose(0, 2, 1)  # [E][2I][H], rows gate0, up0, gate1, ...
+    w13 = np.concatenate([w13[:, 0::2], w13[:, 1::2]], axis=1)
+    b13 = m.gate_up_proj_bias.detach().float().cpu().numpy()
+    b13 = np.concatenate([b13[:, 0::2], b13[:, 1::2]], axis=1)
+    return w13, w2.transpose(0, 2, 1), b13, m.down_proj_bias.detach().float().cpu().numpy()
 
 
 def _top_k(m):
@@ -122,12 +146,15 @@ def attach(module, cfg, weights, *, device=None, max_tokens=256, out_dtype=None,
     dt = module.gate_up_proj.dtype
     if out_dtype is None:
         out_dtype = torch.float32 if dt == torch.float32 else torch.bfloat16
-    ok, why = engines.supports(cfg, dev if dev.type == "cuda" else (backend or "cpu"), max_tokens=max_tokens)
+    bias = isinstance(weights, MoEWeights) and weights.w13_bias is not None
+    ok, why = engines.supports(cfg, dev if dev.type == "cuda" else (backend or "cpu"), max_tokens=max_tokens,
+                               expert_bias=bias)
     if not ok:
         raise ValueError(f"{type(module).__name__}: fp4moe cannot run these experts here: {why}")
     module.fp4moe = MoE(cfg, weights, device=dev, max_tokens=max_tokens, out_dtype=out_dtype, backend=backend)
-    for p in ("gate_up_proj", "down_proj"):  # the float copies go: the layer holds the FP4 weights
-        setattr(module, p, torch.nn.Parameter(torch.empty(0, dtype=dt, device=dev), requires_grad=False))
+    for p in ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias"):  # the layer holds them now
+        if hasattr(module, p):
+            setattr(module, p, torch.nn.Parameter(torch.empty(0, dtype=dt, device=dev), requires_grad=False))
     return module.fp4moe
 
 
@@ -141,18 +168,19 @@ def quantize_experts(model, fmt="nvfp4", *, device=None, max_tokens=256, backend
     if not mods:
         raise ValueError(f"{type(model).__name__}: no experts module dispatched by experts_implementation "
                          "(transformers' @use_experts_implementation) was found")
-    for _, name, m in mods:
-        _check_layout(name, m)
+    layouts = [_layout(name, m) for _, name, m in mods]  # every module checked before any is converted
     held = {}
-    for _, name, m in mods:
-        E, two_i, H = m.gate_up_proj.shape
-        cfg = MoEConfig(n_experts=E, top_k=_top_k(m), hidden=H, inter=two_i // 2, score="softmax", wfmt=fmt)
-        w13 = m.gate_up_proj.detach().float().cpu().numpy()
-        w2 = m.down_proj.detach().float().cpu().numpy()
+    for (_, name, m), layout in zip(mods, layouts):
+        w13, w2, b13, b2 = _float_experts(m, layout)
+        E, two_i, H = w13.shape
+        act = dict(activation="swiglu-gptoss", swiglu_limit=float(m.limit)) if layout == "gptoss" else {}
+        # routing is transformers' (external): the layer's score function and router never run
+        cfg = MoEConfig(n_experts=E, top_k=_top_k(m), hidden=H, inter=two_i // 2, score="softmax", wfmt=fmt, **act)
         q13 = [quantize(np.ascontiguousarray(w13[e]), fmt) for e in range(E)]
         q2 = [quantize(np.ascontiguousarray(w2[e]), fmt) for e in range(E)]
-        # routing is transformers' (external): the layer's router is never run
         W = MoEWeights.from_qtensors(np.zeros((E, H), np.float32), q13, q2)
+        if b13 is not None:
+            W.w13_bias, W.w2_bias = np.ascontiguousarray(b13), np.ascontiguousarray(b2)
         attach(m, cfg, W, device=device, max_tokens=max_tokens, backend=backend)
         held[name] = (q13, q2)
     register()

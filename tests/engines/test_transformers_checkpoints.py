@@ -1,7 +1,9 @@
 """Real NVFP4 checkpoints (tests/model/fixtures, written by ModelOpt and llmcompressor) run in
 transformers with fp4moe experts, on the CPU: Qwen3-MoE and DeepSeek-V3 (sigmoid routing with a
 correction bias and group limits, a shared expert: all transformers' own, the routed experts
-fp4moe's), each as ModelOpt NVFP4, compressed-tensors NVFP4 (W4A4) and NVFP4A16.
+fp4moe's), each as ModelOpt NVFP4, compressed-tensors NVFP4 (W4A4) and NVFP4A16; and gpt-oss
+MXFP4 (its interleaved, transposed, biased experts with the clamped SwiGLU: fp4moe's loader
+de-interleaves them, the oracle dequantizes the stored blocks in transformers' layout).
 
 The model is transformers' own class built from the fixture's config.json; its non-expert weights
 come from the checkpoint (BF16 tensors as stored; the NVFP4 attention projections dequantized, the
@@ -39,7 +41,7 @@ from test_transformers_experts import SEED, STEPS, _bf16_input_eager, _nmse  # n
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "fixtures")
 CKPTS = ["modelopt-nvfp4-qwen3moe", "ct-nvfp4-qwen3moe", "ct-nvfp4a16-qwen3moe",
-         "modelopt-nvfp4-dsv3", "ct-nvfp4-dsv3", "ct-nvfp4a16-dsv3"]
+         "modelopt-nvfp4-dsv3", "ct-nvfp4-dsv3", "ct-nvfp4a16-dsv3", "mxfp4-gptoss"]
 
 
 def _tensors(path):
@@ -73,7 +75,7 @@ def _build(name, oracle):
     torch.manual_seed(SEED)
     m = AutoModelForCausalLM.from_config(cfg).float().eval()
     t = _tensors(os.path.join(ck, "model.safetensors"))
-    E = getattr(cfg, "num_experts", None) or cfg.n_routed_experts
+    E = getattr(cfg, "num_experts", None) or getattr(cfg, "n_routed_experts", None) or cfg.num_local_experts
     sd, same_globals = {}, True
     for k, p in m.state_dict().items():
         if ".mlp.experts." in k:
@@ -88,6 +90,14 @@ def _build(name, oracle):
     with torch.no_grad():
         for li, _, e in fx.experts_modules(ref):
             pre = f"model.layers.{li}.mlp.experts"
+            if pre + ".gate_up_proj_blocks" in t:  # gpt-oss MXFP4: stored as the model holds them, transposed
+                for p in ("gate_up_proj", "down_proj"):
+                    blk, sc = t[f"{pre}.{p}_blocks"], t[f"{pre}.{p}_scales"]
+                    deq = [fp4moe.dequantize(fp4moe.qtensor("mxfp4", blk[x].reshape(blk.shape[1], -1).numpy(),
+                                                            sc[x].numpy())) for x in range(E)]
+                    getattr(e, p).copy_(torch.from_numpy(np.stack(deq)).transpose(1, 2))
+                    getattr(e, p + "_bias").copy_(t[f"{pre}.{p}_bias"].float())
+                continue
             gu = [torch.cat([_dequant(t, f"{pre}.{x}.gate_proj"), _dequant(t, f"{pre}.{x}.up_proj")]) for x in range(E)]
             e.gate_up_proj.copy_(torch.stack(gu))
             e.down_proj.copy_(torch.stack([_dequant(t, f"{pre}.{x}.down_proj") for x in range(E)]))
@@ -106,8 +116,9 @@ def _build(name, oracle):
         lcfg = loaded.cfg
         lcfg.act_nvfp4 = False  # W4A16, as the dequantized oracle
         lcfg.shared_inter = 0  # the block's shared expert (DeepSeek-V3) stays transformers'
+        inter = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
         assert (lcfg.n_experts, lcfg.top_k, lcfg.hidden, lcfg.inter) == (E, cfg.num_experts_per_tok,
-                                                                         cfg.hidden_size, cfg.moe_intermediate_size)
+                                                                         cfg.hidden_size, inter)
         fx.attach(e, lcfg, loaded)
     fx.register()
     m.set_experts_implementation(fx.NAME)
@@ -123,6 +134,7 @@ def test_checkpoint_block(name):
         x = torch.randn(1, 9, m.config.hidden_size, generator=g).bfloat16().float()
         with torch.no_grad():
             y, yr = m.model.layers[li].mlp(x), ref.model.layers[li].mlp(x)
+            y, yr = (y[0] if isinstance(y, tuple) else y), (yr[0] if isinstance(yr, tuple) else yr)  # gpt-oss
         e = _nmse(y, yr)
         print(f"# {name}: layer {li}: NMSE {e:.3g} (gate/up globals {'equal' if same else 'differ'}; bound {bound})")
         assert e <= bound, (name, li, e)

@@ -1,7 +1,8 @@
 """fp4moe as transformers' experts implementation (python/fp4moe/transformers_experts.py), on the CPU.
 
 Models are built from tiny random configs (no download): Qwen3-MoE, Qwen2-MoE (with its shared
-expert, which stays transformers'), Mixtral. Their expert weights are rounded to BF16 (as a BF16
+expert, which stays transformers'), Mixtral, and gpt-oss (MXFP4: its transposed, interleaved, biased
+experts with the clamped SwiGLU). Their expert weights are rounded to BF16 (as a BF16
 checkpoint holds them), then quantize_experts moves them into fp4moe layers as NVFP4 (fp4moe's own
 quantizer). The oracle is transformers' own model ("eager" experts, float32) holding the same FP4
 weights dequantized by fp4moe.dequantize (bit for bit the library's decoder). fp4moe takes BF16
@@ -62,10 +63,16 @@ def _tiny(kind):
         from transformers import MixtralConfig, MixtralForCausalLM
         cfg = MixtralConfig(**common, intermediate_size=64, num_local_experts=8, num_experts_per_tok=2)
         return MixtralForCausalLM(cfg)
+    if kind == "gpt_oss":
+        from transformers import GptOssConfig, GptOssForCausalLM
+        cfg = GptOssConfig(**common, head_dim=32, intermediate_size=64, num_local_experts=8, num_experts_per_tok=2,
+                           sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+        return GptOssForCausalLM(cfg)
     raise ValueError(kind)
 
 
-KINDS = ["qwen3_moe", "qwen2_moe", "mixtral"]
+KINDS = ["qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss"]
+FORMAT = {"gpt_oss": "mxfp4"}  # gpt-oss's own format; NVFP4 for the others
 # cuda where a GPU and fp4moe's cuda backend are here (the GPU machine): the same tests, the layers
 # on the cuda backend, with its bound against the exact reference (docs/accuracy.md: NMSE 1e-4)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and fp4moe.backend_available("cuda") else [])
@@ -86,15 +93,26 @@ def _models(kind, seed, oracle="eager", device="cpu"):
     with torch.no_grad():
         for _, _, e in fx.experts_modules(m):  # a BF16 checkpoint's values; std 1/sqrt(K) keeps the MLPs O(1)
             for p in (e.gate_up_proj, e.down_proj):
-                p.copy_((torch.randn_like(p) / p.shape[-1] ** 0.5).bfloat16().float())
+                k = p.shape[1] if e.is_transposed else p.shape[-1]
+                p.copy_((torch.randn_like(p) / k ** 0.5).bfloat16().float())
+            for b in ("gate_up_proj_bias", "down_proj_bias"):  # gpt-oss: biases of std 0.5
+                if hasattr(e, b):
+                    getattr(e, b).copy_((0.5 * torch.randn_like(getattr(e, b))).bfloat16().float())
     ref = copy.deepcopy(m)
-    held = fx.quantize_experts(m)
+    held = fx.quantize_experts(m, FORMAT.get(kind, "nvfp4"))
     assert m.config._experts_implementation == "fp4moe"
     with torch.no_grad():
         for _, name, e in fx.experts_modules(ref):
             q13, q2 = held[name]
-            e.gate_up_proj.copy_(torch.from_numpy(np.stack([fp4moe.dequantize(q) for q in q13])))
-            e.down_proj.copy_(torch.from_numpy(np.stack([fp4moe.dequantize(q) for q in q2])))
+            w13 = torch.from_numpy(np.stack([fp4moe.dequantize(q) for q in q13]))  # [E][2I][H]: gate, up rows
+            w2 = torch.from_numpy(np.stack([fp4moe.dequantize(q) for q in q2]))    # [E][H][I]
+            if e.is_transposed:  # gpt-oss: [E][H][2I] with gate and up interleaved, [E][I][H]
+                inter = w13.shape[1] // 2
+                il = torch.empty_like(w13)
+                il[:, 0::2], il[:, 1::2] = w13[:, :inter], w13[:, inter:]
+                w13, w2 = il.transpose(1, 2), w2.transpose(1, 2)
+            e.gate_up_proj.copy_(w13)
+            e.down_proj.copy_(w2)
     if oracle != "eager":
         from transformers.integrations.moe import ExpertsInterface
 
