@@ -15,9 +15,10 @@ there, so nothing of transformers is patched:
 `quantize_experts` registers the name and switches the model to it; `register()` alone
 is for a model whose modules already hold a layer (`attach`). A module holds its layer
 in `module.fp4moe` (a torch_ops.MoE, external routing: transformers' router picks the
-experts and their weights), so the experts' weights stay in FP4 in memory (plus the
-layer's prepacked copy on the CPU backend); the module's `gate_up_proj` / `down_proj`
-become empty (a model so converted is for inference: save the FP4 weights, not its
+experts and their weights), so the experts' weights stay in FP4 in memory (the layer's
+own copy: packed codes and block scales as given on the CPU backends, prepacked FP4 on the
+device for cuda; quantize_experts also returns the QTensors it made, for the caller to keep
+or drop); the module's `gate_up_proj` / `down_proj` (and biases) become empty (a model so converted is for inference: save the FP4 weights, not its
 state_dict). Layers run on the model's device ("cpu": fp4moe's CPU backend; "cuda").
 
 Tested with transformers 5.17.0 and torch 2.14.0 (TESTED; scripts/deps.sh --engines
