@@ -17,11 +17,21 @@
 #                  reused when it holds exactly the pinned versions, recreated otherwise
 #   FM_VENV_FRESH  1: recreate it even if it looks right (.ci/run uses a new folder instead)
 #   PYTHON         the interpreter that creates it (default python3; >= 3.11)
+#   --engines or FM_ENGINES=1: also scripts/requirements-engines.txt (torch, transformers and
+#                  their dependencies, pinned; ~3.5 GB: opt-in) for tests/engines, installed into
+#                  the same venv when they differ from the pins (the base pins are kept)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${FM_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
 REQS=("$ROOT/scripts/requirements.txt" "$ROOT/scripts/requirements-headers.txt")
+ENGINES=${FM_ENGINES:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --engines) ENGINES=1 ;;
+    *) echo "deps: unknown argument '$arg' (expected --engines)" >&2; exit 2 ;;
+  esac
+done
 
 # ---- Debian packages ---------------------------------------------------------------
 need_apt=()
@@ -61,11 +71,13 @@ fi
 }
 
 # ---- Python virtual environment -----------------------------------------------------
-# Exit 0 when $VENV's python runs and has every pinned package at its pinned version;
-# else print what differs.
+# Exit 0 when $VENV's python runs and has every pinned package of the given files (default
+# REQS) at its pinned version; else print what differs.
 venv_matches() {
   [ -x "$VENV/bin/python" ] || return 1
-  "$VENV/bin/python" - "${REQS[@]}" <<'EOF'
+  local files=("$@")
+  ((${#files[@]})) || files=("${REQS[@]}")
+  "$VENV/bin/python" - "${files[@]}" <<'EOF'
 import importlib.metadata as md
 import sys
 bad = []
@@ -103,6 +115,15 @@ if [ "${FM_VENV_FRESH:-0}" = 1 ] || ! venv_matches; then
     exit 1
   fi
   venv_matches
+fi
+if [ "$ENGINES" = 1 ] && ! venv_matches "$ROOT/scripts/requirements-engines.txt"; then
+  echo "deps: installing the engine tests' packages (scripts/requirements-engines.txt: torch, transformers; ~3.5 GB)"
+  if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input \
+       -r "$ROOT/scripts/requirements-engines.txt"; then
+    echo "deps: FAILED: pip could not install scripts/requirements-engines.txt (network? see above)" >&2
+    exit 1
+  fi
+  venv_matches "$ROOT/scripts/requirements-engines.txt" && venv_matches
 fi
 
 # ---- what we got ------------------------------------------------------------------------

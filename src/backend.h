@@ -29,6 +29,10 @@ typedef struct {
      * (w->w13/w2/a1/a2 hold p->n_local experts); copy/prepack what is needed:
      * w does not outlive this call. */
     fm_status (*create)(const fm_layer_params *p, const fm_moe_weights *w, void **state);
+    /* The refusals of create that depend on p and on which optional weights are given
+     * (features: FM_FEATURE_* of the weights), not on their values; create calls it
+     * itself, so fm_layer_supports and create answer alike. NULL: it refuses none. */
+    fm_status (*supports)(const fm_layer_params *p, unsigned features);
     /* a has passed layer.c's argument checks (pointers, T, ids/weights paired,
      * workspace, alignment); CPU backends must not write a->out on failure. */
     fm_status (*run)(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
@@ -88,6 +92,16 @@ static inline size_t fm_dispatch_slot(const fm_layer_dispatch_args *a, const int
     return a->layout == FM_DISPATCH_EXPERT_MAJOR ? (size_t)e * (size_t)a->capacity + (size_t)(p - offsets[e])
                                                  : (size_t)p;
 }
+
+/* create's checks that need no weights (src/layer.c), shared with fm_layer_supports:
+ * the description and configuration (*first / *n_local: the shard), then the backend
+ * (AUTO resolved, compiled in, a device present). ops: the table of a resolved kind. */
+fm_status             fm_layer_check_desc(const fm_layer_desc *d, const fm_moe_config *cfg, int64_t *first,
+                                          int64_t *n_local);
+fm_status             fm_layer_resolve_backend(const fm_layer_desc *d, fm_backend_kind *kind);
+const fm_backend_ops *fm_layer_backend_ops(fm_backend_kind kind);
+/* The FM_FEATURE_* bits that w gives (w not NULL). */
+unsigned fm_weights_features(const fm_moe_weights *w);
 
 /* Shape/format check of every weight tensor against cfg (shared by all backends);
  * it checks cfg->n_experts experts (layer.c passes the shard's count). */

@@ -192,12 +192,10 @@ static void layer_leave(const fm_layer *cl, int entered)
     if (entered == 1) atomic_store_explicit(&((fm_layer *)cl)->busy, 0, memory_order_release);
 }
 
-fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg, const fm_moe_weights *w,
-                               fm_layer **out)
+/* The checks of create that need no weights: the description and the configuration;
+ * *first / *nl the shard. fm_layer_supports runs them too (src/layer_supports.c). */
+fm_status fm_layer_check_desc(const fm_layer_desc *d, const fm_moe_config *cfg, int64_t *first, int64_t *nl)
 {
-    fm_clear_error();
-    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: out is NULL");
-    *out = NULL;
     if (!d) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: desc is NULL");
     if (!cfg) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: cfg is NULL");
     if (d->max_tokens < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: max_tokens=%d < 1", d->max_tokens);
@@ -227,15 +225,18 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
         return fm_fail(FM_ERR_BAD_SHAPE,
                        "fm_layer_create: max_tokens=%d x top_k=%d (or x hidden=%d) exceeds 2^31-1 elements",
                        d->max_tokens, cfg->top_k, cfg->hidden);
-    const int64_t first = d->first_expert, nl = d->n_local ? d->n_local : (int64_t)cfg->n_experts - first;
-    if (first < 0 || nl < 1 || first + nl > cfg->n_experts)
+    *first = d->first_expert;
+    *nl = d->n_local ? d->n_local : (int64_t)cfg->n_experts - *first;
+    if (*first < 0 || *nl < 1 || *first + *nl > cfg->n_experts)
         return fm_fail(FM_ERR_INVALID_ARG,
                        "fm_layer_create: shard [%lld, %lld + %lld) is not a non-empty range of the %d experts",
-                       (long long)first, (long long)first, (long long)nl, cfg->n_experts);
-    fm_moe_config lcfg = *cfg; /* the shard's experts, for the weight checks */
-    lcfg.n_experts = (int)nl;
-    FM_CHECK(fm_moe_weights_check(&lcfg, w));
-    FM_CHECK(check_dense_finite(cfg, w));
+                       (long long)*first, (long long)*first, (long long)*nl, cfg->n_experts);
+    return FM_OK;
+}
+
+/* The backend create would use for d (AUTO resolved), present in this build and here. */
+fm_status fm_layer_resolve_backend(const fm_layer_desc *d, fm_backend_kind *out)
+{
     fm_backend_kind kind = d->backend;
     if ((int)kind < 0 || kind >= FM_BACKEND_COUNT)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: unknown backend %d", (int)kind);
@@ -245,6 +246,26 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: a CUDA device was given to the %s backend",
                        fm_backend_name(kind));
     FM_CHECK(fm_backend_available(kind));
+    *out = kind;
+    return FM_OK;
+}
+
+const fm_backend_ops *fm_layer_backend_ops(fm_backend_kind k) { return ops_of(k); }
+
+fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg, const fm_moe_weights *w,
+                               fm_layer **out)
+{
+    fm_clear_error();
+    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: out is NULL");
+    *out = NULL;
+    int64_t first = 0, nl = 0;
+    FM_CHECK(fm_layer_check_desc(d, cfg, &first, &nl));
+    fm_moe_config lcfg = *cfg; /* the shard's experts, for the weight checks */
+    lcfg.n_experts = (int)nl;
+    FM_CHECK(fm_moe_weights_check(&lcfg, w));
+    FM_CHECK(check_dense_finite(cfg, w));
+    fm_backend_kind kind = FM_BACKEND_AUTO;
+    FM_CHECK(fm_layer_resolve_backend(d, &kind));
     fm_layer *l = calloc(1, sizeof *l);
     if (!l) return fm_fail(FM_ERR_OOM, "fm_layer_create: out of host memory");
     atomic_init(&l->busy, 0);

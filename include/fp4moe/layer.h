@@ -219,7 +219,30 @@ typedef struct {
 fm_status fm_layer_create_desc(const fm_layer_desc *desc, const fm_moe_config *cfg, const fm_moe_weights *w,
                                fm_layer **out);
 
-/* Bytes of workspace one run needs (at max_tokens); 0 when the layer owns it. */
+/* fm_layer_supports's features: the optional weights a layer will be given that
+ * fm_moe_config does not name (a bit set when the pointer will be non-NULL). */
+#define FM_FEATURE_EXPERT_BIAS 0x1u /* fm_moe_weights.w13_bias / w2_bias (gpt-oss) */
+#define FM_FEATURE_ROUTER_BIAS 0x2u /* fm_moe_weights.router_bias */
+#define FM_FEATURE_A_SCALE     0x4u /* fm_moe_weights.a1_scale / a2_scale (static input scales) */
+#define FM_FEATURE_ALL         0x7u
+
+/* Whether fm_layer_create_desc(desc, cfg, w) would create the layer, asked before any
+ * weight exists (an engine choosing its MoE backend): FM_OK, or the status and message
+ * create gives for it, from the same checks (the description, fm_moe_config_check, the
+ * backend's presence and device, and the backend's own refusals: e.g. cuda refuses
+ * softmax-topk routing, gpt-oss's activation, expert biases, act_nvfp4 and act_fp8). features:
+ * FM_FEATURE_* of the weights to come. Not judged: the weights' values and shapes (create's
+ * fm_moe_weights checks), and memory (FM_ERR_OOM). desc->backend AUTO answers for the
+ * backend create would pick; cuda without desc->device opens ordinal 0 as create does and
+ * closes it again. The message goes to why (why_len bytes, NUL-terminated, cut if longer;
+ * "" on FM_OK; why may be NULL) and, on a refusal, to fm_last_error. Changes nothing else.
+ * FM_ERR_INVALID_ARG also for NULL desc / cfg or unknown feature bits. */
+fm_status fm_layer_supports(const fm_layer_desc *desc, const fm_moe_config *cfg, unsigned features, char *why,
+                            size_t why_len);
+
+/* Bytes of workspace one run needs (at max_tokens); 0 when the layer owns it.
+ * An engine that owns its memory creates the layer with desc.caller_workspace = 1,
+ * asks this once and passes that many bytes (256-byte aligned) to every run. */
 fm_status fm_layer_workspace_size(const fm_layer *layer, size_t *bytes);
 
 typedef struct {

@@ -13,6 +13,7 @@ from ._lib import lib as _clib
 from .checkpoint import Checkpoint, LoadedLayer, NotModelledWarning
 from .format import QTensor, dequantize, qtensor, quantize
 from .layer import Layer, MoEConfig, MoEWeights, PlansWarning, route, to_bf16_bits
+from .engines import supports
 
 __version__ = _clib.fm_version().decode()
 
@@ -36,4 +37,4 @@ def __getattr__(name):
 
 __all__ = ["Error", "ClosedError", "LibraryMismatchError", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
            "quantize", "dequantize", "qtensor", "Layer", "PlansWarning", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
-           "backend_available"]
+           "backend_available", "supports"]

@@ -191,6 +191,7 @@ _PROTOS = {
     "fm_cuda_device_close": (None, [c_void_p]),
     "fm_layer_create_desc": (c_int, [P(LayerDesc), P(MoeConfig), P(MoeWeights), P(c_void_p)]),
     "fm_layer_workspace_size": (c_int, [c_void_p, P(c_size_t)]),
+    "fm_layer_supports": (c_int, [P(LayerDesc), P(MoeConfig), C.c_uint, C.c_char_p, c_size_t]),
     "fm_layer_run": (c_int, [c_void_p, P(LayerRunArgs)]),
     "fm_layer_run_dispatched": (c_int, [c_void_p, P(LayerDispatchArgs)]),
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),

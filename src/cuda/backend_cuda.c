@@ -319,7 +319,8 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
     return FM_OK;
 }
 
-static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
+/* What the kernels cannot run, from the parameters alone (fm_layer_supports asks it too). */
+static fm_status cuda_supports(const fm_layer_params *p, unsigned features)
 {
     const fm_moe_config *cfg = &p->cfg;
     if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
@@ -328,7 +329,8 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     if (cfg->score == FM_SCORE_SOFTMAX_TOPK) /* route.cu knows softmax and sigmoid only */
         return fm_fail(FM_ERR_UNSUPPORTED,
                        "cuda backend: score softmax-topk (gpt-oss routing) is not implemented; use a CPU backend");
-    if (cfg->activation != FM_ACT_SWIGLU || w->w13_bias || w->w2_bias) /* the GEMM epilogues: plain SwiGLU, no bias */
+    /* the GEMM epilogues: plain SwiGLU, no bias */
+    if (cfg->activation != FM_ACT_SWIGLU || (features & FM_FEATURE_EXPERT_BIAS))
         return fm_fail(FM_ERR_UNSUPPORTED,
                        "cuda backend: gpt-oss's clamped SwiGLU and expert biases are not implemented in the GPU "
                        "kernels; use a CPU backend");
@@ -348,6 +350,12 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     if (cfg->hidden % 16 || cfg->inter % 16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: hidden=%d and inter=%d must be multiples of 16", cfg->hidden,
                        cfg->inter);
+    return FM_OK;
+}
+
+static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
+{
+    FM_CHECK(cuda_supports(p, fm_weights_features(w)));
     cuda_state *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
     s->p = *p;
@@ -631,6 +639,7 @@ static fm_status cuda_set_plan_on(void *state, int T, const fm_layer_plan_info *
 const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .available = cuda_available,
                                     .create = cuda_create,
+                                    .supports = cuda_supports,
                                     .run = cuda_run,
                                     .forward_host = cuda_forward_host,
                                     .errors = cuda_errors,

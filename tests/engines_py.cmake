@@ -1,0 +1,15 @@
+# engines_py.cmake - the engine integrations' tests (tests/engines: fp4moe as transformers'
+# experts implementation, python/fp4moe/transformers_experts.py) on the CPU backend. They need
+# torch and transformers, which the project's venv has only after `scripts/deps.sh --engines`
+# (FM_ENGINES=1 make test): without them tests/engines/run.py exits 77 and ctest reports the test
+# skipped, saying what to install. Labels: engine (select with -L engine) and cpu.
+if(TARGET fp4moe_shared)
+  if(Python3_EXECUTABLE)
+    set(FM_ENGINE_PY "${Python3_EXECUTABLE}")
+  else()
+    set(FM_ENGINE_PY python3)
+  endif()
+  add_test(NAME engine_transformers COMMAND ${FM_ENGINE_PY} ${CMAKE_CURRENT_SOURCE_DIR}/engines/run.py)
+  set_tests_properties(engine_transformers PROPERTIES LABELS "engine;cpu" SKIP_RETURN_CODE 77 TIMEOUT 900
+                       ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;FP4MOE_LIBRARY=$<TARGET_FILE:fp4moe_shared>;PYTHONDONTWRITEBYTECODE=1")
+endif()
