@@ -21,6 +21,15 @@ typedef struct {
     fm_cuda_device *device;         /* cuda only */
 } fm_layer_params;
 
+/* The tuner's inputs (src/layer/tune.c): host BF16 x[T][hidden] and n_routings external
+ * routings ids / weights [n_routings][T][top_k] of global experts. */
+typedef struct {
+    const uint16_t *x;
+    const int32_t  *ids;
+    const float    *weights;
+    int             n_routings, T;
+} fm_tune_inputs;
+
 typedef struct {
     const char *name;
     /* FM_OK when this backend can run here (device present, ...). */
@@ -41,9 +50,18 @@ typedef struct {
     fm_status (*plan)(void *state, int T, fm_layer_plan_info *info);
     /* fm_layer_set_plan (T and info's pointer checked); NULL: FM_ERR_UNSUPPORTED. */
     fm_status (*set_plan)(void *state, int T, const fm_layer_plan_info *info);
-    /* fm_layer_tune (T checked, p the layer's parameters; through the public calls on
-     * layer); NULL: FM_ERR_UNSUPPORTED. */
-    fm_status (*tune)(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
+    /* fm_layer_tune's timing (src/layer/tune.c runs the search; NULL: FM_ERR_UNSUPPORTED).
+     * tune_begin: after the work on stream, the inputs on the device and what timing
+     * needs (*bench; on failure nothing is left). tune_time: the plan the backend holds
+     * now for in->T, run warm + reps times rotating over the routings (run i on routing
+     * (i + warm) % n_routings) as graph replays, the reps' times in us into t[reps].
+     * tune_end: ok = 1 reads the error word (what the runs recorded is a failure), ok = 0
+     * clears it; then frees bench. tune_tiles: the tiles with code on the device (mma
+     * family first, catalogue order), at most cap, the count returned. */
+    fm_status (*tune_begin)(void *state, const fm_tune_inputs *in, void *stream, void **bench);
+    fm_status (*tune_time)(void *state, void *bench, int warm, int reps, double *t);
+    fm_status (*tune_end)(void *state, void *bench, int ok);
+    size_t (*tune_tiles)(void *state, fm_tile *out, size_t cap);
     /* bytes of caller workspace a run needs (p->caller_workspace); NULL: 0. */
     size_t (*workspace_bytes)(void *state);
     void (*destroy)(void *state);
@@ -59,8 +77,6 @@ extern const fm_backend_ops fm_cpu_ref_ops; /* src/cpu/backend_ref.c */
 extern const fm_backend_ops fm_cpu_ops;     /* src/cpu/backend_fast.c */
 #ifdef FM_HAVE_CUDA
 extern const fm_backend_ops fm_cuda_ops; /* src/cuda/backend_cuda.c */
-/* its tune op (src/cuda/tune.c) */
-fm_status fm_cuda_tune(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
 #endif
 
 /* Shape/format check of every weight tensor against cfg (shared by all backends);

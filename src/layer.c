@@ -2,6 +2,7 @@
  * backend only sees validated input and the caller's buffers are untouched on
  * failure. */
 #include "backend.h"
+#include "layer/layer_internal.h"
 #include "format/format_internal.h"
 
 #include <float.h>
@@ -170,17 +171,11 @@ struct fm_layer {
     char       plans_note[768]; /* fm_layer_plans_note */
 };
 
-/* The layer fm_layer_tune is tuning on this thread: the cuda tuner runs, plans and
- * re-plans the layer through the public calls (src/cuda/tune.c), which must not find
- * their own thread's tune holding the layer. */
-static _Thread_local const fm_layer *tl_tuning;
-
-/* Take the layer for one call: 1 taken (release with layer_leave), 2 already held by
- * this thread's fm_layer_tune (nothing to release), 0 busy (FM_ERR_BUSY recorded). */
+/* Take the layer for one call: 1 taken (release with layer_leave), 0 busy (FM_ERR_BUSY
+ * recorded). */
 static int layer_enter(const fm_layer *cl, const char *who)
 {
     fm_layer *l = (fm_layer *)cl; /* the flag is the one mutable part of a const layer's calls */
-    if (tl_tuning == cl) return 2;
     if (atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) == 0) return 1;
     fm_fail(FM_ERR_BUSY, "%s: the layer is in use by another call (a layer runs one call at a time: give each thread "
                          "its own layer, or serialise the calls)", who);
@@ -430,15 +425,12 @@ fm_status fm_layer_tune(fm_layer *l, int T, void *stream, fm_layer_tune_info *in
     if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_tune: NULL layer");
     if (T < 1 || T > l->p.max_tokens)
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_tune: T=%d outside [1, max_tokens=%d]", T, l->p.max_tokens);
-    if (!l->ops->tune)
+    if (!l->ops->tune_begin)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_tune: the %s backend has no tile plan (only cuda layers do)",
                        l->ops->name);
     const int in = layer_enter(l, "fm_layer_tune");
     if (!in) return FM_ERR_BUSY;
-    const fm_layer *outer = tl_tuning;
-    tl_tuning = l; /* its runs and plan changes go through the public calls on this thread */
-    fm_status s = l->ops->tune(l, &l->p, T, stream, info);
-    tl_tuning = outer;
+    fm_status s = fm_layer_tune_bucket(l->ops, l->state, &l->p, T, stream, info);
     layer_leave(l, in);
     return s;
 }
@@ -461,7 +453,7 @@ void fm_layer_destroy(fm_layer *l)
     /* A call in flight on another thread (a caller bug, layer.h): freeing the state under
      * it would corrupt the heap; leave the layer allocated (a leak) and say so instead.
      * Nothing can catch a call made after the free. */
-    if (tl_tuning != l && atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) != 0) {
+    if (atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) != 0) {
         fprintf(stderr, "fp4moe: fm_layer_destroy: the layer is in use by another call; not destroyed (leaked)\n");
         return;
     }

@@ -35,50 +35,13 @@
 
 #include "backend.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/gemm_plan.h"
+#include "cuda/layer_cuda.h"
 #include "cuda/moe_kernels.h"
 
-#define FM_BUCKETS 32 /* bucket b: T in (2^(b-1), 2^b] */
-#define FM_WS_ALIGN 256
-
-typedef struct {
-    fm_tile      t1, t2;   /* FC1, FC2 tiles */
-    int          nb1, nb2; /* feature blocks per CTA */
-    int          ks1, ks2; /* K splits (1: none) */
-    int          slots;    /* experts the mma grids are sized for (the bucket's expected active experts) */
-    int          pk1, pk2; /* packed X of FC1 / FC2 */
-    int          rows, act; /* rows per expert and active experts the tiles were chosen for */
-} bucket_plan;
-
-/* Byte offsets of the per-run buffers inside the workspace. */
-typedef struct {
-    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active,
-        total;
-} ws_layout;
-
-typedef struct {
-    fm_layer_params     p;
-    const fm_cuda_device *dev;
-    fm_cuda_weights    *w13, *w2;
-    int                 bad_bias; /* index of a NaN/Inf router bias (run refuses internal routing), or -1 */
-    float               bad_bias_value;
-    float              *d_router, *d_bias; /* d_bias NULL without a bias */
-    uint16_t           *d_sw13, *d_sw2;    /* shared expert, BF16 */
-    fm_moe_dev_errors  *d_err;
-    ws_layout           ws;
-    void               *ws_own;            /* the layer's workspace (NULL with caller workspace) */
-    void               *d_split;           /* split-K counters + partials of both GEMMs (NULL: no bucket splits) */
-    size_t              split_bytes;
-    uint16_t           *d_xstage;          /* fm_layer_forward: x uploaded here */
-    float              *d_ostage;          /* fm_layer_forward: FP32 out before download */
-    cudaStream_t        own_stream;        /* fm_layer_forward's stream */
-    cudaEvent_t         ev0, ev1;
-    int                 n_buckets;
-    bucket_plan         plan[FM_BUCKETS];
-    int                 pdl_chain; /* cc 9.0+ unless desc.pdl_chain is OFF: gather and reduce launched with PDL too */
-} cuda_state;
-
-static fm_status cu_err(cudaError_t e, const char *what)
+fm_status fm_cuda_layer_fail(int err, const char *what)
 {
+    const cudaError_t e = (cudaError_t)err;
     (void)cudaGetLastError();
     if (e == cudaErrorMemoryAllocation) return fm_fail(FM_ERR_OOM, "cuda backend: %s: %s", what, cudaGetErrorString(e));
     return fm_fail(FM_ERR_CUDA, "cuda backend: %s: %s", what, cudaGetErrorString(e));
@@ -92,14 +55,6 @@ static fm_status cuda_available(void)
     return FM_OK;
 }
 
-/* Whether the device has code for any wgmma tile (sm_90a in the build, a 9.0 device). */
-static int has_wgmma(const fm_cuda_device *d)
-{
-    unsigned long long m, w;
-    fm_cuda_device_rows(d, &m, &w);
-    return w != 0;
-}
-
 static size_t take(size_t *at, size_t bytes)
 {
     size_t o = *at;
@@ -107,12 +62,12 @@ static size_t take(size_t *at, size_t bytes)
     return o;
 }
 
-static ws_layout layout_of(const fm_layer_params *p)
+static fm_ws_layout layout_of(const fm_layer_params *p)
 {
     const fm_moe_config *c = &p->cfg;
     const size_t T = (size_t)p->max_tokens, R = T * c->top_k, E = (size_t)c->n_experts, H = (size_t)c->hidden,
                  I = (size_t)c->inter, S = p->first == 0 ? (size_t)c->shared_inter : 0;
-    ws_layout l;
+    fm_ws_layout l;
     size_t    at = 0;
     l.xp = take(&at, sizeof(uint16_t) * R * H);
     l.h = take(&at, sizeof(uint16_t) * R * I);
@@ -136,7 +91,7 @@ static ws_layout layout_of(const fm_layer_params *p)
 
 static void cuda_destroy(void *ptr)
 {
-    cuda_state *s = ptr;
+    fm_cuda_layer *s = ptr;
     if (!s) return;
     int prev = -1;
     if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
@@ -199,7 +154,7 @@ static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
 }
 
 /* The largest T of bucket b */
-static int bucket_tokens(const cuda_state *s, int b)
+static int bucket_tokens(const fm_cuda_layer *s, int b)
 {
     long long Tb = 1LL << b;
     return Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens;
@@ -208,7 +163,7 @@ static int bucket_tokens(const cuda_state *s, int b)
 /* The split buffer the plans need: counters of the larger GEMM at the largest split
  * bucket + the largest partials (cuda.h's layout lets FC1 and FC2 share it, one after
  * the other). */
-static size_t split_need(const cuda_state *s, const bucket_plan *plans)
+static size_t split_need(const fm_cuda_layer *s, const fm_bucket_plan *plans)
 {
     size_t cnt_max = 0, part_max = 0;
     for (int b = 0; b < s->n_buckets; b++) {
@@ -225,11 +180,25 @@ static size_t split_need(const cuda_state *s, const bucket_plan *plans)
     return cnt_max + part_max;
 }
 
+/* GEMM g (0 FC1, 1 FC2) of bucket plan pl resolved for launch: made once per bucket
+ * (create, fm_layer_set_plan), so that a run only launches. */
+static fm_status make_gemm_plan(const fm_cuda_layer *s, fm_bucket_plan *pl, int g)
+{
+    const fm_gemm_request r =
+        g ? (fm_gemm_request){.w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .x_packed = pl->pk2, .tile = &pl->t2,
+                              .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .k_splits = pl->ks2,
+                              .work_list = pl->slots > 0, .expert_slots = pl->slots, .pdl = 1,
+                              .pdl_reduce = s->pdl_chain}
+          : (fm_gemm_request){.w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .x_packed = pl->pk1, .y_packed = pl->pk2,
+                              .tile = &pl->t1, .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .k_splits = pl->ks1,
+                              .work_list = pl->slots > 0, .expert_slots = pl->slots, .pdl = 1};
+    return fm_cuda_gemm_plan_make(s->dev, &r, &pl->g[g]);
+}
+
 /* Tiles, X layouts and K splits of every bucket, and the split buffer's size. */
-static fm_status plan_buckets(cuda_state *s)
+static fm_status plan_buckets(fm_cuda_layer *s)
 {
     const fm_moe_config *c = &s->p.cfg;
-    const int            sm90 = has_wgmma(s->dev); /* packed X is read by the wgmma kernels */
     s->n_buckets = 0;
     for (int b = 0; b < FM_BUCKETS; b++) {
         const int T = bucket_tokens(s, b);
@@ -245,10 +214,10 @@ static fm_status plan_buckets(cuda_state *s)
                                 .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
         fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
                                 .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
-        bucket_plan *pl = &s->plan[b];
+        fm_bucket_plan *pl = &s->plan[b];
         pl->rows = avg, pl->act = act;
-        pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
-        pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
+        pl->pk1 = fm_cuda_packed_x_ok(s->dev, c->hidden) && prefer_packed(&a1);
+        pl->pk2 = fm_cuda_packed_x_ok(s->dev, c->inter) && prefer_packed(&a2);
         a1.x_packed = pl->pk1;
         a2.x_packed = pl->pk2;
         FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
@@ -259,6 +228,8 @@ static fm_status plan_buckets(cuda_state *s)
         }
         pl->slots = wl ? act : 0; /* 0: no work list */
         FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
+        FM_CHECK(make_gemm_plan(s, pl, 0));
+        FM_CHECK(make_gemm_plan(s, pl, 1));
         s->n_buckets = b + 1;
         if (T >= s->p.max_tokens) break;
     }
@@ -266,7 +237,7 @@ static fm_status plan_buckets(cuda_state *s)
     return FM_OK;
 }
 
-static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
+static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
 {
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *cfg = &p->cfg;
@@ -275,9 +246,9 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
     FM_CHECK(fm_cuda_weights_create(w->w13, L, &s->w13));
     FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
 #define DALLOC(ptr, bytes) \
-    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) return cu_err(e, "cudaMalloc")
+    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) return fm_cuda_layer_fail(e, "cudaMalloc")
 #define UPLOAD(dst, src, bytes) \
-    if ((e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice)) != cudaSuccess) return cu_err(e, "upload")
+    if ((e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice)) != cudaSuccess) return fm_cuda_layer_fail(e, "upload")
     DALLOC(s->d_router, sizeof(float) * (size_t)E * H);
     UPLOAD(s->d_router, w->router_w, sizeof(float) * (size_t)E * H);
     if (w->router_bias) {
@@ -304,18 +275,18 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
 #undef UPLOAD
     if ((e = cudaStreamCreateWithFlags(&s->own_stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess)
-        return cu_err(e, "stream/event create");
+        return fm_cuda_layer_fail(e, "stream/event create");
     int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
     if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
-        return cu_err(le ? (cudaError_t)le : e, "clear the error word");
+        return fm_cuda_layer_fail(le ? (cudaError_t)le : e, "clear the error word");
     FM_CHECK(plan_buckets(s));
     if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
-        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return cu_err(e, "cudaMalloc");
-        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return cu_err(e, "clear split counters");
+        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return fm_cuda_layer_fail(e, "cudaMalloc");
+        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return fm_cuda_layer_fail(e, "clear split counters");
     }
     /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) and the
      * memset ran on the legacy stream, which a caller's non-blocking stream does not wait for */
-    if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return cu_err(e, "upload");
+    if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return fm_cuda_layer_fail(e, "upload");
     return FM_OK;
 }
 
@@ -346,7 +317,7 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     if (cfg->hidden % 16 || cfg->inter % 16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: hidden=%d and inter=%d must be multiples of 16", cfg->hidden,
                        cfg->inter);
-    cuda_state *s = calloc(1, sizeof *s);
+    fm_cuda_layer *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
     s->p = *p;
     s->dev = p->device;
@@ -377,7 +348,7 @@ static int bucket_of(int T)
 }
 
 /* Enqueue one run on `stream` (the layer's device is current). */
-static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream)
+fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream)
 {
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
@@ -392,7 +363,7 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
     float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
     unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
     int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
-    const bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
+    const fm_bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
     int le;
 
     const int32_t *rid = a->topk_ids;
@@ -403,58 +374,53 @@ static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream
             return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
                            (double)s->bad_bias_value);
         if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
-            return cu_err((cudaError_t)le, "router logits");
+            return fm_cuda_layer_fail(le, "router logits");
         if (a->routed_ids) ids = a->routed_ids, wts = a->routed_weights; /* the caller keeps the routing */
         if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
-            return cu_err((cudaError_t)le, "routing");
+            return fm_cuda_layer_fail(le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
                                     s->d_err, bl, pl->slots ? active : NULL, stream)) != 0)
-        return cu_err((cudaError_t)le, "permutation");
+        return fm_cuda_layer_fail(le, "permutation");
     if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    s->pdl_chain, stream)) != 0)
-        return cu_err((cudaError_t)le, "gather");
-    /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
-    fm_cuda_gemm_args a1 = {.device = s->dev, .w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
-                            .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
-                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
-                            .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
-    FM_CHECK(fm_cuda_gemm(&a1));
+        return fm_cuda_layer_fail(le, "gather");
+    /* PDL (sm_90+, in the plans): each GEMM's CTAs take the SM slots the kernel before it frees */
+    const fm_gemm_operands o1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .y = h,
+                                 .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                                 .expert_list = pl->slots ? active : NULL};
+    FM_CHECK(fm_cuda_gemm_launch(s->dev, &pl->g[0], &o1, stream));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
     if (shared) {
         cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-        if (e != cudaSuccess) return cu_err(e, "clear out");
+        if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
         if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
-            return cu_err((cudaError_t)le, "shared expert");
+            return fm_cuda_layer_fail(le, "shared expert");
     }
-    fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .x = h, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_FINALIZE_DET,
-                            .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
-                            .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
-                            .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
-                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
-                            .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots,
-                            .pdl_reduce = s->pdl_chain};
-    FM_CHECK(fm_cuda_gemm(&a2));
-    return FM_OK;
+    const fm_gemm_operands o2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = R,
+                                 .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
+                                 .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T,
+                                 .top_k = K, .token_slots = slots, .scratch = scratch,
+                                 .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                                 .expert_list = pl->slots ? active : NULL};
+    return fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream);
 }
 
 static fm_status cuda_run(void *ptr, const fm_layer_run_args *a, fm_run_stats *stats)
 {
     (void)stats;
-    cuda_state *s = ptr;
+    fm_cuda_layer *s = ptr;
     int         prev = -1;
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
-    fm_status st = enqueue(s, a, a->stream);
+    fm_status st = fm_cuda_layer_enqueue(s, a, a->stream);
     fm_cuda_device_leave(s->dev, prev);
     return st;
 }
 
 /* Read and clear the error word (stream already synchronised by the caller). */
-static fm_status read_errors(cuda_state *s, cudaStream_t stream, fm_layer_error_info *info)
+fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_layer_error_info *info)
 {
     fm_moe_dev_errors h;
     cudaError_t       e = cudaMemcpyAsync(&h, s->d_err, sizeof h, cudaMemcpyDeviceToHost, stream);
@@ -462,7 +428,7 @@ static fm_status read_errors(cuda_state *s, cudaStream_t stream, fm_layer_error_
         int le = fm_moe_dev_errors_reset_launch(s->d_err, stream);
         e = le ? (cudaError_t)le : cudaStreamSynchronize(stream);
     }
-    if (e != cudaSuccess) return cu_err(e, "read the error word");
+    if (e != cudaSuccess) return fm_cuda_layer_fail(e, "read the error word");
     const int E = s->p.cfg.n_experts, K = s->p.cfg.top_k, H = s->p.cfg.hidden;
     if (info) {
         info->bad_ids = (long long)h.bad_ids;
@@ -490,32 +456,32 @@ static fm_status read_errors(cuda_state *s, cudaStream_t stream, fm_layer_error_
 
 static fm_status cuda_errors(void *ptr, void *stream, fm_layer_error_info *info)
 {
-    cuda_state *s = ptr;
+    fm_cuda_layer *s = ptr;
     int         prev = -1;
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
-    fm_status   st = e != cudaSuccess ? cu_err(e, "an earlier run failed") : read_errors(s, (cudaStream_t)stream, info);
+    fm_status   st = e != cudaSuccess ? fm_cuda_layer_fail(e, "an earlier run failed") : fm_cuda_layer_read_errors(s, (cudaStream_t)stream, info);
     fm_cuda_device_leave(s->dev, prev);
     return st;
 }
 
-static fm_status forward_host_on(cuda_state *s, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+static fm_status forward_host_on(fm_cuda_layer *s, const uint16_t *x, int T, float *out, fm_run_stats *stats)
 {
     const int    H = s->p.cfg.hidden;
     cudaStream_t st = s->own_stream;
     cudaError_t  e;
     if ((e = cudaMemcpyAsync(s->d_xstage, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice, st)) !=
         cudaSuccess)
-        return cu_err(e, "upload x");
+        return fm_cuda_layer_fail(e, "upload x");
     cudaEventRecord(s->ev0, st);
     fm_layer_run_args a = {.x = s->d_xstage, .T = T, .out = s->d_ostage};
-    FM_CHECK(enqueue(s, &a, st));
+    FM_CHECK(fm_cuda_layer_enqueue(s, &a, st));
     cudaEventRecord(s->ev1, st);
-    if ((e = cudaStreamSynchronize(st)) != cudaSuccess) return cu_err(e, "forward");
-    FM_CHECK(read_errors(s, st, NULL));
+    if ((e = cudaStreamSynchronize(st)) != cudaSuccess) return fm_cuda_layer_fail(e, "forward");
+    FM_CHECK(fm_cuda_layer_read_errors(s, st, NULL));
     /* copy out only now: `out` stays untouched on every failure above */
     if ((e = cudaMemcpy(out, s->d_ostage, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        return cu_err(e, "download out");
+        return fm_cuda_layer_fail(e, "download out");
     if (stats) {
         float ms = 0;
         cudaEventElapsedTime(&ms, s->ev0, s->ev1);
@@ -526,7 +492,7 @@ static fm_status forward_host_on(cuda_state *s, const uint16_t *x, int T, float 
 
 static fm_status cuda_forward_host(void *ptr, const uint16_t *x, int T, float *out, fm_run_stats *stats)
 {
-    cuda_state *s = ptr;
+    fm_cuda_layer *s = ptr;
     int         prev = -1;
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     fm_status st = forward_host_on(s, x, T, out, stats);
@@ -534,13 +500,13 @@ static fm_status cuda_forward_host(void *ptr, const uint16_t *x, int T, float *o
     return st;
 }
 
-static size_t cuda_workspace_bytes(void *ptr) { return ((cuda_state *)ptr)->ws.total; }
+static size_t cuda_workspace_bytes(void *ptr) { return ((fm_cuda_layer *)ptr)->ws.total; }
 
 static fm_status cuda_plan(void *state, int T, fm_layer_plan_info *info)
 {
-    const cuda_state  *s = state;
+    const fm_cuda_layer  *s = state;
     const int          b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
-    const bucket_plan *pl = &s->plan[b];
+    const fm_bucket_plan *pl = &s->plan[b];
     *info = (fm_layer_plan_info){.bucket_tokens = bucket_tokens(s, b),
                                  .expected_rows = pl->rows, .active_experts = pl->act, .work_list = pl->slots > 0,
                                  .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
@@ -554,10 +520,9 @@ static fm_status cuda_plan(void *state, int T, fm_layer_plan_info *info)
  * failure. */
 static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *info)
 {
-    cuda_state          *s = state;
+    fm_cuda_layer          *s = state;
     const fm_moe_config *c = &s->p.cfg;
     const int            b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
-    const int            sm90 = has_wgmma(s->dev); /* packed X is read by the wgmma kernels */
     const char *const    gemm[2] = {"FC1", "FC2"};
     for (int g = 0; g < 2; g++)
         if (info->k_splits[g] < 1 || info->k_splits[g] > FM_CUDA_MAX_K_SPLITS || info->feature_blocks[g] < 1)
@@ -570,11 +535,21 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
                        "fm_layer_set_plan: the work list's grid is sized for active_experts=%d, outside [1, %d local "
                        "experts]",
                        info->active_experts, s->p.n_local);
+    fm_bucket_plan plans[FM_BUCKETS];
+    memcpy(plans, s->plan, sizeof plans);
+    fm_bucket_plan *pl = &plans[b];
+    pl->t1 = info->tile[0], pl->t2 = info->tile[1];
+    pl->nb1 = info->feature_blocks[0], pl->nb2 = info->feature_blocks[1];
+    pl->ks1 = info->k_splits[0], pl->ks2 = info->k_splits[1];
+    pl->pk1 = info->x_packed[0], pl->pk2 = info->x_packed[1];
+    pl->slots = info->work_list ? info->active_experts : 0;
+    pl->act = info->active_experts > 0 ? info->active_experts : pl->act;
+    pl->rows = info->expected_rows > 0 ? info->expected_rows : pl->rows;
     for (int g = 0; g < 2; g++) {
         const int width = g ? c->hidden : c->inter; /* K of the GEMM: what packed X needs % 64 */
         if (info->x_packed[g] != 0 && info->x_packed[g] != 1)
             return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: %s x_packed=%d (0 or 1)", gemm[g], info->x_packed[g]);
-        if (info->x_packed[g] && (!sm90 || width % 64))
+        if (info->x_packed[g] && !fm_cuda_packed_x_ok(s->dev, width))
             return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_set_plan: %s x_packed needs sm_90a and K %% 64 == 0 (K=%d)",
                            gemm[g], width);
         const int wg = info->tile[g].family == FM_FAMILY_FP4MOE_WGMMA;
@@ -583,22 +558,10 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
                            "fm_layer_set_plan: the work list runs mma tiles with one feature block per CTA; %s has a "
                            "%s tile with %d",
                            gemm[g], wg ? "wgmma" : "mma", info->feature_blocks[g]);
-        fm_cuda_gemm_args a = {.device = s->dev, .w = g ? s->w2 : s->w13, .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
-                               .x_packed = info->x_packed[g], .y_packed = g ? 0 : info->x_packed[1],
-                               .feature_blocks = info->feature_blocks[g]};
-        fm_status st = fm_cuda_gemm_check_tile(&a, &info->tile[g], info->k_splits[g]);
+        /* the launch's own tile checks, made once here: the runs only launch the plan */
+        fm_status st = make_gemm_plan(s, pl, g);
         if (st != FM_OK) return fm_fail(st, "fm_layer_set_plan: %s: %s", gemm[g], fm_last_error());
     }
-    bucket_plan plans[FM_BUCKETS];
-    memcpy(plans, s->plan, sizeof plans);
-    bucket_plan *pl = &plans[b];
-    pl->t1 = info->tile[0], pl->t2 = info->tile[1];
-    pl->nb1 = info->feature_blocks[0], pl->nb2 = info->feature_blocks[1];
-    pl->ks1 = info->k_splits[0], pl->ks2 = info->k_splits[1];
-    pl->pk1 = info->x_packed[0], pl->pk2 = info->x_packed[1];
-    pl->slots = info->work_list ? info->active_experts : 0;
-    pl->act = info->active_experts > 0 ? info->active_experts : pl->act;
-    pl->rows = info->expected_rows > 0 ? info->expected_rows : pl->rows;
     size_t need = split_need(s, plans);
     if (need > s->split_bytes) {
         void       *d = NULL;
@@ -607,7 +570,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
         if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy); /* before a run on the caller's stream */
         if (e != cudaSuccess) {
             if (d) cudaFree(d);
-            return cu_err(e, "fm_layer_set_plan: the split-K buffer");
+            return fm_cuda_layer_fail(e, "fm_layer_set_plan: the split-K buffer");
         }
         cudaFree(s->d_split); /* the caller has no run in flight (fm_layer_set_plan's contract) */
         s->d_split = d, s->split_bytes = need;
@@ -618,7 +581,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
 
 static fm_status cuda_set_plan_on(void *state, int T, const fm_layer_plan_info *info)
 {
-    cuda_state *s = state;
+    fm_cuda_layer *s = state;
     int         prev = -1;
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     fm_status st = cuda_set_plan(s, T, info);
@@ -634,6 +597,9 @@ const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .errors = cuda_errors,
                                     .plan = cuda_plan,
                                     .set_plan = cuda_set_plan_on,
-                                    .tune = fm_cuda_tune,
+                                    .tune_begin = fm_cuda_tune_begin,
+                                    .tune_time = fm_cuda_tune_time,
+                                    .tune_end = fm_cuda_tune_end,
+                                    .tune_tiles = fm_cuda_tune_tiles,
                                     .workspace_bytes = cuda_workspace_bytes,
                                     .destroy = cuda_destroy};
