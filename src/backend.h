@@ -30,6 +30,18 @@ typedef struct {
     int             n_routings, T;
 } fm_tune_inputs;
 
+/* What the bucket policy (src/layer/buckets.c) asks the planner for one GEMM: rows per
+ * expert and active experts to rank for, X packed, K splits the planner's to choose. */
+typedef struct {
+    int rows, active, x_packed, k_splits_auto;
+} fm_gemm_hint;
+
+/* Batch-size buckets: bucket b holds T in (2^(b-1), 2^b] (src/layer/buckets.c). */
+#define FM_LAYER_BUCKETS 32
+int fm_layer_bucket_of(int T);
+/* The largest T of bucket b: 2^b, at most max_tokens. */
+int fm_layer_bucket_tokens(int max_tokens, int b);
+
 typedef struct {
     const char *name;
     /* FM_OK when this backend can run here (device present, ...). */
@@ -46,6 +58,15 @@ typedef struct {
     fm_status (*forward_host)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
     /* fm_layer_errors; NULL: nothing is deferred (CPU backends). */
     fm_status (*errors)(void *state, void *stream, fm_layer_error_info *info);
+    /* Tile plans, made by the layer's bucket policy at create (NULL: none). gemm_choose:
+     * the planner's first choice for GEMM g (0: FC1 gate/up + SwiGLU, 1: FC2 down +
+     * finalize) under h (feature_blocks, k_splits, est_us may be NULL). packed_x_ok:
+     * whether GEMM g can read packed X on the backend's device. install: plans[0..n) of
+     * buckets 0..n-1 (the policy's, unchecked) resolved for launch. */
+    fm_status (*gemm_choose)(void *state, int g, const fm_gemm_hint *h, fm_tile *tile, int *feature_blocks,
+                             int *k_splits, double *est_us);
+    int (*packed_x_ok)(void *state, int g);
+    fm_status (*install)(void *state, const fm_layer_plan_info *plans, int n);
     /* fm_layer_plan (T checked); NULL: the backend has none (FM_ERR_UNSUPPORTED). */
     fm_status (*plan)(void *state, int T, fm_layer_plan_info *info);
     /* fm_layer_set_plan (T and info's pointer checked); NULL: FM_ERR_UNSUPPORTED. */

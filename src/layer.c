@@ -262,6 +262,10 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
         free(l);
         return s;
     }
+    if (l->ops->install && (s = fm_layer_plan_buckets(l->ops, l->state, &l->p)) != FM_OK) {
+        fm_layer_destroy(l);
+        return s;
+    }
     if (d->plans && kind != FM_BACKEND_CUDA)
         snprintf(l->plans_note, sizeof l->plans_note, "plans in %s not used: the %s backend has no tile plan",
                  d->plans, fm_backend_name(kind));

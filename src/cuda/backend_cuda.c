@@ -107,59 +107,6 @@ static void cuda_destroy(void *ptr)
     free(s);
 }
 
-/* 1 if the planner estimates the call faster with packed X than with natural X. */
-static int prefer_packed(const fm_cuda_gemm_args *a)
-{
-    fm_cuda_gemm_args p = *a;
-    fm_tile           t;
-    double            nat = 0, pk = 0;
-    p.x_packed = 1;
-    int ok = fm_cuda_gemm_choose(a, &t, NULL, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, NULL, &pk) == FM_OK;
-    fm_clear_error();
-    return ok && pk < nat;
-}
-
-/* The smallest r with P(X <= r) >= q, X ~ Binomial(n, pr): an expert's rows when each of
- * n tokens picks it with probability pr (log-space terms: no underflow at large n). */
-static int binomial_quantile(int n, double pr, double q)
-{
-    if (pr <= 0) return 0;
-    if (pr >= 1) return n;
-    const double lg = lgamma(n + 1.0), l1 = log(pr), l0 = log1p(-pr);
-    double       cdf = 0;
-    for (int r = 0; r < n; r++) {
-        cdf += exp(lg - lgamma(r + 1.0) - lgamma(n - r + 1.0) + r * l1 + (n - r) * l0);
-        if (cdf >= q) return r;
-    }
-    return n;
-}
-
-/* Rows per expert and active experts the planner ranks a bucket of T tokens for:
- * T * top_k routed slots over the global experts, the shard's share of them; with
- * row_quantile (or its AUTO rule), at least that quantile of one expert's row count. */
-static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
-{
-    const double R = (double)T * p->cfg.top_k, local = R * p->n_local / p->cfg.n_experts;
-    int          rows = (int)ceil(local), a = rows < p->n_local ? (rows > 0 ? rows : 1) : p->n_local;
-    *act = a;
-    *avg = (rows + a - 1) / a;
-    if (*avg < 1) *avg = 1;
-    const float q = p->row_quantile == FM_ROW_QUANTILE_AUTO
-                        ? (T >= FM_ROW_QUANTILE_AUTO_MIN_T ? FM_ROW_QUANTILE_AUTO_Q : 0.0f)
-                        : p->row_quantile;
-    if (q > 0) {
-        int qr = binomial_quantile(T, (double)p->cfg.top_k / p->cfg.n_experts, q);
-        if (qr > *avg) *avg = qr;
-    }
-}
-
-/* The largest T of bucket b */
-static int bucket_tokens(const fm_cuda_layer *s, int b)
-{
-    long long Tb = 1LL << b;
-    return Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens;
-}
-
 /* The split buffer the plans need: counters of the larger GEMM at the largest split
  * bucket + the largest partials (cuda.h's layout lets FC1 and FC2 share it, one after
  * the other). */
@@ -167,7 +114,7 @@ static size_t split_need(const fm_cuda_layer *s, const fm_bucket_plan *plans)
 {
     size_t cnt_max = 0, part_max = 0;
     for (int b = 0; b < s->n_buckets; b++) {
-        const int              R = bucket_tokens(s, b) * s->p.cfg.top_k; /* a bucket's runs have at most T tokens */
+        const int              R = fm_layer_bucket_tokens(s->p.max_tokens, b) * s->p.cfg.top_k; /* a bucket's runs have at most T tokens */
         const fm_cuda_weights *wk[2] = {s->w13, s->w2};
         const int              ks[2] = {plans[b].ks1, plans[b].ks2};
         for (int g = 0; g < 2; g++) {
@@ -195,46 +142,63 @@ static fm_status make_gemm_plan(const fm_cuda_layer *s, fm_bucket_plan *pl, int 
     return fm_cuda_gemm_plan_make(s->dev, &r, &pl->g[g]);
 }
 
-/* Tiles, X layouts and K splits of every bucket, and the split buffer's size. */
-static fm_status plan_buckets(fm_cuda_layer *s)
+static fm_status cuda_gemm_choose(void *state, int g, const fm_gemm_hint *h, fm_tile *tile, int *feature_blocks,
+                                  int *k_splits, double *est_us)
 {
-    const fm_moe_config *c = &s->p.cfg;
-    s->n_buckets = 0;
-    for (int b = 0; b < FM_BUCKETS; b++) {
-        const int T = bucket_tokens(s, b);
-        int       avg, act;
-        bucket_rows(&s->p, T, &avg, &act);
-        /* decode_work_list: 1 every bucket, -1 none, 0 (auto) the buckets where the planner
-         * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways: there the work list won on the
-         * H200 (GLM-5 EP8, T = 1/2/4: 16/8/4 splits, graph replay -22/-7/-9 %); at 2 splits
-         * or none it lost (T = 8: +7 %, all-local T = 1: +16 %; bench/RESULTS.md 2026-12-03) */
-        const int         mode = s->p.decode_work_list;
-        int               wl = mode != FM_WORK_LIST_OFF;
-        fm_cuda_gemm_args a1 = {.device = s->dev, .w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
-                                .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
-        fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
-                                .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
-        fm_bucket_plan *pl = &s->plan[b];
-        pl->rows = avg, pl->act = act;
-        pl->pk1 = fm_cuda_packed_x_ok(s->dev, c->hidden) && prefer_packed(&a1);
-        pl->pk2 = fm_cuda_packed_x_ok(s->dev, c->inter) && prefer_packed(&a2);
-        a1.x_packed = pl->pk1;
-        a2.x_packed = pl->pk2;
-        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
-        if (mode == FM_WORK_LIST_AUTO && pl->ks1 < FM_WORK_LIST_MIN_SPLITS) { /* the plain grids */
-            wl = 0;
-            a1.k_splits = a2.k_splits = 0;
-            FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
-        }
-        pl->slots = wl ? act : 0; /* 0: no work list */
-        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
+    const fm_cuda_layer  *s = state;
+    const fm_gemm_request r = {.w = g ? s->w2 : s->w13,
+                               .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
+                               .x_packed = h->x_packed,
+                               .expected_rows = h->rows,
+                               .active_experts = h->active,
+                               .k_splits = h->k_splits_auto ? FM_CUDA_K_SPLITS_AUTO : 0};
+    fm_clear_error();
+    return fm_cuda_gemm_plan_choose(s->dev, &r, tile, feature_blocks, k_splits, est_us);
+}
+
+static int cuda_packed_x_ok(void *state, int g)
+{
+    const fm_cuda_layer *s = state; /* K of FC1 is hidden, of FC2 inter */
+    return fm_cuda_packed_x_ok(s->dev, g ? s->p.cfg.inter : s->p.cfg.hidden);
+}
+
+/* The policy's plans of every bucket (fm_layer_plan_buckets) resolved for launch, and the
+ * split buffer they need. */
+static fm_status install_on(fm_cuda_layer *s, const fm_layer_plan_info *plans, int n)
+{
+    for (int b = 0; b < n; b++) {
+        const fm_layer_plan_info *in = &plans[b];
+        fm_bucket_plan           *pl = &s->plan[b];
+        pl->rows = in->expected_rows, pl->act = in->active_experts;
+        pl->t1 = in->tile[0], pl->t2 = in->tile[1];
+        pl->nb1 = in->feature_blocks[0], pl->nb2 = in->feature_blocks[1];
+        pl->ks1 = in->k_splits[0], pl->ks2 = in->k_splits[1];
+        pl->pk1 = in->x_packed[0], pl->pk2 = in->x_packed[1];
+        pl->slots = in->work_list ? in->active_experts : 0; /* 0: no work list */
         FM_CHECK(make_gemm_plan(s, pl, 0));
         FM_CHECK(make_gemm_plan(s, pl, 1));
         s->n_buckets = b + 1;
-        if (T >= s->p.max_tokens) break;
     }
     s->split_bytes = split_need(s, s->plan);
+    cudaError_t e;
+    if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
+        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return fm_cuda_layer_fail(e, "cudaMalloc");
+        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess)
+            return fm_cuda_layer_fail(e, "clear split counters");
+        /* the memset ran on the legacy stream, which a caller's non-blocking stream does not wait for */
+        if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return fm_cuda_layer_fail(e, "clear split counters");
+    }
     return FM_OK;
+}
+
+static fm_status cuda_install(void *state, const fm_layer_plan_info *plans, int n)
+{
+    fm_cuda_layer *s = state;
+    int            prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = install_on(s, plans, n);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
 }
 
 static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
@@ -279,13 +243,8 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
     int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
     if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
         return fm_cuda_layer_fail(le ? (cudaError_t)le : e, "clear the error word");
-    FM_CHECK(plan_buckets(s));
-    if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
-        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return fm_cuda_layer_fail(e, "cudaMalloc");
-        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return fm_cuda_layer_fail(e, "clear split counters");
-    }
-    /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) and the
-     * memset ran on the legacy stream, which a caller's non-blocking stream does not wait for */
+    /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) ran on
+     * the legacy stream, which a caller's non-blocking stream does not wait for */
     if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return fm_cuda_layer_fail(e, "upload");
     return FM_OK;
 }
@@ -340,11 +299,11 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     return FM_OK;
 }
 
-static int bucket_of(int T)
+/* T's bucket among the installed ones (T up to max_tokens: the last holds it) */
+static int bucket_of(const fm_cuda_layer *s, int T)
 {
-    int b = 0;
-    while ((1LL << b) < T) b++;
-    return b;
+    const int b = fm_layer_bucket_of(T);
+    return b < s->n_buckets ? b : s->n_buckets - 1;
 }
 
 /* Enqueue one run on `stream` (the layer's device is current). */
@@ -363,7 +322,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
     float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
     unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
     int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
-    const fm_bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
+    const fm_bucket_plan  *pl = &s->plan[bucket_of(s, T)];
     int le;
 
     const int32_t *rid = a->topk_ids;
@@ -505,9 +464,9 @@ static size_t cuda_workspace_bytes(void *ptr) { return ((fm_cuda_layer *)ptr)->w
 static fm_status cuda_plan(void *state, int T, fm_layer_plan_info *info)
 {
     const fm_cuda_layer  *s = state;
-    const int          b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
+    const int          b = bucket_of(s, T);
     const fm_bucket_plan *pl = &s->plan[b];
-    *info = (fm_layer_plan_info){.bucket_tokens = bucket_tokens(s, b),
+    *info = (fm_layer_plan_info){.bucket_tokens = fm_layer_bucket_tokens(s->p.max_tokens, b),
                                  .expected_rows = pl->rows, .active_experts = pl->act, .work_list = pl->slots > 0,
                                  .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
                                  .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2}};
@@ -522,7 +481,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
 {
     fm_cuda_layer          *s = state;
     const fm_moe_config *c = &s->p.cfg;
-    const int            b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
+    const int            b = bucket_of(s, T);
     const char *const    gemm[2] = {"FC1", "FC2"};
     for (int g = 0; g < 2; g++)
         if (info->k_splits[g] < 1 || info->k_splits[g] > FM_CUDA_MAX_K_SPLITS || info->feature_blocks[g] < 1)
@@ -535,7 +494,7 @@ static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *inf
                        "fm_layer_set_plan: the work list's grid is sized for active_experts=%d, outside [1, %d local "
                        "experts]",
                        info->active_experts, s->p.n_local);
-    fm_bucket_plan plans[FM_BUCKETS];
+    fm_bucket_plan plans[FM_LAYER_BUCKETS];
     memcpy(plans, s->plan, sizeof plans);
     fm_bucket_plan *pl = &plans[b];
     pl->t1 = info->tile[0], pl->t2 = info->tile[1];
@@ -595,6 +554,9 @@ const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .run = cuda_run,
                                     .forward_host = cuda_forward_host,
                                     .errors = cuda_errors,
+                                    .gemm_choose = cuda_gemm_choose,
+                                    .packed_x_ok = cuda_packed_x_ok,
+                                    .install = cuda_install,
                                     .plan = cuda_plan,
                                     .set_plan = cuda_set_plan_on,
                                     .tune_begin = fm_cuda_tune_begin,

@@ -10,7 +10,6 @@
 #include "cuda/gemm_plan.h"
 #include "cuda/moe_kernels.h"
 
-#define FM_BUCKETS 32 /* bucket b: T in (2^(b-1), 2^b] */
 #define FM_WS_ALIGN 256
 
 typedef struct {
@@ -47,7 +46,7 @@ typedef struct {
     cudaStream_t        own_stream;        /* fm_layer_forward's stream */
     cudaEvent_t         ev0, ev1;
     int                 n_buckets;
-    fm_bucket_plan      plan[FM_BUCKETS];
+    fm_bucket_plan      plan[FM_LAYER_BUCKETS];
     int                 pdl_chain; /* cc 9.0+ unless desc.pdl_chain is OFF: gather and reduce launched with PDL too */
 } fm_cuda_layer;
 

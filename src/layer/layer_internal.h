@@ -5,6 +5,13 @@
 
 #include "backend.h"
 
+/* Rows per expert and active experts the planner ranks a bucket of T tokens for:
+ * T * top_k routed slots over the global experts, the shard's share of them; with
+ * row_quantile (or its AUTO rule), at least that quantile of one expert's row count. */
+void fm_layer_bucket_rows(const fm_layer_params *p, int T, int *avg, int *act);
+/* Every bucket's plan by the policy (ops->gemm_choose, packed_x_ok), then ops->install. */
+fm_status fm_layer_plan_buckets(const fm_backend_ops *ops, void *state, const fm_layer_params *p);
+
 /* fm_layer_tune for a backend with tune ops (T checked, the layer held by the caller):
  * the search of src/layer/tune.c through ops->plan / set_plan / tune_*. */
 fm_status fm_layer_tune_bucket(const fm_backend_ops *ops, void *state, const fm_layer_params *p, int T, void *stream,
