@@ -1,5 +1,6 @@
 /* layer_cuda.h - the cuda backend's layer state, shared by its parts (not installed):
- * backend_cuda.c (create, run, plans), tune.c (the timing ops fm_layer_tune calls). */
+ * backend_cuda.c (create, destroy, the ops table), layer_plan.c (the plans), layer_run.c
+ * (the run), tune.c (the timing ops fm_layer_tune calls). */
 #ifndef FM_CUDA_LAYER_CUDA_H
 #define FM_CUDA_LAYER_CUDA_H
 
@@ -56,6 +57,21 @@ fm_status fm_cuda_layer_fail(int err, const char *what);
 fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream);
 /* Read and clear the error word (stream already synchronised by the caller); info may be NULL. */
 fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_layer_error_info *info);
+
+/* T's bucket among the installed ones (the last holds every T up to max_tokens). */
+int fm_cuda_layer_bucket(const fm_cuda_layer *s, int T);
+
+/* fm_backend_ops' entries (backend.h says what each does): run and errors (layer_run.c),
+ * plans (layer_plan.c) */
+fm_status fm_cuda_layer_run(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
+fm_status fm_cuda_layer_forward_host(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
+fm_status fm_cuda_layer_errors(void *state, void *stream, fm_layer_error_info *info);
+fm_status fm_cuda_layer_gemm_choose(void *state, int g, const fm_gemm_hint *h, fm_tile *tile, int *feature_blocks,
+                                    int *k_splits, double *est_us);
+int       fm_cuda_layer_packed_x_ok(void *state, int g);
+fm_status fm_cuda_layer_install(void *state, const fm_layer_plan_info *plans, int n);
+fm_status fm_cuda_layer_plan(void *state, int T, fm_layer_plan_info *info);
+fm_status fm_cuda_layer_set_plan(void *state, int T, const fm_layer_plan_info *info);
 
 /* fm_backend_ops' tune ops (tune.c; backend.h says what each does) */
 fm_status fm_cuda_tune_begin(void *state, const fm_tune_inputs *in, void *stream, void **bench);

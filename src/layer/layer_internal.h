@@ -5,6 +5,10 @@
 
 #include "backend.h"
 
+/* Every dense FP32 tensor of w finite (router weights and bias; src/layer/weights_check.c
+ * with fm_moe_weights_check). */
+fm_status fm_layer_check_dense_finite(const fm_moe_config *cfg, const fm_moe_weights *w);
+
 /* Rows per expert and active experts the planner ranks a bucket of T tokens for:
  * T * top_k routed slots over the global experts, the shard's share of them; with
  * row_quantile (or its AUTO rule), at least that quantile of one expert's row count. */
