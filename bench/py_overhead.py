@@ -12,7 +12,7 @@ Host part (any machine, no GPU):
     (*_minus_c_us: the Python face's own cost per call, the figure to compare
     before / after a change of the binding; the calls of one round alternate,
     so a load change on a shared machine shifts both sides alike).
-GPU part (torch with CUDA and the library's fm_layer_run; the coordinator runs it):
+GPU part (torch with CUDA; the coordinator runs it):
   * per-call host overhead of the op in eager mode at T = 1, on a small layer
     whose kernels are shorter than the calls: CUDA events around N back-to-back
     calls, the host time of issuing 8 calls into an idle queue (the op
@@ -47,19 +47,17 @@ EXT_SRC = r"""
 #include <Python.h>
 #include "fp4moe/layer.h"
 typedef fm_status (*run_fn)(fm_layer *, const fm_layer_run_args *);
-typedef fm_status (*fwd_fn)(fm_layer *, const uint16_t *, int, float *, fm_run_stats *);
-static run_fn run_p; static fwd_fn fwd_p;
+static run_fn run_p;
 static PyObject *set_fns(PyObject *s, PyObject *a) {
-    unsigned long long r, f; if (!PyArg_ParseTuple(a, "KK", &r, &f)) return NULL;
-    run_p = (run_fn)(uintptr_t)r; fwd_p = (fwd_fn)(uintptr_t)f; Py_RETURN_NONE; }
+    unsigned long long r; if (!PyArg_ParseTuple(a, "K", &r)) return NULL;
+    run_p = (run_fn)(uintptr_t)r; Py_RETURN_NONE; }
 /* run(layer, x, T, ids, weights, out, stream): the op's call as one C function */
 static PyObject *run(PyObject *s, PyObject *const *a, Py_ssize_t n) {
     if (n != 7) { PyErr_SetString(PyExc_TypeError, "run: 7 arguments"); return NULL; }
     fm_layer_run_args r = {PyLong_AsVoidPtr(a[1]), (int)PyLong_AsLong(a[2]), PyLong_AsVoidPtr(a[3]),
                            PyLong_AsVoidPtr(a[4]), PyLong_AsVoidPtr(a[5]), NULL, PyLong_AsVoidPtr(a[6])};
     if (PyErr_Occurred()) return NULL;
-    return PyLong_FromLong(run_p ? run_p(PyLong_AsVoidPtr(a[0]), &r)
-                                 : fwd_p(PyLong_AsVoidPtr(a[0]), r.x, r.T, r.out, NULL)); }
+    return PyLong_FromLong(run_p(PyLong_AsVoidPtr(a[0]), &r)); }
 static PyMethodDef m[] = {{"set_fns", set_fns, METH_VARARGS, ""},
                           {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, ""}, {0}};
 static struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "fm_ext", 0, -1, m};
@@ -79,8 +77,7 @@ def build_ext(repo):
         return None
     sys.path.insert(0, tmp)
     import fm_ext
-    run = C.cast(getattr(_lib.lib, "fm_layer_run", None) or 0, C.c_void_p).value if _lib.HAS_RUN_API else 0
-    fm_ext.set_fns(run or 0, C.cast(_lib.lib.fm_layer_forward, C.c_void_p).value)
+    fm_ext.set_fns(C.cast(_lib.lib.fm_layer_run, C.c_void_p).value)
     return fm_ext
 
 
@@ -129,13 +126,9 @@ def host_part(args, res):
     # Pointers as ints up front, as the torch op has them (tensor.data_ptr());
     # numpy's .ctypes.data alone costs a few us per access.
     xp, op = x.ctypes.data, out.ctypes.data
-    if _lib.HAS_RUN_API:
-        def ct():
-            a.x, a.T, a.out, a.topk_ids, a.topk_weights = xp, 1, op, None, None
-            return lib.fm_layer_run(None, C.byref(a))
-    else:
-        def ct():
-            return lib.fm_layer_forward(None, xp, 1, op, None)
+    def ct():
+        a.x, a.T, a.out, a.topk_ids, a.topk_weights = xp, 1, op, None, None
+        return lib.fm_layer_run(None, C.byref(a))
     res["ctypes_call_us"] = per_call(ct, n)
     res["ctypes_trivial_us"] = per_call(lambda: lib.fm_layer_backend(None), n)
     if ext:
@@ -144,13 +137,9 @@ def host_part(args, res):
     cfg, W = tiny_layer(rng)
     L = fp4moe.Layer(cfg, W, backend="cpu", max_tokens=4)
     h = L._handle()
-    if _lib.HAS_RUN_API:
-        def raw():
-            a.x, a.T, a.out, a.topk_ids, a.topk_weights = xp, 1, op, None, None
-            return lib.fm_layer_run(h, C.byref(a))
-    else:
-        def raw():
-            return lib.fm_layer_forward(h, xp, 1, op, None)
+    def raw():
+        a.x, a.T, a.out, a.topk_ids, a.topk_weights = xp, 1, op, None, None
+        return lib.fm_layer_run(h, C.byref(a))
     m = max(n // 50, 200)
     res["tiny_layer_ctypes_us"] = per_call(raw, m)
     res["tiny_layer_Layer.run_us"] = per_call(lambda: L.run(x, out=out), m)
@@ -174,10 +163,8 @@ def host_part(args, res):
         return lib.fm_layer_run(mh, C.byref(a))
 
     fns = {"c": raw_t, "op_out": lambda: op(mo.id, xt, None, None, ot), "op": lambda: op_new(mo.id, xt),
-           "call_out": lambda: mo(xt, out=ot)}
-    if _lib.HAS_RUN_API:
-        fns.update({"c_ext": lambda: raw_t(iq, wq), "op_out_ext": lambda: op(mo.id, xt, ids, wt, ot),
-                    "call_out_ext": lambda: mo(xt, ids, wt, out=ot)})
+           "call_out": lambda: mo(xt, out=ot), "c_ext": lambda: raw_t(iq, wq),
+           "op_out_ext": lambda: op(mo.id, xt, ids, wt, ot), "call_out_ext": lambda: mo(xt, ids, wt, out=ot)}
     r = paired(fns, m)
     res["tiny_layer_torch_c_us"] = r["c"]
     res["tiny_layer_torch_op_out_us"] = r["op_out"]
@@ -187,9 +174,8 @@ def host_part(args, res):
     res["tiny_layer_torch_op_out_minus_c_us"] = r["op_out"] - r["c"]
     res["tiny_layer_torch_op_minus_c_us"] = r["op"] - r["c"]
     res["tiny_layer_MoE_call_out_minus_c_us"] = r["call_out"] - r["c"]
-    if _lib.HAS_RUN_API:
-        res["tiny_layer_torch_op_out_ext_minus_c_us"] = r["op_out_ext"] - r["c_ext"]
-        res["tiny_layer_MoE_call_out_ext_minus_c_us"] = r["call_out_ext"] - r["c_ext"]
+    res["tiny_layer_torch_op_out_ext_minus_c_us"] = r["op_out_ext"] - r["c_ext"]
+    res["tiny_layer_MoE_call_out_ext_minus_c_us"] = r["call_out_ext"] - r["c_ext"]
     res["torch_empty_op_us"] = per_call(lambda: torch.ops.aten.empty.memory_format([1, 64]), m)
     print("host, tiny CPU layer, per call minus the C layer by ctypes (us): op moe_out "
           f"{res['tiny_layer_torch_op_out_minus_c_us']:.2f}, op moe {res['tiny_layer_torch_op_minus_c_us']:.2f}, "
@@ -297,8 +283,8 @@ def gpu_measure(args, cfg, W, tokens, label, res):
 def gpu_part(args, res):
     import torch
 
-    if not torch.cuda.is_available() or not _lib.HAS_RUN_API or not fp4moe.backend_available("cuda"):
-        print("GPU part skipped: no CUDA device, no fm_layer_run, or a library without the CUDA backend")
+    if not torch.cuda.is_available() or not fp4moe.backend_available("cuda"):
+        print("GPU part skipped: no CUDA device, or a library without the CUDA backend")
         return
     rng = np.random.default_rng(1)
     # host overhead: a small layer whose kernels take less than the calls' host time
@@ -323,7 +309,7 @@ def main():
     p.add_argument("--json", help="write the results here")
     p.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = p.parse_args()
-    res = {"library": fp4moe.library_path, "run_api": _lib.HAS_RUN_API}
+    res = {"library": fp4moe.library_path}
     host_part(args, res)
     if args.gpu:
         gpu_part(args, res)

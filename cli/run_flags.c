@@ -118,6 +118,8 @@ static const fm_flag_choice k_scores[] = {{"sigmoid", FM_SCORE_SIGMOID}, {"softm
                                           {"softmax-topk", FM_SCORE_SOFTMAX_TOPK}, {NULL, 0}};
 static const fm_flag_choice k_backends[] = {{"auto", FM_BACKEND_AUTO}, {"cuda", FM_BACKEND_CUDA},
                                             {"cpu", FM_BACKEND_CPU}, {"cpu-ref", FM_BACKEND_CPU_REF}, {NULL, 0}};
+static const fm_flag_choice k_act_fp8[] = {{"off", FM_ACT_FP8_OFF}, {"block128", FM_ACT_FP8_BLOCK128},
+                                           {"token", FM_ACT_FP8_TOKEN}, {NULL, 0}};
 static const fm_flag_choice k_routings[] = {{"internal", 0}, {"external", 1}, {NULL, 0}};
 static const fm_flag_choice k_work_lists[] = {{"auto", FM_WORK_LIST_AUTO}, {"on", FM_WORK_LIST_ON},
                                               {"off", FM_WORK_LIST_OFF}, {NULL, 0}};
@@ -148,6 +150,9 @@ static const fm_flag k_run_flags[] = {
     {"shared-inter", "N", FM_FLAG_INT, O(o.cfg.shared_inter), 0, 1 << 20,
      .help = "BF16 shared expert size, 0 = none    (default 0)"},
     {"act-nvfp4", NULL, FM_FLAG_SWITCH, O(o.cfg.act_nvfp4), .help = "quantize activations to NVFP4 (W4A4)"},
+    {"act-fp8", "S", FM_FLAG_CHOICE, O(o.cfg.act_fp8), .choices = k_act_fp8,
+     .help = "FP8 activations (W4A8), scales per 128 or per token:\n"
+             "block128 | token | off               (default off)"},
     {"backend", "B", FM_FLAG_CHOICE, O(backend), .choices = k_backends, .nocase = 1,
      .help = "auto | cuda | cpu | cpu-ref          (default auto)"},
     {"iters", "N", FM_FLAG_INT, O(o.iters), 1, 100000, .help = "timed repetitions, median reported   (default 5)"},

@@ -193,21 +193,22 @@ static fm_status load_checkpoint(const fm_run_opts *o, fm_run_model *m)
     fm_cli_progress("fp4moe run: loading layer %d from %s...\n", L, o->weights_path);
     FM_CHECK(fm_checkpoint_open(o->weights_path, &ck));
     fm_ckpt_load_opts lo = {0};
-    fm_moe_config keep; /* --act-nvfp4 alone: the model's routing, plus act_nvfp4 */
-    if (o->route_set || o->cfg.act_nvfp4) {
+    fm_moe_config keep; /* --act-nvfp4 / --act-fp8 alone: the model's routing, plus the activation format */
+    if (o->route_set || o->cfg.act_nvfp4 || o->cfg.act_fp8) {
         fm_ckpt_load_opts vo = {.validate_only = 1};
         if (fm_checkpoint_load_layer(ck, L, &vo, &base) != FM_OK) base = NULL; /* the model alone does not say */
         fm_clear_error();
         lo.routing = &o->cfg;
         lo.routing_fields = o->route_set ? o->route_set : 0u;
-        if (!o->route_set) { /* --act-nvfp4 alone: keep the model's routing, take only act_nvfp4 */
+        if (!o->route_set) { /* --act-nvfp4 / --act-fp8 alone: keep the model's routing, take only that */
             if (!base) {
                 fm_status s = fm_checkpoint_load_layer(ck, L, &vo, &base); /* its error is the answer */
                 fm_checkpoint_close(ck);
                 return s;
             }
             keep = base->cfg;
-            keep.act_nvfp4 = 1;
+            keep.act_nvfp4 = o->cfg.act_nvfp4;
+            keep.act_fp8 = o->cfg.act_fp8;
             lo.routing = &keep;
         }
     }

@@ -111,7 +111,10 @@ void fm_run_report_text(const fm_run_report *r)
     const int            T = r->T, first = r->shard_first, count = r->shard_count;
     printf("fp4moe run: %s backend, %s weights, %d experts (top-%d), hidden %d, inter %d, %d token%s%s\n",
            fm_backend_name(r->bk), fm_format_traits_get(cfg->wfmt)->name, cfg->n_experts, cfg->top_k, cfg->hidden,
-           cfg->inter, T, T == 1 ? "" : "s", cfg->act_nvfp4 ? ", NVFP4 activations" : "");
+           cfg->inter, T, T == 1 ? "" : "s",
+           cfg->act_nvfp4 ? ", NVFP4 activations"
+           : cfg->act_fp8 == FM_ACT_FP8_TOKEN ? ", FP8 activations (per token)"
+           : cfg->act_fp8 ? ", FP8 activations (per 128)" : "");
     printf("  active experts   %d of %d%s\n", r->m->active_experts, count ? count : cfg->n_experts,
            count ? " held" : "");
     if (count || r->external)

@@ -116,14 +116,11 @@ def main():
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--tokens", type=int, default=24)
     args = p.parse_args()
-    gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available() and fp4moe.HAS_RUN_API
+    gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()
                                     and fp4moe.backend_available("cuda"))
     dev = torch.device("cuda" if gpu else "cpu")
     routing = args.routing
-    if routing == "external" and not fp4moe.HAS_RUN_API:
-        print("note: this libfp4moe has no fm_layer_run yet: external routing unavailable, using internal")
-        routing = "internal"
-    out_dtype = torch.bfloat16 if fp4moe.HAS_RUN_API else torch.float32
+    out_dtype = torch.bfloat16
 
     ref = tiny_qwen3_moe()
     mcfg = ref.config
@@ -151,8 +148,7 @@ def main():
           + ", ".join(f"{e:.2e}" for e in block_errs) + f" (bound {BLOCK_BOUND:g})")
     print(f"  logits NMSE {nmse:.3e} (bound {LOGIT_BOUND:g}), next-token argmax agreement {agree * 100:.1f} %")
     for m in moes:
-        if fp4moe.HAS_RUN_API:
-            m.errors()
+        m.errors()
     ok = nmse <= LOGIT_BOUND and max(block_errs) <= BLOCK_BOUND
     print("OK" if ok else "FAIL: above the bound")
     return 0 if ok else 1

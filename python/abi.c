@@ -26,7 +26,7 @@ static const fm_py_field k_fields[] = {
     F(fm_moe_config, inter), F(fm_moe_config, score), F(fm_moe_config, n_group), F(fm_moe_config, topk_group),
     F(fm_moe_config, renormalize), F(fm_moe_config, routed_scale), F(fm_moe_config, shared_inter),
     F(fm_moe_config, wfmt), F(fm_moe_config, act_nvfp4), F(fm_moe_config, activation),
-    F(fm_moe_config, swiglu_limit),
+    F(fm_moe_config, swiglu_limit), F(fm_moe_config, act_fp8),
 
     S(fm_qtensor), F(fm_qtensor, fmt), F(fm_qtensor, rows), F(fm_qtensor, cols), F(fm_qtensor, data),
     F(fm_qtensor, scales), F(fm_qtensor, global_scale),
@@ -46,6 +46,11 @@ static const fm_py_field k_fields[] = {
     S(fm_layer_run_args), F(fm_layer_run_args, x), F(fm_layer_run_args, T), F(fm_layer_run_args, topk_ids),
     F(fm_layer_run_args, topk_weights), F(fm_layer_run_args, out), F(fm_layer_run_args, workspace),
     F(fm_layer_run_args, stream), F(fm_layer_run_args, routed_ids), F(fm_layer_run_args, routed_weights),
+
+    S(fm_layer_dispatch_args), F(fm_layer_dispatch_args, layout), F(fm_layer_dispatch_args, x),
+    F(fm_layer_dispatch_args, x_fp8), F(fm_layer_dispatch_args, x_scales), F(fm_layer_dispatch_args, counts),
+    F(fm_layer_dispatch_args, capacity), F(fm_layer_dispatch_args, offsets), F(fm_layer_dispatch_args, weights),
+    F(fm_layer_dispatch_args, out), F(fm_layer_dispatch_args, workspace), F(fm_layer_dispatch_args, stream),
 
     S(fm_layer_error_info), F(fm_layer_error_info, bad_ids), F(fm_layer_error_info, first_bad_slot),
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),
@@ -74,14 +79,17 @@ static const fm_py_field k_fields[] = {
 
     S(fm_ckpt_load_opts), F(fm_ckpt_load_opts, names), F(fm_ckpt_load_opts, routing), F(fm_ckpt_load_opts, routing_fields),
     F(fm_ckpt_load_opts, first_expert), F(fm_ckpt_load_opts, n_experts), F(fm_ckpt_load_opts, swizzle_scales),
-    F(fm_ckpt_load_opts, validate_only),
+    F(fm_ckpt_load_opts, global_router), F(fm_ckpt_load_opts, validate_only),
+
+    S(fm_tensor_view), F(fm_tensor_view, name), F(fm_tensor_view, dtype), F(fm_tensor_view, ndim),
+    F(fm_tensor_view, shape), F(fm_tensor_view, data),
 
     S(fm_ckpt_layer), F(fm_ckpt_layer, cfg), F(fm_ckpt_layer, w), F(fm_ckpt_layer, w13), F(fm_ckpt_layer, w2),
     F(fm_ckpt_layer, router_w), F(fm_ckpt_layer, router_bias), F(fm_ckpt_layer, a1_scale),
     F(fm_ckpt_layer, a2_scale), F(fm_ckpt_layer, shared_w13), F(fm_ckpt_layer, shared_w2),
     F(fm_ckpt_layer, w13_bias), F(fm_ckpt_layer, w2_bias),
     F(fm_ckpt_layer, w13_sf_swizzled), F(fm_ckpt_layer, w2_sf_swizzled), F(fm_ckpt_layer, layer),
-    F(fm_ckpt_layer, first_expert), F(fm_ckpt_layer, has_router_bias), F(fm_ckpt_layer, has_input_scales),
+    F(fm_ckpt_layer, first_expert), F(fm_ckpt_layer, n_local), F(fm_ckpt_layer, has_router_bias), F(fm_ckpt_layer, has_input_scales),
     F(fm_ckpt_layer, has_expert_bias),
     F(fm_ckpt_layer, layout), F(fm_ckpt_layer, model_type), F(fm_ckpt_layer, route_from),
     F(fm_ckpt_layer, rescaled_w13), F(fm_ckpt_layer, ignored_bias),

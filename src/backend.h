@@ -53,6 +53,11 @@ typedef struct {
     /* a has passed layer.c's argument checks (pointers, T, ids/weights paired,
      * workspace, alignment); CPU backends must not write a->out on failure. */
     fm_status (*run)(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
+    /* fm_layer_run_dispatched: a has passed layer.c's checks (pointers, layout, alignment,
+     * workspace; no shared expert); the backend reads counts / offsets through
+     * fm_dispatch_rows (they live in its memory space) and must not write a->out on
+     * failure. NULL: FM_ERR_UNSUPPORTED. */
+    fm_status (*run_dispatched)(void *state, const fm_layer_dispatch_args *a, fm_run_stats *stats);
     /* fm_layer_forward with host x / FP32 out; NULL: run is called with the host
      * pointers (CPU backends). x has passed the finite check. */
     fm_status (*forward_host)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
@@ -99,6 +104,27 @@ extern const fm_backend_ops fm_cpu_ops;     /* src/cpu/backend_fast.c */
 #ifdef FM_HAVE_CUDA
 extern const fm_backend_ops fm_cuda_ops; /* src/cuda/backend_cuda.c */
 #endif
+
+/* Dispatched rows (src/layer_dispatch.c), for backends that read counts / offsets on the
+ * host: checks a's counts (each in [0, capacity]) or offsets (from 0, non-decreasing) for
+ * n_local experts, their total against max_rows, and writes the packed row ranges:
+ * local expert e's rows are [offsets[e], offsets[e + 1]) (n_local + 1 entries), *rows the
+ * total. Statuses: FM_ERR_BAD_SHAPE, with `who` in the message. */
+fm_status fm_dispatch_rows(const fm_layer_dispatch_args *a, int n_local, int64_t max_rows, const char *who,
+                           int32_t *offsets, int *rows);
+
+/* Row r of a's input (x BF16, or x_fp8 times its x_scales) as FP32 into dst[hidden]: FM_OK, or
+ * FM_ERR_NONFINITE naming the row r (local expert e) and element or scale (NaN/Inf in a BF16
+ * row, an E4M3 NaN code, a scale not finite and > 0); `who` starts the message. */
+fm_status fm_dispatch_row_f32(const fm_layer_dispatch_args *a, size_t r, int hidden, int e, const char *who,
+                              float *dst);
+
+/* The row of a's x / out / weights that holds packed row p of local expert e. */
+static inline size_t fm_dispatch_slot(const fm_layer_dispatch_args *a, const int32_t *offsets, int e, int32_t p)
+{
+    return a->layout == FM_DISPATCH_EXPERT_MAJOR ? (size_t)e * (size_t)a->capacity + (size_t)(p - offsets[e])
+                                                 : (size_t)p;
+}
 
 /* Shape/format check of every weight tensor against cfg (shared by all backends);
  * it checks cfg->n_experts experts (layer.c passes the shard's count). */

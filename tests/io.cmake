@@ -49,7 +49,7 @@ fm_io_cli_check(io_cli_inspect_nanscale
 fm_io_cli_check(io_cli_hostile_paths
   "d=\"$1/hostile\"; rm -rf \"$d\" && mkdir -p \"$d/dir.safetensors\" && mkfifo \"$d/fifo.safetensors\" \"$d/m.csv\" && err=$(\"$0\" inspect \"$d/fifo.safetensors\" 2>&1 >/dev/null); [ $? -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*not a regular file (a FIFO' && err=$(\"$0\" inspect \"$d\" 2>&1 >/dev/null); [ $? -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*not a regular file' && { \"$0\" run --weights \"$d/fifo.safetensors\" --layer 1 --backend cpu >/dev/null 2>&1; [ $? -eq 1 ]; } && err=$(\"$0\" simulate --measured \"$d/m.csv\" 2>&1 >/dev/null); [ $? -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*m.csv: not a regular file'")
 set_tests_properties(io_cli_hostile_paths PROPERTIES TIMEOUT 60)
-foreach(t test_io_safetensors test_io_checkpoint test_io_load_errors test_io_hostile)
+foreach(t test_io_safetensors test_io_checkpoint test_io_load_errors test_io_hostile test_io_tensors)
   if(TEST ${t})
     set_tests_properties(${t} PROPERTIES TIMEOUT 120)
   endif()

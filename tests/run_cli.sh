@@ -16,6 +16,10 @@ expect 0 "passed" -- run "${small[@]}" --check --backend cpu
 expect 0 "passed" -- run "${small[@]}" --check --backend cpu-ref --format mxfp4
 expect 0 "passed" -- run "${small[@]}" --check --backend cpu --format bf16 --score softmax --groups 4 --topk-group 2
 expect 0 "passed" -- run "${small[@]}" --check --backend cpu --act-nvfp4 --shared-inter 64
+expect 0 "FP8 activations (per 128)" -- run "${small[@]}" --check --backend cpu --act-fp8 block128
+expect 0 "passed" -- run "${small[@]}" --check --backend cpu --act-fp8 token --shared-inter 64
+expect 2 "act-fp8" -- run "${small[@]}" --act-fp8 e5m2
+expect 2 "choose one" -- run "${small[@]}" --act-fp8 token --act-nvfp4
 expect 2 "unknown or incomplete flag" -- run --bogus
 expect 2 "expects an integer" -- run --tokens -3
 expect 2 "expects an integer" -- run --experts ""

@@ -186,6 +186,37 @@ typedef struct fm_checkpoint fm_checkpoint;
 fm_status fm_checkpoint_open(const char *path, fm_checkpoint **out);
 void      fm_checkpoint_close(fm_checkpoint *ck);
 
+/* One tensor the caller holds in memory, named and typed as a checkpoint stores
+ * it (the tensor tables of docs/checkpoints.md): data holds size(dtype) x
+ * prod(shape) bytes, C order (F4: two per byte). */
+typedef struct {
+    const char *name;
+    fm_dtype    dtype;
+    int         ndim;                  /* 0 = scalar, at most FM_ST_MAX_DIMS */
+    int64_t     shape[FM_ST_MAX_DIMS];
+    const void *data;                  /* borrowed: must outlive the checkpoint; never written */
+} fm_tensor_view;
+
+/* A checkpoint over tensors in memory: the same object fm_checkpoint_open makes
+ * from files, so fm_checkpoint_scan / _find / _load_layer run the same layout
+ * loaders over it (what a framework holding a model's tensors uses instead of
+ * converting layouts itself). The views' names are copied; their data is
+ * borrowed, read only by the loads (which copy into the loaded layer), so it
+ * must stay valid and unchanged until fm_checkpoint_close. There is no
+ * config.json: the routing must be given in fm_ckpt_load_opts.routing, and
+ * gpt-oss's swiglu_limit is its default 7.0 (pass the model's in the layer's
+ * config). label names the tensors in messages (NULL: "tensors in memory").
+ * Checked before anything is kept: a NULL or empty name, a name of 512 bytes
+ * or more, an unknown dtype, ndim outside [0, FM_ST_MAX_DIMS], a negative or
+ * overflowing shape, an F4 tensor of an odd element count, NULL data for a
+ * non-empty tensor, a name given twice.
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL views with n > 0, NULL out, a
+ * missing name or data), FM_ERR_FORMAT (unknown dtype, a name twice),
+ * FM_ERR_UNSUPPORTED (more than FM_ST_MAX_DIMS dimensions), FM_ERR_BAD_SHAPE
+ * (negative, overflowing or half-byte shape), FM_ERR_NOT_FOUND (n == 0),
+ * FM_ERR_OOM. On failure *out is NULL. */
+fm_status fm_checkpoint_open_tensors(const fm_tensor_view *views, size_t n, const char *label, fm_checkpoint **out);
+
 /* All tensors of all shards, sorted by name. */
 size_t              fm_checkpoint_tensor_count(const fm_checkpoint *ck);
 const fm_st_tensor *fm_checkpoint_tensor_at(const fm_checkpoint *ck, size_t i);
@@ -335,6 +366,16 @@ typedef struct {
     int first_expert;             /* load experts [first_expert, first_expert + n_experts) */
     int n_experts;                /* 0 = all from first_expert (an EP shard otherwise) */
     int swizzle_scales;           /* 1: also fill w13_sf_swizzled / w2_sf_swizzled */
+    int global_router;            /* 1: the layer is a shard of the global layer (an expert-
+                                     parallel rank): the router weight and its bias keep all
+                                     the layer's experts' rows, cfg.n_experts is that total,
+                                     top_k and groups are the model's; the experts' arrays hold
+                                     [first_expert, first_expert + n_experts) only (n_local of
+                                     them): hand cfg / w to fm_layer_desc with first_expert and
+                                     n_local. gpt-oss's fused expert tensors may then hold the
+                                     layer's experts or only the shard's (a rank's own tensors,
+                                     taken as experts [first_expert, first_expert + n_experts)).
+                                     0: a standalone layer of the loaded experts. */
     int validate_only;            /* 1: check every tensor's presence, dtype and shape, the
                                      expert indices, and every block-scale byte for NaN
                                      codes (the scales are read, 1/9 of NVFP4 expert bytes),
@@ -361,6 +402,9 @@ typedef struct {
     uint8_t       **w2_sf_swizzled;
     int             layer;
     int             first_expert;
+    int             n_local;      /* experts held in w13, w2, a1/a2_scale, w13/w2_bias and the
+                                     swizzled scales: cfg.n_experts, or the shard's count with
+                                     global_router */
     int             has_router_bias;  /* the checkpoint has a ranking bias for this layer */
     int             has_input_scales; /* ... and per-expert input_scale (static W4A4 scales) */
     int             has_expert_bias;  /* ... and expert biases (gpt-oss; in w13_bias / w2_bias

@@ -175,7 +175,7 @@ typedef struct {
      * where few experts would leave SMs idle (docs/cuda-gemm.md, "Decode on a few
      * experts"). FM_WORK_LIST_AUTO (0, default): in the buckets where the planner
      * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways (a shard's first tokens;
-     * measured faster there, slower elsewhere: bench/RESULTS.md, 2026-12-03);
+     * measured faster there, slower elsewhere: bench/RESULTS.md, "The work list, A/B");
      * FM_WORK_LIST_ON: every bucket the planner splits or not; FM_WORK_LIST_OFF: never
      * (grids over every local expert). The CPU backends ignore it. */
     int             decode_work_list;
@@ -188,7 +188,7 @@ typedef struct {
      * random routing, where it exceeds the mean. Why: a tile holds 8 * NT rows per pass
      * and an expert with more re-streams its weights, so a tile sized for the mean runs
      * ~40 % of the experts twice when the mean is a tile's capacity. Measured on the H200
-     * (GLM-5, bench/RESULTS.md 2026-12-03, third session): 0.9 against the mean, graph
+     * (GLM-5, bench/RESULTS.md, "Tiles for the 0.9-quantile of an expert's rows"): 0.9 against the mean, graph
      * replay, EP8 shard T = 256 317 -> 258 us, T = 1,024 435 -> 395, T = 32 157 -> 146;
      * all-local T = 32 294 -> 247; T = 64-128 and 4,096 within 3 %. Below 32 tokens it is
      * not measured (on the EP8 shard it picks the same tiles there). The CPU backends
@@ -261,6 +261,60 @@ typedef struct {
  * launch failed; capture errors included), FM_ERR_BUSY; CPU backends also
  * FM_ERR_OUT_OF_RANGE (an id outside [-1, n_experts)), FM_ERR_NONFINITE. */
 fm_status fm_layer_run(fm_layer *layer, const fm_layer_run_args *a);
+
+/* Expert parallelism: rows an all-to-all dispatch (NCCL EP, DeepEP, pplx) already sent to
+ * this layer's experts, read where the dispatch left them and answered in the layout its
+ * combine reads (docs/serving.md, "Expert parallelism"). The layer is the shard of the
+ * experts this rank holds (fm_layer_desc first_expert / n_local); routing happened before the
+ * dispatch, so the router is not run, and the shared expert, which works on the original
+ * tokens, is not part of it (a layer with one refuses: run the shared expert apart). */
+typedef enum {
+    /* low-latency layout: x [n_local][capacity][hidden], counts[e] rows of local expert e
+     * at the start of its block (DeepEP / NCCL EP low-latency, pplx) */
+    FM_DISPATCH_EXPERT_MAJOR = 1,
+    /* high-throughput layout: x [rows][hidden], local expert e's rows contiguous at
+     * [offsets[e], offsets[e + 1]) */
+    FM_DISPATCH_EXPERT_ROWS = 2,
+} fm_dispatch_layout;
+
+typedef struct {
+    fm_dispatch_layout layout;
+    const uint16_t    *x;        /* BF16 rows in `layout`, the layer's memory space, 16-byte aligned */
+    /* Or FP8 rows, as an FP8 dispatch sends them (DeepEP / NCCL EP low latency): x_fp8 E4M3
+     * [rows in `layout`][hidden] (16-byte aligned) and x_scales FP32 [rows in `layout`]
+     * [ceil(hidden / 128)], one per 128 channels, finite and > 0; the row is q * scale, used as
+     * it is (not quantized again). Exactly one of x / x_fp8. FP8 rows need a W4A8 layer with
+     * scales per 128 (act_fp8 = FM_ACT_FP8_BLOCK128): the same numbers its own quantization
+     * of BF16 rows makes, so FC1 runs at FP8 either way. */
+    const uint8_t     *x_fp8;
+    const float       *x_scales;
+    const int32_t     *counts;   /* EXPERT_MAJOR: [n_local] rows per local expert, each in [0, capacity] */
+    int                capacity; /* EXPERT_MAJOR: row slots per local expert in x and out (>= 1) */
+    const int32_t     *offsets;  /* EXPERT_ROWS: [n_local + 1], offsets[0] = 0, non-decreasing */
+    /* Each row's routing weight, indexed as its row ([n_local][capacity] or [rows]): the
+     * output row is multiplied by it. NULL: the rows are the experts' plain outputs and the
+     * combine applies the weights (as DeepEP's and NCCL EP's combine take topk_weights). */
+    const float *weights;
+    void        *out;       /* the same layout as x, desc.out_dtype, 16-byte aligned: every
+                               received row written; the slots past counts[e] (EXPERT_MAJOR) are not */
+    void        *workspace; /* as fm_layer_run_args */
+    void        *stream;    /* as fm_layer_run_args */
+} fm_layer_dispatch_args;
+
+/* Run the layer's experts on dispatched rows: out row = W2_e act(W13_e x row) (+ the
+ * expert biases; x rows NVFP4-rounded when act_nvfp4), times the row's weight when weights
+ * is given; each row's result is bit-identical to that row's expert output in fm_layer_run
+ * of the same rows. The rows received must fit the layer: at most max_tokens * top_k in
+ * all (a rank that receives T tokens from each of R ranks needs max_tokens >= R * T).
+ * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/args/out, neither or both of x and x_fp8,
+ * x_fp8 without x_scales or to a layer that is not W4A8 per 128, a bad layout, the layout's
+ * counts or offsets missing, capacity < 1, workspace as fm_layer_run), FM_ERR_BAD_SHAPE (a
+ * count outside [0, capacity], offsets not starting at 0 or decreasing, more rows than the
+ * layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
+ * an FP8 row's NaN code, a scale not finite and > 0, an output that overflowed), FM_ERR_UNSUPPORTED (a layer with a shared expert; the cuda
+ * backend, which does not take dispatched rows yet), FM_ERR_BUSY. out is untouched on
+ * failure. CPU backends only for now. */
+fm_status fm_layer_run_dispatched(fm_layer *layer, const fm_layer_dispatch_args *a);
 
 /* What the device recorded since the last call, then cleared. */
 typedef struct {
@@ -357,7 +411,7 @@ typedef struct {
  * runs on a stream of its own (graphs are not captured from the legacy stream); seconds
  * per bucket; allocates and frees its own inputs and stream; runs the layer, so no other
  * run of it may be in flight, and graphs captured before must be re-captured. Measured on the H200 (GLM-5,
- * bench/RESULTS.md 2026-12-03 fourth session): the planner's plan was within 0-6 % of the
+ * bench/RESULTS.md, "Call C"): the planner's plan was within 0-6 % of the
  * best of 108 at 1-16 tokens, so expect small gains there; it exists for the devices the
  * planner's model was not fitted on. info may be NULL. Returns FM_OK,
  * FM_ERR_INVALID_ARG (NULL layer), FM_ERR_BAD_SHAPE (T outside [1, max_tokens]),

@@ -18,7 +18,8 @@
  *   plus, if shared_inter > 0, the BF16 shared expert's SwiGLU MLP of x[t].
  * With act_nvfp4 the inputs of FC1 and FC2 are quantized to NVFP4 (per-expert
  * input global scale from a1_scale / a2_scale when given, else dynamic per row
- * block amax) before the GEMM: W4A4 numerics as Blackwell runs them.
+ * block amax) before the GEMM: W4A4 numerics as Blackwell runs them. With act_fp8
+ * they are quantized to FP8 E4M3 (fm_act_fp8, below): W4A8.
  */
 #ifndef FP4MOE_MOE_H
 #define FP4MOE_MOE_H
@@ -52,6 +53,20 @@ typedef enum { FM_ACT_SWIGLU = 0, FM_ACT_SWIGLU_GPTOSS = 1 } fm_activation;
 /* "swiglu", "swiglu-gptoss"; "?" for an invalid value. */
 const char *fm_activation_name(fm_activation a);
 
+/* FP8 activations (W4A8): the inputs of FC1 and FC2 (x rows, the activation's output h)
+ * quantized to E4M3 with a dynamic scale s = amax / 448 (FP32) per block of 128 elements
+ * along K (FM_ACT_FP8_BLOCK128; the last block of a row may be shorter) or per row
+ * (FM_ACT_FP8_TOKEN): q = E4M3(x / s), rounded to nearest even; the GEMM sees q * s. A block
+ * of zeros has s = 1. Per 128 is what an FP8 dispatch sends (DeepEP / NCCL EP low latency,
+ * DeepSeek-V3's activations) and costs a Hopper FP8 kernel nothing more than a row scale:
+ * its main loop already scales FP32 partial sums per K block for the weights' block scales;
+ * it is the more accurate of the two (an outlier costs only its block), so it is the one to
+ * choose unless an engine hands per-token scales. docs/accuracy.md has the NMSE of each. */
+typedef enum { FM_ACT_FP8_OFF = 0, FM_ACT_FP8_BLOCK128 = 1, FM_ACT_FP8_TOKEN = 2 } fm_act_fp8;
+
+/* "off", "block128", "token"; "?" for an invalid value. */
+const char *fm_act_fp8_name(fm_act_fp8 a);
+
 typedef struct {
     int           n_experts;    /* routed experts held by this layer (E) */
     int           top_k;        /* experts per token, 1..n_experts */
@@ -67,6 +82,7 @@ typedef struct {
     int           act_nvfp4;    /* 1: quantize FC1/FC2 inputs to NVFP4 (W4A4) */
     fm_activation activation;   /* FM_ACT_SWIGLU (0, the default) or FM_ACT_SWIGLU_GPTOSS */
     float         swiglu_limit; /* SWIGLU_GPTOSS: the clamp L, finite and > 0; SWIGLU: 0 */
+    fm_act_fp8    act_fp8;      /* FP8 FC1/FC2 inputs (W4A8), FM_ACT_FP8_OFF (0) = BF16; not with act_nvfp4 */
 } fm_moe_config;
 
 /* GLM-5 EP8 shard defaults: 32 experts, top-8, hidden 6144, inter 2048, sigmoid,
@@ -121,7 +137,7 @@ fm_status fm_moe_permute(const int32_t *ids, int T, int top_k, int n_experts, in
 
 /* The reference forward pass, FP32 accumulation, simple loops: out[T][hidden].
  * `out` is written only when the whole pass succeeded. The shared expert sees
- * BF16 x unquantized even with act_nvfp4 (only routed experts are W4A4).
+ * BF16 x unquantized even with act_nvfp4 / act_fp8 (only routed experts are W4A4 / W4A8).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointer, bad cfg settings),
  * FM_ERR_BAD_SHAPE (T < 1, bad cfg sizes, a weight tensor whose rows/cols
  * disagree with cfg), FM_ERR_FORMAT (a tensor's fmt differs from cfg->wfmt),

@@ -8,7 +8,7 @@ torch (imported on first use of fp4moe.torch_ops): torch.ops.fp4moe.moe / moe_ou
 graph-capturable, traced by torch.compile. See docs/python.md.
 """
 
-from ._lib import HAS_RUN_API, ClosedError, Error, library_path
+from ._lib import ClosedError, Error, LibraryMismatchError, library_path
 from ._lib import lib as _clib
 from .checkpoint import Checkpoint, LoadedLayer, NotModelledWarning
 from .format import QTensor, dequantize, qtensor, quantize
@@ -34,6 +34,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'fp4moe' has no attribute {name!r}")
 
 
-__all__ = ["Error", "ClosedError", "HAS_RUN_API", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
+__all__ = ["Error", "ClosedError", "LibraryMismatchError", "library_path", "Checkpoint", "LoadedLayer", "NotModelledWarning", "QTensor",
            "quantize", "dequantize", "qtensor", "Layer", "PlansWarning", "MoEConfig", "MoEWeights", "route", "to_bf16_bits",
            "backend_available"]

@@ -27,7 +27,7 @@ class MoeConfig(C.Structure):
     _fields_ = [("n_experts", c_int), ("top_k", c_int), ("hidden", c_int), ("inter", c_int),
                 ("score", c_int), ("n_group", c_int), ("topk_group", c_int), ("renormalize", c_int),
                 ("routed_scale", c_float), ("shared_inter", c_int), ("wfmt", c_int), ("act_nvfp4", c_int),
-                ("activation", c_int), ("swiglu_limit", c_float)]
+                ("activation", c_int), ("swiglu_limit", c_float), ("act_fp8", c_int)]
 
 
 class QTensor(C.Structure):
@@ -58,6 +58,12 @@ class LayerRunArgs(C.Structure):
                 ("routed_ids", c_void_p), ("routed_weights", c_void_p)]
 
 
+class LayerDispatchArgs(C.Structure):
+    _fields_ = [("layout", c_int), ("x", c_void_p), ("x_fp8", c_void_p), ("x_scales", c_void_p),
+                ("counts", c_void_p), ("capacity", c_int), ("offsets", c_void_p), ("weights", c_void_p),
+                ("out", c_void_p), ("workspace", c_void_p), ("stream", c_void_p)]
+
+
 class LayerErrorInfo(C.Structure):
     _fields_ = [("bad_ids", C.c_longlong), ("first_bad_slot", C.c_longlong), ("nonfinite_x", c_int),
                 ("first_nonfinite", C.c_longlong), ("nonfinite_logits", c_int), ("nonfinite_weights", C.c_longlong)]
@@ -84,7 +90,13 @@ class CkptScan(C.Structure):
 
 class CkptLoadOpts(C.Structure):
     _fields_ = [("names", c_void_p), ("routing", P(MoeConfig)), ("routing_fields", C.c_uint),
-                ("first_expert", c_int), ("n_experts", c_int), ("swizzle_scales", c_int), ("validate_only", c_int)]
+                ("first_expert", c_int), ("n_experts", c_int), ("swizzle_scales", c_int), ("global_router", c_int),
+                ("validate_only", c_int)]
+
+
+class TensorView(C.Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_int), ("shape", c_int64 * ST_MAX_DIMS),
+                ("data", c_void_p)]
 
 
 class RouteOrigin(C.Structure):
@@ -95,8 +107,9 @@ class CkptLayer(C.Structure):
     _fields_ = [("cfg", MoeConfig), ("w", MoeWeights), ("w13", P(QTensor)), ("w2", P(QTensor)),
                 ("router_w", P(c_float)), ("router_bias", P(c_float)), ("a1_scale", P(c_float)),
                 ("a2_scale", P(c_float)), ("shared_w13", P(C.c_uint16)), ("shared_w2", P(C.c_uint16)),
-                ("w13_bias", P(c_float)), ("w2_bias", P(c_float)), ("w13_sf_swizzled", c_void_p), ("w2_sf_swizzled", c_void_p), ("layer", c_int),
-                ("first_expert", c_int), ("has_router_bias", c_int), ("has_input_scales", c_int),
+                ("w13_bias", P(c_float)), ("w2_bias", P(c_float)), ("w13_sf_swizzled", c_void_p),
+                ("w2_sf_swizzled", c_void_p), ("layer", c_int), ("first_expert", c_int), ("n_local", c_int),
+                ("has_router_bias", c_int), ("has_input_scales", c_int),
                 ("has_expert_bias", c_int),
                 ("layout", c_int), ("model_type", C.c_char * 64), ("route_from", RouteOrigin * 5),
                 ("rescaled_w13", c_int), ("ignored_bias", c_int),
@@ -125,14 +138,16 @@ class _AbiField(C.Structure):
 # C name -> mirror, for the layout check.
 _MIRRORS = {
     "fm_moe_config": MoeConfig, "fm_qtensor": QTensor, "fm_moe_weights": MoeWeights, "fm_run_stats": RunStats,
-    "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_error_info": LayerErrorInfo,
+    "fm_layer_desc": LayerDesc, "fm_layer_run_args": LayerRunArgs, "fm_layer_dispatch_args": LayerDispatchArgs,
+    "fm_layer_error_info": LayerErrorInfo,
     "fm_st_tensor": StTensor, "fm_ckpt_names": CkptNames, "fm_ckpt_scan": CkptScan, "fm_ckpt_load_opts": CkptLoadOpts,
+    "fm_tensor_view": TensorView,
     "fm_ckpt_layer": CkptLayer, "fm_tile": Tile, "fm_layer_plan_info": LayerPlanInfo,
     "fm_layer_tune_info": LayerTuneInfo,
 }
 
-# name: (restype, argtypes). Those under _OPTIONAL may be missing from an older
-# library (the device-resident layer API); the package then says so when used.
+# name: (restype, argtypes). Every one is required: a library without one of them is
+# not the library this package was written for (LibraryMismatchError).
 _PROTOS = {
     "fm_status_name": (c_char_p, [c_int]),
     "fm_status_str": (c_char_p, [c_int]),
@@ -153,11 +168,11 @@ _PROTOS = {
     "fm_backend_parse": (c_int, [c_char_p, P(c_int)]),
     "fm_backend_available": (c_int, [c_int]),
     "fm_layer_create": (c_int, [c_int, P(MoeConfig), P(MoeWeights), c_int, P(c_void_p)]),
-    "fm_layer_forward": (c_int, [c_void_p, c_void_p, c_int, c_void_p, P(RunStats)]),
     "fm_layer_backend": (c_int, [c_void_p]),
     "fm_layer_destroy": (None, [c_void_p]),
     "fm_checkpoint_open": (c_int, [c_char_p, P(c_void_p)]),
     "fm_checkpoint_close": (None, [c_void_p]),
+    "fm_checkpoint_open_tensors": (c_int, [P(TensorView), c_size_t, c_char_p, P(c_void_p)]),
     "fm_checkpoint_tensor_count": (c_size_t, [c_void_p]),
     "fm_checkpoint_tensor_at": (P(StTensor), [c_void_p, c_size_t]),
     "fm_checkpoint_find": (c_int, [c_void_p, c_char_p, P(P(StTensor))]),
@@ -171,12 +186,13 @@ _PROTOS = {
     "fm_dtype_name": (c_char_p, [c_int]),
     "fm_py_abi_count": (c_int, []),
     "fm_py_abi_at": (P(_AbiField), [c_int]),
-    # device-resident layer API (include/fp4moe/layer.h)
+    # the layer API (include/fp4moe/layer.h)
     "fm_cuda_device_open": (c_int, [c_int, P(c_void_p)]),
     "fm_cuda_device_close": (None, [c_void_p]),
     "fm_layer_create_desc": (c_int, [P(LayerDesc), P(MoeConfig), P(MoeWeights), P(c_void_p)]),
     "fm_layer_workspace_size": (c_int, [c_void_p, P(c_size_t)]),
     "fm_layer_run": (c_int, [c_void_p, P(LayerRunArgs)]),
+    "fm_layer_run_dispatched": (c_int, [c_void_p, P(LayerDispatchArgs)]),
     "fm_layer_errors": (c_int, [c_void_p, c_void_p, P(LayerErrorInfo)]),
     "fm_layer_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
     "fm_layer_set_plan": (c_int, [c_void_p, c_int, P(LayerPlanInfo)]),
@@ -186,9 +202,6 @@ _PROTOS = {
     "fm_tile_name": (c_char_p, [P(Tile), C.c_char_p, c_size_t]),
     "fm_tile_parse": (c_int, [C.c_char_p, P(Tile)]),
 }
-_OPTIONAL = {"fm_cuda_device_open", "fm_cuda_device_close", "fm_layer_create_desc", "fm_layer_workspace_size",
-             "fm_layer_run", "fm_layer_errors", "fm_layer_plan", "fm_layer_set_plan", "fm_layer_tune",
-             "fm_layer_save_plans", "fm_layer_plans_note"}
 
 
 class Error(RuntimeError):
@@ -198,6 +211,16 @@ class Error(RuntimeError):
     def __init__(self, status_name, detail, code=None):
         super().__init__(f"{status_name}: {detail}" if detail else status_name)
         self.status, self.detail, self.code = status_name, detail, code
+
+
+class LibraryMismatchError(ImportError):
+    """The library found (.library, its path) is not the one this package was written
+    for: an entry point is missing, or a struct's layout in its table (python/abi.c)
+    differs from the package's mirror. .reason says which."""
+
+    def __init__(self, library, reason):
+        super().__init__(f"fp4moe: {library}: {reason}")
+        self.library, self.reason = library, reason
 
 
 class ClosedError(ValueError):
@@ -250,48 +273,51 @@ def _library_path():
                       "(install with `pip install .`, or point FP4MOE_LIBRARY at build/python/libfp4moe.so)")
 
 
-def _check_abi(lib):
+def _check_abi(lib, path):
+    def bad(reason):
+        return LibraryMismatchError(path, reason)
+
     want = {}
     for i in range(lib.fm_py_abi_count()):
         f = lib.fm_py_abi_at(i).contents
         want[(f.type.decode(), f.field.decode())] = (f.offset, f.size)
     for cname, mirror in _MIRRORS.items():
         if (cname, "") not in want:
-            raise ImportError(f"fp4moe: the library's layout table has no {cname}")
+            raise bad(f"the library's layout table has no {cname}")
         size = want[(cname, "")][1]
         if C.sizeof(mirror) != size:
-            raise ImportError(f"fp4moe: {cname} is {size} bytes in the library, {C.sizeof(mirror)} in the binding")
+            raise bad(f"{cname} is {size} bytes in the library, {C.sizeof(mirror)} in the binding")
         fields = {name for (t, name) in want if t == cname and name}
         mine = {f[0] for f in mirror._fields_}
         if fields != mine:
-            raise ImportError(f"fp4moe: {cname} fields differ: library only {sorted(fields - mine)}, "
+            raise bad(f"{cname} fields differ: library only {sorted(fields - mine)}, "
                               f"binding only {sorted(mine - fields)}")
         for name in fields:
             d = getattr(mirror, name)
             if (d.offset, d.size) != want[(cname, name)]:
-                raise ImportError(f"fp4moe: {cname}.{name} at offset {d.offset} size {d.size} in the binding, "
+                raise bad(f"{cname}.{name} at offset {d.offset} size {d.size} in the binding, "
                                   f"{want[(cname, name)]} in the library")
+
+
+def _bind(lib, path):
+    """Set every prototype; a missing entry point is a LibraryMismatchError naming it."""
+    for name, (res, args) in _PROTOS.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise LibraryMismatchError(path, f"no {name} (a library older than this package?)") from None
+        fn.restype, fn.argtypes = res, args
 
 
 def _load():
     path = _library_path()
     lib = C.CDLL(path)
-    missing = []
-    for name, (res, args) in _PROTOS.items():
-        try:
-            fn = getattr(lib, name)
-        except AttributeError:
-            if name in _OPTIONAL:
-                missing.append(name)
-                continue
-            raise ImportError(f"fp4moe: {path} has no {name} (a library older than this package?)")
-        fn.restype, fn.argtypes = res, args
-    _check_abi(lib)
-    return lib, path, frozenset(missing)
+    _bind(lib, path)
+    _check_abi(lib, path)
+    return lib, path
 
 
-lib, library_path, missing = _load()
-HAS_RUN_API = not ({"fm_layer_create_desc", "fm_layer_run"} & missing)
+lib, library_path = _load()
 
 
 def status_name(code):
@@ -305,9 +331,3 @@ def check(code, what=""):
         if what and what not in detail:
             detail = f"{what}: {detail}" if detail else what
         raise Error(status_name(code), detail, code)
-
-
-def require_run_api(what):
-    if not HAS_RUN_API:
-        raise NotImplementedError(f"{what} needs fm_layer_create_desc/fm_layer_run (include/fp4moe/layer.h), "
-                                  f"which {library_path} does not export yet")

@@ -1,5 +1,7 @@
-"""Safetensors checkpoints (ModelOpt NVFP4, gpt-oss MXFP4) through the library's
-reader and layer loader (include/fp4moe/io.h, docs/checkpoints.md)."""
+"""Safetensors checkpoints (ModelOpt NVFP4, compressed-tensors, gpt-oss MXFP4) through
+the library's reader and layer loaders (include/fp4moe/io.h, docs/checkpoints.md), from
+files or from tensors in memory (Checkpoint.from_tensors: the same loaders, so no layout
+is converted here)."""
 
 import ctypes as C
 import warnings
@@ -16,6 +18,16 @@ from .layer import MoEConfig, MoEWeights
 _NP = {0: np.bool_, 1: np.uint8, 2: np.int8, 3: np.uint16, 4: np.int16, 5: np.uint32, 6: np.int32, 7: np.uint64,
        8: np.int64, 9: np.float16, 10: "bfloat16", 11: np.float32, 12: np.float64, 13: "float8_e4m3fn",
        14: "float8_e5m2", 15: "float8_e8m0fnu", 16: None}
+
+
+def _code_of(a, arg):
+    """The fm_dtype of a numpy array's element type (ml_dtypes' bfloat16 / float8 included)."""
+    name = a.dtype.name
+    for code, d in _NP.items():
+        if d is not None and (d == name if isinstance(d, str) else np.dtype(d) == a.dtype):
+            return code
+    raise TypeError(f"{arg}: dtype {name} has no safetensors equivalent (expected one of bool, (u)int8-64, "
+                    "float16/32/64, bfloat16, float8_e4m3fn, float8_e5m2, float8_e8m0fnu)")
 
 
 def _np_dtype(code):
@@ -39,12 +51,47 @@ class Checkpoint:
         self.path, cpath = as_path(path, "path")
         h = C.c_void_p()
         check(lib.fm_checkpoint_open(cpath, C.byref(h)), self.path)
+        self._keep = None
         self._hd = _lib.Handle("Checkpoint", h)
+
+    @classmethod
+    def from_tensors(cls, tensors, label="tensors in memory"):
+        """A checkpoint over arrays in memory (fm_checkpoint_open_tensors): `tensors` maps
+        names to numpy arrays named, shaped and typed as a checkpoint stores them (the
+        layouts of docs/checkpoints.md; bfloat16 / float8 as ml_dtypes arrays), read by
+        the same C loaders as a file. The arrays are borrowed, not copied (a strided one
+        is read through a contiguous copy) and never written; the checkpoint keeps them
+        alive until close(). There is no config.json: give load_layer / load_shard the
+        routing."""
+        if not isinstance(tensors, dict):
+            raise TypeError(f"tensors: expected a dict of name -> numpy array, got {type(tensors).__name__}")
+        clabel = as_cstr(label, "label")
+        views, keep = (_lib.TensorView * max(len(tensors), 1))(), []
+        for i, (name, a) in enumerate(tensors.items()):
+            cname = as_cstr(name, "tensors name")
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"tensors[{name!r}]: expected a numpy array, got {type(a).__name__}")
+            if a.ndim > _lib.ST_MAX_DIMS:
+                raise ValueError(f"tensors[{name!r}]: {a.ndim} dimensions, more than {_lib.ST_MAX_DIMS}")
+            if not a.dtype.isnative:  # safetensors data is little-endian, as this host
+                a = a.astype(a.dtype.newbyteorder("="))
+            code = _code_of(a, f"tensors[{name!r}]")
+            a = np.ascontiguousarray(a)
+            keep += [cname, a]
+            views[i] = _lib.TensorView(cname, code, a.ndim, (C.c_int64 * _lib.ST_MAX_DIMS)(*a.shape),
+                                       a.ctypes.data if a.size else None)
+        h = C.c_void_p()
+        check(lib.fm_checkpoint_open_tensors(views, len(tensors), clabel, C.byref(h)), label)
+        self = cls.__new__(cls)
+        self.path, self._keep = label, keep
+        self._hd = _lib.Handle("Checkpoint", h)
+        return self
 
     def close(self):
         hd = getattr(self, "_hd", None)
         if hd is not None:
             hd.close(lib.fm_checkpoint_close)
+            self._keep = None  # after the close: the library no longer reads them
 
     __del__ = close
 
@@ -84,14 +131,17 @@ class Checkpoint:
         finally:
             lib.fm_ckpt_scan_free(C.byref(s))
 
-    def load_layer(self, layer, first_expert=0, n_experts=0, routing=None):
+    def load_layer(self, layer, first_expert=0, n_experts=0, routing=None, global_router=False):
         """MoE layer `layer` in fp4moe's layout (fm_checkpoint_load_layer): experts
         [first_expert, first_expert + n_experts) (0 = all). routing: a MoEConfig
         whose top_k/score/groups/renormalize/routed_scale/act_nvfp4 replace what
-        config.json next to the checkpoint says."""
+        config.json next to the checkpoint says. global_router: the experts are a
+        shard of the whole layer (fm_ckpt_load_opts.global_router: the router keeps
+        every expert's row, cfg.n_experts is the layer's; see load_shard)."""
         layer = as_int(layer, "layer", 0)
         opts = _lib.CkptLoadOpts()
         opts.first_expert, opts.n_experts = as_int(first_expert, "first_expert", 0), as_int(n_experts, "n_experts", 0)
+        opts.global_router = 1 if global_router else 0
         rc = None
         if routing is not None:
             if not isinstance(routing, MoEConfig):
@@ -113,19 +163,9 @@ class Checkpoint:
         Returns (cfg with the global n_experts, MoEWeights)."""
         layer = as_int(layer, "layer", 0)
         first_expert, n_local = as_int(first_expert, "first_expert", 0), as_int(n_local, "n_local", 0)
-        part = self.load_layer(layer, first_expert, n_local, routing)
+        part = self.load_layer(layer, first_expert, n_local, routing, global_router=True)
         try:
-            w = part.weights()
-            names = _lib.CkptNames()
-            layout = {"modelopt": 1, "gpt-oss": 2}[part.layout]
-            check(lib.fm_ckpt_names_default(layout, C.byref(names)), "load_shard")
-            sub = lambda pat: pat.decode().replace("{L}", str(layer))  # noqa: E731
-            w.router_w = np.ascontiguousarray(self.tensor(sub(names.router)).astype(np.float32))
-            if w.router_bias is not None and names.router_bias:
-                w.router_bias = np.ascontiguousarray(self.tensor(sub(names.router_bias)).astype(np.float32))
-            cfg = part.cfg
-            cfg.n_experts = w.router_w.shape[0]
-            return cfg, w
+            return part.cfg, part.weights()
         finally:
             part.close()
 
@@ -146,7 +186,7 @@ class LoadedLayer:
         self._hd = _lib.Handle("LoadedLayer", ptr)
         c = ptr.contents
         self.cfg = MoEConfig._from_c(c.cfg)
-        self.layer, self.first_expert = c.layer, c.first_expert
+        self.layer, self.first_expert, self.n_local = c.layer, c.first_expert, c.n_local
         self.layout = lib.fm_ckpt_layout_name(c.layout).decode()
         self.has_router_bias, self.has_input_scales = bool(c.has_router_bias), bool(c.has_input_scales)
         self.rescaled_w13, self.ignored_bias = c.rescaled_w13, bool(c.ignored_bias)
@@ -179,7 +219,8 @@ class LoadedLayer:
 
     def _weights(self, c):
         cfg = self.cfg
-        E, H, S = cfg.n_experts, cfg.hidden, cfg.shared_inter
+        E, H, S = c.n_local, cfg.hidden, cfg.shared_inter  # experts held (a global router: fewer than its rows)
+        R = cfg.n_experts
 
         def f32(p, n):
             return None if not p else np.ctypeslib.as_array(p, (n,)).copy()
@@ -201,11 +242,66 @@ class LoadedLayer:
 
         d13, s13, g13 = mats(c.w13)
         d2, s2, g2 = mats(c.w2)
-        rw = np.ctypeslib.as_array(c.router_w, (E * H,)).reshape(E, H).copy()
+        rw = np.ctypeslib.as_array(c.router_w, (R * H,)).reshape(R, H).copy()
         sw13 = None if not c.shared_w13 else np.ctypeslib.as_array(c.shared_w13, (2 * S * H,)).reshape(2 * S, H).copy()
         sw2 = None if not c.shared_w2 else np.ctypeslib.as_array(c.shared_w2, (H * S,)).reshape(H, S).copy()
         I = cfg.inter
         b13 = None if not c.w13_bias else np.ctypeslib.as_array(c.w13_bias, (E * 2 * I,)).reshape(E, 2 * I).copy()
         b2 = None if not c.w2_bias else np.ctypeslib.as_array(c.w2_bias, (E * H,)).reshape(E, H).copy()
-        return MoEWeights(rw, d13, s13, g13, d2, s2, g2, f32(c.router_bias, E), f32(c.a1_scale, E),
+        return MoEWeights(rw, d13, s13, g13, d2, s2, g2, f32(c.router_bias, R), f32(c.a1_scale, E),
                           f32(c.a2_scale, E), sw13, sw2, b13, b2)
+
+
+# ---- framework tensors through the C loaders ----------------------------------
+# What an engine holds (MoE.from_modelopt / from_modelopt_experts / from_gpt_oss)
+# is named here as layer 0 of a checkpoint of that layout (include/fp4moe/io.h's
+# default patterns) and loaded by the library's layout loader: no layout is
+# converted in Python. Only the names are made here; every check of dtype, shape
+# and value is the loader's (fp4moe.Error naming the tensor).
+_PRE = "model.layers.0.mlp."
+
+
+def modelopt_tensors(router_weight, experts, router_bias=None, shared=None, first_expert=0):
+    """{name: array} of a ModelOpt layer: experts is a list over the experts held of
+    {proj: {suffix: array}} (proj gate_proj / up_proj / down_proj, suffix weight /
+    weight_scale / weight_scale_2 / input_scale), numbered from first_expert; shared
+    {proj: BF16 array} or None."""
+    t = {_PRE + "gate.weight": router_weight}
+    if router_bias is not None:
+        t[_PRE + "gate.e_score_correction_bias"] = router_bias
+    for i, ex in enumerate(experts):
+        if not isinstance(ex, dict):
+            raise TypeError(f"experts[{i}]: expected a dict of projection -> tensors, got {type(ex).__name__}")
+        for proj, d in ex.items():
+            if not isinstance(d, dict):
+                raise TypeError(f"experts[{i}][{proj!r}]: expected a dict of tensors, got {type(d).__name__}")
+            for k, a in d.items():
+                t[f"{_PRE}experts.{first_expert + i}.{proj}.{k}"] = a
+    for proj, a in (shared or {}).items():
+        t[f"{_PRE}shared_experts.{proj}.weight"] = a
+    return t
+
+
+def gpt_oss_tensors(router_weight, fused, router_bias=None):
+    """{name: array} of a gpt-oss layer: fused {"gate_up_proj_blocks": ..., ...} over the
+    experts held (all of the layer's, or an expert-parallel shard's)."""
+    t = {_PRE + "router.weight": router_weight}
+    if router_bias is not None:
+        t[_PRE + "router.bias"] = router_bias
+    t.update({_PRE + "experts." + k: a for k, a in fused.items() if a is not None})
+    return t
+
+
+def load_tensors(cfg, tensors, what, first_expert=0, n_local=0):
+    """The LoadedLayer of layer 0 of Checkpoint.from_tensors(tensors), its routing cfg's,
+    with the global router (a shard when n_local): its shapes must agree with cfg."""
+    if not isinstance(cfg, MoEConfig):
+        raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
+    with Checkpoint.from_tensors(tensors, what) as ck:
+        loaded = ck.load_layer(0, first_expert, n_local, routing=cfg, global_router=True)
+    for f in ("n_experts", "hidden", "inter", "shared_inter", "wfmt"):
+        if getattr(loaded.cfg, f) != getattr(cfg, f):
+            got = getattr(loaded.cfg, f)
+            loaded.close()
+            raise ValueError(f"{what}: cfg.{f} is {getattr(cfg, f)!r}, the tensors say {got!r}")
+    return loaded

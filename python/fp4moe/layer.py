@@ -30,6 +30,8 @@ SCORES = {"softmax": 0, "sigmoid": 1, "softmax-topk": 2}
 SCORE_NAMES = {v: k for k, v in SCORES.items()}
 ACTIVATIONS = {"swiglu": 0, "swiglu-gptoss": 1}
 ACTIVATION_NAMES = {v: k for k, v in ACTIVATIONS.items()}
+ACT_FP8 = {"off": 0, "block128": 1, "token": 2}
+ACT_FP8_NAMES = {v: k for k, v in ACT_FP8.items()}
 
 
 @dataclass
@@ -50,6 +52,7 @@ class MoEConfig:
     act_nvfp4: bool = False
     activation: str = "swiglu"    # "swiglu", or "swiglu-gptoss" (gpt-oss's clamped form, with swiglu_limit)
     swiglu_limit: float = 0.0     # swiglu-gptoss: the clamp (gpt-oss: 7.0); swiglu: 0
+    act_fp8: str = "off"          # FP8 activations (W4A8): "off", "block128" (scales per 128), "token"
 
     def __post_init__(self):
         self._fields()
@@ -67,7 +70,7 @@ class MoEConfig:
                 int(bool(self.renormalize)), as_float(self.routed_scale, "routed_scale"), ints["shared_inter"],
                 FORMATS[self.wfmt], int(bool(self.act_nvfp4)),
                 ACTIVATIONS[as_choice(self.activation, "activation", ACTIVATIONS)],
-                as_float(self.swiglu_limit, "swiglu_limit"))
+                as_float(self.swiglu_limit, "swiglu_limit"), ACT_FP8[as_choice(self.act_fp8, "act_fp8", ACT_FP8)])
 
     def _c(self):
         c = _lib.MoeConfig(*self._fields())
@@ -78,7 +81,8 @@ class MoEConfig:
     def _from_c(cls, c):
         return cls(c.n_experts, c.top_k, c.hidden, c.inter, SCORE_NAMES.get(c.score, "?"), c.n_group,
                    c.topk_group, bool(c.renormalize), c.routed_scale, c.shared_inter, FORMAT_NAMES[c.wfmt],
-                   bool(c.act_nvfp4), ACTIVATION_NAMES.get(c.activation, "?"), c.swiglu_limit)
+                   bool(c.act_nvfp4), ACTIVATION_NAMES.get(c.activation, "?"), c.swiglu_limit,
+                   ACT_FP8_NAMES.get(c.act_fp8, "?"))
 
 
 def _arr(a, arg, dtype, shape, allow_none=False):
@@ -247,6 +251,12 @@ class Layer:
                 cfg = weights.cfg
             elif not isinstance(cfg, MoEConfig):
                 raise TypeError(f"cfg: expected fp4moe.MoEConfig or None, got {type(cfg).__name__}")
+            if weights.n_local != weights.cfg.n_experts:  # a shard loaded with the global router
+                if (first_expert, n_local) == (0, 0):
+                    first_expert, n_local = weights.first_expert, weights.n_local
+                elif (first_expert, n_local) != (weights.first_expert, weights.n_local):
+                    raise ValueError(f"first_expert, n_local: ({first_expert}, {n_local}) is not the loaded shard "
+                                     f"({weights.first_expert}, {weights.n_local})")
             ccfg = cfg._c()
             source = weights._hd  # create reads its fm_ckpt_layer: held against a close in another thread
         elif isinstance(weights, MoEWeights):
@@ -265,32 +275,22 @@ class Layer:
         self.device = None
         self._dev = None
         h = C.c_void_p()
-        if _lib.HAS_RUN_API:
-            if backend == "cuda":
-                self.device = 0 if device is None else device
-                self._dev = _open_device(self.device)
-            desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
-                                  first_expert, n_local, 0, WORK_LIST[work_list], row_quantile, plans_c)
-            with source as loaded:
-                if loaded is not None:
-                    cw = loaded.contents.w
-                check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
-        else:
-            if (first_expert or n_local or self.out_dtype != "f32" or device not in (None, 0) or work_list != "auto"
-                    or row_quantile != 0.0 or plans is not None):
-                _lib.require_run_api("a shard, BF16 output or a device choice")
-            with source as loaded:
-                if loaded is not None:
-                    cw = loaded.contents.w
-                check(lib.fm_layer_create(BACKENDS[backend], C.byref(ccfg), C.byref(cw), max_tokens, C.byref(h)),
-                      "Layer")
+        if backend == "cuda":
+            self.device = 0 if device is None else device
+            self._dev = _open_device(self.device)
+        desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
+                              first_expert, n_local, 0, WORK_LIST[work_list], row_quantile, plans_c)
+        with source as loaded:
+            if loaded is not None:
+                cw = loaded.contents.w
+            check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
         self.backend = lib.fm_backend_name(lib.fm_layer_backend(h)).decode()
         if self.backend == "cuda" and self.device is None:
             self.device = 0
         self._args = _lib.LayerRunArgs()  # shared by the calls: filled and used under the handle's lock
         self._hd = _lib.Handle("Layer", h)
         # what create did with `plans` (fm_layer_plans_note): "" when none was given
-        note = lib.fm_layer_plans_note(h) if "fm_layer_plans_note" not in _lib.missing else None
+        note = lib.fm_layer_plans_note(h)
         self.plans_note = note.decode() if note else ""
         if self.plans_note and not self.plans_note.startswith("loaded"):
             warnings.warn(f"fp4moe.Layer: {self.plans_note}", PlansWarning, stacklevel=2)
@@ -344,8 +344,6 @@ class Layer:
             raise ValueError("topk_ids, topk_weights: give both (external routing) or neither (internal)")
         if return_routing and topk_ids is not None:
             raise ValueError("return_routing: only with internal routing (topk_ids given: the routing is yours)")
-        if return_routing and not _lib.HAS_RUN_API:
-            _lib.require_run_api("return_routing")
         k = self.cfg.top_k
         ids = _arr(topk_ids, "topk_ids", "int32", (T, k), True)
         tw = _arr(topk_weights, "topk_weights", "float32", (T, k), True)
@@ -361,23 +359,81 @@ class Layer:
             if not out.flags.writeable:
                 raise ValueError("out: read-only array")
             res = out
+        rid = np.empty((T, k), np.int32) if return_routing else None
+        rwt = np.empty((T, k), np.float32) if return_routing else None
         with self._hd as h:
-            if _lib.HAS_RUN_API:
-                a = self._args
-                a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
-                a.topk_ids = None if ids is None else ids.ctypes.data
-                a.topk_weights = None if tw is None else tw.ctypes.data
-                a.workspace, a.stream = None, None
-                rid = np.empty((T, k), np.int32) if return_routing else None
-                rwt = np.empty((T, k), np.float32) if return_routing else None
-                a.routed_ids = None if rid is None else rid.ctypes.data
-                a.routed_weights = None if rwt is None else rwt.ctypes.data
-                check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
-            else:
-                if ids is not None:
-                    _lib.require_run_api("external routing (topk_ids / topk_weights)")
-                check(lib.fm_layer_forward(h, xb.ctypes.data, T, res.ctypes.data, None), "Layer.run")
+            a = self._args
+            a.x, a.T, a.out = xb.ctypes.data, T, res.ctypes.data
+            a.topk_ids = None if ids is None else ids.ctypes.data
+            a.topk_weights = None if tw is None else tw.ctypes.data
+            a.workspace, a.stream = None, None
+            a.routed_ids = None if rid is None else rid.ctypes.data
+            a.routed_weights = None if rwt is None else rwt.ctypes.data
+            check(lib.fm_layer_run(h, C.byref(a)), "Layer.run")
         return (res, rid, rwt) if return_routing else res
+
+    def run_dispatched(self, x, counts=None, offsets=None, weights=None, x_scales=None, out=None):
+        """Expert parallelism on a CPU backend: the layer's experts on rows a dispatch left in
+        place (fm_layer_run_dispatched), answered in the same layout for the combine.
+
+        Give counts (int32 [n_local]) for the expert-major layout, x [n_local][capacity][hidden]
+        (rows past counts[e] are not read, their out rows not written), or offsets (int32
+        [n_local + 1]) for rows contiguous by expert, x [rows][hidden]. x is BF16 (uint16 bits /
+        bfloat16 / float, rounded to BF16) or, with x_scales (float32 [..][ceil(hidden / 128)]),
+        E4M3 (uint8 codes or ml_dtypes float8_e4m3fn) for a W4A8 layer with act_fp8 "block128".
+        weights (float32, one per row, x's layout without hidden): out rows multiplied by it;
+        None: the combine applies the routing weights. out: optional preallocated array of x's
+        layout and the layer's out dtype; by default zeros, so unwritten slots read 0."""
+        if self.backend == "cuda":
+            raise ValueError("run_dispatched: the cuda backend does not take dispatched rows yet")
+        if (counts is None) == (offsets is None):
+            raise ValueError("counts, offsets: give counts (expert-major layout) or offsets (expert rows), one of them")
+        H, nl = self.cfg.hidden, self.n_local
+        fp8 = x_scales is not None
+        if fp8:
+            xa = np.asarray(x)
+            if xa.dtype.name == "float8_e4m3fn":
+                xa = xa.view(np.uint8)
+            if xa.dtype != np.uint8:
+                raise TypeError(f"x: with x_scales, expected uint8 E4M3 codes or float8_e4m3fn, got {xa.dtype}")
+            xa = np.ascontiguousarray(xa)
+        else:
+            xa = to_bf16_bits(x)
+        if counts is not None:
+            if xa.ndim != 3 or xa.shape[0] != nl or xa.shape[2] != H or xa.shape[1] < 1:
+                raise ValueError(f"x: expected shape [{nl}][capacity][{H}] with counts, got {xa.shape}")
+            cnt = _arr(counts, "counts", "int32", (nl,))
+            lead = xa.shape[:2]
+        else:
+            if xa.ndim != 2 or xa.shape[1] != H:
+                raise ValueError(f"x: expected shape [rows][{H}] with offsets, got {xa.shape}")
+            off = _arr(offsets, "offsets", "int32", (nl + 1,))
+            lead = xa.shape[:1]
+        nb = (H + 127) // 128
+        sc = _arr(x_scales, "x_scales", "float32", (*lead, nb)) if fp8 else None
+        wt = _arr(weights, "weights", "float32", lead, True)
+        odt = np.float32 if self.out_dtype == "f32" else np.uint16
+        if out is None:
+            res = np.zeros((*lead, H), odt)
+        else:
+            if not isinstance(out, np.ndarray) or out.dtype != odt or out.shape != (*lead, H) \
+                    or not out.flags.c_contiguous or not out.flags.writeable:
+                raise ValueError(f"out: expected a writable C-contiguous {np.dtype(odt).name} array of shape "
+                                 f"{(*lead, H)}")
+            res = out
+        a = _lib.LayerDispatchArgs()
+        a.layout = 1 if counts is not None else 2
+        a.x, a.x_fp8 = (None, xa.ctypes.data) if fp8 else (xa.ctypes.data, None)
+        a.x_scales = sc.ctypes.data if fp8 else None
+        if counts is not None:
+            a.counts, a.capacity = cnt.ctypes.data, xa.shape[1]
+        else:
+            a.offsets = off.ctypes.data
+        a.weights = None if wt is None else wt.ctypes.data
+        a.out = res.ctypes.data
+        with self._hd as h:
+            check(lib.fm_layer_run_dispatched(h, C.byref(a)), "Layer.run_dispatched")
+        return res
 
 
     def plan(self, T):
@@ -385,8 +441,6 @@ class Layer:
         bucket_tokens, expected_rows, active_experts, work_list and, for "fc1" / "fc2",
         the tile's name, k_splits, x_packed and feature_blocks. The CPU backends have no
         tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
-        if "fm_layer_plan" in _lib.missing:
-            raise NotImplementedError(f"Layer.plan needs fm_layer_plan, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         info = _lib.LayerPlanInfo()
         with self._hd as h:
@@ -406,8 +460,6 @@ class Layer:
         would check it, so a plan the device cannot run is refused here (fp4moe.Error:
         FM_ERR_UNSUPPORTED, FM_ERR_INVALID_ARG, ...), never at a run; call it between runs
         and re-capture graphs of the layer made before it. CPU backends: FM_ERR_UNSUPPORTED."""
-        if "fm_layer_set_plan" in _lib.missing:
-            raise NotImplementedError(f"Layer.set_plan needs fm_layer_set_plan, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         if not isinstance(plan, dict):
             raise TypeError(f"plan: expected a dict as Layer.plan returns, got {type(plan).__name__}")
@@ -433,9 +485,6 @@ class Layer:
         """Write every bucket's plan into the plan file at path (fm_layer_save_plans): the
         section of this device and build, other sections and shapes kept; create a layer
         with plans=path to take them. cuda only (CPU backends: FM_ERR_UNSUPPORTED)."""
-        if "fm_layer_save_plans" in _lib.missing:
-            raise NotImplementedError(f"Layer.save_plans needs fm_layer_save_plans, which {_lib.library_path} "
-                                      "does not export")
         _, cpath = as_path(path, "path")
         with self._hd as h:
             check(lib.fm_layer_save_plans(h, cpath), "Layer.save_plans")
@@ -447,8 +496,6 @@ class Layer:
         the legacy default stream. Synchronous, seconds per bucket; re-capture graphs of the
         layer made before it. Returns {"plans_tried", "plans_refused", "before_us", "after_us",
         "changed"}; Layer.plan(T) then says what was kept. CPU backends: FM_ERR_UNSUPPORTED."""
-        if "fm_layer_tune" in _lib.missing:
-            raise NotImplementedError(f"Layer.tune needs fm_layer_tune, which {_lib.library_path} does not export")
         T = as_int(T, "T")
         if stream is not None:
             stream = as_int(stream, "stream (a cudaStream_t as an int, or None)", 0, UINTPTR_MAX)

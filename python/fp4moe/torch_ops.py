@@ -122,8 +122,6 @@ class MoE:
             backend = "cuda" if dev.type == "cuda" else "cpu"
         if (backend == "cuda") != (dev.type == "cuda"):
             raise ValueError(f"backend: {backend!r} does not run on device {dev}")
-        if dev.type == "cuda":
-            _lib.require_run_api("a CUDA layer for torch tensors")
         self.layer = Layer(cfg, weights, backend=backend, max_tokens=max_tokens,
                            out_dtype="bf16" if out_dtype == torch.bfloat16 else "f32",
                            first_expert=first_expert, n_local=n_local,
@@ -138,7 +136,7 @@ class MoE:
         self._h = self.layer._handle()  # unlocked, for bench/py_overhead.py's raw ctypes baseline only
         self._args = _lib.LayerRunArgs()
         self._aref = C.byref(self._args)  # made once: a byref per call costs more than the fields
-        self._run = lib.fm_layer_run if _lib.HAS_RUN_API else None
+        self._run = lib.fm_layer_run
         self._fast = self._make_fast()
         with _reg_lock:
             self.id = next(_ids)
@@ -179,14 +177,6 @@ class MoE:
         """The op's body for this layer: check cheaply, launch, return out (a new
         tensor when out is None), or None when a check failed (nothing launched:
         the caller then runs _check, which raises naming the argument)."""
-        if self._run is None:  # a library without fm_layer_run: the checked, slower path
-            def slow(x, ids, w, out):
-                T = self._check(x, ids, w, out)
-                if out is None:
-                    out = torch.empty((T, self.hidden), dtype=self.out_dtype, device=x.device)
-                self._launch(x, ids, w, out, T)
-                return out
-            return slow
         H, k, max_t, odt, dev = self.hidden, self.top_k, self.max_tokens, self.out_dtype, self.device
         args, run, hd, ref, pack, empty = self._args, self._run, self._hd, self._aref, _pack_args, _empty
         lock = hd.lock
@@ -234,7 +224,6 @@ class MoE:
 
     def _routed(self, x):
         """moe_routed's body: internal routing into new (out, ids, weights)."""
-        _lib.require_run_api("return_routing (torch.ops.fp4moe.moe_routed)")
         T = self._check(x, None, None, None)
         dev, k = self.device, self.top_k
         out = torch.empty((T, self.hidden), dtype=self.out_dtype, device=dev)
@@ -286,12 +275,6 @@ class MoE:
         return T
 
     def _launch(self, x, ids, w, out, T):
-        if self._run is None:  # library without fm_layer_run: CPU, internal routing, FP32 only
-            if ids is not None or self.out_dtype != torch.float32:
-                _lib.require_run_api("external routing or BF16 output")
-            with self._hd as h:
-                check(lib.fm_layer_forward(h, x.data_ptr(), T, out.data_ptr(), None), "fp4moe.moe")
-            return
         stream = (_raw_stream(self._dev_index) if _raw_stream else torch.cuda.current_stream(self.device).cuda_stream) \
             if self._cuda else None
         with self._hd as h:
@@ -312,7 +295,6 @@ class MoE:
         the last call (fm_layer_errors): ids out of range, NaN/Inf in x or the
         router logits. Raises fp4moe.Error when something was recorded (or
         returns the record as a dict with raise_on_error=False)."""
-        _lib.require_run_api("MoE.errors")
         info = _lib.LayerErrorInfo()
         stream = torch.cuda.current_stream(self.device).cuda_stream if self._cuda else None
         with self._hd as h:
@@ -330,13 +312,22 @@ class MoE:
         (global router and ids, the output is the shard's partial sum)."""
         from .checkpoint import Checkpoint
 
-        with Checkpoint(path) as ck:
-            if n_local:
-                cfg, w = ck.load_shard(layer, first_expert, n_local, routing)
-                return cls(cfg, w, first_expert=first_expert, n_local=n_local, **kw)
-            loaded = ck.load_layer(layer, routing=routing)
+        with Checkpoint(path) as ck:  # a shard: the global router (fm_ckpt_load_opts.global_router)
+            loaded = ck.load_layer(layer, first_expert, n_local, routing=routing,
+                                   global_router=bool(first_expert or n_local))
         try:
-            return cls(None, loaded, **kw)
+            return cls(None, loaded, **kw)  # a shard's first_expert / n_local: the loaded layer's
+        finally:
+            loaded.close()
+
+    @classmethod
+    def _from_tensors(cls, cfg, tensors, what, kw):
+        """The layer the C loader makes of tensors named as a checkpoint of their layout."""
+        from .checkpoint import load_tensors
+
+        loaded = load_tensors(cfg, tensors, what, kw.get("first_expert", 0), kw.get("n_local", 0))
+        try:
+            return cls(cfg, loaded, **kw)
         finally:
             loaded.close()
 
@@ -347,51 +338,65 @@ class MoE:
         """ModelOpt NVFP4 expert weights stacked over experts, as engines hold them:
         w13_weight uint8 [E][2*inter][hidden/2] (gate rows then up rows, low nibble
         = even element), w13_weight_scale float8_e4m3fn (or uint8) [E][2*inter][hidden/16],
-        w13_weight_scale_2 float32 [E] (or [E][2]: gate, up; they must agree),
-        w2_* likewise [E][hidden][inter/2] ..., input scales float32 [E] (or [E][2])."""
+        w13_weight_scale_2 float32 [E] (or [E][2]: gate, up), w2_* likewise
+        [E][hidden][inter/2] ..., input scales float32 [E] (or [E][2]). Loaded by the
+        library's ModelOpt loader (src/io/load_modelopt.c) as the per-expert tensors
+        they hold, so differing gate / up globals are re-encoded as from a checkpoint.
+        With first_expert / n_local, E is the shard's experts and the router global."""
         if cfg.wfmt != "nvfp4":
             raise ValueError(f"cfg.wfmt: ModelOpt weights are NVFP4, cfg says {cfg.wfmt!r}")
-        g13 = _global("w13_weight_scale_2", w13_weight_scale_2)
-        g2 = _global("w2_weight_scale_2", w2_weight_scale_2)
-        a1 = None if w13_input_scale is None else _global("w13_input_scale", w13_input_scale, take_max=True)
-        a2 = None if w2_input_scale is None else _global("w2_input_scale", w2_input_scale)
-        w = MoEWeights(_f32(router_weight, "router_weight"), _u8(w13_weight, "w13_weight"),
-                       _u8(w13_weight_scale, "w13_weight_scale"), g13, _u8(w2_weight, "w2_weight"),
-                       _u8(w2_weight_scale, "w2_weight_scale"), g2,
-                       None if router_bias is None else _f32(router_bias, "router_bias"), a1, a2,
-                       _bf16(shared_w13, "shared_w13"), _bf16(shared_w2, "shared_w2"))
-        return cls(cfg, w, **kw)
+        d13, s13, g13 = _host(w13_weight, "w13_weight"), _host(w13_weight_scale, "w13_weight_scale"), \
+            _float(w13_weight_scale_2, "w13_weight_scale_2")
+        d2, s2, g2 = _host(w2_weight, "w2_weight"), _host(w2_weight_scale, "w2_weight_scale"), \
+            _float(w2_weight_scale_2, "w2_weight_scale_2")
+        a1, a2 = _float(w13_input_scale, "w13_input_scale"), _float(w2_input_scale, "w2_input_scale")
+        for arg, a in (("w13_weight", d13), ("w13_weight_scale", s13), ("w2_weight", d2), ("w2_weight_scale", s2)):
+            if a.ndim != 3:
+                raise ValueError(f"{arg}: expected [E][rows][cols], got shape {list(a.shape)}")
+        if d13.shape[1] % 2 or s13.shape[1] != d13.shape[1]:
+            raise ValueError(f"w13_weight, w13_weight_scale: expected [E][2*inter] rows each (gate then up), got "
+                             f"{list(d13.shape)} and {list(s13.shape)}")
+        E, half = d13.shape[0], d13.shape[1] // 2
+        experts = []
+        for e in range(E):
+            g = _pair("w13_weight_scale_2", g13, e, E)
+            i = None if a1 is None else _pair("w13_input_scale", a1, e, E)
+            gate = {"weight": d13[e, :half], "weight_scale": s13[e, :half], "weight_scale_2": g[0]}
+            up = {"weight": d13[e, half:], "weight_scale": s13[e, half:], "weight_scale_2": g[1]}
+            down = {"weight": d2[e], "weight_scale": s2[e], "weight_scale_2": _pair("w2_weight_scale_2", g2, e, E)[0]}
+            if i is not None:
+                gate["input_scale"], up["input_scale"] = i
+            if a2 is not None:
+                down["input_scale"] = _pair("w2_input_scale", a2, e, E)[0]
+            experts.append({"gate_proj": gate, "up_proj": up, "down_proj": down})
+        shared = None
+        if shared_w13 is not None or shared_w2 is not None:
+            sw13, sw2 = _bf16(shared_w13, "shared_w13"), _bf16(shared_w2, "shared_w2")
+            if sw13 is None or sw2 is None or sw13.ndim != 2 or sw13.shape[0] % 2:
+                raise ValueError("shared_w13, shared_w2: give both, shared_w13 [2*shared_inter][hidden]")
+            S = sw13.shape[0] // 2
+            shared = {"gate_proj": sw13[:S], "up_proj": sw13[S:], "down_proj": sw2}
+        from .checkpoint import modelopt_tensors
+
+        t = modelopt_tensors(_float(router_weight, "router_weight"), experts, _float(router_bias, "router_bias"),
+                             shared, kw.get("first_expert", 0))
+        return cls._from_tensors(cfg, t, "MoE.from_modelopt", kw)
 
     @classmethod
     def from_modelopt_experts(cls, cfg, router_weight, experts, **kw):
         """experts: a list over experts of {"gate_proj": {"weight", "weight_scale",
         "weight_scale_2"[, "input_scale"]}, "up_proj": {...}, "down_proj": {...}},
-        the per-expert tensors of a ModelOpt checkpoint as they are stored."""
-        def get(e, p, k, opt=False):
-            try:
-                return experts[e][p][k]
-            except (KeyError, IndexError, TypeError):
-                if opt:
-                    return None
-                raise ValueError(f"experts[{e}][{p!r}][{k!r}]: missing") from None
+        the per-expert tensors of a ModelOpt checkpoint as they are stored, loaded by
+        the library's ModelOpt loader (src/io/load_modelopt.c)."""
+        if not isinstance(experts, (list, tuple)):
+            raise TypeError(f"experts: expected a list of per-expert dicts, got {type(experts).__name__}")
+        host = [{p: {k: _float(a, f"experts[{e}][{p!r}][{k!r}]") for k, a in d.items()}
+                 if isinstance(d, dict) else d for p, d in ex.items()} if isinstance(ex, dict) else ex
+                for e, ex in enumerate(experts)]
+        from .checkpoint import modelopt_tensors
 
-        E = len(experts)
-
-        def arr(p, k, conv, opt=False):
-            vals = [get(e, p, k, opt) for e in range(E)]
-            if opt and any(v is None for v in vals):
-                return None
-            return np.stack([conv(v, f"experts[{e}][{p!r}][{k!r}]") for e, v in enumerate(vals)])
-
-        w13 = np.concatenate([arr("gate_proj", "weight", _u8), arr("up_proj", "weight", _u8)], 1)
-        s13 = np.concatenate([arr("gate_proj", "weight_scale", _u8), arr("up_proj", "weight_scale", _u8)], 1)
-        g13 = np.stack([arr("gate_proj", "weight_scale_2", _scalar), arr("up_proj", "weight_scale_2", _scalar)], 1)
-        i_g, i_u = arr("gate_proj", "input_scale", _scalar, True), arr("up_proj", "input_scale", _scalar, True)
-        a1 = None if i_g is None or i_u is None else np.stack([i_g, i_u], 1)
-        a2 = arr("down_proj", "input_scale", _scalar, True)
-        return cls.from_modelopt(cfg, router_weight, w13, s13, g13, arr("down_proj", "weight", _u8),
-                                 arr("down_proj", "weight_scale", _u8), arr("down_proj", "weight_scale_2", _scalar),
-                                 w13_input_scale=a1, w2_input_scale=a2 if a1 is not None else None, **kw)
+        t = modelopt_tensors(_float(router_weight, "router_weight"), host, first_expert=kw.get("first_expert", 0))
+        return cls._from_tensors(cfg, t, "MoE.from_modelopt_experts", kw)
 
     @classmethod
     def from_gpt_oss(cls, cfg, router_weight, gate_up_proj_blocks, gate_up_proj_scales, down_proj_blocks,
@@ -402,103 +407,80 @@ class MoE:
         gate_up_proj_bias [E][2*inter] (down_proj_bias [E][hidden]; float32 /
         bfloat16 / float16). router_bias: the router's logit bias [E] (score
         "softmax-topk"). cfg must say gpt-oss's experts: activation="swiglu-gptoss"
-        with its swiglu_limit (7.0 in the released models)."""
+        with its swiglu_limit (7.0 in the released models). Loaded by the library's
+        gpt-oss loader (src/io/load_gptoss.c); with first_expert / n_local, E is the
+        layer's experts or the shard's, the router global."""
         if cfg.wfmt != "mxfp4":
             raise ValueError(f"cfg.wfmt: gpt-oss weights are MXFP4, cfg says {cfg.wfmt!r}")
         if cfg.activation != "swiglu-gptoss":
             raise ValueError(f"cfg.activation: gpt-oss's experts are 'swiglu-gptoss' (with swiglu_limit, 7.0 in "
                              f"the released models), cfg says {cfg.activation!r}")
-        gub, gus = _u8(gate_up_proj_blocks, "gate_up_proj_blocks"), _u8(gate_up_proj_scales, "gate_up_proj_scales")
-        db, ds = _u8(down_proj_blocks, "down_proj_blocks"), _u8(down_proj_scales, "down_proj_scales")
-        for arg, a in (("gate_up_proj_blocks", gub), ("down_proj_blocks", db)):
-            if a.ndim != 4 or a.shape[3] != 16:
-                raise ValueError(f"{arg}: expected uint8 [E][N][K/32][16], got shape {list(a.shape)}")
-        E = gub.shape[0]
-        d13 = np.concatenate([gub[:, 0::2], gub[:, 1::2]], 1).reshape(E, gub.shape[1], -1)
-        s13 = np.concatenate([gus[:, 0::2], gus[:, 1::2]], 1)
-        ones = np.ones(E, np.float32)
-        b13 = None if gate_up_proj_bias is None else _f32(gate_up_proj_bias, "gate_up_proj_bias")
-        if b13 is not None:
-            if b13.shape != (E, gub.shape[1]):
-                raise ValueError(f"gate_up_proj_bias: expected [{E}][{gub.shape[1]}], got {list(b13.shape)}")
-            b13 = np.ascontiguousarray(np.concatenate([b13[:, 0::2], b13[:, 1::2]], 1))
-        b2 = None if down_proj_bias is None else _f32(down_proj_bias, "down_proj_bias")
-        rb = None if router_bias is None else _f32(router_bias, "router_bias")
-        w = MoEWeights(_f32(router_weight, "router_weight"), d13, s13, ones, db.reshape(E, db.shape[1], -1), ds,
-                       ones.copy(), router_bias=rb, w13_bias=b13, w2_bias=b2)
-        return cls(cfg, w, **kw)
+        fused = {"gate_up_proj_blocks": _host(gate_up_proj_blocks, "gate_up_proj_blocks"),
+                 "gate_up_proj_scales": _host(gate_up_proj_scales, "gate_up_proj_scales"),
+                 "gate_up_proj_bias": _float(gate_up_proj_bias, "gate_up_proj_bias"),
+                 "down_proj_blocks": _host(down_proj_blocks, "down_proj_blocks"),
+                 "down_proj_scales": _host(down_proj_scales, "down_proj_scales"),
+                 "down_proj_bias": _float(down_proj_bias, "down_proj_bias")}
+        from .checkpoint import gpt_oss_tensors
+
+        t = gpt_oss_tensors(_float(router_weight, "router_weight"), fused, _float(router_bias, "router_bias"))
+        return cls._from_tensors(cfg, t, "MoE.from_gpt_oss", kw)
 
 
-def _np(t, arg):
-    if isinstance(t, np.ndarray):
+# torch dtypes numpy has only through ml_dtypes: (ml_dtypes name, torch dtype of the same width)
+_ML = {torch.bfloat16: ("bfloat16", torch.int16), torch.float8_e4m3fn: ("float8_e4m3fn", torch.uint8),
+       torch.float8_e5m2: ("float8_e5m2", torch.uint8)}
+if hasattr(torch, "float8_e8m0fnu"):
+    _ML[torch.float8_e8m0fnu] = ("float8_e8m0fnu", torch.uint8)
+
+
+def _host(t, arg):
+    """A host numpy array of t's bytes and element type, for the C loaders to read:
+    a contiguous CPU tensor is shared, not copied (a device or strided one is copied
+    once); bfloat16 / float8 as ml_dtypes arrays."""
+    if t is None or isinstance(t, np.ndarray):
         return t
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{arg}: expected a torch.Tensor or numpy array, got {type(t).__name__}")
-    return t.detach().to("cpu").contiguous()
+    t = t.detach().to("cpu").contiguous()
+    m = _ML.get(t.dtype)
+    if m is not None:
+        import ml_dtypes
+
+        return t.view(m[1]).numpy().view(getattr(ml_dtypes, m[0]))
+    try:
+        return t.numpy()
+    except TypeError:
+        raise TypeError(f"{arg}: {t.dtype} has no checkpoint dtype") from None
 
 
-def _u8(t, arg):
-    a = _np(t, arg)
-    if isinstance(a, torch.Tensor):
-        if a.dtype not in (torch.uint8, torch.float8_e4m3fn, getattr(torch, "float8_e8m0fnu", torch.uint8)):
-            raise TypeError(f"{arg}: expected torch.uint8 (or float8 codes), got {a.dtype}")
-        a = a.view(torch.uint8).numpy()
-    elif a.dtype.name not in ("uint8", "float8_e4m3fn", "float8_e8m0fnu"):
-        raise TypeError(f"{arg}: expected uint8 (or float8 codes), got {a.dtype}")
-    return np.ascontiguousarray(a).view(np.uint8)
-
-
-def _f32(t, arg):
-    a = _np(t, arg)
-    if isinstance(a, torch.Tensor):
-        if not a.is_floating_point():
-            raise TypeError(f"{arg}: expected a floating-point tensor, got {a.dtype}")
-        a = a.float().numpy()
-    return np.ascontiguousarray(a, np.float32)
-
-
-def _scalar(t, arg):
-    a = _f32(t, arg)
-    if a.size != 1:
-        raise ValueError(f"{arg}: expected a float32 scalar ([] or [1]), got shape {list(a.shape)}")
-    return a.reshape(())
+def _float(t, arg):
+    """_host, with float64 (which no layout stores for these tensors) as float32."""
+    a = _host(t, arg)
+    return a.astype(np.float32) if a is not None and a.dtype == np.float64 else a
 
 
 def _bf16(t, arg):
-    if t is None:
-        return None
-    a = _np(t, arg)
-    if isinstance(a, torch.Tensor):
-        if not a.is_floating_point():
-            raise TypeError(f"{arg}: expected a floating-point tensor, got {a.dtype}")
-        a = a.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    return np.ascontiguousarray(a)
+    """A BF16 shared-expert matrix: uint16 arrays hold BF16 bits; torch floats are rounded to BF16."""
+    if isinstance(t, torch.Tensor) and t.is_floating_point():
+        t = t.to(torch.bfloat16)
+    a = _host(t, arg)
+    if a is not None and a.dtype == np.uint16:
+        import ml_dtypes
 
-
-def _global(arg, t, take_max=False):
-    """float32 [E] from [E], [E][1] or [E][2] (gate, up). Two differing w13 weight
-    globals cannot be one fm_qtensor global without re-encoding the block scales:
-    the checkpoint loader does that (rescaled_w13); here it is refused. Input
-    scales take the larger, as the loader does."""
-    a = _f32(t, arg)
-    if a.ndim == 2 and a.shape[1] == 2:
-        if take_max:
-            return np.ascontiguousarray(a.max(1))
-        bad = np.nonzero(a[:, 0] != a[:, 1])[0]
-        if bad.size:
-            e = int(bad[0])
-            raise ValueError(f"{arg}: gate and up global scales differ for expert {e} ({a[e, 0]} vs {a[e, 1]}); "
-                             "fp4moe's w13 takes one global per expert: load from the checkpoint path "
-                             "(MoE.from_checkpoint re-encodes the block scales) or requantize")
-        return np.ascontiguousarray(a[:, 0])
-    if a.ndim == 2 and a.shape[1] == 1:
-        return np.ascontiguousarray(a[:, 0])
-    if a.ndim != 1:
-        raise ValueError(f"{arg}: expected float32 [E] (or [E][2] gate/up), got shape {list(a.shape)}")
+        a = np.ascontiguousarray(a).view(ml_dtypes.bfloat16)
     return a
 
 
-# ---- the ops ---------------------------------------------------------------
+def _pair(arg, a, e, E):
+    """(gate, up) one-element views of expert e's scale in a [E], [E][1] or [E][2] array."""
+    if a.shape[:1] != (E,) or a.ndim > 2 or (a.ndim == 2 and a.shape[1] not in (1, 2)):
+        raise ValueError(f"{arg}: expected [{E}] (or [{E}][2] gate/up), got shape {list(a.shape)}")
+    if a.ndim == 1:
+        return a[e:e + 1], a[e:e + 1]
+    return a[e, :1], a[e, -1:]
+
+
 def _rejected(L, x, ids, w, out):
     """A fast check failed: _check raises, naming the argument."""
     L._check(x, ids, w, out)

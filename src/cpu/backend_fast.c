@@ -16,6 +16,7 @@
 #include "cpu_internal.h"
 #include "moe/moe_internal.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,32 +165,36 @@ static long act_quant_rows(fast_state *s, float *X, int P, int n, const float *g
     return bad;
 }
 
-static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats *stats)
+/* FP8 round trip of rows [0, P) of X (width n). Returns the first failing row or -1. */
+static long act_fp8_rows(fast_state *s, float *X, int P, int n)
 {
-    fast_state *s = state;
-    const fm_moe_config *c = &s->cfg;
+    long bad = -1;
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int p = 0; p < P; p++)
+        if (fm_moe_act_fp8_row(X + (size_t)p * n, n, s->cfg.act_fp8, X + (size_t)p * n) != FM_OK) {
+#pragma omp critical(fm_cpu_act_bad)
+            if (bad < 0 || p < bad) bad = p;
+        }
+    return bad;
+}
+
+/* The experts on the P packed rows of s->A1 (local expert e's rows at [offsets[e],
+ * offsets[e + 1]), rowexp set): Y[p] = W2_e act(W13_e A1[p] (+ bias)) (+ bias), with the
+ * NVFP4 / FP8 round trips of act_nvfp4 / act_fp8; with S > 0 the shared expert on the T rows of s->XS too
+ * (into s->SY). x_on_grid: A1 holds FP8 rows as a dispatch sent them (already q * scale), not
+ * quantized again. Shared by the token-order run and the dispatched one, so a row's result does
+ * not depend on where it came from. */
+static fm_status experts(fast_state *s, int P, int T, int S, int x_on_grid)
+{
+    const fm_moe_config  *c = &s->cfg;
     const fm_moe_weights *w = &s->cw.w;
-    const uint16_t *x = a->x;
-    const int T = a->T, E = s->p.n_local, K = c->top_k, H = c->hidden, I = c->inter;
-    const int S = s->p.first == 0 ? c->shared_inter : 0;
-    int P = 0; /* local routed rows */
-    double t0 = omp_get_wtime();
-
-    for (size_t i = 0; i < (size_t)T * H; i++)
-        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
-            return fm_fail(FM_ERR_NONFINITE, "cpu: x[%zu][%zu] is NaN or Inf (policy: reject)", i / H, i % H);
-    FM_CHECK(fm_moe_plan_rows(c, w, x, T, a->topk_ids, a->topk_weights, s->p.first, E, "cpu", s->logits, s->ids,
-                              s->wts, s->offsets, s->perm, s->pos, &P));
-    for (int e = 0; e < E; e++)
-        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) s->rowexp[p] = e;
-
-    /* FC1 inputs: x in FP32 per token, then gathered per routed row. */
-#pragma omp parallel for schedule(static) num_threads(s->nthreads)
-    for (long i = 0; i < (long)T * H; i++) s->XS[i] = fm_bf16_decode(x[i]);
-#pragma omp parallel for schedule(static) num_threads(s->nthreads)
-    for (int p = 0; p < P; p++) memcpy(s->A1 + (size_t)p * H, s->XS + (size_t)(s->perm[p] / K) * H, sizeof(float) * H);
+    const int             E = s->p.n_local, H = c->hidden, I = c->inter;
     if (c->act_nvfp4) {
         long bad = act_quant_rows(s, s->A1, P, H, w->a1_scale);
+        if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
+    }
+    if (c->act_fp8 && !x_on_grid) {
+        long bad = act_fp8_rows(s, s->A1, P, H);
         if (bad >= 0) return fm_fail(FM_ERR_NONFINITE, "cpu: FC1 input row %ld is not finite", bad);
     }
 
@@ -213,6 +218,11 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
         if (bad >= 0)
             return fm_fail(FM_ERR_NONFINITE, "cpu: FC2 input row %ld overflowed (inputs too large)", bad);
     }
+    if (c->act_fp8) {
+        long bad = act_fp8_rows(s, s->Hh, P, I);
+        if (bad >= 0)
+            return fm_fail(FM_ERR_NONFINITE, "cpu: FC2 input row %ld overflowed (inputs too large)", bad);
+    }
 
     n = 0;
     for (int e = 0; e < E; e++) {
@@ -230,6 +240,34 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
             for (int i = 0; i < H; i++) y[i] += b[i];
         }
     }
+    return FM_OK;
+}
+
+static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats *stats)
+{
+    fast_state *s = state;
+    const fm_moe_config *c = &s->cfg;
+    const fm_moe_weights *w = &s->cw.w;
+    const uint16_t *x = a->x;
+    const int T = a->T, E = s->p.n_local, K = c->top_k, H = c->hidden;
+    const int S = s->p.first == 0 ? c->shared_inter : 0;
+    int P = 0; /* local routed rows */
+    double t0 = omp_get_wtime();
+
+    for (size_t i = 0; i < (size_t)T * H; i++)
+        if ((x[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
+            return fm_fail(FM_ERR_NONFINITE, "cpu: x[%zu][%zu] is NaN or Inf (policy: reject)", i / H, i % H);
+    FM_CHECK(fm_moe_plan_rows(c, w, x, T, a->topk_ids, a->topk_weights, s->p.first, E, "cpu", s->logits, s->ids,
+                              s->wts, s->offsets, s->perm, s->pos, &P));
+    for (int e = 0; e < E; e++)
+        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) s->rowexp[p] = e;
+
+    /* FC1 inputs: x in FP32 per token, then gathered per routed row. */
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (long i = 0; i < (long)T * H; i++) s->XS[i] = fm_bf16_decode(x[i]);
+#pragma omp parallel for schedule(static) num_threads(s->nthreads)
+    for (int p = 0; p < P; p++) memcpy(s->A1 + (size_t)p * H, s->XS + (size_t)(s->perm[p] / K) * H, sizeof(float) * H);
+    FM_CHECK(experts(s, P, T, S, 0));
 
     /* Finalize in the reference's order: slots j ascending, then the shared expert. */
 #pragma omp parallel for schedule(static) num_threads(s->nthreads)
@@ -259,10 +297,55 @@ static fm_status fast_run(void *state, const fm_layer_run_args *a, fm_run_stats 
     return FM_OK;
 }
 
+/* Dispatched rows (fm_layer_run_dispatched): the packed order is the layout's own (expert,
+ * then row), the same order fm_layer_run packs a routing's rows in, so each row meets the
+ * same GEMM work items and its result is bit-identical to the token-order run's. */
+static fm_status fast_run_dispatched(void *state, const fm_layer_dispatch_args *a, fm_run_stats *stats)
+{
+    fast_state          *s = state;
+    const fm_moe_config *c = &s->cfg;
+    const int            E = s->p.n_local, H = c->hidden;
+    static const char    who[] = "cpu: fm_layer_run_dispatched";
+    int                  P = 0;
+    double               t0 = omp_get_wtime();
+    FM_CHECK(fm_dispatch_rows(a, E, (int64_t)s->max_tokens * c->top_k, who, s->offsets, &P));
+    for (int e = 0; e < E; e++) /* checked and decoded in packed order: the first bad row is named */
+        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
+            const size_t r = fm_dispatch_slot(a, s->offsets, e, p);
+            FM_CHECK(fm_dispatch_row_f32(a, r, H, e, who, s->A1 + (size_t)p * H));
+            if (a->weights && !isfinite(a->weights[r]))
+                return fm_fail(FM_ERR_NONFINITE, "%s: weights[%zu] (local expert %d) = %g", who, r, e,
+                               (double)a->weights[r]);
+            s->rowexp[p] = e;
+        }
+    FM_CHECK(experts(s, P, 0, 0, a->x_fp8 != NULL));
+    if (a->weights) /* the combine's weight applied here: one product per element, as the finalize does */
+        for (int e = 0; e < E; e++)
+            for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
+                const float wt = a->weights[fm_dispatch_slot(a, s->offsets, e, p)];
+                float      *y = s->Y + (size_t)p * H;
+                for (int i = 0; i < H; i++) y[i] = wt * y[i];
+            }
+    long bad = fm_moe_first_nonfinite(s->Y, (size_t)P * H);
+    if (bad >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "%s: packed row %ld overflowed to %g (inputs too large)", who, bad / H,
+                       (double)s->Y[bad]);
+    for (int e = 0; e < E; e++) /* every check passed: now the caller's rows */
+        for (int32_t p = s->offsets[e]; p < s->offsets[e + 1]; p++) {
+            const size_t r = fm_dispatch_slot(a, s->offsets, e, p);
+            const float *y = s->Y + (size_t)p * H;
+            if (s->p.out_dtype == FM_OUT_BF16) fm_layer_store_bf16(y, (size_t)H, (uint16_t *)a->out + r * H);
+            else memcpy((float *)a->out + r * H, y, sizeof(float) * (size_t)H);
+        }
+    if (stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
+    return FM_OK;
+}
+
 const fm_backend_ops fm_cpu_ops = {
     .name = "cpu",
     .available = fast_available,
     .create = fast_create,
     .run = fast_run,
+    .run_dispatched = fast_run_dispatched,
     .destroy = fast_destroy,
 };

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     fm_layer_params p;
@@ -50,6 +51,32 @@ static fm_status ref_run(void *state, const fm_layer_run_args *a, fm_run_stats *
     return FM_OK;
 }
 
+/* Dispatched rows: computed into a private buffer, the caller's rows written when every
+ * row succeeded. */
+static fm_status ref_run_dispatched(void *state, const fm_layer_dispatch_args *a, fm_run_stats *stats)
+{
+    ref_state     *s = state;
+    const int      H = s->p.cfg.hidden, E = s->p.n_local;
+    const int64_t  max_rows = (int64_t)s->p.max_tokens * s->p.cfg.top_k;
+    double         t0 = omp_get_wtime();
+    float         *y = malloc(sizeof(float) * (size_t)max_rows * H);
+    int32_t       *off = malloc(sizeof(int32_t) * ((size_t)E + 1));
+    int            rows = 0;
+    fm_status      st = y && off ? fm_moe_dispatched_ref(&s->p.cfg, &s->cw.w, a, E, max_rows, y, off, &rows)
+                                 : fm_fail(FM_ERR_OOM, "cpu-ref: out of memory for %lld dispatched rows",
+                                           (long long)max_rows);
+    for (int e = 0; st == FM_OK && e < E; e++)
+        for (int32_t p = off[e]; p < off[e + 1]; p++) {
+            const size_t r = fm_dispatch_slot(a, off, e, p);
+            if (s->p.out_dtype == FM_OUT_BF16) fm_layer_store_bf16(y + (size_t)p * H, (size_t)H, (uint16_t *)a->out + r * H);
+            else memcpy((float *)a->out + r * H, y + (size_t)p * H, sizeof(float) * (size_t)H);
+        }
+    free(y);
+    free(off);
+    if (st == FM_OK && stats) stats->ms = (omp_get_wtime() - t0) * 1e3;
+    return st;
+}
+
 static void ref_destroy(void *state)
 {
     ref_state *s = state;
@@ -64,5 +91,6 @@ const fm_backend_ops fm_cpu_ref_ops = {
     .available = ref_available,
     .create = ref_create,
     .run = ref_run,
+    .run_dispatched = ref_run_dispatched,
     .destroy = ref_destroy,
 };

@@ -3,10 +3,10 @@
  * Simple loops, FP32 accumulation in plain K order, nothing clever:
  *   route (shared router logits + fm_moe_route), permute (fm_moe_permute),
  *   then for each routed row p of expert e (token t):
- *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4
+ *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4 (FP8 when act_fp8)
  *     g[n] = a . W13_e[n] (+ w13_bias[e][n])  for n < 2*inter (gate rows, then up rows)
  *     h = act(g): silu(g[0..inter)) * g[inter..2*inter), or gpt-oss's clamped form
- *       (fm_moe_expert_act); NVFP4 round trip when act_nvfp4
+ *       (fm_moe_expert_act); NVFP4 round trip when act_nvfp4 (FP8 when act_fp8)
  *     y_p[n] = h . W2_e[n] (+ w2_bias[e][n])
  *   out[t] = sum_j weight[t][j] * y_(slot t,j)   (j ascending)  + shared(x[t])
  * Weights are dequantized one row at a time with fm_dequantize (the format
@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "moe/moe_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,10 +96,28 @@ static fm_status bufs_alloc(const fm_moe_config *c, int T, ref_bufs *b)
     return FM_OK;
 }
 
+/* y = local expert e's output for the row in b->a (FP32; the chain in the comment at the top);
+ * x_on_grid: b->a holds an FP8 row as a dispatch sent it (q * scale), not quantized again. */
+static fm_status expert_row(const fm_moe_config *c, const fm_moe_weights *w, int e, int x_on_grid, ref_bufs *b,
+                            float *y)
+{
+    const int H = c->hidden, I = c->inter;
+    if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
+    if (c->act_fp8 && !x_on_grid) FM_CHECK(fm_moe_act_fp8_row(b->a, H, c->act_fp8, b->a));
+    FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
+    fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
+    if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
+    if (c->act_fp8) FM_CHECK(fm_moe_act_fp8_row(b->h, I, c->act_fp8, b->h));
+    FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, y));
+    if (w->w2_bias)
+        for (int n = 0; n < H; n++) y[n] += w->w2_bias[(size_t)e * H + n];
+    return FM_OK;
+}
+
 static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const uint16_t *x, int T,
                          const int32_t *ext_ids, const float *ext_wts, int first, int n_local, ref_bufs *b)
 {
-    int K = c->top_k, H = c->hidden, I = c->inter, rows = 0;
+    int K = c->top_k, H = c->hidden, rows = 0;
     FM_CHECK(fm_moe_plan_rows(c, w, x, T, ext_ids, ext_wts, first, n_local, "fm_moe_forward_ref", b->logits, b->ids,
                               b->wts, b->offsets, b->perm, b->pos, &rows));
 
@@ -106,16 +125,7 @@ static fm_status forward(const fm_moe_config *c, const fm_moe_weights *w, const 
         for (int32_t p = b->offsets[e]; p < b->offsets[e + 1]; p++) {
             int t = b->perm[p] / K;
             for (int k = 0; k < H; k++) b->a[k] = fm_bf16_decode(x[(size_t)t * H + k]);
-            if (c->act_nvfp4)
-                FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
-            FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
-            fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
-            if (c->act_nvfp4)
-                FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
-            float *y = b->y + (size_t)p * H;
-            FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, y));
-            if (w->w2_bias)
-                for (int n = 0; n < H; n++) y[n] += w->w2_bias[(size_t)e * H + n];
+            FM_CHECK(expert_row(c, w, e, 0, b, b->y + (size_t)p * H));
         }
     }
 
@@ -180,4 +190,34 @@ fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, 
     FM_CHECK(fm_moe_weights_check(cfg, w));
     FM_CHECK(fm_moe_weights_check_scales(cfg, w));
     return fm_moe_forward_ref_run(cfg, w, x, T, NULL, NULL, 0, cfg->n_experts, out, NULL, NULL);
+}
+
+fm_status fm_moe_dispatched_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const fm_layer_dispatch_args *a,
+                                int n_local, int64_t max_rows, float *y_rows, int32_t *offsets, int *rows)
+{
+    static const char who[] = "cpu-ref: fm_layer_run_dispatched";
+    const int         H = cfg->hidden;
+    FM_CHECK(fm_dispatch_rows(a, n_local, max_rows, who, offsets, rows));
+    ref_bufs b;
+    FM_CHECK(bufs_alloc(cfg, 1, &b));
+    fm_status s = FM_OK;
+    for (int e = 0; e < n_local && s == FM_OK; e++)
+        for (int32_t p = offsets[e]; p < offsets[e + 1] && s == FM_OK; p++) {
+            const size_t r = fm_dispatch_slot(a, offsets, e, p);
+            float       *y = y_rows + (size_t)p * H;
+            s = fm_dispatch_row_f32(a, r, H, e, who, b.a);
+            if (s == FM_OK && a->weights && !isfinite(a->weights[r]))
+                s = fm_fail(FM_ERR_NONFINITE, "%s: weights[%zu] (local expert %d) = %g", who, r, e,
+                            (double)a->weights[r]);
+            if (s == FM_OK) s = expert_row(cfg, w, e, a->x_fp8 != NULL, &b, y);
+            if (s == FM_OK && a->weights)
+                for (int n = 0; n < H; n++) y[n] = a->weights[r] * y[n];
+        }
+    bufs_free(&b);
+    if (s != FM_OK) return s;
+    long bad = fm_moe_first_nonfinite(y_rows, (size_t)*rows * H);
+    if (bad >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "%s: packed row %ld overflowed to %g (inputs too large)", who, bad / H,
+                       (double)y_rows[bad]);
+    return FM_OK;
 }

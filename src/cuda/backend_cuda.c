@@ -158,6 +158,8 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
 {
     const fm_moe_config *cfg = &p->cfg;
     if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
+    if (cfg->act_fp8)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_fp8 (W4A8) is not implemented yet (the CPU backends run it)");
     if (cfg->score == FM_SCORE_SOFTMAX_TOPK) /* route.cu knows softmax and sigmoid only */
         return fm_fail(FM_ERR_UNSUPPORTED,
                        "cuda backend: score softmax-topk (gpt-oss routing) is not implemented; use a CPU backend");

@@ -22,8 +22,8 @@ extern "C" {
 /* logits[T][E] = x[T][H] (BF16) . rw[E][H]^T (FP32), bit-identical to
  * fm_moe_router_logits (src/moe/shared.c): the same 8 partial sums, each added
  * in ascending k, folded ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)); products and sums
- * rounded separately (no FMA contraction). The kernel by T (H200, bench/bench_route.c,
- * 2026-12-03, GLM-5's 256 x 6,144 router, us at T = 1 / 16 / 64 / 128 / 256 / 1,024):
+ * rounded separately (no FMA contraction). The kernel by T (H200, bench_route, bench/RESULTS.md
+ * "The router kernels", GLM-5's 256 x 6,144 router, us at T = 1 / 16 / 64 / 128 / 256 / 1,024):
  * the staged kernel below FM_ROUTER_TILED_MIN_T (17.5 / 21.3 / 55.9 / 103.5 / 192 / 731),
  * tiles of 16 tokens x 32 experts from there on (125 / 128 / 128 / 127 / 128 / 355: too
  * few CTAs at small T; the crossover, ~170 tokens, interpolated); where the staged kernel

@@ -20,7 +20,8 @@
  *   j=2: rotl(w, 14) & M,  j=3: rotl(w, 10) & M              2 ops each
  * 9 integer ops per word (7 on the ALU pipe, the two left shifts as IMAD.SHL on
  * the FMA pipe), found by an exhaustive search over shifts, rotations and two-shift
- * merges (bench/NOTES-gpu.md, s9); the four sets of source bits partition the word
+ * merges (the GEMM notebook: git show bd14b3f6d154:bench/NOTES-gpu.md); the four sets of
+ * source bits partition the word
  * (k_pos below); the obvious placement (j=1 (w<<3)&M, j=2/3 two shifts each) takes 11.
  *
  * Scale byte codes (0 = the block is all zero: its codes are zeroed too):

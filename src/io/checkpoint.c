@@ -1,5 +1,6 @@
 /* checkpoint.c - a checkpoint is one safetensors file, a folder of them, or a
- * model.safetensors.index.json naming which shard holds each tensor.
+ * model.safetensors.index.json naming which shard holds each tensor; or
+ * tensors a caller holds in memory, in the same table.
  *
  * Every shard is opened and its header validated at open (only headers are
  * read), so later lookups cannot fail on a bad header; data is read later
@@ -26,9 +27,12 @@
 #define MAX_INDEX_BYTES (256u << 20) /* a 1M-tensor index is ~100 MB */
 
 struct fm_checkpoint {
-    char                *dir;     /* folder of the shards ("." for a bare file name) */
+    char                *dir;     /* folder of the shards ("." for a bare file name); NULL in memory */
     fm_safetensors     **files;   /* [n_files] */
     size_t               n_files;
+    fm_st_tensor        *mem;     /* [n_mem] tensors of fm_checkpoint_open_tensors (data borrowed) */
+    size_t               n_mem;
+    char                *strings; /* their names and label, one block */
     const fm_st_tensor **by_name; /* [n] all tensors, names ascending */
     size_t               n;
     uint64_t             bytes;
@@ -74,6 +78,8 @@ void fm_checkpoint_close(fm_checkpoint *ck)
     if (!ck) return;
     for (size_t i = 0; i < ck->n_files; i++) fm_safetensors_close(ck->files[i]);
     free(ck->files);
+    free(ck->mem);
+    free(ck->strings);
     free(ck->by_name);
     free(ck->dir);
     free(ck);
@@ -95,10 +101,11 @@ static fm_status open_shards(fm_checkpoint *ck, char **names, size_t n)
     return FM_OK;
 }
 
-/* Build the merged name table; a name in two shards is an error. */
+/* Build the merged name table (the shards' tensors, or the tensors in memory:
+ * the one table every lookup and loader reads); a name twice is an error. */
 static fm_status build_table(fm_checkpoint *ck)
 {
-    size_t n = 0;
+    size_t n = ck->n_mem;
     for (size_t i = 0; i < ck->n_files; i++) n += fm_safetensors_count(ck->files[i]);
     ck->by_name = malloc((n + 1) * sizeof *ck->by_name);
     if (!ck->by_name) return fm_fail(FM_ERR_OOM, "out of memory for %zu tensors", n);
@@ -108,11 +115,17 @@ static fm_status build_table(fm_checkpoint *ck)
             ck->by_name[ck->n++] = t;
             ck->bytes += t->nbytes;
         }
+    for (size_t i = 0; i < ck->n_mem; i++) {
+        ck->by_name[ck->n++] = &ck->mem[i];
+        ck->bytes += ck->mem[i].nbytes;
+    }
     qsort(ck->by_name, ck->n, sizeof *ck->by_name, cmp_tensor);
     for (size_t i = 1; i < ck->n; i++)
         if (!strcmp(ck->by_name[i]->name, ck->by_name[i - 1]->name))
-            return fm_fail(FM_ERR_FORMAT, "tensor '%s' is in two shards: %s and %s", ck->by_name[i]->name,
-                           ck->by_name[i - 1]->file, ck->by_name[i]->file);
+            return ck->n_mem ? fm_fail(FM_ERR_FORMAT, "%s: tensor '%s' is given twice", ck->by_name[i]->file,
+                                       ck->by_name[i]->name)
+                             : fm_fail(FM_ERR_FORMAT, "tensor '%s' is in two shards: %s and %s", ck->by_name[i]->name,
+                                       ck->by_name[i - 1]->file, ck->by_name[i]->file);
     return FM_OK;
 }
 
@@ -306,6 +319,79 @@ fm_status fm_checkpoint_open(const char *path, fm_checkpoint **out)
     return FM_OK;
 }
 
+/* One view checked as the safetensors reader checks a header entry, so that what
+ * the loaders see in memory obeys the rules a file's tensors do. */
+static fm_status check_view(const fm_tensor_view *v, size_t i, const char *label)
+{
+    if (!v->name || !*v->name)
+        return fm_fail(FM_ERR_INVALID_ARG, "%s: tensor %zu has no name", label, i);
+    if (strnlen(v->name, 512) >= 512)
+        return fm_fail(FM_ERR_INVALID_ARG, "%s: tensor %zu: name of 512 bytes or more", label, i);
+    if ((int)v->dtype < 0 || v->dtype >= FM_DTYPE_COUNT)
+        return fm_fail(FM_ERR_FORMAT, "%s: tensor '%s': unknown dtype %d", label, v->name, (int)v->dtype);
+    if (v->ndim < 0) return fm_fail(FM_ERR_INVALID_ARG, "%s: tensor '%s': ndim %d < 0", label, v->name, v->ndim);
+    if (v->ndim > FM_ST_MAX_DIMS)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: tensor '%s': %d dimensions, more than %d", label, v->name, v->ndim,
+                       FM_ST_MAX_DIMS);
+    int64_t numel = fm_st_numel(v->ndim, v->shape);
+    uint64_t nbytes = numel < 0 ? UINT64_MAX : fm_st_nbytes(v->dtype, numel);
+    if (nbytes == UINT64_MAX || nbytes > (uint64_t)SIZE_MAX)
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' (%s): a negative or overflowing shape, or F4 of an odd "
+                       "element count", label, v->name, fm_dtype_name(v->dtype));
+    if (nbytes && !v->data)
+        return fm_fail(FM_ERR_INVALID_ARG, "%s: tensor '%s': NULL data for %llu bytes", label, v->name,
+                       (unsigned long long)nbytes);
+    return FM_OK;
+}
+
+fm_status fm_checkpoint_open_tensors(const fm_tensor_view *views, size_t n, const char *label, fm_checkpoint **out)
+{
+    fm_clear_error();
+    if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_open_tensors: out is NULL");
+    *out = NULL;
+    if (!label) label = "tensors in memory";
+    if (n && !views) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_open_tensors: views is NULL for %zu tensors", n);
+    if (!n) return fm_fail(FM_ERR_NOT_FOUND, "%s: no tensors", label);
+    if (n > SIZE_MAX / sizeof(fm_st_tensor) / 2)
+        return fm_fail(FM_ERR_OOM, "%s: %zu tensors", label, n);
+    size_t chars = strlen(label) + 1;
+    for (size_t i = 0; i < n; i++) {
+        FM_CHECK(check_view(&views[i], i, label));
+        chars += strlen(views[i].name) + 1;
+    }
+    fm_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck) return fm_fail(FM_ERR_OOM, "out of memory");
+    ck->mem = calloc(n, sizeof *ck->mem);
+    ck->strings = malloc(chars);
+    fm_status s = ck->mem && ck->strings ? FM_OK : fm_fail(FM_ERR_OOM, "%s: out of memory for %zu tensors", label, n);
+    if (s == FM_OK) {
+        char *p = ck->strings;
+        size_t ll = strlen(label) + 1;
+        memcpy(p, label, ll);
+        const char *file = p;
+        p += ll;
+        for (size_t i = 0; i < n; i++) {
+            const fm_tensor_view *v = &views[i];
+            size_t nl = strlen(v->name) + 1;
+            memcpy(p, v->name, nl);
+            fm_st_tensor *t = &ck->mem[i];
+            /* owner_ NULL: fm_st_read copies from data, as for a parsed buffer */
+            *t = (fm_st_tensor){.name = p, .dtype = v->dtype, .ndim = v->ndim, .data = v->data, .file = file};
+            memcpy(t->shape, v->shape, (size_t)v->ndim * sizeof *t->shape);
+            t->nbytes = fm_st_nbytes(v->dtype, fm_st_numel(v->ndim, v->shape));
+            p += nl;
+        }
+        ck->n_mem = n;
+        s = build_table(ck);
+    }
+    if (s != FM_OK) {
+        fm_checkpoint_close(ck);
+        return s;
+    }
+    *out = ck;
+    return FM_OK;
+}
+
 size_t fm_checkpoint_tensor_count(const fm_checkpoint *ck) { return ck ? ck->n : 0; }
 
 const fm_st_tensor *fm_checkpoint_tensor_at(const fm_checkpoint *ck, size_t i)
@@ -327,6 +413,7 @@ fm_status fm_checkpoint_find(const fm_checkpoint *ck, const char *name, const fm
         if (c < 0) lo = mid + 1;
         else hi = mid;
     }
+    if (!ck->dir) return fm_fail(FM_ERR_NOT_FOUND, "no tensor '%s' in the checkpoint (%s: %zu tensors)", name, ck->strings, ck->n);
     return fm_fail(FM_ERR_NOT_FOUND, "no tensor '%s' in the checkpoint (%zu files under %s)", name, ck->n_files,
                    ck->dir);
 }
@@ -340,4 +427,9 @@ const char *fm_checkpoint_file_path(const fm_checkpoint *ck, size_t i)
 
 uint64_t fm_checkpoint_data_bytes(const fm_checkpoint *ck) { return ck ? ck->bytes : 0; }
 
-const char *fm_checkpoint_dir(const fm_checkpoint *ck) { return ck ? ck->dir : ""; }
+const char *fm_checkpoint_dir(const fm_checkpoint *ck) { return ck ? ck->dir : NULL; }
+
+const char *fm_checkpoint_label(const fm_checkpoint *ck)
+{
+    return !ck ? "" : ck->dir ? ck->dir : ck->strings;
+}

@@ -41,8 +41,11 @@ int fm_pat_match(const char *pat, const char *suffix, const char *name, int *lay
  * FM_OK, FM_ERR_INVALID_ARG, FM_ERR_NOT_FOUND. */
 fm_status fm_ckpt_names_resolve(const fm_checkpoint *ck, const fm_ckpt_names *given, fm_ckpt_names *nm);
 
-/* The folder of the checkpoint (for config.json), "" for a buffer. */
+/* The folder of the checkpoint (for config.json); NULL for tensors in memory,
+ * which have no config.json. */
 const char *fm_checkpoint_dir(const fm_checkpoint *ck);
+/* The folder, or the label of tensors in memory: what messages name. */
+const char *fm_checkpoint_label(const fm_checkpoint *ck);
 
 /* Elements [first, first + n) of a little-endian F32/F16/BF16/F64 tensor as
  * FP32 into dst, read with fm_st_read in chunks. Returns FM_OK, FM_ERR_FORMAT

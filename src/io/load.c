@@ -23,7 +23,7 @@
 void fm_ckpt_layer_free(fm_ckpt_layer *l)
 {
     if (!l) return;
-    int n = l->cfg.n_experts;
+    int n = l->n_local;
     for (int e = 0; l->w13_sf_swizzled && e < n; e++) free(l->w13_sf_swizzled[e]);
     for (int e = 0; l->w2_sf_swizzled && e < n; e++) free(l->w2_sf_swizzled[e]);
     free(l->w13_sf_swizzled);
@@ -69,14 +69,15 @@ static fm_status load_router(const fm_load_ctx *c, fm_ckpt_layer *l)
     fm_clear_error();
     l->has_router_bias = bias != NULL;
     if (c->dry) return FM_OK;
-    size_t rows = (size_t)c->n, H = (size_t)c->hidden;
+    /* the rows of the loaded experts, or all of them for a global router */
+    const int64_t r0 = c->global_router ? 0 : c->first;
+    size_t rows = (size_t)(c->global_router ? c->n_total : c->n), H = (size_t)c->hidden;
     l->router_w = malloc(rows * H * sizeof *l->router_w);
     if (!l->router_w) return fm_fail(FM_ERR_OOM, "router weight: out of memory");
-    /* the rows of the loaded experts */
-    FM_CHECK(fm_st_to_f32(t, (int64_t)c->first * (int64_t)H, (int64_t)(rows * H), l->router_w));
+    FM_CHECK(fm_st_to_f32(t, r0 * (int64_t)H, (int64_t)(rows * H), l->router_w));
     if (!bias) return FM_OK;
     if (!(l->router_bias = malloc(rows * sizeof *l->router_bias))) return fm_fail(FM_ERR_OOM, "out of memory");
-    return fm_st_to_f32(bias, c->first, (int64_t)rows, l->router_bias);
+    return fm_st_to_f32(bias, r0, (int64_t)rows, l->router_bias);
 }
 
 /* One shared-expert projection [N][K] into BF16 dst (NULL: validate only,
@@ -155,7 +156,7 @@ static fm_status load_shared(const fm_load_ctx *c, fm_ckpt_layer *l)
 
 static fm_status swizzle_all(fm_ckpt_layer *l)
 {
-    int n = l->cfg.n_experts;
+    int n = l->n_local;
     if (l->cfg.wfmt == FM_FORMAT_BF16) return FM_OK; /* no block scales */
     l->w13_sf_swizzled = calloc((size_t)n, sizeof *l->w13_sf_swizzled);
     l->w2_sf_swizzled = calloc((size_t)n, sizeof *l->w2_sf_swizzled);
@@ -177,6 +178,7 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, con
 {
     l->layer = c->layer;
     l->first_expert = c->first;
+    l->n_local = c->n;
     l->layout = c->nm.layout;
     l->cfg.n_experts = c->n;
     l->cfg.hidden = c->hidden;
@@ -202,10 +204,13 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, con
                             .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
                             .shared_w2 = l->shared_w2, .w13_bias = l->w13_bias, .w2_bias = l->w2_bias};
     if (o && o->swizzle_scales && !c->dry) FM_CHECK(swizzle_all(l));
+    if (c->global_router) l->cfg.n_experts = c->n_total; /* the experts held stay the shard's (n_local) */
     fm_status s = fm_moe_config_check(&l->cfg);
     if (s != FM_OK)
         return fm_fail(s, "layer %d: the loaded configuration is invalid: %s", c->layer, fm_last_error());
-    return c->dry ? FM_OK : fm_moe_weights_check(&l->cfg, &l->w);
+    fm_moe_config held = l->cfg; /* the weights check counts the experts held */
+    held.n_experts = l->n_local;
+    return c->dry ? FM_OK : fm_moe_weights_check(&held, &l->w);
 }
 
 fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_ckpt_load_opts *opts,
@@ -216,7 +221,8 @@ fm_status fm_checkpoint_load_layer(const fm_checkpoint *ck, int layer, const fm_
     *out = NULL;
     if (!ck) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: checkpoint is NULL");
     if (layer < 0) return fm_fail(FM_ERR_INVALID_ARG, "fm_checkpoint_load_layer: layer %d < 0", layer);
-    fm_load_ctx c = {.ck = ck, .layer = layer, .dry = opts && opts->validate_only};
+    fm_load_ctx c = {.ck = ck, .layer = layer, .dry = opts && opts->validate_only,
+                     .global_router = opts && opts->global_router};
     fm_cfgjson cj; /* first: an unreadable config.json or a quantization fp4moe does not read says so */
     FM_CHECK(fm_load_config(ck, &cj));
     fm_status ns = fm_ckpt_names_resolve(ck, opts ? opts->names : NULL, &c.nm);

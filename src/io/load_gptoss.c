@@ -17,6 +17,9 @@
  * w13 wants gate rows then up rows, so rows are de-interleaved here.
  * The biases (F32 / BF16 / F16) load into w13_bias (de-interleaved like the rows) and
  * w2_bias; the caller sets gpt-oss's clamped SwiGLU (FM_ACT_SWIGLU_GPTOSS).
+ * E is the layer's expert count; with a global router (an expert-parallel rank)
+ * it may instead be the shard's, since a rank holding only its experts holds
+ * fused tensors of those only: they are then experts [first, first + n).
  */
 #include "load_internal.h"
 
@@ -28,11 +31,11 @@ typedef struct {
     const fm_st_tensor *b, *s, *bias; /* _blocks, _scales, _bias (optional: NULL) */
 } fused_src;
 
-static fm_status find_fused(const fm_load_ctx *c, const char *proj, int64_t N, int64_t K, fused_src *fs)
+static fm_status find_fused(const fm_load_ctx *c, const char *proj, int64_t E, int64_t N, int64_t K, fused_src *fs)
 {
     FM_CHECK(fm_load_find(c, c->nm.expert, -1, proj, "_blocks", &fs->b));
     FM_CHECK(fm_load_find(c, c->nm.expert, -1, proj, "_scales", &fs->s));
-    int64_t bs[4] = {c->n_total, N, K / 32, 16}, ss[3] = {c->n_total, N, K / 32};
+    int64_t bs[4] = {E, N, K / 32, 16}, ss[3] = {E, N, K / 32};
     FM_CHECK(fm_load_expect(fs->b, FM_DTYPE_U8, -1, 4, bs));
     FM_CHECK(fm_load_expect(fs->s, FM_DTYPE_U8, FM_DTYPE_F8_E8M0, 3, ss));
     fs->bias = NULL;
@@ -43,20 +46,20 @@ static fm_status find_fused(const fm_load_ctx *c, const char *proj, int64_t N, i
         if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_BF16 && t->dtype != FM_DTYPE_F16)
             return fm_fail(FM_ERR_FORMAT, "%s: expert bias '%s' has dtype %s, expected F32, BF16 or F16", t->file,
                            t->name, fm_dtype_name(t->dtype));
-        int64_t want[2] = {c->n_total, N};
+        int64_t want[2] = {E, N};
         FM_CHECK(fm_load_expect(t, t->dtype, -1, 2, want));
     }
     return FM_OK;
 }
 
-/* The loaded experts' rows of an expert bias [n_total][N] as FP32 into dst[n][N], each
- * finite (FM_ERR_NONFINITE naming tensor, expert and index); with deinterleave, row
+/* The loaded experts' rows (from row e0) of an expert bias [E][N] as FP32 into dst[n][N],
+ * each finite (FM_ERR_NONFINITE naming tensor, expert and index); with deinterleave, row
  * 2i -> i and 2i+1 -> N/2 + i (gate_up: gate then up, as w13's rows). */
-static fm_status load_bias(const fm_load_ctx *c, const fm_st_tensor *t, int64_t N, int deinterleave, float *tmp,
-                           float *dst)
+static fm_status load_bias(const fm_load_ctx *c, const fm_st_tensor *t, int64_t e0, int64_t N, int deinterleave,
+                           float *tmp, float *dst)
 {
     for (int i = 0; i < c->n; i++) {
-        const int64_t e = (int64_t)c->first + i;
+        const int64_t e = e0 + i;
         FM_CHECK(fm_st_to_f32(t, e * N, N, tmp));
         float *d = dst + (size_t)i * (size_t)N;
         for (int64_t r = 0; r < N; r++) {
@@ -77,13 +80,18 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
     FM_CHECK(fm_load_find(c, c->nm.expert, -1, c->nm.proj_gate, "_blocks", &gb));
     if (gb->ndim != 4 || gb->shape[1] < 2 || gb->shape[1] % 2 || gb->shape[1] > (1 << 24))
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' should be [E][2*inter][hidden/32][16]", gb->file, gb->name);
-    const int64_t I = gb->shape[1] / 2, H = c->hidden;
+    const int64_t I = gb->shape[1] / 2, H = c->hidden, E = gb->shape[0];
+    if (E != c->n_total && !(c->global_router && E == c->n))
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: tensor '%s' holds %lld experts: expected the router's %d%s", gb->file,
+                       gb->name, (long long)E, c->n_total,
+                       c->global_router ? " (or the shard's, with a global router)" : "");
+    const size_t e0 = E == c->n_total ? (size_t)c->first : 0; /* the first loaded expert's index in the tensors */
     if (H % 32 || I % 32)
         return fm_fail(FM_ERR_BAD_SHAPE, "layer %d: hidden=%lld and inter=%lld must be multiples of the MXFP4 block (32)",
                        c->layer, (long long)H, (long long)I);
     fused_src gu, dn;
-    FM_CHECK(find_fused(c, c->nm.proj_gate, 2 * I, H, &gu));
-    FM_CHECK(find_fused(c, c->nm.proj_down, H, I, &dn));
+    FM_CHECK(find_fused(c, c->nm.proj_gate, E, 2 * I, H, &gu));
+    FM_CHECK(find_fused(c, c->nm.proj_down, E, H, I, &dn));
     /* gpt-oss's router has an additive logit bias: not a ranking-only bias. */
     char rb[512];
     const fm_st_tensor *t;
@@ -101,7 +109,7 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
     const size_t s13 = (size_t)(2 * I) * (size_t)(H / 32), s2 = (size_t)H * (size_t)(I / 32); /* scale bytes/expert */
     if (c->dry) { /* validate only: the loaded experts' scales, not their weights (as a load would reject) */
         for (int i = 0; i < c->n; i++) {
-            const size_t e = (size_t)(c->first + i);
+            const size_t e = e0 + (size_t)i;
             FM_CHECK(fm_load_scales(gu.s, (int)e, e * s13, 2 * I, H / 32, FM_SCALE_UE8M0, NULL));
             FM_CHECK(fm_load_scales(dn.s, (int)e, e * s2, H, I / 32, FM_SCALE_UE8M0, NULL));
         }
@@ -116,7 +124,7 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
     if (!tmp) return fm_fail(FM_ERR_OOM, "layer %d: out of memory for %zu bytes", c->layer, d13 + s13);
     fm_status s = FM_OK;
     for (int i = 0; s == FM_OK && i < c->n; i++) {
-        const size_t e = (size_t)(c->first + i);
+        const size_t e = e0 + (size_t)i;
         uint8_t *gd = tmp, *gs = tmp + d13;
         s = fm_st_read(gu.b, e * d13, d13, gd);
         if (s == FM_OK) s = fm_load_scales(gu.s, (int)e, e * s13, 2 * I, H / 32, FM_SCALE_UE8M0, gs); /* source rows */
@@ -138,8 +146,8 @@ fm_status fm_load_gptoss(const fm_load_ctx *c, fm_ckpt_layer *l)
         free(ftmp);
         return fm_fail(FM_ERR_OOM, "layer %d: out of memory for the expert biases", c->layer);
     }
-    if (gu.bias) s = load_bias(c, gu.bias, 2 * I, 1, ftmp, l->w13_bias);
-    if (s == FM_OK && dn.bias) s = load_bias(c, dn.bias, H, 0, ftmp, l->w2_bias);
+    if (gu.bias) s = load_bias(c, gu.bias, (int64_t)e0, 2 * I, 1, ftmp, l->w13_bias);
+    if (s == FM_OK && dn.bias) s = load_bias(c, dn.bias, (int64_t)e0, H, 0, ftmp, l->w2_bias);
     free(ftmp);
     return s;
 }

@@ -26,6 +26,7 @@ typedef struct {
     int                  n_total;
     int                  hidden;   /* from the router weight */
     int                  dry;      /* validate only: fill cfg, allocate nothing */
+    int                  global_router; /* router rows and routing over all n_total experts */
 } fm_load_ctx;
 
 /* ---- the layouts (load_modelopt.c, load_gptoss.c) and the routing (load_routing.c) ---- */

@@ -20,6 +20,10 @@ const char *fm_route_setting_name(int setting)
 
 fm_status fm_load_config(const fm_checkpoint *ck, fm_cfgjson *cj)
 {
+    if (!fm_checkpoint_dir(ck)) { /* tensors in memory: no config.json, the caller gives the routing */
+        *cj = (fm_cfgjson){0};
+        return FM_OK;
+    }
     FM_CHECK(fm_cfgjson_read(fm_checkpoint_dir(ck), cj));
     if (!cj->has_quant) return FM_OK;
     const char *m = cj->quant_method, *f = cj->quant_format;
@@ -121,20 +125,23 @@ fm_status fm_load_routing(const fm_load_ctx *c, const fm_ckpt_load_opts *o, cons
         if (!cj->present)
             return fm_fail(FM_ERR_NOT_FOUND,
                            "layer %d: no config.json in '%s', so the routing is unknown; give it explicitly "
-                           "(missing: %s)", c->layer, *fm_checkpoint_dir(c->ck) ? fm_checkpoint_dir(c->ck) : ".", miss);
+                           "(missing: %s)", c->layer, *fm_checkpoint_label(c->ck) ? fm_checkpoint_label(c->ck) : ".", miss);
         return fm_fail(FM_ERR_UNSUPPORTED,
                        "layer %d: config.json model_type \"%s\"%s%s is not a MoE family fp4moe knows (%s) and "
                        "does not give %s; give them explicitly", c->layer, cj->model_type,
                        cj->arch[0] ? ", architecture " : "", cj->arch, fm_route_family_list(), miss);
     }
-    l->cfg.top_k = r.top_k < c->n ? r.top_k : c->n;
+    /* A global router routes over every expert of the layer (fm_ckpt_load_opts.global_router) */
+    const int routed = c->global_router ? c->n_total : c->n;
+    l->cfg.top_k = r.top_k < routed ? r.top_k : routed;
     l->cfg.score = r.score;
     l->cfg.renormalize = r.renormalize;
     l->cfg.routed_scale = r.routed_scale;
     l->cfg.act_nvfp4 = given ? given->act_nvfp4 : 0;
-    /* Group-limited routing is defined over all experts; an EP shard routes
-     * among its own experts only, so groups are dropped there. */
-    int full = c->n == c->n_total;
+    l->cfg.act_fp8 = given ? given->act_fp8 : FM_ACT_FP8_OFF;
+    /* Group-limited routing is defined over all experts; a standalone EP shard
+     * routes among its own experts only, so groups are dropped there. */
+    int full = c->n == c->n_total || c->global_router;
     l->cfg.n_group = full && r.n_group > 1 ? r.n_group : 0;
     l->cfg.topk_group = l->cfg.n_group ? r.topk_group : 0;
     return FM_OK;

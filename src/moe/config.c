@@ -21,6 +21,7 @@ void fm_moe_config_default(fm_moe_config *cfg)
         .act_nvfp4 = 0,
         .activation = FM_ACT_SWIGLU,
         .swiglu_limit = 0.0f,
+        .act_fp8 = FM_ACT_FP8_OFF,
     };
 }
 
@@ -39,6 +40,16 @@ const char *fm_activation_name(fm_activation a)
     switch (a) {
     case FM_ACT_SWIGLU: return "swiglu";
     case FM_ACT_SWIGLU_GPTOSS: return "swiglu-gptoss";
+    }
+    return "?";
+}
+
+const char *fm_act_fp8_name(fm_act_fp8 a)
+{
+    switch (a) {
+    case FM_ACT_FP8_OFF: return "off";
+    case FM_ACT_FP8_BLOCK128: return "block128";
+    case FM_ACT_FP8_TOKEN: return "token";
     }
     return "?";
 }
@@ -87,6 +98,12 @@ fm_status fm_moe_config_check(const fm_moe_config *c)
     if (c->activation == FM_ACT_SWIGLU && c->swiglu_limit != 0.0f)
         return fm_fail(FM_ERR_INVALID_ARG, "config: swiglu_limit=%g is gpt-oss's clamp (FM_ACT_SWIGLU_GPTOSS); plain "
                        "SwiGLU takes 0", (double)c->swiglu_limit);
+    if (c->act_fp8 != FM_ACT_FP8_OFF && c->act_fp8 != FM_ACT_FP8_BLOCK128 && c->act_fp8 != FM_ACT_FP8_TOKEN)
+        return fm_fail(FM_ERR_INVALID_ARG, "config: unknown act_fp8 %d (expected FM_ACT_FP8_OFF 0, _BLOCK128 1 or "
+                       "_TOKEN 2)", (int)c->act_fp8);
+    if (c->act_fp8 && c->act_nvfp4)
+        return fm_fail(FM_ERR_INVALID_ARG, "config: act_fp8 (W4A8) and act_nvfp4 (W4A4) are two activation formats: "
+                       "choose one");
     if (c->shared_inter % 16 && c->shared_inter)
         return fm_fail(FM_ERR_BAD_SHAPE, "config: shared_inter=%d must be a multiple of 16", c->shared_inter);
     return FM_OK;

@@ -35,6 +35,12 @@ size_t fm_moe_act_quant_scratch(int n);
  * Returns FM_OK or FM_ERR_NONFINITE (NaN/Inf in src; dst untouched). */
 fm_status fm_moe_act_quant_row(const float *src, int n, const float *gscale, void *scratch, float *dst);
 
+/* W4A8: dst[n] = the FP8 round trip of src[n] (fm_act_fp8 in include/fp4moe/moe.h): per
+ * block of 128 (the last one may be shorter) or per row, s = amax / 448 in FP32 (1 where that
+ * is below FLT_MIN: zeros, or values that all quantize to 0), dst = E4M3(src / s) * s. src and
+ * dst may alias. Returns FM_OK or FM_ERR_NONFINITE (NaN/Inf in src; dst untouched). */
+fm_status fm_moe_act_fp8_row(const float *src, int n, fm_act_fp8 mode, float *dst);
+
 /* NaN scale codes (E4M3 0x7F/0xFF, UE8M0 0xFF) in any expert weight:
  * FM_ERR_NONFINITE naming the first one, else FM_OK. */
 fm_status fm_moe_weights_check_scales(const fm_moe_config *cfg, const fm_moe_weights *w);
@@ -74,5 +80,11 @@ fm_status fm_moe_plan_rows(const fm_moe_config *cfg, const fm_moe_weights *w, co
 fm_status fm_moe_forward_ref_run(const fm_moe_config *cfg, const fm_moe_weights *w, const uint16_t *x, int T,
                                  const int32_t *ext_ids, const float *ext_wts, int first, int n_local, float *out,
                                  int32_t *routed_ids, float *routed_wts);
+/* The oracle on dispatched rows (fm_layer_run_dispatched): checks a's counts / offsets
+ * (fm_dispatch_rows: offsets gets the packed ranges, *rows the total) and the received rows
+ * and weights, then y_rows[p] = the expert output of packed row p (times its weight when
+ * a->weights), FP32 [max_rows][hidden]. */
+fm_status fm_moe_dispatched_ref(const fm_moe_config *cfg, const fm_moe_weights *w, const fm_layer_dispatch_args *a,
+                                int n_local, int64_t max_rows, float *y_rows, int32_t *offsets, int *rows);
 
 #endif

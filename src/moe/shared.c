@@ -1,10 +1,11 @@
 /* shared.c - the pieces every CPU backend computes identically (see
- * moe_internal.h for why): router logits, the NVFP4 activation round trip,
+ * moe_internal.h for why): router logits, the NVFP4 and FP8 activation round trips,
  * SwiGLU and the weight scale scan. */
 #include "moe_internal.h"
 
 #include "format/format_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,22 @@ fm_status fm_moe_act_quant_row(const float *src, int n, const float *gscale, voi
                     .global_scale = 1.0f};
     FM_CHECK(fm_quantize(src, gscale, &q)); /* nothing written on failure */
     return fm_dequantize(&q, dst);
+}
+
+fm_status fm_moe_act_fp8_row(const float *src, int n, fm_act_fp8 mode, float *dst)
+{
+    for (int i = 0; i < n; i++)
+        if (!isfinite(src[i])) return fm_fail(FM_ERR_NONFINITE, "FP8 activations: element %d is %g", i, (double)src[i]);
+    const int blk = mode == FM_ACT_FP8_TOKEN ? n : 128;
+    for (int b0 = 0; b0 < n; b0 += blk) {
+        const int b1 = b0 + blk < n ? b0 + blk : n;
+        float     amax = 0.0f;
+        for (int i = b0; i < b1; i++) amax = fmaxf(amax, fabsf(src[i]));
+        float s = amax / 448.0f;
+        if (!(s >= FLT_MIN)) s = 1.0f;
+        for (int i = b0; i < b1; i++) dst[i] = fm_e4m3_decode(fm_e4m3_encode(src[i] / s)) * s;
+    }
+    return FM_OK;
 }
 
 fm_status fm_moe_weights_check_scales(const fm_moe_config *cfg, const fm_moe_weights *w)

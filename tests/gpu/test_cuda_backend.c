@@ -6,7 +6,7 @@
  * renormalisation, top-1/top-8, E = 256), forwards with fewer tokens than the
  * capacity (GEMM max_rows = capacity, counts only on the device), repeated
  * forwards bit-identical (deterministic routing and finalize), and overflowing
- * router logits / a NaN bias refused as the CPU refuses them, `out` untouched.
+ * router logits refused at the run and a NaN bias at create, as the CPU refuses them.
  * Fresh inputs, poisoned outputs, NaN/Inf first.
  * Bound 1e-4 NMSE: the GPU rounds the SwiGLU output h to BF16 before FC2 (the
  * reference keeps it FP32): relative 2^-9 per element, NMSE ~1e-6, and the
@@ -146,8 +146,8 @@ static void test_layer_packed_path(void **state)
     run_layer_opts(&r, FM_FORMAT_NVFP4, 1000, 0, &big); /* ~500 rows: the widest tiles */
 }
 
-/* Overflowing router logits and a NaN bias: FM_ERR_NONFINITE as from the CPU
- * backends, `out` untouched (the flag is read after the one sync). */
+/* Overflowing router logits: FM_ERR_NONFINITE at the run as from the CPU backends, `out`
+ * untouched (the flag is read after the one sync); a NaN router bias: refused at create. */
 static void test_layer_nonfinite(void **state)
 {
     (void)state;
@@ -180,11 +180,13 @@ static void test_layer_nonfinite(void **state)
     for (size_t i = 0; i < sizeof out; i++) assert_int_equal(((unsigned char *)out)[i], 0xA5); /* untouched */
     fm_layer_destroy(lr);
     fm_layer_destroy(lg);
+    /* a NaN router bias is the checkpoint's fault, named at create (as on the CPU
+     * backends, test_layer_api create_rejects), never blamed on an input at a run */
     bias[5] = NAN;
-    assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, T, &lg), FM_OK);
-    for (int i = 0; i < T * 64; i++) x[i] = fm_bf16_encode(0.5f);
-    assert_int_equal(fm_layer_forward(lg, x, T, out, NULL), FM_ERR_NONFINITE);
-    fm_layer_destroy(lg);
+    lg = NULL;
+    assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, T, &lg), FM_ERR_NONFINITE);
+    assert_null(lg);
+    if (!strstr(fm_last_error(), "router_bias[5]")) fail_msg("the refusal should name router_bias[5]: %s", fm_last_error());
     gpu_experts_free(&w13);
     gpu_experts_free(&w2);
 }
@@ -207,8 +209,18 @@ static void test_unsupported(void **state)
     float          router[128] = {0};
     fm_moe_weights w = {.router_w = router, .w13 = w13.w, .w2 = w2.w};
     fm_layer      *l = NULL;
+    _Alignas(16) static uint16_t dummy[64 * 4]; /* never read: the call is refused first */
     assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, 4, &l), FM_ERR_UNSUPPORTED);
     assert_null(l);
+    /* dispatched rows (expert parallelism): the CPU backends take them, cuda refuses by name */
+    c.act_nvfp4 = 0;
+    assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, 4, &l), FM_OK);
+    int32_t                counts[2] = {1, 0};
+    fm_layer_dispatch_args a = {.layout = FM_DISPATCH_EXPERT_MAJOR, .x = (void *)dummy, .counts = counts,
+                                .capacity = 1, .out = (void *)dummy};
+    assert_int_equal(fm_layer_run_dispatched(l, &a), FM_ERR_UNSUPPORTED);
+    if (!strstr(fm_last_error(), "cuda")) fail_msg("the refusal should name the backend: %s", fm_last_error());
+    fm_layer_destroy(l);
     gpu_experts_free(&w13);
     gpu_experts_free(&w2);
 }

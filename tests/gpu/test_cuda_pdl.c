@@ -14,7 +14,7 @@
  * mma tile with several token groups and, on compute capability 9.0, a wgmma tile
  * (natural X). Without the kernels' grid-dependency wait these fail: FC2 reads the
  * poison (NMSE ~1), A reads C's output (checked on the H200 with the wait compiled
- * out, bench/NOTES-gpu.md, seventh session). Bounds: 2e-5 NMSE (BF16 outputs, as
+ * out: git show bd14b3f6d154:bench/NOTES-gpu.md). Bounds: 2e-5 NMSE (BF16 outputs, as
  * test_cuda_gemm). Fresh random inputs per run (seed printed). */
 #include <math.h>
 

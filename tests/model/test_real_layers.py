@@ -59,6 +59,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # FM_MODEL_BACKENDS="cpu cpu-ref cuda" adds the GPU (the label stays cpu: CI runs the CPU ones).
 BACKENDS = os.environ.get("FM_MODEL_BACKENDS", "cpu cpu-ref").split()
 BOUND_EXACT, BOUND_SHARED = 1e-9, 2e-5
+# W4A8 (--act-fp8): E4M3 keeps 3 mantissa bits, relative error <= 2^-4 per element, mean square
+# ~2^-8 / 12 = 3.3e-4 per GEMM input if values were spread evenly within a step; two quantized
+# inputs (x, h) give ~7e-4 of the output energy (test_layer_fp8 measures 6e-4 .. 1.2e-3 on
+# random layers; these fixtures 1.1e-3 .. 2.4e-3, their hidden and inter <= 128, so a row is
+# one block and the two granularities agree). BOUND_FP8 = 1e-2 against the model's BF16 block
+# leaves 4x room and still fails a wrong scale (>= 1e-1); BOUND_FP8_LO: W4A8 must differ from
+# W4A16 (quantization applied at all).
+BOUND_FP8, BOUND_FP8_LO = 1e-2, 1e-6
 # The CUDA path rounds the SwiGLU output (and its output) to BF16: ~1.3e-6 each; `fp4moe run
 # --check` bounds CUDA against the CPU reference by 1e-4, added to the CPU bounds.
 BOUND_CUDA_EXTRA = 1e-4
@@ -202,6 +210,33 @@ def main():
                         print(f"FAIL {name} layer {L} {be}: BF16-bits and float32 inputs of the same values "
                               f"give different outputs (NMSE {nmse(a, b):.3g})")
                         failed += 1
+            # W4A8: FP8 activations (--act-fp8) against the model's own block and against W4A16
+            w16 = outs.get(("cpu", "x_bf16.npy"))
+            for gran in ("block128", "token"):
+                tag = f"{name} layer {L} cpu W4A8 {gran}"
+                yp = os.path.join(tmp, f"{name}-{L}-fp8-{gran}.npy")
+                rc, out, err = run(cli, ["run", "--weights", os.path.join(fx, "checkpoint"), "--layer", str(L),
+                                         "--input", os.path.join(d, "x_bf16.npy"), "--output", yp, "--backend",
+                                         "cpu", "--iters", "1", "--act-fp8", gran])
+                if rc != 0 or not os.path.exists(yp):
+                    print(f"FAIL {tag}: fp4moe run exit {rc}: {err.strip()[-600:]}")
+                    failed += 1
+                    continue
+                y = np.load(yp)
+                if y.shape != ref.shape or not np.all(np.isfinite(y)):
+                    print(f"FAIL {tag}: output {list(y.shape)} with {int((~np.isfinite(y)).sum())} NaN/Inf")
+                    failed += 1
+                    continue
+                e_model = nmse(y, ref)
+                e16 = nmse(y, w16) if w16 is not None else float("nan")
+                if BOUND_FP8_LO <= e16 and e_model <= BOUND_FP8:
+                    print(f"ok   {tag}: NMSE {e_model:.3g} vs the model's block, {e16:.3g} vs W4A16 "
+                          f"(bounds [{BOUND_FP8_LO:g}, {BOUND_FP8:g}])")
+                    passed += 1
+                else:
+                    print(f"FAIL {tag}: NMSE {e_model:.3g} vs the model's block (bound {BOUND_FP8:g}), {e16:.3g} "
+                          f"vs W4A16 (must be >= {BOUND_FP8_LO:g}: the activations were quantized)")
+                    failed += 1
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -21,8 +21,7 @@ import moe_ref  # noqa: E402
 
 
 def pytest_report_header(config):
-    return (f"fp4moe {fp4moe.__version__} from {fp4moe.library_path}; device-resident API (fm_layer_run): "
-            f"{'yes' if fp4moe.HAS_RUN_API else 'no (tests of it skip)'}")
+    return f"fp4moe {fp4moe.__version__} from {fp4moe.library_path}"
 
 
 @pytest.fixture
@@ -89,6 +88,21 @@ def write_safetensors(path, tensors):
 
 def write_modelopt(path, cfg, W, layer=0):
     """W (NVFP4 MoEWeights of cfg) as layer `layer` of a ModelOpt-layout checkpoint file."""
+    write_safetensors(path, modelopt_dict(cfg, W, layer))
+
+
+def typed(tensors):
+    """{name: (safetensors dtype, array)} -> {name: array of that element type}, what
+    fp4moe.Checkpoint.from_tensors takes (F8 / BF16 as ml_dtypes views of the same bytes)."""
+    import ml_dtypes
+
+    as_np = {"U8": np.uint8, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+             "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E8M0": ml_dtypes.float8_e8m0fnu}
+    return {n: np.ascontiguousarray(a).view(as_np[d]) for n, (d, a) in tensors.items()}
+
+
+def modelopt_dict(cfg, W, layer=0):
+    """W as the {name: (dtype, array)} tensors of a ModelOpt layer."""
     I = cfg.inter
     t = {f"model.layers.{layer}.mlp.gate.weight": ("F32", W.router_w)}
     for e in range(cfg.n_experts):
@@ -99,7 +113,28 @@ def write_modelopt(path, cfg, W, layer=0):
             t[p + proj + ".weight"] = ("U8", d)
             t[p + proj + ".weight_scale"] = ("F8_E4M3", s)
             t[p + proj + ".weight_scale_2"] = ("F32", np.array([g], np.float32))
-    write_safetensors(path, t)
+    return t
+
+
+def gpt_oss_dict(W, cfg, gu_bias=None, dn_bias=None, r_bias=None):
+    """MXFP4 W of cfg as the {name: (dtype, array)} tensors of a gpt-oss layer 0: fused
+    over the experts, gate_up rows (and gu_bias, given interleaved) interleaving gate and up."""
+    E, I, H = W.w13_data.shape[0], cfg.inter, cfg.hidden
+    fused = np.empty_like(W.w13_data)  # gpt-oss: fused row 2i = gate row i, 2i+1 = up row i
+    fused[:, 0::2], fused[:, 1::2] = W.w13_data[:, :I], W.w13_data[:, I:]
+    fs = np.empty_like(W.w13_scales)
+    fs[:, 0::2], fs[:, 1::2] = W.w13_scales[:, :I], W.w13_scales[:, I:]
+    pre = "model.layers.0.mlp."
+    t = {pre + "router.weight": ("F32", W.router_w),
+         pre + "experts.gate_up_proj_blocks": ("U8", fused.reshape(E, 2 * I, H // 32, 16)),
+         pre + "experts.gate_up_proj_scales": ("U8", fs),
+         pre + "experts.down_proj_blocks": ("U8", W.w2_data.reshape(E, H, I // 32, 16)),
+         pre + "experts.down_proj_scales": ("U8", W.w2_scales)}
+    for name, b in (("router.bias", r_bias), ("experts.gate_up_proj_bias", gu_bias),
+                    ("experts.down_proj_bias", dn_bias)):
+        if b is not None:
+            t[pre + name] = ("F32", b)
+    return t
 
 
 def race(call, close, expect=None):

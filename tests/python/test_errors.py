@@ -3,6 +3,7 @@ library's status and message); nothing crashes, nothing caller-owned changes."""
 
 import ctypes as C
 import importlib
+import os
 
 import numpy as np
 import pytest
@@ -62,13 +63,12 @@ def test_run_argument_errors(layer, rng):
         (dict(x=bits, out=np.zeros((H, 2), np.float32).T), ValueError, "out: .*strided"),
         (dict(x=bits, topk_ids=np.zeros((2, 2), np.int32)), ValueError, "topk_ids, topk_weights: give both"),
     ]
-    if fp4moe.HAS_RUN_API:
-        cases += [
-            (dict(x=bits, topk_ids=np.zeros((2, 2), np.int64), topk_weights=np.ones((2, 2), np.float32)),
-             TypeError, "topk_ids: expected dtype int32"),
-            (dict(x=bits, topk_ids=np.zeros((2, 3), np.int32), topk_weights=np.ones((2, 3), np.float32)),
-             ValueError, r"topk_ids: expected shape \(2, 2\)"),
-        ]
+    cases += [
+        (dict(x=bits, topk_ids=np.zeros((2, 2), np.int64), topk_weights=np.ones((2, 2), np.float32)),
+         TypeError, "topk_ids: expected dtype int32"),
+        (dict(x=bits, topk_ids=np.zeros((2, 3), np.int32), topk_weights=np.ones((2, 3), np.float32)),
+         ValueError, r"topk_ids: expected shape \(2, 2\)"),
+    ]
     for kw, exc, msg in cases:
         out = kw.get("out")
         before = None if out is None else out.copy()
@@ -88,7 +88,6 @@ def test_nonfinite_x_leaves_out_untouched(layer, rng):
     assert np.all(out == 7.0)
 
 
-@pytest.mark.skipif(not fp4moe.HAS_RUN_API, reason="the library does not export fm_layer_run yet")
 def test_bad_expert_id(layer, rng):
     bits, _ = make_x(rng, 2, layer.cfg.hidden)
     ids = np.array([[0, 1], [2, 9]], np.int32)
@@ -154,20 +153,73 @@ def test_closed_checkpoint_objects(rng, tmp_path):
 
 
 def test_abi_check_catches_a_drifted_mirror(monkeypatch):
-    """The import-time layout check must fail on a mirror that differs from the C struct."""
+    """The import-time layout check must fail on a mirror that differs from the C struct,
+    with fp4moe.LibraryMismatchError (an ImportError) naming the library and the field."""
     class Drifted(C.Structure):
         _fields_ = [f for f in _lib.QTensor._fields_ if f[0] != "global_scale"]
 
     monkeypatch.setitem(_lib._MIRRORS, "fm_qtensor", Drifted)
-    with pytest.raises(ImportError, match="fm_qtensor"):
-        _lib._check_abi(_lib.lib)
+    with pytest.raises(fp4moe.LibraryMismatchError, match="fm_qtensor") as ei:
+        _lib._check_abi(_lib.lib, "/x/libfp4moe.so")
+    assert isinstance(ei.value, ImportError)
+    assert ei.value.library == "/x/libfp4moe.so" and f"{C.sizeof(Drifted)} in the binding" in ei.value.reason
 
     class Moved(C.Structure):
         _fields_ = [("fmt", C.c_int64), ("rows", C.c_int64), ("cols", C.c_int64), ("data", C.c_void_p),
                     ("scales", C.c_void_p), ("global_scale", C.c_float)]
     monkeypatch.setitem(_lib._MIRRORS, "fm_qtensor", Moved)
-    with pytest.raises(ImportError, match="fm_qtensor.fmt"):
-        _lib._check_abi(_lib.lib)
+    with pytest.raises(fp4moe.LibraryMismatchError, match="fm_qtensor.fmt"):
+        _lib._check_abi(_lib.lib, "/x/libfp4moe.so")
+
+
+def test_missing_entry_point():
+    """Every entry point is required (no probing, no fallback to older ones): a library
+    without fm_layer_run is refused, naming it."""
+    class Lib:
+        pass
+
+    lib = Lib()
+    for name in _lib._PROTOS:
+        if name != "fm_layer_run":
+            setattr(lib, name, getattr(_lib.lib, name))
+    with pytest.raises(fp4moe.LibraryMismatchError) as ei:
+        _lib._bind(lib, "/old/libfp4moe.so")
+    assert ei.value.library == "/old/libfp4moe.so" and "fm_layer_run" in ei.value.reason
+    assert not hasattr(fp4moe, "HAS_RUN_API")
+
+
+def test_import_against_another_library(tmp_path):
+    """Importing the package against a shared library that is not libfp4moe fails at
+    import with LibraryMismatchError, .library the path and .reason the first missing symbol."""
+    import ctypes.util
+    import subprocess
+    import sys
+
+    other = ctypes.util.find_library("m") or "libm.so.6"
+    path = C.CDLL(other)._name
+    probe = ("import sys\n"
+             "try:\n"
+             "    import fp4moe\n"
+             "except ImportError as e:\n"
+             "    print(type(e).__name__, e.library, '|', e.reason)\n"
+             "    sys.exit(0)\n"
+             "sys.exit(1)\n")
+    env = dict(os.environ, FP4MOE_LIBRARY=_resolve(path))
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith(f"LibraryMismatchError {env['FP4MOE_LIBRARY']} | no fm_"), r.stdout
+
+
+def _resolve(name):
+    """A path to a loaded shared object named name (libm), for FP4MOE_LIBRARY, which must be a file."""
+    if os.path.isfile(name):
+        return name
+    with open("/proc/self/maps") as f:
+        for line in f:
+            p = line.split()[-1]
+            if os.path.basename(p).startswith(name.split(".so")[0] + ".so") or os.path.basename(p) == name:
+                return p
+    pytest.skip(f"cannot find the file of {name}")
 
 
 def test_bad_library_path(monkeypatch):
