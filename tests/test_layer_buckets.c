@@ -3,8 +3,8 @@
  * the work-list rule (FM_WORK_LIST_AUTO keeps the list and the K splits only where FC1
  * splits at least FM_WORK_LIST_MIN_SPLITS ways), packed X only where the backend can
  * read it and the planner's estimate prefers it, and that the backend installs exactly
- * the plans the policy made. The policy used to live in the cuda executor, where only a
- * GPU run could reach it. */
+ * the plans the policy made. The policy is plain C over the backend table so that it
+ * is tested here, without a GPU. */
 #include "testutil.h"
 
 #include "backend.h"

@@ -1,11 +1,11 @@
 /* gemm_plan.h - one grouped GEMM resolved for launch (not installed).
  *
- * A launch used to take one argument struct that mixed the problem, the tile choice,
- * the planner's hints and the buffers, and re-derived the kernel from it every time:
- * the tile's catalogue row by search, the variant, the feature blocks, the shared
- * memory. Here the choice is made once, by fm_cuda_gemm_plan_make, into an
- * fm_gemm_plan (the layer makes one per GEMM per batch-size bucket at create and at
- * fm_layer_set_plan); fm_cuda_gemm_launch then only fills the kernel's parameters from
+ * Which kernel runs is decided once, not at every launch: fm_cuda_gemm_plan_make
+ * resolves the problem, the tile choice and the planner's hints into an fm_gemm_plan
+ * (the tile's catalogue row, the variant, the feature blocks, the shared memory; the
+ * layer makes one per GEMM per batch-size bucket at create and at fm_layer_set_plan),
+ * so that a run, which a serving engine replays at every step, pays for no catalogue
+ * search and no planning; fm_cuda_gemm_launch only fills the kernel's parameters from
  * the plan and the operands (the buffers of one call) and launches. The public
  * fm_cuda_gemm is make + launch. Plain C: the layer holds plans without CUDA types. */
 #ifndef FM_CUDA_GEMM_PLAN_H
