@@ -68,7 +68,7 @@ static fm_status time_current(tune_ctx *c, double *us)
     double t[TUNE_REPS];
     FM_CHECK(c->ops->tune_time(c->state, c->bench, TUNE_WARM, TUNE_REPS, t));
     *us = fm_rot_time(t, TUNE_NX, TUNE_REPS);
-    return FM_OK;
+    return *us >= 0 ? FM_OK : fm_fail(FM_ERR_OOM, "fm_layer_tune: out of host memory");
 }
 
 /* Plan p: set and timed (*us), or *us = -1 when set_plan refuses it. */
