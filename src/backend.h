@@ -21,6 +21,27 @@ typedef struct {
     fm_cuda_device *device;         /* cuda only */
 } fm_layer_params;
 
+/* The tuner's inputs (src/layer/tune.c): host BF16 x[T][hidden] and n_routings external
+ * routings ids / weights [n_routings][T][top_k] of global experts. */
+typedef struct {
+    const uint16_t *x;
+    const int32_t  *ids;
+    const float    *weights;
+    int             n_routings, T;
+} fm_tune_inputs;
+
+/* What the bucket policy (src/layer/buckets.c) asks the planner for one GEMM: rows per
+ * expert and active experts to rank for, X packed, K splits the planner's to choose. */
+typedef struct {
+    int rows, active, x_packed, k_splits_auto;
+} fm_gemm_hint;
+
+/* Batch-size buckets: bucket b holds T in (2^(b-1), 2^b] (src/layer/buckets.c). */
+#define FM_LAYER_BUCKETS 32
+int fm_layer_bucket_of(int T);
+/* The largest T of bucket b: 2^b, at most max_tokens. */
+int fm_layer_bucket_tokens(int max_tokens, int b);
+
 typedef struct {
     const char *name;
     /* FM_OK when this backend can run here (device present, ...). */
@@ -46,13 +67,31 @@ typedef struct {
     fm_status (*forward_host)(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
     /* fm_layer_errors; NULL: nothing is deferred (CPU backends). */
     fm_status (*errors)(void *state, void *stream, fm_layer_error_info *info);
+    /* Tile plans, made by the layer's bucket policy at create (NULL: none). gemm_choose:
+     * the planner's first choice for GEMM g (0: FC1 gate/up + SwiGLU, 1: FC2 down +
+     * finalize) under h (feature_blocks, k_splits, est_us may be NULL). packed_x_ok:
+     * whether GEMM g can read packed X on the backend's device. install: plans[0..n) of
+     * buckets 0..n-1 (the policy's, unchecked) resolved for launch. */
+    fm_status (*gemm_choose)(void *state, int g, const fm_gemm_hint *h, fm_tile *tile, int *feature_blocks,
+                             int *k_splits, double *est_us);
+    int (*packed_x_ok)(void *state, int g);
+    fm_status (*install)(void *state, const fm_layer_plan_info *plans, int n);
     /* fm_layer_plan (T checked); NULL: the backend has none (FM_ERR_UNSUPPORTED). */
     fm_status (*plan)(void *state, int T, fm_layer_plan_info *info);
     /* fm_layer_set_plan (T and info's pointer checked); NULL: FM_ERR_UNSUPPORTED. */
     fm_status (*set_plan)(void *state, int T, const fm_layer_plan_info *info);
-    /* fm_layer_tune (T checked, p the layer's parameters; through the public calls on
-     * layer); NULL: FM_ERR_UNSUPPORTED. */
-    fm_status (*tune)(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
+    /* fm_layer_tune's timing (src/layer/tune.c runs the search; NULL: FM_ERR_UNSUPPORTED).
+     * tune_begin: after the work on stream, the inputs on the device and what timing
+     * needs (*bench; on failure nothing is left). tune_time: the plan the backend holds
+     * now for in->T, run warm + reps times rotating over the routings (run i on routing
+     * (i + warm) % n_routings) as graph replays, the reps' times in us into t[reps].
+     * tune_end: ok = 1 reads the error word (what the runs recorded is a failure), ok = 0
+     * clears it; then frees bench. tune_tiles: the tiles with code on the device (mma
+     * family first, catalogue order), at most cap, the count returned. */
+    fm_status (*tune_begin)(void *state, const fm_tune_inputs *in, void *stream, void **bench);
+    fm_status (*tune_time)(void *state, void *bench, int warm, int reps, double *t);
+    fm_status (*tune_end)(void *state, void *bench, int ok);
+    size_t (*tune_tiles)(void *state, fm_tile *out, size_t cap);
     /* bytes of caller workspace a run needs (p->caller_workspace); NULL: 0. */
     size_t (*workspace_bytes)(void *state);
     void (*destroy)(void *state);
@@ -68,8 +107,6 @@ extern const fm_backend_ops fm_cpu_ref_ops; /* src/cpu/backend_ref.c */
 extern const fm_backend_ops fm_cpu_ops;     /* src/cpu/backend_fast.c */
 #ifdef FM_HAVE_CUDA
 extern const fm_backend_ops fm_cuda_ops; /* src/cuda/backend_cuda.c */
-/* its tune op (src/cuda/tune.c) */
-fm_status fm_cuda_tune(fm_layer *layer, const fm_layer_params *p, int T, void *stream, fm_layer_tune_info *info);
 #endif
 
 /* Dispatched rows (src/layer_dispatch.c), for backends that read counts / offsets on the

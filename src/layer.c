@@ -1,7 +1,9 @@
-/* layer.c - backend selection and the checks every backend shares, so that a
- * backend only sees validated input and the caller's buffers are untouched on
- * failure. */
+/* layer.c - the layer's façade: backend selection, the public calls, and the checks
+ * every backend shares, so that a backend only sees validated input and the caller's
+ * buffers are untouched on failure. Its parts in src/layer/: the weight checks, the
+ * bucket policy (which kernels each batch size runs) and the tuner's search. */
 #include "backend.h"
+#include "layer/layer_internal.h"
 #include "format/format_internal.h"
 
 #include <float.h>
@@ -61,94 +63,6 @@ fm_status fm_backend_available(fm_backend_kind k)
     return ops->available();
 }
 
-static fm_status check_tensor(const fm_qtensor *t, fm_format f, int64_t rows, int64_t cols, const char *what, int e)
-{
-    if (!t->data || (f != FM_FORMAT_BF16 && !t->scales))
-        return fm_fail(FM_ERR_INVALID_ARG, "%s[%d]: NULL data or scales", what, e);
-    if (t->fmt != f)
-        return fm_fail(FM_ERR_FORMAT, "%s[%d]: format %d differs from the layer's %d", what, e, (int)t->fmt, (int)f);
-    if (t->rows != rows || t->cols != cols)
-        return fm_fail(FM_ERR_BAD_SHAPE, "%s[%d]: shape [%lld x %lld], expected [%lld x %lld]", what, e,
-                       (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
-    if (!isfinite(t->global_scale) || t->global_scale <= 0.0f)
-        return fm_fail(FM_ERR_NONFINITE, "%s[%d]: global scale %g is not finite and positive", what, e,
-                       (double)t->global_scale);
-    return FM_OK;
-}
-
-fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w)
-{
-    if (!w || !w->router_w || !w->w13 || !w->w2)
-        return fm_fail(FM_ERR_INVALID_ARG, "weights: NULL router_w, w13 or w2");
-    if (cfg->shared_inter > 0 && (!w->shared_w13 || !w->shared_w2))
-        return fm_fail(FM_ERR_INVALID_ARG, "weights: shared_inter=%d but shared expert weights are NULL",
-                       cfg->shared_inter);
-    for (int e = 0; e < cfg->n_experts; e++) {
-        FM_CHECK(check_tensor(&w->w13[e], cfg->wfmt, 2LL * cfg->inter, cfg->hidden, "w13", e));
-        FM_CHECK(check_tensor(&w->w2[e], cfg->wfmt, cfg->hidden, cfg->inter, "w2", e));
-        /* Every decoded weight ((e2m1 x block scale) x weight_scale_2) must be
-         * finite: a global of 3e38 over a block scale of 448 decodes to Inf,
-         * which the backends then blamed on the input ("out overflowed"). */
-        const char *too_big = cfg->wfmt == FM_FORMAT_NVFP4 ? "weight_scale_2" : "block scale";
-        for (int j = 0; j < 2; j++) {
-            char who[96];
-            snprintf(who, sizeof who, "%s[%d] (expert %d): %s too large", j ? "w2" : "w13", e, e, too_big);
-            FM_CHECK(fm_qtensor_check_finite(who, j ? &w->w2[e] : &w->w13[e]));
-        }
-        /* Expert biases (gpt-oss): finite, so that a NaN in the checkpoint is named here, not
-         * reported later as an output that overflowed */
-        for (int j = 0; j < 2; j++) {
-            const float *b = j ? w->w2_bias : w->w13_bias;
-            const int    nb = j ? cfg->hidden : 2 * cfg->inter;
-            for (int i = 0; b && i < nb; i++)
-                if (!isfinite(b[(size_t)e * nb + i]))
-                    return fm_fail(FM_ERR_NONFINITE, "%s[%d][%d] = %g: an expert bias must be finite",
-                                   j ? "w2_bias" : "w13_bias", e, i, (double)b[(size_t)e * nb + i]);
-        }
-        /* Input global scales: fm_quantize's rule for a static NVFP4 global
-         * (normal, and the largest value of its grid, 6 x 448 x scale, finite),
-         * checked here so that every backend refuses them at create, not each
-         * differently in forward. */
-        for (int j = 0; j < 2; j++) {
-            const float *a = j ? w->a2_scale : w->a1_scale;
-            if (a && !(a[e] >= FLT_MIN && isfinite((6.0f * 448.0f) * a[e])))
-                return fm_fail(FM_ERR_NONFINITE,
-                               "%s[%d] = %g: an NVFP4 input global scale must be a normal float with 6 x 448 x "
-                               "scale finite, i.e. in [%g, %g]",
-                               j ? "a2_scale" : "a1_scale", e, (double)a[e], (double)FLT_MIN,
-                               (double)(FLT_MAX / 2688.0f));
-        }
-    }
-    return FM_OK;
-}
-
-/* The router and the shared expert (BF16): finite, so that a NaN in a checkpoint is named
- * here, at create, like a NaN scale; at a run it made every logit of an expert (or every
- * output of the shared expert) NaN, which the backends then blamed on the input ("inputs
- * too large"). cfg->n_experts is the global count: the router spans every expert. */
-static fm_status check_dense_finite(const fm_moe_config *cfg, const fm_moe_weights *w)
-{
-    const size_t E = (size_t)cfg->n_experts, H = (size_t)cfg->hidden, S = (size_t)cfg->shared_inter;
-    for (size_t i = 0; i < E * H; i++)
-        if (!isfinite(w->router_w[i]))
-            return fm_fail(FM_ERR_NONFINITE, "router_w[%zu][%zu] = %g: the router weight must be finite", i / H, i % H,
-                           (double)w->router_w[i]);
-    for (size_t e = 0; w->router_bias && e < E; e++)
-        if (!isfinite(w->router_bias[e]))
-            return fm_fail(FM_ERR_NONFINITE, "router_bias[%zu] = %g: the router bias must be finite", e,
-                           (double)w->router_bias[e]);
-    if (S == 0) return FM_OK;
-    for (int j = 0; j < 2; j++) {
-        const uint16_t *t = j ? w->shared_w2 : w->shared_w13;
-        const size_t    rows = j ? H : 2 * S, cols = j ? S : H;
-        for (size_t i = 0; i < rows * cols; i++)
-            if ((t[i] & 0x7f80u) == 0x7f80u) /* BF16 exponent all ones: Inf or NaN */
-                return fm_fail(FM_ERR_NONFINITE, "%s[%zu][%zu] is %s: a shared-expert weight must be finite",
-                               j ? "shared_w2" : "shared_w13", i / cols, i % cols, (t[i] & 0x7fu) ? "NaN" : "Inf");
-    }
-    return FM_OK;
-}
-
 void fm_layer_store_bf16(const float *in, size_t n, uint16_t *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = fm_bf16_encode(in[i]);
@@ -170,17 +84,11 @@ struct fm_layer {
     char       plans_note[768]; /* fm_layer_plans_note */
 };
 
-/* The layer fm_layer_tune is tuning on this thread: the cuda tuner runs, plans and
- * re-plans the layer through the public calls (src/cuda/tune.c), which must not find
- * their own thread's tune holding the layer. */
-static _Thread_local const fm_layer *tl_tuning;
-
-/* Take the layer for one call: 1 taken (release with layer_leave), 2 already held by
- * this thread's fm_layer_tune (nothing to release), 0 busy (FM_ERR_BUSY recorded). */
+/* Take the layer for one call: 1 taken (release with layer_leave), 0 busy (FM_ERR_BUSY
+ * recorded). */
 static int layer_enter(const fm_layer *cl, const char *who)
 {
     fm_layer *l = (fm_layer *)cl; /* the flag is the one mutable part of a const layer's calls */
-    if (tl_tuning == cl) return 2;
     if (atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) == 0) return 1;
     fm_fail(FM_ERR_BUSY, "%s: the layer is in use by another call (a layer runs one call at a time: give each thread "
                          "its own layer, or serialise the calls)", who);
@@ -263,7 +171,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     fm_moe_config lcfg = *cfg; /* the shard's experts, for the weight checks */
     lcfg.n_experts = (int)nl;
     FM_CHECK(fm_moe_weights_check(&lcfg, w));
-    FM_CHECK(check_dense_finite(cfg, w));
+    FM_CHECK(fm_layer_check_dense_finite(cfg, w));
     fm_backend_kind kind = FM_BACKEND_AUTO;
     FM_CHECK(fm_layer_resolve_backend(d, &kind));
     fm_layer *l = calloc(1, sizeof *l);
@@ -286,6 +194,10 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     if ((s = l->ops->create(&l->p, w, &l->state)) != FM_OK) {
         fm_cuda_device_close(l->own_device);
         free(l);
+        return s;
+    }
+    if (l->ops->install && (s = fm_layer_plan_buckets(l->ops, l->state, &l->p)) != FM_OK) {
+        fm_layer_destroy(l);
         return s;
     }
     if (d->plans && kind != FM_BACKEND_CUDA)
@@ -504,15 +416,12 @@ fm_status fm_layer_tune(fm_layer *l, int T, void *stream, fm_layer_tune_info *in
     if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_tune: NULL layer");
     if (T < 1 || T > l->p.max_tokens)
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_layer_tune: T=%d outside [1, max_tokens=%d]", T, l->p.max_tokens);
-    if (!l->ops->tune)
+    if (!l->ops->tune_begin)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_tune: the %s backend has no tile plan (only cuda layers do)",
                        l->ops->name);
     const int in = layer_enter(l, "fm_layer_tune");
     if (!in) return FM_ERR_BUSY;
-    const fm_layer *outer = tl_tuning;
-    tl_tuning = l; /* its runs and plan changes go through the public calls on this thread */
-    fm_status s = l->ops->tune(l, &l->p, T, stream, info);
-    tl_tuning = outer;
+    fm_status s = fm_layer_tune_bucket(l->ops, l->state, &l->p, T, stream, info);
     layer_leave(l, in);
     return s;
 }
@@ -535,7 +444,7 @@ void fm_layer_destroy(fm_layer *l)
     /* A call in flight on another thread (a caller bug, layer.h): freeing the state under
      * it would corrupt the heap; leave the layer allocated (a leak) and say so instead.
      * Nothing can catch a call made after the free. */
-    if (tl_tuning != l && atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) != 0) {
+    if (atomic_exchange_explicit(&l->busy, 1, memory_order_acquire) != 0) {
         fprintf(stderr, "fp4moe: fm_layer_destroy: the layer is in use by another call; not destroyed (leaked)\n");
         return;
     }

@@ -17,11 +17,10 @@
  *   5. the BF16 shared expert (the shard holding expert 0 only);
  *   6. FC2 + FINALIZE_DET: out[t] = (shared) + sum over t's local slots of
  *      weight * (h . W2^T) in slot order (deterministic), FP32 or BF16.
- * Tiles: chosen at create time for every batch-size bucket (T a power of two up
- * to max_tokens; the planner's ranking for the rows per expert and the active
- * experts each bucket gives, K split over several CTAs where few experts leave
- * SMs idle); run looks its bucket up. The GEMMs get max_rows = T * top_k: the row
- * counts live only on the device (offsets).
+ * Tiles: the layer's bucket policy (src/layer/buckets.c) chooses them at create for
+ * every batch-size bucket (T a power of two up to max_tokens); layer_plan.c resolves
+ * each GEMM into an fm_gemm_plan then, and run looks its bucket up and launches. The
+ * GEMMs get max_rows = T * top_k: the row counts live only on the device (offsets).
  * Devices: every CUDA call runs with the layer's device current and restores
  * the caller's device. fm_layer_forward (host pointers) runs on a private
  * stream of the layer: upload, run, one sync, the error word, download.
@@ -35,50 +34,13 @@
 
 #include "backend.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/gemm_plan.h"
+#include "cuda/layer_cuda.h"
 #include "cuda/moe_kernels.h"
 
-#define FM_BUCKETS 32 /* bucket b: T in (2^(b-1), 2^b] */
-#define FM_WS_ALIGN 256
-
-typedef struct {
-    fm_tile      t1, t2;   /* FC1, FC2 tiles */
-    int          nb1, nb2; /* feature blocks per CTA */
-    int          ks1, ks2; /* K splits (1: none) */
-    int          slots;    /* experts the mma grids are sized for (the bucket's expected active experts) */
-    int          pk1, pk2; /* packed X of FC1 / FC2 */
-    int          rows, act; /* rows per expert and active experts the tiles were chosen for */
-} bucket_plan;
-
-/* Byte offsets of the per-run buffers inside the workspace. */
-typedef struct {
-    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active,
-        total;
-} ws_layout;
-
-typedef struct {
-    fm_layer_params     p;
-    const fm_cuda_device *dev;
-    fm_cuda_weights    *w13, *w2;
-    int                 bad_bias; /* index of a NaN/Inf router bias (run refuses internal routing), or -1 */
-    float               bad_bias_value;
-    float              *d_router, *d_bias; /* d_bias NULL without a bias */
-    uint16_t           *d_sw13, *d_sw2;    /* shared expert, BF16 */
-    fm_moe_dev_errors  *d_err;
-    ws_layout           ws;
-    void               *ws_own;            /* the layer's workspace (NULL with caller workspace) */
-    void               *d_split;           /* split-K counters + partials of both GEMMs (NULL: no bucket splits) */
-    size_t              split_bytes;
-    uint16_t           *d_xstage;          /* fm_layer_forward: x uploaded here */
-    float              *d_ostage;          /* fm_layer_forward: FP32 out before download */
-    cudaStream_t        own_stream;        /* fm_layer_forward's stream */
-    cudaEvent_t         ev0, ev1;
-    int                 n_buckets;
-    bucket_plan         plan[FM_BUCKETS];
-    int                 pdl_chain; /* cc 9.0+ unless desc.pdl_chain is OFF: gather and reduce launched with PDL too */
-} cuda_state;
-
-static fm_status cu_err(cudaError_t e, const char *what)
+fm_status fm_cuda_layer_fail(int err, const char *what)
 {
+    const cudaError_t e = (cudaError_t)err;
     (void)cudaGetLastError();
     if (e == cudaErrorMemoryAllocation) return fm_fail(FM_ERR_OOM, "cuda backend: %s: %s", what, cudaGetErrorString(e));
     return fm_fail(FM_ERR_CUDA, "cuda backend: %s: %s", what, cudaGetErrorString(e));
@@ -92,14 +54,6 @@ static fm_status cuda_available(void)
     return FM_OK;
 }
 
-/* Whether the device has code for any wgmma tile (sm_90a in the build, a 9.0 device). */
-static int has_wgmma(const fm_cuda_device *d)
-{
-    unsigned long long m, w;
-    fm_cuda_device_rows(d, &m, &w);
-    return w != 0;
-}
-
 static size_t take(size_t *at, size_t bytes)
 {
     size_t o = *at;
@@ -107,12 +61,12 @@ static size_t take(size_t *at, size_t bytes)
     return o;
 }
 
-static ws_layout layout_of(const fm_layer_params *p)
+static fm_ws_layout layout_of(const fm_layer_params *p)
 {
     const fm_moe_config *c = &p->cfg;
     const size_t T = (size_t)p->max_tokens, R = T * c->top_k, E = (size_t)c->n_experts, H = (size_t)c->hidden,
                  I = (size_t)c->inter, S = p->first == 0 ? (size_t)c->shared_inter : 0;
-    ws_layout l;
+    fm_ws_layout l;
     size_t    at = 0;
     l.xp = take(&at, sizeof(uint16_t) * R * H);
     l.h = take(&at, sizeof(uint16_t) * R * I);
@@ -136,7 +90,7 @@ static ws_layout layout_of(const fm_layer_params *p)
 
 static void cuda_destroy(void *ptr)
 {
-    cuda_state *s = ptr;
+    fm_cuda_layer *s = ptr;
     if (!s) return;
     int prev = -1;
     if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
@@ -152,121 +106,7 @@ static void cuda_destroy(void *ptr)
     free(s);
 }
 
-/* 1 if the planner estimates the call faster with packed X than with natural X. */
-static int prefer_packed(const fm_cuda_gemm_args *a)
-{
-    fm_cuda_gemm_args p = *a;
-    fm_tile           t;
-    double            nat = 0, pk = 0;
-    p.x_packed = 1;
-    int ok = fm_cuda_gemm_choose(a, &t, NULL, NULL, &nat) == FM_OK && fm_cuda_gemm_choose(&p, &t, NULL, NULL, &pk) == FM_OK;
-    fm_clear_error();
-    return ok && pk < nat;
-}
-
-/* The smallest r with P(X <= r) >= q, X ~ Binomial(n, pr): an expert's rows when each of
- * n tokens picks it with probability pr (log-space terms: no underflow at large n). */
-static int binomial_quantile(int n, double pr, double q)
-{
-    if (pr <= 0) return 0;
-    if (pr >= 1) return n;
-    const double lg = lgamma(n + 1.0), l1 = log(pr), l0 = log1p(-pr);
-    double       cdf = 0;
-    for (int r = 0; r < n; r++) {
-        cdf += exp(lg - lgamma(r + 1.0) - lgamma(n - r + 1.0) + r * l1 + (n - r) * l0);
-        if (cdf >= q) return r;
-    }
-    return n;
-}
-
-/* Rows per expert and active experts the planner ranks a bucket of T tokens for:
- * T * top_k routed slots over the global experts, the shard's share of them; with
- * row_quantile (or its AUTO rule), at least that quantile of one expert's row count. */
-static void bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
-{
-    const double R = (double)T * p->cfg.top_k, local = R * p->n_local / p->cfg.n_experts;
-    int          rows = (int)ceil(local), a = rows < p->n_local ? (rows > 0 ? rows : 1) : p->n_local;
-    *act = a;
-    *avg = (rows + a - 1) / a;
-    if (*avg < 1) *avg = 1;
-    const float q = p->row_quantile == FM_ROW_QUANTILE_AUTO
-                        ? (T >= FM_ROW_QUANTILE_AUTO_MIN_T ? FM_ROW_QUANTILE_AUTO_Q : 0.0f)
-                        : p->row_quantile;
-    if (q > 0) {
-        int qr = binomial_quantile(T, (double)p->cfg.top_k / p->cfg.n_experts, q);
-        if (qr > *avg) *avg = qr;
-    }
-}
-
-/* The largest T of bucket b */
-static int bucket_tokens(const cuda_state *s, int b)
-{
-    long long Tb = 1LL << b;
-    return Tb < s->p.max_tokens ? (int)Tb : s->p.max_tokens;
-}
-
-/* The split buffer the plans need: counters of the larger GEMM at the largest split
- * bucket + the largest partials (cuda.h's layout lets FC1 and FC2 share it, one after
- * the other). */
-static size_t split_need(const cuda_state *s, const bucket_plan *plans)
-{
-    size_t cnt_max = 0, part_max = 0;
-    for (int b = 0; b < s->n_buckets; b++) {
-        const int              R = bucket_tokens(s, b) * s->p.cfg.top_k; /* a bucket's runs have at most T tokens */
-        const fm_cuda_weights *wk[2] = {s->w13, s->w2};
-        const int              ks[2] = {plans[b].ks1, plans[b].ks2};
-        for (int g = 0; g < 2; g++) {
-            if (ks[g] < 2) continue;
-            size_t cb = fm_cuda_split_counter_bytes(wk[g], R), pb = fm_cuda_gemm_split_ws_bytes(wk[g], R, ks[g]) - cb;
-            if (cb > cnt_max) cnt_max = cb;
-            if (pb > part_max) part_max = pb;
-        }
-    }
-    return cnt_max + part_max;
-}
-
-/* Tiles, X layouts and K splits of every bucket, and the split buffer's size. */
-static fm_status plan_buckets(cuda_state *s)
-{
-    const fm_moe_config *c = &s->p.cfg;
-    const int            sm90 = has_wgmma(s->dev); /* packed X is read by the wgmma kernels */
-    s->n_buckets = 0;
-    for (int b = 0; b < FM_BUCKETS; b++) {
-        const int T = bucket_tokens(s, b);
-        int       avg, act;
-        bucket_rows(&s->p, T, &avg, &act);
-        /* decode_work_list: 1 every bucket, -1 none, 0 (auto) the buckets where the planner
-         * splits FC1's K at least FM_WORK_LIST_MIN_SPLITS ways: there the work list won on the
-         * H200 (GLM-5 EP8, T = 1/2/4: 16/8/4 splits, graph replay -22/-7/-9 %); at 2 splits
-         * or none it lost (T = 8: +7 %, all-local T = 1: +16 %; bench/RESULTS.md 2026-12-03) */
-        const int         mode = s->p.decode_work_list;
-        int               wl = mode != FM_WORK_LIST_OFF;
-        fm_cuda_gemm_args a1 = {.device = s->dev, .w = s->w13, .epi = FM_CUDA_EPI_SWIGLU, .expected_rows = avg, .active_experts = act,
-                                .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
-        fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .epi = FM_CUDA_EPI_FINALIZE_DET, .expected_rows = avg,
-                                .active_experts = act, .k_splits = wl ? FM_CUDA_K_SPLITS_AUTO : 0};
-        bucket_plan *pl = &s->plan[b];
-        pl->rows = avg, pl->act = act;
-        pl->pk1 = sm90 && c->hidden % 64 == 0 && prefer_packed(&a1);
-        pl->pk2 = sm90 && c->inter % 64 == 0 && prefer_packed(&a2);
-        a1.x_packed = pl->pk1;
-        a2.x_packed = pl->pk2;
-        FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
-        if (mode == FM_WORK_LIST_AUTO && pl->ks1 < FM_WORK_LIST_MIN_SPLITS) { /* the plain grids */
-            wl = 0;
-            a1.k_splits = a2.k_splits = 0;
-            FM_CHECK(fm_cuda_gemm_choose(&a1, &pl->t1, &pl->nb1, &pl->ks1, NULL));
-        }
-        pl->slots = wl ? act : 0; /* 0: no work list */
-        FM_CHECK(fm_cuda_gemm_choose(&a2, &pl->t2, &pl->nb2, &pl->ks2, NULL));
-        s->n_buckets = b + 1;
-        if (T >= s->p.max_tokens) break;
-    }
-    s->split_bytes = split_need(s, s->plan);
-    return FM_OK;
-}
-
-static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
+static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
 {
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *cfg = &p->cfg;
@@ -275,9 +115,9 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
     FM_CHECK(fm_cuda_weights_create(w->w13, L, &s->w13));
     FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
 #define DALLOC(ptr, bytes) \
-    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) return cu_err(e, "cudaMalloc")
+    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) return fm_cuda_layer_fail(e, "cudaMalloc")
 #define UPLOAD(dst, src, bytes) \
-    if ((e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice)) != cudaSuccess) return cu_err(e, "upload")
+    if ((e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice)) != cudaSuccess) return fm_cuda_layer_fail(e, "upload")
     DALLOC(s->d_router, sizeof(float) * (size_t)E * H);
     UPLOAD(s->d_router, w->router_w, sizeof(float) * (size_t)E * H);
     if (w->router_bias) {
@@ -304,18 +144,13 @@ static fm_status create_on_device(cuda_state *s, const fm_moe_weights *w)
 #undef UPLOAD
     if ((e = cudaStreamCreateWithFlags(&s->own_stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess)
-        return cu_err(e, "stream/event create");
+        return fm_cuda_layer_fail(e, "stream/event create");
     int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
     if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
-        return cu_err(le ? (cudaError_t)le : e, "clear the error word");
-    FM_CHECK(plan_buckets(s));
-    if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
-        if ((e = cudaMalloc(&s->d_split, s->split_bytes)) != cudaSuccess) return cu_err(e, "cudaMalloc");
-        if ((e = cudaMemset(s->d_split, 0, s->split_bytes)) != cudaSuccess) return cu_err(e, "clear split counters");
-    }
-    /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) and the
-     * memset ran on the legacy stream, which a caller's non-blocking stream does not wait for */
-    if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return cu_err(e, "upload");
+        return fm_cuda_layer_fail(le ? (cudaError_t)le : e, "clear the error word");
+    /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) ran on
+     * the legacy stream, which a caller's non-blocking stream does not wait for */
+    if ((e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) return fm_cuda_layer_fail(e, "upload");
     return FM_OK;
 }
 
@@ -356,7 +191,7 @@ static fm_status cuda_supports(const fm_layer_params *p, unsigned features)
 static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, void **state)
 {
     FM_CHECK(cuda_supports(p, fm_weights_features(w)));
-    cuda_state *s = calloc(1, sizeof *s);
+    fm_cuda_layer *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory");
     s->p = *p;
     s->dev = p->device;
@@ -379,272 +214,23 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     return FM_OK;
 }
 
-static int bucket_of(int T)
-{
-    int b = 0;
-    while ((1LL << b) < T) b++;
-    return b;
-}
-
-/* Enqueue one run on `stream` (the layer's device is current). */
-static fm_status enqueue(cuda_state *s, const fm_layer_run_args *a, void *stream)
-{
-    const fm_layer_params *p = &s->p;
-    const fm_moe_config   *c = &p->cfg;
-    const int T = a->T, E = c->n_experts, H = c->hidden, K = c->top_k, L = p->n_local, R = T * K;
-    const int shared = p->first == 0 && c->shared_inter > 0;
-    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
-    uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
-    float    *logits = (float *)(ws + s->ws.logits), *out32 = (float *)(ws + s->ws.out32);
-    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
-    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
-    int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
-    float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
-    unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
-    int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
-    const bucket_plan  *pl = &s->plan[bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1];
-    int le;
-
-    const int32_t *rid = a->topk_ids;
-    const float   *rwt = a->topk_weights;
-    const unsigned long long *bl = NULL;
-    if (!rid) {
-        if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
-            return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
-                           (double)s->bad_bias_value);
-        if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
-            return cu_err((cudaError_t)le, "router logits");
-        if (a->routed_ids) ids = a->routed_ids, wts = a->routed_weights; /* the caller keeps the routing */
-        if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
-            return cu_err((cudaError_t)le, "routing");
-        rid = ids, rwt = wts, bl = badlogit;
-    }
-    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, pl->slots ? active : NULL, stream)) != 0)
-        return cu_err((cudaError_t)le, "permutation");
-    if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
-                                   s->pdl_chain, stream)) != 0)
-        return cu_err((cudaError_t)le, "gather");
-    /* PDL (sm_90+): each GEMM's CTAs take the SM slots the kernel before it frees */
-    fm_cuda_gemm_args a1 = {.device = s->dev, .w = s->w13, .x = xp, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_SWIGLU, .y = h,
-                            .x_packed = pl->pk1, .y_packed = pl->pk2, .tile = &pl->t1,
-                            .feature_blocks = pl->nb1 > 0 ? pl->nb1 : 1, .stream = stream, .pdl = 1,
-                            .k_splits = pl->ks1, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots};
-    FM_CHECK(fm_cuda_gemm(&a1));
-    const int bf16 = p->out_dtype == FM_OUT_BF16;
-    float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
-    if (shared) {
-        cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-        if (e != cudaSuccess) return cu_err(e, "clear out");
-        if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
-            return cu_err((cudaError_t)le, "shared expert");
-    }
-    fm_cuda_gemm_args a2 = {.device = s->dev, .w = s->w2, .x = h, .offsets = off, .max_rows = R, .epi = FM_CUDA_EPI_FINALIZE_DET,
-                            .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
-                            .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T, .top_k = K,
-                            .token_slots = slots, .scratch = scratch, .x_packed = pl->pk2, .tile = &pl->t2,
-                            .feature_blocks = pl->nb2 > 0 ? pl->nb2 : 1, .stream = stream, .pdl = 1,
-                            .k_splits = pl->ks2, .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                            .expert_list = pl->slots ? active : NULL, .expert_slots = pl->slots,
-                            .pdl_reduce = s->pdl_chain};
-    FM_CHECK(fm_cuda_gemm(&a2));
-    return FM_OK;
-}
-
-static fm_status cuda_run(void *ptr, const fm_layer_run_args *a, fm_run_stats *stats)
-{
-    (void)stats;
-    cuda_state *s = ptr;
-    int         prev = -1;
-    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
-    fm_status st = enqueue(s, a, a->stream);
-    fm_cuda_device_leave(s->dev, prev);
-    return st;
-}
-
-/* Read and clear the error word (stream already synchronised by the caller). */
-static fm_status read_errors(cuda_state *s, cudaStream_t stream, fm_layer_error_info *info)
-{
-    fm_moe_dev_errors h;
-    cudaError_t       e = cudaMemcpyAsync(&h, s->d_err, sizeof h, cudaMemcpyDeviceToHost, stream);
-    if (e == cudaSuccess) {
-        int le = fm_moe_dev_errors_reset_launch(s->d_err, stream);
-        e = le ? (cudaError_t)le : cudaStreamSynchronize(stream);
-    }
-    if (e != cudaSuccess) return cu_err(e, "read the error word");
-    const int E = s->p.cfg.n_experts, K = s->p.cfg.top_k, H = s->p.cfg.hidden;
-    if (info) {
-        info->bad_ids = (long long)h.bad_ids;
-        info->first_bad_slot = h.first_bad_slot == ~0ull ? -1 : (long long)h.first_bad_slot;
-        info->nonfinite_x = h.first_nonfinite_x != ~0ull;
-        info->first_nonfinite = h.first_nonfinite_x == ~0ull ? -1 : (long long)h.first_nonfinite_x;
-        info->nonfinite_logits = h.bad_logit != ~0ull;
-        info->nonfinite_weights = (long long)h.nonfinite_w;
-    }
-    if (h.bad_ids)
-        return fm_fail(FM_ERR_OUT_OF_RANGE,
-                       "cuda backend: %llu routed slot(s) had an expert id outside [-1, %d) (first: topk_ids[%llu][%llu]); "
-                       "they were skipped", h.bad_ids, E, h.first_bad_slot / K, h.first_bad_slot % K);
-    if (h.first_nonfinite_x != ~0ull)
-        return fm_fail(FM_ERR_NONFINITE, "cuda backend: x[%llu][%llu] is NaN or Inf", h.first_nonfinite_x / H,
-                       h.first_nonfinite_x % H);
-    if (h.bad_logit != ~0ull) /* the CPU backends' check and message (fm_moe_route_tokens) */
-        return fm_fail(FM_ERR_NONFINITE, "cuda backend: router logit [%llu][%llu] overflowed (inputs too large)",
-                       h.bad_logit / (unsigned long long)E, h.bad_logit % (unsigned long long)E);
-    if (h.nonfinite_w)
-        return fm_fail(FM_ERR_NONFINITE, "cuda backend: %llu topk_weights of local slots were NaN or Inf",
-                       h.nonfinite_w);
-    return FM_OK;
-}
-
-static fm_status cuda_errors(void *ptr, void *stream, fm_layer_error_info *info)
-{
-    cuda_state *s = ptr;
-    int         prev = -1;
-    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
-    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
-    fm_status   st = e != cudaSuccess ? cu_err(e, "an earlier run failed") : read_errors(s, (cudaStream_t)stream, info);
-    fm_cuda_device_leave(s->dev, prev);
-    return st;
-}
-
-static fm_status forward_host_on(cuda_state *s, const uint16_t *x, int T, float *out, fm_run_stats *stats)
-{
-    const int    H = s->p.cfg.hidden;
-    cudaStream_t st = s->own_stream;
-    cudaError_t  e;
-    if ((e = cudaMemcpyAsync(s->d_xstage, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice, st)) !=
-        cudaSuccess)
-        return cu_err(e, "upload x");
-    cudaEventRecord(s->ev0, st);
-    fm_layer_run_args a = {.x = s->d_xstage, .T = T, .out = s->d_ostage};
-    FM_CHECK(enqueue(s, &a, st));
-    cudaEventRecord(s->ev1, st);
-    if ((e = cudaStreamSynchronize(st)) != cudaSuccess) return cu_err(e, "forward");
-    FM_CHECK(read_errors(s, st, NULL));
-    /* copy out only now: `out` stays untouched on every failure above */
-    if ((e = cudaMemcpy(out, s->d_ostage, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        return cu_err(e, "download out");
-    if (stats) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, s->ev0, s->ev1);
-        stats->ms = ms;
-    }
-    return FM_OK;
-}
-
-static fm_status cuda_forward_host(void *ptr, const uint16_t *x, int T, float *out, fm_run_stats *stats)
-{
-    cuda_state *s = ptr;
-    int         prev = -1;
-    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
-    fm_status st = forward_host_on(s, x, T, out, stats);
-    fm_cuda_device_leave(s->dev, prev);
-    return st;
-}
-
-static size_t cuda_workspace_bytes(void *ptr) { return ((cuda_state *)ptr)->ws.total; }
-
-static fm_status cuda_plan(void *state, int T, fm_layer_plan_info *info)
-{
-    const cuda_state  *s = state;
-    const int          b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
-    const bucket_plan *pl = &s->plan[b];
-    *info = (fm_layer_plan_info){.bucket_tokens = bucket_tokens(s, b),
-                                 .expected_rows = pl->rows, .active_experts = pl->act, .work_list = pl->slots > 0,
-                                 .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
-                                 .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2}};
-    return FM_OK;
-}
-
-/* Replace T's bucket plan with *info (fm_layer_set_plan): each GEMM's tile, K splits,
- * X layout and feature blocks checked as its launch would check them; the split buffer
- * grown if the new splits need more (zeroed: the counters' rest state). *s unchanged on
- * failure. */
-static fm_status cuda_set_plan(void *state, int T, const fm_layer_plan_info *info)
-{
-    cuda_state          *s = state;
-    const fm_moe_config *c = &s->p.cfg;
-    const int            b = bucket_of(T) < s->n_buckets ? bucket_of(T) : s->n_buckets - 1;
-    const int            sm90 = has_wgmma(s->dev); /* packed X is read by the wgmma kernels */
-    const char *const    gemm[2] = {"FC1", "FC2"};
-    for (int g = 0; g < 2; g++)
-        if (info->k_splits[g] < 1 || info->k_splits[g] > FM_CUDA_MAX_K_SPLITS || info->feature_blocks[g] < 1)
-            return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: %s k_splits=%d (1..%d), feature_blocks=%d (>= 1)",
-                           gemm[g], info->k_splits[g], FM_CUDA_MAX_K_SPLITS, info->feature_blocks[g]);
-    if (info->work_list != 0 && info->work_list != 1)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: work_list=%d (0 or 1)", info->work_list);
-    if (info->work_list && (info->active_experts < 1 || info->active_experts > s->p.n_local))
-        return fm_fail(FM_ERR_INVALID_ARG,
-                       "fm_layer_set_plan: the work list's grid is sized for active_experts=%d, outside [1, %d local "
-                       "experts]",
-                       info->active_experts, s->p.n_local);
-    for (int g = 0; g < 2; g++) {
-        const int width = g ? c->hidden : c->inter; /* K of the GEMM: what packed X needs % 64 */
-        if (info->x_packed[g] != 0 && info->x_packed[g] != 1)
-            return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: %s x_packed=%d (0 or 1)", gemm[g], info->x_packed[g]);
-        if (info->x_packed[g] && (!sm90 || width % 64))
-            return fm_fail(FM_ERR_UNSUPPORTED, "fm_layer_set_plan: %s x_packed needs sm_90a and K %% 64 == 0 (K=%d)",
-                           gemm[g], width);
-        const int wg = info->tile[g].family == FM_FAMILY_FP4MOE_WGMMA;
-        if (info->work_list && (wg || info->feature_blocks[g] != 1))
-            return fm_fail(FM_ERR_UNSUPPORTED,
-                           "fm_layer_set_plan: the work list runs mma tiles with one feature block per CTA; %s has a "
-                           "%s tile with %d",
-                           gemm[g], wg ? "wgmma" : "mma", info->feature_blocks[g]);
-        fm_cuda_gemm_args a = {.device = s->dev, .w = g ? s->w2 : s->w13, .epi = g ? FM_CUDA_EPI_FINALIZE_DET : FM_CUDA_EPI_SWIGLU,
-                               .x_packed = info->x_packed[g], .y_packed = g ? 0 : info->x_packed[1],
-                               .feature_blocks = info->feature_blocks[g]};
-        fm_status st = fm_cuda_gemm_check_tile(&a, &info->tile[g], info->k_splits[g]);
-        if (st != FM_OK) return fm_fail(st, "fm_layer_set_plan: %s: %s", gemm[g], fm_last_error());
-    }
-    bucket_plan plans[FM_BUCKETS];
-    memcpy(plans, s->plan, sizeof plans);
-    bucket_plan *pl = &plans[b];
-    pl->t1 = info->tile[0], pl->t2 = info->tile[1];
-    pl->nb1 = info->feature_blocks[0], pl->nb2 = info->feature_blocks[1];
-    pl->ks1 = info->k_splits[0], pl->ks2 = info->k_splits[1];
-    pl->pk1 = info->x_packed[0], pl->pk2 = info->x_packed[1];
-    pl->slots = info->work_list ? info->active_experts : 0;
-    pl->act = info->active_experts > 0 ? info->active_experts : pl->act;
-    pl->rows = info->expected_rows > 0 ? info->expected_rows : pl->rows;
-    size_t need = split_need(s, plans);
-    if (need > s->split_bytes) {
-        void       *d = NULL;
-        cudaError_t e = cudaMalloc(&d, need);
-        if (e == cudaSuccess) e = cudaMemset(d, 0, need);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy); /* before a run on the caller's stream */
-        if (e != cudaSuccess) {
-            if (d) cudaFree(d);
-            return cu_err(e, "fm_layer_set_plan: the split-K buffer");
-        }
-        cudaFree(s->d_split); /* the caller has no run in flight (fm_layer_set_plan's contract) */
-        s->d_split = d, s->split_bytes = need;
-    }
-    memcpy(s->plan, plans, sizeof plans);
-    return FM_OK;
-}
-
-static fm_status cuda_set_plan_on(void *state, int T, const fm_layer_plan_info *info)
-{
-    cuda_state *s = state;
-    int         prev = -1;
-    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
-    fm_status st = cuda_set_plan(s, T, info);
-    fm_cuda_device_leave(s->dev, prev);
-    return st;
-}
+static size_t cuda_workspace_bytes(void *ptr) { return ((fm_cuda_layer *)ptr)->ws.total; }
 
 const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .available = cuda_available,
                                     .create = cuda_create,
                                     .supports = cuda_supports,
-                                    .run = cuda_run,
-                                    .forward_host = cuda_forward_host,
-                                    .errors = cuda_errors,
-                                    .plan = cuda_plan,
-                                    .set_plan = cuda_set_plan_on,
-                                    .tune = fm_cuda_tune,
+                                    .run = fm_cuda_layer_run,
+                                    .forward_host = fm_cuda_layer_forward_host,
+                                    .errors = fm_cuda_layer_errors,
+                                    .gemm_choose = fm_cuda_layer_gemm_choose,
+                                    .packed_x_ok = fm_cuda_layer_packed_x_ok,
+                                    .install = fm_cuda_layer_install,
+                                    .plan = fm_cuda_layer_plan,
+                                    .set_plan = fm_cuda_layer_set_plan,
+                                    .tune_begin = fm_cuda_tune_begin,
+                                    .tune_time = fm_cuda_tune_time,
+                                    .tune_end = fm_cuda_tune_end,
+                                    .tune_tiles = fm_cuda_tune_tiles,
                                     .workspace_bytes = cuda_workspace_bytes,
                                     .destroy = cuda_destroy};

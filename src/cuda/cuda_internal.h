@@ -117,11 +117,6 @@ typedef struct {
     int            nbx, upe;
 } fm_gemm_work;
 
-/* Whether fm_cuda_gemm would take tile t with a's weights, epilogue, X / Y layouts and
- * feature_blocks (>= 1) and k_splits (>= 1) on the current device: the launch's tile
- * checks without a launch (fm_layer_set_plan validates a plan with it). */
-fm_status fm_cuda_gemm_check_tile(const fm_cuda_gemm_args *a, const fm_tile *t, int k_splits);
-
 /* ---- launchers (gemm_mma.cu) ---- */
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);

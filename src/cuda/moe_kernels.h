@@ -1,6 +1,6 @@
 /* moe_kernels.h - extern "C" launchers of src/cuda/route.cu (router
- * logits, routing (scores, group limit, top-k, weights), the stable
- * permutation) and src/cuda/moe_kernels.cu (the row gather and the BF16
+ * logits, routing (scores, group limit, top-k, weights)), src/cuda/permute.cu (the
+ * stable permutation) and src/cuda/moe_kernels.cu (the row gather and the BF16
  * shared expert). Each launcher is
  * asynchronous on `stream` (a cudaStream_t, NULL = default stream), never
  * synchronises, never copies to the host (so a forward built from them can be

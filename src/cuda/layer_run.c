@@ -1,0 +1,162 @@
+/* layer_run.c - the cuda layer's run (backend_cuda.c's header lists the steps): the
+ * launches of one forward on the caller's stream, the error word, and
+ * fm_layer_forward's host-pointer path on the layer's own stream. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/layer_cuda.h"
+#include "fm_internal.h"
+
+/* Enqueue one run on `stream` (the layer's device is current). */
+fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    const int T = a->T, E = c->n_experts, H = c->hidden, K = c->top_k, L = p->n_local, R = T * K;
+    const int shared = p->first == 0 && c->shared_inter > 0;
+    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
+    float    *logits = (float *)(ws + s->ws.logits), *out32 = (float *)(ws + s->ws.out32);
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
+    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
+    int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
+    float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
+    unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
+    int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
+    const fm_bucket_plan  *pl = &s->plan[fm_cuda_layer_bucket(s, T)];
+    int le;
+
+    const int32_t *rid = a->topk_ids;
+    const float   *rwt = a->topk_weights;
+    const unsigned long long *bl = NULL;
+    if (!rid) {
+        if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
+            return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
+                           (double)s->bad_bias_value);
+        if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
+            return fm_cuda_layer_fail(le, "router logits");
+        if (a->routed_ids) ids = a->routed_ids, wts = a->routed_weights; /* the caller keeps the routing */
+        if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
+            return fm_cuda_layer_fail(le, "routing");
+        rid = ids, rwt = wts, bl = badlogit;
+    }
+    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
+                                    s->d_err, bl, pl->slots ? active : NULL, stream)) != 0)
+        return fm_cuda_layer_fail(le, "permutation");
+    if ((le = fm_moe_gather_launch(a->x, perm, R, K, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
+                                   s->pdl_chain, stream)) != 0)
+        return fm_cuda_layer_fail(le, "gather");
+    /* PDL (sm_90+, in the plans): each GEMM's CTAs take the SM slots the kernel before it frees */
+    const fm_gemm_operands o1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .y = h,
+                                 .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                                 .expert_list = pl->slots ? active : NULL};
+    FM_CHECK(fm_cuda_gemm_launch(s->dev, &pl->g[0], &o1, stream));
+    const int bf16 = p->out_dtype == FM_OUT_BF16;
+    float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
+    if (shared) {
+        cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
+        if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
+        if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
+            return fm_cuda_layer_fail(le, "shared expert");
+    }
+    const fm_gemm_operands o2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = R,
+                                 .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
+                                 .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T,
+                                 .top_k = K, .token_slots = slots, .scratch = scratch,
+                                 .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                                 .expert_list = pl->slots ? active : NULL};
+    return fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream);
+}
+
+fm_status fm_cuda_layer_run(void *ptr, const fm_layer_run_args *a, fm_run_stats *stats)
+{
+    (void)stats;
+    fm_cuda_layer *s = ptr;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = fm_cuda_layer_enqueue(s, a, a->stream);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
+
+/* Read and clear the error word (stream already synchronised by the caller). */
+fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_layer_error_info *info)
+{
+    fm_moe_dev_errors h;
+    cudaError_t       e = cudaMemcpyAsync(&h, s->d_err, sizeof h, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) {
+        int le = fm_moe_dev_errors_reset_launch(s->d_err, stream);
+        e = le ? (cudaError_t)le : cudaStreamSynchronize(stream);
+    }
+    if (e != cudaSuccess) return fm_cuda_layer_fail(e, "read the error word");
+    const int E = s->p.cfg.n_experts, K = s->p.cfg.top_k, H = s->p.cfg.hidden;
+    if (info) {
+        info->bad_ids = (long long)h.bad_ids;
+        info->first_bad_slot = h.first_bad_slot == ~0ull ? -1 : (long long)h.first_bad_slot;
+        info->nonfinite_x = h.first_nonfinite_x != ~0ull;
+        info->first_nonfinite = h.first_nonfinite_x == ~0ull ? -1 : (long long)h.first_nonfinite_x;
+        info->nonfinite_logits = h.bad_logit != ~0ull;
+        info->nonfinite_weights = (long long)h.nonfinite_w;
+    }
+    if (h.bad_ids)
+        return fm_fail(FM_ERR_OUT_OF_RANGE,
+                       "cuda backend: %llu routed slot(s) had an expert id outside [-1, %d) (first: topk_ids[%llu][%llu]); "
+                       "they were skipped", h.bad_ids, E, h.first_bad_slot / K, h.first_bad_slot % K);
+    if (h.first_nonfinite_x != ~0ull)
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: x[%llu][%llu] is NaN or Inf", h.first_nonfinite_x / H,
+                       h.first_nonfinite_x % H);
+    if (h.bad_logit != ~0ull) /* the CPU backends' check and message (fm_moe_route_tokens) */
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: router logit [%llu][%llu] overflowed (inputs too large)",
+                       h.bad_logit / (unsigned long long)E, h.bad_logit % (unsigned long long)E);
+    if (h.nonfinite_w)
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: %llu topk_weights of local slots were NaN or Inf",
+                       h.nonfinite_w);
+    return FM_OK;
+}
+
+fm_status fm_cuda_layer_errors(void *ptr, void *stream, fm_layer_error_info *info)
+{
+    fm_cuda_layer *s = ptr;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    fm_status   st = e != cudaSuccess ? fm_cuda_layer_fail(e, "an earlier run failed") : fm_cuda_layer_read_errors(s, (cudaStream_t)stream, info);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
+
+static fm_status forward_host_on(fm_cuda_layer *s, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+{
+    const int    H = s->p.cfg.hidden;
+    cudaStream_t st = s->own_stream;
+    cudaError_t  e;
+    if ((e = cudaMemcpyAsync(s->d_xstage, x, sizeof(uint16_t) * (size_t)T * H, cudaMemcpyHostToDevice, st)) !=
+        cudaSuccess)
+        return fm_cuda_layer_fail(e, "upload x");
+    cudaEventRecord(s->ev0, st);
+    fm_layer_run_args a = {.x = s->d_xstage, .T = T, .out = s->d_ostage};
+    FM_CHECK(fm_cuda_layer_enqueue(s, &a, st));
+    cudaEventRecord(s->ev1, st);
+    if ((e = cudaStreamSynchronize(st)) != cudaSuccess) return fm_cuda_layer_fail(e, "forward");
+    FM_CHECK(fm_cuda_layer_read_errors(s, st, NULL));
+    /* copy out only now: `out` stays untouched on every failure above */
+    if ((e = cudaMemcpy(out, s->d_ostage, sizeof(float) * (size_t)T * H, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return fm_cuda_layer_fail(e, "download out");
+    if (stats) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, s->ev0, s->ev1);
+        stats->ms = ms;
+    }
+    return FM_OK;
+}
+
+fm_status fm_cuda_layer_forward_host(void *ptr, const uint16_t *x, int T, float *out, fm_run_stats *stats)
+{
+    fm_cuda_layer *s = ptr;
+    int         prev = -1;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = forward_host_on(s, x, T, out, stats);
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
