@@ -1,4 +1,4 @@
-/* bench_gemm.cu - the swapab FP4 grouped GEMM on GLM-5 shapes (issue 4).
+/* bench_gemm.cu - the mma FP4 grouped GEMM on GLM-5 shapes (issue 4).
  *
  * For EP8 (32 experts: FC1 N=4096 K=6144, FC2 N=6144 K=2048) and TP8 (256
  * experts: FC1 N=512 K=6144, FC2 N=6144 K=256) and 1..1024 rows per expert it
@@ -169,10 +169,10 @@ int main(int argc, char **argv)
     int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
     int          tnb1[64] = {0};    /* one-token-group mma tiles run again with feature_blocks: _nb1 (short K), _nb4 (long K) */
     size_t       ntile = 0, nmma = 0, nwg = 0;
-    const fm_tile *mt_ = fm_swapab_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
+    const fm_tile *mt_ = fm_mma_tiles(&nmma), *wt_ = fm_wgmma_tiles(&nwg);
     for (size_t i = 0; i < nmma && ntile + 2 <= 64; i++) {
         tiles[ntile++] = mt_[i];
-        if (fm_swapab_tile_has_mb(&mt_[i])) { /* tiles with a multi-block kernel: the other block count too */
+        if (fm_mma_tile_has_mb(&mt_[i])) { /* tiles with a multi-block kernel: the other block count too */
             tiles[ntile] = tiles[ntile - 1];
             tnb1[ntile++] = 1;
         }
@@ -395,7 +395,7 @@ int main(int argc, char **argv)
                 /* the feature blocks this row runs with: explicit, or the automatic count for a given tile */
                 int vnb = tnb1[ti];
                 if (!vnb) {
-                    vnb = !wg && fm_swapab_tile_has_mb(&tl)
+                    vnb = !wg && fm_mma_tile_has_mb(&tl)
                               ? fm_plan_fp4moe_auto_blocks(tl.warps, tl.mt, 0, s->N, s->K, s->E, prop.multiProcessorCount)
                               : 1;
                 }
@@ -439,7 +439,7 @@ int main(int argc, char **argv)
                     unsigned long long *dtl, *htl = (unsigned long long *)malloc(tb);
                     CK(cudaMalloc((void **)&dtl, tb));
                     CK(cudaMemset(dtl, 0, tb));
-                    if (fm_swapab_probe_timeline(dtl, cap) != 0) {
+                    if (fm_mma_probe_timeline(dtl, cap) != 0) {
                         fprintf(stderr, "--timeline needs a probe build (cmake -DFM_PROBE_TIMELINE=ON)\n");
                         exit(1);
                     }
@@ -454,7 +454,7 @@ int main(int argc, char **argv)
                     a.pdl = 0;
                     CK(cudaEventSynchronize(ev[4]));
                     CK(cudaMemcpy(htl, dtl, tb, cudaMemcpyDeviceToHost));
-                    CK(fm_swapab_probe_timeline(NULL, 0) == 0 ? cudaSuccess : cudaErrorUnknown);
+                    CK(fm_mma_probe_timeline(NULL, 0) == 0 ? cudaSuccess : cudaErrorUnknown);
                     FILE *f = fopen(timeline, "w");
                     if (!f) exit(1);
                     fprintf(f, "# %s m=%d %s, events (us):", s->name, m, nm);

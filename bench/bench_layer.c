@@ -27,7 +27,7 @@
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  * --timeline FILE (a probe build, -DFM_PROBE_TIMELINE=ON; bench/probe/probe.sh
  * layer-timeline): at the first T of the ep8 routing, two eager forwards with every
- * swapab CTA's SM, start (before its PDL wait) and end to FILE (launches 0-3: FC1, FC2,
+ * mma CTA's SM, start (before its PDL wait) and end to FILE (launches 0-3: FC1, FC2,
  * FC1, FC2), for bench/probe/timeline.py.
  */
 #include <cuda_runtime.h>
@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_internal.h" /* fm_swapab_probe_timeline (--timeline, probe builds) */
+#include "cuda/cuda_internal.h" /* fm_mma_probe_timeline (--timeline, probe builds) */
 #include "fm_rng.h"
 #include "probe_tl.h"
 #include "fp4moe.h"
@@ -208,7 +208,7 @@ static void graph_breakdown(fm_layer **L, uint16_t **dx, int32_t **dids, float *
 }
 
 /* --timeline: two eager forwards (after one unrecorded) with the probe build's per-CTA
- * record of every swapab launch (4 slots: FC1, FC2, FC1, FC2), written as CSV */
+ * record of every mma launch (4 slots: FC1, FC2, FC1, FC2), written as CSV */
 static void write_timeline(const char *path, fm_layer *l, const uint16_t *dx, const int32_t *dids, const float *dw,
                            float *dout, int T, cudaStream_t st)
 {
@@ -220,14 +220,14 @@ static void write_timeline(const char *path, fm_layer *l, const uint16_t *dx, co
     CK(cudaStreamSynchronize(st));
     CK(cudaMalloc((void **)&dtl, tb));
     CK(cudaMemset(dtl, 0, tb));
-    if (!htl || fm_swapab_probe_timeline(dtl, cap) != 0) {
+    if (!htl || fm_mma_probe_timeline(dtl, cap) != 0) {
         fprintf(stderr, "bench_layer: --timeline needs a probe build (cmake -DFM_PROBE_TIMELINE=ON)\n");
         exit(2);
     }
     for (int r = 0; r < 2; r++) FK(fm_layer_run(l, &a));
     CK(cudaStreamSynchronize(st));
     CK(cudaMemcpy(htl, dtl, tb, cudaMemcpyDeviceToHost));
-    CK(fm_swapab_probe_timeline(NULL, 0) == 0 ? cudaSuccess : cudaErrorUnknown);
+    CK(fm_mma_probe_timeline(NULL, 0) == 0 ? cudaSuccess : cudaErrorUnknown);
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "bench_layer: cannot write %s\n", path);

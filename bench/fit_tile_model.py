@@ -36,16 +36,16 @@ natural X (mma tiles, with and without multi-block, and the natural-X wgmma
 kernel) and packed X (the packed-X wgmma kernel)."""
 import argparse, collections, csv, math, random, re, sys, datetime
 
-# compiled multi-block mma tiles (gemm_mma.cuh FM_SWAPAB_ENTRY_MB rows)
+# compiled multi-block mma tiles (gemm_mma.cuh FM_MMA_ENTRY_MB rows)
 MB = {(8,1,1,64,4),(4,1,1,128,8),(4,1,1,128,4),(4,2,1,128,8),(4,1,1,256,3),(4,2,1,256,3),(4,2,1,128,4),(4,4,1,128,3)}
 SMS, SMEM_SM, RES, REGS = 132, 228*1024, 1024, 65536     # the H200 (sm_90): fm_arch / fm_gpu tables
 CLK_ISSUE = 4 * 1.9e9      # warp instructions per second per SM: 4 schedulers x ~1.9 GHz (H200 boost ~1.98)
 
-def smem_sw(W,MT,NT,KC,S): return S*(W*MT*(KC//64)*576 + 8*NT*(2*KC+16))      # fm_smem_swapab
+def smem_sw(W,MT,NT,KC,S): return S*(W*MT*(KC//64)*576 + 8*NT*(2*KC+16))      # fm_smem_mma
 def smem_wg(W,MT,NT,KC,S,persist=False):                                       # fm_smem_wgmma
     raw = W*MT*(KC//64)*576 + 16*NT*KC
     return S*((raw+1023)//1024*1024 + 16) + (8*NT*(32*W*MT + 16) if persist else 0)
-def minb(W,MT,NT,KC,S):                      # gemm_mma.cuh swapab_min_blocks (launch bounds)
+def minb(W,MT,NT,KC,S):                      # gemm_mma.cuh mma_min_blocks (launch bounds)
     sm = smem_sw(W,MT,NT,KC,S) + 1024
     b = 1 if NT > 2 else 225*1024//sm
     b = min(b, 65536//(W*32*64))
@@ -63,9 +63,9 @@ FLAG = {v: k[1] for k, v in VARIANT.items()}
 def load_regs(path='src/kernels/fp4moe_regs_sm90.inc'):   # bench/regs_table.py's ptxas counts
     r = {}
     for line in open(path):
-        m = re.match(r'\s*\{FM_FAMILY_FP4MOE_(SWAPAB|WGMMA), (\d+), (\d+), (\d+), (\d+), (\d+), (FM_VARIANT_\w+), (\d+)\},', line)
+        m = re.match(r'\s*\{FM_FAMILY_FP4MOE_(MMA|WGMMA), (\d+), (\d+), (\d+), (\d+), (\d+), (FM_VARIANT_\w+), (\d+)\},', line)
         if m:
-            r[('mma' if m.group(1) == 'SWAPAB' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), FLAG[m.group(7)])] = int(m.group(8))
+            r[('mma' if m.group(1) == 'MMA' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), FLAG[m.group(7)])] = int(m.group(8))
     return r
 REGTAB = {}
 def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy (wgmma flag 2: the persistent kernel)
@@ -229,7 +229,7 @@ def main():
     o.append('/* family, warps, mt, nt, kc, stages, multi-block (mma) or packed X (wgmma; 2: persistent), efficiency */')
     o.append('static const fm_cost_eff k_eff_h200[] = {')
     for (fam, t, flag), v in sorted(eff.items()):
-        o.append('    {%s, %d, %d, %d, %d, %d, %s, %.6f},' % ('FM_FAMILY_FP4MOE_SWAPAB' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, VARIANT[(fam, int(flag))], v))  # 6 decimals: see the parameters
+        o.append('    {%s, %d, %d, %d, %d, %d, %s, %.6f},' % ('FM_FAMILY_FP4MOE_MMA' if fam == 'mma' else 'FM_FAMILY_FP4MOE_WGMMA', *t, VARIANT[(fam, int(flag))], v))  # 6 decimals: see the parameters
     o.append('};')
     open(a.out, 'w').write('\n'.join(o) + '\n')
     print('wrote', a.out)

@@ -5,7 +5,7 @@
 #   3. ctest -L gpu (with the mutation tests, tests/mutants.cmake: test_cuda_pdl against the
 #      kernels without their grid-dependency wait must fail), then compute-sanitizer memcheck + racecheck on test_cuda_gemm (and test_cuda_pdl)
 #   4. ceilings + torch._grouped_mm BF16 peer (bench/torch_peer.py), then bench_gemm
-#   5. ncu speed-of-light of one swapab launch (EP8 FC1, 1 row/expert)
+#   5. ncu speed-of-light of one mma launch (EP8 FC1, 1 row/expert)
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
@@ -174,7 +174,7 @@ if command -v ncu >/dev/null; then
   echo "== ncu"
   timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats \
-    -k regex:swapab --launch-skip 3 --launch-count 1 build-gpu/bench/bench_gemm --quick --reps 3 \
+    -k "regex:(^|::)mma_" --launch-skip 3 --launch-count 1 build-gpu/bench/bench_gemm --quick --reps 3 \
     >"$OUT/ncu.log" 2>&1
   grep -E "DRAM Throughput|Duration|Compute \(SM\)|L2 Cache Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu.log" | head -16
 fi

@@ -1,5 +1,5 @@
 /* probe_tl.h - the per-CTA timeline records of a probe build (FM_PROBE_TIMELINE:
- * fm_swapab_probe_timeline's buffer, 4 launch slots of cap CTAs x {sm, start_ns, end_ns})
+ * fm_mma_probe_timeline's buffer, 4 launch slots of cap CTAs x {sm, start_ns, end_ns})
  * written as the CSV rows bench/probe/timeline.py reads (bench_gemm --timeline,
  * bench_layer --timeline). */
 #ifndef FM_BENCH_PROBE_TL_H

@@ -27,7 +27,7 @@ import sys
 
 SHAPES = {"EP8-FC1": (32, 4096, 6144), "EP8-FC2": (32, 6144, 2048),
           "TP8-FC1": (256, 512, 6144), "TP8-FC2": (256, 6144, 256)}
-TILE = re.compile(r"^(swapab|wgmma)_w(\d+)m(\d+)n(\d+)k(\d+)s(\d+)(p)?(_natx|_nb1|_nb4)?$")
+TILE = re.compile(r"^(mma|wgmma)_w(\d+)m(\d+)n(\d+)k(\d+)s(\d+)(p)?(_natx|_nb1|_nb4)?$")
 
 
 def main():

@@ -96,10 +96,10 @@ static const fm_flag k_explain_flags[] = {
     {"arch", "A", FM_FLAG_STRING, O(arch), .help = "sm_90 | sm_100 | sm_120 | sm_121 ... (or --gpu NAME)"},
     {"family", "F", FM_FLAG_CUSTOM, O(cfg.family), .parse = parse_family,
      .help = "auto (CUTLASS of the arch) | cutlass-sm90 | cutlass-sm100 | cutlass-sm120 |\n"
-             "fp4moe-swapab (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
+             "fp4moe-mma (fp4moe's small-M kernel: tile = tokens-per-pass x features x K) |\n"
              "fp4moe-wgmma (the same tile on warpgroup MMAs, sm_90 only)"},
     {"warps", "W", FM_FLAG_INT, O(cfg.warps), 1, 12, /* the family says which */
-     .help = "fp4moe kernels only: warps per CTA (fp4moe-swapab 1..8, default 4;\n"
+     .help = "fp4moe kernels only: warps per CTA (fp4moe-mma 1..8, default 4;\n"
              "fp4moe-wgmma 4, 8 or 12 consumer warps, default 8)"},
     {"persistent", NULL, FM_FLAG_SWITCH, O(cfg.persistent),
      .help = "fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its\n"
@@ -218,10 +218,10 @@ int fm_cmd_explain(int argc, char **argv)
     fm_kernel_config fam_cfg = cfg; /* the family, whatever the epilogue tile (refused below by flag name) */
     fam_cfg.epi_tile_m = fam_cfg.epi_tile_n = 0;
     if (fm_plan_resolve(&fam_cfg, &rc) == FM_OK) { /* else the check below says why */
-        int own = rc.family == FM_FAMILY_FP4MOE_SWAPAB || rc.family == FM_FAMILY_FP4MOE_WGMMA;
+        int own = rc.family == FM_FAMILY_FP4MOE_MMA || rc.family == FM_FAMILY_FP4MOE_WGMMA;
         if (!own && warps_s) {
             fprintf(stderr, "fp4moe explain: --warps applies to the fp4moe kernel families only (--family "
-                            "fp4moe-swapab or fp4moe-wgmma), not to %s\n", fm_family_name(rc.family));
+                            "fp4moe-mma or fp4moe-wgmma), not to %s\n", fm_family_name(rc.family));
             return FM_EXIT_USAGE;
         }
         if (own && cutlass_s) {
@@ -236,7 +236,7 @@ int fm_cmd_explain(int argc, char **argv)
         (st = fm_plan_resolve(&cfg, &rc)) != FM_OK)
         return fm_cli_usage_status("explain", "the flags describe no valid kernel", st);
     const fm_smem_breakdown *b = &r.bytes;
-    int swapab = rc.family == FM_FAMILY_FP4MOE_SWAPAB || rc.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's own */
+    int mma = rc.family == FM_FAMILY_FP4MOE_MMA || rc.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's own */
     int wgmma = rc.family == FM_FAMILY_FP4MOE_WGMMA;
     fm_kernel_family fam = rc.family;
     fm_schedule sched = rc.schedule;
@@ -244,7 +244,7 @@ int fm_cmd_explain(int argc, char **argv)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "arch", arch->name);
         cJSON_AddStringToObject(o, "family", fm_family_name(fam));
-        if (swapab) cJSON_AddNumberToObject(o, "warps", rc.warps); /* resolved: the family's default if not given */
+        if (mma) cJSON_AddNumberToObject(o, "warps", rc.warps); /* resolved: the family's default if not given */
         if (wgmma) cJSON_AddBoolToObject(o, "persistent", rc.persistent);
         cJSON_AddStringToObject(o, "a", fm_elem_name(cfg.a));
         cJSON_AddStringToObject(o, "b", fm_elem_name(cfg.b));
@@ -252,7 +252,7 @@ int fm_cmd_explain(int argc, char **argv)
         char tile[48];
         snprintf(tile, sizeof tile, "%dx%dx%d", cfg.tile_m, cfg.tile_n, cfg.tile_k);
         cJSON_AddStringToObject(o, "tile", tile);
-        if (!swapab) {
+        if (!mma) {
             char et[32] = "auto";
             if (cfg.epi_tile_m) snprintf(et, sizeof et, "%dx%d", cfg.epi_tile_m, cfg.epi_tile_n);
             cJSON_AddStringToObject(o, "epilogue_tile", et);
@@ -281,7 +281,7 @@ int fm_cmd_explain(int argc, char **argv)
         cJSON_AddStringToObject(o, "reason", r.reason);
         fm_cli_print_json(o);
     } else {
-        if (swapab)
+        if (mma)
             printf("%s %s%s, %s weights, %d tokens a pass x %d features x K %d, %d warps, %d stages (%s); "
                    "the launcher sizes shared memory with the same function\n",
                    arch->name, fm_family_name(fam), rc.persistent ? " (persistent)" : "", fm_elem_name(cfg.a),
@@ -296,9 +296,9 @@ int fm_cmd_explain(int argc, char **argv)
                    cfg.cutlass / 10 % 10);
         }
         printf("  %-34s %9s\n", "part", "bytes");
-        printf("  %-34s %9zu\n", swapab ? "FP4 weight tiles (all stages)" : "A tiles (all stages)", b->a);
+        printf("  %-34s %9zu\n", mma ? "FP4 weight tiles (all stages)" : "A tiles (all stages)", b->a);
         printf("  %-34s %9zu\n",
-               wgmma ? "X (token) tiles, BF16 core matrices" : swapab ? "X (token) tiles, BF16" : "B tiles", b->b);
+               wgmma ? "X (token) tiles, BF16 core matrices" : mma ? "X (token) tiles, BF16" : "B tiles", b->b);
         printf("  %-34s %9zu\n", "scale-factor tiles (SFA + SFB)", b->sf);
         printf("  %-34s %9zu\n", "pipeline barriers", b->barriers);
         printf("  %-34s %9zu\n", "epilogue C buffers", b->epi_c);
@@ -312,17 +312,17 @@ int fm_cmd_explain(int argc, char **argv)
             printf("  (all dynamic, from fm_smem_wgmma - the launcher's own function; X in the 128-byte-swizzled\n"
                    "   core-matrix layout, each stage on a 1 KB boundary (the padding), two mbarriers per stage%s)\n",
                    rc.persistent ? ";\n   epilogue D = the persistent kernel's output tile, tokens x (2 x features + 16) B" : "");
-        else if (swapab)
-            printf("  (all dynamic, from fm_smem_swapab - the launcher's own function; padding = 16 B per X row)\n");
+        else if (mma)
+            printf("  (all dynamic, from fm_smem_mma - the launcher's own function; padding = 16 B per X row)\n");
         else
             printf("  collective sizes as CUTLASS reports them: mainloop %zu B, epilogue %zu B\n", b->mainloop,
                    b->epilogue);
-        if (!cfg.stages && !swapab)
+        if (!cfg.stages && !mma)
             printf("  the builder's arithmetic: %d stages, %zu B (%s)\n", r.auto_stages, r.builder_bytes,
                    r.builder_fits ? "it believes the tile fits" : "it finds no room");
         printf("verdict: %s\n", r.fits ? "FITS" : "REJECTED");
         printf("%s\n", r.reason);
-        if (!r.fits && r.best_stages && !swapab)
+        if (!r.fits && r.best_stages && !mma)
             printf("fix: pass --stages %d (StageCount<%d> instead of StageCountAutoCarveout) -> %zu B\n",
                    r.best_stages, r.best_stages, r.best_bytes);
     }

@@ -80,7 +80,7 @@ static const fm_flag_cmd k_plan_cmd = {
              "                   [--k 6144] [--experts 32] [--json]\n"
              "GPUs:"},
     .more = gpu_names,
-    .tail = {"\nTiles of the GPU's CUTLASS family and fp4moe's own kernels (FP4 weights: fp4moe-swapab, and on\n"
+    .tail = {"\nTiles of the GPU's CUTLASS family and fp4moe's own kernels (FP4 weights: fp4moe-mma, and on\n"
              "sm_90 fp4moe-wgmma), ranked.\n"
              "est_us is a roofline estimate (max of bytes/bandwidth and padded FLOPs/rate; within 2% is a tie,\n"
              "less wasted rows first). exit: 0 some tile fits, 5 none fits, 2 usage (a bad flag value, or a --k\n"
@@ -224,7 +224,7 @@ int fm_cmd_plan(int argc, char **argv)
         const fm_plan_candidate *p = &c[i];
         any |= p->res.fits;
         char tile[48];
-        int own = p->cfg.family == FM_FAMILY_FP4MOE_SWAPAB || p->cfg.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's */
+        int own = p->cfg.family == FM_FAMILY_FP4MOE_MMA || p->cfg.family == FM_FAMILY_FP4MOE_WGMMA; /* fp4moe's */
         snprintf(tile, sizeof tile, "%dx%dx%d", p->cfg.tile_m, p->cfg.tile_n, p->cfg.tile_k);
         if (own) /* "/p": the persistent wgmma kernel (packed X only; its output tile counted) */
             snprintf(tile + strlen(tile), sizeof tile - strlen(tile), "/w%d%s", p->cfg.warps,
@@ -261,7 +261,7 @@ int fm_cmd_plan(int argc, char **argv)
     if (json) {
         fm_cli_print_json(arr);
     } else
-        printf("  ('a' = automatic stage count - for fp4moe-swapab/-wgmma the compiled one; a CUTLASS row without it\n"
+        printf("  ('a' = automatic stage count - for fp4moe-mma/-wgmma the compiled one; a CUTLASS row without it\n"
                "   is the fix for the rejected row above; fp4moe tile = tokens a pass x features x K / warps)\n");
     return any ? FM_EXIT_OK : FM_EXIT_REJECTED;
 }

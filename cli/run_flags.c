@@ -42,7 +42,7 @@ static int parse_plan(const char *spec, fm_run_plan_spec *ps)
                 }
             }
             if (fm_tile_parse(name, &ps->tile[g]) != FM_OK) {
-                fprintf(stderr, "fp4moe run: --plan: '%s' is not a tile name (swapab_w4m2n1k256s3, wgmma_w8m2n8k64s8, "
+                fprintf(stderr, "fp4moe run: --plan: '%s' is not a tile name (mma_w4m2n1k256s3, wgmma_w8m2n8k64s8, "
                                 "...: `fp4moe run --json` prints the planner's)\n",
                         name);
                 return 0;
@@ -191,7 +191,7 @@ static const fm_flag k_run_flags[] = {
     {"plan", "SPEC", FM_FLAG_CUSTOM, O(plan), .parse = parse_plan_flag,
      .help = "cuda: run T's bucket with another plan (fm_layer_set_plan): comma-\n"
              "separated fc1=TILE[/SPLITS], fc2=TILE[/SPLITS], list[=N] | nolist, e.g.\n"
-             "fc1=swapab_w4m2n1k256s3/8,fc2=swapab_w4m1n1k256s3/4,list; what is not\n"
+             "fc1=mma_w4m2n1k256s3/8,fc2=mma_w4m1n1k256s3/4,list; what is not\n"
              "named stays the planner's; refused before any run if the device or the\n"
              "GEMM cannot run it (wgmma tiles take packed X)"},
     {"tune", NULL, FM_FLAG_SWITCH, O(tune),

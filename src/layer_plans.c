@@ -8,7 +8,7 @@
  *                "layers": [{"shape": "nvfp4 e256 k8 h6144 i2048 shard 0+32 t256 swiglu",
  *                            "buckets": [{"T": 1, "expected_rows": 1, "active_experts": 1,
  *                                         "work_list": 1,
- *                                         "fc1": {"tile": "swapab_w4m2n1k128s4", "k_splits": 16,
+ *                                         "fc1": {"tile": "mma_w4m2n1k128s4", "k_splits": 16,
  *                                                 "x_packed": 0, "feature_blocks": 1},
  *                                         "fc2": {...}}, ...]}]}]}
  * One file holds the plans of several GPUs, builds and layer shapes; a section is one

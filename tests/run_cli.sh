@@ -60,9 +60,9 @@ expect 2 "--row-quantile" -- run "${sh[@]}" --row-quantile 0.9x
 # --plan: malformed specs are usage errors; a CPU layer has no plan to replace
 expect 2 "unknown item 'fc3=x'" -- run "${sh[@]}" --plan fc3=x
 expect 2 "'bogus' is not a tile name" -- run "${sh[@]}" --plan fc1=bogus
-expect 2 "K splits must be an integer in \[1, 32\], got '0'" -- run "${sh[@]}" --plan fc1=swapab_w4m2n1k256s3/0
-expect 2 "list=N expects N >= 1" -- run "${sh[@]}" --plan fc2=swapab_w4m1n1k256s3,list=0
-expect 2 "the cpu backend has no tile plan" -- run "${sh[@]}" --backend cpu --plan fc1=swapab_w4m2n1k256s3/2,list
+expect 2 "K splits must be an integer in \[1, 32\], got '0'" -- run "${sh[@]}" --plan fc1=mma_w4m2n1k256s3/0
+expect 2 "list=N expects N >= 1" -- run "${sh[@]}" --plan fc2=mma_w4m1n1k256s3,list=0
+expect 2 "the cpu backend has no tile plan" -- run "${sh[@]}" --backend cpu --plan fc1=mma_w4m2n1k256s3/2,list
 expect 2 "--tune applies to the cuda backend (fm_layer_tune)" -- run "${sh[@]}" --backend cpu --tune
 n=$((n+1))
 d=$(mktemp -d)

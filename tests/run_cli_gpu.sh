@@ -36,8 +36,8 @@ expect 0 "passed" -- run "${sh[@]}" --tokens 128 --work-list off --row-quantile 
 expect 0 "passed" -- run "${sh[@]}" --tokens 128 --row-quantile mean --check
 # --plan (fm_layer_set_plan): another plan of T's bucket runs, passes the check and is the one printed;
 # one the GEMM cannot run (no SwiGLU pairs in FC1's tile) is refused before any run
-expect 0 "FC1 swapab_w4m2n1k256s3 (K split 8), FC2 swapab_w4m1n1k256s3 (K split 4)" -- run --tokens 1 --iters 5 --global-experts 256 --shard 0:32 --routing external --plan fc1=swapab_w4m2n1k256s3/8,fc2=swapab_w4m1n1k256s3/4,list --check
-expect 1 "SwiGLU needs an even mt" -- run "${sh[@]}" --tokens 4 --plan fc1=swapab_w4m1n1k256s3
+expect 0 "FC1 mma_w4m2n1k256s3 (K split 8), FC2 mma_w4m1n1k256s3 (K split 4)" -- run --tokens 1 --iters 5 --global-experts 256 --shard 0:32 --routing external --plan fc1=mma_w4m2n1k256s3/8,fc2=mma_w4m1n1k256s3/4,list --check
+expect 1 "SwiGLU needs an even mt" -- run "${sh[@]}" --tokens 4 --plan fc1=mma_w4m1n1k256s3
 # --tune (fm_layer_tune): the search runs before the timed runs, the kept plan passes the check
 expect 0 "tune  *[0-9][0-9]* plans tried" -- run --tokens 2 --iters 5 --global-experts 256 --shard 0:32 --routing external --tune --check
 # --json carries the device path's fields
@@ -49,7 +49,7 @@ assert j["eager_ms"] > 0 and j["graph_ms"] > 0 and j["time_ms"] == j["eager_ms"]
 assert j["graph_matches_eager"] is True and j["check_passed"] is True, j
 assert j["experts"] == 64 and j["shard_first"] == 16 and j["shard_count"] == 16, j
 p = j["plan"]; assert p["bucket_tokens"] == 9 and p["expected_rows"] >= 1, p
-assert all(p[g]["tile"][:7] in ("swapab_", "wgmma_w") and p[g]["k_splits"] >= 1 for g in ("fc1", "fc2")), p'; then echo "ok: --json (cuda)"
+assert all(p[g]["tile"].startswith(("mma_w", "wgmma_w")) and p[g]["k_splits"] >= 1 for g in ("fc1", "fc2")), p'; then echo "ok: --json (cuda)"
 else echo "FAIL: --json (cuda)"; fails=$((fails+1)); fi
 # shards summed = the layer, external routing = internal, on the GPU (FP32 sums in another order: NMSE)
 n=$((n+1))

@@ -4,13 +4,13 @@
  *
  * 1. Each GEMM kernel the compiler saw is a catalogue row: its template arguments (warps,
  *    mt, nt, kc, stages, persist), read from the compiled kernel's name, are a row of
- *    fm_swapab_tiles / fm_wgmma_tiles, and the build table says its target carries that
+ *    fm_mma_tiles / fm_wgmma_tiles, and the build table says its target carries that
  *    row. A unit that instantiated other arguments than its row (the generator, the row
  *    header or the .def drifting apart) fails here.
  * 2. Each row the table puts on a target has exactly its kernels compiled there (mma:
  *    plain, work list, and multi-block only where the row has it; wgmma: packed X, and
  *    natural X unless persistent).
- * 3. Shared memory: static + the planner's dynamic bytes for the tile (fm_smem_swapab /
+ * 3. Shared memory: static + the planner's dynamic bytes for the tile (fm_smem_mma /
  *    fm_smem_wgmma) within the target's opt-in limit (sm_120f: 101,376 B); the other
  *    kernels' static bytes within the 48 KB every block gets without opting in.
  * 4. Spills: none, except the (target, kernel) pairs of tests/kernel_spills.csv, each up
@@ -21,7 +21,7 @@
  *    launcher and the occupancy model count for its row and variant (fm_kernel_threads:
  *    warps x 32, + the producer warpgroup of the packed-X and persistent wgmma kernels),
  *    and its register cap is the one its row's minimum blocks per SM imply
- *    (FM_SWAPAB_MIN_BLOCKS for mma, 1 for wgmma), which the occupancy model counts on.
+ *    (FM_MMA_MIN_BLOCKS for mma, 1 for wgmma), which the occupancy model counts on.
  *    A kernel whose __launch_bounds__ drift from the row, or a stale build, fails here.
  * Targets of PTX only (compute_NN) have no ptxas report and are not checked.
  * Exit 77 (skipped) in a build without CUDA. */
@@ -113,8 +113,8 @@ static int check_bounds(const kres *k, const fm_tile *t, fm_kernel_variant v)
         return 1;
     }
     int threads = fm_kernel_threads(t, v);
-    int blocks  = fm_variant_family(v) == FM_FAMILY_FP4MOE_SWAPAB
-                      ? FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages)
+    int blocks  = fm_variant_family(v) == FM_FAMILY_FP4MOE_MMA
+                      ? FM_MMA_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages)
                       : 1;
     /* ptxas's cap for __launch_bounds__(threads, blocks): the register file over
      * threads x blocks, in steps of 8, at most 255 */
@@ -153,7 +153,7 @@ static void load_baseline(const char *path)
     fclose(f);
 }
 
-/* "void (anonymous namespace)::swapab_kernel<4; 1; 1; 256; 4; false>(fm_gemm_params)":
+/* "void (anonymous namespace)::mma_kernel<4; 1; 1; 256; 4; false>(fm_gemm_params)":
  * the base name's template arguments (bools as 0/1); the count, or -1 if not `base<`. */
 static int targs(const char *kernel, const char *base, int *v, int max)
 {
@@ -201,7 +201,7 @@ static void test_resources(void **state)
     load_bounds(path);
     assert_true(g_nk > 0);
     size_t         nsw = 0, nwg = 0;
-    const fm_tile *sw = fm_swapab_tiles(&nsw), *wg = fm_wgmma_tiles(&nwg);
+    const fm_tile *sw = fm_mma_tiles(&nsw), *wg = fm_wgmma_tiles(&nwg);
     assert_int_equal((int)nsw, fm_build_n_mma);
     assert_int_equal((int)nwg, fm_build_n_wgmma);
     /* seen[target][family][row]: bits 1 plain/packed, 2 multi-block/natural, 4 list */
@@ -222,17 +222,17 @@ static void test_resources(void **state)
         fm_tile t;
         fm_kernel_variant var = FM_VARIANT_MMA;
         memset(&t, 0, sizeof t);
-        if ((n = targs(k->kernel, "swapab_kernel", v, 8)) == 6)
+        if ((n = targs(k->kernel, "mma_kernel", v, 8)) == 6)
             fam = 0, bit = v[5] ? 2 : 1, var = v[5] ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
-        else if ((n = targs(k->kernel, "swapab_list_kernel", v, 8)) == 5) fam = 0, bit = 4, var = FM_VARIANT_MMA;
+        else if ((n = targs(k->kernel, "mma_list_kernel", v, 8)) == 5) fam = 0, bit = 4, var = FM_VARIANT_MMA;
         else if ((n = targs(k->kernel, "wgmma_ws_kernel", v, 8)) == 6)
             fam = 1, bit = 1, t.persist = v[5], var = v[5] ? FM_VARIANT_WGMMA_PERSISTENT : FM_VARIANT_WGMMA_PACKED_X;
         else if ((n = targs(k->kernel, "wgmma_kernel", v, 8)) == 5) fam = 1, bit = 2, var = FM_VARIANT_WGMMA_NATURAL_X;
         size_t limit = 48 * 1024, dyn = 0;
         if (fam >= 0) {
-            t.family = fam ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
+            t.family = fam ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_MMA;
             t.warps = v[0], t.mt = v[1], t.nt = v[2], t.kc = v[3], t.stages = v[4];
-            int row = fam ? fm_wgmma_tile_index(&t) : fm_swapab_tile_index(&t);
+            int row = fam ? fm_wgmma_tile_index(&t) : fm_mma_tile_index(&t);
             if (row < 0 || row >= 64) {
                 printf("FAIL %s %s: no catalogue row has these arguments\n", k->target, k->kernel);
                 bad++;
@@ -247,7 +247,7 @@ static void test_resources(void **state)
             seen[ti][fam][row] |= (unsigned)bit;
             bad += check_bounds(k, fam ? &wg[row] : &sw[row], var);
             fm_smem_breakdown bd;
-            assert_int_equal(fam ? fm_smem_wgmma(&t, &bd) : fm_smem_swapab(&t, &bd), FM_OK);
+            assert_int_equal(fam ? fm_smem_wgmma(&t, &bd) : fm_smem_mma(&t, &bd), FM_OK);
             dyn = bd.total;
             limit = tg.smem_optin;
         }
@@ -276,7 +276,7 @@ static void test_resources(void **state)
             for (int r = 0; r < n && r < 64; r++) {
                 unsigned mask = fam ? fm_build_wgmma_targets[r] : fm_build_mma_targets[r];
                 if (!(mask & (1u << ti))) continue;
-                unsigned want = fam ? (wg[r].persist ? 1u : 3u) : (fm_swapab_tile_has_mb(&sw[r]) ? 7u : 5u);
+                unsigned want = fam ? (wg[r].persist ? 1u : 3u) : (fm_mma_tile_has_mb(&sw[r]) ? 7u : 5u);
                 if (seen[ti][fam][r] != want) { /* every kernel of the row, and no other */
                     printf("FAIL %s: %s row %d has kernels 0x%x of 0x%x compiled\n", fm_build_target_names[ti],
                            fam ? "wgmma" : "mma", r, seen[ti][fam][r], want);

@@ -26,7 +26,7 @@ static fm_status fake_choose(void *state, int g, const fm_gemm_hint *h, fm_tile 
     fake *f = state;
     f->calls++;
     if (h->k_splits_auto) f->auto_calls[g]++;
-    *t = (fm_tile){.warps = 4, .mt = 2, .nt = 1, .kc = 128, .stages = 4, .family = FM_FAMILY_FP4MOE_SWAPAB};
+    *t = (fm_tile){.warps = 4, .mt = 2, .nt = 1, .kc = 128, .stages = 4, .family = FM_FAMILY_FP4MOE_MMA};
     if (nb) *nb = 1;
     if (ks) *ks = h->k_splits_auto ? (h->active <= 2 ? 8 : 2) : 1;
     if (est) *est = h->x_packed ? (h->rows >= 4 ? 1.0 : 3.0) : 2.0;

@@ -129,7 +129,7 @@ static void explain_bad_flags(void **s)
     EX("--a foo", "--a", "nvfp4");
     EX("--epilogue bar", "--epilogue", "tma", "nosmem", "finalize");
     EX("--schedule fast", "--schedule", "pingpong");
-    EX("--family nope", "--family", "fp4moe-swapab");
+    EX("--family nope", "--family", "fp4moe-mma");
     EX("--gpu h200", "--arch", "--gpu");          /* sm_120 vs sm_90: which one? */
     EX("--gpu b200", "--arch", "--gpu");
 #undef EX
@@ -142,7 +142,7 @@ static void explain_bad_flags(void **s)
 
 /* Flags one kind of kernel family reads are an error for the other kind, not
  * silently ignored (issue 15: `explain --warps` on a CUTLASS tile exited 0 with
- * the CUTLASS bytes; `--epilogue` on fp4moe-swapab and `plan --launcher
+ * the CUTLASS bytes; `--epilogue` on fp4moe-mma and `plan --launcher
  * --swap-ab` changed nothing either). */
 static void family_specific_flags(void **s)
 {
@@ -161,10 +161,10 @@ static void family_specific_flags(void **s)
                                                  "--d fp16",           "--epilogue-tile 128x64"};
     for (size_t i = 0; i < sizeof k_cutlass_only / sizeof *k_cutlass_only; i++) {
         const char *fl = k_cutlass_only[i];
-        snprintf(a, sizeof a, "explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 %s", fl);
+        snprintf(a, sizeof a, "explain --arch sm90 --family fp4moe-mma --tile 8x64x128 %s", fl);
         char flag[32];
         snprintf(flag, sizeof flag, "%.*s", (int)strcspn(fl, " "), fl);
-        USAGE(a, flag, "CUTLASS families only", "fp4moe-swapab");
+        USAGE(a, flag, "CUTLASS families only", "fp4moe-mma");
     }
     USAGE("plan --launcher --gpu h200 --swap-ab", "--swap-ab", "--launcher");
     USAGE("plan --launcher --gpu h200 --epilogue finalize", "--epilogue", "--launcher");
@@ -172,8 +172,8 @@ static void family_specific_flags(void **s)
     USAGE("plan --gpu rtx-pro-6000 --cutlass 9.9", "--cutlass", "9.9");
     /* and the flags where they apply still work (SM120 has no no-smem epilogue: truth-*.csv) */
     static const cli_case k_ok[] = {
-        {"explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 --warps 4", 0, {"4 warps", NULL, NULL}, NULL},
-        {"explain --arch sm90 --family fp4moe-swapab --tile 8x64x128 --schedule auto", 0, {"fp4moe-swapab", NULL, NULL},
+        {"explain --arch sm90 --family fp4moe-mma --tile 8x64x128 --warps 4", 0, {"4 warps", NULL, NULL}, NULL},
+        {"explain --arch sm90 --family fp4moe-mma --tile 8x64x128 --schedule auto", 0, {"fp4moe-mma", NULL, NULL},
          NULL},
         {"explain --arch sm120 --tile 128x128x128 --epilogue finalize --cutlass 4.5", 0, {"cutlass-sm120", NULL, NULL},
          NULL},
@@ -205,16 +205,16 @@ static void explain_good_flags(void **s)
     }
 }
 
-/* fp4moe-wgmma: listed by `plan` on the H200 (next to fp4moe-swapab), never on SM120;
+/* fp4moe-wgmma: listed by `plan` on the H200 (next to fp4moe-mma), never on SM120;
  * `explain` checks it on sm_90 and refuses it elsewhere as a usage error. */
 static void wgmma_family(void **s)
 {
     (void)s;
     const cli_case cases[] = {
-        {"plan --gpu h200", 0, {"\n  fp4moe-wgmma  ", "\n  fp4moe-swapab ", NULL}, NULL},
+        {"plan --gpu h200", 0, {"\n  fp4moe-wgmma  ", "\n  fp4moe-mma ", NULL}, NULL},
         {"plan --gpu h200 --rows-per-expert 256 --json", 0, {"\"family\":\t\"fp4moe-wgmma\"", "wgmma_w8m", NULL}, NULL},
-        {"plan --gpu rtx-pro-6000", 0, {"\n  fp4moe-swapab ", NULL}, "\n  fp4moe-wgmma"},
-        {"plan --gpu rtx-pro-6000 --json", 0, {"fp4moe-swapab", NULL}, "fp4moe-wgmma"},
+        {"plan --gpu rtx-pro-6000", 0, {"\n  fp4moe-mma ", NULL}, "\n  fp4moe-wgmma"},
+        {"plan --gpu rtx-pro-6000 --json", 0, {"fp4moe-mma", NULL}, "fp4moe-wgmma"},
         {"explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64", 0, {"fm_smem_wgmma", "8 warps", "FITS"}, NULL},
         {"explain --family fp4moe-wgmma --gpu h200 --tile 8x64x128 --warps 4 --json", 0,
          {"\"warps\":\t4", "\"total_bytes\":\t28736", NULL}, NULL},
@@ -240,9 +240,9 @@ static void wgmma_family(void **s)
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 128x256x64 --stages 5", "not compiled in");
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 256x128x64 --stages 6 --persistent", "not compiled in");
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 32x384x64 --warps 6", "4, 8 or 12");
-    USAGE("explain --family fp4moe-swapab --arch sm90 --tile 8x64x256 --warps 12", "1..8");
+    USAGE("explain --family fp4moe-mma --arch sm90 --tile 8x64x256 --warps 12", "1..8");
     USAGE("explain --family fp4moe-wgmma --arch sm90 --tile 32x384x64 --warps 13", "--warps", "[1, 12]");
-    USAGE("explain --family fp4moe-swapab --arch sm90 --tile 8x64x256 --persistent", "no persistent kernel");
+    USAGE("explain --family fp4moe-mma --arch sm90 --tile 8x64x256 --persistent", "no persistent kernel");
     USAGE("explain --arch sm120 --tile 128x128x128 --persistent", "persistent is fp4moe-wgmma's");
 }
 
@@ -252,12 +252,12 @@ static void launcher_ranking(void **s)
 {
     (void)s;
     const cli_case cases[] = {
-        {"plan --launcher --gpu h200 --rows-per-expert 1", 0, {"\n     1 mma    swapab_w4m2n1k256s3 ", "fm_cuda_gemm", NULL},
+        {"plan --launcher --gpu h200 --rows-per-expert 1", 0, {"\n     1 mma    mma_w4m2n1k256s3 ", "fm_cuda_gemm", NULL},
          NULL},
         {"plan --launcher --gpu h200 --packed-x --rows-per-expert 64 --json", 0, {"\"rank\":\t1", "wgmma_w8m", NULL},
-         "swapab_"},
-        {"plan --launcher --gpu rtx-pro-6000 --swiglu --format mxfp4", 0, {"swapab_w4m2", NULL}, "wgmma_"},
-        {"plan --launcher --gpu h200 --smem-limit 30000 --n 512 --k 512", 0, {"swapab_w8m1n1k64s4", NULL}, "w4m2n1k256s3"},
+         "\"mma_"},
+        {"plan --launcher --gpu rtx-pro-6000 --swiglu --format mxfp4", 0, {"mma_w4m2", NULL}, "wgmma_"},
+        {"plan --launcher --gpu h200 --smem-limit 30000 --n 512 --k 512", 0, {"mma_w8m1n1k64s4", NULL}, "w4m2n1k256s3"},
         {"plan --launcher --gpu h200 --smem-limit 1000", 5, {NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);

@@ -1,7 +1,7 @@
 /* test_plan_fp4moe.c - fp4moe's own swap-AB kernels as a planner family.
  *
  * What must hold: for every compiled tile the planner's bytes are the launcher's bytes
- * (fm_plan_check and fm_smem_swapab_check, the function src/cuda/gemm_launch.c calls
+ * (fm_plan_check and fm_smem_mma_check, the function src/cuda/gemm_launch.c calls
  * before every launch, agree on the total and on accept/reject at the SM120 limit of
  * 101,376 B and the sm_90 limit of 232,448 B); a rejected tile's fix is a compiled tile
  * that fits; uncompiled tiles are refused (the launcher could not run them); and the
@@ -20,11 +20,11 @@
 #include "fp4moe/tools.h"
 #include "kernels/fm_kernels_smem.h"
 
-static fm_kernel_config swapab_cfg(int cc, const fm_tile *t, int stages)
+static fm_kernel_config mma_cfg(int cc, const fm_tile *t, int stages)
 {
     fm_kernel_config c;
     fm_kernel_config_init(&c);
-    c.cc = cc, c.family = FM_FAMILY_FP4MOE_SWAPAB, c.a = c.b = FM_ELEM_NVFP4;
+    c.cc = cc, c.family = FM_FAMILY_FP4MOE_MMA, c.a = c.b = FM_ELEM_NVFP4;
     c.tile_m = 8 * t->nt, c.tile_n = t->warps * t->mt * 16, c.tile_k = t->kc, c.warps = t->warps;
     c.stages = stages;
     return c;
@@ -36,7 +36,7 @@ static void same_bytes_as_launcher(void **s)
 {
     (void)s;
     size_t n = 0;
-    const fm_tile *t = fm_swapab_tiles(&n);
+    const fm_tile *t = fm_mma_tiles(&n);
     assert_true(n >= 2);
     const struct {
         int    cc;
@@ -55,13 +55,13 @@ static void same_bytes_as_launcher(void **s)
                         break;
                     }
                 if (!explicit_stages && first != i) continue;
-                fm_kernel_config c = swapab_cfg(archs[a].cc, &t[i], explicit_stages ? t[i].stages : 0);
+                fm_kernel_config c = mma_cfg(archs[a].cc, &t[i], explicit_stages ? t[i].stages : 0);
                 fm_plan_result r;
                 memset(&r, 0xA5, sizeof r); /* poisoned */
                 assert_int_equal(fm_plan_check(&c, 8, 4096, 6144, 32, 188, &r), FM_OK);
                 fm_smem_breakdown launch;
                 memset(&launch, 0x5A, sizeof launch);
-                fm_status ls = fm_smem_swapab_check(&t[i], archs[a].limit, &launch);
+                fm_status ls = fm_smem_mma_check(&t[i], archs[a].limit, &launch);
                 assert_int_equal(r.bytes.total, launch.total);
                 assert_int_equal(r.bytes.stages, t[i].stages);
                 assert_int_equal(r.limit_bytes, archs[a].limit);
@@ -74,16 +74,16 @@ static void same_bytes_as_launcher(void **s)
                 assert_int_equal(r.fits, r.builder_fits); /* no builder: the launcher decides */
                 if (explicit_stages) r.fits ? accepted++ : rejected++;
                 if (r.fits) {
-                    assert_non_null(strstr(r.reason, "fits: swapab_"));
+                    assert_non_null(strstr(r.reason, "fits: mma_"));
                     assert_int_equal(r.best_stages, t[i].stages);
                 } else {
                     assert_non_null(strstr(r.reason, "FM_ERR_SMEM_EXCEEDED"));
-                    const char *fix = strstr(r.reason, "use swapab_");
+                    const char *fix = strstr(r.reason, "use mma_");
                     assert_non_null(fix); /* every nt in the list has a tile that fits SM120 */
                     int fw, fm, fn, fk, fs;
-                    assert_int_equal(sscanf(fix, "use swapab_w%dm%dn%dk%ds%d", &fw, &fm, &fn, &fk, &fs), 5);
-                    fm_tile ft = {fw, fm, fn, fk, fs, 0, FM_FAMILY_FP4MOE_SWAPAB};
-                    fm_kernel_config fc = swapab_cfg(archs[a].cc, &ft, 0);
+                    assert_int_equal(sscanf(fix, "use mma_w%dm%dn%dk%ds%d", &fw, &fm, &fn, &fk, &fs), 5);
+                    fm_tile ft = {fw, fm, fn, fk, fs, 0, FM_FAMILY_FP4MOE_MMA};
+                    fm_kernel_config fc = mma_cfg(archs[a].cc, &ft, 0);
                     fm_plan_result fr;
                     assert_int_equal(fm_plan_check(&fc, 8, 4096, 6144, 32, 188, &fr), FM_OK);
                     assert_true(fr.fits);
@@ -106,12 +106,12 @@ static void fm_smem_model_matches(void **s)
 {
     (void)s;
     size_t n = 0;
-    const fm_tile *t = fm_swapab_tiles(&n);
+    const fm_tile *t = fm_mma_tiles(&n);
     for (size_t i = 0; i < n; i++) {
-        fm_kernel_config c = swapab_cfg(120, &t[i], t[i].stages);
+        fm_kernel_config c = mma_cfg(120, &t[i], t[i].stages);
         fm_smem_breakdown m, l;
         assert_int_equal(fm_smem_model(&c, &m), FM_OK);
-        assert_int_equal(fm_smem_swapab(&t[i], &l), FM_OK);
+        assert_int_equal(fm_smem_mma(&t[i], &l), FM_OK);
         assert_int_equal(m.total, l.total); /* field by field: the struct has padding */
         assert_int_equal(m.stages, l.stages);
         assert_int_equal(m.a, l.a);
@@ -126,38 +126,38 @@ static void fm_smem_model_matches(void **s)
 static void refused_and_bad(void **s)
 {
     (void)s;
-    fm_tile t0 = fm_swapab_tiles(NULL)[0];
+    fm_tile t0 = fm_mma_tiles(NULL)[0];
     fm_plan_result r, before;
     memset(&r, 0x33, sizeof r);
     before = r;
     /* a shape the launcher has not compiled: sized on request, never accepted */
-    fm_kernel_config c = swapab_cfg(120, &t0, t0.stages == 8 ? 7 : t0.stages + 1);
+    fm_kernel_config c = mma_cfg(120, &t0, t0.stages == 8 ? 7 : t0.stages + 1);
     fm_smem_breakdown b;
     assert_int_equal(fm_smem_model(&c, &b), FM_OK);
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_UNSUPPORTED);
     assert_non_null(strstr(fm_last_error(), "not compiled in"));
     c.stages = 0, c.tile_k = 1024; /* no compiled tile of this K: no stage count to take */
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_UNSUPPORTED);
-    c = swapab_cfg(120, &t0, 0);
+    c = mma_cfg(120, &t0, 0);
     c.tile_m = 24; /* 3 fragments */
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_BAD_SHAPE);
-    c = swapab_cfg(120, &t0, 0);
+    c = mma_cfg(120, &t0, 0);
     c.tile_n = 16 * c.warps * 3;
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_BAD_SHAPE);
-    c = swapab_cfg(120, &t0, 0);
+    c = mma_cfg(120, &t0, 0);
     c.a = c.b = FM_ELEM_FP8; /* an FP4-weight kernel */
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_ARCH_MISMATCH);
-    c = swapab_cfg(75, &t0, 0); /* unknown arch */
+    c = mma_cfg(75, &t0, 0); /* unknown arch */
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_NOT_FOUND);
-    c = swapab_cfg(120, &t0, 0);
+    c = mma_cfg(120, &t0, 0);
     c.cluster_m = 2;
     assert_int_equal(fm_plan_check(&c, 0, 0, 0, 0, 0, &r), FM_ERR_BAD_SHAPE);
-    c = swapab_cfg(120, &t0, 0);
+    c = mma_cfg(120, &t0, 0);
     assert_int_equal(fm_plan_check(&c, 8, 4096, 6144 + 32, 32, 188, &r), FM_ERR_BAD_SHAPE); /* K % tile K */
     assert_memory_equal(&r, &before, sizeof r); /* nothing written on failure */
     fm_kernel_family f = FM_FAMILY_AUTO;
-    assert_int_equal(fm_family_parse("fp4moe-swapab", &f), FM_OK);
-    assert_int_equal(f, FM_FAMILY_FP4MOE_SWAPAB);
+    assert_int_equal(fm_family_parse("fp4moe-mma", &f), FM_OK);
+    assert_int_equal(f, FM_FAMILY_FP4MOE_MMA);
     assert_int_equal(fm_family_parse("cutlass-sm100", &f), FM_OK);
     assert_int_equal(f, FM_FAMILY_CUTLASS_SM100);
     assert_int_equal(fm_family_parse("cublas", &f), FM_ERR_NOT_FOUND);
@@ -182,9 +182,9 @@ static void ranked_with_cutlass(void **s)
                              FM_OK);
             assert_true(n > 0 && n == total);
             assert_true(c[0].res.fits);
-            assert_int_equal(c[0].cfg.family, FM_FAMILY_FP4MOE_SWAPAB);
+            assert_int_equal(c[0].cfg.family, FM_FAMILY_FP4MOE_MMA);
             int seen_cutlass = gpu->cc == 90; /* sm_90 has no FP4 MMA: swap-AB only */
-            for (size_t i = 0; i < n; i++) seen_cutlass |= c[i].cfg.family != FM_FAMILY_FP4MOE_SWAPAB;
+            for (size_t i = 0; i < n; i++) seen_cutlass |= c[i].cfg.family != FM_FAMILY_FP4MOE_MMA;
             assert_true(seen_cutlass);
         }
         if (gpu->cc == 90) {
@@ -196,10 +196,10 @@ static void ranked_with_cutlass(void **s)
         assert_int_equal(fm_plan_candidates_in(0, gpu, FM_ELEM_NVFP4, FM_EPI_TMA, 0, 2048, 4096, 6144, 32, c, 64, &n,
                                                NULL),
                          FM_OK);
-        assert_int_not_equal(c[0].cfg.family, FM_FAMILY_FP4MOE_SWAPAB);
+        assert_int_not_equal(c[0].cfg.family, FM_FAMILY_FP4MOE_MMA);
         assert_int_equal(fm_plan_candidates(gpu, FM_ELEM_NVFP4, FM_EPI_TMA, 0, 2, 4096, 6144, 32, c, 64, &n, NULL),
                          FM_OK); /* CUTLASS only, as it always answered */
-        for (size_t i = 0; i < n; i++) assert_int_not_equal(c[i].cfg.family, FM_FAMILY_FP4MOE_SWAPAB);
+        for (size_t i = 0; i < n; i++) assert_int_not_equal(c[i].cfg.family, FM_FAMILY_FP4MOE_MMA);
     }
 }
 

@@ -97,7 +97,7 @@ static double measured(const char *shape, int m, const fm_fp4moe_choice *c, int 
         if (strcmp(r->family, "mma")) continue;
         /* bench "auto" = the launcher's automatic block count for an explicit tile */
         int autonb = fm_plan_fp4moe_auto_blocks(c->tile.warps, c->tile.mt, 0, r->n, r->k, r->e, sms);
-        if (!fm_swapab_tile_has_mb(&c->tile)) autonb = 1;
+        if (!fm_mma_tile_has_mb(&c->tile)) autonb = 1;
         if (!strcmp(r->variant, "auto") && c->feature_blocks == autonb) return r->us;
         if (!strcmp(r->variant, "feature_blocks_1") && c->feature_blocks == 1) return r->us;
     }
@@ -111,7 +111,7 @@ static int unmeasured_tiles(void)
     int missing = 0;
     for (int fam = 0; fam < 2; fam++) {
         size_t                nt = 0;
-        const fm_tile *t = fam ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
+        const fm_tile *t = fam ? fm_wgmma_tiles(&nt) : fm_mma_tiles(&nt);
         for (size_t i = 0; i < nt; i++) {
             int seen = 0;
             for (size_t j = 0; j < g_n && !seen; j++) {
@@ -123,7 +123,7 @@ static int unmeasured_tiles(void)
             if (!seen) {
                 char name[64];
                 printf("tile %s has no timing in bench/h200_fp4moe_tiles.csv\n",
-                       fam ? fm_wgmma_tile_name(&t[i], name, sizeof name) : fm_swapab_tile_name(&t[i], name, sizeof name));
+                       fam ? fm_wgmma_tile_name(&t[i], name, sizeof name) : fm_mma_tile_name(&t[i], name, sizeof name));
                 missing++;
             }
         }
@@ -249,7 +249,7 @@ static void test_invariants(void **state)
             assert_true(c[i].feature_blocks >= 1 && c[i].feature_blocks <= 8);
             if (q.swiglu) assert_int_equal(c[i].tile.mt % 2, 0);
             if (q.x_packed) assert_int_equal(c[i].tile.family, FM_FAMILY_FP4MOE_WGMMA);
-            if (!wg) assert_int_equal(c[i].tile.family, FM_FAMILY_FP4MOE_SWAPAB);
+            if (!wg) assert_int_equal(c[i].tile.family, FM_FAMILY_FP4MOE_MMA);
             if (c[i].tile.family == FM_FAMILY_FP4MOE_WGMMA) assert_int_equal(c[i].feature_blocks, 1);
             if (k > 512) assert_int_equal(c[i].feature_blocks, 1);
             /* the kernel that runs it: the multi-block mma kernel exactly when blocks > 1,
@@ -333,7 +333,7 @@ static void test_errors(void **state)
         assert_int_equal(fm_plan_fp4moe(h, &bad, 1, 6144, 256, 256, all, 64, &n, NULL), FM_OK);
         assert_true(n >= 1);
         for (size_t i = 0; i < n; i++) {
-            assert_int_equal(all[i].tile.family, FM_FAMILY_FP4MOE_SWAPAB);
+            assert_int_equal(all[i].tile.family, FM_FAMILY_FP4MOE_MMA);
             assert_int_equal(all[i].feature_blocks, 4);
         }
         bad.x_packed = 1; /* packed X: wgmma, which has no multi-block kernel */

@@ -164,7 +164,7 @@ static void explicit_epilogue_tile(void **s)
     assert_int_equal(fm_smem_model(&c, &b), FM_ERR_BAD_SHAPE);
     c.epi_tile_m = 128, c.epi_tile_n = 64, c.epilogue = FM_EPI_NOSMEM; /* not measured: refused, not guessed */
     assert_int_equal(fm_smem_model(&c, &b), FM_ERR_UNSUPPORTED);
-    c.epilogue = FM_EPI_TMA, c.family = FM_FAMILY_FP4MOE_SWAPAB, c.cc = 90, c.tile_m = 8, c.tile_n = 64;
+    c.epilogue = FM_EPI_TMA, c.family = FM_FAMILY_FP4MOE_MMA, c.cc = 90, c.tile_m = 8, c.tile_n = 64;
     assert_int_equal(fm_smem_model(&c, &b), FM_ERR_UNSUPPORTED); /* fp4moe's kernels have no epilogue tile */
     int m = -1, n = -1;
     assert_int_equal(fm_epi_tile_parse("128x64", &m, &n), FM_OK);

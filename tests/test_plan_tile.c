@@ -13,15 +13,15 @@ static void test_round_trip(void **state)
     (void)state;
     for (int f = 0; f < 2; f++) {
         size_t         n = 0;
-        const fm_tile *t = f ? fm_wgmma_tiles(&n) : fm_swapab_tiles(&n);
+        const fm_tile *t = f ? fm_wgmma_tiles(&n) : fm_mma_tiles(&n);
         assert_true(n > 10);
         for (size_t i = 0; i < n; i++) {
             char name[64], old[64];
             fm_tile_name(&t[i], name, sizeof name);
             /* the family's own spelling is the same name */
-            (f ? fm_wgmma_tile_name : fm_swapab_tile_name)(&t[i], old, sizeof old);
+            (f ? fm_wgmma_tile_name : fm_mma_tile_name)(&t[i], old, sizeof old);
             assert_string_equal(name, old);
-            assert_true(!strncmp(name, f ? "wgmma_w" : "swapab_w", f ? 7 : 8));
+            assert_true(!strncmp(name, f ? "wgmma_w" : "mma_w", f ? 7 : 5));
             fm_tile back;
             memset(&back, 0xA5, sizeof back);
             assert_int_equal(fm_tile_parse(name, &back), FM_OK);
@@ -35,7 +35,7 @@ static void test_round_trip(void **state)
 static void test_equal(void **state)
 {
     (void)state;
-    fm_tile a = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, b = a, any = a;
+    fm_tile a = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA}, b = a, any = a;
     any.family = FM_FAMILY_AUTO;
     assert_true(fm_tile_equal(&a, &b) && fm_tile_equal(&a, &any) && fm_tile_equal(&any, &a));
     b.family = FM_FAMILY_FP4MOE_WGMMA;
@@ -55,13 +55,15 @@ static void test_parse_errors(void **state)
     (void)state;
     const char *bad[] = {"",
                          "w4m1n1k256s4", /* no family */
-                         "mma_w4m1n1k256s4",
-                         "swapab_w4m1n1k256",
-                         "swapab_w4m1n1k256s4p", /* persistent is wgmma's */
-                         "swapab_w4m1n1k256s4 ",
-                         "swapab_w04m1n1k256s4",
-                         "swapab_w+4m1n1k256s4",
-                         "swapab_w4m1n1k256s4x",
+                         "mmx_w4m1n1k256s4",
+                         "swapab_w04m1n1k256s4", /* the former name: canonical spelling too */
+                         "swapab_w4m1n1k256s4p",
+                         "mma_w4m1n1k256",
+                         "mma_w4m1n1k256s4p", /* persistent is wgmma's */
+                         "mma_w4m1n1k256s4 ",
+                         "mma_w04m1n1k256s4",
+                         "mma_w+4m1n1k256s4",
+                         "mma_w4m1n1k256s4x",
                          "wgmma_w8m1n32k64s4pp",
                          "wgmma_w0m1n32k64s4",
                          "wgmma_w-8m1n32k64s4"};
@@ -73,9 +75,17 @@ static void test_parse_errors(void **state)
         assert_non_null(strstr(fm_last_error(), "tile name"));
         assert_memory_equal(&out, &keep, sizeof out);
     }
-    fm_tile out;
+    fm_tile out, now;
+    /* the mma family's former name (plan files written before the rename) reads as the same tile */
+    assert_int_equal(fm_tile_parse("swapab_w4m2n1k256s3", &out), FM_OK);
+    assert_int_equal(fm_tile_parse("mma_w4m2n1k256s3", &now), FM_OK);
+    assert_int_equal(out.family, FM_FAMILY_FP4MOE_MMA);
+    assert_true(fm_tile_equal(&out, &now));
+    fm_kernel_family f = FM_FAMILY_AUTO;
+    assert_int_equal(fm_family_parse("fp4moe-swapab", &f), FM_OK);
+    assert_int_equal(f, FM_FAMILY_FP4MOE_MMA);
     assert_int_equal(fm_tile_parse(NULL, &out), FM_ERR_INVALID_ARG);
-    assert_int_equal(fm_tile_parse("swapab_w4m1n1k256s4", NULL), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_tile_parse("mma_w4m1n1k256s4", NULL), FM_ERR_INVALID_ARG);
 }
 
 int main(void)

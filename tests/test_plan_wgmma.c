@@ -362,7 +362,7 @@ static void candidates(void **s)
                          FM_OK);
         assert_true(n == total);
         assert_int_equal(count_family(c, n, FM_FAMILY_FP4MOE_WGMMA), (int)nw); /* K = 6144: every kc divides */
-        assert_true(count_family(c, n, FM_FAMILY_FP4MOE_SWAPAB) > 0);
+        assert_true(count_family(c, n, FM_FAMILY_FP4MOE_MMA) > 0);
         for (size_t i = 0; i < n; i++) {
             if (c[i].cfg.family != FM_FAMILY_FP4MOE_WGMMA) continue;
             assert_true(c[i].res.fits);
@@ -410,11 +410,11 @@ static void candidates(void **s)
         assert_int_equal(keep, 77);
         /* with swap-AB in the set it answers swap-AB */
         assert_int_equal(fm_plan_candidates_in(FM_FAMILY_BIT(FM_FAMILY_FP4MOE_WGMMA) |
-                                                   FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB),
+                                                   FM_FAMILY_BIT(FM_FAMILY_FP4MOE_MMA),
                                                others[g], FM_ELEM_NVFP4, FM_EPI_TMA, 0, 8, 4096, 6144, 32, c, 64, &n,
                                                NULL),
                          FM_OK);
-        assert_int_equal(count_family(c, n, FM_FAMILY_FP4MOE_SWAPAB), (int)n);
+        assert_int_equal(count_family(c, n, FM_FAMILY_FP4MOE_MMA), (int)n);
     }
 }
 
@@ -433,7 +433,7 @@ static void rates(void **s)
         fm_plan_candidate c[64];
         size_t n = 0;
         const int64_t rows = 2048, N = 4096, K = 6144, E = 32;
-        assert_int_equal(fm_plan_candidates_in(FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB) |
+        assert_int_equal(fm_plan_candidates_in(FM_FAMILY_BIT(FM_FAMILY_FP4MOE_MMA) |
                                                    FM_FAMILY_BIT(FM_FAMILY_FP4MOE_WGMMA),
                                                gpu, FM_ELEM_NVFP4, FM_EPI_TMA, 0, rows, N, K, E, c, 64, &n, NULL),
                          FM_OK);
@@ -442,7 +442,7 @@ static void rates(void **s)
         double best_sw = 1e300, best_wg = 1e300;
         for (size_t i = 0; i < n; i++) {
             if (!c[i].res.fits) continue;
-            double *b = c[i].cfg.family == FM_FAMILY_FP4MOE_SWAPAB ? &best_sw : &best_wg;
+            double *b = c[i].cfg.family == FM_FAMILY_FP4MOE_MMA ? &best_sw : &best_wg;
             if (c[i].est_us < *b) *b = c[i].est_us;
         }
         if (gpu->cc == 90) {
@@ -461,7 +461,7 @@ static void rates(void **s)
 static void names(void **s)
 {
     (void)s;
-    assert_int_equal(FM_FAMILY_FP4MOE_SWAPAB, 4); /* existing values kept */
+    assert_int_equal(FM_FAMILY_FP4MOE_MMA, 4); /* existing values kept */
     assert_int_equal(FM_FAMILY_FP4MOE_WGMMA, 5);
     assert_int_equal(FM_FAMILY_COUNT, 6);
     assert_string_equal(fm_family_name(FM_FAMILY_FP4MOE_WGMMA), "fp4moe-wgmma");

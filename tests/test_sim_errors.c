@@ -154,7 +154,7 @@ static void test_presets(void **state)
             /* the H200 (sm_90) has a planner family: the tile is its pick */
             assert_int_equal(r.tile_from_planner, 1);
             assert_true(r.tile_m == 64 || r.tile_m == 128 || r.tile_m == 256);
-            /* swap-AB: the planner's fp4moe-swapab ranking, a compiled tile whose K a stage
+            /* swap-AB: the planner's fp4moe-mma ranking, a compiled tile whose K a stage
              * divides FC1's K; where every pass width can (K a multiple of 256), the smallest
              * pass that holds the expected rows (gpt-oss's K = 2880 takes only 64-K stages) */
             c.kernel = FM_SIM_KERNEL_FP4MOE;

@@ -8,7 +8,7 @@
 #   probe.sh ncu SHAPE M TILE [KERNEL_REGEX [LAUNCH_SKIP]]
 #       ncu of one bench_gemm launch (--clock-control none): throughputs (DRAM, L2, SM,
 #       tensor pipes gmma / hmma, ALU, FMA), issue, SM clock, warps, stall ratios >= 0.1.
-#       KERNEL_REGEX defaults from the tile's name (swapab | wgmma), LAUNCH_SKIP 3.
+#       KERNEL_REGEX defaults from the tile's name (mma | wgmma), LAUNCH_SKIP 3.
 #       METRICS="a,b,..." replaces the metric list; SECTIONS="SpeedOfLight Occupancy ..."
 #       uses ncu sections instead.
 #   probe.sh timeline SHAPE M TILE [queued|chain|pdl]
@@ -23,7 +23,7 @@
 #       bench_gemm runs that point.
 #   probe.sh layer [TOKENS...]
 #       per-kernel times (ncu) of one `fp4moe run` forward, GLM-5 EP8 defaults (1,024 tokens).
-#   probe.sh sass [swapab|wgmma|all]
+#   probe.sh sass [mma|wgmma|all]
 #       cuobjdump -sass of src/cuda/gemm_<family>.cu (sm_90a and sm_80, the library's
 #       flags) into $OUT/<family>.sass, with the instruction count per kernel; no GPU needed.
 #   probe.sh sass-diff A.sass B.sass
@@ -34,8 +34,8 @@
 #       conventions) or stream_probe.cu (the cp.async load pattern alone).
 #
 # Examples (the seventh session's probes, bench/HISTORY.md):
-#   probe.sh ncu EP8-FC2 1 swapab_w4m4n1k128s3
-#   probe.sh timeline EP8-FC1 8 swapab_w4m2n1k256s3 pdl
+#   probe.sh ncu EP8-FC2 1 mma_w4m4n1k128s3
+#   probe.sh timeline EP8-FC1 8 mma_w4m2n1k256s3 pdl
 #   probe.sh power EP8-FC1 128 wgmma_w8m2n16k64s8
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -71,7 +71,7 @@ case "$MODE" in
 ncu)
   [ $# -ge 3 ] || { sed -n '/^#   probe.sh ncu/,/^#   probe.sh timeline/p' "$0" | head -6; exit 2; }
   deps
-  shape=$1 m=$2 tile=$3 regex=${4:-${3%%_*}} skip=${5:-3}
+  shape=$1 m=$2 tile=$3 regex=${4:-"(^|::)${3%%_*}_"} skip=${5:-3}
   B=$(bench_gemm)
   def="gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second,sm__cycles_active.avg.pct_of_peak_sustained_elapsed"
   def+=",dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sectors.avg.pct_of_peak_sustained_elapsed"
@@ -143,7 +143,7 @@ layer)
   done
   ;;
 sass)
-  fams=${1:-all}; [ "$fams" = all ] && fams="swapab wgmma"
+  fams=${1:-all}; [ "$fams" = all ] && fams="mma wgmma"
   for f in $fams; do
     o=$OUT/gemm_$f.o
     nice "$NVCC" -DFM_HAVE_CUDA=1 -Iinclude -Isrc -O3 -DNDEBUG -Xcompiler=-fPIC \

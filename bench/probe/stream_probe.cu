@@ -1,8 +1,8 @@
-/* stream_probe.cu - how fast can the swapab kernel's *load pattern* stream the
+/* stream_probe.cu - how fast can the mma kernel's *load pattern* stream the
  * EP8-FC1 weights (32 experts x 4096 x 6144 FP4 = 403 MB) with no compute?
  * Separates "the access pattern / bytes in flight" from "the dequant + MMA work".
  *   ldg      : grid-stride LDG.128, 8 in flight per thread (read ceiling)
- *   cpasync  : the swapab pattern: CTA of 4 warps, each warp one 16-row band, a
+ *   cpasync  : the mma pattern: CTA of 4 warps, each warp one 16-row band, a
  *              stage = CPS 512-byte chunks per warp by 16-byte cp.async per lane,
  *              STAGES deep, cp.async.wait_group + __syncthreads per stage, a token
  *              consume of the lane's own bytes (so nothing is dead)

@@ -39,7 +39,7 @@ extern "C" {
 
 /* A tile is an fm_tile (fp4moe/kernels.h: fields, fm_tile_name / fm_tile_parse /
  * fm_tile_equal; src/kernels/fm_tiles.def lists the compiled ones). Which kernel runs it:
- *   family FM_FAMILY_FP4MOE_SWAPAB   mma.sync m16n8k16 (gemm_mma.cuh): sm_80 and later,
+ *   family FM_FAMILY_FP4MOE_MMA   mma.sync m16n8k16 (gemm_mma.cuh): sm_80 and later,
  *                                    SM120 within 99 KB
  *   family FM_FAMILY_FP4MOE_WGMMA    wgmma m64nNk16, weights from registers (gemm_wgmma.cu):
  *                                    sm_90a (H100/H200) only; persist = 1: the persistent
@@ -115,7 +115,7 @@ typedef struct {
     void           *stream;        /* cudaStream_t, NULL = default stream */
     /* feature_blocks (the mma tiles of one token group that have a multi-block
      * kernel: the rows of src/kernels/fm_tiles.def with mb = 1, e.g. w8m1n1k64s4,
-     * w4m1n1k128s4, w4m2n1k256s3; fm_swapab_tile_has_mb): consecutive feature blocks one CTA computes,
+     * w4m1n1k128s4, w4m2n1k256s3; fm_mma_tile_has_mb): consecutive feature blocks one CTA computes,
      * its K pipeline running across them (short K has too few stages per block
      * to keep bytes in flight).
      * 0 = automatic (no tile given: the planner's choice, one block or the count
@@ -197,7 +197,7 @@ size_t fm_cuda_split_counter_bytes(const fm_cuda_weights *w, int max_rows);
  * SwiGLU with an odd mt or N not a multiple of 32, feature_blocks > 1 with a
  * tile that has no multi-block kernel, more than 65,535 experts, or
  * FINALIZE_DET over more than 65,535 tokens), FM_ERR_SMEM_EXCEEDED (the tile's
- * shared memory, from fm_smem_swapab, exceeds the limit; nothing launched),
+ * shared memory, from fm_smem_mma, exceeds the limit; nothing launched),
  * FM_ERR_NO_DEVICE, FM_ERR_CUDA (launch failure). */
 fm_status fm_cuda_gemm(const fm_cuda_gemm_args *a);
 
@@ -215,7 +215,7 @@ fm_status fm_cuda_x_pack(const uint16_t *x, uint16_t *out, int rows, int k, void
 
 /* The tile (and feature blocks per CTA) fm_cuda_gemm launches when a->tile is
  * NULL: the first candidate of the planner's ranking fm_plan_fp4moe (fp4moe/kernels.h)
- * (its family set: swapab or wgmma, persist for the persistent kernel)
+ * (its family set: mma or wgmma, persist for the persistent kernel)
  * for this call on the current device: a->w's format and shape, a->expected_rows
  * rows per expert (< 1: 1) on a->active_experts experts (0: all), a->epi (SwiGLU:
  * gate/up pairs), a->x_packed,

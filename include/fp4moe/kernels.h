@@ -23,10 +23,15 @@ typedef enum {
     FM_FAMILY_CUTLASS_SM90,    /* TMA warp-specialized GEMM, ptr-array grouped, BF16/FP8 */
     FM_FAMILY_CUTLASS_SM120,   /* block-scaled grouped GEMM (NVFP4, MXFP4, FP8xFP4) */
     FM_FAMILY_CUTLASS_SM100,   /* block-scaled UMMA grouped GEMM, 1-SM and 2-SM (NVFP4, MXFP4) */
-    FM_FAMILY_FP4MOE_SWAPAB,   /* fp4moe's own small-M swap-AB FP4 grouped GEMM (src/cuda/gemm_mma.cuh) */
+    FM_FAMILY_FP4MOE_MMA,      /* fp4moe's own small-M swap-AB FP4 grouped GEMM (src/cuda/gemm_mma.cuh) */
     FM_FAMILY_FP4MOE_WGMMA,    /* the same swap-AB GEMM on warpgroup MMAs, sm_90a only (src/cuda/gemm_wgmma.cu) */
     FM_FAMILY_COUNT
 } fm_kernel_family;
+
+/* The mma family's former name, for code written against it (its kernels swap A and B so that
+ * a few tokens are the mma's N dimension); fm_family_parse and fm_tile_parse also read the old
+ * spellings ("fp4moe-swapab", "swapab_w4m2n1k256s3") in plan files written before. */
+#define FM_FAMILY_FP4MOE_SWAPAB FM_FAMILY_FP4MOE_MMA
 
 /* A GEMM operand's element type, for the byte model: what a CUTLASS kernel's A, B, C
  * and D hold (void, FP16, FP32 and FP8 among them). Not fm_format (fp4moe/format.h),
@@ -67,12 +72,12 @@ const char *fm_elem_name(fm_elem e);
  *   kc       K per stage, a multiple of 64
  *   stages   pipeline depth
  *   persist  wgmma: 1 = the persistent kernel; 0 otherwise
- *   family   FM_FAMILY_FP4MOE_SWAPAB or FM_FAMILY_FP4MOE_WGMMA; FM_FAMILY_AUTO (0) = not
+ *   family   FM_FAMILY_FP4MOE_MMA or FM_FAMILY_FP4MOE_WGMMA; FM_FAMILY_AUTO (0) = not
  *            said (a tile written by its first five or six fields): fm_tile_equal then
  *            matches either family, fm_cuda_gemm (fp4moe/cuda.h) launches it as mma.sync
  * The one tile type of the library: the planner's catalogue and candidates
  * (fm_fp4moe_choice.tile), fm_cuda_gemm's argument, the CLI and the bench.
- * Names: "swapab_w4m1n1k256s4" (mma.sync), "wgmma_w8m2n16k64s8", persistent
+ * Names: "mma_w4m1n1k256s4" (mma.sync), "wgmma_w8m2n16k64s8", persistent
  * "wgmma_w8m1n32k64s4p". */
 typedef struct {
     int              warps, mt, nt, kc, stages;
@@ -101,7 +106,7 @@ typedef enum {
     FM_VARIANT_WGMMA_PERSISTENT, /* its persistent form (rows with persist = 1; packed X only) */
     FM_VARIANT_COUNT
 } fm_kernel_variant;
-/* The family a variant belongs to (FM_FAMILY_FP4MOE_SWAPAB or _WGMMA). */
+/* The family a variant belongs to (FM_FAMILY_FP4MOE_MMA or _WGMMA). */
 fm_kernel_family fm_variant_family(fm_kernel_variant v);
 /* The variant that runs tile t of family fam: mma with feature_blocks > 1 = the
  * multi-block kernel; wgmma: persistent for persist = 1, else packed or natural X. */
@@ -119,21 +124,21 @@ typedef struct {
     int     max_k_splits;   /* > 1: also rank the plain mma kernel with K split over 2, 4, ... up to this
                                many CTAs per (expert, feature block), where the unsplit grid leaves SMs
                                idle (few experts with rows: decode on an expert shard); 0/1 = no split */
-    /* The catalogue rows that may be chosen (bit r = row r of fm_swapab_tiles / fm_wgmma_tiles):
+    /* The catalogue rows that may be chosen (bit r = row r of fm_mma_tiles / fm_wgmma_tiles):
      * an opened device's (fm_cuda_device_code), or both 0 = the rows this build carries for
      * gpu's compute capability (without CUDA: those an equal CUDA build would carry). */
     unsigned long long mma_rows, wgmma_rows;
 } fm_fp4moe_query;
 
 typedef struct {
-    fm_tile tile;              /* the compiled tile (fm_swapab_tiles / fm_wgmma_tiles), its family set:
-                                  FM_FAMILY_FP4MOE_SWAPAB (mma.sync) or FM_FAMILY_FP4MOE_WGMMA; persist:
+    fm_tile tile;              /* the compiled tile (fm_mma_tiles / fm_wgmma_tiles), its family set:
+                                  FM_FAMILY_FP4MOE_MMA (mma.sync) or FM_FAMILY_FP4MOE_WGMMA; persist:
                                   the persistent wgmma kernel (packed X only; one CTA per SM) */
     int    feature_blocks;     /* mma: feature blocks per CTA (1 = the plain kernel); wgmma: 1 */
     fm_kernel_variant variant; /* the kernel that runs it (fm_variant_of) */
     int    k_splits;           /* CTAs sharing the K stages of one (expert, feature block): 1 = none */
     int    ctas_per_sm;        /* the model's CTAs resident per SM */
-    size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_swapab / fm_smem_wgmma) */
+    size_t smem_bytes;         /* dynamic shared memory per CTA (fm_smem_mma / fm_smem_wgmma) */
     double est_us;             /* the model's time, microseconds */
     double efficiency;         /* the tile's fitted factor in est_us (1 = none measured) */
 } fm_fp4moe_choice;

@@ -52,7 +52,7 @@ typedef enum {
 } fm_epilogue;
 
 /* One kernel configuration: everything that changes the bytes.
- * For FM_FAMILY_FP4MOE_SWAPAB the tile reads: tile_m = tokens per pass (8*nt),
+ * For FM_FAMILY_FP4MOE_MMA the tile reads: tile_m = tokens per pass (8*nt),
  * tile_n = output features per CTA (warps*mt*16), tile_k = K per stage (kc),
  * `warps` warps per CTA (0 = 4); the CUTLASS-only fields (c, d, schedule, cluster,
  * cutlass) do not change its bytes: its epilogue (plain store, SwiGLU or FINALIZE)
@@ -75,7 +75,7 @@ typedef struct {
     int              cutlass;     /* CUTLASS version: major * 100 + minor * 10 + patch (4.7.0 = 470); 0 = 420.
                                      The bytes follow the version: 4.2, 4.4, 4.5, 4.7 are checked against
                                      measured CUTLASS trees (tests/conformance/truth-*.csv), exact */
-    int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default: swapab 4, wgmma 8) */
+    int              warps;       /* fp4moe kernels: warps per CTA (0 = the family's default: mma 4, wgmma 8) */
     int              persistent;  /* fp4moe-wgmma: the persistent kernel (one CTA per SM over the tiles, its
                                      own output buffer in shared memory); 0 elsewhere */
     int              plain;       /* CUTLASS families: 1 = one GEMM (the non-ptr-array kernel: no tensor maps
@@ -93,8 +93,8 @@ typedef struct {
 #define FM_CUTLASS_NEWEST 470
 
 /* Fill a config with the defaults: BF16 C/D, TMA epilogue, auto stages, CUTLASS 4.2.
- * For FM_FAMILY_FP4MOE_SWAPAB and _WGMMA, stages = 0 means "the stage count of the
- * first compiled instantiation of that tile shape" (fm_swapab_tiles / fm_wgmma_tiles
+ * For FM_FAMILY_FP4MOE_MMA and _WGMMA, stages = 0 means "the stage count of the
+ * first compiled instantiation of that tile shape" (fm_mma_tiles / fm_wgmma_tiles
  * order). */
 void fm_kernel_config_init(fm_kernel_config *cfg);
 
@@ -125,9 +125,9 @@ typedef struct {
  * `problem_*` may be 0 (unknown); sms = 0 skips waves.  k must be a multiple of
  * tile_k when given.  Statuses as fm_smem_model plus FM_ERR_BAD_SHAPE for a K
  * that is not a multiple of tile_k, and FM_ERR_UNSUPPORTED for an fp4moe tile that
- * is not compiled into the library (fm_swapab_tiles / fm_wgmma_tiles list them): for
+ * is not compiled into the library (fm_mma_tiles / fm_wgmma_tiles list them): for
  * fp4moe's own kernels the check answers exactly what the launcher will do, because
- * both call fm_smem_swapab / fm_smem_wgmma.  Tiles: swap-AB runs one CTA per
+ * both call fm_smem_mma / fm_smem_wgmma.  Tiles: swap-AB runs one CTA per
  * (expert, N block) looping over passes, wgmma one CTA per (expert, pass, N block).  FM_ERR_BAD_SHAPE also for rows_per_expert, n, k or experts negative
  * or above INT32_MAX (CUTLASS problem shapes are int), or a problem of more than
  * 2^62 CTA tiles.  *out is written only on FM_OK. */

@@ -472,7 +472,7 @@ class Layer:
                 q = plan[name]
                 tile = q["tile"]
                 if lib.fm_tile_parse(as_cstr(tile, f"plan[{name!r}]['tile']"), C.byref(info.tile[g])) != 0:
-                    raise ValueError(f"plan[{name!r}]['tile']: {tile!r} is not a tile name (e.g. 'swapab_w4m2n1k256s3')")
+                    raise ValueError(f"plan[{name!r}]['tile']: {tile!r} is not a tile name (e.g. 'mma_w4m2n1k256s3')")
                 info.k_splits[g] = as_int(q["k_splits"], f"plan[{name!r}]['k_splits']")
                 info.x_packed[g] = 1 if q["x_packed"] else 0
                 info.feature_blocks[g] = as_int(q["feature_blocks"], f"plan[{name!r}]['feature_blocks']")

@@ -95,7 +95,7 @@ typedef struct {
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
 } fm_gemm_params;
 
-/* The mma work-list kernel's extra parameters (gemm_mma.cuh swapab_list_kernel; a
+/* The mma work-list kernel's extra parameters (gemm_mma.cuh mma_list_kernel; a
  * struct of its own so that fm_gemm_params, and with it every other kernel, stays as
  * it was):
  *  - split K (fm_cuda_gemm_args.k_splits): ksplit CTAs per (expert, feature block) each
@@ -107,7 +107,7 @@ typedef struct {
  *  - the experts' work list (fm_cuda_gemm_args.expert_list): active[0] experts
  *    active[1..]; the grid is upe units (feature blocks x ksplit) x slots experts and its
  *    CTAs loop over active[0] x upe units. NULL: a grid of every expert's units.
- * nbx and upe are filled by fm_swapab_launch. */
+ * nbx and upe are filled by fm_mma_launch. */
 typedef struct {
     int            ksplit; /* 1: no split */
     float         *split_part;
@@ -121,23 +121,23 @@ typedef struct {
 /* Launch the X-packing kernel (gemm_wgmma.cu): out[r][kpack(c)] = x[r][c]. */
 int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *stream);
 
-/* Launch compiled tile `idx` (its index in fm_swapab_tiles(): fm_swapab_tile_index)
+/* Launch compiled tile `idx` (its index in fm_mma_tiles(): fm_mma_tile_index)
  * with `smem` dynamic bytes on device ordinal dev (current); work (or NULL): the
  * work-list kernel with its split K / expert list (one feature block per CTA:
  * p->nb <= 1). Returns a cudaError_t as int. */
-int fm_swapab_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream);
+int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
-int fm_swapab_has_mb(int idx);
+int fm_mma_has_mb(int idx);
 /* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,
  * end ns} into buf (4 launch slots of cap CTAs x 3 uint64, launch by launch; buf NULL =
  * off). Returns 0, a cudaError_t, or -1 when the library is not a probe build. */
-int fm_swapab_probe_timeline(void *buf, unsigned cap);
-int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn);
+int fm_mma_probe_timeline(void *buf, unsigned cap);
+int fm_mma_attributes(int idx, size_t *static_smem, size_t *max_dyn);
 /* CTAs per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor with the launch's
  * attributes) and registers per thread of kernel idx (mb: its multi-block kernel;
  * wgmma: x_packed = the warp-specialized one); a cudaError_t. For the planner's
  * occupancy conformance test. */
-int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
+int fm_mma_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs);
 int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *regs);
 /* ---- launchers (gemm_wgmma.cu, sm_90a units): same parameters, idx in fm_wgmma_tiles()
  * (fm_wgmma_tile_index) ---- */

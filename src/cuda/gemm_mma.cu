@@ -59,9 +59,9 @@ const fm_mma_unit *unit(int idx) { return idx >= 0 && idx < fm_build_n_mma ? fm_
 
 } // namespace
 
-extern "C" int fm_swapab_has_mb(int idx) { return unit(idx) && unit(idx)->mb != NULL; }
+extern "C" int fm_mma_has_mb(int idx) { return unit(idx) && unit(idx)->mb != NULL; }
 
-extern "C" int fm_swapab_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem,
+extern "C" int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem,
                                 void *stream)
 {
     const fm_mma_unit *x = unit(idx);
@@ -98,7 +98,7 @@ extern "C" int fm_swapab_launch(int dev, int idx, const fm_gemm_params *p, const
     return (int)fm_launch_pdl(fn, grid, dim3(x->warps * 32), smem, stream, args);
 }
 
-extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs)
+extern "C" int fm_mma_occupancy(int idx, int mb, size_t smem, int *blocks, int *regs)
 {
     const fm_mma_unit *x = unit(idx);
     if (!x || (mb && !x->mb)) return (int)cudaErrorInvalidValue;
@@ -114,7 +114,7 @@ extern "C" int fm_swapab_occupancy(int idx, int mb, size_t smem, int *blocks, in
     return (int)err;
 }
 
-extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dyn)
+extern "C" int fm_mma_attributes(int idx, size_t *static_smem, size_t *max_dyn)
 {
     const fm_mma_unit *x = unit(idx);
     if (!x) return (int)cudaErrorInvalidValue;
@@ -126,7 +126,7 @@ extern "C" int fm_swapab_attributes(int idx, size_t *static_smem, size_t *max_dy
     return 0;
 }
 
-extern "C" int fm_swapab_probe_timeline(void *buf, unsigned cap)
+extern "C" int fm_mma_probe_timeline(void *buf, unsigned cap)
 {
     int any = 0;
     for (int i = 0; i < fm_build_n_mma; i++) {

@@ -25,7 +25,7 @@
  *  - BF16 outputs of 16+-token tiles leave through shared memory as 16-byte row
  *    segments (epilogue_staged, kernel_common.cuh, shared with the wgmma
  *    kernels); the other epilogues store from the registers.
- * Shared memory = fm_smem_swapab(tile) (src/kernels/fm_kernels_smem.c), all dynamic.
+ * Shared memory = fm_smem_mma(tile) (src/kernels/fm_kernels_smem.c), all dynamic.
  * Instantiated one catalogue row per generated unit (gemm_mma_row.cuh); launched by
  * gemm_mma.cu through the build's unit table (units.h).
  * The sm_90a and sm_80 builds share this source: mma.sync runs on both (and on
@@ -131,7 +131,7 @@ __device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_ge
  * are in flight while this block finishes and writes its epilogue (short K: a
  * block alone is one or two stages, too few to keep bytes in flight). */
 /* The stage layout is fm_tile_layout.h's (the planner's model expands the same
- * macros); __launch_bounds__' minimum blocks per SM is its FM_SWAPAB_MIN_BLOCKS hint
+ * macros); __launch_bounds__' minimum blocks per SM is its FM_MMA_MIN_BLOCKS hint
  * (the cost model's occupancy uses it too). */
 /* One unit of work: feature block(s) ux of expert e (split K: ux = block x ksplit +
  * split), every row pass of the expert. LIST: the work-list kernel's unit (split K,
@@ -139,14 +139,14 @@ __device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_ge
  * kernels are what they were before the work list (registers, SASS: the planner's
  * fitted occupancy and timings stay theirs). */
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool LIST>
-__device__ __forceinline__ void swapab_unit(const fm_gemm_params &p, const fm_gemm_work &wk, int e, int ux)
+__device__ __forceinline__ void mma_unit(const fm_gemm_params &p, const fm_gemm_work &wk, int e, int ux)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
-    constexpr int ROWB = FM_SWAPAB_ROW_BYTES(KC);                 /* bytes per staged X row */
-    constexpr int W_OFF = FM_SWAPAB_W_OFF(NT, KC);                /* weight chunks of a stage */
-    constexpr int S_OFF = FM_SWAPAB_S_OFF(WARPS, MT, NT, KC);     /* their scale bytes */
-    constexpr int STAGE_B = FM_SWAPAB_STAGE_BYTES(WARPS, MT, NT, KC);
+    constexpr int ROWB = FM_MMA_ROW_BYTES(KC);                 /* bytes per staged X row */
+    constexpr int W_OFF = FM_MMA_W_OFF(NT, KC);                /* weight chunks of a stage */
+    constexpr int S_OFF = FM_MMA_S_OFF(WARPS, MT, NT, KC);     /* their scale bytes */
+    constexpr int STAGE_B = FM_MMA_STAGE_BYTES(WARPS, MT, NT, KC);
     extern __shared__ __align__(16) unsigned char smem[];
     int       row0 = p.offsets[e], row1 = p.offsets[e + 1];
     if (row1 > p.max_rows) row1 = p.max_rows;
@@ -354,15 +354,15 @@ __device__ __forceinline__ void swapab_unit(const fm_gemm_params &p, const fm_ge
 }
 
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
-__global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
-    swapab_kernel(const fm_gemm_params p)
+__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    mma_kernel(const fm_gemm_params p)
 {
 #ifdef FM_PROBE_TIMELINE
     const unsigned long long probe_t0 = fm_probe_now();
 #endif
     pdl_trigger();
     pdl_wait();
-    swapab_unit<WARPS, MT, NT, KC, STAGES, MB, false>(p, fm_gemm_work{}, (int)blockIdx.y, (int)blockIdx.x);
+    mma_unit<WARPS, MT, NT, KC, STAGES, MB, false>(p, fm_gemm_work{}, (int)blockIdx.y, (int)blockIdx.x);
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);
 #endif
@@ -374,8 +374,8 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
  * experts expected to have rows, not for all of them); without it, unit blockIdx.x of
  * expert blockIdx.y as the plain kernel. Split K when wk.ksplit > 1. */
 template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
-    swapab_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
+__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    mma_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
 {
 #ifdef FM_PROBE_TIMELINE
     const unsigned long long probe_t0 = fm_probe_now(); /* before the PDL wait: the time a CTA waits shows */
@@ -383,11 +383,11 @@ __global__ void __launch_bounds__(WARPS * 32, FM_SWAPAB_MIN_BLOCKS(WARPS, MT, NT
     pdl_trigger();
     pdl_wait();
     if (!wk.active) {
-        swapab_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
+        mma_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
     } else {
         const int n_units = wk.active[0] * wk.upe;
         for (int w = (int)blockIdx.x; w < n_units; w += (int)gridDim.x)
-            swapab_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
+            mma_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
     }
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);

@@ -1,5 +1,5 @@
 /* gemm_mma_row.cuh - the mma.sync kernels of one catalogue row, FM_UNIT_ROW of
- * src/kernels/fm_tiles.def's FM_SWAPAB_TILE rows: the plain kernel, the multi-block one
+ * src/kernels/fm_tiles.def's FM_MMA_TILE rows: the plain kernel, the multi-block one
  * where the row has it, and the work-list one. Included by the generated unit
  * build/kernels/mma_row_NN.cu (src/kernels/fm_units_gen.c), which is compiled for the
  * targets whose opt-in shared memory the row fits; exported as fm_mma_unit_NN. */
@@ -15,22 +15,22 @@ struct mma_row {
     int w, mt, nt, kc, st, mb;
 };
 constexpr mma_row k_rows[] = {
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
+#define FM_MMA_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
 #include "kernels/fm_tiles.def"
-#undef FM_SWAPAB_TILE
+#undef FM_MMA_TILE
 };
 constexpr mma_row R = k_rows[FM_UNIT_ROW];
 /* the row's fields in the template's ranges, its shared memory within the largest
  * opt-in limit, the launch-bounds hint at least one block */
-static_assert(FM_SWAPAB_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st) &&
-                  FM_SWAPAB_SMEM(R.w, R.mt, R.nt, R.kc, R.st) <= FM_SMEM_OPTIN_MAX &&
-                  FM_SWAPAB_MIN_BLOCKS(R.w, R.mt, R.nt, R.kc, R.st) >= 1,
+static_assert(FM_MMA_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st) &&
+                  FM_MMA_SMEM(R.w, R.mt, R.nt, R.kc, R.st) <= FM_SMEM_OPTIN_MAX &&
+                  FM_MMA_MIN_BLOCKS(R.w, R.mt, R.nt, R.kc, R.st) >= 1,
               "fm_tiles.def: bad mma row");
 
 /* the multi-block kernel only where the row has it (a discarded branch is never instantiated) */
 template <bool MB> const void *mb_kernel()
 {
-    if constexpr (MB) return (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>;
+    if constexpr (MB) return (const void *)mma_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>;
     else return nullptr;
 }
 
@@ -58,7 +58,7 @@ extern "C" const fm_mma_unit FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
     R.nt,
     R.kc,
     R.st,
-    (const void *)swapab_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
+    (const void *)mma_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
     mb_kernel<R.mb != 0>(),
-    (const void *)swapab_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
+    (const void *)mma_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
     FM_UNIT_PROBE};

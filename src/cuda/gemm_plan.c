@@ -16,12 +16,12 @@ static int is_wgmma(const fm_tile *t) { return t->family == FM_FAMILY_FP4MOE_WGM
 /* The family's shared-memory model (the planner's function) with a limit. */
 static fm_status tile_smem_check(const fm_tile *t, size_t limit, fm_smem_breakdown *bd)
 {
-    return is_wgmma(t) ? fm_smem_wgmma_check(t, limit, bd) : fm_smem_swapab_check(t, limit, bd);
+    return is_wgmma(t) ? fm_smem_wgmma_check(t, limit, bd) : fm_smem_mma_check(t, limit, bd);
 }
 
 static char *tile_name(const fm_tile *t, char *buf, size_t n)
 {
-    return is_wgmma(t) ? fm_wgmma_tile_name(t, buf, n) : fm_swapab_tile_name(t, buf, n);
+    return is_wgmma(t) ? fm_wgmma_tile_name(t, buf, n) : fm_mma_tile_name(t, buf, n);
 }
 
 fm_status fm_cuda_status(int err, const char *what)
@@ -82,7 +82,7 @@ fm_status fm_cuda_gemm_plan_choose(const fm_cuda_device *d, const fm_gemm_reques
  * experts x blocks / nb still gives ~16 CTAs per SM of a 132-SM part. */
 static int feature_blocks(const fm_gemm_request *r, const fm_tile *t, int idx, int sms)
 {
-    int has = !is_wgmma(t) && fm_swapab_has_mb(idx);
+    int has = !is_wgmma(t) && fm_mma_has_mb(idx);
     if (r->feature_blocks > 1) return has ? r->feature_blocks : -1;
     if (r->feature_blocks == 1 || !has) return 1;
     return fm_plan_fp4moe_auto_blocks(t->warps, t->mt, r->epi == FM_CUDA_EPI_SWIGLU, r->w->n, r->w->k,
@@ -98,14 +98,14 @@ static fm_status check_tile(const fm_gemm_request *r, const fm_tile *t, int chos
     const int cc = fm_cuda_device_limits(dev)->cc;
     const fm_cuda_weights *w = r->w;
     char name[64];
-    if (t->family != FM_FAMILY_AUTO && t->family != FM_FAMILY_FP4MOE_SWAPAB && t->family != FM_FAMILY_FP4MOE_WGMMA)
-        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: tile family %d is not fp4moe-swapab or fp4moe-wgmma",
+    if (t->family != FM_FAMILY_AUTO && t->family != FM_FAMILY_FP4MOE_MMA && t->family != FM_FAMILY_FP4MOE_WGMMA)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_gemm: tile family %d is not fp4moe-mma or fp4moe-wgmma",
                        (int)t->family);
     int wg = is_wgmma(t);
-    int idx = wg ? fm_wgmma_tile_index(t) : fm_swapab_tile_index(t);
+    int idx = wg ? fm_wgmma_tile_index(t) : fm_mma_tile_index(t);
     if (idx < 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: tile %s is not compiled in (see %s)",
-                       tile_name(t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_swapab_tiles");
+                       tile_name(t, name, sizeof name), wg ? "fm_wgmma_tiles" : "fm_mma_tiles");
     if (!fm_cuda_device_has_tile(dev, wg, idx))
         return fm_fail(FM_ERR_NO_KERNEL,
                        "fm_cuda_gemm: tile %s has no code for this device (compute capability %d.%d) in this build "
@@ -231,7 +231,7 @@ fm_status fm_cuda_gemm_launch(const fm_cuda_device *d, const fm_gemm_plan *pl, c
                        tile_name(&pl->tile, name, sizeof name), fm_wgmma_grid(pl->idx, &p, sms), o->max_rows);
     }
     int err = wg ? fm_wgmma_launch(dev, sms, pl->idx, &p, pl->smem, stream)
-                 : fm_swapab_launch(dev, pl->idx, &p, pl->variant == FM_GEMM_MMA_LIST ? &work : NULL, pl->smem, stream);
+                 : fm_mma_launch(dev, pl->idx, &p, pl->variant == FM_GEMM_MMA_LIST ? &work : NULL, pl->smem, stream);
     if (err) return fm_cuda_status(err, "fm_cuda_gemm: launch");
     if (pl->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(o->scratch, o->token_slots, o->n_tokens, o->top_k, w->n, o->max_rows,
@@ -248,10 +248,10 @@ fm_status fm_cuda_tile_attributes(const fm_tile *t, fm_format fmt, size_t *stati
     (void)fmt; /* one kernel serves both formats (scale decode constants are parameters) */
     if (!t) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_tile_attributes: t is NULL");
     int wg = is_wgmma(t);
-    int idx = wg ? fm_wgmma_tile_index(t) : fm_swapab_tile_index(t);
+    int idx = wg ? fm_wgmma_tile_index(t) : fm_mma_tile_index(t);
     if (idx < 0) return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_tile_attributes: tile not compiled in");
     int err = wg ? fm_wgmma_attributes(idx, 1, static_smem, max_dynamic_smem) /* the packed-X kernel */
-                 : fm_swapab_attributes(idx, static_smem, max_dynamic_smem);
+                 : fm_mma_attributes(idx, static_smem, max_dynamic_smem);
     if (err) return fm_cuda_status(err, "fm_cuda_tile_attributes");
     return FM_OK;
 }

@@ -49,7 +49,7 @@ typedef struct {
 /* A resolved launch: nothing in it is looked up again at launch. */
 typedef struct {
     fm_tile         tile; /* for messages and fm_layer_plan */
-    int             idx;  /* the tile's row in its family's catalogue (fm_swapab_tiles / fm_wgmma_tiles) */
+    int             idx;  /* the tile's row in its family's catalogue (fm_mma_tiles / fm_wgmma_tiles) */
     fm_gemm_variant variant;
     int             epi;
     int             x_packed, y_packed;

@@ -1,4 +1,4 @@
-/* prepack.c - turn checkpoint-layout FP4 weights into the layout the swapab
+/* prepack.c - turn checkpoint-layout FP4 weights into the layout the mma
  * kernel streams (host side, once per layer; plain C so it is testable anywhere).
  *
  * Layout of one expert [N][K] (kp = K rounded up to 64, zero-padded):

@@ -156,7 +156,7 @@ size_t fm_cuda_tune_tiles(void *state, fm_tile *out, size_t cap)
 {
     const fm_cuda_layer *s = state;
     size_t               n = 0, ns = 0, nw = 0;
-    const fm_tile       *sw = fm_swapab_tiles(&ns), *wg = fm_wgmma_tiles(&nw);
+    const fm_tile       *sw = fm_mma_tiles(&ns), *wg = fm_wgmma_tiles(&nw);
     for (size_t i = 0; i < ns && n < cap; i++)
         if (fm_cuda_device_has_tile(s->dev, 0, (int)i)) out[n++] = sw[i];
     for (size_t i = 0; i < nw && n < cap; i++)

@@ -9,7 +9,7 @@
  * stage, at m rows per expert of E experts and [N x K] weights:
  *
  *   O      CTAs per SM, as the CUDA occupancy calculator counts them: the fewest
- *          of what the SM's shared memory (the launcher's own fm_smem_swapab /
+ *          of what the SM's shared memory (the launcher's own fm_smem_mma /
  *          fm_smem_wgmma + the 1 KB the driver reserves per block), registers
  *          (each kernel's count from ptxas, fp4moe_regs_sm90.inc by
  *          bench/regs_table.py; per warp in 256-register units), threads (the
@@ -104,10 +104,10 @@ typedef struct {
 
 static int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
-/* the swapab kernel's launch-bounds blocks per SM (gemm_mma.cuh expands the same macro) */
-static int swapab_min_blocks(const fm_tile *t)
+/* the mma kernel's launch-bounds blocks per SM (gemm_mma.cuh expands the same macro) */
+static int mma_min_blocks(const fm_tile *t)
 {
-    return FM_SWAPAB_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages);
+    return FM_MMA_MIN_BLOCKS(t->warps, t->mt, t->nt, t->kc, t->stages);
 }
 
 /* Is row r of a generated table (fp4moe_cost_h200.inc, fp4moe_regs_sm90.inc: a variant
@@ -143,7 +143,7 @@ int fm_fp4moe_kernel_regs(const fm_tile *t, fm_kernel_variant v)
 
 int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_variant v, size_t smem)
 {
-    int mma = fm_variant_family(v) == FM_FAMILY_FP4MOE_SWAPAB;
+    int mma = fm_variant_family(v) == FM_FAMILY_FP4MOE_MMA;
     int warps = fm_kernel_threads(t, v) / 32; /* the packed-X kernels count their producer warpgroup */
     int o = (int)(arch->smem_per_sm / (smem + arch->smem_reserved));
     int thr = arch->max_threads_sm / (warps * 32);
@@ -155,7 +155,7 @@ int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_va
         int by_regs = arch->regs_sm / per_warp / warps;
         if (o > by_regs) o = by_regs;
     } else if (mma) { /* not in the table: the launch bounds' promise */
-        int lb = t->nt <= 2 ? swapab_min_blocks(t) : arch->regs_sm / (240 * t->warps * 32);
+        int lb = t->nt <= 2 ? mma_min_blocks(t) : arch->regs_sm / (240 * t->warps * 32);
         if (o > lb) o = lb;
     } else if (o > 1) o = 1; /* wgmma: __launch_bounds__(threads, 1), registers up to the file */
     return o < 1 ? 0 : o;
@@ -170,7 +170,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     double bw = P->bw * (g->mem_gbs > 0 ? g->mem_gbs / FM_H200_GBS : 1.0);
     double rate = g->bf16_tflops > 0 && g->sms > 0 ? g->bf16_tflops / g->sms / FM_H200_BF16_SM : 1.0;
     double sms = g->sms;
-    int    mma = fam == FM_FAMILY_FP4MOE_SWAPAB;
+    int    mma = fam == FM_FAMILY_FP4MOE_MMA;
     int    W = t->warps, MT = t->mt, NT = t->nt, KC = t->kc, TOK = 8 * NT, F = 16 * W * MT;
     /* split K (ks > 1, mma plain kernel): ks times the CTAs, each over its share of the K
      * stages, plus the fix-up of the last CTA of each (pass, block) (partials to L2, a
@@ -251,7 +251,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                        (long long)n);
     const fm_arch_info *arch = NULL;
     FM_CHECK(fm_arch_get(gpu->cc, &arch));
-    FM_CHECK(fm_fp4moe_arch_check(FM_FAMILY_FP4MOE_SWAPAB, arch));
+    FM_CHECK(fm_fp4moe_arch_check(FM_FAMILY_FP4MOE_MMA, arch));
     int wg = fm_fp4moe_arch_check(FM_FAMILY_FP4MOE_WGMMA, arch) == FM_OK;
     fm_clear_error();
     if (q->x_packed && !wg)
@@ -269,10 +269,10 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
     fm_fp4moe_choice all[FM_CHOICE_MAX];
     size_t got = 0, over = 0, odd = 0, no_mb = 0, absent = 0;
     for (int f = 0; f < 2; f++) {
-        fm_kernel_family fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
+        fm_kernel_family fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_MMA;
         if (f ? !wg : q->x_packed) continue;
         size_t nt = 0;
-        const fm_tile *tiles = f ? fm_wgmma_tiles(&nt) : fm_swapab_tiles(&nt);
+        const fm_tile *tiles = f ? fm_wgmma_tiles(&nt) : fm_mma_tiles(&nt);
         for (size_t i = 0; i < nt; i++) {
             const fm_tile *t = &tiles[i];
             if (i >= 64 || !((rows_ok[f] >> i) & 1)) { /* no code for this device in the build */
@@ -280,7 +280,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                 continue;
             }
             fm_smem_breakdown bd;
-            fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_swapab(t, &bd);
+            fm_status st = f ? fm_smem_wgmma(t, &bd) : fm_smem_mma(t, &bd);
             if (st != FM_OK) return st; /* a compiled tile outside its model: a bug, said as it is */
             if (t->persist && !q->x_packed) continue; /* reads packed X only: not a candidate */
             if (q->swiglu && t->mt % 2) {
@@ -291,7 +291,7 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
                 over++;
                 continue;
             }
-            int has_mb = !f && fm_swapab_tile_has_mb(t);
+            int has_mb = !f && fm_mma_tile_has_mb(t);
             int nbs[2], nn = 0;
             if (q->feature_blocks == 1 || (f && q->feature_blocks == 0)) nbs[nn++] = 1;
             else if (q->feature_blocks > 1) {

@@ -18,7 +18,7 @@ extern const unsigned fm_build_mma_targets[], fm_build_wgmma_targets[];
 /* The targets that run on compute capability cc (x10) as bits of fm_build_target_names:
  * *sass = those with machine code for it, *ptx = PTX that the driver would JIT. */
 void fm_build_targets_for(int cc, unsigned *sass, unsigned *ptx);
-/* The catalogue rows (bit r = row r of fm_swapab_tiles / fm_wgmma_tiles) this build
+/* The catalogue rows (bit r = row r of fm_mma_tiles / fm_wgmma_tiles) this build
  * carries code for on compute capability cc, by its table (SASS first; PTX only when
  * no SASS target runs there). Without CUDA: the rows an equal CUDA build would carry. */
 void fm_build_rows_for(int cc, unsigned long long *mma_rows, unsigned long long *wgmma_rows);

@@ -12,11 +12,11 @@
  * family's ranges (the kernel templates take nothing else) and the tile's shared
  * memory (fm_tile_layout.h, the kernels' own layout) is within the largest opt-in
  * limit (227 KB, sm_90/sm_100). A bad row fails the build here, on any machine. */
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb)                                                               \
-    _Static_assert(FM_SWAPAB_TILE_OK(w, mt, nt, kc, st) && ((mb) == 0 || (mb) == 1),                          \
-                   "fm_tiles.def: swapab tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " outside the kernel's ranges"); \
-    _Static_assert(FM_SWAPAB_SMEM(w, mt, nt, kc, st) <= FM_SMEM_OPTIN_MAX,                                    \
-                   "fm_tiles.def: swapab tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " over 227 KB of shared memory");
+#define FM_MMA_TILE(w, mt, nt, kc, st, mb)                                                               \
+    _Static_assert(FM_MMA_TILE_OK(w, mt, nt, kc, st) && ((mb) == 0 || (mb) == 1),                          \
+                   "fm_tiles.def: mma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " outside the kernel's ranges"); \
+    _Static_assert(FM_MMA_SMEM(w, mt, nt, kc, st) <= FM_SMEM_OPTIN_MAX,                                    \
+                   "fm_tiles.def: mma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " over 227 KB of shared memory");
 #define FM_WGMMA_TILE(w, mt, nt, kc, st, p)                                                                  \
     _Static_assert(FM_WGMMA_TILE_OK(w, mt, nt, kc, st, p),                                                    \
                    "fm_tiles.def: wgmma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " outside the kernel's ranges");  \
@@ -24,23 +24,23 @@
                    "fm_tiles.def: wgmma tile w" #w "m" #mt "n" #nt "k" #kc "s" #st " over 227 KB of shared memory");
 #include "kernels/fm_tiles.def"
 
-/* The compiled swapab instantiations (fm_tiles.def; src/cuda/gemm_mma.cuh expands
+/* The compiled mma instantiations (fm_tiles.def; src/cuda/gemm_mma.cuh expands
  * the same rows into its dispatch table, so the two cannot differ). */
-static const fm_tile k_swapab_tiles[] = {
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, 0, FM_FAMILY_FP4MOE_SWAPAB},
+static const fm_tile k_mma_tiles[] = {
+#define FM_MMA_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, 0, FM_FAMILY_FP4MOE_MMA},
 #include "kernels/fm_tiles.def"
 };
 
-/* 1 = the row of k_swapab_tiles has the multi-block kernel (fm_tiles.def's mb column) */
-static const unsigned char k_swapab_mb[] = {
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) mb,
+/* 1 = the row of k_mma_tiles has the multi-block kernel (fm_tiles.def's mb column) */
+static const unsigned char k_mma_mb[] = {
+#define FM_MMA_TILE(w, mt, nt, kc, st, mb) mb,
 #include "kernels/fm_tiles.def"
 };
 
-const fm_tile *fm_swapab_tiles(size_t *count)
+const fm_tile *fm_mma_tiles(size_t *count)
 {
-    if (count) *count = FM_ARRAY_LEN(k_swapab_tiles);
-    return k_swapab_tiles;
+    if (count) *count = FM_ARRAY_LEN(k_mma_tiles);
+    return k_mma_tiles;
 }
 
 static int tile_index(const fm_tile *list, size_t n, const fm_tile *t)
@@ -50,23 +50,23 @@ static int tile_index(const fm_tile *list, size_t n, const fm_tile *t)
     return -1;
 }
 
-int fm_swapab_tile_index(const fm_tile *t) { return tile_index(k_swapab_tiles, FM_ARRAY_LEN(k_swapab_tiles), t); }
+int fm_mma_tile_index(const fm_tile *t) { return tile_index(k_mma_tiles, FM_ARRAY_LEN(k_mma_tiles), t); }
 
-int fm_swapab_tile_has_mb(const fm_tile *t)
+int fm_mma_tile_has_mb(const fm_tile *t)
 {
-    int i = fm_swapab_tile_index(t);
-    return i < 0 ? 0 : k_swapab_mb[i];
+    int i = fm_mma_tile_index(t);
+    return i < 0 ? 0 : k_mma_mb[i];
 }
 
-fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out)
+fm_status fm_smem_mma(const fm_tile *t, fm_smem_breakdown *out)
 {
-    if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_swapab: NULL argument");
-    if (!FM_SWAPAB_TILE_OK(t->warps, t->mt, t->nt, t->kc, t->stages))
+    if (!t || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_smem_mma: NULL argument");
+    if (!FM_MMA_TILE_OK(t->warps, t->mt, t->nt, t->kc, t->stages))
         return fm_fail(FM_ERR_BAD_SHAPE,
-                       "fm_smem_swapab: tile warps=%d mt=%d nt=%d kc=%d stages=%d outside warps 1..8, mt 1/2/4, "
+                       "fm_smem_mma: tile warps=%d mt=%d nt=%d kc=%d stages=%d outside warps 1..8, mt 1/2/4, "
                        "nt 1/2/4/8, kc 64..1024 step 64, stages 1..8",
                        t->warps, t->mt, t->nt, t->kc, t->stages);
-    /* the parts of FM_SWAPAB_SMEM (fm_tile_layout.h), the stage layout the kernel uses */
+    /* the parts of FM_MMA_SMEM (fm_tile_layout.h), the stage layout the kernel uses */
     fm_smem_breakdown b = {0};
     size_t rows = 8u * (size_t)t->nt, st = (size_t)t->stages;
     size_t chunks = (size_t)FM_TILE_CHUNKS(t->warps, t->mt, t->kc);
@@ -75,33 +75,33 @@ fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out)
     b.b = st * rows * 2u * (size_t)t->kc;       /* BF16 token tile */
     b.sf = st * chunks * FM_TILE_CHUNK_SF_BYTES; /* scale bytes: 16 rows x 4 blocks */
     b.barriers = 0; /* cp.async groups + __syncthreads, no mbarriers */
-    b.padding = st * rows * FM_SWAPAB_ROW_PAD;
-    b.mainloop = (size_t)FM_SWAPAB_SMEM(t->warps, t->mt, t->nt, t->kc, t->stages);
+    b.padding = st * rows * FM_MMA_ROW_PAD;
+    b.mainloop = (size_t)FM_MMA_SMEM(t->warps, t->mt, t->nt, t->kc, t->stages);
     b.epilogue = 0; /* accumulators go registers -> global (or through the drained stages) */
     b.total = b.mainloop + b.epilogue;
     *out = b;
     return FM_OK;
 }
 
-fm_status fm_smem_swapab_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
+fm_status fm_smem_mma_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out)
 {
-    FM_CHECK(fm_smem_swapab(t, out));
+    FM_CHECK(fm_smem_mma(t, out));
     if (out->total > limit_bytes) {
         char name[64];
         return fm_fail(FM_ERR_SMEM_EXCEEDED,
                        "%s needs %zu B of shared memory per block (weights %zu + scales %zu + X tiles %zu + row padding %zu, "
                        "%d stages) "
                        "but the limit is %zu B",
-                       fm_swapab_tile_name(t, name, sizeof name), out->total, out->a, out->sf, out->b, out->padding, out->stages,
+                       fm_mma_tile_name(t, name, sizeof name), out->total, out->a, out->sf, out->b, out->padding, out->stages,
                        limit_bytes);
     }
     return FM_OK;
 }
 
-char *fm_swapab_tile_name(const fm_tile *t, char *buf, size_t n)
+char *fm_mma_tile_name(const fm_tile *t, char *buf, size_t n)
 {
     fm_tile x = t ? *t : (fm_tile){0};
-    x.family = FM_FAMILY_FP4MOE_SWAPAB;
+    x.family = FM_FAMILY_FP4MOE_MMA;
     return fm_tile_name(t ? &x : NULL, buf, n);
 }
 

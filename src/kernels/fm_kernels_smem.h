@@ -5,7 +5,7 @@
  * memory with the same function and refuses, with FM_ERR_SMEM_EXCEEDED, a
  * configuration over the limit, so a plan and a launch cannot disagree.
  *
- * Family "swapab" (src/cuda/gemm_mma.cuh): the FP4 grouped GEMM for small
+ * Family "mma" (src/cuda/gemm_mma.cuh): the FP4 grouped GEMM for small
  * per-expert batches. Swap-AB: the weights are the MMA's M operand (16 output
  * features per mma.sync m16n8k16), the tokens its N operand (8 per fragment).
  * Each stage, staged by cp.async (`stages` deep, no mbarriers, no static smem):
@@ -16,7 +16,7 @@
  *        that the 16-byte fragment reads are free of bank conflicts
  *
  *   dynamic smem = stages * (warps*mt*(kc/64)*(512 + 64) + 8*nt*(2*kc + 16))
- * (FM_SWAPAB_SMEM: fm_tile_layout.h has both families' stage layouts, which the
+ * (FM_MMA_SMEM: fm_tile_layout.h has both families' stage layouts, which the
  * kernels' offsets expand too; fm_tiles.def lists the compiled tiles.)
  */
 #ifndef FM_KERNELS_SMEM_H
@@ -34,13 +34,13 @@ extern "C" {
 #endif
 
 /* A tile of either family is an fm_tile (fp4moe/kernels.h: fields, name, parser,
- * equality). The fields' ranges per family: swapab warps 1..8, mt 1/2/4 (with the
+ * equality). The fields' ranges per family: mma warps 1..8, mt 1/2/4 (with the
  * SwiGLU epilogue the first mt/2 bands are gate rows and the last mt/2 the matching up
  * rows), nt 1/2/4/8, kc 64..1024 step 64, stages 1..8, persist 0; wgmma below. */
 
 /* Fill *out for tile t. Returns FM_OK, FM_ERR_INVALID_ARG (NULL) or
  * FM_ERR_BAD_SHAPE (a field outside the ranges above; *out untouched). */
-fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out);
+fm_status fm_smem_mma(const fm_tile *t, fm_smem_breakdown *out);
 
 /* Family "wgmma" (src/cuda/gemm_wgmma.cu, sm_90a only): the same swap-AB
  * tile read by warpgroup MMAs. The dequantized weights are wgmma's A operand
@@ -48,7 +48,7 @@ fm_status fm_smem_swapab(const fm_tile *t, fm_smem_breakdown *out);
  * mma.sync A fragment the prepacked layout gives a lane), the token tile is
  * its B operand, read by the tensor cores from shared memory in the
  * 128-byte-swizzled K-major layout (a token row's 64 K = one 128-B line, 8 rows
- * = one 1 KB atom, no padding). Fields mean what they mean for swapab: warps (4 or 8 = one or two
+ * = one 1 KB atom, no padding). Fields mean what they mean for mma: warps (4 or 8 = one or two
  * warpgroups), mt = 64-feature tiles per warpgroup = 16-row bands per warp
  * (1 or 2), nt = 8-token groups per pass (wgmma N = 8*nt: 1..32, a power of 2),
  * kc (64..256, step 64), stages (4..8). Each stage (weights by cp.async, the
@@ -77,20 +77,20 @@ int fm_wgmma_tile_index(const fm_tile *t);
  * "wgmma_w8m1n32k64s4p") into buf. Returns buf. */
 char *fm_wgmma_tile_name(const fm_tile *t, char *buf, size_t n);
 
-/* fm_smem_swapab and a limit check: FM_ERR_SMEM_EXCEEDED (with the breakdown in
+/* fm_smem_mma and a limit check: FM_ERR_SMEM_EXCEEDED (with the breakdown in
  * the detail message, *out still filled) when out->total > limit_bytes. */
-fm_status fm_smem_swapab_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
+fm_status fm_smem_mma_check(const fm_tile *t, size_t limit_bytes, fm_smem_breakdown *out);
 
 /* The tile configurations compiled into the library (the planner's candidates),
  * in the order the default heuristic prefers for small batches. *count gets the
  * number of entries. Never NULL. */
-const fm_tile *fm_swapab_tiles(size_t *count);
-/* Index of t in fm_swapab_tiles(), as fm_wgmma_tile_index (the build table's order, src/cuda/units.h). */
-int fm_swapab_tile_index(const fm_tile *t);
-/* 1 if the compiled swapab tile t also has the multi-block kernel (feature
- * blocks > 1, gemm_mma.cuh's FM_SWAPAB_ENTRY_MB rows; test_cuda_gemm checks
+const fm_tile *fm_mma_tiles(size_t *count);
+/* Index of t in fm_mma_tiles(), as fm_wgmma_tile_index (the build table's order, src/cuda/units.h). */
+int fm_mma_tile_index(const fm_tile *t);
+/* 1 if the compiled mma tile t also has the multi-block kernel (feature
+ * blocks > 1, gemm_mma.cuh's FM_MMA_ENTRY_MB rows; test_cuda_gemm checks
  * the two lists agree), else 0. */
-int fm_swapab_tile_has_mb(const fm_tile *t);
+int fm_mma_tile_has_mb(const fm_tile *t);
 /* Which compiled kernel of a tile runs: each tile has one to three (fm_tiles.def),
  * and registers (fp4moe_regs_sm90.inc), fitted efficiencies (fp4moe_cost_h200.inc)
  * and occupancy are per kernel. */
@@ -115,8 +115,8 @@ int fm_fp4moe_occupancy(const fm_arch_info *arch, const fm_tile *t, fm_kernel_va
 /* Registers per thread of that kernel in the sm_90a table (0: not in it). */
 int fm_fp4moe_kernel_regs(const fm_tile *t, fm_kernel_variant v);
 
-/* fm_tile_name with the family set to swapab: "swapab_w4m1n1k256s4". Returns buf. */
-char *fm_swapab_tile_name(const fm_tile *t, char *buf, size_t n);
+/* fm_tile_name with the family set to mma: "mma_w4m1n1k256s4". Returns buf. */
+char *fm_mma_tile_name(const fm_tile *t, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

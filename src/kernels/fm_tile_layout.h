@@ -10,7 +10,7 @@
  * Tile fields (fm_kernels_smem.h): w warps (consumer warps for wgmma), mt 16-row
  * bands per warp, nt 8-token groups a pass, kc K per stage, st stages.
  *
- * Family swapab (mma.sync, gemm_mma.cuh), one stage, offsets from its start:
+ * Family mma (mma.sync, gemm_mma.cuh), one stage, offsets from its start:
  *   [0, W_OFF)          the token tile X[8*nt][kc] BF16, each row + 16 B padding
  *                        (conflict-free 16-byte fragment reads)
  *   [W_OFF, S_OFF)      the FP4 weight chunks: w*mt*(kc/64) of 512 B (16 rows x 64 K)
@@ -27,21 +27,21 @@
 #define FM_TILE_CHUNK_K 64       /* K of one prepacked weight chunk: 4 mma k16 steps */
 #define FM_TILE_CHUNK_BYTES 512  /* 16 rows x 64 K of E2M1 = 32 lanes x 16 B */
 #define FM_TILE_CHUNK_SF_BYTES 64 /* their scale bytes: 16 rows x 4 blocks (32 lanes x 2 B) */
-#define FM_SWAPAB_ROW_PAD 16     /* bytes of padding per staged X row: breaks the 8-way bank conflict */
+#define FM_MMA_ROW_PAD 16     /* bytes of padding per staged X row: breaks the 8-way bank conflict */
 #define FM_WGMMA_STAGE_ALIGN 1024 /* a 128-byte-swizzle atom: 8 rows x 128 B */
 #define FM_WGMMA_BAR_BYTES 16    /* per stage: its full and empty mbarriers */
 
 /* 64-K weight chunks of one stage */
 #define FM_TILE_CHUNKS(w, mt, kc) ((w) * (mt) * ((kc) / FM_TILE_CHUNK_K))
 
-/* ---- swapab ---- */
-#define FM_SWAPAB_ROW_BYTES(kc) (2 * (kc) + FM_SWAPAB_ROW_PAD) /* one staged X row */
-#define FM_SWAPAB_W_OFF(nt, kc) (8 * (nt) * FM_SWAPAB_ROW_BYTES(kc))
-#define FM_SWAPAB_S_OFF(w, mt, nt, kc) (FM_SWAPAB_W_OFF(nt, kc) + FM_TILE_CHUNKS(w, mt, kc) * FM_TILE_CHUNK_BYTES)
-#define FM_SWAPAB_STAGE_BYTES(w, mt, nt, kc) \
-    (FM_SWAPAB_S_OFF(w, mt, nt, kc) + FM_TILE_CHUNKS(w, mt, kc) * FM_TILE_CHUNK_SF_BYTES)
-/* dynamic shared memory of a swapab tile (no static smem, no mbarriers) */
-#define FM_SWAPAB_SMEM(w, mt, nt, kc, st) ((st) * FM_SWAPAB_STAGE_BYTES(w, mt, nt, kc))
+/* ---- mma ---- */
+#define FM_MMA_ROW_BYTES(kc) (2 * (kc) + FM_MMA_ROW_PAD) /* one staged X row */
+#define FM_MMA_W_OFF(nt, kc) (8 * (nt) * FM_MMA_ROW_BYTES(kc))
+#define FM_MMA_S_OFF(w, mt, nt, kc) (FM_MMA_W_OFF(nt, kc) + FM_TILE_CHUNKS(w, mt, kc) * FM_TILE_CHUNK_BYTES)
+#define FM_MMA_STAGE_BYTES(w, mt, nt, kc) \
+    (FM_MMA_S_OFF(w, mt, nt, kc) + FM_TILE_CHUNKS(w, mt, kc) * FM_TILE_CHUNK_SF_BYTES)
+/* dynamic shared memory of a mma tile (no static smem, no mbarriers) */
+#define FM_MMA_SMEM(w, mt, nt, kc, st) ((st) * FM_MMA_STAGE_BYTES(w, mt, nt, kc))
 
 /* ---- wgmma ---- */
 #define FM_WGMMA_W_OFF(nt, kc) (8 * (nt) * (kc) * 2)
@@ -70,26 +70,26 @@
 #define FM_REGS_PER_SM 65536
 #define FM_HINT_MIN_REGS 64 /* the hint keeps >= 64 registers per thread */
 
-/* The swapab kernel's __launch_bounds__ minimum blocks per SM, for the small-batch
+/* The mma kernel's __launch_bounds__ minimum blocks per SM, for the small-batch
  * tiles (nt <= 2): the CTAs the tile's shared memory allows on Hopper, at most 8 and
  * at most what leaves 64 registers per thread; 1 for nt > 2 (MMA-heavier tiles keep
  * their accumulators in registers). A register-allocation hint only (the launch is
- * sized by fm_smem_swapab). Measured: without it the small tiles took 143 registers
+ * sized by fm_smem_mma). Measured: without it the small tiles took 143 registers
  * and ran 3 CTAs (12 warps) per SM, stalled on the dequant dependency chain. */
-#define FM_SWAPAB_HINT_SMEM_BLOCKS(w, mt, nt, kc, st) \
-    (FM_HINT_SMEM_PER_SM / (FM_SWAPAB_SMEM(w, mt, nt, kc, st) + FM_SMEM_RESERVED_PER_BLOCK))
-#define FM_SWAPAB_HINT_REG_BLOCKS(w) (FM_REGS_PER_SM / ((w) * 32 * FM_HINT_MIN_REGS))
+#define FM_MMA_HINT_SMEM_BLOCKS(w, mt, nt, kc, st) \
+    (FM_HINT_SMEM_PER_SM / (FM_MMA_SMEM(w, mt, nt, kc, st) + FM_SMEM_RESERVED_PER_BLOCK))
+#define FM_MMA_HINT_REG_BLOCKS(w) (FM_REGS_PER_SM / ((w) * 32 * FM_HINT_MIN_REGS))
 #define FM_MIN_(a, b) ((a) < (b) ? (a) : (b))
 #define FM_CLAMP_(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
-#define FM_SWAPAB_MIN_BLOCKS(w, mt, nt, kc, st)                                                              \
-    FM_CLAMP_(FM_MIN_((nt) > 2 ? 1 : FM_SWAPAB_HINT_SMEM_BLOCKS(w, mt, nt, kc, st), FM_SWAPAB_HINT_REG_BLOCKS(w)), \
+#define FM_MMA_MIN_BLOCKS(w, mt, nt, kc, st)                                                              \
+    FM_CLAMP_(FM_MIN_((nt) > 2 ? 1 : FM_MMA_HINT_SMEM_BLOCKS(w, mt, nt, kc, st), FM_MMA_HINT_REG_BLOCKS(w)), \
               1, 8)
 
-/* Field ranges each kernel family's template takes (fm_smem_swapab / fm_smem_wgmma
+/* Field ranges each kernel family's template takes (fm_smem_mma / fm_smem_wgmma
  * refuse the rest at run time; fm_tiles.def's rows are checked against them at
  * compile time). */
 #define FM_POW2_UPTO_(v, max) ((v) >= 1 && (v) <= (max) && ((v) & ((v) - 1)) == 0)
-#define FM_SWAPAB_TILE_OK(w, mt, nt, kc, st)                                                                    \
+#define FM_MMA_TILE_OK(w, mt, nt, kc, st)                                                                    \
     ((w) >= 1 && (w) <= 8 && FM_POW2_UPTO_(mt, 4) && FM_POW2_UPTO_(nt, 8) && (kc) >= 64 && (kc) <= 1024 &&        \
      (kc) % 64 == 0 && (st) >= 1 && (st) <= 8)
 #define FM_WGMMA_TILE_OK(w, mt, nt, kc, st, persist)                                                             \

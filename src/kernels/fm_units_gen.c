@@ -33,9 +33,9 @@ typedef struct {
 } row;
 
 static const row k_mma[] = {
-#define FM_SWAPAB_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
+#define FM_MMA_TILE(w, mt, nt, kc, st, mb) {w, mt, nt, kc, st, mb},
 #include "kernels/fm_tiles.def"
-#undef FM_SWAPAB_TILE
+#undef FM_MMA_TILE
 };
 static const row k_wgmma[] = {
 #define FM_WGMMA_TILE(w, mt, nt, kc, st, p) {w, mt, nt, kc, st, p},
@@ -117,7 +117,7 @@ int main(int argc, char **argv)
         const row *x = &k_mma[r];
         mma_mask[r] = 0;
         for (int i = 0; i < nt; i++)
-            if ((size_t)FM_SWAPAB_SMEM(x->w, x->mt, x->nt, x->kc, x->st) <= tg[i].smem_optin) mma_mask[r] |= 1u << i;
+            if ((size_t)FM_MMA_SMEM(x->w, x->mt, x->nt, x->kc, x->st) <= tg[i].smem_optin) mma_mask[r] |= 1u << i;
     }
     for (size_t r = 0; r < NWG; r++) {
         wg_mask[r] = 0;

@@ -12,7 +12,7 @@
 
 static const char *prefix(fm_kernel_family f)
 {
-    return f == FM_FAMILY_FP4MOE_SWAPAB ? "swapab_" : f == FM_FAMILY_FP4MOE_WGMMA ? "wgmma_" : "";
+    return f == FM_FAMILY_FP4MOE_MMA ? "mma_" : f == FM_FAMILY_FP4MOE_WGMMA ? "wgmma_" : "";
 }
 
 char *fm_tile_name(const fm_tile *t, char *buf, size_t n)
@@ -32,7 +32,9 @@ fm_status fm_tile_parse(const char *s, fm_tile *out)
     if (!s || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_tile_parse: NULL argument");
     fm_tile t = {0};
     const char *p = s;
-    if (!strncmp(p, "swapab_", 7)) t.family = FM_FAMILY_FP4MOE_SWAPAB, p += 7;
+    int         legacy = 0; /* the mma family's former name, in plan files written before the rename */
+    if (!strncmp(p, "mma_", 4)) t.family = FM_FAMILY_FP4MOE_MMA, p += 4;
+    else if (!strncmp(p, "swapab_", 7)) t.family = FM_FAMILY_FP4MOE_MMA, p += 7, legacy = 1;
     else if (!strncmp(p, "wgmma_", 6)) t.family = FM_FAMILY_FP4MOE_WGMMA, p += 6;
     else goto bad;
     int used = 0;
@@ -41,13 +43,13 @@ fm_status fm_tile_parse(const char *s, fm_tile *out)
     if (*p == 'p' && t.family == FM_FAMILY_FP4MOE_WGMMA) t.persist = 1, p++;
     if (*p || t.warps < 1 || t.mt < 1 || t.nt < 1 || t.kc < 1 || t.stages < 1) goto bad;
     char back[64]; /* exactly the canonical spelling: no signs, spaces or leading zeros */
-    if (strcmp(fm_tile_name(&t, back, sizeof back), s)) goto bad;
+    if (strcmp(fm_tile_name(&t, back, sizeof back) + (legacy ? 4 : 0), legacy ? s + 7 : s)) goto bad;
     *out = t;
     return FM_OK;
 bad:
     return fm_fail(FM_ERR_NOT_FOUND,
-                   "tile name '%s': expected swapab_w<warps>m<mt>n<nt>k<kc>s<stages> or "
-                   "wgmma_w<warps>m<mt>n<nt>k<kc>s<stages>[p] (e.g. swapab_w4m1n1k256s4, wgmma_w8m1n32k64s4p)",
+                   "tile name '%s': expected mma_w<warps>m<mt>n<nt>k<kc>s<stages> or "
+                   "wgmma_w<warps>m<mt>n<nt>k<kc>s<stages>[p] (e.g. mma_w4m1n1k256s4, wgmma_w8m1n32k64s4p)",
                    s);
 }
 
@@ -77,17 +79,17 @@ fm_status fm_fp4moe_arch_check(fm_kernel_family f, const fm_arch_info *arch)
 {
     if (f == FM_FAMILY_FP4MOE_WGMMA && !(arch->features & FM_FEAT_WGMMA))
         return fm_fail(FM_ERR_ARCH_MISMATCH,
-                       "fp4moe-wgmma needs wgmma (sm_90a), not %s: use fp4moe-swapab (mma.sync, sm_80+) there",
+                       "fp4moe-wgmma needs wgmma (sm_90a), not %s: use fp4moe-mma (mma.sync, sm_80+) there",
                        arch->name);
     if (!(arch->features & FM_FEAT_MMA_BF16))
         return fm_fail(FM_ERR_ARCH_MISMATCH, "%s needs BF16 mma.sync and cp.async (sm_80+), not %s",
-                       f == FM_FAMILY_FP4MOE_WGMMA ? "fp4moe-wgmma" : "fp4moe-swapab", arch->name);
+                       f == FM_FAMILY_FP4MOE_WGMMA ? "fp4moe-wgmma" : "fp4moe-mma", arch->name);
     return FM_OK;
 }
 
 fm_kernel_family fm_variant_family(fm_kernel_variant v)
 {
-    return v == FM_VARIANT_MMA || v == FM_VARIANT_MMA_MULTI_BLOCK ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
+    return v == FM_VARIANT_MMA || v == FM_VARIANT_MMA_MULTI_BLOCK ? FM_FAMILY_FP4MOE_MMA : FM_FAMILY_FP4MOE_WGMMA;
 }
 
 const char *fm_kernel_variant_name(fm_kernel_variant v)
@@ -99,7 +101,7 @@ const char *fm_kernel_variant_name(fm_kernel_variant v)
 
 fm_kernel_variant fm_variant_of(fm_kernel_family fam, const fm_tile *t, int feature_blocks, int x_packed)
 {
-    if (fam == FM_FAMILY_FP4MOE_SWAPAB) return feature_blocks > 1 ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
+    if (fam == FM_FAMILY_FP4MOE_MMA) return feature_blocks > 1 ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
     if (t && t->persist) return FM_VARIANT_WGMMA_PERSISTENT;
     return x_packed ? FM_VARIANT_WGMMA_PACKED_X : FM_VARIANT_WGMMA_NATURAL_X;
 }

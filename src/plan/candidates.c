@@ -11,7 +11,7 @@
  * CUTLASS tiles read each expert's weights once per 128/256-row M tile and run at the
  * format's tensor rate; fp4moe's kernels re-read the weights once per pass of 8*nt
  * tokens and stage BF16 activations.  Their rate is the GPU's dense BF16 rate, which
- * on Hopper is the wgmma rate: fp4moe-wgmma gets it; fp4moe-swapab's mma.sync gets
+ * on Hopper is the wgmma rate: fp4moe-wgmma gets it; fp4moe-mma's mma.sync gets
  * 2/3 of it on an architecture with wgmma (FM_MMA_SYNC_ON_WGMMA_ARCH: the
  * FlashAttention-3 paper, Shah et al. 2024, finds mma.sync reaches about 2/3 of the
  * H100's tensor-core peak; an assumption here, not a measurement of this kernel) and
@@ -91,13 +91,13 @@ static void estimate(const fm_gpu_info *g, fm_elem ab, int64_t rows, int64_t n, 
     c->bytes_per_flop = bytes / flops;
     double waves = ceil(c->res.waves > 0 ? c->res.waves : 1);
     double rate = own ? g->bf16_tflops : tensor_tflops(g, ab);
-    if (fam == FM_FAMILY_FP4MOE_SWAPAB) {
+    if (fam == FM_FAMILY_FP4MOE_MMA) {
         const fm_arch_info *arch = NULL;
         if (fm_arch_get(g->cc, &arch) == FM_OK && (arch->features & FM_FEAT_WGMMA)) rate *= FM_MMA_SYNC_ON_WGMMA_ARCH;
         fm_clear_error();
     }
     /* a swap-AB CTA loops over all the passes of its expert */
-    double per_cta_m = fam == FM_FAMILY_FP4MOE_SWAPAB ? (double)mt * c->cfg.tile_m : c->cfg.tile_m;
+    double per_cta_m = fam == FM_FAMILY_FP4MOE_MMA ? (double)mt * c->cfg.tile_m : c->cfg.tile_m;
     double cta_flops = 2.0 * per_cta_m * c->cfg.tile_n * (double)k;
     int per = fam == FM_FAMILY_CUTLASS_SM100 && c->cfg.schedule == FM_SCHED_2SM ? 2 : 1;
     double t_mem = bytes / (g->mem_gbs * 1e3); /* B / (GB/s) in us */
@@ -135,9 +135,9 @@ fm_status fm_plan_candidates_ver(unsigned families, int cutlass, const fm_gpu_in
     /* fp4moe's own families (FP4 weights only): swap-AB, then wgmma where the arch has it */
     int fp4 = ab == FM_ELEM_NVFP4 || ab == FM_ELEM_MXFP4;
     size_t ns = 0, nw = 0;
-    const fm_tile *sw = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_SWAPAB, &ns);
+    const fm_tile *sw = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_MMA, &ns);
     const fm_tile *wg = fm_fp4moe_tiles(FM_FAMILY_FP4MOE_WGMMA, &nw);
-    if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB)) || !fp4) ns = 0;
+    if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_MMA)) || !fp4) ns = 0;
     if (!(families & FM_FAMILY_BIT(FM_FAMILY_FP4MOE_WGMMA)) || !fp4) nw = 0;
     fm_status wg_arch = FM_OK;
     if (nw) {
@@ -180,7 +180,7 @@ fm_status fm_plan_candidates_ver(unsigned families, int cutlass, const fm_gpu_in
         } else {
             int is_sw = i < nt + ns;
             const fm_tile *t = is_sw ? &sw[i - nt] : &wg[i - nt - ns];
-            c.cfg.family = is_sw ? FM_FAMILY_FP4MOE_SWAPAB : FM_FAMILY_FP4MOE_WGMMA;
+            c.cfg.family = is_sw ? FM_FAMILY_FP4MOE_MMA : FM_FAMILY_FP4MOE_WGMMA;
             c.cfg.tile_m = 8 * t->nt, c.cfg.tile_n = t->warps * t->mt * 16, c.cfg.tile_k = t->kc;
             c.cfg.warps = t->warps, c.cfg.stages = t->stages, c.cfg.persistent = t->persist;
         }

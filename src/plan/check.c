@@ -60,7 +60,7 @@ fm_status fm_plan_check(const fm_kernel_config *cfg, int64_t rows, int64_t n, in
         /* swap-AB (mma.sync): one CTA per (expert, N block), looping over passes of
          * tile_m rows; wgmma: one CTA per (expert, pass, N block), as CUTLASS's M tiles;
          * a 2-SM UMMA tile occupies two SMs */
-        int64_t mt = r.family == FM_FAMILY_FP4MOE_SWAPAB ? 1 : (rows + r.tile_m - 1) / r.tile_m;
+        int64_t mt = r.family == FM_FAMILY_FP4MOE_MMA ? 1 : (rows + r.tile_m - 1) / r.tile_m;
         double tiles = (double)e * (double)mt * (double)((n + r.tile_n - 1) / r.tile_n);
         if (tiles > 0x1p62) /* e.g. 2^31 experts x 2^24 M tiles x 2^26 N tiles */
             return fm_fail(FM_ERR_BAD_SHAPE, "the problem has %.3g CTA tiles, more than 2^62: not a launchable grid",

@@ -11,7 +11,7 @@
 static const char *const k_sched[FM_SCHED_COUNT] = {"auto", "coop", "pingpong", "1sm", "2sm"};
 static const char *const k_epi[FM_EPI_COUNT] = {"tma", "nosmem", "finalize"};
 static const char *const k_family[FM_FAMILY_COUNT] = {"auto",          "cutlass-sm90", "cutlass-sm120",
-                                                       "cutlass-sm100", "fp4moe-swapab", "fp4moe-wgmma"};
+                                                       "cutlass-sm100", "fp4moe-mma", "fp4moe-wgmma"};
 
 const char *fm_schedule_name(fm_schedule s) { return (unsigned)s < FM_SCHED_COUNT ? k_sched[s] : "?"; }
 const char *fm_epilogue_name(fm_epilogue e) { return (unsigned)e < FM_EPI_COUNT ? k_epi[e] : "?"; }
@@ -55,12 +55,15 @@ fm_status fm_family_parse(const char *s, fm_kernel_family *out)
             *out = (fm_kernel_family)i;
             return FM_OK;
         }
-    if (!strcasecmp(s, "swapab") || !strcasecmp(s, "fp4moe")) {
-        *out = FM_FAMILY_FP4MOE_SWAPAB;
+    /* "swapab" / "fp4moe-swapab": the mma family's former name (its kernels swap A and B so
+     * that the few tokens are the mma's N) */
+    if (!strcasecmp(s, "mma") || !strcasecmp(s, "fp4moe") || !strcasecmp(s, "swapab") ||
+        !strcasecmp(s, "fp4moe-swapab")) {
+        *out = FM_FAMILY_FP4MOE_MMA;
         return FM_OK;
     }
     return fm_fail(FM_ERR_NOT_FOUND,
-                   "unknown kernel family '%s' (auto cutlass-sm90 cutlass-sm120 cutlass-sm100 fp4moe-swapab "
+                   "unknown kernel family '%s' (auto cutlass-sm90 cutlass-sm120 cutlass-sm100 fp4moe-mma "
                    "fp4moe-wgmma)",
                    s);
 }

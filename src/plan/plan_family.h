@@ -11,19 +11,19 @@
 #include "cutlass/cutlass_models.h"
 #include "kernels/fm_kernels_smem.h"
 
-/* fp4moe's own kernels (smem_fp4moe.c): FM_FAMILY_FP4MOE_SWAPAB (mma.sync, sm_80+) and
- * FM_FAMILY_FP4MOE_WGMMA (sm_90a).  Bytes from fm_smem_swapab / fm_smem_wgmma (the
+/* fp4moe's own kernels (smem_fp4moe.c): FM_FAMILY_FP4MOE_MMA (mma.sync, sm_80+) and
+ * FM_FAMILY_FP4MOE_WGMMA (sm_90a).  Bytes from fm_smem_mma / fm_smem_wgmma (the
  * launcher's functions); auto_stages = the compiled instantiation's stage count. */
 static inline int fm_family_is_fp4moe(fm_kernel_family f)
 {
-    return f == FM_FAMILY_FP4MOE_SWAPAB || f == FM_FAMILY_FP4MOE_WGMMA;
+    return f == FM_FAMILY_FP4MOE_MMA || f == FM_FAMILY_FP4MOE_WGMMA;
 }
 fm_status fm_model_fp4moe(const fm_kernel_config *cfg, fm_model_out *out);
 /* Validate an fp4moe config (arch, operands, shape) and resolve warps = 0 to the
  * family's default and stages = 0 to the compiled tile; FM_ERR_UNSUPPORTED when no
  * compiled tile has that shape. */
 fm_status fm_resolve_fp4moe(fm_kernel_config *cfg);
-/* The compiled tiles of fp4moe family f (fm_swapab_tiles / fm_wgmma_tiles); NULL and
+/* The compiled tiles of fp4moe family f (fm_mma_tiles / fm_wgmma_tiles); NULL and
  * *count = 0 for any other family. */
 const fm_tile *fm_fp4moe_tiles(fm_kernel_family f, size_t *count);
 /* Index of cfg's tile in its family's compiled list (stages 0 = any), -1 if not

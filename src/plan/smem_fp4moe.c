@@ -1,6 +1,6 @@
 /* smem_fp4moe.c - fp4moe's own CUDA kernels as planner families.
  *
- * The bytes are never modelled twice: the planner calls fm_smem_swapab /
+ * The bytes are never modelled twice: the planner calls fm_smem_mma /
  * fm_smem_wgmma (src/kernels/fm_kernels_smem.c), the same functions the launcher
  * (src/cuda/gemm_launch.c) sizes its dynamic shared memory with and refuses a tile
  * by, so a plan and a launch cannot disagree.  This file only maps the planner's
@@ -14,12 +14,12 @@
  *   stages          X staging stages; 0 = the compiled instantiation's count
  *
  *   family          kernel                 needs           warps     mt       nt          kc
- *   fp4moe-swapab   gemm_mma.cuh         mma.sync bf16   1..8 (4)  1/2/4    1..8        64..1024
+ *   fp4moe-mma   gemm_mma.cuh         mma.sync bf16   1..8 (4)  1/2/4    1..8        64..1024
  *                   (sm_80+)
  *   fp4moe-wgmma    gemm_wgmma.cu          wgmma (sm_90a)  4/8 (8)   1/2      1..32       64..256
  *
  * (nt and mt powers of 2, kc a multiple of 64.)  The launchers run only compiled
- * instantiations (fm_swapab_tiles, fm_wgmma_tiles), so the check answers
+ * instantiations (fm_mma_tiles, fm_wgmma_tiles), so the check answers
  * FM_ERR_UNSUPPORTED for any other: everything it accepts can launch.
  */
 #include <stdio.h>
@@ -42,13 +42,13 @@ typedef struct {
     char *(*tile_name)(const fm_tile *t, char *buf, size_t n);
 } own_family;
 
-static const own_family k_swapab = {FM_FAMILY_FP4MOE_SWAPAB, "fp4moe-swapab", 4, 0x1FEu, "1..8", 4, 8, 1024,
-                                    fm_swapab_tiles, fm_smem_swapab, fm_swapab_tile_name};
+static const own_family k_mma = {FM_FAMILY_FP4MOE_MMA, "fp4moe-mma", 4, 0x1FEu, "1..8", 4, 8, 1024,
+                                    fm_mma_tiles, fm_smem_mma, fm_mma_tile_name};
 static const own_family k_wgmma = {FM_FAMILY_FP4MOE_WGMMA, "fp4moe-wgmma", 8, (1u << 4) | (1u << 8) | (1u << 12),
                                    "4, 8 or 12 (one to three consumer warpgroups)", 2, 32, 256, fm_wgmma_tiles, fm_smem_wgmma,
                                    fm_wgmma_tile_name};
 
-static const own_family *fam_of(fm_kernel_family f) { return f == FM_FAMILY_FP4MOE_WGMMA ? &k_wgmma : &k_swapab; }
+static const own_family *fam_of(fm_kernel_family f) { return f == FM_FAMILY_FP4MOE_WGMMA ? &k_wgmma : &k_mma; }
 
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
 

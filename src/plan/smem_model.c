@@ -135,7 +135,7 @@ static const family_row k_families[] = {
      NULL, fm_model_cutlass_sm120},
     {FM_FAMILY_CUTLASS_SM100, 1, runs_sm100, "the SM100 UMMA family runs on sm_100/sm_103/sm_110", validate_sm100,
      NULL, fm_model_cutlass_sm100},
-    {FM_FAMILY_FP4MOE_SWAPAB, 0, NULL, NULL, NULL, fm_resolve_fp4moe, fm_model_fp4moe},
+    {FM_FAMILY_FP4MOE_MMA, 0, NULL, NULL, NULL, fm_resolve_fp4moe, fm_model_fp4moe},
     {FM_FAMILY_FP4MOE_WGMMA, 0, NULL, NULL, NULL, fm_resolve_fp4moe, fm_model_fp4moe},
 };
 

@@ -14,7 +14,7 @@
  * 128-row tile is assumed and the result says so.
  *
  * --kernel fp4moe: fp4moe's own swap-AB kernel (tokens are the MMA's N operand,
- * 8 per fragment, nt fragments a pass), ranked by the planner's fp4moe-swapab
+ * 8 per fragment, nt fragments a pass), ranked by the planner's fp4moe-mma
  * family (fm_plan_candidates_in): its compiled tiles that fit the architecture's
  * opt-in shared memory, the least padded of the fastest estimates first - 8, 16,
  * 32, else 64 rows a pass, as the launcher picks and as bench/RESULTS.md's
@@ -36,18 +36,18 @@
 
 #define FM_SIM_TILE_CANDS 32
 
-static int swapab_rows(const fm_sim_ctx *x, int64_t rows, int *tile_n, int *tile_k, int *from_planner)
+static int mma_rows(const fm_sim_ctx *x, int64_t rows, int *tile_n, int *tile_k, int *from_planner)
 {
     const fm_arch_info *arch = NULL;
     size_t limit = 101376; /* the smallest opt-in limit of the table when the arch is unknown */
     if (fm_arch_get(x->cfg.gpu.cc, &arch) == FM_OK && arch) limit = arch->smem_block_optin;
     fm_clear_error();
     size_t n = 0;
-    const fm_tile *t = fm_swapab_tiles(&n);
+    const fm_tile *t = fm_mma_tiles(&n);
     int best = -1, widest = -1;
     for (size_t i = 0; i < n; i++) {
         fm_smem_breakdown bd;
-        if (fm_smem_swapab(&t[i], &bd) != FM_OK || bd.total > limit) continue;
+        if (fm_smem_mma(&t[i], &bd) != FM_OK || bd.total > limit) continue;
         if (widest < 0 || t[i].nt > t[widest].nt) widest = (int)i;
         if (8 * t[i].nt >= rows && (best < 0 || t[i].nt < t[best].nt)) best = (int)i;
     }
@@ -75,7 +75,7 @@ int fm_sim_pick_tile(const fm_sim_ctx *x, double rows_per_active, int *tile_n, i
         size_t n = 0;
         fm_status st = ab == FM_ELEM_BF16
                            ? FM_ERR_UNSUPPORTED
-                           : fm_plan_candidates_in(FM_FAMILY_BIT(FM_FAMILY_FP4MOE_SWAPAB), &x->cfg.gpu, ab,
+                           : fm_plan_candidates_in(FM_FAMILY_BIT(FM_FAMILY_FP4MOE_MMA), &x->cfg.gpu, ab,
                                                    FM_EPI_NOSMEM, 0, rows, x->shape.n[0], x->shape.k[0],
                                                    x->shape.local_experts, cand, FM_SIM_TILE_CANDS, &n, NULL);
         if (st == FM_OK && n > 0 && cand[0].res.fits) {
@@ -85,7 +85,7 @@ int fm_sim_pick_tile(const fm_sim_ctx *x, double rows_per_active, int *tile_n, i
             return cand[0].cfg.tile_m;
         }
         fm_clear_error();
-        return swapab_rows(x, rows, tile_n, tile_k, from_planner);
+        return mma_rows(x, rows, tile_n, tile_k, from_planner);
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         fm_elem e = attempt ? FM_ELEM_BF16 : ab;

@@ -1,4 +1,4 @@
-/* test_cuda_gemm.c - the grouped GEMM (both kernel families: mma.sync "swapab"
+/* test_cuda_gemm.c - the grouped GEMM (both kernel families: mma.sync "mma"
  * and, on compute capability 9.0, "wgmma") against an FP64 reference built from
  * fm_dequantize: every compiled tile, both formats, every epilogue; zero-row
  * experts, row counts that are not multiples of the tile, K a multiple of the
@@ -36,7 +36,7 @@ static int device_is_sm90(void)
 static size_t all_tiles(fm_tile *out, size_t cap)
 {
     size_t n = 0, nm = 0, nw = 0;
-    const fm_tile *m = fm_swapab_tiles(&nm), *w = fm_wgmma_tiles(&nw);
+    const fm_tile *m = fm_mma_tiles(&nm), *w = fm_wgmma_tiles(&nw);
     for (size_t i = 0; i < nm && n < cap; i++) out[n++] = m[i];
     if (device_is_sm90())
         for (size_t i = 0; i < nw && n < cap; i++) out[n++] = w[i];
@@ -47,12 +47,12 @@ static int is_wgmma(const fm_tile *t) { return t->family == FM_FAMILY_FP4MOE_WGM
 
 static char *tile_name(const fm_tile *t, char *buf, size_t n)
 {
-    return is_wgmma(t) ? fm_wgmma_tile_name(t, buf, n) : fm_swapab_tile_name(t, buf, n);
+    return is_wgmma(t) ? fm_wgmma_tile_name(t, buf, n) : fm_mma_tile_name(t, buf, n);
 }
 
 static fm_status tile_smem(const fm_tile *t, fm_smem_breakdown *bd)
 {
-    return is_wgmma(t) ? fm_smem_wgmma(t, bd) : fm_smem_swapab(t, bd);
+    return is_wgmma(t) ? fm_smem_wgmma(t, bd) : fm_smem_mma(t, bd);
 }
 
 /* X layout for the wgmma tiles: 1 = packed (fm_cuda_kpack_col order, the fast
@@ -358,7 +358,7 @@ static void test_wgmma_epilogues(void **state)
     run_case(&r, FM_FORMAT_MXFP4, &k_big, &big, FM_CUDA_EPI_SWIGLU);
     /* packed outputs (FC1 -> FC2 without a repack), from both kernel families */
     static const gcase wide_out = {3, 256, 448, {70, 0, 300}};
-    fm_tile mma = {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_SWAPAB};
+    fm_tile mma = {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_MMA};
     g_y_packed = 1;
     run_case(&r, FM_FORMAT_NVFP4, &wide_out, &big, FM_CUDA_EPI_SWIGLU);
     run_case(&r, FM_FORMAT_NVFP4, &wide_out, &mid, FM_CUDA_EPI_NONE);
@@ -464,7 +464,7 @@ static void test_x_pack(void **state)
     assert_int_equal(fm_cuda_weights_create(w.w, 2, &cw), FM_OK);
     int32_t off[3] = {0, 1, 2};
     void   *doff = dev_upload(off, sizeof off);
-    fm_tile mma = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB};
+    fm_tile mma = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA};
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = 2, .y = dout, .tile = &mma, .x_packed = 1};
     assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
     a.x_packed = 0;
@@ -495,8 +495,8 @@ static void test_skew_and_finalize(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 2);
-    fm_tile small = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, mid = {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_SWAPAB},
-            pair = {4, 2, 2, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB};
+    fm_tile small = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA}, mid = {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_MMA},
+            pair = {4, 2, 2, 256, 4, 0, FM_FAMILY_FP4MOE_MMA};
     run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &small, FM_CUDA_EPI_NONE);
     run_case(&r, FM_FORMAT_NVFP4, &k_one_expert, &mid, FM_CUDA_EPI_SWIGLU);
     run_case(&r, FM_FORMAT_NVFP4, &k_skewed, &pair, FM_CUDA_EPI_SWIGLU);
@@ -519,8 +519,8 @@ static void test_statuses(void **state)
     void   *doff = dev_upload(off, sizeof off), *dx = NULL, *dy = NULL;
     CK(cudaMalloc(&dx, 4096));
     CK(cudaMalloc(&dy, 4096));
-    fm_tile           bad = {4, 1, 1, 192, 4, 0, FM_FAMILY_FP4MOE_SWAPAB};
-    fm_tile           single = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB};
+    fm_tile           bad = {4, 1, 1, 192, 4, 0, FM_FAMILY_FP4MOE_MMA};
+    fm_tile           single = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA};
     fm_cuda_gemm_args a = {.w = cw, .x = dx, .offsets = doff, .max_rows = 2, .y = dy, .tile = &bad};
     assert_int_equal(fm_cuda_gemm(&a), FM_ERR_UNSUPPORTED);
     a.tile = &single;
@@ -594,7 +594,7 @@ static void test_multi_block(void **state)
     printf("  %d tiles with a multi-block kernel checked\n", tested);
     if (!getenv("FM_QUICK")) assert_true(tested >= 4);
     /* statuses: negative, a tile without the kernel, a wgmma tile */
-    fm_tile plain = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, wg = {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA};
+    fm_tile plain = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA}, wg = {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA};
     g_blocks = -1;
     assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_mixed, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_INVALID_ARG);
     g_blocks = 2;
@@ -641,8 +641,8 @@ static void test_k_split(void **state)
     if (!getenv("FM_QUICK")) assert_true(tested >= 3);
     /* refusals: more splits than K stages, a wgmma tile, the multi-block kernel, no or a
      * short split_ws, out of range */
-    fm_tile plain = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, wg = {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA},
-            mb = {4, 1, 1, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB};
+    fm_tile plain = {4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA}, wg = {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA},
+            mb = {4, 1, 1, 128, 4, 0, FM_FAMILY_FP4MOE_MMA};
     g_ksplit = 2; /* k_mixed: K = 208, one 256-K stage */
     assert_int_equal(run_case_limit(&r, FM_FORMAT_NVFP4, &k_mixed, &plain, FM_CUDA_EPI_NONE, 0), FM_ERR_UNSUPPORTED);
     if (device_is_sm90())
@@ -670,8 +670,8 @@ static void test_expert_list(void **state)
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 13);
     static const gcase long_k = {6, 128, 1024, {1, 0, 5, 3, 0, 9}};
-    const fm_tile tiles[4] = {{4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}, {4, 2, 1, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB},
-                              {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_SWAPAB}, {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA}};
+    const fm_tile tiles[4] = {{4, 1, 1, 256, 4, 0, FM_FAMILY_FP4MOE_MMA}, {4, 2, 1, 128, 4, 0, FM_FAMILY_FP4MOE_MMA},
+                              {4, 2, 8, 128, 3, 0, FM_FAMILY_FP4MOE_MMA}, {8, 2, 4, 128, 4, 0, FM_FAMILY_FP4MOE_WGMMA}};
     const int slots[4] = {1, 2, 0, 3};
     g_list = 1;
     for (int ti = 0; ti < 4; ti++) {
@@ -696,7 +696,7 @@ static void test_expert_list(void **state)
 }
 
 /* The planner's model is what the launch uses: after a launch, the kernel's
- * dynamic-smem attribute equals fm_smem_swapab's total and it has no static smem;
+ * dynamic-smem attribute equals fm_smem_mma's total and it has no static smem;
  * with the SM120 limit (101,376 B) exactly the tiles predicted over it are
  * refused (FM_ERR_SMEM_EXCEEDED, output untouched) and the rest run correctly. */
 static void test_smem_model(void **state)
@@ -853,23 +853,23 @@ static void test_occupancy(void **state)
     size_t n = 0;
     for (int f = 0; f < 2; f++) {
         if (f && !sm90) continue;
-        const fm_tile *tl = f ? fm_wgmma_tiles(&n) : fm_swapab_tiles(&n);
-        fm_kernel_family      fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_SWAPAB;
+        const fm_tile *tl = f ? fm_wgmma_tiles(&n) : fm_mma_tiles(&n);
+        fm_kernel_family      fam = f ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_MMA;
         for (size_t i = 0; i < n; i++)
             for (int flag = 0; flag < 2; flag++) {
-                if (!f && flag && !fm_swapab_tile_has_mb(&tl[i])) continue;
+                if (!f && flag && !fm_mma_tile_has_mb(&tl[i])) continue;
                 if (f && tl[i].persist && !flag) continue; /* the persistent kernel: packed X only */
                 /* the planner's and the table's variant: flag = multi-block (mma) / packed X (wgmma) */
                 fm_kernel_variant v = fm_variant_of(fam, &tl[i], flag ? 2 : 1, flag);
                 fm_smem_breakdown bd;
-                assert_int_equal(f ? fm_smem_wgmma(&tl[i], &bd) : fm_smem_swapab(&tl[i], &bd), FM_OK);
+                assert_int_equal(f ? fm_smem_wgmma(&tl[i], &bd) : fm_smem_mma(&tl[i], &bd), FM_OK);
                 int blocks = -1, regs = -1;
                 CK(f ? fm_wgmma_occupancy((int)i, flag, bd.total, &blocks, &regs)
-                     : fm_swapab_occupancy((int)i, flag, bd.total, &blocks, &regs));
+                     : fm_mma_occupancy((int)i, flag, bd.total, &blocks, &regs));
                 int model = fm_fp4moe_occupancy(arch, &tl[i], v, bd.total);
                 int table = fm_fp4moe_kernel_regs(&tl[i], v);
                 char name[64];
-                (f ? fm_wgmma_tile_name : fm_swapab_tile_name)(&tl[i], name, sizeof name);
+                (f ? fm_wgmma_tile_name : fm_mma_tile_name)(&tl[i], name, sizeof name);
                 int ok = blocks == model && (!sm90 || regs == table);
                 printf("  %-22s %s  CTAs/SM runtime %d planner %d  registers %d table %d%s\n", name,
                        f ? (v == FM_VARIANT_WGMMA_PERSISTENT ? "persist" : flag ? "packed " : "natural") : (flag ? "mb     " : "plain  "), blocks,

@@ -615,8 +615,8 @@ static void test_layer_set_plan(void **state)
     assert_int_equal(fm_layer_set_plan(l, 1, &keep[0]), FM_OK); /* its own plan back: nothing changes */
     plans_are(l, Tb, NB, keep, "own plan set back");
     fm_tile t_odd, t_mb, t_none;
-    assert_int_equal(fm_tile_parse("swapab_w4m1n1k256s4", &t_odd), FM_OK); /* one band: no SwiGLU pairs */
-    assert_int_equal(fm_tile_parse("swapab_w4m2n1k256s3", &t_mb), FM_OK);  /* has a multi-block kernel */
+    assert_int_equal(fm_tile_parse("mma_w4m1n1k256s4", &t_odd), FM_OK); /* one band: no SwiGLU pairs */
+    assert_int_equal(fm_tile_parse("mma_w4m2n1k256s3", &t_mb), FM_OK);  /* has a multi-block kernel */
     t_none = t_mb;
     t_none.stages = 7; /* not compiled */
     assert_int_equal(fm_layer_set_plan(NULL, 1, &keep[0]), FM_ERR_INVALID_ARG);
@@ -669,8 +669,8 @@ static void test_layer_set_plan(void **state)
     shard_bufs_make(&bf, maxT, H, K);
     fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, NL, FM_OUT_F32, 0);
     fm_tile   f1, f2;
-    assert_int_equal(fm_tile_parse("swapab_w4m2n1k128s4", &f1), FM_OK);
-    assert_int_equal(fm_tile_parse("swapab_w4m1n1k128s4", &f2), FM_OK);
+    assert_int_equal(fm_tile_parse("mma_w4m2n1k128s4", &f1), FM_OK);
+    assert_int_equal(fm_tile_parse("mma_w4m1n1k128s4", &f2), FM_OK);
     const int Ts[] = {1, 3, 16};
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
         const int T = Ts[ti], bi = T == 1 ? 0 : T <= 4 ? 2 : 4;
@@ -749,7 +749,7 @@ static void test_layer_plans(void **state)
     fm_layer_plan_info alt = planner[0]; /* not the planner's: the work list toggled, FC1 split 2 */
     alt.work_list = !alt.work_list;
     alt.active_experts = 1;
-    assert_int_equal(fm_tile_parse("swapab_w4m2n1k256s3", &alt.tile[0]), FM_OK);
+    assert_int_equal(fm_tile_parse("mma_w4m2n1k256s3", &alt.tile[0]), FM_OK);
     alt.k_splits[0] = 2, alt.feature_blocks[0] = 1, alt.x_packed[0] = 0;
     assert_int_equal(fm_layer_set_plan(a, 1, &alt), FM_OK);
     for (int i = 0; i < NB; i++) assert_int_equal(fm_layer_plan(a, Tb[i], &want[i]), FM_OK);
@@ -799,9 +799,9 @@ static void test_layer_plans(void **state)
     b = (fm_layer *)(uintptr_t)1;
     assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &b), FM_ERR_FORMAT);
     assert_null(b);
-    char *bad = dup_str(text), *t = strstr(bad, "swapab_w4m2n1k256s3");
+    char *bad = dup_str(text), *t = strstr(bad, "mma_w4m2n1k256s3");
     assert_non_null(t);
-    t[strlen("swapab_w4m2n1k256s")] = '7'; /* stages 7: not compiled */
+    t[strlen("mma_w4m2n1k256s")] = '7'; /* stages 7: not compiled */
     f = fopen(path, "wb");
     fputs(bad, f);
     fclose(f);

@@ -209,9 +209,9 @@ static void test_pdl_read_after_write(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed());
-    const fm_tile mma2 = {4, 2, 2, 128, 4, 0, FM_FAMILY_FP4MOE_SWAPAB}; /* two token groups */
+    const fm_tile mma2 = {4, 2, 2, 128, 4, 0, FM_FAMILY_FP4MOE_MMA}; /* two token groups */
     chain_raw(&r, NULL, NULL, 2, 0, "planner's tiles, 2 rows");
-    chain_raw(&r, &mma2, &mma2, 6, 0, "swapab_w4m2n2k128s4");
+    chain_raw(&r, &mma2, &mma2, 6, 0, "mma_w4m2n2k128s4");
     if (device_is_sm90()) {
         const fm_tile wg = {8, 2, 4, 128, 6, 0, FM_FAMILY_FP4MOE_WGMMA};
         chain_raw(&r, &wg, &wg, 6, 0, "wgmma_w8m2n4k128s6 natural X");
@@ -225,8 +225,8 @@ static void test_pdl_write_after_read(void **state)
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 1);
-    const fm_tile mma = {4, 2, 1, 256, 3, 0, FM_FAMILY_FP4MOE_SWAPAB};
-    chain_war(&r, &mma, 2, "swapab_w4m2n1k256s3");
+    const fm_tile mma = {4, 2, 1, 256, 3, 0, FM_FAMILY_FP4MOE_MMA};
+    chain_war(&r, &mma, 2, "mma_w4m2n1k256s3");
     if (device_is_sm90()) {
         const fm_tile wg = {8, 2, 4, 128, 6, 0, FM_FAMILY_FP4MOE_WGMMA};
         chain_war(&r, &wg, 6, "wgmma_w8m2n4k128s6 natural X");

@@ -93,8 +93,8 @@ def test_plan_cpu(rng):
         with pytest.raises(TypeError, match="T"):
             layer.plan(2.0)
         plan = {"active_experts": 1, "work_list": False,
-                "fc1": {"tile": "swapab_w4m2n1k256s3", "k_splits": 1, "x_packed": False, "feature_blocks": 1},
-                "fc2": {"tile": "swapab_w4m2n1k256s3", "k_splits": 1, "x_packed": False, "feature_blocks": 1}}
+                "fc1": {"tile": "mma_w4m2n1k256s3", "k_splits": 1, "x_packed": False, "feature_blocks": 1},
+                "fc2": {"tile": "mma_w4m2n1k256s3", "k_splits": 1, "x_packed": False, "feature_blocks": 1}}
         with pytest.raises(fp4moe.Error, match="no tile plan") as e:
             layer.set_plan(2, plan)
         assert e.value.status == "FM_ERR_UNSUPPORTED"

@@ -269,7 +269,7 @@ def test_plan(rng):
     p = moe.layer.plan(5)
     assert p["bucket_tokens"] == 8 and p["expected_rows"] >= 1 and 1 <= p["active_experts"] <= cfg.n_experts
     for g in ("fc1", "fc2"):
-        assert p[g]["tile"].startswith(("swapab_", "wgmma_")), p[g]
+        assert p[g]["tile"].startswith(("mma_", "wgmma_")), p[g]
         assert p[g]["k_splits"] >= 1 and p[g]["feature_blocks"] >= 1
     assert moe.layer.plan(64)["bucket_tokens"] == 64
     with pytest.raises(fp4moe.Error, match="FM_ERR_BAD_SHAPE"):
@@ -282,14 +282,14 @@ def test_set_plan(rng):
     cfg, ref, moe = layer(rng, max_tokens=64)
     p = moe.layer.plan(2)
     q = {**p, "work_list": True, "active_experts": max(1, p["active_experts"]),
-         "fc1": {"tile": "swapab_w4m2n1k128s4", "k_splits": 2, "x_packed": False, "feature_blocks": 1},
-         "fc2": {"tile": "swapab_w4m1n1k128s4", "k_splits": 1, "x_packed": False, "feature_blocks": 1}}
+         "fc1": {"tile": "mma_w4m2n1k128s4", "k_splits": 2, "x_packed": False, "feature_blocks": 1},
+         "fc2": {"tile": "mma_w4m1n1k128s4", "k_splits": 1, "x_packed": False, "feature_blocks": 1}}
     moe.layer.set_plan(2, q)
     got = moe.layer.plan(2)
     assert got["fc1"] == q["fc1"] and got["fc2"] == q["fc2"] and got["work_list"]
     x = x_of(rng, 2, cfg.hidden)
     matches_ref(moe, ref, cfg, x)
-    bad = {**q, "fc1": {**q["fc1"], "tile": "swapab_w4m1n1k128s4"}}  # one band: no SwiGLU pairs
+    bad = {**q, "fc1": {**q["fc1"], "tile": "mma_w4m1n1k128s4"}}  # one band: no SwiGLU pairs
     with pytest.raises(fp4moe.Error, match="SwiGLU") as e:
         moe.layer.set_plan(2, bad)
     assert e.value.status == "FM_ERR_UNSUPPORTED"
