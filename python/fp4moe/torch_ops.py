@@ -52,6 +52,8 @@ _LIB = torch.library.Library("fp4moe", "DEF")
 _LIB.define("moe(int layer, Tensor x, Tensor? topk_ids=None, Tensor? topk_weights=None) -> Tensor")
 _LIB.define("moe_out(int layer, Tensor x, Tensor? topk_ids, Tensor? topk_weights, Tensor(a!) out) -> ()")
 _LIB.define("moe_routed(int layer, Tensor x) -> (Tensor, Tensor, Tensor)")
+_LIB.define("moe_dispatched(int layer, Tensor x, Tensor? counts, Tensor? offsets, Tensor? weights=None, "
+            "Tensor? x_scales=None) -> Tensor")
 
 _registry = {}
 _ids = itertools.count(1)
@@ -304,6 +306,68 @@ class MoE:
             check(rc, f"fp4moe.moe errors {rec}")
         return rec
 
+    def dispatched(self, x, counts=None, offsets=None, weights=None, x_scales=None):
+        """Expert parallelism: the layer's experts on rows an all-to-all dispatch left in place
+        (torch.ops.fp4moe.moe_dispatched; fm_layer_run_dispatched), answered in the same layout
+        for the combine: counts int32 [n_local] with x [n_local][capacity][hidden]
+        (low-latency layout; rows past counts[e] are neither read nor written: zeros in the
+        returned tensor), or offsets int32 [n_local + 1] with x [rows][hidden] (rows contiguous
+        by expert). x BF16, or uint8 / float8_e4m3fn E4M3 codes with x_scales float32
+        [..][ceil(hidden / 128)] for a W4A8 layer (act_fp8 "block128"). weights (float32, one
+        per row): out rows multiplied by it; None: the combine applies the routing weights.
+        CPU backends; the cuda backend refuses (fp4moe.Error FM_ERR_UNSUPPORTED)."""
+        return torch.ops.fp4moe.moe_dispatched.default(self.id, x, counts, offsets, weights, x_scales)
+
+    def _dispatched(self, x, counts, offsets, weights, x_scales):
+        lead = self._check_dispatched(x, counts, offsets, weights, x_scales)
+        out = torch.zeros((*lead, self.hidden), dtype=self.out_dtype, device=self.device)
+        a = _lib.LayerDispatchArgs()
+        a.layout = 1 if counts is not None else 2
+        if x_scales is None:
+            a.x = x.data_ptr()
+        else:
+            a.x_fp8, a.x_scales = x.data_ptr(), x_scales.data_ptr()
+        if counts is not None:
+            a.counts, a.capacity = counts.data_ptr(), x.shape[1]
+        else:
+            a.offsets = offsets.data_ptr()
+        a.weights = None if weights is None else weights.data_ptr()
+        a.out = out.data_ptr()
+        if self._cuda:
+            a.stream = _raw_stream(self._dev_index) if _raw_stream else torch.cuda.current_stream(self.device).cuda_stream
+        with self._hd as h:
+            rc = lib.fm_layer_run_dispatched(h, C.byref(a))
+        if rc:
+            check(rc, "fp4moe.moe_dispatched")
+        return out
+
+    def _check_dispatched(self, x, counts, offsets, weights, x_scales, fake=False):
+        """The dispatched rows' arguments, each named; returns the layout's leading shape
+        (fake: at trace time, where tensors have no data)."""
+        what = "fp4moe.moe_dispatched"
+        if (counts is None) == (offsets is None):
+            raise ValueError(f"{what}: counts, offsets: give counts (expert-major layout) or offsets (rows by "
+                             "expert), one of them")
+        H, nl, dev = self.hidden, self.layer.n_local, self.device
+        fp8 = x_scales is not None
+        xdt = (torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8)) if fp8 else (torch.bfloat16,)
+        ndim = 3 if counts is not None else 2
+        if not isinstance(x, torch.Tensor) or x.dtype not in xdt or x.dim() != ndim or x.shape[-1] != H or \
+                (ndim == 3 and (x.shape[0] != nl or x.shape[1] < 1)) or x.device != dev or not x.is_contiguous():
+            shape = f"[{nl}][capacity][{H}]" if ndim == 3 else f"[rows][{H}]"
+            self._bad("x", x, f"a contiguous {' or '.join(map(str, xdt))} tensor {shape} on {dev}")
+        lead = tuple(x.shape[:-1])
+        nb = (H + 127) // 128
+        for arg, t, dt, shape in (("counts", counts, torch.int32, (nl,)), ("offsets", offsets, torch.int32, (nl + 1,)),
+                                  ("weights", weights, torch.float32, lead),
+                                  ("x_scales", x_scales, torch.float32, (*lead, nb))):
+            if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != dt or tuple(t.shape) != shape or
+                                  t.device != dev or not t.is_contiguous()):
+                self._bad(arg, t, f"a contiguous {dt} tensor {list(shape)} on {dev}")
+        if not fake and x.data_ptr() % 16:
+            raise ValueError(f"{what}: x: data pointer {x.data_ptr():#x} is not 16-byte aligned")
+        return lead
+
     # ---- weights as checkpoints store them ---------------------------------
     @classmethod
     def from_checkpoint(cls, path, layer, *, routing=None, first_expert=0, n_local=0, **kw):
@@ -513,10 +577,15 @@ def _moe_routed(layer, x):
     return _get(layer)._routed(x)
 
 
+def _moe_dispatched(layer, x, counts, offsets, weights=None, x_scales=None):
+    return _get(layer)._dispatched(x, counts, offsets, weights, x_scales)
+
+
 for _key in ("CPU", "CUDA"):
     _LIB.impl("moe", _moe, _key)
     _LIB.impl("moe_out", _moe_out, _key)
     _LIB.impl("moe_routed", _moe_routed, _key)
+    _LIB.impl("moe_dispatched", _moe_dispatched, _key)
 
 
 def _fake_check(L, x, ids, w, out):
@@ -552,6 +621,13 @@ def _moe_routed_fake(layer, x):
     T = x.shape[0]
     return (x.new_empty((T, L.hidden), dtype=L.out_dtype), x.new_empty((T, L.top_k), dtype=torch.int32),
             x.new_empty((T, L.top_k), dtype=torch.float32))
+
+
+@torch.library.register_fake("fp4moe::moe_dispatched", lib=_LIB)
+def _moe_dispatched_fake(layer, x, counts, offsets, weights=None, x_scales=None):
+    L = _get(layer)
+    lead = L._check_dispatched(x, counts, offsets, weights, x_scales, fake=True)
+    return x.new_empty((*lead, L.hidden), dtype=L.out_dtype)
 
 
 __all__ = ["MoE", "MoEConfig", "MoEWeights"]

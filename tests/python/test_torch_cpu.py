@@ -349,3 +349,59 @@ def test_calls_from_threads(setup, rng):
     [t.start() for t in ts]
     [t.join() for t in ts]
     assert not bad
+
+
+def _dispatch(x, ids, first, nl, cap):
+    """x's rows of the local experts [first, first + nl) in the expert-major layout (token
+    order within an expert, as a dispatch that walks its tokens in order lays them out), the
+    counts, and where each (token, slot) went."""
+    T, K = ids.shape
+    xd = torch.zeros((nl, cap, x.shape[1]), dtype=x.dtype)
+    counts = torch.zeros(nl, dtype=torch.int32)
+    where = {}
+    for t in range(T):
+        for j in range(K):
+            e = int(ids[t, j]) - first
+            if 0 <= e < nl:
+                r = int(counts[e])
+                xd[e, r] = x[t]
+                where[(t, j)] = (e, r)
+                counts[e] += 1
+    return xd, counts, where
+
+
+def test_dispatched_op(rng):
+    """torch.ops.fp4moe.moe_dispatched (MoE.dispatched) on a shard: the rows' outputs, combined
+    by hand in slot order, equal the shard's op on the tokens bit for bit; torch.compile traces
+    it; the argument errors name the argument (the layouts' numerics: test_layer_dispatch.c)."""
+    cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=2)
+    first, nl, T = 4, 4, 6
+    sw = fp4moe.MoEWeights(router_w=W.router_w, router_bias=W.router_bias, w13_data=W.w13_data[first:],
+                           w13_scales=W.w13_scales[first:], w13_global=W.w13_global[first:],
+                           w2_data=W.w2_data[first:], w2_scales=W.w2_scales[first:], w2_global=W.w2_global[first:])
+    m = MoE(cfg, sw, device="cpu", out_dtype=torch.float32, max_tokens=16, first_expert=first, n_local=nl)
+    try:
+        x = bf16(make_x(rng, T, cfg.hidden)[0])
+        ids = torch.from_numpy(rng.integers(0, 8, (T, 2)).astype(np.int32))
+        ids[:, 1] = (ids[:, 0] + 1 + torch.from_numpy(rng.integers(0, 7, T).astype(np.int32))) % 8  # distinct
+        w = torch.from_numpy(rng.uniform(0.1, 1.0, (T, 2)).astype(np.float32))
+        want = m(x, ids, w)
+        xd, counts, where = _dispatch(x, ids, first, nl, T)
+        y = m.dispatched(xd, counts=counts)
+        assert y.shape == (nl, T, cfg.hidden) and y.dtype == torch.float32 and torch.isfinite(y).all()
+        got = torch.zeros(T, cfg.hidden)
+        for t in range(T):
+            for j in range(2):
+                if (t, j) in where:
+                    got[t] += w[t, j] * y[where[(t, j)]]
+        assert torch.equal(got, want)
+        traced = torch.compile(lambda a, c: m.dispatched(a, counts=c) * 1, fullgraph=True)(xd, counts)
+        assert torch.equal(traced, y)
+        with pytest.raises(ValueError, match="counts"):
+            m.dispatched(xd, counts=counts.to(torch.int64))
+        with pytest.raises(ValueError, match="one of them"):
+            m.dispatched(xd, counts=counts, offsets=torch.zeros(nl + 1, dtype=torch.int32))
+        with pytest.raises(fp4moe.Error, match="capacity"):
+            m.dispatched(xd, counts=torch.full((nl,), T + 1, dtype=torch.int32))
+    finally:
+        m.close()
