@@ -11,6 +11,7 @@
 #include "cuda/kernel_common.cuh"
 #include "cuda/units.h"
 #include "kernels/fm_build.h"
+#include "kernels/fm_tile_layout.h" /* FM_WGMMA_PRODUCER_WARPS */
 
 namespace {
 
@@ -76,7 +77,9 @@ extern "C" int fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *
     if (grid < 0) return (int)cudaErrorInvalidDevice;
     if (grid == 0) return 0; /* no rows: nothing to launch */
     if (grid > 0x7FFFFFFFLL) return (int)cudaErrorInvalidConfiguration;
-    const int threads = (nat ? x->warps : x->warps + 4) * 32; /* packed X: + the producer warpgroup */
+    /* packed X: + the producer warpgroup (fm_kernel_threads counts the same: the kernels'
+     * __launch_bounds__ and test_kernel_resources hold all three to one constant) */
+    const int threads = (nat ? x->warps : x->warps + FM_WGMMA_PRODUCER_WARPS) * 32;
     void     *args[] = {(void *)p, (void *)&nfb};
     if (p->pdl) return (int)fm_launch_pdl(fn, dim3((unsigned)grid), dim3(threads), smem, stream, args);
     return (int)cudaLaunchKernel(fn, dim3((unsigned)grid), dim3(threads), args, smem, (cudaStream_t)stream);
@@ -92,7 +95,8 @@ extern "C" int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *block
     if (err == cudaSuccess)
         err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     if (err == cudaSuccess)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, fn, (x_packed ? x->warps + 4 : x->warps) * 32, smem);
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            blocks, fn, (x_packed ? x->warps + FM_WGMMA_PRODUCER_WARPS : x->warps) * 32, smem);
     cudaFuncAttributes a;
     if (err == cudaSuccess) err = cudaFuncGetAttributes(&a, fn);
     if (err == cudaSuccess) *regs = a.numRegs;

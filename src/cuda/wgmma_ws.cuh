@@ -25,7 +25,7 @@
  * tile scan from expert 0 or pipeline fill per tile: what a K = 256 tile (four
  * 64-K stages) otherwise pays on every tile. */
 template <int WARPS, int MT, int NT, int KC, int STAGES, bool PERSIST>
-__global__ void __launch_bounds__((WARPS + 4) * 32, 1) wgmma_ws_kernel(const fm_gemm_params p, int nfb)
+__global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1) wgmma_ws_kernel(const fm_gemm_params p, int nfb)
 {
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;
