@@ -13,6 +13,9 @@ backend: no GPU is lent to these tests, so nothing here runs on cuda (docs/engin
   reads is the one vLLM means, not only the one fp4moe's quantizer writes;
 - vLLM's own modular kernel (FusedMoEKernel with its no-DP/EP prepare/finalize, the quant config
   the NVFP4 oracle makes for EMULATION, buffers from its workspace manager) running the experts;
+- vLLM's ModelOpt NVFP4 MoE method (ModelOptNvFp4FusedMoE) with the selection installed: its
+  oracle call answers (EMULATION, Fp4moeExperts), its process_weights_after_loading converts and
+  builds the kernel, which calls ours, and its kernel's apply() is within the cpu-ref bound;
 - the oracle entry: vLLM's EMULATION conversion, which the selection names, hands the weights on
   as stored;
 - the selection: off unless FP4MOE_VLLM=1 (also through vLLM's own plugin loader and the entry
@@ -357,3 +360,52 @@ def test_entry_point_through_vllms_loader():
             r = _py(code, {} if value is None else {"FP4MOE_VLLM": value}, (d,))
             assert r.returncode == 0, r.stderr[-3000:]
             assert f"SELECT {vllms}" in r.stdout, (value, r.stdout, r.stderr[-2000:])
+
+
+def test_modelopt_method_end_to_end():
+    import vllm.model_executor.layers.quantization.modelopt as modelopt
+    from vllm.v1.worker import workspace
+
+    from fp4moe_vllm import selection
+
+    E, H, I, k, T = 8, 256, 128, 2, 37
+    L0, cfg, W = random_layer(E, H, I, 9)
+    original = modelopt.select_nvfp4_moe_backend
+    selection.install()
+    try:
+        mc = moe_config(E, k, H, I)
+        method = modelopt.ModelOptNvFp4FusedMoE(modelopt.ModelOptNvFp4Config(), mc)
+        assert (method.nvfp4_backend, method.experts_cls) == (oracle.NvFp4MoeBackend.EMULATION, Fp4moeExperts)
+
+        class Layer(torch.nn.Module):  # what the method reads of vLLM's RoutedExperts
+            apply_router_weight_on_input = False
+
+            def _expert_routing_tables(self):
+                return None
+
+        layer, P = Layer(), (lambda t: torch.nn.Parameter(t, requires_grad=False))
+        layer.moe_config = mc
+        layer.w13_weight, layer.w13_weight_scale = P(L0.w13_weight), P(L0.w13_weight_scale)
+        layer.w13_weight_scale_2 = P(L0.w13_weight_scale_2[:, None].repeat(1, 2).contiguous())  # [E][gate, up]
+        layer.w2_weight, layer.w2_weight_scale = P(L0.w2_weight), P(L0.w2_weight_scale)
+        layer.w2_weight_scale_2 = P(L0.w2_weight_scale_2)
+        layer.w13_input_scale, layer.w2_input_scale = P(torch.ones(E)), P(torch.ones(E))
+        method.process_weights_after_loading(layer)
+        ex = method.moe_kernel.impl.fused_experts
+        assert isinstance(ex, Fp4moeExperts) and ex.moe is not None
+        if not workspace.is_workspace_manager_initialized():
+            workspace.init_workspace_manager(torch.device("cpu"))
+        g = torch.Generator().manual_seed(13)
+        x = torch.randn(T, H, generator=g).to(torch.bfloat16)
+        ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).to(torch.int32)
+        w = torch.softmax(torch.randn(T, k, generator=g), -1)
+        y = method.moe_kernel.apply(x, layer.w13_weight, layer.w2_weight, w, ids, MoEActivation.SILU, E, None, False)
+        assert torch.isfinite(y).all()
+        r, o = reference(cfg, W, x, ids, w), y.float()
+        nmse = float(((o - r) ** 2).sum() / (r ** 2).sum())
+        print(f"ModelOptNvFp4FusedMoE on fp4moe: NMSE {nmse:.2e} against cpu-ref")
+        assert nmse <= 1e-5, nmse
+        assert ((o - r).abs() <= r.abs() * 2 ** -8 + 1e-6).all(), float((o - r).abs().max())
+        ex.moe.close()
+    finally:
+        modelopt.select_nvfp4_moe_backend = original
