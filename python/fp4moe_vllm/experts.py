@@ -38,7 +38,14 @@ def fp4moe_device():
     return "cpu"
 
 
-_OUT_DTYPES = {torch.bfloat16: "bf16", torch.float32: "f32"}
+# fp4moe takes BF16 activations, and vLLM's output has the activations' dtype
+_OUT_DTYPES = {torch.bfloat16: "bf16"}
+
+
+def fp4moe_max_tokens(moe_config):
+    """Tokens per fp4moe call: vLLM's max_num_tokens, capped where the cuda backend's grid ends
+    (max_tokens x top_k <= 65,535); apply() runs larger batches in chunks of it."""
+    return max(1, min(moe_config.max_num_tokens, 65535 // max(1, moe_config.experts_per_token)))
 
 
 class Fp4moeExperts(mk.FusedMoEExpertsModular):
@@ -92,17 +99,10 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
         if moe_config.in_dtype not in _OUT_DTYPES:
             return False, f"fp4moe: activations {moe_config.in_dtype} (fp4moe takes torch.bfloat16)"
         ok, why = fp4moe.supports(fp4moe_config(moe_config), fp4moe_device(),
-                                  max_tokens=max(1, min(moe_config.max_num_tokens, 65535 // max(
-                                      1, moe_config.experts_per_token))),
-                                  out_dtype=_OUT_DTYPES[moe_config.in_dtype])
+                                  max_tokens=fp4moe_max_tokens(moe_config), out_dtype=_OUT_DTYPES[moe_config.in_dtype])
         return (True, None) if ok else (False, f"fp4moe: {why}")
 
     # ---- weights ----
-    def max_tokens(self):
-        """Tokens per fp4moe call: vLLM's max_num_tokens, capped where the cuda backend's grid
-        ends (max_tokens x top_k <= 65,535); apply() runs larger batches in chunks of it."""
-        return max(1, min(self.moe_config.max_num_tokens, 65535 // max(1, self.moe_config.experts_per_token)))
-
     def process_weights_after_loading(self, layer):
         """Make the fp4moe layer from the layer's NVFP4 tensors as vLLM's ModelOpt method left them.
         w13_weight_scale_2 is [E] (vLLM keeps the gate's global and warns when up's differs) or
@@ -122,7 +122,7 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
         self.moe = MoE.from_modelopt(
             cfg, router, layer.w13_weight, layer.w13_weight_scale, layer.w13_weight_scale_2,
             layer.w2_weight, layer.w2_weight_scale, layer.w2_weight_scale_2,
-            device=dev if dev.type == "cuda" else "cpu", max_tokens=self.max_tokens(),
+            device=dev if dev.type == "cuda" else "cpu", max_tokens=fp4moe_max_tokens(self.moe_config),
             out_dtype=self.moe_config.in_dtype)
 
     def workspace_bytes(self):

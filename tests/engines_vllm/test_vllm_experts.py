@@ -294,8 +294,9 @@ def test_refusals_pass_through():
                                 ep_rank=0, sp_size=1, use_ep=True, all2all_backend="naive", enable_eplb=False)
     ok, why = sup(Fp4moeExperts, moe_config(parallel=ep), kNvfp4Static, kNvfp4Dynamic, fmt)
     assert not ok and "parallel config" in why, why
-    ok, why = sup(Fp4moeExperts, moe_config(in_dtype=torch.float16), kNvfp4Static, kNvfp4Dynamic, fmt)
-    assert not ok and "float16" in why, why
+    for dt in (torch.float16, torch.float32):
+        ok, why = sup(Fp4moeExperts, moe_config(in_dtype=dt), kNvfp4Static, kNvfp4Dynamic, fmt)
+        assert not ok and str(dt) in why, why
 
 
 # ---- the selection ----
