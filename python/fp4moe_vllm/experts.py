@@ -96,6 +96,13 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
                                                             activation_format)
         if not ok:
             return ok, reason
+        # The oracle filters clamped-SwiGLU models by a list of its own backends, which the
+        # selection does not pass through: the experts refuse what they would silently drop.
+        for f in ("swiglu_limit", "swiglu_alpha", "swiglu_beta"):
+            if getattr(moe_config, f, None) is not None:
+                return False, f"fp4moe: {f}={getattr(moe_config, f)} (fp4moe's NVFP4 experts run plain SwiGLU)"
+        if moe_config.has_bias:
+            return False, "fp4moe: expert biases (has_bias) with NVFP4 SwiGLU experts"
         if moe_config.in_dtype not in _OUT_DTYPES:
             return False, f"fp4moe: activations {moe_config.in_dtype} (fp4moe takes torch.bfloat16)"
         ok, why = fp4moe.supports(fp4moe_config(moe_config), fp4moe_device(),

@@ -294,6 +294,11 @@ def test_refusals_pass_through():
                                 ep_rank=0, sp_size=1, use_ep=True, all2all_backend="naive", enable_eplb=False)
     ok, why = sup(Fp4moeExperts, moe_config(parallel=ep), kNvfp4Static, kNvfp4Dynamic, fmt)
     assert not ok and "parallel config" in why, why
+    for field, value in (("swiglu_limit", 7.0), ("swiglu_alpha", 1.702), ("swiglu_beta", 1.0), ("has_bias", True)):
+        c = moe_config()
+        setattr(c, field, value)
+        ok, why = sup(Fp4moeExperts, c, kNvfp4Static, kNvfp4Dynamic, fmt)
+        assert not ok and why.startswith("fp4moe: ") and field in why, why
     for dt in (torch.float16, torch.float32):
         ok, why = sup(Fp4moeExperts, moe_config(in_dtype=dt), kNvfp4Static, kNvfp4Dynamic, fmt)
         assert not ok and str(dt) in why, why
