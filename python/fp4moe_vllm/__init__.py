@@ -6,7 +6,7 @@ FP4MOE_VLLM=1 is set: vLLM's --moe-backend is a closed Literal and its NVFP4 ora
 enum, so a plugin cannot add a name there; an environment variable is the explicit setting,
 and without it vLLM picks its own kernels exactly as if the plugin were absent.
 
-With FP4MOE_VLLM=1, ModelOpt NVFP4 MoE layers select fp4moe_vllm.experts.Fp4moeExperts (a
+With FP4MOE_VLLM=1, ModelOpt and compressed-tensors W4A4 NVFP4 MoE layers select fp4moe_vllm.experts.Fp4moeExperts (a
 FusedMoEExpertsModular) or fail at load with fp4moe's reason (fp4moe.supports): an explicit
 choice never falls back silently to another kernel."""
 

@@ -13,9 +13,10 @@ backend: no GPU is lent to these tests, so nothing here runs on cuda (docs/engin
   reads is the one vLLM means, not only the one fp4moe's quantizer writes;
 - vLLM's own modular kernel (FusedMoEKernel with its no-DP/EP prepare/finalize, the quant config
   the NVFP4 oracle makes for EMULATION, buffers from its workspace manager) running the experts;
-- vLLM's ModelOpt NVFP4 MoE method (ModelOptNvFp4FusedMoE) with the selection installed: its
-  oracle call answers (EMULATION, Fp4moeExperts), its process_weights_after_loading converts and
-  builds the kernel, which calls ours, and its kernel's apply() is within the cpu-ref bound;
+- vLLM's ModelOpt and compressed-tensors W4A4 NVFP4 MoE methods (ModelOptNvFp4FusedMoE,
+  CompressedTensorsW4A4Nvfp4MoEMethod) with the selection installed: each
+  one's oracle call answers (EMULATION, Fp4moeExperts), its process_weights_after_loading converts
+  and builds the kernel, which calls ours, and its kernel's apply() is within the cpu-ref bound;
 - the oracle entry: vLLM's EMULATION conversion, which the selection names, hands the weights on
   as stored;
 - the selection: off unless FP4MOE_VLLM=1 (also through vLLM's own plugin loader and the entry
@@ -317,7 +318,9 @@ SELECT = """
 import fp4moe_vllm, vllm.model_executor.layers.quantization.modelopt as m
 from vllm.model_executor.layers.fused_moe.oracle import nvfp4
 fp4moe_vllm.register(); fp4moe_vllm.register()
-print("SELECT", m.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend)
+import vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 as ct
+print("SELECT", m.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend,
+      ct.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend)
 """
 
 
@@ -325,7 +328,7 @@ print("SELECT", m.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend)
 def test_selection_is_explicit(value, vllms):
     r = _py(SELECT, {} if value is None else {"FP4MOE_VLLM": value})
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"SELECT {vllms}" in r.stdout, r.stdout
+    assert f"SELECT {vllms} {vllms}" in r.stdout, r.stdout
 
 
 def test_selection_bad_value_named():
@@ -365,10 +368,13 @@ def test_entry_point_through_vllms_loader():
         for value, vllms in ((None, True), ("1", False)):
             r = _py(code, {} if value is None else {"FP4MOE_VLLM": value}, (d,))
             assert r.returncode == 0, r.stderr[-3000:]
-            assert f"SELECT {vllms}" in r.stdout, (value, r.stdout, r.stderr[-2000:])
+            assert f"SELECT {vllms} {vllms}" in r.stdout, (value, r.stdout, r.stderr[-2000:])
 
 
-def test_modelopt_method_end_to_end():
+@pytest.mark.parametrize("layout", ["modelopt", "compressed-tensors"])
+def test_quant_method_end_to_end(layout):
+    import vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.\
+        compressed_tensors_moe_w4a4_nvfp4 as ct
     import vllm.model_executor.layers.quantization.modelopt as modelopt
     from vllm.v1.worker import workspace
 
@@ -376,11 +382,12 @@ def test_modelopt_method_end_to_end():
 
     E, H, I, k, T = 8, 256, 128, 2, 37
     L0, cfg, W = random_layer(E, H, I, 9)
-    original = modelopt.select_nvfp4_moe_backend
+    originals = [(m, m.select_nvfp4_moe_backend) for m in (modelopt, ct)]
     selection.install()
     try:
         mc = moe_config(E, k, H, I)
-        method = modelopt.ModelOptNvFp4FusedMoE(modelopt.ModelOptNvFp4Config(), mc)
+        method = (modelopt.ModelOptNvFp4FusedMoE(modelopt.ModelOptNvFp4Config(), mc) if layout == "modelopt"
+                  else ct.CompressedTensorsW4A4Nvfp4MoEMethod(mc))
         assert (method.nvfp4_backend, method.experts_cls) == (oracle.NvFp4MoeBackend.EMULATION, Fp4moeExperts)
 
         class Layer(torch.nn.Module):  # what the method reads of vLLM's RoutedExperts
@@ -391,11 +398,17 @@ def test_modelopt_method_end_to_end():
 
         layer, P = Layer(), (lambda t: torch.nn.Parameter(t, requires_grad=False))
         layer.moe_config = mc
-        layer.w13_weight, layer.w13_weight_scale = P(L0.w13_weight), P(L0.w13_weight_scale)
-        layer.w13_weight_scale_2 = P(L0.w13_weight_scale_2[:, None].repeat(1, 2).contiguous())  # [E][gate, up]
-        layer.w2_weight, layer.w2_weight_scale = P(L0.w2_weight), P(L0.w2_weight_scale)
-        layer.w2_weight_scale_2 = P(L0.w2_weight_scale_2)
-        layer.w13_input_scale, layer.w2_input_scale = P(torch.ones(E)), P(torch.ones(E))
+        g13 = L0.w13_weight_scale_2[:, None].repeat(1, 2).contiguous()  # [E][gate, up], as loaded
+        if layout == "modelopt":
+            layer.w13_weight, layer.w2_weight = P(L0.w13_weight), P(L0.w2_weight)
+            layer.w13_weight_scale_2, layer.w2_weight_scale_2 = P(g13), P(L0.w2_weight_scale_2)
+            layer.w13_input_scale, layer.w2_input_scale = P(torch.ones(E)), P(torch.ones(E))
+        else:  # packed values named weight_packed, global scales the reciprocal of ModelOpt's
+            layer.w13_weight_packed, layer.w2_weight_packed = P(L0.w13_weight), P(L0.w2_weight)
+            layer.w13_weight_global_scale = P(1.0 / g13)
+            layer.w2_weight_global_scale = P(1.0 / L0.w2_weight_scale_2)
+            layer.w13_input_global_scale, layer.w2_input_global_scale = P(torch.ones(E)), P(torch.ones(E))
+        layer.w13_weight_scale, layer.w2_weight_scale = P(L0.w13_weight_scale), P(L0.w2_weight_scale)
         method.process_weights_after_loading(layer)
         ex = method.moe_kernel.impl.fused_experts
         assert isinstance(ex, Fp4moeExperts) and ex.moe is not None
@@ -409,9 +422,10 @@ def test_modelopt_method_end_to_end():
         assert torch.isfinite(y).all()
         r, o = reference(cfg, W, x, ids, w), y.float()
         nmse = float(((o - r) ** 2).sum() / (r ** 2).sum())
-        print(f"ModelOptNvFp4FusedMoE on fp4moe: NMSE {nmse:.2e} against cpu-ref")
+        print(f"{type(method).__name__} on fp4moe: NMSE {nmse:.2e} against cpu-ref")
         assert nmse <= 1e-5, nmse
         assert ((o - r).abs() <= r.abs() * 2 ** -8 + 1e-6).all(), float((o - r).abs().max())
         ex.moe.close()
     finally:
-        modelopt.select_nvfp4_moe_backend = original
+        for m, f in originals:
+            m.select_nvfp4_moe_backend = f
