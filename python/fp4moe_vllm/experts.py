@@ -76,8 +76,9 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
     @staticmethod
     def _supports_quant_scheme(weight_key, activation_key):
         # W4A4 checkpoints' activations are taken as BF16 (fp4moe's W4A16 path): the input
-        # scales vLLM loads are not applied.
-        return weight_key == kNvfp4Static and activation_key in (kNvfp4Dynamic, None)
+        # scales vLLM loads are not applied. W4A16 checkpoints (activation_key None) are refused:
+        # the EMULATION conversion the selection names raises on their absent input scales.
+        return weight_key == kNvfp4Static and activation_key == kNvfp4Dynamic
 
     @staticmethod
     def _supports_activation(activation):

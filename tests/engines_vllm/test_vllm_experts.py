@@ -289,8 +289,9 @@ def test_refusals_pass_through():
     assert why2.startswith("FM_ERR_")
     ok, why = sup(Fp4moeExperts, moe_config(activation=MoEActivation.GELU), kNvfp4Static, kNvfp4Dynamic, fmt)
     assert not ok and "activation" in why, why
-    ok, why = sup(Fp4moeExperts, moe_config(), kMxfp4Static, None, fmt)
-    assert not ok and "quantization scheme" in why, why
+    for wk, ak in ((kMxfp4Static, None), (kNvfp4Static, None)):  # MXFP4; NVFP4 W4A16
+        ok, why = sup(Fp4moeExperts, moe_config(), wk, ak, fmt)
+        assert not ok and "quantization scheme" in why, why
     ep = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=1, ep_size=2, tp_rank=0, pcp_rank=0, dp_rank=0,
                                 ep_rank=0, sp_size=1, use_ep=True, all2all_backend="naive", enable_eplb=False)
     ok, why = sup(Fp4moeExperts, moe_config(parallel=ep), kNvfp4Static, kNvfp4Dynamic, fmt)
