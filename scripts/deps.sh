@@ -20,16 +20,23 @@
 #   --engines or FM_ENGINES=1: also scripts/requirements-engines.txt (torch, transformers and
 #                  their dependencies, pinned; ~3.5 GB: opt-in) for tests/engines, installed into
 #                  the same venv when they differ from the pins (the base pins are kept)
+#   --vllm or FM_VLLM=1: also scripts/requirements-vllm.txt (vLLM 0.33.0 with its torch and every
+#                  dependency, pinned; ~9 GB: opt-in) for the vLLM plugin's tests, in a venv of its
+#                  own, FM_VLLM_VENV (default .venv-vllm/): vLLM pins a numpy and a transformers
+#                  other than the project's venv's, so the two cannot share one
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${FM_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
 REQS=("$ROOT/scripts/requirements.txt" "$ROOT/scripts/requirements-headers.txt")
 ENGINES=${FM_ENGINES:-0}
+VLLM=${FM_VLLM:-0}
+VLLM_VENV=${FM_VLLM_VENV:-$ROOT/.venv-vllm}
 for arg in "$@"; do
   case "$arg" in
     --engines) ENGINES=1 ;;
-    *) echo "deps: unknown argument '$arg' (expected --engines)" >&2; exit 2 ;;
+    --vllm) VLLM=1 ;;
+    *) echo "deps: unknown argument '$arg' (expected --engines or --vllm)" >&2; exit 2 ;;
   esac
 done
 
@@ -124,6 +131,20 @@ if [ "$ENGINES" = 1 ] && ! venv_matches "$ROOT/scripts/requirements-engines.txt"
     exit 1
   fi
   venv_matches "$ROOT/scripts/requirements-engines.txt" && venv_matches
+fi
+if [ "$VLLM" = 1 ] && ! VENV=$VLLM_VENV venv_matches "$ROOT/scripts/requirements-vllm.txt"; then
+  if [ -e "$VLLM_VENV" ] && [ ! -f "$VLLM_VENV/pyvenv.cfg" ]; then
+    echo "deps: FAILED: $VLLM_VENV exists and is not a virtual environment; refusing to use it (set FM_VLLM_VENV)" >&2
+    exit 1
+  fi
+  [ -x "$VLLM_VENV/bin/python" ] || "$PY" -m venv "$VLLM_VENV"
+  echo "deps: installing vLLM's pinned packages into $VLLM_VENV (scripts/requirements-vllm.txt; ~9 GB)"
+  if ! "$VLLM_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input \
+       -r "$ROOT/scripts/requirements-vllm.txt"; then
+    echo "deps: FAILED: pip could not install scripts/requirements-vllm.txt (network? see above)" >&2
+    exit 1
+  fi
+  VENV=$VLLM_VENV venv_matches "$ROOT/scripts/requirements-vllm.txt"
 fi
 
 # ---- what we got ------------------------------------------------------------------------

@@ -13,3 +13,13 @@ if(TARGET fp4moe_shared)
   set_tests_properties(engine_transformers PROPERTIES LABELS "engine;cpu" SKIP_RETURN_CODE 77 TIMEOUT 900
                        ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;FP4MOE_LIBRARY=$<TARGET_FILE:fp4moe_shared>;PYTHONDONTWRITEBYTECODE=1")
 endif()
+
+# The vLLM plugin's tests (tests/engines_vllm, python/fp4moe_vllm) on the CPU backend. vLLM pins a
+# numpy and a transformers other than the project's venv's, so they run in a venv of their own
+# (.venv-vllm or FM_VLLM_VENV, made by `scripts/deps.sh --vllm`); run.py re-executes itself
+# there, or exits 77 (skipped) saying what to install.
+if(TARGET fp4moe_shared)
+  add_test(NAME engine_vllm COMMAND ${FM_ENGINE_PY} ${CMAKE_CURRENT_SOURCE_DIR}/engines_vllm/run.py)
+  set_tests_properties(engine_vllm PROPERTIES LABELS "engine;cpu" SKIP_RETURN_CODE 77 TIMEOUT 900
+                       ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;FP4MOE_LIBRARY=$<TARGET_FILE:fp4moe_shared>;PYTHONDONTWRITEBYTECODE=1")
+endif()

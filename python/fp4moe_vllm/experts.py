@@ -1,0 +1,181 @@
+"""Fp4moeExperts: vLLM's modular MoE experts interface (FusedMoEExpertsModular, vLLM 0.33.0)
+on fp4moe.torch_ops.MoE.
+
+vLLM hands apply() the activations (BF16: expects_unquantized_inputs, so its prepare step does
+not quantize them), its own top-k ids and weights, and an output [M][K]; fp4moe computes the
+weighted sum over the top-k itself, so the finalize step is vLLM's no-op. The fp4moe layer is
+made once, in process_weights_after_loading, from the tensors vLLM's ModelOpt NVFP4 method leaves
+on the layer when its oracle's conversion keeps them as the checkpoint stores them (packed E2M1
+uint8 [E][2*inter][hidden/2], E4M3 block scales row-major, float32 global scales): the C loader
+reads them as it reads a checkpoint."""
+
+import torch
+
+import fp4moe
+from fp4moe.torch_ops import MoE
+
+import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeightAndReduceNoOP
+from vllm.model_executor.layers.quantization.utils.quant_utils import kNvfp4Dynamic, kNvfp4Static
+from vllm.platforms import current_platform
+
+
+def fp4moe_config(moe_config):
+    """The fp4moe.MoEConfig of a vLLM FusedMoEConfig. The routing fields are fp4moe's defaults:
+    vLLM routes and passes ids and weights, so the layer's own router is never run. inter is
+    the tensor-parallel partition's (the layer then returns the partition's partial sum, which
+    vLLM all-reduces as it does for its own kernels)."""
+    return fp4moe.MoEConfig(n_experts=moe_config.num_experts, top_k=moe_config.experts_per_token,
+                            hidden=moe_config.hidden_dim, inter=moe_config.intermediate_size_per_partition,
+                            wfmt="nvfp4")
+
+
+def fp4moe_device():
+    """fp4moe's name of the device vLLM runs on: the current CUDA ordinal, or the CPU backend."""
+    if current_platform.is_cuda():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+# fp4moe takes BF16 activations, and vLLM's output has the activations' dtype
+_OUT_DTYPES = {torch.bfloat16: "bf16"}
+
+
+def fp4moe_max_tokens(moe_config):
+    """Tokens per fp4moe call: vLLM's max_num_tokens, capped where the cuda backend's grid ends
+    (max_tokens x top_k <= 65,535); apply() runs larger batches in chunks of it."""
+    return max(1, min(moe_config.max_num_tokens, 65535 // max(1, moe_config.experts_per_token)))
+
+
+class Fp4moeExperts(mk.FusedMoEExpertsModular):
+    """NVFP4 experts (SiLU-gated, gate rows then up rows) run by one fp4moe layer per vLLM MoE layer."""
+
+    def __init__(self, moe_config, quant_config, max_num_tokens=None, num_dispatchers=None):
+        super().__init__(moe_config, quant_config, max_num_tokens, num_dispatchers)
+        self.moe = None  # fp4moe.torch_ops.MoE, made by process_weights_after_loading
+
+    # ---- what the oracle asks (is_supported_config) ----
+    @staticmethod
+    def activation_format():
+        return mk.FusedMoEActivationFormat.Standard
+
+    @staticmethod
+    def _supports_current_device():
+        if current_platform.is_cuda():
+            return fp4moe.backend_available("cuda")
+        # vLLM's CPU platform, or none detected (a CUDA wheel on a machine without a GPU, as
+        # in the tests): tensors are on the CPU, which fp4moe's CPU backends run. Other
+        # accelerators (ROCm, XPU, ...) hold tensors fp4moe cannot read.
+        return current_platform.is_cpu() or current_platform.is_unspecified()
+
+    @staticmethod
+    def _supports_no_act_and_mul():
+        return False
+
+    @staticmethod
+    def _supports_quant_scheme(weight_key, activation_key):
+        # W4A4 checkpoints' activations are taken as BF16 (fp4moe's W4A16 path): the input
+        # scales vLLM loads are not applied. W4A16 checkpoints (activation_key None) are refused:
+        # the EMULATION conversion the selection names raises on their absent input scales.
+        return weight_key == kNvfp4Static and activation_key == kNvfp4Dynamic
+
+    @staticmethod
+    def _supports_activation(activation):
+        return activation == MoEActivation.SILU
+
+    @staticmethod
+    def _supports_parallel_config(moe_parallel_config):
+        # fp4moe shards are contiguous expert ranges; vLLM's expert_map may place experts
+        # otherwise (round robin, EPLB), so expert parallelism is refused until it is mapped.
+        p = moe_parallel_config
+        return not p.use_ep and p.ep_size == 1 and not p.use_all2all_kernels and not p.enable_eplb
+
+    @staticmethod
+    def is_supported_config(cls, moe_config, weight_key, activation_key, activation_format):
+        ok, reason = mk.FusedMoEExperts.is_supported_config(cls, moe_config, weight_key, activation_key,
+                                                            activation_format)
+        if not ok:
+            return ok, reason
+        # The oracle filters clamped-SwiGLU models by a list of its own backends, which the
+        # selection does not pass through: the experts refuse what they would silently drop.
+        for f in ("swiglu_limit", "swiglu_alpha", "swiglu_beta"):
+            if getattr(moe_config, f, None) is not None:
+                return False, f"fp4moe: {f}={getattr(moe_config, f)} (fp4moe's NVFP4 experts run plain SwiGLU)"
+        if moe_config.has_bias:
+            return False, "fp4moe: expert biases (has_bias) with NVFP4 SwiGLU experts"
+        if moe_config.in_dtype not in _OUT_DTYPES:
+            return False, f"fp4moe: activations {moe_config.in_dtype} (fp4moe takes torch.bfloat16)"
+        ok, why = fp4moe.supports(fp4moe_config(moe_config), fp4moe_device(),
+                                  max_tokens=fp4moe_max_tokens(moe_config), out_dtype=_OUT_DTYPES[moe_config.in_dtype])
+        return (True, None) if ok else (False, f"fp4moe: {why}")
+
+    # ---- weights ----
+    def process_weights_after_loading(self, layer):
+        """Make the fp4moe layer from the layer's NVFP4 tensors as vLLM's ModelOpt method left them.
+        w13_weight_scale_2 is [E] (vLLM keeps the gate's global and warns when up's differs) or
+        [E][2] (gate, up: fp4moe's loader re-encodes up's block scales to one global)."""
+        if getattr(layer, "apply_router_weight_on_input", False):
+            raise ValueError("fp4moe: apply_router_weight_on_input is not supported (fp4moe weights the "
+                             "experts' outputs, not their inputs)")
+        dev = layer.w13_weight.device
+        cfg = fp4moe_config(self.moe_config)
+        E = layer.w13_weight.shape[0]
+        if E != self.moe_config.num_local_experts or E != cfg.n_experts:
+            raise ValueError(f"fp4moe: layer.w13_weight holds {E} experts, the MoE config {cfg.n_experts} "
+                             f"({self.moe_config.num_local_experts} local): expert parallelism is not supported")
+        router = torch.zeros(cfg.n_experts, cfg.hidden, dtype=torch.float32)  # never run: vLLM routes
+        if self.moe is not None:
+            self.moe.close()
+        self.moe = MoE.from_modelopt(
+            cfg, router, layer.w13_weight, layer.w13_weight_scale, layer.w13_weight_scale_2,
+            layer.w2_weight, layer.w2_weight_scale, layer.w2_weight_scale_2,
+            device=dev if dev.type == "cuda" else "cpu", max_tokens=fp4moe_max_tokens(self.moe_config),
+            out_dtype=self.moe_config.in_dtype)
+
+    def workspace_bytes(self):
+        """fp4moe's workspace query (fm_layer_workspace_size): 0 for the layers the Python
+        package makes, which own their scratch."""
+        import ctypes
+
+        n = ctypes.c_size_t(0)
+        with self.moe.layer._hd as h:
+            s = fp4moe._lib.lib.fm_layer_workspace_size(h, ctypes.byref(n))
+        if s:
+            raise RuntimeError(f"fp4moe: fm_layer_workspace_size: {fp4moe._lib.status_name(s)}")
+        return n.value
+
+    # ---- the run ----
+    @property
+    def expects_unquantized_inputs(self):
+        return True
+
+    def supports_expert_map(self):
+        return False
+
+    def finalize_weight_and_reduce_impl(self):
+        return TopKWeightAndReduceNoOP()
+
+    def workspace_shapes(self, M, N, K, topk, global_num_experts, local_num_experts, expert_tokens_meta,
+                         activation):
+        # The fp4moe layer owns its scratch (workspace_bytes() == 0): vLLM allocates nothing for it.
+        return (0,), (0,), (M, K)
+
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
+              expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
+              apply_router_weight_on_input):
+        if self.moe is None:
+            raise RuntimeError("fp4moe: apply() before process_weights_after_loading made the layer")
+        if expert_map is not None:
+            raise ValueError("fp4moe: expert_map: expert parallelism is not supported")
+        if apply_router_weight_on_input:
+            raise ValueError("fp4moe: apply_router_weight_on_input: not supported")
+        if activation != MoEActivation.SILU:
+            raise ValueError(f"fp4moe: activation: {activation} (fp4moe runs SiLU-gated experts)")
+        ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
+        w = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.to(torch.float32)
+        T, step = hidden_states.shape[0], self.moe.max_tokens
+        for t in range(0, T, step):
+            e = min(T, t + step)
+            self.moe(hidden_states[t:e], ids[t:e], w[t:e], out=output[t:e])
+        return None
