@@ -7,11 +7,12 @@
  *    on the edges (a zero block, ties, values at and past 448, a subnormal-range block, a
  *    short last block);
  *  - the layer: a float64 MoE from the formula with both GEMM inputs put through that
- *    rounding (x rows, then h computed in double). Bound 1e-6 NMSE: the layer's h is FP32,
+ *    rounding (x rows, then h computed in double). Bound 1e-4 NMSE: the layer's h is FP32,
  *    so an element of h within ~1e-7 of an E4M3 rounding boundary may round the other way
- *    (one step, 6 % of that element) in a few of the T * inter elements; measured 1e-14 ..
- *    8.5e-8 over 12 seeds (the high end: one such flip). The test first shows the oracle tells the two scale granularities
- *    and W4A16 apart (NMSE far above the bound).
+ *    (one step, 6-12 % of that element) in a few of the T * inter elements; measured 1e-14 ..
+ *    1.3e-7 over 400 seeds but for two at ~4e-6 (a flip of a block's largest element on
+ *    these small layers). The test first shows the oracle tells the two scale granularities
+ *    and W4A16 apart (NMSE >= 4.5e-4 over 150 seeds; asserted > 2e-4).
  * Also: cpu against cpu-ref (the accuracy table's bound, fm_layer_accuracy), W4A8 against
  * W4A16 printed (docs/accuracy.md states it), and the refusals.
  */
@@ -182,7 +183,7 @@ static void test_layer_vs_formula(void **st)
         const double apart_16 = nmse64d(ref[0], ref[FM_ACT_FP8_BLOCK128], (size_t)T * H);
         print_message("# %s: oracle W4A8 block128 vs token NMSE %.3g, vs W4A16 %.3g\n", fm_format_traits_get(fmts[f])->name,
                       apart_tok, apart_16);
-        assert_true(apart_tok > 1e-5 && apart_16 > 1e-5); /* the oracle tells them apart (bound: 1e-6) */
+        assert_true(apart_tok > 2e-4 && apart_16 > 2e-4); /* the oracle tells them apart (bound: 1e-4) */
         for (int m = 1; m <= 2; m++) {
             L.cfg.act_fp8 = (fm_act_fp8)m;
             for (int b = 0; b < 2; b++) {
@@ -196,8 +197,8 @@ static void test_layer_vs_formula(void **st)
                 const double e = fm_nmse64(out, ref[m], (size_t)T * H);
                 print_message("# %s %s %s: NMSE %.3g vs the float64 formula\n", fm_backend_name(k_cpu[b]),
                               fm_format_traits_get(fmts[f])->name, fm_act_fp8_name((fm_act_fp8)m), e);
-                if (!(e <= 1e-6))
-                    fail_msg("%s, %s: NMSE %.3g vs the float64 formula (bound 1e-6)", fm_backend_name(k_cpu[b]),
+                if (!(e <= 1e-4))
+                    fail_msg("%s, %s: NMSE %.3g vs the float64 formula (bound 1e-4)", fm_backend_name(k_cpu[b]),
                              fm_act_fp8_name((fm_act_fp8)m), e);
                 if (b == 0) memcpy(oref, out, sizeof(float) * T * H);
                 fm_layer_destroy(l);

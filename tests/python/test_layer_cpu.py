@@ -322,7 +322,7 @@ def test_plans_on_cpu(tmp_path):
 
 def test_act_fp8(rng):
     """W4A8 (MoEConfig.act_fp8) through Python: the two CPU backends agree within the accuracy
-    table's bound (1e-5), differ from W4A16 as FP8 activations do (~1e-3), and a name the
+    table's bound (1e-4), differ from W4A16 as FP8 activations do (~1e-3), and a name the
     library does not know is refused before any C call (the numerics: test_layer_fp8.c)."""
     cfg, W, _ = make_layer(rng, "nvfp4", H=256, I=128)
     bits, _ = make_x(rng, 6, cfg.hidden)
@@ -335,8 +335,8 @@ def test_act_fp8(rng):
     nm = lambda a, b: float(((a - b) ** 2).sum() / (b ** 2).sum())
     for act in ("block128", "token"):
         assert np.isfinite(outs[act, "cpu"]).all()
-        assert nm(outs[act, "cpu"], outs[act, "cpu-ref"]) <= 1e-5
-        assert 1e-5 < nm(outs[act, "cpu-ref"], outs["off", "cpu-ref"]) < 1e-2
+        assert nm(outs[act, "cpu"], outs[act, "cpu-ref"]) <= 1e-4
+        assert 2e-4 < nm(outs[act, "cpu-ref"], outs["off", "cpu-ref"]) < 1e-2
     cfg.act_fp8 = "e5m2"
     with pytest.raises(ValueError, match="act_fp8"):
         fp4moe.Layer(cfg, W, backend="cpu", max_tokens=6)
