@@ -27,45 +27,6 @@ static const fm_backend_kind k_cpu[2] = {FM_BACKEND_CPU_REF, FM_BACKEND_CPU};
 
 enum { POISON = 0xA5 };
 
-static void *aligned(size_t bytes)
-{
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    assert_non_null(p);
-    return p;
-}
-
-static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int first, int n_local, fm_out_dtype od)
-{
-    fm_moe_weights w = L->w;
-    w.w13 = L->w13 + first;
-    w.w2 = L->w2 + first;
-    if (w.a1_scale) w.a1_scale += first, w.a2_scale += first;
-    if (w.w13_bias) w.w13_bias += (size_t)first * 2 * L->cfg.inter;
-    if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
-    fm_layer_desc d = {.backend = b, .max_tokens = max_tokens, .out_dtype = od, .first_expert = first,
-                       .n_local = n_local};
-    fm_layer *l = NULL;
-    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
-    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
-    return l;
-}
-
-/* distinct experts per token (as a router gives), some slots -1 */
-static void random_routing(fm_rng *r, int T, int K, int E, int32_t *ids, float *wts)
-{
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < K; j++) {
-            int e, again;
-            do {
-                e = fm_rng_uniform(r) < 0.1 ? -1 : (int)(fm_rng_uniform(r) * E);
-                again = 0;
-                for (int q = 0; q < j; q++) again |= e >= 0 && ids[t * K + q] == e;
-            } while (again);
-            ids[t * K + j] = e;
-            wts[t * K + j] = (float)(0.1 + fm_rng_uniform(r));
-        }
-}
-
 /* Token 0's first slot goes to the shard's first expert (its other slots elsewhere), so the
  * refusal tests that spoil a received row always have one (a random routing of a few tokens
  * may send none to a small shard). */
@@ -92,8 +53,8 @@ static void dispatch_make(dispatch *d, fm_dispatch_layout layout, const uint16_t
     d->layout = layout;
     d->nl = nl;
     d->cap = T + 2; /* a token reaches an expert once: T rows at most, 2 slots to spare */
-    d->counts = aligned(sizeof(int32_t) * nl);
-    d->offsets = aligned(sizeof(int32_t) * (nl + 1));
+    d->counts = fx_aligned(sizeof(int32_t) * nl);
+    d->offsets = fx_aligned(sizeof(int32_t) * (nl + 1));
     d->where = malloc(sizeof(int32_t) * T * K);
     assert_non_null(d->where);
     memset(d->counts, 0, sizeof(int32_t) * nl);
@@ -103,8 +64,8 @@ static void dispatch_make(dispatch *d, fm_dispatch_layout layout, const uint16_t
     for (int e = 0; e < nl; e++) d->offsets[e + 1] = d->offsets[e] + d->counts[e];
     d->rows = d->offsets[nl];
     const size_t slots = layout == FM_DISPATCH_EXPERT_MAJOR ? (size_t)nl * d->cap : (size_t)d->rows + 1;
-    d->x = aligned(sizeof(uint16_t) * slots * H);
-    d->w = aligned(sizeof(float) * slots);
+    d->x = fx_aligned(sizeof(uint16_t) * slots * H);
+    d->w = fx_aligned(sizeof(float) * slots);
     for (size_t i = 0; i < slots * H; i++) d->x[i] = 0x7fc0; /* BF16 NaN: a slot the layer must not read */
     for (size_t i = 0; i < slots; i++) d->w[i] = NAN;
     int *fill = calloc(nl, sizeof(int));
@@ -170,15 +131,15 @@ static void check_one(fm_backend_kind b, const variant *v, fm_dispatch_layout la
         for (int i = 0; i < E * H; i++) b2[i] = 0.5f * fm_rng_normal(r);
         L.w.w13_bias = b13, L.w.w2_bias = b2;
     }
-    uint16_t *x = aligned(sizeof(uint16_t) * T * H);
+    uint16_t *x = fx_aligned(sizeof(uint16_t) * T * H);
     uint16_t *xs = fx_bf16(r, (size_t)T * H, 1.0f);
     memcpy(x, xs, sizeof(uint16_t) * T * H);
     free(xs);
-    int32_t *ids = aligned(sizeof(int32_t) * T * K);
-    float   *wts = aligned(sizeof(float) * T * K), *ref = aligned(sizeof(float) * T * H);
-    random_routing(r, T, K, E, ids, wts);
+    int32_t *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float   *wts = fx_aligned(sizeof(float) * T * K), *ref = fx_aligned(sizeof(float) * T * H);
+    fx_random_routing(r, T, K, E, 0.1, ids, wts);
 
-    fm_layer *l = make(b, &L, T, first, nl, FM_OUT_F32);
+    fm_layer *l = fx_shard_layer(b, &L, T, first, nl, FM_OUT_F32);
     fm_poison_f32(ref, (size_t)T * H);
     fm_layer_run_args ra = {.x = x, .T = T, .topk_ids = ids, .topk_weights = wts, .out = ref};
     assert_int_equal(fm_layer_run(l, &ra), FM_OK);
@@ -186,7 +147,7 @@ static void check_one(fm_backend_kind b, const variant *v, fm_dispatch_layout la
     dispatch d;
     dispatch_make(&d, layout, x, T, H, K, ids, wts, first, nl);
     const size_t slots = dispatch_slots(&d);
-    float       *out = aligned(sizeof(float) * slots * H);
+    float       *out = fx_aligned(sizeof(float) * slots * H);
     memset(out, POISON, sizeof(float) * slots * H);
     fm_layer_dispatch_args a = dispatch_args(&d, weighted, out);
     fm_status s = fm_layer_run_dispatched(l, &a);
@@ -227,8 +188,8 @@ static void check_one(fm_backend_kind b, const variant *v, fm_dispatch_layout la
                      i / H, i % H, (double)comb[i], (double)ref[i]);
 
     /* BF16 output: the FP32 rows rounded */
-    fm_layer *lb = make(b, &L, T, first, nl, FM_OUT_BF16);
-    uint16_t *ob = aligned(sizeof(uint16_t) * slots * H);
+    fm_layer *lb = fx_shard_layer(b, &L, T, first, nl, FM_OUT_BF16);
+    uint16_t *ob = fx_aligned(sizeof(uint16_t) * slots * H);
     memset(ob, POISON, sizeof(uint16_t) * slots * H);
     a.out = ob;
     assert_int_equal(fm_layer_run_dispatched(lb, &a), FM_OK);
@@ -285,17 +246,17 @@ static void test_dispatch_refusals(void **st)
     fx_layer L;
     fx_build(&L, &cfg, &r, 0, 0);
     uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
-    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
-    float    *wts = aligned(sizeof(float) * T * K);
-    random_routing(&r, T, K, E, ids, wts);
+    int32_t  *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float    *wts = fx_aligned(sizeof(float) * T * K);
+    fx_random_routing(&r, T, K, E, 0.1, ids, wts);
     force_local(ids, K, first);
     for (int b = 0; b < 2; b++) {
-        fm_layer *l = make(k_cpu[b], &L, T, first, nl, FM_OUT_F32);
+        fm_layer *l = fx_shard_layer(k_cpu[b], &L, T, first, nl, FM_OUT_F32);
         dispatch  dm, dr;
         dispatch_make(&dm, FM_DISPATCH_EXPERT_MAJOR, x, T, H, K, ids, wts, first, nl);
         dispatch_make(&dr, FM_DISPATCH_EXPERT_ROWS, x, T, H, K, ids, wts, first, nl);
         const size_t ob = sizeof(float) * dispatch_slots(&dm) * H + 64;
-        float       *out = aligned(ob);
+        float       *out = fx_aligned(ob);
         fm_layer_dispatch_args a = dispatch_args(&dm, 1, out), c;
 
         assert_int_equal(fm_layer_run_dispatched(NULL, &a), FM_ERR_INVALID_ARG);
@@ -363,9 +324,9 @@ static void test_dispatch_refusals(void **st)
     dispatch d0;
     dispatch_make(&d0, FM_DISPATCH_EXPERT_MAJOR, x, T, H, K, ids, wts, 0, nl);
     const size_t ob = sizeof(float) * dispatch_slots(&d0) * H;
-    float       *out = aligned(ob);
+    float       *out = fx_aligned(ob);
     for (int b = 0; b < 2; b++) {
-        fm_layer              *l = make(k_cpu[b], &S, T, 0, nl, FM_OUT_F32);
+        fm_layer              *l = fx_shard_layer(k_cpu[b], &S, T, 0, nl, FM_OUT_F32);
         fm_layer_dispatch_args a = dispatch_args(&d0, 0, out);
         expect_bad(l, &a, ob, FM_ERR_UNSUPPORTED, "a layer with a shared expert");
         fm_layer_destroy(l);
@@ -415,23 +376,23 @@ static void test_fp8_rows(void **st)
     cfg.act_fp8 = FM_ACT_FP8_BLOCK128; /* H = 208: a block of 128 and a short one of 80 */
     fx_layer L;
     fx_build(&L, &cfg, &r, 0, 0);
-    uint16_t *x = aligned(sizeof(uint16_t) * T * H), *xs = fx_bf16(&r, (size_t)T * H, 1.0f);
+    uint16_t *x = fx_aligned(sizeof(uint16_t) * T * H), *xs = fx_bf16(&r, (size_t)T * H, 1.0f);
     memcpy(x, xs, sizeof(uint16_t) * T * H);
     free(xs);
-    int32_t *ids = aligned(sizeof(int32_t) * T * K);
-    float   *wts = aligned(sizeof(float) * T * K);
-    random_routing(&r, T, K, E, ids, wts);
+    int32_t *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float   *wts = fx_aligned(sizeof(float) * T * K);
+    fx_random_routing(&r, T, K, E, 0.1, ids, wts);
     force_local(ids, K, first);
     dispatch d;
     dispatch_make(&d, FM_DISPATCH_EXPERT_MAJOR, x, T, H, K, ids, wts, first, nl);
     const size_t slots = dispatch_slots(&d), ob = sizeof(float) * slots * H;
-    uint8_t     *q = aligned(slots * H);
-    float       *sc = aligned(sizeof(float) * slots * nb);
-    float       *o16 = aligned(ob), *o8 = aligned(ob), *oref = aligned(ob);
+    uint8_t     *q = fx_aligned(slots * H);
+    float       *sc = fx_aligned(sizeof(float) * slots * nb);
+    float       *o16 = fx_aligned(ob), *o8 = fx_aligned(ob), *oref = fx_aligned(ob);
     for (int pow2 = 0; pow2 < 2; pow2++) {
         fp8_encode(&d, H, pow2, q, sc);
         for (int b = 0; b < 2; b++) {
-            fm_layer              *l = make(k_cpu[b], &L, T, first, nl, FM_OUT_F32);
+            fm_layer              *l = fx_shard_layer(k_cpu[b], &L, T, first, nl, FM_OUT_F32);
             fm_layer_dispatch_args a = dispatch_args(&d, 0, o16);
             memset(o16, POISON, ob);
             assert_int_equal(fm_layer_run_dispatched(l, &a), FM_OK);
@@ -480,7 +441,7 @@ static void test_fp8_rows(void **st)
 
     /* refusals, out untouched */
     fp8_encode(&d, H, 0, q, sc);
-    fm_layer              *l = make(FM_BACKEND_CPU, &L, T, first, nl, FM_OUT_F32);
+    fm_layer              *l = fx_shard_layer(FM_BACKEND_CPU, &L, T, first, nl, FM_OUT_F32);
     fm_layer_dispatch_args a = dispatch_args(&d, 0, o8), c;
     a.x = NULL, a.x_fp8 = q, a.x_scales = sc;
     c = a, c.x = d.x, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "x and x_fp8 both");
@@ -507,7 +468,7 @@ static void test_fp8_rows(void **st)
     for (int m = 0; m < 2; m++) { /* layers that are not W4A8 per 128 */
         fx_layer M = L;
         M.cfg.act_fp8 = m ? FM_ACT_FP8_TOKEN : FM_ACT_FP8_OFF;
-        l = make(FM_BACKEND_CPU, &M, T, first, nl, FM_OUT_F32);
+        l = fx_shard_layer(FM_BACKEND_CPU, &M, T, first, nl, FM_OUT_F32);
         expect_bad(l, &a, ob, FM_ERR_INVALID_ARG, "FP8 rows to a layer not W4A8 per 128");
         if (!strstr(fm_last_error(), "FM_ACT_FP8_BLOCK128")) fail_msg("the refusal should say what: %s", fm_last_error());
         fm_layer_destroy(l);

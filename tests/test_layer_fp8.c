@@ -105,13 +105,6 @@ static void test_round_trip_vs_oracle(void **st)
     free(src), free(got), free(want);
 }
 
-static void *aligned(size_t bytes)
-{
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    assert_non_null(p);
-    return p;
-}
-
 /* float64 MoE from the formula with act_fp8's two round trips (SwiGLU), external routing. */
 static void oracle(const fx_layer *L, fm_act_fp8 mode, const uint16_t *x, int T, const int32_t *ids, const float *wts,
                    double *out)
@@ -165,12 +158,12 @@ static void test_layer_vs_formula(void **st)
         fm_moe_config cfg = fx_config(E, K, H, I, fmts[f]);
         fx_layer      L;
         fx_build(&L, &cfg, &r, 1, 0);
-        uint16_t *x = aligned(sizeof(uint16_t) * T * H), *xs = fx_bf16(&r, (size_t)T * H, 1.0f);
+        uint16_t *x = fx_aligned(sizeof(uint16_t) * T * H), *xs = fx_bf16(&r, (size_t)T * H, 1.0f);
         memcpy(x, xs, sizeof(uint16_t) * T * H);
         free(xs);
         x[5] = fm_bf16_encode(40.0f); /* an outlier in token 0's first block */
-        int32_t *ids = aligned(sizeof(int32_t) * T * K);
-        float   *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * T * H);
+        int32_t *ids = fx_aligned(sizeof(int32_t) * T * K);
+        float   *wts = fx_aligned(sizeof(float) * T * K), *out = fx_aligned(sizeof(float) * T * H);
         float   *o16 = malloc(sizeof(float) * T * H), *oref = malloc(sizeof(float) * T * H);
         double  *ref[3];
         for (int t = 0; t < T; t++)

@@ -26,29 +26,6 @@
 
 static const fm_backend_kind k_cpu[2] = {FM_BACKEND_CPU_REF, FM_BACKEND_CPU};
 
-static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int first, int n_local, fm_out_dtype od)
-{
-    fm_moe_weights w = L->w;
-    w.w13 = L->w13 + first;
-    w.w2 = L->w2 + first;
-    if (w.a1_scale) w.a1_scale += first, w.a2_scale += first;
-    if (w.w13_bias) w.w13_bias += (size_t)first * 2 * L->cfg.inter;
-    if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
-    fm_layer_desc d = {.backend = b, .max_tokens = max_tokens, .out_dtype = od, .first_expert = first,
-                       .n_local = n_local};
-    fm_layer *l = NULL;
-    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
-    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
-    return l;
-}
-
-static void *aligned(size_t bytes)
-{
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    assert_non_null(p);
-    return p;
-}
-
 /* float64 MoE from the formula, external routing. */
 static void oracle(const fx_layer *L, const uint16_t *x, int T, const int32_t *ids, const float *wts, double *out)
 {
@@ -87,22 +64,6 @@ static void oracle(const fx_layer *L, const uint16_t *x, int T, const int32_t *i
     free(w13), free(w2), free(g), free(h);
 }
 
-static void random_routing(fm_rng *r, int T, int K, int E, int32_t *ids, float *wts)
-{
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < K; j++) {
-            int e;
-            int again;
-            do { /* distinct experts per token, as a router gives; some slots -1 */
-                e = fm_rng_uniform(r) < 0.15 ? -1 : (int)(fm_rng_uniform(r) * E);
-                again = 0;
-                for (int q = 0; q < j; q++) again |= e >= 0 && ids[t * K + q] == e;
-            } while (again);
-            ids[t * K + j] = e;
-            wts[t * K + j] = (float)(0.1 + fm_rng_uniform(r));
-        }
-}
-
 static void test_external_routing_vs_formula(void **st)
 {
     (void)st;
@@ -113,14 +74,14 @@ static void test_external_routing_vs_formula(void **st)
     fx_layer L;
     fx_build(&L, &cfg, &r, 1, 0);
     uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
-    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
-    float    *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * T * H);
+    int32_t  *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float    *wts = fx_aligned(sizeof(float) * T * K), *out = fx_aligned(sizeof(float) * T * H);
     double   *ref = malloc(sizeof(double) * T * H);
-    random_routing(&r, T, K, E, ids, wts);
+    fx_random_routing(&r, T, K, E, 0.15, ids, wts);
     for (int q = 0; q < K; q++) ids[q] = -1; /* token 0 goes nowhere: its output is 0 */
     oracle(&L, x, T, ids, wts, ref);
     for (int b = 0; b < 2; b++) {
-        fm_layer *l = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
+        fm_layer *l = fx_shard_layer(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
         fm_poison_f32(out, (size_t)T * H);
         fm_layer_run_args a = {.x = x, .T = T, .topk_ids = ids, .topk_weights = wts, .out = out};
         assert_int_equal(fm_layer_run(l, &a), FM_OK);
@@ -155,11 +116,11 @@ static void test_gptoss_experts_vs_formula(void **st)
     L.w.w13_bias = b13;
     L.w.w2_bias = b2;
     uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
-    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
-    float    *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * T * H);
+    int32_t  *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float    *wts = fx_aligned(sizeof(float) * T * K), *out = fx_aligned(sizeof(float) * T * H);
     float    *sum = malloc(sizeof(float) * T * H);
     double   *ref = malloc(sizeof(double) * T * H), *plain = malloc(sizeof(double) * T * H);
-    random_routing(&r, T, K, E, ids, wts);
+    fx_random_routing(&r, T, K, E, 0.15, ids, wts);
     oracle(&L, x, T, ids, wts, ref);
     fx_layer P = L; /* the same weights as plain SwiGLU without biases: what fp4moe ran before */
     P.cfg.activation = FM_ACT_SWIGLU;
@@ -174,7 +135,7 @@ static void test_gptoss_experts_vs_formula(void **st)
             for (int i = 0; i < T * H; i++) sum[i] = 0.0f;
             for (int q = 0; q < shards; q++) {
                 const int nl = E / shards;
-                fm_layer *l = make(k_cpu[b], &L, T, q * nl, nl, FM_OUT_F32);
+                fm_layer *l = fx_shard_layer(k_cpu[b], &L, T, q * nl, nl, FM_OUT_F32);
                 fm_poison_f32(out, (size_t)T * H);
                 fm_layer_run_args a = {.x = x, .T = T, .topk_ids = ids, .topk_weights = wts, .out = out};
                 assert_int_equal(fm_layer_run(l, &a), FM_OK);
@@ -235,9 +196,9 @@ static void test_internal_equals_external(void **st)
     fx_build(&L, &cfg, &r, 1, 0);
     uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
     float    *logits = malloc(sizeof(float) * T * E);
-    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
-    float    *wts = aligned(sizeof(float) * T * K), *o1 = aligned(sizeof(float) * T * H),
-          *o2 = aligned(sizeof(float) * T * H);
+    int32_t  *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float    *wts = fx_aligned(sizeof(float) * T * K), *o1 = fx_aligned(sizeof(float) * T * H),
+          *o2 = fx_aligned(sizeof(float) * T * H);
     for (int t = 0; t < T; t++) /* the router, in double then rounded: ties are irrelevant at this precision */
         for (int e = 0; e < E; e++) {
             float part[8] = {0};
@@ -246,7 +207,7 @@ static void test_internal_equals_external(void **st)
         }
     assert_int_equal(fm_moe_route(&cfg, L.router_bias, logits, T, ids, wts), FM_OK);
     for (int b = 0; b < 2; b++) {
-        fm_layer *l = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
+        fm_layer *l = fx_shard_layer(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
         fm_poison_f32(o1, (size_t)T * H);
         fm_poison_f32(o2, (size_t)T * H);
         fm_layer_run_args a = {.x = x, .T = T, .out = o1};
@@ -257,8 +218,8 @@ static void test_internal_equals_external(void **st)
         assert_memory_equal(o1, o2, sizeof(float) * T * H);
         /* routed_ids/_weights: the internal routing handed back = fm_moe_route's, bit for bit,
          * and the output unchanged by asking */
-        int32_t *rid = aligned(sizeof(int32_t) * T * K);
-        float   *rw = aligned(sizeof(float) * T * K);
+        int32_t *rid = fx_aligned(sizeof(int32_t) * T * K);
+        float   *rw = fx_aligned(sizeof(float) * T * K);
         memset(rid, 0xA5, sizeof(int32_t) * T * K);
         fm_poison_f32(rw, (size_t)T * K);
         fm_poison_f32(o2, (size_t)T * H);
@@ -285,14 +246,14 @@ static void test_shards_sum_to_layer(void **st)
     fx_layer L;
     fx_build(&L, &cfg, &r, 1, 0);
     uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
-    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
-    float    *wts = aligned(sizeof(float) * T * K), *whole = aligned(sizeof(float) * T * H),
-          *part = aligned(sizeof(float) * T * H);
+    int32_t  *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float    *wts = fx_aligned(sizeof(float) * T * K), *whole = fx_aligned(sizeof(float) * T * H),
+          *part = fx_aligned(sizeof(float) * T * H);
     double   *sum = malloc(sizeof(double) * T * H);
-    random_routing(&r, T, K, E, ids, wts);
+    fx_random_routing(&r, T, K, E, 0.15, ids, wts);
     for (int b = 0; b < 2; b++)
         for (int ext = 0; ext < 2; ext++) {
-            fm_layer *l = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
+            fm_layer *l = fx_shard_layer(k_cpu[b], &L, T, 0, 0, FM_OUT_F32);
             fm_layer_run_args a = {.x = x, .T = T, .out = whole, .topk_ids = ext ? ids : NULL,
                                    .topk_weights = ext ? wts : NULL};
             fm_poison_f32(whole, (size_t)T * H);
@@ -302,7 +263,7 @@ static void test_shards_sum_to_layer(void **st)
                 memset(sum, 0, sizeof(double) * T * H);
                 for (int q = 0; q < shards; q++) {
                     int first = q * E / shards, n = (q + 1) * E / shards - first;
-                    fm_layer *sl = make(k_cpu[b], &L, T, first, n, FM_OUT_F32);
+                    fm_layer *sl = fx_shard_layer(k_cpu[b], &L, T, first, n, FM_OUT_F32);
                     a.out = part;
                     fm_poison_f32(part, (size_t)T * H);
                     assert_int_equal(fm_layer_run(sl, &a), FM_OK);
@@ -329,10 +290,10 @@ static void test_bf16_output(void **st)
     fm_moe_config cfg = fx_config(E, K, H, I, FM_FORMAT_NVFP4);
     fx_layer L;
     fx_build(&L, &cfg, &r, 0, 0);
-    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f), *ob = aligned(sizeof(uint16_t) * T * H);
-    float    *of = aligned(sizeof(float) * T * H);
+    uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f), *ob = fx_aligned(sizeof(uint16_t) * T * H);
+    float    *of = fx_aligned(sizeof(float) * T * H);
     for (int b = 0; b < 2; b++) {
-        fm_layer *lf = make(k_cpu[b], &L, T, 0, 0, FM_OUT_F32), *lb = make(k_cpu[b], &L, T, 0, 0, FM_OUT_BF16);
+        fm_layer *lf = fx_shard_layer(k_cpu[b], &L, T, 0, 0, FM_OUT_F32), *lb = fx_shard_layer(k_cpu[b], &L, T, 0, 0, FM_OUT_BF16);
         fm_poison_bytes(ob, sizeof(uint16_t) * T * H);
         fm_layer_run_args a = {.x = x, .T = T, .out = of};
         assert_int_equal(fm_layer_run(lf, &a), FM_OK);
@@ -357,9 +318,9 @@ static void test_bad_arguments(void **st)
     fx_layer L;
     fx_build(&L, &cfg, &r, 0, 0);
     uint16_t *x = fx_bf16(&r, (size_t)T * H, 1.0f);
-    int32_t  *ids = aligned(sizeof(int32_t) * T * K);
-    float    *wts = aligned(sizeof(float) * T * K), *out = aligned(sizeof(float) * (T * H + 4)), *keep = malloc(sizeof(float) * T * H);
-    random_routing(&r, T, K, E, ids, wts);
+    int32_t  *ids = fx_aligned(sizeof(int32_t) * T * K);
+    float    *wts = fx_aligned(sizeof(float) * T * K), *out = fx_aligned(sizeof(float) * (T * H + 4)), *keep = malloc(sizeof(float) * T * H);
+    fx_random_routing(&r, T, K, E, 0.15, ids, wts);
 
     /* create */
     fm_layer     *l = NULL;
@@ -449,8 +410,8 @@ static void test_bad_arguments(void **st)
     BAD((void)0, FM_ERR_NONFINITE);
     BAD((a.topk_ids = NULL, a.topk_weights = NULL), FM_ERR_NONFINITE); /* internal routing too */
     { /* ... and the routing outputs are left alone on failure */
-        int32_t *rid = aligned(sizeof(int32_t) * T * K), *rid0 = malloc(sizeof(int32_t) * T * K);
-        float   *rw = aligned(sizeof(float) * T * K);
+        int32_t *rid = fx_aligned(sizeof(int32_t) * T * K), *rid0 = malloc(sizeof(int32_t) * T * K);
+        float   *rw = fx_aligned(sizeof(float) * T * K);
         memset(rid, 0x5A, sizeof(int32_t) * T * K);
         memcpy(rid0, rid, sizeof(int32_t) * T * K);
         memcpy(rw, rid, sizeof(float) * T * K);

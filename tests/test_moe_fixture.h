@@ -98,6 +98,50 @@ static inline void fx_build(fx_layer *L, const fm_moe_config *cfg, fm_rng *r, in
                             .a1_scale = L->a1, .a2_scale = L->a2, .shared_w13 = L->sw13, .shared_w2 = L->sw2};
 }
 
+/* 64-byte aligned memory (the layer's 16-byte rule with room), failing the test if none. */
+static inline void *fx_aligned(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    assert_non_null(p);
+    return p;
+}
+
+/* The shard [first, first + n_local) of L on backend b (the local experts' weights, the
+ * global router; n_local 0: to the last expert); the test fails when create does. */
+static inline fm_layer *fx_shard_layer(fm_backend_kind b, const fx_layer *L, int max_tokens, int first, int n_local,
+                                       fm_out_dtype od)
+{
+    fm_moe_weights w = L->w;
+    w.w13 = L->w13 + first;
+    w.w2 = L->w2 + first;
+    if (w.a1_scale) w.a1_scale += first, w.a2_scale += first;
+    if (w.w13_bias) w.w13_bias += (size_t)first * 2 * L->cfg.inter;
+    if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
+    fm_layer_desc d = {.backend = b, .max_tokens = max_tokens, .out_dtype = od, .first_expert = first,
+                       .n_local = n_local};
+    fm_layer *l = NULL;
+    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
+    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
+    return l;
+}
+
+/* An engine's routing of T tokens: top_k distinct experts per token (as a router gives),
+ * a slot -1 with probability p_none, weights in [0.1, 1.1). */
+static inline void fx_random_routing(fm_rng *r, int T, int K, int E, double p_none, int32_t *ids, float *wts)
+{
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e, again;
+            do {
+                e = fm_rng_uniform(r) < p_none ? -1 : (int)(fm_rng_uniform(r) * E);
+                again = 0;
+                for (int q = 0; q < j; q++) again |= e >= 0 && ids[t * K + q] == e;
+            } while (again);
+            ids[t * K + j] = e;
+            wts[t * K + j] = (float)(0.1 + fm_rng_uniform(r));
+        }
+}
+
 /* Free (after scribbling over the weight bytes, so a backend that kept
  * pointers instead of copying reads garbage; ASan reports the use after free). */
 static inline void fx_free(fx_layer *L)
