@@ -1,5 +1,8 @@
 /* bench_layer.c - the whole MoE layer on the GPU as an engine calls it
- * (fm_layer_run: device x/out, the caller's stream), GLM-5 EP8 shapes.
+ * (fm_layer_run: device x/out, the caller's stream), GLM-5 EP8 shapes, or with
+ * --model gpt-oss-120b gpt-oss-120b's layer (hidden = inter = 2,880, 128 experts, top-4,
+ * MXFP4, router and expert biases, softmax-topk, the clamped SwiGLU of limit 7): "ep8" is
+ * then its EP8 shard (16 local experts of 128), "local" all 128 on one GPU.
  *
  * Two routings: (a) "ep8": the EP8 shard as it really is: 32 local experts of
  * 256 global, top-8 over 256 (about T local rows); (b) "local": all experts
@@ -106,6 +109,7 @@ static double time_graphs(cudaGraphExec_t ex[NSETS][NX], cudaStream_t st, cudaEv
 typedef struct {
     fm_qtensor *w13, *w2;
     float      *router;
+    float      *rbias, *b13, *b2; /* gpt-oss: router and expert biases (NULL for GLM-5) */
 } wset;
 
 /* E experts of random NVFP4 weights: NDISTINCT are drawn and quantized, the others are
@@ -113,13 +117,13 @@ typedef struct {
  * addresses, so the timings are those of E distinct experts; quantizing all 32 x 2 sets
  * on the host took ~100 s of a device call). */
 #define NDISTINCT 4
-static void make_experts(fm_rng *r, fm_qtensor *q, int E, int N, int K)
+static void make_experts(fm_rng *r, fm_format f, fm_qtensor *q, int E, int N, int K)
 {
     size_t db, sb;
-    FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, N, K, &db, &sb));
+    FK(fm_qtensor_bytes(f, N, K, &db, &sb));
     float *src = malloc(sizeof(float) * (size_t)N * K);
     for (int e = 0; e < E; e++) {
-        q[e] = (fm_qtensor){.fmt = FM_FORMAT_NVFP4, .rows = N, .cols = K, .data = malloc(db), .scales = malloc(sb)};
+        q[e] = (fm_qtensor){.fmt = f, .rows = N, .cols = K, .data = malloc(db), .scales = malloc(sb)};
         if (e < NDISTINCT) {
             fm_rng_fill_normal(r, src, (size_t)N * K, 1.0f / sqrtf((float)K));
             FK(fm_quantize(src, NULL, &q[e]));
@@ -325,8 +329,17 @@ int main(int argc, char **argv)
     const char *timeline = NULL; /* --timeline FILE: per-CTA timeline of the GEMMs (probe build) */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
+    int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "gpt-oss-120b")) gptoss = 1;
+            else if (strcmp(m, "glm5")) {
+                fprintf(stderr, "bench_layer: --model %s: glm5 or gpt-oss-120b\n", m);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -351,13 +364,17 @@ int main(int argc, char **argv)
             }
         }
         else {
-            fprintf(stderr, "usage: bench_layer [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
+            fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
                             "[--work-list | --no-work-list] [--breakdown] [--sweep] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
             return 2;
         }
     }
     if (reps < 2 * NSETS * NX) reps = 2 * NSETS * NX; /* >= 4 replays of each routing */
-    const int H = 6144, I = 2048, EL = 32, K = 8, MAXT = 4096;
+    /* the model's shapes: the EP8 shard's local / global experts, and all local */
+    const int H = gptoss ? 2880 : 6144, I = gptoss ? 2880 : 2048, K = gptoss ? 4 : 8, MAXT = 4096;
+    const int EL_EP = gptoss ? 16 : 32, EG_EP = gptoss ? 128 : 256, E_LOCAL = gptoss ? 128 : 32;
+    const int ELMAX = EL_EP > E_LOCAL ? EL_EP : E_LOCAL, EGMAX = EG_EP > E_LOCAL ? EG_EP : E_LOCAL;
+    const fm_format F = gptoss ? FM_FORMAT_MXFP4 : FM_FORMAT_NVFP4;
     const int Ts_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096}, Ts_quick[] = {1, 4, 64, 1024};
     const int *Ts = n_user ? ts_user : quick ? Ts_quick : Ts_full;
     const int  nT = n_user ? n_user : quick ? 4 : (int)(sizeof Ts_full / sizeof Ts_full[0]);
@@ -370,9 +387,10 @@ int main(int argc, char **argv)
     fm_rng_init(&r, 12345);
     fm_cuda_device *dev;
     FK(fm_cuda_device_open(0, &dev));
-    printf("# bench_layer: GLM-5 EP8 MoE layer, NVFP4, hidden %d inter %d, %d local experts, top-%d; ceilings %.0f GB/s, "
-           "%.0f TFLOP/s; device %s%s\n",
-           H, I, EL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
+    printf("# bench_layer: %s MoE layer, %s, hidden %d inter %d, ep8: %d local experts of %d, local: %d, top-%d; "
+           "ceilings %.0f GB/s, %.0f TFLOP/s; device %s%s\n",
+           gptoss ? "gpt-oss-120b (softmax-topk, clamped SwiGLU, biases)" : "GLM-5", gptoss ? "MXFP4" : "NVFP4", H, I,
+           EL_EP, EG_EP, E_LOCAL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
            work_list == FM_WORK_LIST_ON    ? "; decode_work_list ON (the work list and split K in every bucket)"
            : work_list == FM_WORK_LIST_OFF ? "; decode_work_list OFF (grids over every local expert)"
                                            : "; decode_work_list AUTO (the work list where FC1 splits >= 4 ways)");
@@ -380,20 +398,34 @@ int main(int argc, char **argv)
     else if (row_q < 0) printf("# tiles sized for the mean rows per expert (FM_ROW_QUANTILE_MEAN)\n");
     else printf("# tiles sized for the 0.9 quantile of an expert's rows from %d tokens (FM_ROW_QUANTILE_AUTO)\n",
                 FM_ROW_QUANTILE_AUTO_MIN_T);
-    printf("# GEMMs alone: the layer's FC1 + FC2 of T's bucket (fm_layer_plan: rows, experts, splits, X layouts, work "
-           "list) on one routing, eager\n");
+    if (gptoss)
+        printf("# GEMMs alone: not timed for gpt-oss (fm_cuda_gemm runs plain SwiGLU without biases, not its "
+               "epilogues)\n");
+    else
+        printf("# GEMMs alone: the layer's FC1 + FC2 of T's bucket (fm_layer_plan: rows, experts, splits, X layouts, "
+               "work list) on one routing, eager\n");
     size_t db13, sb13, db2, sb2;
-    FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, 2 * I, H, &db13, &sb13));
-    FK(fm_qtensor_bytes(FM_FORMAT_NVFP4, H, I, &db2, &sb2));
-    const double expert_bytes = (double)(db13 + sb13 + db2 + sb2);
+    FK(fm_qtensor_bytes(F, 2 * I, H, &db13, &sb13));
+    FK(fm_qtensor_bytes(F, H, I, &db2, &sb2));
+    /* an expert with rows: its FP4 data and scales, and its two biases (gpt-oss) */
+    const double expert_bytes = (double)(db13 + sb13 + db2 + sb2) + (gptoss ? 4.0 * (2 * I + H) : 0.0);
     wset ws[NSETS];
     for (int s = 0; s < NSETS; s++) {
-        ws[s].w13 = calloc(EL, sizeof(fm_qtensor));
-        ws[s].w2 = calloc(EL, sizeof(fm_qtensor));
-        make_experts(&r, ws[s].w13, EL, 2 * I, H);
-        make_experts(&r, ws[s].w2, EL, H, I);
-        ws[s].router = malloc(sizeof(float) * 256 * H);
-        fm_rng_fill_normal(&r, ws[s].router, (size_t)256 * H, 1.0f / sqrtf((float)H));
+        ws[s].w13 = calloc(ELMAX, sizeof(fm_qtensor));
+        ws[s].w2 = calloc(ELMAX, sizeof(fm_qtensor));
+        make_experts(&r, F, ws[s].w13, ELMAX, 2 * I, H);
+        make_experts(&r, F, ws[s].w2, ELMAX, H, I);
+        ws[s].router = malloc(sizeof(float) * EGMAX * H);
+        fm_rng_fill_normal(&r, ws[s].router, (size_t)EGMAX * H, 1.0f / sqrtf((float)H));
+        ws[s].rbias = ws[s].b13 = ws[s].b2 = NULL;
+        if (gptoss) { /* biases of the model's order of magnitude; limit 7 as its config.json */
+            ws[s].rbias = malloc(sizeof(float) * EGMAX);
+            ws[s].b13 = malloc(sizeof(float) * ELMAX * 2 * I);
+            ws[s].b2 = malloc(sizeof(float) * ELMAX * H);
+            fm_rng_fill_normal(&r, ws[s].rbias, (size_t)EGMAX, 0.5f);
+            fm_rng_fill_normal(&r, ws[s].b13, (size_t)ELMAX * 2 * I, 0.5f);
+            fm_rng_fill_normal(&r, ws[s].b2, (size_t)ELMAX * H, 0.5f);
+        }
     }
     uint16_t *dx[NX];
     int32_t  *dids[NX];
@@ -415,8 +447,8 @@ int main(int argc, char **argv)
     CK(cudaEventCreate(&ev[1]));
     printf("%-6s %5s %7s %9s | %9s %6s | %9s %6s | %9s %6s | %9s %6s | %s\n", "route", "T", "experts", "floor_us",
            "graph_us", "x", "eager_us", "x", "int_graph", "x", "gemms_us", "x", "ksplit");
-    for (int mi = 0; mi < 2; mi++) { /* 0: ep8 shard of 256, 1: all local, top-8 of 32 */
-        const int    mode = only_local ? 1 : mi, EG = mode == 0 ? 256 : 32;
+    for (int mi = 0; mi < 2; mi++) { /* 0: the EP8 shard, 1: all local */
+        const int mode = only_local ? 1 : mi, EG = mode == 0 ? EG_EP : E_LOCAL, EL = mode == 0 ? EL_EP : E_LOCAL;
         if (only_local && mi) break;
         fm_moe_config cfg;
         fm_moe_config_default(&cfg);
@@ -424,9 +456,15 @@ int main(int argc, char **argv)
         cfg.top_k = K;
         cfg.hidden = H;
         cfg.inter = I;
+        cfg.wfmt = F;
+        if (gptoss) { /* gpt-oss-120b's config.json */
+            cfg.score = FM_SCORE_SOFTMAX_TOPK, cfg.renormalize = 0, cfg.routed_scale = 1.0f;
+            cfg.activation = FM_ACT_SWIGLU_GPTOSS, cfg.swiglu_limit = 7.0f;
+        }
         fm_layer *L[NSETS];
         for (int s = 0; s < NSETS; s++) {
-            fm_moe_weights w = {.router_w = ws[s].router, .w13 = ws[s].w13, .w2 = ws[s].w2};
+            fm_moe_weights w = {.router_w = ws[s].router, .router_bias = ws[s].rbias, .w13 = ws[s].w13,
+                                .w2 = ws[s].w2, .w13_bias = ws[s].b13, .w2_bias = ws[s].b2};
             fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .first_expert = 0,
                                 .n_local = EL, .decode_work_list = work_list, .row_quantile = row_q,
                                 .pdl_chain = pdl_chain};
@@ -437,7 +475,7 @@ int main(int argc, char **argv)
             /* external routing: distinct random ids over EG experts */
             int32_t *ids = malloc(sizeof(int32_t) * T * K);
             float   *wts = malloc(sizeof(float) * T * K);
-            int      used[NX][256];
+            int      used[NX][256]; /* local experts: at most 128 */
             double   rows_sum = 0;
             memset(used, 0, sizeof used);
             for (int x = 0; x < NX; x++) {
@@ -510,7 +548,7 @@ int main(int argc, char **argv)
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
             double gemm_us = NAN;
             int    gemm_ks[2] = {1, 1}; /* the K splits of the GEMMs-alone pair */
-            {
+            if (!gptoss) {
                 int32_t *off = calloc(EL + 1, sizeof(int32_t));
                 for (int i = 0; i < T * K; i++)
                     if (ids[i] < EL) off[ids[i] + 1]++;

@@ -230,7 +230,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *desc, const fm_moe_config *c
  * weight exists (an engine choosing its MoE backend): FM_OK, or the status and message
  * create gives for it, from the same checks (the description, fm_moe_config_check, the
  * backend's presence and device, and the backend's own refusals: e.g. cuda refuses
- * softmax-topk routing, gpt-oss's activation, expert biases, act_nvfp4 and act_fp8). features:
+ * act_nvfp4 and act_fp8). features:
  * FM_FEATURE_* of the weights to come. Not judged: the weights' values and shapes (create's
  * fm_moe_weights checks), and memory (FM_ERR_OOM). desc->backend AUTO answers for the
  * backend create would pick; cuda without desc->device opens ordinal 0 as create does and

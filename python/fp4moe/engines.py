@@ -37,8 +37,7 @@ def supports(cfg, device="cpu", *, max_tokens=256, first_expert=0, n_local=0, ou
              expert_bias=False, router_bias=False, input_scales=False):
     """(True, "") when fp4moe.Layer / torch_ops.MoE would be created for cfg on device, else
     (False, reason): the status and message the library's create gives (e.g.
-    "FM_ERR_UNSUPPORTED: cuda backend: score softmax-topk (gpt-oss routing) is not
-    implemented; use a CPU backend"). device: "cpu", "cpu-ref", "cuda", "cuda:N", an int
+    "FM_ERR_UNSUPPORTED: cuda backend: act_nvfp4 (W4A4) is not implemented yet"). device: "cpu", "cpu-ref", "cuda", "cuda:N", an int
     ordinal, a torch.device, or "auto". The flags say which optional weights will come
     (gpt-oss expert biases, a router bias, static input scales). Not judged: the weights'
     values and shapes, and memory. A wrong argument type still raises (TypeError /

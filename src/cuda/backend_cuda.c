@@ -24,8 +24,11 @@
  * Devices: every CUDA call runs with the layer's device current and restores
  * the caller's device. fm_layer_forward (host pointers) runs on a private
  * stream of the layer: upload, run, one sync, the error word, download.
- * Not done yet: act_nvfp4, gpt-oss's softmax-topk routing and its experts (clamped SwiGLU,
- * expert biases): create returns FM_ERR_UNSUPPORTED.
+ * gpt-oss: softmax-topk routing in step 1 (route.cu); its clamped SwiGLU and the FC1 bias
+ * in FC1's epilogue (step 4), the FC2 bias in FC2's (step 6: (h . W2^T + b2) x weight per
+ * row, before the slot-order sum), both in kernel_common.cuh's epilogues, which every
+ * kernel family, the work list, K splits and the multi-block kernel end in.
+ * Not done yet: act_nvfp4, act_fp8: create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -96,8 +99,8 @@ static void cuda_destroy(void *ptr)
     if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
-    void *dev[] = {s->d_router, s->d_bias, s->d_sw13, s->d_sw2, s->d_err, s->ws_own, s->d_xstage, s->d_ostage,
-                   s->d_split};
+    void *dev[] = {s->d_router, s->d_bias, s->d_b13, s->d_b2, s->d_sw13, s->d_sw2, s->d_err, s->ws_own,
+                   s->d_xstage, s->d_ostage, s->d_split};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -128,6 +131,16 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
                 s->bad_bias = i;
                 s->bad_bias_value = w->router_bias[i];
             }
+    }
+    /* the shard's expert biases (w holds its n_local experts; fm_moe_weights_check has
+     * refused non-finite ones, naming the element, before any backend saw them) */
+    if (w->w13_bias) {
+        DALLOC(s->d_b13, sizeof(float) * (size_t)L * 2 * cfg->inter);
+        UPLOAD(s->d_b13, w->w13_bias, sizeof(float) * (size_t)L * 2 * cfg->inter);
+    }
+    if (w->w2_bias) {
+        DALLOC(s->d_b2, sizeof(float) * (size_t)L * H);
+        UPLOAD(s->d_b2, w->w2_bias, sizeof(float) * (size_t)L * H);
     }
     if (S > 0) {
         DALLOC(s->d_sw13, sizeof(uint16_t) * 2 * (size_t)S * H);
@@ -161,14 +174,9 @@ static fm_status cuda_supports(const fm_layer_params *p, unsigned features)
     if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
     if (cfg->act_fp8)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_fp8 (W4A8) is not implemented yet (the CPU backends run it)");
-    if (cfg->score == FM_SCORE_SOFTMAX_TOPK) /* route.cu knows softmax and sigmoid only */
-        return fm_fail(FM_ERR_UNSUPPORTED,
-                       "cuda backend: score softmax-topk (gpt-oss routing) is not implemented; use a CPU backend");
-    /* the GEMM epilogues: plain SwiGLU, no bias */
-    if (cfg->activation != FM_ACT_SWIGLU || (features & FM_FEATURE_EXPERT_BIAS))
-        return fm_fail(FM_ERR_UNSUPPORTED,
-                       "cuda backend: gpt-oss's clamped SwiGLU and expert biases are not implemented in the GPU "
-                       "kernels; use a CPU backend");
+    /* every optional weight runs (gpt-oss's expert biases: the GEMM epilogues), and so do both
+     * activations fm_moe_config_check admits and every score function (route.cu) */
+    (void)features;
     if (cfg->shared_inter % 16)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: shared_inter=%d must be a multiple of 16", cfg->shared_inter);
     if (cfg->wfmt == FM_FORMAT_BF16)

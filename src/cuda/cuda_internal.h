@@ -93,6 +93,15 @@ typedef struct {
     const int32_t  *row_token;
     float          *scratch;
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
+    /* gpt-oss's experts (moe.h), read by the epilogues only, so that every kernel family,
+     * the work list, split K and the multi-block kernel take them alike; all 0 / NULL for
+     * the plain layer. bias: FP32 [n_experts][n] added to the GEMM's output in FP32 (SWIGLU:
+     * gate then up, before the activation; FINALIZE / FINALIZE_DET: before the row weight,
+     * so the bias is weighted as the model weighs it). act: FM_ACT_SWIGLU or
+     * FM_ACT_SWIGLU_GPTOSS with its clamp act_limit (SWIGLU epilogue only). */
+    const float    *bias;
+    int             act;
+    float           act_limit;
 } fm_gemm_params;
 
 /* The mma work-list kernel's extra parameters (gemm_mma.cuh mma_list_kernel; a

@@ -338,13 +338,13 @@ __device__ __forceinline__ void mma_unit(const fm_gemm_params &p, const fm_gemm_
                 cp_async_wait<0>();
                 __syncthreads(); /* all stage reads done, no copy in flight */
                 epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
-                    p, smem, blk0, vj, row0 + pass0, rows, osc, g, t, threadIdx.x, 0,
+                    p, smem, blk0, vj, row0 + pass0, rows, e, osc, g, t, threadIdx.x, 0,
                     p.epi == FM_CUDA_EPI_SWIGLU ? WARPS * MT * 8 : WARPS * MT * 16, /* every output column */
                     [&](int i, int n, int q) { return acc[i][n][q]; },
                     [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
                     [] { __syncthreads(); });
             } else if (epi_here && wv) {
-                epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, osc, g, t,
+                epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, e, osc, g, t,
                                  [&](int i, int n, int q) { return acc[i][n][q]; });
             }
         }

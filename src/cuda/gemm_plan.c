@@ -216,7 +216,7 @@ fm_status fm_cuda_gemm_launch(const fm_cuda_device *d, const fm_gemm_plan *pl, c
         .sc_mul = pl->sc_mul, .sc_add = pl->sc_add, .epi = pl->epi,
         .x_packed = pl->x_packed, .y_packed = pl->y_packed, .y = o->y,
         .nb = pl->nb, .row_weight = o->row_weight, .row_token = o->row_token, .scratch = o->scratch,
-        .pdl = pl->pdl};
+        .pdl = pl->pdl, .bias = o->bias, .act = o->act, .act_limit = o->act_limit};
     fm_gemm_work work = {.ksplit = ks, .active = o->expert_list, .slots = pl->expert_slots};
     if (ks > 1) { /* split_ws: the counters from its start, the partials at its end (so that
                    * calls of other shapes or row counts on one buffer never write partials

@@ -111,6 +111,39 @@ namespace fm_kc {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
+/* The expert's row of p.bias (NULL when the layer has none): FP32 [n_experts][p.n]. */
+__device__ __forceinline__ const float *expert_bias(const fm_gemm_params &p, int e)
+{
+    return p.bias ? p.bias + (size_t)e * p.n : nullptr;
+}
+
+/* h of one gate/up pair of the SWIGLU epilogue: gv, uv the FC1 outputs (osc applied) of
+ * gate feature col and up feature col + n/2; b13 the expert's bias row (expert_bias) or
+ * NULL. The CPU's fm_moe_expert_act (src/moe/shared.c): the bias first, then plain
+ * silu(g) * u, or gpt-oss's clamps as comparisons (not fminf: a NaN stays NaN, as
+ * torch.clamp) and (u' + 1) * g' * sigmoid(1.702 g'). Both are runtime-uniform branches
+ * on kernel parameters, so the plain layer's path is the one it always was. */
+__device__ __forceinline__ float swiglu_out(const fm_gemm_params &p, const float *b13, int col, float gv, float uv)
+{
+    if (b13) {
+        gv += __ldg(b13 + col);
+        uv += __ldg(b13 + p.n / 2 + col);
+    }
+    if (p.act != FM_ACT_SWIGLU_GPTOSS) return silu(gv) * uv;
+    const float L = p.act_limit;
+    gv = gv > L ? L : gv;
+    uv = uv > L ? L : uv < -L ? -L : uv;
+    return (uv + 1.0f) * (gv / (1.0f + __expf(-1.702f * gv)));
+}
+
+/* FINALIZE's weighted FC2 output: v (the accumulator, osc not applied) x rw (the row's
+ * weight x osc), or with the expert's bias row b2 (FP32, added before the weight as the
+ * CPU's y + b2 then weight x y): (v x osc + b2[col]) x w. */
+__device__ __forceinline__ float finalize_out(const float *b2, int col, float v, float osc, float w, float rw)
+{
+    return b2 ? (v * osc + __ldg(b2 + col)) * w : v * rw;
+}
+
 
 /* Write one pass's results. acc(i, n, q) is the FP32 accumulator of band i
  * (MT per warp), 8-token group n (NT per pass), element q of the m16n8 C
@@ -126,9 +159,10 @@ __device__ __forceinline__ int kpack_col(int c)
 
 template <int MT, int NT, class Acc>
 __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
-                                         int rbase, int rows, float osc, int g, int t, Acc acc)
+                                         int rbase, int rows, int e, float osc, int g, int t, Acc acc)
 {
-    const bool swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+    const bool   swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+    const float *bias = expert_bias(p, e);
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -144,7 +178,7 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&ba
                     if (!bvalid[i]) continue;
                     float gv = acc(i, n, q) * osc, uv = acc(i + MT / 2, n, q) * osc;
                     int   col = band[i] * 16 + fo;
-                    y[p.y_packed ? kpack_col(col) : col] = __float2bfloat16(silu(gv) * uv);
+                    y[p.y_packed ? kpack_col(col) : col] = __float2bfloat16(swiglu_out(p, bias, col, gv, uv));
                 }
             } else if (p.epi == FM_CUDA_EPI_NONE) {
                 __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * p.n;
@@ -156,16 +190,22 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&ba
                     }
             } else if (p.epi == FM_CUDA_EPI_FINALIZE) {
                 float *y = (float *)p.y + (size_t)p.row_token[r] * p.n;
-                float  rw = p.row_weight[r] * osc;
+                float  w = p.row_weight[r], rw = w * osc;
 #pragma unroll
                 for (int i = 0; i < MT; i++)
-                    if (bvalid[i]) atomicAdd(&y[band[i] * 16 + fo], acc(i, n, q) * rw);
+                    if (bvalid[i]) {
+                        int col = band[i] * 16 + fo;
+                        atomicAdd(&y[col], finalize_out(bias, col, acc(i, n, q), osc, w, rw));
+                    }
             } else { /* FINALIZE_DET: weighted rows to scratch, reduced in slot order later */
                 float *y = p.scratch + (size_t)r * p.n;
-                float  rw = p.row_weight[r] * osc;
+                float  w = p.row_weight[r], rw = w * osc;
 #pragma unroll
                 for (int i = 0; i < MT; i++)
-                    if (bvalid[i]) y[band[i] * 16 + fo] = acc(i, n, q) * rw;
+                    if (bvalid[i]) {
+                        int col = band[i] * 16 + fo;
+                        y[col] = finalize_out(bias, col, acc(i, n, q), osc, w, rw);
+                    }
             }
         }
 }
@@ -204,9 +244,10 @@ constexpr int staged_tile_bytes_f32(int fs, int tok) { return tok * (4 * fs + 16
  * landed, then a barrier), and that y is 16-byte aligned. */
 template <int FS, int MT, int NT, int NTHR, class Acc, class Col, class Bar>
 __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigned char *smem, int blk,
-                                                const bool (&bvalid)[MT], int rbase, int rows, float osc, int g, int t,
-                                                int tid, int c0, int cn, Acc acc, Col lcol, Bar bar)
+                                                const bool (&bvalid)[MT], int rbase, int rows, int e, float osc, int g,
+                                                int t, int tid, int c0, int cn, Acc acc, Col lcol, Bar bar)
 {
+    const float *bias = expert_bias(p, e);
     if (p.epi == FM_CUDA_EPI_FINALIZE_DET) { /* FP32 rows x router weight -> scratch */
         constexpr int RS = 4 * FS + 16;
         const int     col0 = blk * FS;
@@ -216,11 +257,14 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigne
             for (int q = 0; q < 4; q++) {
                 const int tok = n * 8 + 2 * t + (q & 1), fo = g + 8 * (q >> 1);
                 if (tok >= rows) continue;
-                const float rw = p.row_weight[rbase + tok] * osc;
+                const float w = p.row_weight[rbase + tok], rw = w * osc;
                 float      *row = (float *)(smem + tok * RS);
 #pragma unroll
                 for (int i = 0; i < MT; i++)
-                    if (bvalid[i]) row[lcol(i, false) + fo] = acc(i, n, q) * rw;
+                    if (bvalid[i]) {
+                        const int lc = lcol(i, false) + fo;
+                        row[lc] = finalize_out(bias, col0 + lc, acc(i, n, q), osc, w, rw);
+                    }
             }
         bar();
         const int vpr = cn / 4; /* 16-byte segments per token row in the group's columns */
@@ -243,8 +287,11 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigne
          * transposed = 8 token rows of 8 features (16 B each); lane L gives the row
          * address of matrix L / 8: 8-token group n + L / 16, feature half (L / 8) % 2 */
         const int lane = 4 * g + t, nbands = swiglu ? MT / 2 : MT;
+        /* element q of the m16n8 fragment is feature g + 8 (q >> 1) of the band */
         auto      val = [&](int i, int n, int q) {
-            return swiglu ? silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc) : acc(i, n, q) * osc;
+            return swiglu ? swiglu_out(p, bias, col0 + lcol(i, true) + g + 8 * (q >> 1), acc(i, n, q) * osc,
+                                       acc(i + MT / 2, n, q) * osc)
+                          : acc(i, n, q) * osc;
         };
         auto pack = [](float lo, float hi) {
             __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -280,8 +327,8 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigne
                     for (int i = 0; i < MT / 2; i++)
                         if (bvalid[i]) {
                             int lc = lcol(i, true) + fo;
-                            row[p.y_packed ? kpack_col(lc) : lc] =
-                                __float2bfloat16(silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc));
+                            row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(
+                                swiglu_out(p, bias, col0 + lc, acc(i, n, q) * osc, acc(i + MT / 2, n, q) * osc));
                         }
                 } else {
 #pragma unroll

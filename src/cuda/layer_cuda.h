@@ -36,6 +36,7 @@ typedef struct {
     int                 bad_bias; /* index of a NaN/Inf router bias (run refuses internal routing), or -1 */
     float               bad_bias_value;
     float              *d_router, *d_bias; /* d_bias NULL without a bias */
+    float              *d_b13, *d_b2;      /* the local experts' FC1 / FC2 biases (gpt-oss), NULL without */
     uint16_t           *d_sw13, *d_sw2;    /* shared expert, BF16 */
     fm_moe_dev_errors  *d_err;
     fm_ws_layout        ws;

@@ -50,7 +50,8 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
     /* PDL (sm_90+, in the plans): each GEMM's CTAs take the SM slots the kernel before it frees */
     const fm_gemm_operands o1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = R, .y = h,
                                  .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                                 .expert_list = pl->slots ? active : NULL};
+                                 .expert_list = pl->slots ? active : NULL, .bias = s->d_b13,
+                                 .act = c->activation, .act_limit = c->swiglu_limit};
     FM_CHECK(fm_cuda_gemm_launch(s->dev, &pl->g[0], &o1, stream));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
@@ -65,7 +66,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
                                  .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T,
                                  .top_k = K, .token_slots = slots, .scratch = scratch,
                                  .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
-                                 .expert_list = pl->slots ? active : NULL};
+                                 .expert_list = pl->slots ? active : NULL, .bias = s->d_b2};
     return fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream);
 }
 

@@ -233,6 +233,7 @@ __global__ void __launch_bounds__(64)
 typedef struct {
     int   E, K, G, topk_group, softmax, renormalize;
     float routed_scale;
+    int   topk_softmax; /* FM_SCORE_SOFTMAX_TOPK (gpt-oss): score = logit + bias, softmax over the chosen k */
 } route_cfg;
 
 /* expf correctly rounded: exp in FP64 (<= 1 ulp of a double) rounded once to
@@ -281,7 +282,12 @@ __global__ void route_kernel(route_cfg c, const float *bias, const float *logits
     for (int e = lane; e < E; e += 32)
         if (!isfinite(lg[e])) atomicMin(bad, (unsigned long long)t * E + e);
 
-    if (c.softmax) {
+    if (c.topk_softmax) { /* the bias is the router's logit bias: it ranks and weighs (route.c) */
+        for (int e = lane; e < E; e += 32) {
+            score[e] = __fadd_rn(lg[e], bias ? bias[e] : 0.0f);
+            if (!isfinite(score[e])) atomicMin(bad, (unsigned long long)t * E + e); /* the CPU's overflow check */
+        }
+    } else if (c.softmax) {
         float mx = lg[0]; /* the max is order-free (+0/-0 give the same exp) */
         for (int e = lane; e < E; e += 32) mx = lg[e] > mx ? lg[e] : mx;
         for (int o = 16; o; o >>= 1) {
@@ -301,7 +307,7 @@ __global__ void route_kernel(route_cfg c, const float *bias, const float *logits
         for (int e = lane; e < E; e += 32) score[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, route_expf(-lg[e])));
     }
     for (int e = lane; e < E; e += 32) {
-        biased[e] = __fadd_rn(score[e], bias ? bias[e] : 0.0f);
+        biased[e] = c.topk_softmax ? score[e] : __fadd_rn(score[e], bias ? bias[e] : 0.0f);
         keep[e] = 1;
     }
     __syncwarp();
@@ -355,6 +361,19 @@ __global__ void route_kernel(route_cfg c, const float *bias, const float *logits
         sum = __fadd_rn(sum, s); /* in j order on every lane */
     }
     __syncwarp();
+    if (c.topk_softmax) { /* wt holds the chosen logits, wt[0] the largest: route.c's loop, on one lane */
+        if (lane == 0) {
+            const float mx = wt[0];
+            float       z = 0.0f;
+            for (int j = 0; j < K; j++) {
+                const float v = route_expf(__fsub_rn(wt[j], mx));
+                wt[j] = v;
+                z = __fadd_rn(z, v);
+            }
+            for (int j = 0; j < K; j++) wt[j] = __fmul_rn(__fdiv_rn(wt[j], z), c.routed_scale); /* z >= 1 */
+        }
+        return;
+    }
     for (int j = lane; j < K; j += 32) {
         float w = wt[j];
         if (c.renormalize && sum > 0.0f) w = __fdiv_rn(w, sum);
@@ -415,8 +434,9 @@ extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, 
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t  err = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st); /* UINT64_MAX: no bad logit */
     if (err != cudaSuccess || T <= 0) return (int)err;
-    const route_cfg c = {cfg->n_experts, cfg->top_k, route_groups(cfg), cfg->topk_group,
-                         cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale};
+    const route_cfg c = {cfg->n_experts, cfg->top_k,         route_groups(cfg), cfg->topk_group,
+                         cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale,
+                         cfg->score == FM_SCORE_SOFTMAX_TOPK};
     float   *fs = (float *)scratch;
     uint8_t *bs = (uint8_t *)(fs + (size_t)T * (2 * (size_t)c.E + c.G));
     const int warps_per_block = 4;

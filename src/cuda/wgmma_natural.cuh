@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_gemm_para
         /* every warp has waited for its MMAs (wait_group 0: their shared-memory reads
          * done) and for its copies, and its last decode and X stores are behind it */
         __syncthreads();
-        wg_epilogue_staged<WARPS, MT, NT, WARPS * 32>(p, smem, fb, warp, bvalid, row0 + pass0, rows, osc, g, t,
+        wg_epilogue_staged<WARPS, MT, NT, WARPS * 32>(p, smem, fb, warp, bvalid, row0 + pass0, rows, e, osc, g, t,
                                                       threadIdx.x, 0, swiglu ? WARPS * MT * 8 : WARPS * MT * 16, acc,
                                                       [] { __syncthreads(); });
         return;
     }
     /* accumulator j of a thread: 8-token group j/4, element j%4 of the m16n8 C layout */
-    epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, osc, g, t,
+    epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, e, osc, g, t,
                      [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
 #else
     (void)p;

@@ -250,10 +250,10 @@ __global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1) wgm
             if (PERSIST) wg_bar_sync_id(2 + wgi, 128);
             else wg_bar_sync<WARPS * 32>();
             wg_epilogue_staged<WARPS, MT, NT, 128>(p, smem + (PERSIST ? STAGES * STAGE_B : 0), tl.fb, cw, bvalid, tl.row0,
-                                                   tl.rows, osc, g, t, threadIdx.x - 128 * (1 + wgi), c0, cn, acc,
+                                                   tl.rows, tl.e, osc, g, t, threadIdx.x - 128 * (1 + wgi), c0, cn, acc,
                                                    [wgi] { wg_bar_sync_id(2 + wgi, 128); });
         } else {
-            epilogue<MT, NT>(p, band, bvalid, tl.row0, tl.rows, osc, g, t,
+            epilogue<MT, NT>(p, band, bvalid, tl.row0, tl.rows, tl.e, osc, g, t,
                              [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
         }
         if (!PERSIST || slot > 0x7FFFFFFF - slot_step) break;

@@ -87,5 +87,5 @@ def test_supports_arguments():
         fp4moe.supports(cfg, out_dtype="f16")
     with pytest.raises(ValueError, match="max_tokens"):  # as Layer(max_tokens=0) raises
         fp4moe.supports(cfg, max_tokens=0)
-    ok, why = fp4moe.supports(MoEConfig(**{**BASE, "score": "softmax-topk"}), "cuda")
-    assert not ok and why.startswith("FM_ERR_")  # no backend, no device, or the kernels' refusal
+    ok, why = fp4moe.supports(MoEConfig(**{**BASE, "act_nvfp4": True}), "cuda")
+    assert not ok and why.startswith("FM_ERR_")  # no backend, no device, or the kernels' refusal (W4A4)
