@@ -9,7 +9,8 @@
  *    header or the .def drifting apart) fails here.
  * 2. Each row the table puts on a target has exactly its kernels compiled there (mma:
  *    plain, work list, and multi-block only where the row has it; wgmma: packed X, and
- *    natural X unless persistent).
+ *    natural X unless persistent), each also as its gpt-oss twin (*_oss_*, the same
+ *    kernel with gpt-oss's epilogues: expert biases, clamped SwiGLU).
  * 3. Shared memory: static + the planner's dynamic bytes for the tile (fm_smem_mma /
  *    fm_smem_wgmma) within the target's opt-in limit (sm_120f: 101,376 B); the other
  *    kernels' static bytes within the 48 KB every block gets without opting in.
@@ -222,12 +223,19 @@ static void test_resources(void **state)
         fm_tile t;
         fm_kernel_variant var = FM_VARIANT_MMA;
         memset(&t, 0, sizeof t);
-        if ((n = targs(k->kernel, "mma_kernel", v, 8)) == 6)
+        /* each kernel and its gpt-oss twin (*_oss_*: the same tile, launch bounds and shared
+         * memory, other epilogues), the twin's bit above the row's own */
+        if ((n = targs(k->kernel, "mma_kernel", v, 8)) == 6 || (n = targs(k->kernel, "mma_oss_kernel", v, 8)) == 6)
             fam = 0, bit = v[5] ? 2 : 1, var = v[5] ? FM_VARIANT_MMA_MULTI_BLOCK : FM_VARIANT_MMA;
-        else if ((n = targs(k->kernel, "mma_list_kernel", v, 8)) == 5) fam = 0, bit = 4, var = FM_VARIANT_MMA;
-        else if ((n = targs(k->kernel, "wgmma_ws_kernel", v, 8)) == 6)
+        else if ((n = targs(k->kernel, "mma_list_kernel", v, 8)) == 5 ||
+                 (n = targs(k->kernel, "mma_oss_list_kernel", v, 8)) == 5)
+            fam = 0, bit = 4, var = FM_VARIANT_MMA;
+        else if ((n = targs(k->kernel, "wgmma_ws_kernel", v, 8)) == 6 ||
+                 (n = targs(k->kernel, "wgmma_oss_ws_kernel", v, 8)) == 6)
             fam = 1, bit = 1, t.persist = v[5], var = v[5] ? FM_VARIANT_WGMMA_PERSISTENT : FM_VARIANT_WGMMA_PACKED_X;
-        else if ((n = targs(k->kernel, "wgmma_kernel", v, 8)) == 5) fam = 1, bit = 2, var = FM_VARIANT_WGMMA_NATURAL_X;
+        else if ((n = targs(k->kernel, "wgmma_kernel", v, 8)) == 5 || (n = targs(k->kernel, "wgmma_oss_kernel", v, 8)) == 5)
+            fam = 1, bit = 2, var = FM_VARIANT_WGMMA_NATURAL_X;
+        if (fam >= 0 && strstr(k->kernel, "_oss_")) bit <<= fam ? 2 : 3;
         size_t limit = 48 * 1024, dyn = 0;
         if (fam >= 0) {
             t.family = fam ? FM_FAMILY_FP4MOE_WGMMA : FM_FAMILY_FP4MOE_MMA;
@@ -277,6 +285,7 @@ static void test_resources(void **state)
                 unsigned mask = fam ? fm_build_wgmma_targets[r] : fm_build_mma_targets[r];
                 if (!(mask & (1u << ti))) continue;
                 unsigned want = fam ? (wg[r].persist ? 1u : 3u) : (fm_mma_tile_has_mb(&sw[r]) ? 7u : 5u);
+                want |= want << (fam ? 2 : 3); /* and their gpt-oss twins */
                 if (seen[ti][fam][r] != want) { /* every kernel of the row, and no other */
                     printf("FAIL %s: %s row %d has kernels 0x%x of 0x%x compiled\n", fm_build_target_names[ti],
                            fam ? "wgmma" : "mma", r, seen[ti][fam][r], want);

@@ -93,16 +93,23 @@ typedef struct {
     const int32_t  *row_token;
     float          *scratch;
     int             pdl; /* launch with programmatic stream serialization (fm_cuda_gemm_args.pdl, cc 9.0+) */
-    /* gpt-oss's experts (moe.h), read by the epilogues only, so that every kernel family,
-     * the work list, split K and the multi-block kernel take them alike; all 0 / NULL for
-     * the plain layer. bias: FP32 [n_experts][n] added to the GEMM's output in FP32 (SWIGLU:
-     * gate then up, before the activation; FINALIZE / FINALIZE_DET: before the row weight,
-     * so the bias is weighted as the model weighs it). act: FM_ACT_SWIGLU or
-     * FM_ACT_SWIGLU_GPTOSS with its clamp act_limit (SWIGLU epilogue only). */
-    const float    *bias;
-    int             act;
-    float           act_limit;
 } fm_gemm_params;
+
+/* gpt-oss's experts (moe.h), a parameter of the gpt-oss twin of each kernel only
+ * (kernel_common.cuh's OSS: the *_oss_* kernels, launched when bias is set or act is not
+ * FM_ACT_SWIGLU), read by the epilogues, so that every kernel family, the work list, split
+ * K and the multi-block kernel take them alike. A struct of its own, as fm_gemm_work:
+ * 16 more bytes of fm_gemm_params alone moved ptxas's register allocation of the plain
+ * kernels (mma 4x1x1 k128 s8: 118 -> 70 registers, others up, new spills).
+ *   bias: FP32 [n_experts][n] added to the GEMM's output in FP32 (SWIGLU: gate then up,
+ *         before the activation; FINALIZE / FINALIZE_DET: before the row weight, so the
+ *         bias is weighted as the model weighs it; NONE: not read), or NULL;
+ *   act:  FM_ACT_SWIGLU or FM_ACT_SWIGLU_GPTOSS with its clamp act_limit (SWIGLU only). */
+typedef struct {
+    const float *bias;
+    int          act;
+    float        act_limit;
+} fm_gemm_oss;
 
 /* The mma work-list kernel's extra parameters (gemm_mma.cuh mma_list_kernel; a
  * struct of its own so that fm_gemm_params, and with it every other kernel, stays as
@@ -133,8 +140,10 @@ int fm_x_pack_launch(const uint16_t *x, uint16_t *out, int rows, int k, void *st
 /* Launch compiled tile `idx` (its index in fm_mma_tiles(): fm_mma_tile_index)
  * with `smem` dynamic bytes on device ordinal dev (current); work (or NULL): the
  * work-list kernel with its split K / expert list (one feature block per CTA:
- * p->nb <= 1). Returns a cudaError_t as int. */
-int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem, void *stream);
+ * p->nb <= 1); oss (or NULL): gpt-oss's epilogues, the twin kernels launched when it has a
+ * bias or act is not FM_ACT_SWIGLU. Returns a cudaError_t as int. */
+int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, const fm_gemm_oss *oss,
+                  size_t smem, void *stream);
 /* 1 if tile idx has a multi-block kernel (p->nb > 1 may be launched) */
 int fm_mma_has_mb(int idx);
 /* Probe builds (-DFM_PROBE_TIMELINE=ON) only: every mma-kernel CTA writes {SM, start ns,
@@ -153,7 +162,8 @@ int fm_wgmma_occupancy(int idx, int x_packed, size_t smem, int *blocks, int *reg
 /* CTAs the launch needs (upper bound; the persistent kernel: at most sms), -1: not in the build */
 long long fm_wgmma_grid(int idx, const fm_gemm_params *p, int sms);
 int       fm_wgmma_persistent(int idx); /* 1: the persistent kernel (packed X only) */
-int       fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *p, size_t smem, void *stream);
+int       fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *p, const fm_gemm_oss *oss, size_t smem,
+                          void *stream);
 int       fm_wgmma_attributes(int idx, int x_packed, size_t *static_smem, size_t *max_dyn);
 /* v = init[t][n] (init NULL: 0) + sum_j scratch[token_slots[t*top_k+j]][n] in j
  * order, into out[t][n] FP32 or, when out_bf16 is not NULL, out_bf16[t][n] BF16 (RNE). */

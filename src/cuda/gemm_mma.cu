@@ -53,7 +53,7 @@ __global__ void finalize_reduce_kernel(const float *scratch, const int32_t *toke
  * idempotent cudaFuncSetAttribute. Devices beyond FM_MMA_MAX_DEV always set it. */
 #define FM_MMA_MAX_DEV 64
 #define FM_MMA_MAX_ROWS 64
-size_t k_dyn_set[FM_MMA_MAX_DEV][FM_MMA_MAX_ROWS][3];
+size_t k_dyn_set[FM_MMA_MAX_DEV][FM_MMA_MAX_ROWS][6];
 
 const fm_mma_unit *unit(int idx) { return idx >= 0 && idx < fm_build_n_mma ? fm_mma_units[idx] : NULL; }
 
@@ -61,16 +61,20 @@ const fm_mma_unit *unit(int idx) { return idx >= 0 && idx < fm_build_n_mma ? fm_
 
 extern "C" int fm_mma_has_mb(int idx) { return unit(idx) && unit(idx)->mb != NULL; }
 
-extern "C" int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work, size_t smem,
-                                void *stream)
+extern "C" int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm_gemm_work *work,
+                             const fm_gemm_oss *oss_args, size_t smem, void *stream)
 {
     const fm_mma_unit *x = unit(idx);
     if (!x) return (int)cudaErrorInvalidDeviceFunction; /* not in this build */
     const int mb = p->nb > 1;
     if (mb && !x->mb) return (int)cudaErrorInvalidValue;
     if (mb && work) return (int)cudaErrorInvalidValue; /* the work list and split K: the plain kernel only */
-    const void *fn = mb ? x->mb : work ? x->list : x->plain;
-    size_t *set = dev >= 0 && dev < FM_MMA_MAX_DEV && idx < FM_MMA_MAX_ROWS ? &k_dyn_set[dev][idx][work ? 2 : mb] : NULL;
+    /* gpt-oss's epilogues only where the call has them (kernel_common.cuh: why separate kernels) */
+    const int   oss = oss_args && (oss_args->bias != NULL || oss_args->act != FM_ACT_SWIGLU);
+    const void *fn = oss ? (mb ? x->mb_oss : work ? x->list_oss : x->plain_oss) : mb ? x->mb : work ? x->list : x->plain;
+    size_t *set = dev >= 0 && dev < FM_MMA_MAX_DEV && idx < FM_MMA_MAX_ROWS
+                      ? &k_dyn_set[dev][idx][(work ? 2 : mb) + 3 * oss]
+                      : NULL;
     if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
@@ -93,7 +97,9 @@ extern "C" int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm
         int slots = w.slots > 0 && w.slots < p->n_experts ? w.slots : p->n_experts;
         grid = w.active ? dim3((unsigned)((long long)w.upe * slots)) : dim3((unsigned)w.upe, (unsigned)p->n_experts);
     }
-    void *args[] = {(void *)p, (void *)&w}; /* the plain and MB kernels take p alone */
+    /* the plain and MB kernels take p alone, their twins p and oss; list: p, w (and oss) */
+    void *args_plain[] = {(void *)p, (void *)oss_args}, *args_list[] = {(void *)p, (void *)&w, (void *)oss_args};
+    void **args = work ? args_list : args_plain;
     if (!p->pdl) return (int)cudaLaunchKernel(fn, grid, dim3(x->warps * 32), args, smem, (cudaStream_t)stream);
     return (int)fm_launch_pdl(fn, grid, dim3(x->warps * 32), smem, stream, args);
 }

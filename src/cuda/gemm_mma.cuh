@@ -138,8 +138,9 @@ __device__ __forceinline__ bool split_fixup(const fm_gemm_params &p, const fm_ge
  * wk); without it the split code is compiled out, so the plain and multi-block
  * kernels are what they were before the work list (registers, SASS: the planner's
  * fitted occupancy and timings stay theirs). */
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool LIST>
-__device__ __forceinline__ void mma_unit(const fm_gemm_params &p, const fm_gemm_work &wk, int e, int ux)
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool LIST, bool OSS>
+__device__ __forceinline__ void mma_unit(const fm_gemm_params &p, const fm_gemm_work &wk, const fm_gemm_oss &o, int e,
+                                         int ux)
 {
     constexpr int TOK = 8 * NT;           /* tokens per pass */
     constexpr int CPS = KC / 64;          /* prepacked chunks per stage */
@@ -337,14 +338,14 @@ __device__ __forceinline__ void mma_unit(const fm_gemm_params &p, const fm_gemm_
             if (epi_here && staged) { /* every thread: the tile goes through shared memory */
                 cp_async_wait<0>();
                 __syncthreads(); /* all stage reads done, no copy in flight */
-                epilogue_staged<WARPS * MT * 16, MT, NT, WARPS * 32>(
-                    p, smem, blk0, vj, row0 + pass0, rows, e, osc, g, t, threadIdx.x, 0,
+                epilogue_staged<OSS, WARPS * MT * 16, MT, NT, WARPS * 32>(
+                    p, o, smem, blk0, vj, row0 + pass0, rows, e, osc, g, t, threadIdx.x, 0,
                     p.epi == FM_CUDA_EPI_SWIGLU ? WARPS * MT * 8 : WARPS * MT * 16, /* every output column */
                     [&](int i, int n, int q) { return acc[i][n][q]; },
                     [&](int i, bool sw) { return (warp * (sw ? HALF : MT) + i) * 16; }, /* the CTA's bands, warp by warp */
                     [] { __syncthreads(); });
             } else if (epi_here && wv) {
-                epilogue<MT, NT>(p, bj, vj, row0 + pass0, rows, e, osc, g, t,
+                epilogue<OSS, MT, NT>(p, o, bj, vj, row0 + pass0, rows, e, osc, g, t,
                                  [&](int i, int n, int q) { return acc[i][n][q]; });
             }
         }
@@ -353,19 +354,34 @@ __device__ __forceinline__ void mma_unit(const fm_gemm_params &p, const fm_gemm_
     }
 }
 
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
-__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
-    mma_kernel(const fm_gemm_params p)
+/* The plain and multi-block kernels' body (OSS: the gpt-oss epilogues, kernel_common.cuh). */
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB, bool OSS>
+__device__ __forceinline__ void mma_body(const fm_gemm_params &p, const fm_gemm_oss &o)
 {
 #ifdef FM_PROBE_TIMELINE
     const unsigned long long probe_t0 = fm_probe_now();
 #endif
     pdl_trigger();
     pdl_wait();
-    mma_unit<WARPS, MT, NT, KC, STAGES, MB, false>(p, fm_gemm_work{}, (int)blockIdx.y, (int)blockIdx.x);
+    mma_unit<WARPS, MT, NT, KC, STAGES, MB, false, OSS>(p, fm_gemm_work{}, o, (int)blockIdx.y, (int)blockIdx.x);
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);
 #endif
+}
+
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
+__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    mma_kernel(const fm_gemm_params p)
+{
+    mma_body<WARPS, MT, NT, KC, STAGES, MB, false>(p, fm_gemm_oss{});
+}
+
+/* the same with gpt-oss's epilogues (p.bias, p.act): launched when the call has them */
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool MB>
+__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    mma_oss_kernel(const fm_gemm_params p, const fm_gemm_oss o)
+{
+    mma_body<WARPS, MT, NT, KC, STAGES, MB, true>(p, o);
 }
 
 /* The work-list kernel (plain, one feature block a unit): with wk.active (the experts
@@ -373,9 +389,8 @@ __global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, K
  * + gridDim.x, ... of active[0] experts x wk.upe units each (a grid sized for the
  * experts expected to have rows, not for all of them); without it, unit blockIdx.x of
  * expert blockIdx.y as the plain kernel. Split K when wk.ksplit > 1. */
-template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
-    mma_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool OSS>
+__device__ __forceinline__ void mma_list_body(const fm_gemm_params &p, const fm_gemm_work &wk, const fm_gemm_oss &o)
 {
 #ifdef FM_PROBE_TIMELINE
     const unsigned long long probe_t0 = fm_probe_now(); /* before the PDL wait: the time a CTA waits shows */
@@ -383,15 +398,30 @@ __global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, K
     pdl_trigger();
     pdl_wait();
     if (!wk.active) {
-        mma_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, (int)blockIdx.y, (int)blockIdx.x);
+        mma_unit<WARPS, MT, NT, KC, STAGES, false, true, OSS>(p, wk, o, (int)blockIdx.y, (int)blockIdx.x);
     } else {
         const int n_units = wk.active[0] * wk.upe;
         for (int w = (int)blockIdx.x; w < n_units; w += (int)gridDim.x)
-            mma_unit<WARPS, MT, NT, KC, STAGES, false, true>(p, wk, wk.active[1 + w / wk.upe], w % wk.upe);
+            mma_unit<WARPS, MT, NT, KC, STAGES, false, true, OSS>(p, wk, o, wk.active[1 + w / wk.upe], w % wk.upe);
     }
 #ifdef FM_PROBE_TIMELINE
     fm_probe_end(probe_t0);
 #endif
+}
+
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    mma_list_kernel(const fm_gemm_params p, const fm_gemm_work wk)
+{
+    mma_list_body<WARPS, MT, NT, KC, STAGES, false>(p, wk, fm_gemm_oss{});
+}
+
+/* the work-list kernel with gpt-oss's epilogues */
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, FM_MMA_MIN_BLOCKS(WARPS, MT, NT, KC, STAGES))
+    mma_oss_list_kernel(const fm_gemm_params p, const fm_gemm_work wk, const fm_gemm_oss o)
+{
+    mma_list_body<WARPS, MT, NT, KC, STAGES, true>(p, wk, o);
 }
 
 } // namespace

@@ -28,9 +28,10 @@ static_assert(FM_MMA_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st) &&
               "fm_tiles.def: bad mma row");
 
 /* the multi-block kernel only where the row has it (a discarded branch is never instantiated) */
-template <bool MB> const void *mb_kernel()
+template <bool MB, bool OSS> const void *mb_kernel()
 {
-    if constexpr (MB) return (const void *)mma_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>;
+    if constexpr (MB && OSS) return (const void *)mma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>;
+    else if constexpr (MB) return (const void *)mma_kernel<R.w, R.mt, R.nt, R.kc, R.st, true>;
     else return nullptr;
 }
 
@@ -59,6 +60,9 @@ extern "C" const fm_mma_unit FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
     R.kc,
     R.st,
     (const void *)mma_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
-    mb_kernel<R.mb != 0>(),
+    mb_kernel<R.mb != 0, false>(),
     (const void *)mma_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
-    FM_UNIT_PROBE};
+    FM_UNIT_PROBE,
+    (const void *)mma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
+    mb_kernel<R.mb != 0, true>(),
+    (const void *)mma_oss_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>};

@@ -216,7 +216,8 @@ fm_status fm_cuda_gemm_launch(const fm_cuda_device *d, const fm_gemm_plan *pl, c
         .sc_mul = pl->sc_mul, .sc_add = pl->sc_add, .epi = pl->epi,
         .x_packed = pl->x_packed, .y_packed = pl->y_packed, .y = o->y,
         .nb = pl->nb, .row_weight = o->row_weight, .row_token = o->row_token, .scratch = o->scratch,
-        .pdl = pl->pdl, .bias = o->bias, .act = o->act, .act_limit = o->act_limit};
+        .pdl = pl->pdl};
+    const fm_gemm_oss oss = {.bias = o->bias, .act = o->act, .act_limit = o->act_limit};
     fm_gemm_work work = {.ksplit = ks, .active = o->expert_list, .slots = pl->expert_slots};
     if (ks > 1) { /* split_ws: the counters from its start, the partials at its end (so that
                    * calls of other shapes or row counts on one buffer never write partials
@@ -230,8 +231,9 @@ fm_status fm_cuda_gemm_launch(const fm_cuda_device *d, const fm_gemm_plan *pl, c
         return fm_fail(FM_ERR_UNSUPPORTED, "fm_cuda_gemm: %s would need %lld CTAs (> 2^31-1) for max_rows=%d",
                        tile_name(&pl->tile, name, sizeof name), fm_wgmma_grid(pl->idx, &p, sms), o->max_rows);
     }
-    int err = wg ? fm_wgmma_launch(dev, sms, pl->idx, &p, pl->smem, stream)
-                 : fm_mma_launch(dev, pl->idx, &p, pl->variant == FM_GEMM_MMA_LIST ? &work : NULL, pl->smem, stream);
+    int err = wg ? fm_wgmma_launch(dev, sms, pl->idx, &p, &oss, pl->smem, stream)
+                 : fm_mma_launch(dev, pl->idx, &p, pl->variant == FM_GEMM_MMA_LIST ? &work : NULL, &oss, pl->smem,
+                                 stream);
     if (err) return fm_cuda_status(err, "fm_cuda_gemm: launch");
     if (pl->epi == FM_CUDA_EPI_FINALIZE_DET) {
         err = fm_finalize_reduce_launch(o->scratch, o->token_slots, o->n_tokens, o->top_k, w->n, o->max_rows,

@@ -81,8 +81,8 @@ typedef struct {
     void                  *split_ws;
     size_t                 split_ws_bytes;
     const int32_t         *expert_list;
-    /* fm_gemm_params' gpt-oss fields (cuda_internal.h): the layer's device copy of the
-     * experts' bias of this GEMM (NULL: none) and FC1's activation with its limit */
+    /* fm_gemm_oss (cuda_internal.h): the layer's device copy of the experts' bias of this
+     * GEMM (NULL: none) and FC1's activation with its limit; 0 / NULL: the plain kernels */
     const float           *bias;
     int                    act;
     float                  act_limit;

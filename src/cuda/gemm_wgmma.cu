@@ -29,7 +29,7 @@ __global__ void x_pack_kernel(const uint4 *x, uint4 *out, int rows, int k)
 
 #define FM_WGMMA_MAX_DEV 64
 #define FM_WGMMA_MAX_ROWS 64
-size_t k_dyn_set[FM_WGMMA_MAX_DEV][FM_WGMMA_MAX_ROWS][2];
+size_t k_dyn_set[FM_WGMMA_MAX_DEV][FM_WGMMA_MAX_ROWS][4];
 
 const fm_wgmma_unit *unit(int idx) { return idx >= 0 && idx < fm_build_n_wgmma ? fm_wgmma_units[idx] : NULL; }
 
@@ -54,14 +54,17 @@ extern "C" long long fm_wgmma_grid(int idx, const fm_gemm_params *p, int sms)
     return tiles;
 }
 
-extern "C" int fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *p, size_t smem, void *stream)
+extern "C" int fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *p, const fm_gemm_oss *oss_args,
+                               size_t smem, void *stream)
 {
     const fm_wgmma_unit *x = unit(idx);
     if (!x) return (int)cudaErrorInvalidDeviceFunction; /* not in this build */
     const int   nat = !p->x_packed;
-    const void *fn = nat ? x->natural : x->packed;
+    /* gpt-oss's epilogues only where the call has them (kernel_common.cuh: why separate kernels) */
+    const int   oss = oss_args && (oss_args->bias != NULL || oss_args->act != FM_ACT_SWIGLU);
+    const void *fn = oss ? (nat ? x->natural_oss : x->packed_oss) : nat ? x->natural : x->packed;
     if (!fn) return (int)cudaErrorInvalidValue; /* the launcher refuses natural X for it first */
-    size_t *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV && idx < FM_WGMMA_MAX_ROWS ? &k_dyn_set[dev][idx][nat] : NULL;
+    size_t *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV && idx < FM_WGMMA_MAX_ROWS ? &k_dyn_set[dev][idx][nat + 2 * oss] : NULL;
     if (!set || smem > *set) {
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
@@ -80,7 +83,7 @@ extern "C" int fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *
     /* packed X: + the producer warpgroup (fm_kernel_threads counts the same: the kernels'
      * __launch_bounds__ and test_kernel_resources hold all three to one constant) */
     const int threads = (nat ? x->warps : x->warps + FM_WGMMA_PRODUCER_WARPS) * 32;
-    void     *args[] = {(void *)p, (void *)&nfb};
+    void     *args[] = {(void *)p, (void *)&nfb, (void *)oss_args}; /* oss_args: the twins' third parameter */
     if (p->pdl) return (int)fm_launch_pdl(fn, dim3((unsigned)grid), dim3(threads), smem, stream, args);
     return (int)cudaLaunchKernel(fn, dim3((unsigned)grid), dim3(threads), args, smem, (cudaStream_t)stream);
 }

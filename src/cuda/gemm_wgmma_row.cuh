@@ -29,9 +29,10 @@ static_assert(FM_WGMMA_TILE_OK(R.w, R.mt, R.nt, R.kc, R.st, R.persist) &&
 
 /* the natural-X kernel, except for the persistent row (it reads packed X only); a discarded
  * branch is never instantiated */
-template <bool PERSIST> const void *natural_kernel()
+template <bool PERSIST, bool OSS> const void *natural_kernel()
 {
     if constexpr (PERSIST) return nullptr;
+    else if constexpr (OSS) return (const void *)wgmma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st>;
     else return (const void *)wgmma_kernel<R.w, R.mt, R.nt, R.kc, R.st>;
 }
 } // namespace
@@ -46,4 +47,6 @@ extern "C" const fm_wgmma_unit FM_UNIT_CAT(fm_wgmma_unit_, FM_UNIT_ROW) = {
     R.st,
     R.persist,
     (const void *)wgmma_ws_kernel<R.w, R.mt, R.nt, R.kc, R.st, R.persist != 0>,
-    natural_kernel<R.persist != 0>()};
+    natural_kernel<R.persist != 0, false>(),
+    (const void *)wgmma_oss_ws_kernel<R.w, R.mt, R.nt, R.kc, R.st, R.persist != 0>,
+    natural_kernel<R.persist != 0, true>()};

@@ -112,25 +112,32 @@ namespace fm_kc {
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 /* The expert's row of p.bias (NULL when the layer has none): FP32 [n_experts][p.n]. */
-__device__ __forceinline__ const float *expert_bias(const fm_gemm_params &p, int e)
+__device__ __forceinline__ const float *expert_bias(const fm_gemm_params &p, const fm_gemm_oss &o, int e)
 {
-    return p.bias ? p.bias + (size_t)e * p.n : nullptr;
+    return o.bias ? o.bias + (size_t)e * p.n : nullptr;
 }
 
-/* h of one gate/up pair of the SWIGLU epilogue: gv, uv the FC1 outputs (osc applied) of
+/* The epilogues' OSS template flag: the gpt-oss kernels (the *_oss_* kernels of each
+ * family), which read fm_gemm_oss o (cuda_internal.h); without it o is not read and the
+ * epilogues are the plain layer's, expression for expression, so the kernels without it
+ * keep their machine code (registers and spills: tests/test_kernel_resources.c). A
+ * runtime branch in the shared epilogue moved ptxas's allocation of every kernel (up to
+ * +56 registers, new spills in the work-list kernel), hence separate kernels.
+ *
+ * h of one gate/up pair of the SWIGLU epilogue: gv, uv the FC1 outputs (osc applied) of
  * gate feature col and up feature col + n/2; b13 the expert's bias row (expert_bias) or
  * NULL. The CPU's fm_moe_expert_act (src/moe/shared.c): the bias first, then plain
  * silu(g) * u, or gpt-oss's clamps as comparisons (not fminf: a NaN stays NaN, as
- * torch.clamp) and (u' + 1) * g' * sigmoid(1.702 g'). Both are runtime-uniform branches
- * on kernel parameters, so the plain layer's path is the one it always was. */
-__device__ __forceinline__ float swiglu_out(const fm_gemm_params &p, const float *b13, int col, float gv, float uv)
+ * torch.clamp) and (u' + 1) * g' * sigmoid(1.702 g'). */
+__device__ __forceinline__ float swiglu_out(const fm_gemm_params &p, const fm_gemm_oss &o, const float *b13, int col,
+                                            float gv, float uv)
 {
     if (b13) {
         gv += __ldg(b13 + col);
         uv += __ldg(b13 + p.n / 2 + col);
     }
-    if (p.act != FM_ACT_SWIGLU_GPTOSS) return silu(gv) * uv;
-    const float L = p.act_limit;
+    if (o.act != FM_ACT_SWIGLU_GPTOSS) return silu(gv) * uv;
+    const float L = o.act_limit;
     gv = gv > L ? L : gv;
     uv = uv > L ? L : uv < -L ? -L : uv;
     return (uv + 1.0f) * (gv / (1.0f + __expf(-1.702f * gv)));
@@ -157,12 +164,13 @@ __device__ __forceinline__ int kpack_col(int c)
     return (c & ~63) + (pr & 7) * 8 + (pr >> 3) * 2 + (n & 1);
 }
 
-template <int MT, int NT, class Acc>
-__device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&band)[MT], const bool (&bvalid)[MT],
-                                         int rbase, int rows, int e, float osc, int g, int t, Acc acc)
+template <bool OSS, int MT, int NT, class Acc>
+__device__ __forceinline__ void epilogue(const fm_gemm_params &p, const fm_gemm_oss &o, const int (&band)[MT],
+                                         const bool (&bvalid)[MT], int rbase, int rows, int e, float osc, int g, int t,
+                                         Acc acc)
 {
     const bool   swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
-    const float *bias = expert_bias(p, e);
+    const float *bias = OSS ? expert_bias(p, o, e) : nullptr;
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -178,7 +186,8 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&ba
                     if (!bvalid[i]) continue;
                     float gv = acc(i, n, q) * osc, uv = acc(i + MT / 2, n, q) * osc;
                     int   col = band[i] * 16 + fo;
-                    y[p.y_packed ? kpack_col(col) : col] = __float2bfloat16(swiglu_out(p, bias, col, gv, uv));
+                    y[p.y_packed ? kpack_col(col) : col] =
+                        __float2bfloat16(OSS ? swiglu_out(p, o, bias, col, gv, uv) : silu(gv) * uv);
                 }
             } else if (p.epi == FM_CUDA_EPI_NONE) {
                 __nv_bfloat16 *y = (__nv_bfloat16 *)p.y + (size_t)r * p.n;
@@ -195,7 +204,7 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&ba
                 for (int i = 0; i < MT; i++)
                     if (bvalid[i]) {
                         int col = band[i] * 16 + fo;
-                        atomicAdd(&y[col], finalize_out(bias, col, acc(i, n, q), osc, w, rw));
+                        atomicAdd(&y[col], OSS ? finalize_out(bias, col, acc(i, n, q), osc, w, rw) : acc(i, n, q) * rw);
                     }
             } else { /* FINALIZE_DET: weighted rows to scratch, reduced in slot order later */
                 float *y = p.scratch + (size_t)r * p.n;
@@ -204,7 +213,7 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const int (&ba
                 for (int i = 0; i < MT; i++)
                     if (bvalid[i]) {
                         int col = band[i] * 16 + fo;
-                        y[col] = finalize_out(bias, col, acc(i, n, q), osc, w, rw);
+                        y[col] = OSS ? finalize_out(bias, col, acc(i, n, q), osc, w, rw) : acc(i, n, q) * rw;
                     }
             }
         }
@@ -242,12 +251,12 @@ constexpr int staged_tile_bytes_f32(int fs, int tok) { return tok * (4 * fs + 16
  * The caller guarantees that nothing reads or writes smem[0, staged_tile_bytes(FS,
  * 8*NT)) any more when the first of them writes (its MMAs waited for, its copies
  * landed, then a barrier), and that y is 16-byte aligned. */
-template <int FS, int MT, int NT, int NTHR, class Acc, class Col, class Bar>
-__device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigned char *smem, int blk,
-                                                const bool (&bvalid)[MT], int rbase, int rows, int e, float osc, int g,
-                                                int t, int tid, int c0, int cn, Acc acc, Col lcol, Bar bar)
+template <bool OSS, int FS, int MT, int NT, int NTHR, class Acc, class Col, class Bar>
+__device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, const fm_gemm_oss &o, unsigned char *smem,
+                                                int blk, const bool (&bvalid)[MT], int rbase, int rows, int e, float osc,
+                                                int g, int t, int tid, int c0, int cn, Acc acc, Col lcol, Bar bar)
 {
-    const float *bias = expert_bias(p, e);
+    const float *bias = OSS ? expert_bias(p, o, e) : nullptr;
     if (p.epi == FM_CUDA_EPI_FINALIZE_DET) { /* FP32 rows x router weight -> scratch */
         constexpr int RS = 4 * FS + 16;
         const int     col0 = blk * FS;
@@ -263,7 +272,7 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigne
                 for (int i = 0; i < MT; i++)
                     if (bvalid[i]) {
                         const int lc = lcol(i, false) + fo;
-                        row[lc] = finalize_out(bias, col0 + lc, acc(i, n, q), osc, w, rw);
+                        row[lc] = OSS ? finalize_out(bias, col0 + lc, acc(i, n, q), osc, w, rw) : acc(i, n, q) * rw;
                     }
             }
         bar();
@@ -289,7 +298,8 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigne
         const int lane = 4 * g + t, nbands = swiglu ? MT / 2 : MT;
         /* element q of the m16n8 fragment is feature g + 8 (q >> 1) of the band */
         auto      val = [&](int i, int n, int q) {
-            return swiglu ? swiglu_out(p, bias, col0 + lcol(i, true) + g + 8 * (q >> 1), acc(i, n, q) * osc,
+            if (!OSS) return swiglu ? silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc) : acc(i, n, q) * osc;
+            return swiglu ? swiglu_out(p, o, bias, col0 + lcol(i, true) + g + 8 * (q >> 1), acc(i, n, q) * osc,
                                        acc(i + MT / 2, n, q) * osc)
                           : acc(i, n, q) * osc;
         };
@@ -328,7 +338,8 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, unsigne
                         if (bvalid[i]) {
                             int lc = lcol(i, true) + fo;
                             row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(
-                                swiglu_out(p, bias, col0 + lc, acc(i, n, q) * osc, acc(i + MT / 2, n, q) * osc));
+                                OSS ? swiglu_out(p, o, bias, col0 + lc, acc(i, n, q) * osc, acc(i + MT / 2, n, q) * osc)
+                                    : silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc));
                         }
                 } else {
 #pragma unroll

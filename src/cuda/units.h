@@ -18,12 +18,16 @@ typedef struct {
     const void *list;  /* the work-list kernel (split K, expert list) */
     /* probe builds: point the row's timeline buffer at buf (else NULL) */
     int (*probe_timeline)(void *buf, unsigned cap);
+    /* the same three with gpt-oss's epilogues (expert biases, clamped SwiGLU: fm_gemm_params'
+     * bias / act), launched for calls that have them; mb_oss NULL where mb is */
+    const void *plain_oss, *mb_oss, *list_oss;
 } fm_mma_unit;
 
 typedef struct {
     int         warps, mt, nt, kc, stages, persist;
     const void *packed;  /* warp-specialized, packed X (fm_smem_wgmma's bytes) */
     const void *natural; /* single-role, natural X; NULL for the persistent kernel */
+    const void *packed_oss, *natural_oss; /* the same with gpt-oss's epilogues */
 } fm_wgmma_unit;
 
 extern const fm_mma_unit *const   fm_mma_units[];   /* fm_build_n_mma entries */

@@ -188,14 +188,15 @@ __device__ __forceinline__ bool wg_staged(const fm_gemm_params &p)
  * (cw/4 * MT + i) * 4 + cw%4; with SwiGLU (MT == 2) gate band (fb * WARPS/4 + cw/4) * 4
  * + cw%4, local output band cw. Accumulator j of m64 tile i: 8-token group j/4,
  * element j%4 of the m16n8 C layout. */
-template <int WARPS, int MT, int NT, int NTHR, class Bar>
-__device__ __forceinline__ void wg_epilogue_staged(const fm_gemm_params &p, unsigned char *smem, int fb, int cw,
+template <bool OSS, int WARPS, int MT, int NT, int NTHR, class Bar>
+__device__ __forceinline__ void wg_epilogue_staged(const fm_gemm_params &p, const fm_gemm_oss &o, unsigned char *smem,
+                                                   int fb, int cw,
                                                    const bool (&bvalid)[MT], int rbase, int rows, int e, float osc,
                                                    int g, int t, int tid, int c0, int cn,
                                                    const float (&acc)[MT][NT * 4], Bar bar)
 {
-    epilogue_staged<WARPS * MT * 16, MT, NT, NTHR>(
-        p, smem, fb, bvalid, rbase, rows, e, osc, g, t, tid, c0, cn, [&](int i, int n, int q) { return acc[i][n * 4 + q]; },
+    epilogue_staged<OSS, WARPS * MT * 16, MT, NT, NTHR>(
+        p, o, smem, fb, bvalid, rbase, rows, e, osc, g, t, tid, c0, cn, [&](int i, int n, int q) { return acc[i][n * 4 + q]; },
         [&](int i, bool sw) { return sw ? cw * 16 : (((cw >> 2) * MT + i) * 4 + (cw & 3)) * 16; }, bar);
 }
 

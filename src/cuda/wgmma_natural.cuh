@@ -7,8 +7,10 @@
  * registers. Included inside gemm_wgmma.cu's anonymous namespace. */
 #pragma once
 
-template <int WARPS, int MT, int NT, int KC, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_gemm_params p, int nfb)
+/* The kernel's body (OSS: gpt-oss's epilogues, kernel_common.cuh), in wgmma_kernel and
+ * wgmma_oss_kernel below. */
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool OSS>
+__device__ __forceinline__ void wgmma_body(const fm_gemm_params &p, int nfb, const fm_gemm_oss &o)
 {
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;          /* tokens per pass = wgmma N */
@@ -181,16 +183,30 @@ __global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_gemm_para
         /* every warp has waited for its MMAs (wait_group 0: their shared-memory reads
          * done) and for its copies, and its last decode and X stores are behind it */
         __syncthreads();
-        wg_epilogue_staged<WARPS, MT, NT, WARPS * 32>(p, smem, fb, warp, bvalid, row0 + pass0, rows, e, osc, g, t,
+        wg_epilogue_staged<OSS, WARPS, MT, NT, WARPS * 32>(p, o, smem, fb, warp, bvalid, row0 + pass0, rows, e, osc, g, t,
                                                       threadIdx.x, 0, swiglu ? WARPS * MT * 8 : WARPS * MT * 16, acc,
                                                       [] { __syncthreads(); });
         return;
     }
     /* accumulator j of a thread: 8-token group j/4, element j%4 of the m16n8 C layout */
-    epilogue<MT, NT>(p, band, bvalid, row0 + pass0, rows, e, osc, g, t,
-                     [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
+    epilogue<OSS, MT, NT>(p, o, band, bvalid, row0 + pass0, rows, e, osc, g, t,
+                          [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
 #else
     (void)p;
     (void)nfb;
+    (void)o;
 #endif
+}
+
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_kernel(const fm_gemm_params p, int nfb)
+{
+    wgmma_body<WARPS, MT, NT, KC, STAGES, false>(p, nfb, fm_gemm_oss{});
+}
+
+/* the same with gpt-oss's epilogues (p.bias, p.act): launched when the call has them */
+template <int WARPS, int MT, int NT, int KC, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, 1) wgmma_oss_kernel(const fm_gemm_params p, int nfb, const fm_gemm_oss o)
+{
+    wgmma_body<WARPS, MT, NT, KC, STAGES, true>(p, nfb, o);
 }

@@ -24,8 +24,8 @@
  * after the stages (fm_smem_wgmma counts it). No CTA launch, barrier set-up,
  * tile scan from expert 0 or pipeline fill per tile: what a K = 256 tile (four
  * 64-K stages) otherwise pays on every tile. */
-template <int WARPS, int MT, int NT, int KC, int STAGES, bool PERSIST>
-__global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1) wgmma_ws_kernel(const fm_gemm_params p, int nfb)
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool PERSIST, bool OSS>
+__device__ __forceinline__ void wgmma_ws_body(const fm_gemm_params &p, int nfb, const fm_gemm_oss &o)
 {
 #ifdef FM_WGMMA_BODY
     constexpr int TOK = 8 * NT;
@@ -249,12 +249,12 @@ __global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1) wgm
             wg_columns(p, MT, wgi, c0, cn);
             if (PERSIST) wg_bar_sync_id(2 + wgi, 128);
             else wg_bar_sync<WARPS * 32>();
-            wg_epilogue_staged<WARPS, MT, NT, 128>(p, smem + (PERSIST ? STAGES * STAGE_B : 0), tl.fb, cw, bvalid, tl.row0,
+            wg_epilogue_staged<OSS, WARPS, MT, NT, 128>(p, o, smem + (PERSIST ? STAGES * STAGE_B : 0), tl.fb, cw, bvalid, tl.row0,
                                                    tl.rows, tl.e, osc, g, t, threadIdx.x - 128 * (1 + wgi), c0, cn, acc,
                                                    [wgi] { wg_bar_sync_id(2 + wgi, 128); });
         } else {
-            epilogue<MT, NT>(p, band, bvalid, tl.row0, tl.rows, tl.e, osc, g, t,
-                             [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
+            epilogue<OSS, MT, NT>(p, o, band, bvalid, tl.row0, tl.rows, tl.e, osc, g, t,
+                                  [&](int i, int n, int q) { return acc[i][n * 4 + q]; });
         }
         if (!PERSIST || slot > 0x7FFFFFFF - slot_step) break;
         slot += slot_step;
@@ -263,5 +263,20 @@ __global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1) wgm
 #else
     (void)p;
     (void)nfb;
+    (void)o;
 #endif
+}
+
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool PERSIST>
+__global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1) wgmma_ws_kernel(const fm_gemm_params p, int nfb)
+{
+    wgmma_ws_body<WARPS, MT, NT, KC, STAGES, PERSIST, false>(p, nfb, fm_gemm_oss{});
+}
+
+/* the same with gpt-oss's epilogues (p.bias, p.act) */
+template <int WARPS, int MT, int NT, int KC, int STAGES, bool PERSIST>
+__global__ void __launch_bounds__((WARPS + FM_WGMMA_PRODUCER_WARPS) * 32, 1)
+    wgmma_oss_ws_kernel(const fm_gemm_params p, int nfb, const fm_gemm_oss o)
+{
+    wgmma_ws_body<WARPS, MT, NT, KC, STAGES, PERSIST, true>(p, nfb, o);
 }
