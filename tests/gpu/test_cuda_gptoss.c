@@ -330,7 +330,10 @@ static void test_gptoss_layer(void **state)
     fm_layer_destroy(gl);
     fm_layer_destroy(cl);
     CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx)), CK(cudaFree(dout)), CK(cudaFree(dw)), CK(cudaFree(dids));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dw));
+    CK(cudaFree(dids));
     free(got), free(ref), free(again), free(sum);
     oss_free(&L);
     fm_cuda_device_close(dev);
@@ -434,7 +437,10 @@ static void test_gptoss_split_shard(void **state)
     fm_layer_destroy(whole);
     fm_layer_destroy(cl);
     CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx)), CK(cudaFree(dout)), CK(cudaFree(dw)), CK(cudaFree(dids));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dw));
+    CK(cudaFree(dids));
     free(x), free(ids), free(wts), free(got), free(ref), free(again), free(sum);
     oss_free(&L);
     fm_cuda_device_close(dev);
@@ -512,7 +518,8 @@ static void test_gptoss_kernels(void **state)
     fm_layer_destroy(gl);
     fm_layer_destroy(cl);
     CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx)), CK(cudaFree(dout));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
     free(x), free(got), free(ref), free(again);
     oss_free(&L);
     fm_cuda_device_close(dev);
