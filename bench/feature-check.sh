@@ -18,6 +18,8 @@ left() { local l=$((DEADLINE - (SECONDS - T0))); [ $l -lt 1 ] && l=1; [ -n "${1:
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv,noheader | tee "$OUT/nvidia-smi.txt"
 python3 -c "import torch, triton; print(\"torch\", torch.__version__, \"triton\", triton.__version__, \"cuda\", torch.version.cuda)" 2>&1 | tail -1
 python3 -c "import transformers; print(\"transformers\", transformers.__version__)" 2>&1 | tail -1
+python3 -c "import triton_kernels, os; print(\"triton_kernels at\", os.path.dirname(triton_kernels.__file__))" 2>&1 | tail -1
+pip list 2>/dev/null | grep -i -E "^(vllm|flashinfer|triton|sglang|kernels)" | tr "\n" " "; echo
 echo "== build (FM_CUDA_ARCHS=${ARCHS:-native})"
 B0=$SECONDS
 { cmake -S . -B build-gpu -DFM_CUDA_ARCHS=${ARCHS:-native} -DFM_WERROR=ON -DFM_TEST_MUTANTS=OFF -DCMAKE_BUILD_TYPE=Release \
