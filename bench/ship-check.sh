@@ -42,8 +42,8 @@ if [ "$MODE" = all ]; then
       grep -E "startup|check|wall|error" | tee -a "$OUT/table.txt"
   done
   echo "== ctest -L gpu (all build)"
-  (cd build-all && timeout ${CTEST_S:-300} ctest -L gpu --output-on-failure --timeout 240) >"$OUT/ctest.log" 2>&1
-  grep -E "tests passed|Failed|\*\*\*|SKIP" "$OUT/ctest.log" | tail -15
+  (cd build-all && timeout ${CTEST_S:-300} ctest -L gpu -j${CTEST_J:-1} --output-on-failure --timeout 240) >"$OUT/ctest.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*|SKIP|Test +#" "$OUT/ctest.log" | tail -40
   (cd build-all && ctest -R 'test_kernel_resources|test_plan' --output-on-failure) >"$OUT/ctest-res.log" 2>&1
   grep -E "tests passed|Failed|checked" "$OUT/ctest-res.log" | tail -5
   cp build-all/kernel_resources.csv "$OUT/" 2>/dev/null
