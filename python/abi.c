@@ -55,6 +55,7 @@ static const fm_py_field k_fields[] = {
     S(fm_layer_error_info), F(fm_layer_error_info, bad_ids), F(fm_layer_error_info, first_bad_slot),
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),
     F(fm_layer_error_info, nonfinite_logits), F(fm_layer_error_info, nonfinite_weights),
+    F(fm_layer_error_info, bad_experts), F(fm_layer_error_info, first_bad_expert),
 
     S(fm_tile), F(fm_tile, warps), F(fm_tile, mt), F(fm_tile, nt), F(fm_tile, kc), F(fm_tile, stages),
     F(fm_tile, persist), F(fm_tile, family),

@@ -313,6 +313,18 @@ fm_status fm_layer_run_dispatched(fm_layer *l, const fm_layer_dispatch_args *a)
                        a->x ? "not both" : "one of them");
     if (a->x_fp8 && !a->x_scales)
         return fm_fail(FM_ERR_INVALID_ARG, "%s: x_fp8 needs x_scales (FP32, one per 128 channels of each row)", who);
+    if (a->x_fp8 && l->p.cfg.act_fp8 != FM_ACT_FP8_BLOCK128 && l->ops->supports) {
+        /* a backend that cannot run W4A8 at all refuses FP8 rows as unsupported, not as a wrong layer */
+        fm_layer_params w4a8 = l->p;
+        w4a8.cfg.act_fp8 = FM_ACT_FP8_BLOCK128;
+        if (l->ops->supports(&w4a8, 0) != FM_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", fm_last_error());
+            return fm_fail(FM_ERR_UNSUPPORTED, "%s: FP8 rows (x_fp8) need a W4A8 layer (act_fp8 = "
+                                               "FM_ACT_FP8_BLOCK128), which the %s backend does not run (%s): send "
+                                               "BF16 rows (x)", who, l->ops->name, why);
+        }
+    }
     if (a->x_fp8 && l->p.cfg.act_fp8 != FM_ACT_FP8_BLOCK128)
         return fm_fail(FM_ERR_INVALID_ARG, "%s: FP8 rows (x_fp8) carry scales per 128 channels: they need a W4A8 layer "
                                            "with act_fp8 = FM_ACT_FP8_BLOCK128 (this one has act_fp8 %s)",
@@ -342,8 +354,8 @@ fm_status fm_layer_run_dispatched(fm_layer *l, const fm_layer_dispatch_args *a)
                                            "on dispatched rows: create the layer without it (shared_inter = 0) and "
                                            "run the shared expert apart", who);
     if (!l->ops->run_dispatched)
-        return fm_fail(FM_ERR_UNSUPPORTED, "%s: the %s backend does not take dispatched rows yet (the CPU backends "
-                                           "do; fm_layer_run takes tokens in their original order)", who, l->ops->name);
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: the %s backend does not take dispatched rows (fm_layer_run takes "
+                                           "tokens in their original order)", who, l->ops->name);
     const int in = layer_enter(l, who);
     if (!in) return FM_ERR_BUSY;
     size_t    ws_need = l->p.caller_workspace && l->ops->workspace_bytes ? l->ops->workspace_bytes(l->state) : 0;
@@ -361,7 +373,7 @@ fm_status fm_layer_errors(fm_layer *l, void *stream, fm_layer_error_info *info)
     if (!l) return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_errors: NULL layer");
     const int in = layer_enter(l, "fm_layer_errors");
     if (!in) return FM_ERR_BUSY;
-    if (info) *info = (fm_layer_error_info){.first_bad_slot = -1, .first_nonfinite = -1};
+    if (info) *info = (fm_layer_error_info){.first_bad_slot = -1, .first_nonfinite = -1, .first_bad_expert = -1};
     fm_status s = l->ops->errors ? l->ops->errors(l->state, stream, info) : FM_OK;
     layer_leave(l, in);
     return s;

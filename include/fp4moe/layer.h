@@ -334,9 +334,27 @@ typedef struct {
  * counts or offsets missing, capacity < 1, workspace as fm_layer_run), FM_ERR_BAD_SHAPE (a
  * count outside [0, capacity], offsets not starting at 0 or decreasing, more rows than the
  * layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
- * an FP8 row's NaN code, a scale not finite and > 0, an output that overflowed), FM_ERR_UNSUPPORTED (a layer with a shared expert; the cuda
- * backend, which does not take dispatched rows yet), FM_ERR_BUSY. out is untouched on
- * failure. CPU backends only for now. */
+ * an FP8 row's NaN code, a scale not finite and > 0, an output that overflowed),
+ * FM_ERR_UNSUPPORTED (a layer with a shared expert; x_fp8 to a backend without W4A8: the
+ * cuda backend), FM_ERR_CUDA, FM_ERR_BUSY. CPU backends: synchronous, every check above
+ * made before anything is written; out is untouched on failure.
+ * cuda backend: BF16 rows (x) only; asynchronous on a->stream, launches only (no
+ * allocation, no host synchronisation: capturable into a CUDA graph), like fm_layer_run.
+ * The host checks the arguments (pointers, layout, capacity, alignment, workspace, FP8,
+ * shared expert; n_local x capacity < 2^31); counts / offsets are device data and are
+ * checked on the device: a bad expert (count outside [0, capacity], offsets[0] != 0, an
+ * expert's range not within the offsets before and after it, rows past max_tokens x top_k)
+ * gets no rows (its out rows untouched, the other experts' rows still right) and is
+ * reported by fm_layer_errors as FM_ERR_BAD_SHAPE (bad_experts, first_bad_expert); NaN/Inf
+ * in a received row or weight as FM_ERR_NONFINITE (first_nonfinite = row x hidden + column
+ * of x's layout; nonfinite_weights), the rows still written; an output that overflowed is
+ * not checked. Each row's result there is the FC2 epilogue's weight x row, which the
+ * token-order run then sums in slot order: with weights given, summing the dispatched rows
+ * of each token in slot order (FP32, from 0) gives fm_layer_run's FP32 output bit for bit
+ * where both runs use the same bucket's plan (run_dispatched uses the bucket of
+ * ceil(bound / top_k) tokens, bound = n_local x capacity (expert-major) or max_tokens x
+ * top_k (expert-rows), at most max_tokens); without weights a row is the plain row and
+ * the combine's weight x row rounds once more (within an ulp of the product). */
 fm_status fm_layer_run_dispatched(fm_layer *layer, const fm_layer_dispatch_args *a);
 
 /* What the device recorded since the last call, then cleared. */
@@ -346,11 +364,18 @@ typedef struct {
     int       nonfinite_x;    /* 1: NaN/Inf in x (in a row the layer read) */
     long long first_nonfinite;/* smallest t*hidden + c, or -1 */
     int       nonfinite_logits; /* 1: a router logit overflowed (internal routing) */
-    long long nonfinite_weights; /* external topk_weights of local slots that were NaN/Inf */
+    long long nonfinite_weights; /* external topk_weights of local slots (or weights of dispatched
+                                    rows) that were NaN/Inf */
+    /* fm_layer_run_dispatched on the cuda backend: local experts whose rows were skipped (a
+     * count outside [0, capacity], offsets not starting at 0 or decreasing around the expert,
+     * rows past max_tokens x top_k), and the smallest of them, or -1 */
+    long long bad_experts;
+    long long first_bad_expert;
 } fm_layer_error_info;
 
 /* Synchronise `stream` (the one runs were enqueued on), read and clear what the
  * device recorded. info may be NULL. Returns FM_OK (nothing recorded),
+ * FM_ERR_BAD_SHAPE (a dispatched run's bad counts / offsets: bad_experts),
  * FM_ERR_OUT_OF_RANGE (bad ids), FM_ERR_NONFINITE (NaN/Inf in x, a logit, or an
  * external weight), FM_ERR_CUDA (an
  * asynchronous failure of an earlier run), FM_ERR_INVALID_ARG, FM_ERR_BUSY (another call

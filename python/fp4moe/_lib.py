@@ -66,7 +66,8 @@ class LayerDispatchArgs(C.Structure):
 
 class LayerErrorInfo(C.Structure):
     _fields_ = [("bad_ids", C.c_longlong), ("first_bad_slot", C.c_longlong), ("nonfinite_x", c_int),
-                ("first_nonfinite", C.c_longlong), ("nonfinite_logits", c_int), ("nonfinite_weights", C.c_longlong)]
+                ("first_nonfinite", C.c_longlong), ("nonfinite_logits", c_int), ("nonfinite_weights", C.c_longlong),
+                ("bad_experts", C.c_longlong), ("first_bad_expert", C.c_longlong)]
 
 
 ST_MAX_DIMS = 8

@@ -373,8 +373,9 @@ class Layer:
         return (res, rid, rwt) if return_routing else res
 
     def run_dispatched(self, x, counts=None, offsets=None, weights=None, x_scales=None, out=None):
-        """Expert parallelism on a CPU backend: the layer's experts on rows a dispatch left in
-        place (fm_layer_run_dispatched), answered in the same layout for the combine.
+        """Expert parallelism on a CPU backend (host arrays; a cuda layer takes device rows
+        through fp4moe.torch_ops' MoE.dispatched): the layer's experts on rows a dispatch left
+        in place (fm_layer_run_dispatched), answered in the same layout for the combine.
 
         Give counts (int32 [n_local]) for the expert-major layout, x [n_local][capacity][hidden]
         (rows past counts[e] are not read, their out rows not written), or offsets (int32
@@ -384,8 +385,9 @@ class Layer:
         weights (float32, one per row, x's layout without hidden): out rows multiplied by it;
         None: the combine applies the routing weights. out: optional preallocated array of x's
         layout and the layer's out dtype; by default zeros, so unwritten slots read 0."""
-        if self.backend == "cuda":
-            raise ValueError("run_dispatched: the cuda backend does not take dispatched rows yet")
+        if self.backend == "cuda":  # fm_layer_run_dispatched reads device rows; this takes host arrays
+            raise ValueError("run_dispatched: host arrays; the cuda backend takes dispatched rows on the device: "
+                             "use fp4moe.torch_ops (MoE.dispatched, torch.ops.fp4moe.moe_dispatched) with CUDA tensors")
         if (counts is None) == (offsets is None):
             raise ValueError("counts, offsets: give counts (expert-major layout) or offsets (expert rows), one of them")
         H, nl = self.cfg.hidden, self.n_local

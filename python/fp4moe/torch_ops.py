@@ -295,7 +295,7 @@ class MoE:
     def errors(self, raise_on_error=True):
         """Synchronise the current stream and read what the device recorded since
         the last call (fm_layer_errors): ids out of range, NaN/Inf in x or the
-        router logits. Raises fp4moe.Error when something was recorded (or
+        router logits, a dispatched run's bad counts / offsets. Raises fp4moe.Error when something was recorded (or
         returns the record as a dict with raise_on_error=False)."""
         info = _lib.LayerErrorInfo()
         stream = torch.cuda.current_stream(self.device).cuda_stream if self._cuda else None
@@ -315,7 +315,11 @@ class MoE:
         by expert). x BF16, or uint8 / float8_e4m3fn E4M3 codes with x_scales float32
         [..][ceil(hidden / 128)] for a W4A8 layer (act_fp8 "block128"). weights (float32, one
         per row): out rows multiplied by it; None: the combine applies the routing weights.
-        CPU backends; the cuda backend refuses (fp4moe.Error FM_ERR_UNSUPPORTED)."""
+        CPU backends, and the cuda backend on BF16 rows (FP8 rows: fp4moe.Error
+        FM_ERR_UNSUPPORTED, it has no W4A8): asynchronous on the current stream, counts /
+        offsets read and checked on the device, a bad expert's rows skipped (zeros here) and
+        reported by errors() (FM_ERR_BAD_SHAPE, bad_experts / first_bad_expert), as NaN/Inf
+        in the rows is. Compiled, not yet run on a GPU."""
         return torch.ops.fp4moe.moe_dispatched.default(self.id, x, counts, offsets, weights, x_scales)
 
     def _dispatched(self, x, counts, offsets, weights, x_scales):

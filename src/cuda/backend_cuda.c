@@ -28,7 +28,11 @@
  * in FC1's epilogue (step 4), the FC2 bias in FC2's (step 6: (h . W2^T + b2) x weight per
  * row, before the slot-order sum), both in kernel_common.cuh's epilogues, which every
  * kernel family, the work list, K splits and the multi-block kernel end in.
- * Not done yet: act_nvfp4, act_fp8: create returns FM_ERR_UNSUPPORTED.
+ * run_dispatched (fm_layer_run_dispatched, layer_run.c): steps 3, 4 and 6 on rows an
+ * expert-parallel dispatch left in place (BF16), their counts / offsets read and checked on
+ * the device, each row's result stored back to its own row of out.
+ * Not done yet: act_nvfp4, act_fp8 (so no FP8 dispatched rows either): create returns
+ * FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -83,6 +87,7 @@ static fm_ws_layout layout_of(const fm_layer_params *p)
     l.ids = take(&at, sizeof(int32_t) * R);
     l.wts = take(&at, sizeof(float) * R);
     l.rscratch = take(&at, fm_moe_route_scratch_bytes(c, p->max_tokens));
+    /* + 4: at least n_local + 1 int32 (max_tokens x top_k >= 1), what run_dispatched's layout kernel needs */
     l.pscratch = take(&at, fm_moe_permute_scratch_bytes(p->max_tokens, c->top_k, p->n_local) + 4);
     l.hs = take(&at, sizeof(float) * (T * S + 1));
     l.badlogit = take(&at, sizeof(unsigned long long));
@@ -229,6 +234,7 @@ const fm_backend_ops fm_cuda_ops = {.name = "cuda",
                                     .create = cuda_create,
                                     .supports = cuda_supports,
                                     .run = fm_cuda_layer_run,
+                                    .run_dispatched = fm_cuda_layer_run_dispatched,
                                     .forward_host = fm_cuda_layer_forward_host,
                                     .errors = fm_cuda_layer_errors,
                                     .gemm_choose = fm_cuda_layer_gemm_choose,

@@ -62,9 +62,10 @@ fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_la
 /* T's bucket among the installed ones (the last holds every T up to max_tokens). */
 int fm_cuda_layer_bucket(const fm_cuda_layer *s, int T);
 
-/* fm_backend_ops' entries (backend.h says what each does): run and errors (layer_run.c),
+/* fm_backend_ops' entries (backend.h says what each does): run, run_dispatched and errors (layer_run.c),
  * plans (layer_plan.c) */
 fm_status fm_cuda_layer_run(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
+fm_status fm_cuda_layer_run_dispatched(void *state, const fm_layer_dispatch_args *a, fm_run_stats *stats);
 fm_status fm_cuda_layer_forward_host(void *state, const uint16_t *x, int T, float *out, fm_run_stats *stats);
 fm_status fm_cuda_layer_errors(void *state, void *stream, fm_layer_error_info *info);
 fm_status fm_cuda_layer_gemm_choose(void *state, int g, const fm_gemm_hint *h, fm_tile *tile, int *feature_blocks,

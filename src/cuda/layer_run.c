@@ -1,7 +1,9 @@
 /* layer_run.c - the cuda layer's run (backend_cuda.c's header lists the steps): the
- * launches of one forward on the caller's stream, the error word, and
- * fm_layer_forward's host-pointer path on the layer's own stream. */
+ * launches of one forward on the caller's stream, the same chain on dispatched rows
+ * (fm_layer_run_dispatched), the error word, and fm_layer_forward's host-pointer path
+ * on the layer's own stream. */
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +83,86 @@ fm_status fm_cuda_layer_run(void *ptr, const fm_layer_run_args *a, fm_run_stats 
     return st;
 }
 
+/* fm_layer_run_dispatched: the chain of fm_cuda_layer_enqueue (gather, FC1, FC2) on rows a
+ * dispatch left in place, as if they were T' = rows tokens of top_k 1: a device kernel
+ * turns the layout into the chain's offsets / perm / row weights (the layout's own order,
+ * expert then row, which is the order the token-order run packs a routing's rows in), the
+ * gather reads x[perm[p]], FC1 and FC2 run as in a run, FC2's FINALIZE_DET epilogue leaves
+ * weight x row in scratch (its slot-order reduce is not launched: no token gets a sum) and
+ * a store kernel writes packed row p to out[perm[p]], so that the layout's rows nobody sent
+ * (past counts[e]) stay untouched. The counts / offsets stay on the device: checked there
+ * (fm_moe_dispatch_layout_launch), a bad expert's rows skipped and recorded for
+ * fm_layer_errors; no host synchronisation, no allocation: capturable.
+ * The plan: the bucket of the rows the host knows bound the run, as tokens of top_k rows
+ * (ceil(bound / top_k), at most max_tokens): n_local x capacity for the expert-major
+ * layout, the layer's max_tokens x top_k for the expert-rows one (its total is only on the
+ * device). The bucket's tiles and splits were sized for at least that many rows (its
+ * largest T x top_k), so the split-K buffer and the grids fit; a bound past max_tokens x
+ * top_k is cut to it (more rows are refused on the device anyway). Never the one-launch
+ * decode kernel (pl->decode): it reads a routing, not rows; the bucket's chain, which it
+ * keeps, runs instead. */
+fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *a, fm_run_stats *stats)
+{
+    (void)stats;
+    fm_cuda_layer         *s = ptr;
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    static const char      who[] = "cuda backend: fm_layer_run_dispatched";
+    if (a->x_fp8) /* unreachable through layer.c (cuda_supports refuses act_fp8), kept for the contract */
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: FP8 rows need W4A8 (act_fp8), which the cuda backend does not run "
+                                           "yet: send BF16 rows", who);
+    const int     H = c->hidden, K = c->top_k, L = p->n_local;
+    const int64_t layer_rows = (int64_t)p->max_tokens * K;
+    int64_t       bound = layer_rows;
+    if (a->layout == FM_DISPATCH_EXPERT_MAJOR) {
+        if ((int64_t)L * a->capacity > INT32_MAX)
+            return fm_fail(FM_ERR_UNSUPPORTED, "%s: n_local x capacity = %d x %d rows: more than 2^31 - 1 layout rows", who,
+                           L, a->capacity);
+        if ((int64_t)L * a->capacity < bound) bound = (int64_t)L * a->capacity;
+    }
+    const int max_rows = (int)bound, T_eq = (int)((bound + K - 1) / K);
+    const fm_bucket_plan *pl = &s->plan[fm_cuda_layer_bucket(s, T_eq)];
+    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
+    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
+    int32_t  *active = (int32_t *)(ws + s->ws.active);
+    int32_t  *dscratch = (int32_t *)(ws + s->ws.pscratch); /* >= n_local + 1 int32 (layout_of) */
+    void     *stream = a->stream;
+    int       prev = -1, le;
+    FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
+    fm_status st = FM_OK;
+    if ((le = fm_moe_dispatch_layout_launch((int)a->layout, a->counts, a->capacity, a->offsets, a->weights, L,
+                                            (int)layer_rows, max_rows, off, perm, rw, pl->slots ? active : NULL,
+                                            dscratch, s->d_err, stream)) != 0) {
+        st = fm_cuda_layer_fail(le, "dispatched rows' layout");
+        goto done;
+    }
+    if ((le = fm_moe_gather_launch(a->x, perm, max_rows, 1, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
+                                   s->pdl_chain, stream)) != 0) {
+        st = fm_cuda_layer_fail(le, "gather");
+        goto done;
+    }
+    const fm_gemm_operands o1 = {.w = s->w13, .x = xp, .offsets = off, .max_rows = max_rows, .y = h,
+                                 .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                                 .expert_list = pl->slots ? active : NULL, .bias = s->d_b13,
+                                 .act = c->activation, .act_limit = c->swiglu_limit};
+    if ((st = fm_cuda_gemm_launch(s->dev, &pl->g[0], &o1, stream)) != FM_OK) goto done;
+    /* n_tokens 0: the FINALIZE_DET reduce is not launched; scratch[p] = weight x (h W2 (+ b2)) */
+    const fm_gemm_operands o2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = max_rows, .y_zero_init = 1,
+                                 .row_weight = rw, .n_tokens = 0, .top_k = 1, .scratch = scratch,
+                                 .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
+                                 .expert_list = pl->slots ? active : NULL, .bias = s->d_b2};
+    if ((st = fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream)) != FM_OK) goto done;
+    const int bf16 = p->out_dtype == FM_OUT_BF16;
+    if ((le = fm_moe_dispatch_store_launch(scratch, perm, off + L, max_rows, H, bf16 ? NULL : (float *)a->out,
+                                           bf16 ? (uint16_t *)a->out : NULL, stream)) != 0)
+        st = fm_cuda_layer_fail(le, "store the rows");
+done:
+    fm_cuda_device_leave(s->dev, prev);
+    return st;
+}
+
 /* Read and clear the error word (stream already synchronised by the caller). */
 fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_layer_error_info *info)
 {
@@ -99,6 +181,30 @@ fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_la
         info->first_nonfinite = h.first_nonfinite_x == ~0ull ? -1 : (long long)h.first_nonfinite_x;
         info->nonfinite_logits = h.bad_logit != ~0ull;
         info->nonfinite_weights = (long long)h.nonfinite_w;
+        info->bad_experts = (long long)h.bad_experts;
+        info->first_bad_expert = h.first_bad_expert == ~0ull ? -1 : (long long)FM_DISPATCH_BAD_E(h.first_bad_expert);
+    }
+    if (h.bad_experts) { /* fm_layer_run_dispatched's counts / offsets: the CPU backends' status */
+        const int      be = FM_DISPATCH_BAD_E(h.first_bad_expert), v = FM_DISPATCH_BAD_VALUE(h.first_bad_expert);
+        const int64_t  rows = (int64_t)s->p.max_tokens * K;
+        const unsigned long long n = h.bad_experts;
+        switch (FM_DISPATCH_BAD_KIND(h.first_bad_expert)) {
+        case FM_DISPATCH_BAD_COUNT:
+            return fm_fail(FM_ERR_BAD_SHAPE, "cuda backend: fm_layer_run_dispatched: counts[%d] = %d outside [0, "
+                                             "capacity]; %llu local expert(s)' rows skipped", be, v, n);
+        case FM_DISPATCH_BAD_OFFSET0:
+            return fm_fail(FM_ERR_BAD_SHAPE, "cuda backend: fm_layer_run_dispatched: offsets[0] = %d, must be 0; %llu "
+                                             "local expert(s)' rows skipped", v, n);
+        case FM_DISPATCH_BAD_ORDER:
+            return fm_fail(FM_ERR_BAD_SHAPE, "cuda backend: fm_layer_run_dispatched: offsets decrease at or around "
+                                             "local expert %d (offsets[%d] = %d is not within the offsets before and "
+                                             "after it); %llu local expert(s)' rows skipped", be, be, v, n);
+        default:
+            return fm_fail(FM_ERR_BAD_SHAPE, "cuda backend: fm_layer_run_dispatched: more rows received (%d by local "
+                                             "expert %d) than the layer holds (max_tokens x top_k = %lld; create it "
+                                             "with a larger max_tokens); %llu local expert(s)' rows skipped",
+                           v, be, (long long)rows, n);
+        }
     }
     if (h.bad_ids)
         return fm_fail(FM_ERR_OUT_OF_RANGE,
@@ -111,8 +217,8 @@ fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_la
         return fm_fail(FM_ERR_NONFINITE, "cuda backend: router logit [%llu][%llu] overflowed (inputs too large)",
                        h.bad_logit / (unsigned long long)E, h.bad_logit % (unsigned long long)E);
     if (h.nonfinite_w)
-        return fm_fail(FM_ERR_NONFINITE, "cuda backend: %llu topk_weights of local slots were NaN or Inf",
-                       h.nonfinite_w);
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: %llu weights of local slots (topk_weights, or the "
+                                         "dispatched rows' weights) were NaN or Inf", h.nonfinite_w);
     return FM_OK;
 }
 

@@ -1,6 +1,7 @@
 /* moe_kernels.cu - the small kernels around the grouped GEMMs of the cuda
- * backend besides routing (route.cu): the gather of token rows into expert order
- * and the BF16 shared expert, a BF16 GEMV per token (decode batches), written
+ * backend besides routing (route.cu): the gather of token rows into expert order,
+ * the store of dispatched rows' results back into their layout, and the BF16 shared
+ * expert, a BF16 GEMV per token (decode batches), written
  * for clarity: one warp per output, FP32 accumulation, 16-byte loads. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -66,6 +67,27 @@ __global__ void store_bf16_kernel(const float *in, long long n4, uint16_t *out)
         o.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) |
               ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16);
         ((uint2 *)out)[i] = o;
+    }
+}
+
+/* out[perm[p]] = scratch[p], FP32 or BF16 (RNE, as the finalize reduce rounds), one
+ * packed row per blockIdx.y, a float4 per thread; rows past *n_rows are left alone. */
+__global__ void dispatch_store_kernel(const float *scratch, const int32_t *perm, const int32_t *n_rows, int rows,
+                                      int H, float *out, uint16_t *out_bf16)
+{
+    const int p = blockIdx.y, c = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (p >= rows || p >= *n_rows || c >= H) return;
+    const float4 v = *(const float4 *)(scratch + (size_t)p * H + c);
+    const size_t o = (size_t)perm[p] * H + c;
+    if (out_bf16) {
+        uint2 b;
+        b.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.x)) |
+              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.y)) << 16);
+        b.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) |
+              ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16);
+        *(uint2 *)(out_bf16 + o) = b;
+    } else {
+        *(float4 *)(out + o) = v;
     }
 }
 
@@ -152,6 +174,16 @@ extern "C" int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *
     long long blocks = (n / 4 + 255) / 256;
     if (blocks > 65535) blocks = 65535;
     store_bf16_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(in, n / 4, out);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_moe_dispatch_store_launch(const float *scratch, const int32_t *perm, const int32_t *n_rows, int rows,
+                                            int H, float *out, uint16_t *out_bf16, void *stream)
+{
+    if (rows <= 0) return 0;
+    if (H % 4 || rows > 65535) return (int)cudaErrorInvalidValue; /* rows: the grid's y */
+    dim3 grid((unsigned)((H / 4 + 127) / 128), (unsigned)rows);
+    dispatch_store_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(scratch, perm, n_rows, rows, H, out, out_bf16);
     return (int)cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 /* moe_kernels.h - extern "C" launchers of src/cuda/route.cu (router
  * logits, routing (scores, group limit, top-k, weights)), src/cuda/permute.cu (the
- * stable permutation) and src/cuda/moe_kernels.cu (the row gather and the BF16
+ * stable permutation, and the dispatched rows' layout turned into its offsets / rows)
+ * and src/cuda/moe_kernels.cu (the row gather, the dispatched rows' store and the BF16
  * shared expert). Each launcher is
  * asynchronous on `stream` (a cudaStream_t, NULL = default stream), never
  * synchronises, never copies to the host (so a forward built from them can be
@@ -72,7 +73,28 @@ typedef struct {
     unsigned long long first_nonfinite_x; /* smallest t*H + c of a NaN/Inf x element read, UINT64_MAX: none */
     unsigned long long bad_logit;         /* smallest t*E + e of a NaN/Inf router logit, UINT64_MAX: none */
     unsigned long long nonfinite_w;       /* external weights of local slots that are NaN/Inf */
+    /* fm_layer_run_dispatched: local experts whose rows were skipped (bad counts / offsets,
+     * more rows than the layer holds), and the smallest FM_DISPATCH_BAD_KEY of them
+     * (UINT64_MAX: none) */
+    unsigned long long bad_experts;
+    unsigned long long first_bad_expert;
 } fm_moe_dev_errors;
+
+/* Why a dispatched expert's rows were skipped (fm_moe_dispatch_layout_launch), and the
+ * key recorded for it: the smallest key is the smallest local expert e; value is what the
+ * message prints (COUNT: counts[e]; OFFSET0: offsets[0]; ORDER: offsets[e]; TOO_MANY: the
+ * rows received up to and including e). */
+enum {
+    FM_DISPATCH_BAD_COUNT = 1,    /* counts[e] outside [0, capacity] */
+    FM_DISPATCH_BAD_OFFSET0 = 2,  /* offsets[0] != 0 (expert 0's rows skipped) */
+    FM_DISPATCH_BAD_ORDER = 3,    /* [offsets[e], offsets[e+1]) not within what the offsets around it leave */
+    FM_DISPATCH_BAD_TOO_MANY = 4, /* the rows up to e exceed the layer's max_tokens x top_k */
+};
+#define FM_DISPATCH_BAD_KEY(e, kind, value) \
+    (((unsigned long long)(e) << 35) | ((unsigned long long)(kind) << 32) | (unsigned long long)(uint32_t)(value))
+#define FM_DISPATCH_BAD_E(key) ((int)((key) >> 35))
+#define FM_DISPATCH_BAD_KIND(key) ((int)(((key) >> 32) & 7))
+#define FM_DISPATCH_BAD_VALUE(key) ((int32_t)(uint32_t)((key) & 0xffffffffu))
 
 /* Clear err (asynchronous on stream). */
 int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream);
@@ -97,6 +119,32 @@ int    fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, in
                              int n_global, int32_t *offsets, int32_t *perm, int32_t *token_slots, float *row_weight,
                              int32_t *row_token, void *scratch, fm_moe_dev_errors *err,
                              const unsigned long long *bad_logit, int32_t *active, void *stream);
+
+/* Dispatched rows (fm_layer_run_dispatched) as the chain's permutation, on the device:
+ * rows received by local expert e (layout FM_DISPATCH_EXPERT_MAJOR: counts[e] at rows
+ * e*capacity.., FM_DISPATCH_EXPERT_ROWS: [offsets[e], offsets[e+1])) packed in the
+ * layout's own order (expert, then row) into offsets[E+1]; perm[p] = the layout row of
+ * packed row p (x's and out's: the same layout), row_weight[p] = weights[that row] or 1
+ * (weights NULL); active (or NULL): as fm_moe_permute_launch's. The counts / offsets are
+ * checked here, not on the host: an expert whose count is outside [0, capacity], or whose
+ * offsets range is not within what the offsets before and after it leave (offsets[0] = 0,
+ * ranges in order: so that every expert read lies in [0, offsets[E]) and no two overlap),
+ * or whose rows would take the total past max_rows (the layer's max_tokens x top_k), gets
+ * no rows: counted in err->bad_experts, its FM_DISPATCH_BAD_KEY atomicMin'ed into
+ * err->first_bad_expert; NaN/Inf weights of packed rows are counted in err->nonfinite_w.
+ * bound_rows: the rows the host knows bound the packed rows (<= max_rows; the placement's
+ * grid). scratch: (E + 1) int32. Two launches (one CTA of 1024 threads checks and scans,
+ * then the placement over bound_rows), no host synchronisation. E <= 65,535. */
+int fm_moe_dispatch_layout_launch(int layout, const int32_t *counts, int capacity, const int32_t *offsets,
+                                  const float *weights, int E, int max_rows, int bound_rows, int32_t *offsets_out,
+                                  int32_t *perm, float *row_weight, int32_t *active, int32_t *scratch,
+                                  fm_moe_dev_errors *err, void *stream);
+
+/* out[perm[p]] = scratch[p] (H FP32 columns; FP32 into out, or BF16 (RNE) into out_bf16)
+ * for p < *n_rows (a device count) and p < rows; the layout's other rows are not written.
+ * H % 4 == 0, 16-byte aligned rows. */
+int fm_moe_dispatch_store_launch(const float *scratch, const int32_t *perm, const int32_t *n_rows, int rows, int H,
+                                 float *out, uint16_t *out_bf16, void *stream);
 
 /* out[t] += W2 . (silu(W13[0:S] . x[t]) * (W13[S:2S] . x[t])), BF16 weights, FP32 hs[T][S] scratch;
  * H % 8 == 0, S % 8 == 0, 16-byte aligned buffers. */

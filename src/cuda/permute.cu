@@ -2,9 +2,12 @@
  * backend (routing itself is route.cu's; the gather and the shared expert are in
  * moe_kernels.cu): a histogram (atomics on integers: deterministic), one-CTA scan,
  * then one warp per expert walks the slots in ascending order with ballots: the
- * stable counting sort of fm_moe_permute, no atomics deciding any order; and the
- * device's error word the run records into. */
+ * stable counting sort of fm_moe_permute, no atomics deciding any order; the
+ * device's error word the run records into; and the dispatched rows of
+ * fm_layer_run_dispatched turned into the same offsets / perm / row weights (their
+ * counts / offsets checked here: they live on the device). */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -43,6 +46,8 @@ __global__ void dev_errors_reset_kernel(fm_moe_dev_errors *err)
     err->first_nonfinite_x = ~0ull;
     err->bad_logit = ~0ull;
     err->nonfinite_w = 0;
+    err->bad_experts = 0;
+    err->first_bad_expert = ~0ull;
 }
 
 /* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]).
@@ -218,6 +223,119 @@ __global__ void permute_place_kernel(const int32_t *ids, const float *weights, i
     place_walk(ids, weights, c * chunk, s_end, e, first, row, top_k, perm, token_slots, row_weight, row_token);
 }
 
+
+/* ---- dispatched rows (fm_layer_run_dispatched) ------------------------------------ */
+
+/* An inclusive scan of load(0..n) under op (identity id) by one CTA of exactly 1024
+ * threads, 1024 values per step, store(i, result); wsum: 32 ints of shared memory. */
+template <class Load, class Store, class Op>
+__device__ void block_scan(int n, Load load, Store store, Op op, int id, int *wsum)
+{
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int       carry = id;
+    for (int base = 0; base < n; base += 1024) {
+        const int i = base + tid;
+        int       v = i < n ? load(i) : id;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(FM_FULL, v, o);
+            if (lane >= o) v = op(u, v);
+        }
+        if (lane == 31) wsum[w] = v;
+        __syncthreads();
+        if (w == 0) {
+            int s = wsum[lane];
+            for (int o = 1; o < 32; o <<= 1) {
+                const int u = __shfl_up_sync(FM_FULL, s, o);
+                if (lane >= o) s = op(u, s);
+            }
+            wsum[lane] = s;
+        }
+        __syncthreads();
+        if (i < n) store(i, op(carry, w ? op(wsum[w - 1], v) : v));
+        carry = op(carry, wsum[31]);
+        __syncthreads(); /* wsum is rewritten by the next step */
+    }
+}
+
+__device__ __forceinline__ void dispatch_bad(fm_moe_dev_errors *err, int e, int kind, int value)
+{
+    atomicAdd(&err->bad_experts, 1ull);
+    atomicMin(&err->first_bad_expert, FM_DISPATCH_BAD_KEY(e, kind, value));
+}
+
+/* One CTA of 1024 threads: each local expert's rows checked (cnt[e]: its rows, 0 when
+ * bad), summed into off, the experts past max_rows dropped and summed again, then the
+ * active list. Expert-rows layout: expert e's range [lo, hi) = [offsets[e], offsets[e+1])
+ * is read only when 0 <= lo <= hi, lo is the largest of offsets[0..e] and hi the smallest
+ * of offsets[e+1..E] (and offsets[0] = 0 for e = 0): the ranges read are then disjoint and
+ * inside [0, offsets[E]), whatever the other offsets hold. off[1..E] and cnt hold the
+ * prefix maxima / suffix minima on the way. */
+__global__ void __launch_bounds__(1024)
+    dispatch_scan_kernel(int layout, const int32_t *counts, int capacity, const int32_t *offsets, int E, int max_rows,
+                         int32_t *off, int32_t *cnt, int32_t *active, fm_moe_dev_errors *err)
+{
+    __shared__ int wsum[32];
+    const int      tid = threadIdx.x;
+    auto           sum = [](int a, int b) { return a + b; };
+    if (layout == FM_DISPATCH_EXPERT_MAJOR) {
+        for (int e = tid; e < E; e += 1024) {
+            const int c = counts[e];
+            const bool ok = c >= 0 && c <= capacity;
+            if (!ok) dispatch_bad(err, e, FM_DISPATCH_BAD_COUNT, c);
+            cnt[e] = ok ? c : 0;
+        }
+    } else {
+        block_scan(E, [&](int i) { return offsets[i]; }, [&](int i, int v) { off[1 + i] = v; },
+                   [](int a, int b) { return a > b ? a : b; }, INT_MIN, wsum); /* max of offsets[0..e] */
+        block_scan(E, [&](int i) { return offsets[E - i]; }, [&](int i, int v) { cnt[E - 1 - i] = v; },
+                   [](int a, int b) { return a < b ? a : b; }, INT_MAX, wsum); /* min of offsets[e+1..E] */
+        for (int e = tid; e < E; e += 1024) {
+            const int lo = offsets[e], hi = offsets[e + 1];
+            int       kind = 0;
+            if (e == 0 && lo != 0) kind = FM_DISPATCH_BAD_OFFSET0;
+            else if (lo < 0 || hi < lo || off[1 + e] > lo || cnt[e] < hi) kind = FM_DISPATCH_BAD_ORDER;
+            if (kind) dispatch_bad(err, e, kind, lo);
+            cnt[e] = kind ? 0 : hi - lo; /* this thread's own e: read before written */
+        }
+    }
+    __syncthreads();
+    block_scan(E, [&](int i) { return cnt[i]; }, [&](int i, int v) { off[1 + i] = v; }, sum, 0, wsum);
+    if (tid == 0) off[0] = 0;
+    __syncthreads();
+    int dropped = 0;
+    for (int e = tid; e < E; e += 1024)
+        if (cnt[e] > 0 && off[1 + e] > max_rows) { /* the sums only grow: every expert from the first one over */
+            dispatch_bad(err, e, FM_DISPATCH_BAD_TOO_MANY, off[1 + e]);
+            cnt[e] = 0;
+            dropped = 1;
+        }
+    if (__syncthreads_or(dropped))
+        block_scan(E, [&](int i) { return cnt[i]; }, [&](int i, int v) { off[1 + i] = v; }, sum, 0, wsum);
+    __syncthreads(); /* the offsets this CTA just wrote are visible to it */
+    if (active) write_active_list(off, E, active, wsum);
+}
+
+/* Packed row p (< off[E]): its expert e (the last with off[e] <= p), its layout row. */
+__global__ void dispatch_place_kernel(int layout, int capacity, const int32_t *offsets, const float *weights, int E,
+                                      int bound_rows, const int32_t *off, int32_t *perm, float *row_weight,
+                                      fm_moe_dev_errors *err)
+{
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= bound_rows || p >= off[E]) return;
+    int lo = 0, hi = E; /* off[lo] <= p < off[hi] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (off[mid] <= p) lo = mid;
+        else hi = mid;
+    }
+    const int e = lo;
+    const int row = (layout == FM_DISPATCH_EXPERT_MAJOR ? e * capacity : offsets[e]) + (p - off[e]);
+    perm[p] = row;
+    const float w = weights ? weights[row] : 1.0f;
+    row_weight[p] = w;
+    if (!isfinite(w)) atomicAdd(&err->nonfinite_w, 1ull);
+}
+
 } // namespace
 
 extern "C" int fm_moe_dev_errors_reset_launch(fm_moe_dev_errors *err, void *stream)
@@ -266,5 +384,21 @@ extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, i
     const int       warps_per_block = 8;
     permute_place_kernel<<<(unsigned)((warps + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
         ids, weights, (int)R, top_k, E, first, offsets, hist, chunk, perm, token_slots, row_weight, row_token);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_moe_dispatch_layout_launch(int layout, const int32_t *counts, int capacity, const int32_t *offsets,
+                                             const float *weights, int E, int max_rows, int bound_rows,
+                                             int32_t *offsets_out, int32_t *perm, float *row_weight, int32_t *active,
+                                             int32_t *scratch, fm_moe_dev_errors *err, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    if (E <= 0 || E > 65535 || bound_rows > max_rows) return (int)cudaErrorInvalidValue;
+    dispatch_scan_kernel<<<1, 1024, 0, st>>>(layout, counts, capacity, offsets, E, max_rows, offsets_out, scratch,
+                                             active, err);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || bound_rows <= 0) return (int)e;
+    dispatch_place_kernel<<<(unsigned)((bound_rows + 255) / 256), 256, 0, st>>>(
+        layout, capacity, offsets, weights, E, bound_rows, offsets_out, perm, row_weight, err);
     return (int)cudaGetLastError();
 }
