@@ -212,14 +212,16 @@ static void test_unsupported(void **state)
     _Alignas(16) static uint16_t dummy[64 * 4]; /* never read: the call is refused first */
     assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, 4, &l), FM_ERR_UNSUPPORTED);
     assert_null(l);
-    /* dispatched rows (expert parallelism): the CPU backends take them, cuda refuses by name */
+    /* dispatched rows (expert parallelism): cuda takes BF16 rows (tests/gpu/test_cuda_dispatch.c)
+     * and refuses FP8 ones by name (no W4A8 on the GPU), before anything is read */
     c.act_nvfp4 = 0;
     assert_int_equal(fm_layer_create(FM_BACKEND_CUDA, &c, &w, 4, &l), FM_OK);
     int32_t                counts[2] = {1, 0};
-    fm_layer_dispatch_args a = {.layout = FM_DISPATCH_EXPERT_MAJOR, .x = (void *)dummy, .counts = counts,
-                                .capacity = 1, .out = (void *)dummy};
+    fm_layer_dispatch_args a = {.layout = FM_DISPATCH_EXPERT_MAJOR, .x_fp8 = (void *)dummy,
+                                .x_scales = (void *)dummy, .counts = counts, .capacity = 1, .out = (void *)dummy};
     assert_int_equal(fm_layer_run_dispatched(l, &a), FM_ERR_UNSUPPORTED);
-    if (!strstr(fm_last_error(), "cuda")) fail_msg("the refusal should name the backend: %s", fm_last_error());
+    if (!strstr(fm_last_error(), "cuda") || !strstr(fm_last_error(), "W4A8"))
+        fail_msg("the refusal should name the backend and W4A8: %s", fm_last_error());
     fm_layer_destroy(l);
     gpu_experts_free(&w13);
     gpu_experts_free(&w2);
