@@ -58,9 +58,10 @@ typedef struct {
      * workspace, alignment); CPU backends must not write a->out on failure. */
     fm_status (*run)(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
     /* fm_layer_run_dispatched: a has passed layer.c's checks (pointers, layout, alignment,
-     * workspace; no shared expert); the backend reads counts / offsets through
-     * fm_dispatch_rows (they live in its memory space) and must not write a->out on
-     * failure. NULL: FM_ERR_UNSUPPORTED. */
+     * workspace; no shared expert; x_fp8 only to a layer with act_fp8 = BLOCK128). CPU
+     * backends read counts / offsets through fm_dispatch_rows (they live in host memory) and
+     * must not write a->out on failure; the cuda backend leaves them on the device, checks
+     * them there and records what is wrong for errors (layer_run.c). NULL: FM_ERR_UNSUPPORTED. */
     fm_status (*run_dispatched)(void *state, const fm_layer_dispatch_args *a, fm_run_stats *stats);
     /* fm_layer_forward with host x / FP32 out; NULL: run is called with the host
      * pointers (CPU backends). x has passed the finite check. */
