@@ -6,7 +6,7 @@
 # Usage (repo root, carry [".debs"]):
 #   TESTS='test_cuda_gptoss|test_cuda_decode' SAN='test_cuda_decode:test_decode_layer' \
 #   BENCHES='--decode --ts 1,2,4,8,16,32,64 --reps 64;--model gpt-oss-120b --reps 32' bash bench/feature-check.sh
-#   TESTS   ctest -R regex run first (default: every GPU test of the gpt-oss and decode features)
+#   TESTS   ctest -R regex run first (default: the GPU tests of the gpt-oss and dispatch features)
 #   SAN     space-separated test:filter pairs run under memcheck then racecheck (FM_TEST_FILTER)
 #   BENCHES ';'-separated bench_layer argument lists
 #   REST=0  skip the rest of ctest -L gpu;  DEADLINE (s, default 585)
@@ -30,7 +30,7 @@ B0=$SECONDS
   { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "build: $((SECONDS - B0)) s"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-TESTS=${TESTS:-test_cuda_gptoss|test_cuda_decode|test_cuda_backend|test_layer_contract}
+TESTS=${TESTS:-test_cuda_gptoss|test_cuda_dispatch|test_cuda_backend|test_layer_contract}
 echo "== ctest -R '$TESTS' (at $((SECONDS - T0)) s)"
 (cd $BD && timeout $(left) ctest -R "$TESTS" -j${CTEST_J:-1} --output-on-failure --timeout 300) >"$OUT/ctest_feature.log" 2>&1
 grep -E "tests passed|Test +#|Failed|SKIP|FAIL|ERROR|nmse|NMSE" "$OUT/ctest_feature.log" | tail -40

@@ -98,9 +98,7 @@ fm_status fm_cuda_layer_run(void *ptr, const fm_layer_run_args *a, fm_run_stats 
  * layout, the layer's max_tokens x top_k for the expert-rows one (its total is only on the
  * device). The bucket's tiles and splits were sized for at least that many rows (its
  * largest T x top_k), so the split-K buffer and the grids fit; a bound past max_tokens x
- * top_k is cut to it (more rows are refused on the device anyway). Never the one-launch
- * decode kernel (pl->decode): it reads a routing, not rows; the bucket's chain, which it
- * keeps, runs instead. */
+ * top_k is cut to it (more rows are refused on the device anyway). */
 fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *a, fm_run_stats *stats)
 {
     (void)stats;

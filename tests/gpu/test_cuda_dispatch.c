@@ -6,7 +6,7 @@
  *    received row within the cuda backend's NMSE bound (fm_layer_accuracy: the GPU rounds h
  *    to BF16 before FC2, as in fm_layer_run);
  *  - the cuda layer's own fm_layer_run of the same routing (token order, external routing,
- *    decode kernel off so that both run the chain with the same bucket plan: max_tokens = T,
+ *    both run the chain with the same bucket plan: max_tokens = T,
  *    so every run here takes the last bucket): with weights, each token's dispatched rows
  *    summed in slot order from 0 (FP32) = its run output bit for bit (both are the FC2
  *    epilogue's weight x row, summed in that order); without weights the combine's weight x
@@ -54,8 +54,8 @@ static void h2d(void *dst, const void *src, size_t bytes)
     CK(cudaDeviceSynchronize());
 }
 
-/* The shard [first, first + nl) of L on backend b; cuda: the test's device, decode kernel off
- * (its one launch is never what run_dispatched runs), caller workspace when cw. */
+/* The shard [first, first + nl) of L on backend b; cuda: the test's device, caller workspace
+ * when cw. */
 static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int first, int nl, fm_out_dtype od, int cw)
 {
     fm_moe_weights w = L->w;
@@ -65,7 +65,7 @@ static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int 
     if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? g_dev : NULL, .max_tokens = max_tokens,
                        .out_dtype = od, .first_expert = first, .n_local = nl,
-                       .caller_workspace = b == FM_BACKEND_CUDA && cw, .decode_path = FM_DECODE_PATH_OFF};
+                       .caller_workspace = b == FM_BACKEND_CUDA && cw};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create %s: %s: %s", fm_backend_name(b), fm_status_name(s), fm_last_error());
