@@ -35,7 +35,7 @@ template <bool MB, bool OSS> const void *mb_kernel()
     else return nullptr;
 }
 
-#ifdef FM_PROBE_TIMELINE
+#if defined(FM_PROBE_TIMELINE) && !defined(FM_UNIT_OSS) /* the plain kernels' unit holds the probe */
 int probe_timeline(void *buf, unsigned cap)
 {
     unsigned    zero = 0;
@@ -53,7 +53,13 @@ int probe_timeline(void *buf, unsigned cap)
 
 #define FM_UNIT_CAT_(a, b) a##b
 #define FM_UNIT_CAT(a, b) FM_UNIT_CAT_(a, b)
-extern "C" const fm_mma_unit FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
+#ifdef FM_UNIT_OSS /* the row's gpt-oss twins, a unit of their own (units.h) */
+extern "C" const fm_mma_twins FM_UNIT_CAT(fm_mma_twins_, FM_UNIT_ROW) = {
+    (const void *)mma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>, mb_kernel<R.mb != 0, true>(),
+    (const void *)mma_oss_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>};
+#else
+extern "C" const fm_mma_twins FM_UNIT_CAT(fm_mma_twins_, FM_UNIT_ROW);
+extern "C" const fm_mma_unit  FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
     R.w,
     R.mt,
     R.nt,
@@ -63,6 +69,5 @@ extern "C" const fm_mma_unit FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
     mb_kernel<R.mb != 0, false>(),
     (const void *)mma_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
     FM_UNIT_PROBE,
-    (const void *)mma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
-    mb_kernel<R.mb != 0, true>(),
-    (const void *)mma_oss_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>};
+    &FM_UNIT_CAT(fm_mma_twins_, FM_UNIT_ROW)};
+#endif

@@ -62,7 +62,7 @@ extern "C" int fm_wgmma_launch(int dev, int sms, int idx, const fm_gemm_params *
     const int   nat = !p->x_packed;
     /* gpt-oss's epilogues only where the call has them (kernel_common.cuh: why separate kernels) */
     const int   oss = oss_args && (oss_args->bias != NULL || oss_args->act != FM_ACT_SWIGLU);
-    const void *fn = oss ? (nat ? x->natural_oss : x->packed_oss) : nat ? x->natural : x->packed;
+    const void *fn = oss ? (nat ? x->oss->natural : x->oss->packed) : nat ? x->natural : x->packed;
     if (!fn) return (int)cudaErrorInvalidValue; /* the launcher refuses natural X for it first */
     size_t *set = dev >= 0 && dev < FM_WGMMA_MAX_DEV && idx < FM_WGMMA_MAX_ROWS ? &k_dyn_set[dev][idx][nat + 2 * oss] : NULL;
     if (!set || smem > *set) {

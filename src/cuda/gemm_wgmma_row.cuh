@@ -39,7 +39,13 @@ template <bool PERSIST, bool OSS> const void *natural_kernel()
 
 #define FM_UNIT_CAT_(a, b) a##b
 #define FM_UNIT_CAT(a, b) FM_UNIT_CAT_(a, b)
-extern "C" const fm_wgmma_unit FM_UNIT_CAT(fm_wgmma_unit_, FM_UNIT_ROW) = {
+#ifdef FM_UNIT_OSS /* the row's gpt-oss twins, a unit of their own (units.h) */
+extern "C" const fm_wgmma_twins FM_UNIT_CAT(fm_wgmma_twins_, FM_UNIT_ROW) = {
+    (const void *)wgmma_oss_ws_kernel<R.w, R.mt, R.nt, R.kc, R.st, R.persist != 0>,
+    natural_kernel<R.persist != 0, true>()};
+#else
+extern "C" const fm_wgmma_twins FM_UNIT_CAT(fm_wgmma_twins_, FM_UNIT_ROW);
+extern "C" const fm_wgmma_unit  FM_UNIT_CAT(fm_wgmma_unit_, FM_UNIT_ROW) = {
     R.w,
     R.mt,
     R.nt,
@@ -48,5 +54,5 @@ extern "C" const fm_wgmma_unit FM_UNIT_CAT(fm_wgmma_unit_, FM_UNIT_ROW) = {
     R.persist,
     (const void *)wgmma_ws_kernel<R.w, R.mt, R.nt, R.kc, R.st, R.persist != 0>,
     natural_kernel<R.persist != 0, false>(),
-    (const void *)wgmma_oss_ws_kernel<R.w, R.mt, R.nt, R.kc, R.st, R.persist != 0>,
-    natural_kernel<R.persist != 0, true>()};
+    &FM_UNIT_CAT(fm_wgmma_twins_, FM_UNIT_ROW)};
+#endif

@@ -11,6 +11,16 @@
 extern "C" {
 #endif
 
+/* A row's gpt-oss twins (the same kernels with gpt-oss's epilogues: expert biases, clamped
+ * SwiGLU, fm_gemm_params' bias / act), compiled in a unit of their own
+ * (build/kernels/{mma,wgmma}_row_NN_oss.cu): one unit holding both a row's plain kernels and
+ * its twins doubled the longest compile, which sets the build's wall time (issue 28). */
+typedef struct {
+    const void *plain, *mb, *list; /* mb NULL where the row has no multi-block kernel */
+} fm_mma_twins;
+typedef struct {
+    const void *packed, *natural; /* natural NULL for the persistent row */
+} fm_wgmma_twins;
 typedef struct {
     int         warps, mt, nt, kc, stages;
     const void *plain; /* one feature block per CTA */
@@ -18,16 +28,14 @@ typedef struct {
     const void *list;  /* the work-list kernel (split K, expert list) */
     /* probe builds: point the row's timeline buffer at buf (else NULL) */
     int (*probe_timeline)(void *buf, unsigned cap);
-    /* the same three with gpt-oss's epilogues (expert biases, clamped SwiGLU: fm_gemm_params'
-     * bias / act), launched for calls that have them; mb_oss NULL where mb is */
-    const void *plain_oss, *mb_oss, *list_oss;
+    const fm_mma_twins *oss; /* the same three with gpt-oss's epilogues, for calls that have them */
 } fm_mma_unit;
 
 typedef struct {
     int         warps, mt, nt, kc, stages, persist;
     const void *packed;  /* warp-specialized, packed X (fm_smem_wgmma's bytes) */
     const void *natural; /* single-role, natural X; NULL for the persistent kernel */
-    const void *packed_oss, *natural_oss; /* the same with gpt-oss's epilogues */
+    const fm_wgmma_twins *oss; /* the same with gpt-oss's epilogues */
 } fm_wgmma_unit;
 
 extern const fm_mma_unit *const   fm_mma_units[];   /* fm_build_n_mma entries */
