@@ -27,9 +27,15 @@ timed_build() { # dir label targets...
   local t1=$(date +%s%N)
   printf "build %-12s %5d.%01d s (-j%s)\n" "$l" $(( (t1 - t0) / 1000000000 )) $(( (t1 - t0) / 100000000 % 10 )) "$J" | tee -a "$OUT/table.txt"
 }
+units_table() { # the longest CUDA units of a build (scripts/nvcc-resources.sh writes OBJ.secs)
+  find "$1/CMakeFiles/fp4moe.dir" -name '*.o.secs' -exec sh -c 'printf "%s %s\n" "$(cat "$1")" "$(basename "$1" .o.secs)"' _ {} \; |
+    sort -rn | awk 'NR <= 8 { printf "unit %-22s %6.1f s\n", $2, $1 / 1000 } { s += $1 } END { printf "units %d, %.0f s of compiler time in all\n", NR, s / 1000 }' |
+    tee -a "$OUT/table.txt"
+}
 if [ "$MODE" = all ]; then
   conf build-all all && timed_build build-all all || exit 1
   ls -la build-all/libfp4moe.a build-all/python/libfp4moe.so | tee -a "$OUT/table.txt"
+  units_table build-all
   (mkdir -p /tmp/cubins && cd /tmp/cubins && cuobjdump -xelf all "$OLDPWD/build-all/python/libfp4moe.so" >/dev/null 2>&1
    ls | sed 's/.*\.\(sm_[0-9a-z]*\)\.cubin$/\1/' | sort | uniq -c | tr '\n' ' '; echo
    for a in $(ls | sed 's/.*\.\(sm_[0-9a-z]*\)\.cubin$/\1/' | sort -u); do
