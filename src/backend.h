@@ -57,7 +57,7 @@ typedef struct {
     /* a has passed layer.c's argument checks (pointers, T, ids/weights paired,
      * workspace, alignment); CPU backends must not write a->out on failure. */
     fm_status (*run)(void *state, const fm_layer_run_args *a, fm_run_stats *stats);
-    /* fm_layer_run_dispatched: a has passed layer.c's checks (pointers, layout, alignment,
+    /* fm_layer_run_dispatched: a has passed fm_layer_check_dispatch_args (src/layer/dispatch_check.c) (pointers, layout, alignment,
      * workspace; no shared expert; x_fp8 only to a layer with act_fp8 = BLOCK128). CPU
      * backends read counts / offsets through fm_dispatch_rows (they live in host memory) and
      * must not write a->out on failure; the cuda backend leaves them on the device, checks

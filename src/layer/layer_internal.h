@@ -26,4 +26,9 @@ fm_status fm_layer_tune_bucket(const fm_backend_ops *ops, void *state, const fm_
  * median. -1 when reps < n_sets or out of memory. */
 double fm_rot_time(double *t, int n_sets, int reps);
 
+/* fm_layer_run_dispatched's checks of a (src/layer/dispatch_check.c): FM_OK, or the status
+ * and message naming what is wrong, `who` leading it. */
+fm_status fm_layer_check_dispatch_args(const fm_layer_params *p, const fm_backend_ops *ops,
+                                       const fm_layer_dispatch_args *a, const char *who);
+
 #endif
