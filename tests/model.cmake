@@ -16,3 +16,12 @@ add_test(NAME model_real_layers
          COMMAND ${FM_MODEL_PY} ${CMAKE_CURRENT_SOURCE_DIR}/model/test_real_layers.py
                  $<TARGET_FILE:fp4moe_cli> ${CMAKE_CURRENT_SOURCE_DIR}/model/fixtures)
 set_tests_properties(model_real_layers PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
+# The same layers on the GPU (the gpt-oss fixture: MXFP4, clamped SwiGLU, biases, softmax-topk,
+# against transformers' GptOssExperts' output): labelled gpu, skips (77) without a device.
+if(FM_HAVE_CUDA)
+  add_test(NAME model_real_layers_gpu
+           COMMAND ${FM_MODEL_PY} ${CMAKE_CURRENT_SOURCE_DIR}/model/test_real_layers.py
+                   $<TARGET_FILE:fp4moe_cli> ${CMAKE_CURRENT_SOURCE_DIR}/model/fixtures)
+  set_tests_properties(model_real_layers_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+                       ENVIRONMENT "FM_MODEL_BACKENDS=cuda")
+endif()

@@ -56,7 +56,8 @@ except ImportError:
     sys.exit(1)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# FM_MODEL_BACKENDS="cpu cpu-ref cuda" adds the GPU (the label stays cpu: CI runs the CPU ones).
+# FM_MODEL_BACKENDS="cpu cpu-ref cuda" adds the GPU; ctest model_real_layers_gpu (label gpu) runs
+# FM_MODEL_BACKENDS=cuda alone (CI runs the CPU ones).
 BACKENDS = os.environ.get("FM_MODEL_BACKENDS", "cpu cpu-ref").split()
 BOUND_EXACT, BOUND_SHARED = 1e-9, 2e-5
 # W4A8 (--act-fp8): E4M3 keeps 3 mantissa bits, relative error <= 2^-4 per element, mean square
@@ -139,6 +140,12 @@ def main():
         print(f"SKIP: '{cli} run --help' lists no --input/--output flags: this fp4moe cannot feed a "
               "chosen input to a real layer, so it cannot be compared with the model (issue 19 item 3)")
         return 77
+    if "cuda" in BACKENDS:  # the GPU variant (ctest model_real_layers_gpu) skips without a device
+        rc, out, err = run(cli, ["devices"])
+        if rc != 0:
+            print(f"SKIP: FM_MODEL_BACKENDS has cuda and '{cli} devices' finds no GPU it can run on: "
+                  f"{(out + err).strip()[-300:]}")
+            return 77
     fixtures = sorted(d for d in os.listdir(root) if os.path.exists(os.path.join(root, d, "fixture.json")))
     if not fixtures:
         print(f"test_real_layers: FAIL: no fixtures under {root}")
@@ -212,7 +219,7 @@ def main():
                         failed += 1
             # W4A8: FP8 activations (--act-fp8) against the model's own block and against W4A16
             w16 = outs.get(("cpu", "x_bf16.npy"))
-            for gran in ("block128", "token"):
+            for gran in ("block128", "token") if "cpu" in BACKENDS else ():  # W4A8 runs on the cpu backend
                 tag = f"{name} layer {L} cpu W4A8 {gran}"
                 yp = os.path.join(tmp, f"{name}-{L}-fp8-{gran}.npy")
                 rc, out, err = run(cli, ["run", "--weights", os.path.join(fx, "checkpoint"), "--layer", str(L),
