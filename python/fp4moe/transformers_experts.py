@@ -25,7 +25,7 @@ Tested with transformers 5.17.0 and torch 2.14.0 (TESTED; scripts/deps.sh --engi
 installs them). Two experts layouts are taken: transformers' default (gate then up rows
 concatenated, [E][N][K], no bias, SiLU: Qwen, Mixtral, DeepSeek, GLM) and gpt-oss's
 (transposed, gate and up interleaved, biases, the clamped SwiGLU: fp4moe's swiglu-gptoss,
-which only its CPU backends run); another is refused naming the module and what differs.
+which the CPU and cuda backends run); another is refused naming the module and what differs.
 """
 
 import re
