@@ -52,13 +52,28 @@ def build_model(a, device):
 
 
 def used_bytes():
+    if not torch.cuda.is_available():
+        return 0
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     return total - free
 
 
+def peak_alloc():
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+
+
+def reset_peak():
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def time_generate(m, ids, new, reps):
     def one(n):
+        if ids.device.type != "cuda":  # --device cpu: the script's smoke test, wall clock
+            t0 = time.perf_counter()
+            out = m.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+            return (time.perf_counter() - t0) * 1e3, out
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ev0.record()
         out = m.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
@@ -95,13 +110,15 @@ def main():
     p.add_argument("--max-tokens", type=int, default=256, help="fp4moe layer's max_tokens")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--csv", type=str, default=None)
+    p.add_argument("--device", type=str, default="cuda", help="cuda; cpu only for a smoke test of this script")
     a = p.parse_args()
-    if not torch.cuda.is_available():
+    if a.device == "cuda" and not torch.cuda.is_available():
         print("transformers_decode: no CUDA device (this benchmark runs on the GPU machine)")
         return 77
     import transformers
-    dev = torch.device("cuda")
-    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} transformers {transformers.__version__} "
+    dev = torch.device(a.device)
+    name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
+    print(f"# {name} torch {torch.__version__} transformers {transformers.__version__} "
           f"fp4moe {fp4moe.__version__ if hasattr(fp4moe, '__version__') else '?'}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"# Qwen3-MoE slice: {a.layers} layers, hidden {a.hidden}, {a.experts} experts top-{a.topk}, "
           f"expert inter {a.inter}, vocab {a.vocab}; prompt {a.prompt}, {a.new} new tokens, median of {a.reps}")
@@ -115,7 +132,8 @@ def main():
     held = fx.quantize_experts(m, "nvfp4", device=dev, max_tokens=a.max_tokens)
     qsecs = time.time() - t0
     gc.collect()
-    torch.cuda.empty_cache()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     mem_fp4 = used_bytes() - base
     print(f"# experts quantized to NVFP4 and moved into fp4moe layers in {qsecs:.1f} s")
     deq = {name: (torch.from_numpy(np.stack([fp4moe.dequantize(q) for q in q13])).to(torch.bfloat16),
@@ -126,13 +144,14 @@ def main():
     prompts = {b: torch.randint(0, a.vocab, (b, a.prompt), generator=g).to(dev) for b in batches}
     toks = {}
     for b in batches:
-        torch.cuda.reset_peak_memory_stats()
+        reset_peak()
         tf, t1, out = time_generate(m, prompts[b], a.new, a.reps)
         toks[b] = out
-        rows.append(("fp4moe", b, tf, t1, mem_fp4, torch.cuda.max_memory_allocated(), None))
+        rows.append(("fp4moe", b, tf, t1, mem_fp4, peak_alloc(), None))
     del m
     gc.collect()
-    torch.cuda.empty_cache()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
 
     base = used_bytes()
     m = build_model(a, dev)
@@ -144,7 +163,8 @@ def main():
                 mod.down_proj.copy_(w2.to(dev))
     del deq
     gc.collect()
-    torch.cuda.empty_cache()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     mem_bf16 = used_bytes() - base
     for impl in a.impl.split(","):
         try:
@@ -153,10 +173,10 @@ def main():
             print(f"# transformers experts implementation {impl!r}: {e}")
             continue
         for b in batches:
-            torch.cuda.reset_peak_memory_stats()
+            reset_peak()
             tf, t1, out = time_generate(m, prompts[b], a.new, a.reps)
             same = int((out == toks[b]).all(dim=0).cumprod(0).sum())  # tokens equal from the start, all rows
-            rows.append((f"transformers {impl}", b, tf, t1, mem_bf16, torch.cuda.max_memory_allocated(), same))
+            rows.append((f"transformers {impl}", b, tf, t1, mem_bf16, peak_alloc(), same))
 
     hdr = f"{'experts':<26} {'batch':>5} {'gen ms':>9} {'1-tok ms':>9} {'decode tok/s':>13} {'ms/token':>9} " \
           f"{'model GiB':>10} {'peak alloc GiB':>15} {'same greedy tokens':>19}"
