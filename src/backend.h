@@ -18,6 +18,7 @@ typedef struct {
     int             decode_work_list; /* fm_layer_desc.decode_work_list */
     float           row_quantile;     /* fm_layer_desc.row_quantile */
     int             pdl_chain;        /* fm_layer_desc.pdl_chain */
+    int             decode_path;      /* fm_layer_desc.decode_path */
     fm_cuda_device *device;         /* cuda only */
 } fm_layer_params;
 

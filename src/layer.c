@@ -123,6 +123,10 @@ fm_status fm_layer_check_desc(const fm_layer_desc *d, const fm_moe_config *cfg, 
     if (d->pdl_chain != FM_PDL_CHAIN_AUTO && d->pdl_chain != FM_PDL_CHAIN_OFF)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: pdl_chain=%d (expected FM_PDL_CHAIN_AUTO 0 or _OFF -1)",
                        d->pdl_chain);
+    if (d->decode_path < FM_DECODE_PATH_OFF || d->decode_path > FM_DECODE_PATH_ON)
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "fm_layer_create: decode_path=%d (expected FM_DECODE_PATH_OFF -1, _AUTO 0 or _ON 1)",
+                       d->decode_path);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
                        d->caller_workspace);
@@ -182,7 +186,7 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
                              .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device,
                              .decode_work_list = d->decode_work_list, .row_quantile = d->row_quantile,
-                             .pdl_chain = d->pdl_chain};
+                             .pdl_chain = d->pdl_chain, .decode_path = d->decode_path};
     fm_status s = FM_OK;
     if (kind == FM_BACKEND_CUDA && !l->p.device) {
         if ((s = fm_cuda_device_open(0, &l->own_device)) != FM_OK) {

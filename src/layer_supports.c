@@ -47,7 +47,8 @@ fm_status fm_layer_supports(const fm_layer_desc *d, const fm_moe_config *cfg, un
         fm_layer_params p = {.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
                              .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace,
                              .device = d->device, .decode_work_list = d->decode_work_list,
-                             .row_quantile = d->row_quantile, .pdl_chain = d->pdl_chain};
+                             .row_quantile = d->row_quantile, .pdl_chain = d->pdl_chain,
+                             .decode_path = d->decode_path};
         s = answer(&p, kind, features);
     }
     if (s != FM_OK && why && why_len) snprintf(why, why_len, "%s", fm_last_error());

@@ -141,6 +141,8 @@ const char *fm_cuda_build_targets(void);
 enum { FM_WORK_LIST_OFF = -1, FM_WORK_LIST_AUTO = 0, FM_WORK_LIST_ON = 1, FM_WORK_LIST_MIN_SPLITS = 4 };
 /* fm_layer_desc.pdl_chain */
 enum { FM_PDL_CHAIN_OFF = -1, FM_PDL_CHAIN_AUTO = 0 };
+/* fm_layer_desc.decode_path */
+enum { FM_DECODE_PATH_OFF = -1, FM_DECODE_PATH_AUTO = 0, FM_DECODE_PATH_ON = 1 };
 /* fm_layer_desc.row_quantile's special values and its AUTO rule */
 #define FM_ROW_QUANTILE_AUTO 0.0f
 #define FM_ROW_QUANTILE_MEAN (-1.0f)
@@ -211,6 +213,15 @@ typedef struct {
      * bench/RESULTS.md). FM_PDL_CHAIN_OFF (-1): those two launched plainly (an A/B, or a
      * driver whose PDL misbehaves); the GEMMs keep theirs. The CPU backends ignore it. */
     int             pdl_chain;
+    /* cuda: which buckets run the one-launch decode kernel (docs/decode-kernel.md: routing,
+     * FC1, FC2 and the finalize in one persistent launch, no gather) instead of the chain of
+     * launches. FM_DECODE_PATH_AUTO (0, default): none yet (the chain everywhere, until the
+     * decode path is measured against it; fm_layer_set_plan / fm_layer_tune may still choose
+     * it per bucket); FM_DECODE_PATH_ON (1): every bucket of at most 128 routed slots
+     * (T x top_k) where the layer can run it (plain SwiGLU without expert biases, softmax or
+     * sigmoid routing; fm_layer_plan_info.decode_note says why not elsewhere);
+     * FM_DECODE_PATH_OFF (-1): none. The CPU backends ignore it. */
+    int             decode_path;
 } fm_layer_desc;
 
 /* Create a layer from a description. Statuses as fm_layer_create, plus
@@ -394,6 +405,18 @@ typedef struct {
     int     k_splits[2];       /* 1: K not split */
     int     x_packed[2];       /* 1: the GEMM's X in the packed layout (docs/cuda-gemm.md) */
     int     feature_blocks[2]; /* output feature blocks a CTA covers */
+    /* 1: T's bucket runs the one-launch decode kernel (fm_layer_desc.decode_path) and the
+     * fields above describe the chain it replaces (kept, so that decode = 0 restores it);
+     * 0: the chain. decode_k_splits: its FC1 / FC2 K splits (set_plan: 0 = automatic, about
+     * one wave of units over the active experts; 1..32 and at most the GEMM's K stages of
+     * 128); decode_ctas: its grid, every CTA resident (occupancy x SMs; reported, ignored by
+     * set_plan); decode_note: "" when the bucket can run it, else why not (the activation,
+     * expert biases, the routing's score, more than 128 routed slots, no code for the
+     * device), NUL-terminated. */
+    int     decode;
+    int     decode_k_splits[2];
+    int     decode_ctas;
+    char    decode_note[96];
 } fm_layer_plan_info;
 
 /* The plan a run of T tokens uses into *info (written only on FM_OK). Returns FM_OK,
@@ -409,7 +432,8 @@ fm_status fm_layer_plan(const fm_layer *layer, int T, fm_layer_plan_info *info);
  * GEMM's choice is checked as its launch would check it (tile compiled in, wgmma only on
  * sm_90a, shared memory within the device's limit, SwiGLU pairs, packed X only for wgmma
  * tiles on sm_90a with K % 64 == 0, K splits only for an mma tile's plain kernel and at
- * most its K stages, the work list only with mma tiles of one feature block), so a plan
+ * most its K stages, the work list only with mma tiles of one feature block; decode = 1 only
+ * where decode_note would be "" and with decode_k_splits in range), so a plan
  * that fails is refused here, never at a run. May allocate (a larger split-K buffer):
  * call it between runs, with no run of the layer in flight, and re-capture any graph of
  * the layer captured before it. Returns FM_OK, FM_ERR_INVALID_ARG (NULL, a value outside

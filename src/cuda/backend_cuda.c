@@ -105,7 +105,7 @@ static void cuda_destroy(void *ptr)
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
     void *dev[] = {s->d_router, s->d_bias, s->d_b13, s->d_b2, s->d_sw13, s->d_sw2, s->d_err, s->ws_own,
-                   s->d_xstage, s->d_ostage, s->d_split};
+                   s->d_xstage, s->d_ostage, s->d_split, s->d_decode};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -209,6 +209,8 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     s->p = *p;
     s->dev = p->device;
     s->bad_bias = -1;
+    s->expert_bias = (fm_weights_features(w) & FM_FEATURE_EXPERT_BIAS) != 0;
+    s->decode_occ = -1;
     /* fm_layer_desc.pdl_chain: on where the device has PDL (layer.h says what it gains) */
     s->pdl_chain = p->pdl_chain != FM_PDL_CHAIN_OFF && fm_cuda_device_limits(s->dev)->cc >= 90;
     int       prev = -1;

@@ -21,6 +21,10 @@ typedef struct {
     int          pk1, pk2; /* packed X of FC1 / FC2 */
     int          rows, act; /* rows per expert and active experts the tiles were chosen for */
     fm_gemm_plan g[2];      /* FC1, FC2 resolved for launch (make_gemm_plan) */
+    /* the one-launch decode kernel (decode.cu) instead of the chain above: its K splits and
+     * grid resolved; note: why the bucket cannot run it ("" if it can) */
+    int          decode, dks1, dks2, dgrid;
+    char         dnote[96];
 } fm_bucket_plan;
 
 /* Byte offsets of the per-run buffers inside the workspace. */
@@ -50,6 +54,10 @@ typedef struct {
     int                 n_buckets;
     fm_bucket_plan      plan[FM_LAYER_BUCKETS];
     int                 pdl_chain; /* cc 9.0+ unless desc.pdl_chain is OFF: gather and reduce launched with PDL too */
+    int                 expert_bias; /* the weights carry expert biases (the decode kernel has none) */
+    int                 decode_occ;  /* decode kernel CTAs per SM (0: it cannot run here), -1: not asked yet */
+    void               *d_decode;    /* the decode kernel's counters + partials, zero at rest (NULL: no decode bucket) */
+    size_t              decode_bytes;
 } fm_cuda_layer;
 
 /* A CUDA error (a cudaError_t as int) as the backend's status, the sticky error cleared. */

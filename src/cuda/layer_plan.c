@@ -3,9 +3,11 @@
  * fm_layer_set_plan, checked as their launches would check them, and the split-K
  * buffer they need; fm_layer_plan reads them back. */
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/decode.h"
 #include "cuda/layer_cuda.h"
 #include "fm_internal.h"
 
@@ -35,6 +37,95 @@ static size_t split_need(const fm_cuda_layer *s, const fm_bucket_plan *plans)
         }
     }
     return cnt_max + part_max;
+}
+
+/* The decode kernel's CTAs per SM on the layer's device (current), asked once: 0 when the
+ * build has no code for it (or it does not fit). */
+static int decode_occ(fm_cuda_layer *s)
+{
+    if (s->decode_occ < 0) {
+        int occ = 0, regs = 0;
+        if (fm_decode_occupancy(&occ, &regs) != 0) {
+            (void)cudaGetLastError();
+            occ = 0;
+        }
+        s->decode_occ = occ;
+    }
+    return s->decode_occ;
+}
+
+/* Why the decode kernel cannot run bucket b into why ("" when it can): what decode.cu has no
+ * code for (gpt-oss's activation, expert biases, FP8 / FP4 activations; the routing kernels'
+ * softmax-topk), its slot limit, the device. */
+static void decode_refusal(fm_cuda_layer *s, int b, char *why, size_t n)
+{
+    const fm_moe_config *c = &s->p.cfg;
+    const int            R = fm_layer_bucket_tokens(s->p.max_tokens, b) * c->top_k;
+    why[0] = 0;
+    if (c->activation != FM_ACT_SWIGLU) snprintf(why, n, "decode kernel: plain SwiGLU only, not gpt-oss's");
+    else if (s->expert_bias) snprintf(why, n, "decode kernel: no expert biases");
+    else if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID)
+        snprintf(why, n, "decode kernel: softmax or sigmoid routing only");
+    else if (c->act_fp8 || c->act_nvfp4) snprintf(why, n, "decode kernel: BF16 activations only");
+    else if (R > FM_DECODE_MAX_SLOTS)
+        snprintf(why, n, "decode kernel: %d routed slots > %d", R, FM_DECODE_MAX_SLOTS);
+    else if (decode_occ(s) < 1) snprintf(why, n, "decode kernel: no code for this device in this build");
+}
+
+/* Bucket b's decode choice into pl: want (0/1), K splits ks1 / ks2 (0: automatic). The note
+ * is filled either way; FM_ERR_UNSUPPORTED when wanted and refused, FM_ERR_INVALID_ARG for
+ * splits out of range (pl->decode left 0 then). */
+static fm_status decode_resolve(fm_cuda_layer *s, fm_bucket_plan *pl, int b, int want, int ks1, int ks2)
+{
+    memset(pl->dnote, 0, sizeof pl->dnote); /* whole: fm_layer_plan copies every byte */
+    decode_refusal(s, b, pl->dnote, sizeof pl->dnote);
+    pl->decode = 0, pl->dks1 = pl->dks2 = pl->dgrid = 0;
+    if (!want) return FM_OK;
+    if (pl->dnote[0]) return fm_fail(FM_ERR_UNSUPPORTED, "%s", pl->dnote);
+    const int nks[2] = {(s->w13->kp + FM_DECODE_KC - 1) / FM_DECODE_KC, (s->w2->kp + FM_DECODE_KC - 1) / FM_DECODE_KC};
+    const int ks[2] = {ks1, ks2};
+    for (int g = 0; g < 2; g++)
+        if (ks[g] < 0 || ks[g] > FM_DECODE_MAX_K_SPLITS || ks[g] > nks[g])
+            return fm_fail(FM_ERR_INVALID_ARG, "decode kernel: %s K splits %d outside [0 (automatic), %d]",
+                           g ? "FC2" : "FC1", ks[g], nks[g] < FM_DECODE_MAX_K_SPLITS ? nks[g] : FM_DECODE_MAX_K_SPLITS);
+    /* every CTA resident: the occupancy x SMs, never more (the cooperative launch checks it too) */
+    pl->dgrid = decode_occ(s) * fm_cuda_device_limits(s->dev)->sms;
+    fm_decode_auto_splits(pl->dgrid, pl->act, s->w13->n, s->w13->k, s->w2->n, s->w2->k, &pl->dks1, &pl->dks2);
+    if (ks1) pl->dks1 = ks1;
+    if (ks2) pl->dks2 = ks2;
+    pl->decode = 1;
+    return FM_OK;
+}
+
+/* The decode buffer the plans need (the largest bucket's layout) */
+static size_t decode_need(const fm_cuda_layer *s, const fm_bucket_plan *plans)
+{
+    size_t need = 0;
+    for (int b = 0; b < s->n_buckets; b++) {
+        if (!plans[b].decode) continue;
+        const int    R = fm_layer_bucket_tokens(s->p.max_tokens, b) * s->p.cfg.top_k;
+        const size_t n = fm_decode_buffer_bytes(R, s->p.n_local, s->w13->n, s->w2->n, plans[b].dks1, plans[b].dks2);
+        if (n > need) need = n;
+    }
+    return need;
+}
+
+/* The decode buffer grown to need bytes, zeroed (its rest state; the launches keep it so).
+ * No run of the layer is in flight (create, fm_layer_set_plan). */
+static fm_status decode_grow(fm_cuda_layer *s, size_t need)
+{
+    if (need <= s->decode_bytes) return FM_OK;
+    void       *d = NULL;
+    cudaError_t e = cudaMalloc(&d, need);
+    if (e == cudaSuccess) e = cudaMemset(d, 0, need);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy); /* before a run on the caller's stream */
+    if (e != cudaSuccess) {
+        if (d) cudaFree(d);
+        return fm_cuda_layer_fail(e, "the decode kernel's buffer");
+    }
+    cudaFree(s->d_decode);
+    s->d_decode = d, s->decode_bytes = need;
+    return FM_OK;
 }
 
 /* GEMM g (0 FC1, 1 FC2) of bucket plan pl resolved for launch: made once per bucket
@@ -87,8 +178,13 @@ static fm_status install_on(fm_cuda_layer *s, const fm_layer_plan_info *plans, i
         pl->slots = in->work_list ? in->active_experts : 0; /* 0: no work list */
         FM_CHECK(make_gemm_plan(s, pl, 0));
         FM_CHECK(make_gemm_plan(s, pl, 1));
+        /* the policy's decode choice where the kernel can run the bucket; elsewhere the chain,
+         * and the note says why */
+        if (decode_resolve(s, pl, b, in->decode, in->decode_k_splits[0], in->decode_k_splits[1]) != FM_OK)
+            fm_clear_error();
         s->n_buckets = b + 1;
     }
+    FM_CHECK(decode_grow(s, decode_need(s, s->plan)));
     s->split_bytes = split_need(s, s->plan);
     cudaError_t e;
     if (s->split_bytes) { /* the layer's own (a layer runs one call at a time): zero once, kept zero by the runs */
@@ -119,7 +215,10 @@ fm_status fm_cuda_layer_plan(void *state, int T, fm_layer_plan_info *info)
     *info = (fm_layer_plan_info){.bucket_tokens = fm_layer_bucket_tokens(s->p.max_tokens, b),
                                  .expected_rows = pl->rows, .active_experts = pl->act, .work_list = pl->slots > 0,
                                  .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
-                                 .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2}};
+                                 .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2},
+                                 .decode = pl->decode, .decode_k_splits = {pl->dks1, pl->dks2},
+                                 .decode_ctas = pl->dgrid};
+    memcpy(info->decode_note, pl->dnote, sizeof info->decode_note);
     return FM_OK;
 }
 
@@ -137,6 +236,8 @@ static fm_status set_plan_on(void *state, int T, const fm_layer_plan_info *info)
         if (info->k_splits[g] < 1 || info->k_splits[g] > FM_CUDA_MAX_K_SPLITS || info->feature_blocks[g] < 1)
             return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: %s k_splits=%d (1..%d), feature_blocks=%d (>= 1)",
                            gemm[g], info->k_splits[g], FM_CUDA_MAX_K_SPLITS, info->feature_blocks[g]);
+    if (info->decode != 0 && info->decode != 1)
+        return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: decode=%d (0 or 1)", info->decode);
     if (info->work_list != 0 && info->work_list != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: work_list=%d (0 or 1)", info->work_list);
     if (info->work_list && (info->active_experts < 1 || info->active_experts > s->p.n_local))
@@ -171,6 +272,9 @@ static fm_status set_plan_on(void *state, int T, const fm_layer_plan_info *info)
         fm_status st = make_gemm_plan(s, pl, g);
         if (st != FM_OK) return fm_fail(st, "fm_layer_set_plan: %s: %s", gemm[g], fm_last_error());
     }
+    fm_status ds = decode_resolve(s, pl, b, info->decode, info->decode_k_splits[0], info->decode_k_splits[1]);
+    if (ds != FM_OK) return fm_fail(ds, "fm_layer_set_plan: %s", fm_last_error());
+    FM_CHECK(decode_grow(s, decode_need(s, plans)));
     size_t need = split_need(s, plans);
     if (need > s->split_bytes) {
         void       *d = NULL;

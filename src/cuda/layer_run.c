@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/decode.h"
 #include "cuda/layer_cuda.h"
 #include "fm_internal.h"
 
@@ -42,6 +43,29 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
         if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
             return fm_cuda_layer_fail(le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
+    }
+    if (pl->decode) { /* one launch: routing, FC1, FC2 and the finalize (decode.cu) */
+        const int bf16 = p->out_dtype == FM_OUT_BF16;
+        float    *acc = NULL; /* the shared expert's output, where the sums start */
+        if (shared) {
+            acc = bf16 ? out32 : (float *)a->out;
+            cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
+            if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
+            if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc,
+                                                  stream)) != 0)
+                return fm_cuda_layer_fail(le, "shared expert");
+        }
+        const fm_decode_params dp = {
+            .w1data = s->w13->d_data, .w1scale = s->w13->d_scale, .w1osc = s->w13->d_oscale,
+            .w2data = s->w2->d_data, .w2scale = s->w2->d_scale, .w2osc = s->w2->d_oscale,
+            .n1 = s->w13->n, .k1 = s->w13->k, .kp1 = s->w13->kp, .n2 = s->w2->n, .k2 = s->w2->k, .kp2 = s->w2->kp,
+            .sc_mul = pl->g[0].sc_mul, .sc_add = pl->g[0].sc_add, .x = a->x, .ids = rid, .weights = rwt, .T = T,
+            .top_k = K, .n_local = L, .first = p->first, .n_global = E, .ks1 = pl->dks1, .ks2 = pl->dks2, .h = h,
+            .scratch = scratch, .init = acc, .out = bf16 ? NULL : (float *)a->out,
+            .out_bf16 = bf16 ? (uint16_t *)a->out : NULL, .err = s->d_err, .bad_logit = bl, .buf = s->d_decode,
+            .buf_bytes = s->decode_bytes};
+        if ((le = fm_decode_launch(&dp, pl->dgrid, stream)) != 0) return fm_cuda_layer_fail(le, "decode kernel");
+        return FM_OK;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
                                     s->d_err, bl, pl->slots ? active : NULL, stream)) != 0)

@@ -2,7 +2,8 @@
  * (T a power of two up to max_tokens), decided once at create for every backend with
  * tile plans (fm_backend_ops.gemm_choose / install): the rows per expert and active
  * experts a bucket is planned for (row_quantile), the X layout of each GEMM, the K
- * splits and the experts' work list (decode_work_list). The backend resolves the
+ * splits and the experts' work list (decode_work_list), and whether the one-launch decode
+ * kernel replaces the chain (decode_path). The backend resolves the
  * result into launches; its runs only look their bucket up. */
 #include <math.h>
 
@@ -88,6 +89,10 @@ static fm_status plan_bucket(const fm_backend_ops *ops, void *state, const fm_la
         FM_CHECK(ops->gemm_choose(state, 0, &h1, &pl->tile[0], &pl->feature_blocks[0], &pl->k_splits[0], NULL));
     }
     pl->work_list = wl;
+    /* decode_path ON: the one-launch kernel wherever the backend can run it (install keeps
+     * the chain, with a note, where it cannot); AUTO stays on the chain until the decode
+     * path is measured on a GPU (docs/decode-kernel.md) */
+    pl->decode = p->decode_path == FM_DECODE_PATH_ON;
     return ops->gemm_choose(state, 1, &h2, &pl->tile[1], &pl->feature_blocks[1], &pl->k_splits[1], NULL);
 }
 

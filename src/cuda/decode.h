@@ -1,0 +1,83 @@
+/* decode.h - the one-launch decode layer (src/cuda/decode.cu; design and protocol in
+ * docs/decode-kernel.md): routing per CTA from the ids, FC1 + SwiGLU reading x rows in
+ * place, FC2 handed h through ready counters in global memory, the deterministic
+ * finalize, all in one persistent grid whose CTAs are all resident (a cooperative
+ * launch: the runtime refuses a grid that cannot be). Plain C, not installed. */
+#ifndef FM_CUDA_DECODE_H
+#define FM_CUDA_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/moe_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Routed slots (T x top_k) one launch takes: every CTA sorts them in shared memory with
+ * O(slots) work a thread, and the tile's 8-token passes suit a few rows per expert. 128
+ * covers GLM-5 / DeepSeek-V3 (top-8) up to T = 16, the issue's decode range. */
+#define FM_DECODE_MAX_SLOTS 128
+/* The kernel's one tile: 4 warps, 2 bands a warp (FC1: a gate band and its up band), 8
+ * tokens a pass, K stages of 128, 4 stages in flight: FC1 feature blocks of 64 h columns,
+ * FC2 output blocks of 128 columns (the catalogue's mma_w4m2n1k128s4 geometry, so its
+ * sums match that tile's in the chain bit for bit at equal K splits). */
+#define FM_DECODE_THREADS 128
+#define FM_DECODE_FC1_COLS 64
+#define FM_DECODE_FC2_COLS 128
+#define FM_DECODE_KC 128
+#define FM_DECODE_MAX_K_SPLITS 32
+
+typedef struct {
+    /* FC1 (w13: n1 = 2 * inter rows, k1 = hidden) and FC2 (w2: n2 = hidden, k2 = inter),
+     * prepacked (cuda_internal.h); kp = K padded to 64 */
+    const void  *w1data, *w1scale, *w2data, *w2scale;
+    const float *w1osc, *w2osc;
+    int          n1, k1, kp1, n2, k2, kp2;
+    unsigned     sc_mul, sc_add; /* the scale decode (fm_pack_format), both GEMMs */
+    /* routing: ids / weights [T][top_k] of global experts; local expert e = global first + e */
+    const uint16_t *x;
+    const int32_t  *ids;
+    const float    *weights;
+    int             T, top_k, n_local, first, n_global;
+    int             ks1, ks2; /* K splits of FC1 / FC2 (1: none) */
+    /* per-run buffers (the layer's workspace): h [T*top_k][k2] BF16, scratch [T*top_k][n2] FP32 */
+    uint16_t *h;
+    float    *scratch;
+    /* out[t][c] = init[t][c] (NULL: 0) + the token's weighted rows in slot order; FP32 into out
+     * or BF16 into out_bf16 (one of them) */
+    const float *init;
+    float       *out;
+    uint16_t    *out_bf16;
+    fm_moe_dev_errors        *err;       /* ids out of range, NaN weights, NaN x */
+    const unsigned long long *bad_logit; /* internal routing: folded into err (NULL: external) */
+    /* the layer's decode buffer (fm_decode_buffer_bytes, zero at rest: every launch leaves it
+     * zero): counters, then FC1 and FC2 split partials */
+    void  *buf;
+    size_t buf_bytes;
+} fm_decode_params;
+
+/* Bytes of the decode buffer for runs of at most `slots` routed slots with K splits ks1 /
+ * ks2 (>= 1) and n_local local experts. */
+size_t fm_decode_buffer_bytes(int slots, int n_local, int n1, int n2, int ks1, int ks2);
+/* Dynamic shared memory of the kernel. */
+size_t fm_decode_smem_bytes(void);
+/* CTAs per SM the kernel can keep resident (occupancy query with its launch attributes),
+ * and its registers per thread; a cudaError_t (cudaErrorInvalidDeviceFunction / NoKernelImage:
+ * no code for the current device in this build). */
+int fm_decode_occupancy(int *blocks_per_sm, int *regs);
+/* Launch on stream with `grid` CTAs (1 <= grid <= blocks_per_sm x SMs: a cooperative launch,
+ * which the runtime refuses when its CTAs cannot all be resident, cudaErrorCooperativeLaunchTooLarge).
+ * Returns a cudaError_t as int. */
+int fm_decode_launch(const fm_decode_params *p, int grid, void *stream);
+/* K splits that give about `grid` units per GEMM for `active` experts with rows (powers of
+ * two, at most each GEMM's K stages and FM_DECODE_MAX_K_SPLITS). */
+void fm_decode_auto_splits(int grid, int active, int n1, int k1, int n2, int k2, int *ks1, int *ks2);
+/* The kernel's handle (the device's code probe). */
+const void *fm_decode_generic_kernel(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
