@@ -25,7 +25,9 @@
  * (routing, T), then a csv line each. --breakdown: per graph node, what the graph cut
  * after that node adds (external, then internal routing; a one-memset graph first as the
  * launch baseline). --sweep: fm_layer_tune on each T's bucket, the tuned plan against
- * the planner's timed here (sweep_plans). --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
+ * the planner's timed here (sweep_plans). --decode: per T, the chain against the one-launch
+ * decode kernel (fm_layer_plan_info.decode) on the same layers, graph replay with external and
+ * internal routing, interleaved, and the outputs compared (decode_vs_chain). --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  * --timeline FILE (a probe build, -DFM_PROBE_TIMELINE=ON; bench/probe/probe.sh
@@ -265,15 +267,15 @@ static void plan_str(const fm_layer_plan_info *p, char *buf, size_t n)
 /* Graph replay (external routing, rot_time) of the layers with plan pl at T's bucket;
  * -1 when fm_layer_set_plan refuses it. */
 static double time_plan(fm_layer **L, const fm_layer_plan_info *pl, uint16_t **dx, int32_t **dids, float **dw,
-                        float *dout, int T, cudaStream_t st, cudaEvent_t *ev, int reps, int warm, double *t)
+                        float *dout, int T, cudaStream_t st, cudaEvent_t *ev, int reps, int warm, double *t, int internal)
 {
     for (int s = 0; s < NSETS; s++)
         if (fm_layer_set_plan(L[s], T, pl) != FM_OK) return -1;
     cudaGraphExec_t ex[NSETS][NX];
     for (int s = 0; s < NSETS; s++)
         for (int x = 0; x < NX; x++) {
-            fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .topk_ids = dids[x],
-                                   .topk_weights = dw[x]};
+            fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st,
+                                   .topk_ids = internal ? NULL : dids[x], .topk_weights = internal ? NULL : dw[x]};
             cudaGraph_t g;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             FK(fm_layer_run(L[s], &a));
@@ -302,8 +304,8 @@ static void sweep_plans(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw,
     FK(fm_layer_plan(L[0], T, &tuned));
     double *t = malloc(sizeof(double) * reps), a = 0, b = 0;
     for (int r = 0; r < 3; r++) {
-        a += time_plan(L, &def, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
-        b += time_plan(L, &tuned, dx, dids, dw, dout, T, st, ev, reps, warm, t) / 3;
+        a += time_plan(L, &def, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
+        b += time_plan(L, &tuned, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
     }
     char sd[200], sb[200];
     plan_str(&def, sd, sizeof sd);
@@ -319,6 +321,68 @@ static void sweep_plans(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw,
     fflush(stdout);
 }
 
+/* One eager run of L's plan at T (external routing, input 0) into host (n floats). */
+static void run_once(fm_layer *l, uint16_t *dx, int32_t *dids, float *dw, float *dout, int T, cudaStream_t st,
+                     float *host, size_t n)
+{
+    fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+    CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st)); /* poison: a path that leaves rows unwritten shows */
+    FK(fm_layer_run(l, &a));
+    CK(cudaMemcpyAsync(host, dout, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+}
+
+/* --decode: the chain and the one-launch decode kernel (fm_layer_plan_info.decode, automatic
+ * K splits) on T's bucket, graph replay with external and internal routing, interleaved 3
+ * times (rot_time each); then one eager output of each compared (bit-identical, or the NMSE
+ * of decode against the chain) and the error word. The bucket's plan is restored. */
+static void decode_vs_chain(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T, int H,
+                            cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route)
+{
+    fm_layer_plan_info keep, chain, dec;
+    FK(fm_layer_plan(L[0], T, &keep));
+    chain = keep, chain.decode = 0;
+    dec = chain, dec.decode = 1, dec.decode_k_splits[0] = dec.decode_k_splits[1] = 0;
+    if (fm_layer_set_plan(L[0], T, &dec) != FM_OK) {
+        printf("decode %-5s T=%-5d refused: %s\n", route, T, fm_last_error());
+        return;
+    }
+    FK(fm_layer_plan(L[0], T, &dec)); /* the splits and grid it resolved */
+    double *t = malloc(sizeof(double) * reps), ce = 0, de = 0, ci = 0, di = 0;
+    for (int r = 0; r < 3; r++) {
+        ce += time_plan(L, &chain, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
+        de += time_plan(L, &dec, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
+        ci += time_plan(L, &chain, dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
+        di += time_plan(L, &dec, dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
+    }
+    const size_t n = (size_t)T * H;
+    float       *oc = malloc(sizeof(float) * n), *od = malloc(sizeof(float) * n);
+    FK(fm_layer_set_plan(L[0], T, &chain));
+    run_once(L[0], dx[0], dids[0], dw[0], dout, T, st, oc, n);
+    FK(fm_layer_set_plan(L[0], T, &dec));
+    run_once(L[0], dx[0], dids[0], dw[0], dout, T, st, od, n);
+    FK(fm_layer_errors(L[0], st, NULL));
+    double num = 0, den = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(od[i])) nonfinite++;
+        num += ((double)od[i] - oc[i]) * ((double)od[i] - oc[i]), den += (double)oc[i] * oc[i];
+    }
+    char cmp[96];
+    if (nonfinite) snprintf(cmp, sizeof cmp, "%zu NaN/Inf outputs (unwritten?)", nonfinite);
+    else if (!memcmp(oc, od, sizeof(float) * n)) snprintf(cmp, sizeof cmp, "bit-identical to the chain");
+    else snprintf(cmp, sizeof cmp, "NMSE %.3g vs the chain", den > 0 ? num / den : num);
+    printf("decode %-5s T=%-5d graph ext: chain %8.1f us, decode %8.1f us (%+6.1f %%) | int: chain %8.1f, decode "
+           "%8.1f (%+6.1f %%) | %d CTAs, K splits %d/%d | %s\n",
+           route, T, ce, de, 100.0 * (de - ce) / ce, ci, di, 100.0 * (di - ci) / ci, dec.decode_ctas,
+           dec.decode_k_splits[0], dec.decode_k_splits[1], cmp);
+    printf("csv,decode,%s,%d,%.2f,%.2f,%.2f,%.2f,%d,%d,%d\n", route, T, ce, de, ci, di, dec.decode_ctas,
+           dec.decode_k_splits[0], dec.decode_k_splits[1]);
+    for (int s = 0; s < NSETS; s++) FK(fm_layer_set_plan(L[s], T, &keep));
+    free(t), free(oc), free(od);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     double bw = 4200, tflops = 740;
@@ -330,6 +394,7 @@ int main(int argc, char **argv)
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
     int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
+    int    decode_ab = 0; /* --decode: the chain against the one-launch decode kernel, per T (decode_vs_chain) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
@@ -349,6 +414,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "--decode")) decode_ab = 1;
         else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) {
             const char *q = argv[++i];
@@ -365,7 +431,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
             return 2;
         }
     }
@@ -543,6 +609,7 @@ int main(int argc, char **argv)
             for (int in = 0; breakdown && in < 2; in++) /* external, then internal routing */
                 graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local", in);
             if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
+            if (decode_ab) decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
             /* the two GEMMs alone: the layer's own kernels with the routing's
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */

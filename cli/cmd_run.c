@@ -149,7 +149,7 @@ static int run_layer(run_state *rs)
     if (rs->sw.a2_scale) rs->sw.a2_scale += off;
     rs->desc = (fm_layer_desc){.backend = cl->o.backend, .max_tokens = T, .first_expert = cl->shard.first,
                                .n_local = cl->shard.count, .decode_work_list = cl->work_list,
-                               .row_quantile = (float)cl->row_q, .plans = cl->plans_in};
+                               .row_quantile = (float)cl->row_q, .plans = cl->plans_in, .decode_path = cl->decode};
     rs->run = (fm_layer_run_args){.x = rs->m.x, .T = T, .out = rs->out};
     if (!rs->out || !rs->ms) {
         fprintf(stderr, "fp4moe run: out of host memory\n");

@@ -123,6 +123,8 @@ static const fm_flag_choice k_act_fp8[] = {{"off", FM_ACT_FP8_OFF}, {"block128",
 static const fm_flag_choice k_routings[] = {{"internal", 0}, {"external", 1}, {NULL, 0}};
 static const fm_flag_choice k_work_lists[] = {{"auto", FM_WORK_LIST_AUTO}, {"on", FM_WORK_LIST_ON},
                                               {"off", FM_WORK_LIST_OFF}, {NULL, 0}};
+static const fm_flag_choice k_decode_paths[] = {{"auto", FM_DECODE_PATH_AUTO}, {"on", FM_DECODE_PATH_ON},
+                                                {"off", FM_DECODE_PATH_OFF}, {NULL, 0}};
 
 #define O(f) offsetof(fm_run_cli, f)
 static const fm_flag k_run_flags[] = {
@@ -184,6 +186,10 @@ static const fm_flag k_run_flags[] = {
     {"work-list", "W", FM_FLAG_CHOICE, O(work_list), .choices = k_work_lists,
      .help = "cuda: auto | on | off, the experts' work list and split K in decode\n"
              "buckets (fm_layer_desc.decode_work_list) (default auto)"},
+    {"decode", "D", FM_FLAG_CHOICE, O(decode), .choices = k_decode_paths,
+     .help = "cuda: auto | on | off, the one-launch decode kernel in the buckets of\n"
+             "at most 128 routed slots (fm_layer_desc.decode_path; auto: the chain\n"
+             "until it is measured)                  (default auto)"},
     {"row-quantile", "Q", FM_FLAG_CUSTOM, O(row_q), .parse = parse_row_quantile,
      .help = "cuda: auto | mean | Q in [0.5, 1): the rows per expert tiles are chosen\n"
              "for (fm_layer_desc.row_quantile; auto: the 0.9-quantile from 32\n"
@@ -289,7 +295,7 @@ int fm_run_options(int argc, char **argv, fm_run_cli *cl)
     fm_run_opts_default(o);
     cl->format = (int)o->cfg.wfmt, cl->score = (int)o->cfg.score, cl->backend = (int)o->backend;
     cl->routed_scale = o->cfg.routed_scale, cl->seed = (double)o->seed;
-    cl->work_list = FM_WORK_LIST_AUTO, cl->row_q = FM_ROW_QUANTILE_AUTO;
+    cl->work_list = FM_WORK_LIST_AUTO, cl->row_q = FM_ROW_QUANTILE_AUTO, cl->decode = FM_DECODE_PATH_AUTO;
     fm_flags_result r;
     int             rc = fm_flags_parse(&k_run_cmd, argc, argv, cl, &r);
     if (rc != FM_FLAGS_GO) return rc;

@@ -16,6 +16,13 @@ static void json_plan(cJSON *j, const fm_run_report *r)
     cJSON_AddNumberToObject(pj, "expected_rows", pi->expected_rows);
     cJSON_AddNumberToObject(pj, "active_experts", pi->active_experts);
     cJSON_AddBoolToObject(pj, "work_list", pi->work_list);
+    cJSON_AddBoolToObject(pj, "decode", pi->decode);
+    if (pi->decode) {
+        cJSON_AddNumberToObject(pj, "decode_ctas", pi->decode_ctas);
+        cJSON *dk = cJSON_AddArrayToObject(pj, "decode_k_splits");
+        for (int g = 0; g < 2; g++) cJSON_AddItemToArray(dk, cJSON_CreateNumber(pi->decode_k_splits[g]));
+    }
+    if (pi->decode_note[0]) cJSON_AddStringToObject(pj, "decode_note", pi->decode_note);
     if (r->tune) {
         cJSON *tj = cJSON_AddObjectToObject(j, "tune");
         cJSON_AddNumberToObject(tj, "plans_tried", r->tinfo.plans_tried);
@@ -98,6 +105,12 @@ static void text_cuda(const fm_run_report *r)
                pi->expected_rows == 1 ? "" : "s", pi->active_experts, pi->work_list ? ", work list" : "", r->tn[0],
                pi->k_splits[0], pi->x_packed[0] ? ", packed X" : "", r->tn[1], pi->k_splits[1],
                pi->x_packed[1] ? ", packed X" : "");
+    if (r->have_plan && pi->decode)
+        printf("  decode path      one launch (decode kernel): %d CTAs, K splits %d / %d, replacing the chain above\n",
+               pi->decode_ctas, pi->decode_k_splits[0], pi->decode_k_splits[1]);
+    else if (r->have_plan)
+        printf("  decode path      the chain (%s)\n",
+               pi->decode_note[0] ? pi->decode_note : "--decode on would run the one-launch decode kernel");
     if (r->tune)
         printf("  tune             %d plans tried (%d refused): %.1f -> %.1f us per graph replay "
                "(synthetic routing), %s\n",

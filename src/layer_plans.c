@@ -10,7 +10,9 @@
  *                                         "work_list": 1,
  *                                         "fc1": {"tile": "mma_w4m2n1k128s4", "k_splits": 16,
  *                                                 "x_packed": 0, "feature_blocks": 1},
- *                                         "fc2": {...}}, ...]}]}]}
+ *                                         "fc2": {...},
+ *                                         "decode": 1, "decode_k_splits": [16, 8]}, ...]}]}]}
+ * ("decode" and its splits only in buckets that run the one-launch decode kernel)
  * One file holds the plans of several GPUs, builds and layer shapes; a section is one
  * device + build. Why every field of the metadata: a plan is a measurement of these
  * kernels on this GPU under this driver; another library version may have other tiles. */
@@ -175,6 +177,11 @@ fm_status fm_layer_plans_save(fm_layer *l, const fm_layer_params *p, const char 
         cJSON_AddNumberToObject(b, "expected_rows", in.expected_rows);
         cJSON_AddNumberToObject(b, "active_experts", in.active_experts);
         cJSON_AddNumberToObject(b, "work_list", in.work_list);
+        if (in.decode) { /* only when chosen: files written before it existed read the same */
+            cJSON_AddNumberToObject(b, "decode", 1);
+            cJSON *dk = cJSON_AddArrayToObject(b, "decode_k_splits");
+            for (int g = 0; g < 2; g++) cJSON_AddItemToArray(dk, cJSON_CreateNumber(in.decode_k_splits[g]));
+        }
         cJSON_AddItemToObject(b, "fc1", gemm_json(&in, 0));
         cJSON_AddItemToObject(b, "fc2", gemm_json(&in, 1));
         cJSON_AddItemToArray(arr, b);
@@ -200,6 +207,14 @@ done:
 static int num(const cJSON *o, const char *k, int *v)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble) return 0;
+    *v = (int)x->valuedouble;
+    return 1;
+}
+
+static int num_at(const cJSON *a, int i, int *v)
+{
+    const cJSON *x = cJSON_GetArrayItem(a, i);
     if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble) return 0;
     *v = (int)x->valuedouble;
     return 1;
@@ -268,6 +283,10 @@ fm_status fm_layer_plans_load(fm_layer *l, const fm_layer_params *p, const char 
                  num(it, "active_experts", &want[i].active_experts) && num(it, "work_list", &want[i].work_list) &&
                  gemm_from(cJSON_GetObjectItemCaseSensitive(it, "fc1"), &want[i], 0) &&
                  gemm_from(cJSON_GetObjectItemCaseSensitive(it, "fc2"), &want[i], 1);
+        const cJSON *dk = cJSON_GetObjectItemCaseSensitive(it, "decode_k_splits");
+        if (ok && cJSON_GetObjectItemCaseSensitive(it, "decode")) /* optional: the chain without it */
+            ok = num(it, "decode", &want[i].decode) && cJSON_IsArray(dk) && cJSON_GetArraySize(dk) == 2 &&
+                 num_at(dk, 0, &want[i].decode_k_splits[0]) && num_at(dk, 1, &want[i].decode_k_splits[1]);
         int known = 0;
         for (int b = 0; ok && b < nb; b++) known |= ts[b] == bt[i];
         if (!ok || !known) {

@@ -14,7 +14,8 @@
  * mean over routings of each routing's median (fm_rot_time).
  * Search: coordinate descent from the current plan: FC1 over the tiles that fit the
  * bucket's rows x K splits {1, 2, 4, 8, 16} x work list off / on (FC2 as it is), then
- * FC2 over the tiles x K splits {1, 2, 4, 8} (FC1 the best so far). Plans set_plan
+ * FC2 over the tiles x K splits {1, 2, 4, 8} (FC1 the best so far), then the one-launch
+ * decode kernel on that plan (automatic K splits, then FC1's and FC2's over 1..32). Plans set_plan
  * refuses are counted, not timed. The best is re-timed against the current plan
  * interleaved three times and kept only if it is at least TUNE_GAIN faster (the
  * run-to-run spread of a replay is a few percent); otherwise the current plan is set
@@ -124,6 +125,7 @@ static fm_status search(tune_ctx *c, fm_layer_tune_info *ti)
                     const int wg = tl[i].family == FM_FAMILY_FP4MOE_WGMMA;
                     if (wg && (ks[k] > 1 || (!phase && wl))) continue; /* what set_plan refuses anyway */
                     q = base;
+                    q.decode = 0; /* the chain's plans: the decode kernel is tried on the best below */
                     q.tile[phase] = tl[i], q.k_splits[phase] = ks[k], q.feature_blocks[phase] = 1;
                     q.x_packed[phase] = wg;
                     if (!phase) q.work_list = wl;
@@ -134,6 +136,33 @@ static fm_status search(tune_ctx *c, fm_layer_tune_info *ti)
                     if (us < 0) ti->plans_refused++;
                     else if (us < best_us) best_us = us, best = q;
                 }
+    }
+    /* the one-launch decode kernel on the best chain plan (refused where the bucket cannot run
+     * it): its automatic K splits, then each GEMM's splits 1..32 around the best so far */
+    {
+        fm_layer_plan_info dbest;
+        double             dbest_us = -1, us;
+        q = best, q.decode = 1, q.decode_k_splits[0] = q.decode_k_splits[1] = 0;
+        FM_CHECK(time_plan(c, &q, &us));
+        ti->plans_tried++;
+        if (us < 0) ti->plans_refused++;
+        else {
+            FM_CHECK(c->ops->plan(c->state, c->T, &dbest)); /* the splits it resolved */
+            dbest_us = us;
+        }
+        static const int kd[] = {1, 2, 4, 8, 16, 32};
+        for (int g = 0; dbest_us >= 0 && g < 2; g++) {
+            const fm_layer_plan_info base = dbest;
+            for (int k = 0; k < 6; k++) {
+                if (kd[k] == base.decode_k_splits[g]) continue;
+                q = base, q.decode_k_splits[g] = kd[k];
+                FM_CHECK(time_plan(c, &q, &us));
+                ti->plans_tried++;
+                if (us < 0) ti->plans_refused++;
+                else if (us < dbest_us) dbest_us = us, dbest = q;
+            }
+        }
+        if (dbest_us >= 0 && dbest_us < best_us) best_us = dbest_us, best = dbest;
     }
     /* the best against the current plan, interleaved: keep it only if clearly faster */
     double a = 0, b = 0, us;

@@ -1,0 +1,401 @@
+/* test_cuda_decode.c - the one-launch decode kernel (src/cuda/decode.cu) forced on
+ * (fm_layer_desc.decode_path = FM_DECODE_PATH_ON) against the oracles of the layer:
+ *  - the cpu-ref backend with the same routing: the cuda bound (fm_layer_accuracy);
+ *  - the chain with the same tile geometry (mma_w4m2n1k128s4 for FC1 and FC2) and the same
+ *    K splits: bit for bit (the same sums in the same order: decode.cu's header);
+ *  - graph replay = eager bit for bit, over repeated replays (the counters' rest state);
+ *  - expert shards summed = the whole layer (the same K splits set on both: FP32 finalize
+ *    order only, 1e-8 NMSE as test_cuda_layer's split shards);
+ *  - ids -1 / out of range and NaN x: the same error word as the chain, the output written;
+ *  - BF16 output = BF16(FP32 output);
+ *  - internal routing: the same bits as the chain's internal routing;
+ * at T = 1, 2, 3, 4, 8, 16 and 32 (top-4: 128 routed slots, the kernel's limit), NVFP4 and
+ * MXFP4, fresh inputs, outputs poisoned before every run. Then the plan's report (decode,
+ * CTAs, note; refusals of set_plan) and the grid guard (a cooperative launch of more CTAs
+ * than can be resident is refused by the runtime). FM_TEST_FILTER selects tests. */
+#include <math.h>
+#include <string.h>
+
+#include "cuda/decode.h"
+#include "fp4moe.h"
+#include "gpu_common.h"
+
+enum { E = 64, K = 4, H = 2048, I = 512, NL = 8, MAXT = 32 };
+
+typedef struct {
+    fm_moe_config  cfg;
+    gpu_experts    w13, w2;
+    float         *router, *bias;
+    fm_moe_weights w;
+} dfx;
+
+static void dfx_make(dfx *L, fm_rng *r, fm_format f)
+{
+    fm_moe_config_default(&L->cfg);
+    L->cfg.n_experts = E, L->cfg.top_k = K, L->cfg.hidden = H, L->cfg.inter = I, L->cfg.wfmt = f;
+    gpu_experts_make(&L->w13, r, f, E, 2 * I, H);
+    gpu_experts_make(&L->w2, r, f, E, H, I);
+    L->router = malloc(sizeof(float) * E * H);
+    L->bias = malloc(sizeof(float) * E);
+    fm_rng_fill_normal(r, L->router, (size_t)E * H, 0.05f);
+    fm_rng_fill_normal(r, L->bias, (size_t)E, 0.1f);
+    L->w = (fm_moe_weights){.router_w = L->router, .router_bias = L->bias, .w13 = L->w13.w, .w2 = L->w2.w};
+}
+
+static void dfx_free(dfx *L)
+{
+    gpu_experts_free(&L->w13);
+    gpu_experts_free(&L->w2);
+    free(L->router), free(L->bias);
+}
+
+static fm_layer *make(const dfx *L, fm_backend_kind b, fm_cuda_device *dev, int first, int n, fm_out_dtype od,
+                      int decode)
+{
+    fm_moe_weights w = L->w;
+    w.w13 += first, w.w2 += first;
+    fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = MAXT,
+                       .out_dtype = od, .first_expert = first, .n_local = n,
+                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_AUTO};
+    fm_layer *l = NULL;
+    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
+    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
+    return l;
+}
+
+static fm_cuda_device *setup(fm_rng *r, unsigned off)
+{
+    fm_test_require_gpu();
+    fm_rng_init(r, fm_test_seed() + off);
+    CK(cudaSetDevice(0));
+    fm_cuda_device *dev = NULL;
+    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    return dev;
+}
+
+static void *dmalloc(size_t n)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, n));
+    return p;
+}
+
+static void h2d(void *dst, const void *src, size_t bytes)
+{
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* pageable copies may land late; the stream is non-blocking */
+}
+
+/* One run over a poisoned out, copied back (n floats). */
+static void run_dev(fm_layer *l, const fm_layer_run_args *a, cudaStream_t st, float *host, size_t n)
+{
+    CK(cudaMemsetAsync(a->out, 0xFF, sizeof(float) * n, st));
+    fm_status s = fm_layer_run(l, a);
+    if (s != FM_OK) fail_msg("run: %s: %s", fm_status_name(s), fm_last_error());
+    CK(cudaMemcpyAsync(host, a->out, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+}
+
+/* The chain of `chain` set to the decode kernel's tile geometry and K splits at T (so that
+ * its sums are the decode kernel's): FC1 and FC2 mma_w4m2n1k128s4, one feature block. */
+static void chain_like_decode(fm_layer *chain, fm_layer *dec, int T)
+{
+    fm_layer_plan_info d, c;
+    assert_int_equal(fm_layer_plan(dec, T, &d), FM_OK);
+    assert_int_equal(d.decode, 1);
+    assert_int_equal(fm_layer_plan(chain, T, &c), FM_OK);
+    for (int g = 0; g < 2; g++) {
+        assert_int_equal(fm_tile_parse("mma_w4m2n1k128s4", &c.tile[g]), FM_OK);
+        c.k_splits[g] = d.decode_k_splits[g], c.feature_blocks[g] = 1, c.x_packed[g] = 0;
+    }
+    c.decode = 0;
+    fm_status s = fm_layer_set_plan(chain, T, &c);
+    if (s != FM_OK) fail_msg("T=%d: the chain with the decode kernel's splits: %s: %s", T, fm_status_name(s), fm_last_error());
+}
+
+/* Fresh external routing of T tokens over E experts: distinct ids, weights in [0.1, 0.4);
+ * token 0's first slot on expert 3 (shard 0 has rows) */
+static void routing(fm_rng *r, int T, int32_t *ids, float *wts)
+{
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e, dup = 1;
+            while (dup) {
+                e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(r) * E);
+                dup = 0;
+                for (int u = 0; u < j; u++) dup |= ids[t * K + u] == e;
+            }
+            ids[t * K + j] = e;
+            wts[t * K + j] = (float)(0.1 + 0.3 * fm_rng_uniform(r));
+        }
+}
+
+/* the error words of two layers agree (field by field: the struct has padding) */
+static void errors_equal(const fm_layer_error_info *a, const fm_layer_error_info *b)
+{
+    assert_int_equal(a->bad_ids, b->bad_ids);
+    assert_int_equal(a->first_bad_slot, b->first_bad_slot);
+    assert_int_equal(a->nonfinite_x, b->nonfinite_x);
+    assert_int_equal(a->first_nonfinite, b->first_nonfinite);
+    assert_int_equal(a->nonfinite_logits, b->nonfinite_logits);
+    assert_int_equal(a->nonfinite_weights, b->nonfinite_weights);
+}
+
+static void graph_equals_eager(fm_layer *l, const fm_layer_run_args *a, cudaStream_t st, const float *eager,
+                               float *again, size_t n)
+{
+    cudaGraph_t     g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    assert_int_equal(fm_layer_run(l, a), FM_OK);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        CK(cudaMemsetAsync(a->out, 0xFF, sizeof(float) * n, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaMemcpyAsync(again, a->out, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        if (memcmp(eager, again, sizeof(float) * n)) fail_msg("graph replay %d differs from eager", rep);
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+}
+
+static void test_decode_layer(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    fm_cuda_device *dev = setup(&r, 11);
+    const int       fmts[2] = {FM_FORMAT_NVFP4, FM_FORMAT_MXFP4};
+    const int       Ts[] = {1, 2, 3, 4, 8, 16, 32};
+    cudaStream_t    st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    uint16_t *dx = dmalloc(sizeof(uint16_t) * MAXT * H);
+    float    *dout = dmalloc(sizeof(float) * MAXT * H), *dw = dmalloc(sizeof(float) * MAXT * K);
+    int32_t  *dids = dmalloc(sizeof(int32_t) * MAXT * K);
+    float    *got = malloc(sizeof(float) * MAXT * H), *ref = malloc(sizeof(float) * MAXT * H),
+          *again = malloc(sizeof(float) * MAXT * H);
+    double   *sum = malloc(sizeof(double) * MAXT * H);
+    uint16_t *x = malloc(sizeof(uint16_t) * MAXT * H);
+    int32_t  *ids = malloc(sizeof(int32_t) * MAXT * K);
+    float    *wts = malloc(sizeof(float) * MAXT * K);
+    for (int fi = 0; fi < 2; fi++) {
+        dfx L;
+        dfx_make(&L, &r, (fm_format)fmts[fi]);
+        double bound = -1;
+        assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
+        fm_layer *dec = make(&L, FM_BACKEND_CUDA, dev, 0, NL, FM_OUT_F32, 1); /* shard 0 of 8 */
+        fm_layer *chain = make(&L, FM_BACKEND_CUDA, dev, 0, NL, FM_OUT_F32, 0);
+        fm_layer *cref = make(&L, FM_BACKEND_CPU_REF, NULL, 0, NL, FM_OUT_F32, 0);
+        fm_layer *whole = make(&L, FM_BACKEND_CUDA, dev, 0, 0, FM_OUT_F32, 1);
+        fm_layer *dbf = make(&L, FM_BACKEND_CUDA, dev, 0, NL, FM_OUT_BF16, 1);
+        fm_layer *shards[E / NL];
+        for (int q = 0; q < E / NL; q++) shards[q] = make(&L, FM_BACKEND_CUDA, dev, q * NL, NL, FM_OUT_F32, 1);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const int    T = Ts[ti];
+            const size_t n = (size_t)T * H;
+            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+            routing(&r, T, ids, wts);
+            h2d(dx, x, sizeof(uint16_t) * n);
+            h2d(dids, ids, sizeof(int32_t) * T * K);
+            h2d(dw, wts, sizeof(float) * T * K);
+            chain_like_decode(chain, dec, T);
+            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+            /* vs cpu-ref (NaN/Inf first), vs the chain bit for bit, graph = eager */
+            run_dev(dec, &a, st, got, n);
+            assert_int_equal(fm_layer_errors(dec, st, NULL), FM_OK);
+            assert_int_equal(fm_first_nonfinite(got, n), -1);
+            fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_run(cref, &ah), FM_OK);
+            fm_assert_close(got, ref, n, bound, "decode kernel vs cpu-ref (external routing)");
+            run_dev(chain, &a, st, again, n);
+            if (memcmp(got, again, sizeof(float) * n)) {
+                double num = 0, den = 0;
+                for (size_t i = 0; i < n; i++) num += (got[i] - again[i]) * (double)(got[i] - again[i]), den += (double)again[i] * again[i];
+                fail_msg("T=%d: decode differs from the chain with its tiles and splits: NMSE %.3g", T, num / den);
+            }
+            graph_equals_eager(dec, &a, st, got, again, n);
+
+            /* shards summed = the whole layer, every layer with shard 0's decode splits */
+            fm_layer_plan_info d0;
+            assert_int_equal(fm_layer_plan(dec, T, &d0), FM_OK);
+            assert_int_equal(fm_layer_set_plan(whole, T, &d0), FM_OK);
+            memset(sum, 0, sizeof(double) * n);
+            for (int q = 0; q < E / NL; q++) {
+                assert_int_equal(fm_layer_set_plan(shards[q], T, &d0), FM_OK);
+                run_dev(shards[q], &a, st, again, n);
+                assert_int_equal(fm_layer_errors(shards[q], st, NULL), FM_OK);
+                assert_int_equal(fm_first_nonfinite(again, n), -1);
+                for (size_t i = 0; i < n; i++) sum[i] += again[i];
+            }
+            run_dev(whole, &a, st, again, n);
+            const double es = fm_nmse64(again, sum, n);
+            if (!(es <= 1e-8)) fail_msg("T=%d: shards summed differ from the layer: NMSE %.3g", T, es);
+
+            /* BF16 out = BF16(FP32 out) */
+            uint16_t *dob = dmalloc(sizeof(uint16_t) * n), *ob = malloc(sizeof(uint16_t) * n);
+            fm_layer_run_args ab = a;
+            ab.out = dob;
+            CK(cudaMemsetAsync(dob, 0xFF, sizeof(uint16_t) * n, st));
+            assert_int_equal(fm_layer_run(dbf, &ab), FM_OK);
+            CK(cudaMemcpyAsync(ob, dob, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            for (size_t i = 0; i < n; i++)
+                if (ob[i] != fm_bf16_encode(got[i])) fail_msg("T=%d: BF16 out[%zu] = %04x, expected %04x", T, i, ob[i], fm_bf16_encode(got[i]));
+            CK(cudaFree(dob));
+            free(ob);
+
+            /* internal routing: the chain's bits (the same routing kernels, the same sums) */
+            fm_layer_run_args ai = {.x = dx, .T = T, .out = dout, .stream = st};
+            run_dev(dec, &ai, st, got, n);
+            assert_int_equal(fm_layer_errors(dec, st, NULL), FM_OK);
+            run_dev(chain, &ai, st, again, n);
+            assert_int_equal(fm_layer_errors(chain, st, NULL), FM_OK);
+            if (memcmp(got, again, sizeof(float) * n)) fail_msg("T=%d: internal routing: decode differs from the chain", T);
+            graph_equals_eager(dec, &ai, st, got, again, n);
+
+            /* bad ids and NaN x: the chain's error word, the output still written */
+            if (T >= 3) {
+                ids[1] = E + 5; /* out of range: counted */
+                ids[2] = -1;    /* skipped, not an error */
+                h2d(dids, ids, sizeof(int32_t) * T * K);
+                fm_layer_error_info ed, ec;
+                run_dev(dec, &a, st, got, n);
+                assert_int_equal(fm_first_nonfinite(got, n), -1);
+                assert_int_equal(fm_layer_errors(dec, st, &ed), FM_ERR_OUT_OF_RANGE);
+                run_dev(chain, &a, st, again, n);
+                assert_int_equal(fm_layer_errors(chain, st, &ec), FM_ERR_OUT_OF_RANGE);
+                assert_int_equal(ed.bad_ids, 1);
+                assert_int_equal(ed.first_bad_slot, 1);
+                errors_equal(&ed, &ec);
+                assert_memory_equal(got, again, sizeof(float) * n);
+                assert_int_equal(fm_layer_errors(dec, st, NULL), FM_OK); /* cleared */
+                uint16_t bad = 0x7fc0;
+                h2d(dx + H + 7, &bad, 2); /* x[1][7] = NaN: token 1 has a local row? then reported */
+                run_dev(dec, &a, st, got, n);
+                fm_status sd = fm_layer_errors(dec, st, &ed);
+                run_dev(chain, &a, st, again, n);
+                fm_status sc = fm_layer_errors(chain, st, &ec);
+                assert_int_equal(sd, sc);
+                errors_equal(&ed, &ec);
+                if (sd == FM_ERR_NONFINITE) assert_int_equal(ed.first_nonfinite, H + 7);
+            }
+            printf("  %s T=%2d: decode = chain bit for bit, vs cpu-ref within %.0e, graph = eager, shards = layer\n",
+                   fi ? "MXFP4" : "NVFP4", T, bound);
+        }
+        for (int q = 0; q < E / NL; q++) fm_layer_destroy(shards[q]);
+        fm_layer_destroy(dec), fm_layer_destroy(chain), fm_layer_destroy(cref), fm_layer_destroy(whole);
+        fm_layer_destroy(dbf);
+        dfx_free(&L);
+    }
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dw));
+    CK(cudaFree(dids));
+    free(got), free(ref), free(again), free(sum), free(x), free(ids), free(wts);
+    fm_cuda_device_close(dev);
+}
+
+/* fm_layer_plan reports the choice: decode_path ON gives decode = 1, a grid and splits in
+ * every bucket of <= 128 slots and the chain with a note above; AUTO the chain; set_plan's
+ * refusals (a bucket over the limit, splits out of range, decode = 2), plans unchanged. */
+static void test_decode_plan_report(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    fm_cuda_device *dev = setup(&r, 12);
+    dfx             L;
+    dfx_make(&L, &r, FM_FORMAT_NVFP4);
+    fm_moe_weights w = L.w;
+    fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = 64, .n_local = NL,
+                        .decode_path = FM_DECODE_PATH_ON};
+    fm_layer *on = NULL, *au = NULL;
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &on), FM_OK);
+    d.decode_path = FM_DECODE_PATH_AUTO;
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &au), FM_OK);
+    const int Ts[] = {1, 2, 4, 8, 16, 32, 64};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+        fm_layer_plan_info p, q;
+        assert_int_equal(fm_layer_plan(on, Ts[i], &p), FM_OK);
+        assert_int_equal(fm_layer_plan(au, Ts[i], &q), FM_OK);
+        printf("  T=%2d: ON decode %d (%d CTAs, splits %d/%d) note \"%s\"; AUTO decode %d\n", Ts[i], p.decode,
+               p.decode_ctas, p.decode_k_splits[0], p.decode_k_splits[1], p.decode_note, q.decode);
+        assert_int_equal(q.decode, 0);
+        if (Ts[i] * K <= FM_DECODE_MAX_SLOTS) {
+            assert_int_equal(p.decode, 1);
+            assert_true(p.decode_ctas > 0 && p.decode_k_splits[0] >= 1 && p.decode_k_splits[1] >= 1);
+            assert_string_equal(p.decode_note, "");
+        } else {
+            assert_int_equal(p.decode, 0);
+            assert_non_null(strstr(p.decode_note, "routed slots"));
+            fm_layer_plan_info bad = p;
+            bad.decode = 1;
+            assert_int_equal(fm_layer_set_plan(on, Ts[i], &bad), FM_ERR_UNSUPPORTED);
+            assert_int_equal(fm_layer_plan(on, Ts[i], &q), FM_OK);
+            assert_memory_equal(&p, &q, sizeof p);
+        }
+    }
+    fm_layer_plan_info p, q;
+    assert_int_equal(fm_layer_plan(on, 1, &p), FM_OK);
+    fm_layer_plan_info bad = p;
+    bad.decode = 2;
+    assert_int_equal(fm_layer_set_plan(on, 1, &bad), FM_ERR_INVALID_ARG);
+    bad = p, bad.decode_k_splits[0] = FM_DECODE_MAX_K_SPLITS + 1;
+    assert_int_equal(fm_layer_set_plan(on, 1, &bad), FM_ERR_INVALID_ARG);
+    bad = p, bad.decode_k_splits[1] = -1;
+    assert_int_equal(fm_layer_set_plan(on, 1, &bad), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_layer_plan(on, 1, &q), FM_OK);
+    assert_memory_equal(&p, &q, sizeof p);
+    /* AUTO's layer switched to decode by set_plan, and back */
+    assert_int_equal(fm_layer_plan(au, 1, &q), FM_OK);
+    bad = q, bad.decode = 1, bad.decode_k_splits[0] = 2, bad.decode_k_splits[1] = 4;
+    assert_int_equal(fm_layer_set_plan(au, 1, &bad), FM_OK);
+    assert_int_equal(fm_layer_plan(au, 1, &p), FM_OK);
+    assert_int_equal(p.decode, 1);
+    assert_int_equal(p.decode_k_splits[0], 2);
+    assert_int_equal(p.decode_k_splits[1], 4);
+    assert_int_equal(fm_layer_set_plan(au, 1, &q), FM_OK);
+    assert_int_equal(fm_layer_plan(au, 1, &p), FM_OK);
+    assert_int_equal(p.decode, 0);
+    fm_layer_destroy(on);
+    fm_layer_destroy(au);
+    dfx_free(&L);
+    fm_cuda_device_close(dev);
+}
+
+/* The grid guard: a cooperative launch of occupancy x SMs CTAs runs (T = 0: the kernel
+ * returns at once), one CTA more is refused by the runtime before anything runs. */
+static void test_decode_grid_guard(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    fm_cuda_device *dev = setup(&r, 13);
+    int             occ = 0, regs = 0;
+    assert_int_equal(fm_decode_occupancy(&occ, &regs), 0);
+    const int sms = fm_cuda_device_limits(dev)->sms;
+    printf("  decode kernel: %d CTAs per SM x %d SMs, %d registers, %zu B dynamic shared memory\n", occ, sms, regs,
+           fm_decode_smem_bytes());
+    assert_true(occ >= 1);
+    fm_decode_params p;
+    memset(&p, 0, sizeof p);
+    p.T = 0, p.top_k = 1, p.ks1 = p.ks2 = 1;
+    assert_int_equal(fm_decode_launch(&p, occ * sms, NULL), 0);
+    CK(cudaDeviceSynchronize());
+    const int e = fm_decode_launch(&p, occ * sms + 1, NULL);
+    printf("  %d CTAs: %s\n", occ * sms + 1, cudaGetErrorString((cudaError_t)e));
+    assert_int_equal(e, (int)cudaErrorCooperativeLaunchTooLarge);
+    (void)cudaGetLastError();
+    CK(cudaDeviceSynchronize());
+    fm_cuda_device_close(dev);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_layer), cmocka_unit_test(test_decode_plan_report),
+                                       cmocka_unit_test(test_decode_grid_guard)};
+    const char *only = getenv("FM_TEST_FILTER");
+    if (only && *only) cmocka_set_test_filter(only);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
