@@ -441,7 +441,8 @@ class Layer:
     def plan(self, T):
         """What a run of T tokens launches (cuda layers; fm_layer_plan): a dict with
         bucket_tokens, expected_rows, active_experts, work_list and, for "fc1" / "fc2",
-        the tile's name, k_splits, x_packed and feature_blocks. The CPU backends have no
+        the tile's name, k_splits, x_packed and feature_blocks; decode (the one-launch decode
+        kernel runs the bucket), decode_k_splits, decode_ctas, decode_note. The CPU backends have no
         tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
         T = as_int(T, "T")
         info = _lib.LayerPlanInfo()
@@ -454,6 +455,12 @@ class Layer:
             lib.fm_tile_name(C.byref(info.tile[g]), buf, len(buf))
             res[name] = {"tile": buf.value.decode(), "k_splits": info.k_splits[g], "x_packed": bool(info.x_packed[g]),
                          "feature_blocks": info.feature_blocks[g]}
+        # the one-launch decode kernel (fm_layer_plan_info.decode): chosen or not, its K splits
+        # and grid, and why not where it cannot run the bucket
+        res["decode"] = bool(info.decode)
+        res["decode_k_splits"] = [info.decode_k_splits[0], info.decode_k_splits[1]]
+        res["decode_ctas"] = info.decode_ctas
+        res["decode_note"] = info.decode_note.decode()
         return res
 
     def set_plan(self, T, plan):
@@ -478,6 +485,10 @@ class Layer:
                 info.k_splits[g] = as_int(q["k_splits"], f"plan[{name!r}]['k_splits']")
                 info.x_packed[g] = 1 if q["x_packed"] else 0
                 info.feature_blocks[g] = as_int(q["feature_blocks"], f"plan[{name!r}]['feature_blocks']")
+            info.decode = 1 if plan.get("decode", False) else 0  # optional: the chain without it
+            ks = plan.get("decode_k_splits", [0, 0])
+            for g in range(2):
+                info.decode_k_splits[g] = as_int(ks[g], f"plan['decode_k_splits'][{g}]")
         except KeyError as e:
             raise ValueError(f"plan: missing {e.args[0]!r} (the keys Layer.plan returns)") from None
         with self._hd as h:
