@@ -73,8 +73,11 @@ struct route_tab {
 };
 
 /* Counters and partials in the decode buffer (offsets of ints; partials in bytes). The
- * host sizes the buffer with the largest R of the decode buckets; a run lays it out with
- * its own R, which never needs more (and every counter is 0 at rest, wherever it lies). */
+ * counters sit where every run finds them: laid out for the most slots a launch takes
+ * (MAXR), never for this run's R, because the partials of a run with few slots start where
+ * a larger run's counters would lie, and a counter must find 0 there at the next launch
+ * (the rest state). The partials, written before they are read within a launch, follow at
+ * offsets of this run's R and splits; the host sizes the buffer for its largest bucket. */
 struct buf_layout {
     size_t c1, c2, ready, fin, fin_all, part1, part2, bytes;
     int    nb1, nb2;
@@ -82,11 +85,11 @@ struct buf_layout {
 __host__ __device__ inline buf_layout layout_of(int R, int n_local, int n1, int n2, int ks1, int ks2)
 {
     buf_layout l;
-    const int A = R < n_local ? R : n_local; /* experts with rows, at most */
-    l.nb1 = (n1 / 32 + NW - 1) / NW;         /* gate bands / bands a block */
+    const int A = MAXR < n_local ? MAXR : n_local; /* experts with rows, at most */
+    l.nb1 = (n1 / 32 + NW - 1) / NW;               /* gate bands / bands a block */
     l.nb2 = (n2 / 16 + NW * MT - 1) / (NW * MT);
     /* (expert, row pass) indices: off / 8 + a + pass < R / 8 + A (gemm_mma.cuh's split index) */
-    const size_t npair = (size_t)R / TOK + A + 1;
+    const size_t npair = (size_t)MAXR / TOK + A + 1;
     size_t       at = 0;
     l.c1 = at, at += npair * l.nb1;
     l.c2 = at, at += npair * l.nb2;
