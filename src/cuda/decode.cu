@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(NTHR, 3) decode_kernel(const fm_decode_params 
                     if (tok >= rows) continue;
                     const float gv = acc[0][q] * osc, uv = acc[1][q] * osc;
                     p.h[(size_t)(row0 + pass0 + tok) * p.k2 + gb * 16 + g + 8 * (q >> 1)] =
-                        __float2bfloat16(silu(gv) * uv);
+                        __bfloat16_as_ushort(__float2bfloat16(silu(gv) * uv));
                 }
             __threadfence(); /* every thread's h stores, then one release */
             __syncthreads();
