@@ -134,7 +134,7 @@ static fm_status probe_kernels(fm_cuda_device *d)
     FM_CHECK(fm_cuda_device_enter(d, &prev));
     for (int r = 0; r < fm_build_n_mma && r < 64; r++) {
         const fm_mma_unit *u = fm_mma_units[r];
-        if (u && has_code(u->plain) && has_code(u->list) && (!u->mb || has_code(u->mb))) d->mma_rows |= 1ull << r;
+        if (u && has_code(u->plain) && has_code(*u->list) && (!u->mb || has_code(u->mb))) d->mma_rows |= 1ull << r;
     }
     for (int r = 0; r < fm_build_n_wgmma && r < 64; r++) {
         const fm_wgmma_unit *u = fm_wgmma_units[r];

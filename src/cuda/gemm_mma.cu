@@ -71,7 +71,7 @@ extern "C" int fm_mma_launch(int dev, int idx, const fm_gemm_params *p, const fm
     if (mb && work) return (int)cudaErrorInvalidValue; /* the work list and split K: the plain kernel only */
     /* gpt-oss's epilogues only where the call has them (kernel_common.cuh: why separate kernels) */
     const int   oss = oss_args && (oss_args->bias != NULL || oss_args->act != FM_ACT_SWIGLU);
-    const void *fn = oss ? (mb ? x->oss->mb : work ? x->oss->list : x->oss->plain) : mb ? x->mb : work ? x->list : x->plain;
+    const void *fn = oss ? (mb ? x->oss->mb : work ? *x->oss->list : x->oss->plain) : mb ? x->mb : work ? *x->list : x->plain;
     size_t *set = dev >= 0 && dev < FM_MMA_MAX_DEV && idx < FM_MMA_MAX_ROWS
                       ? &k_dyn_set[dev][idx][(work ? 2 : mb) + 3 * oss]
                       : NULL;

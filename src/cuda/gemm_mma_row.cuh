@@ -2,7 +2,9 @@
  * src/kernels/fm_tiles.def's FM_MMA_TILE rows: the plain kernel, the multi-block one
  * where the row has it, and the work-list one. Included by the generated unit
  * build/kernels/mma_row_NN.cu (src/kernels/fm_units_gen.c), which is compiled for the
- * targets whose opt-in shared memory the row fits; exported as fm_mma_unit_NN. */
+ * targets whose opt-in shared memory the row fits; exported as fm_mma_unit_NN. The
+ * gpt-oss twins: mma_row_NN_oss.cu (FM_UNIT_OSS); the 8-band rows' work-list kernels:
+ * mma_row_NN{,_oss}_list.cu (FM_UNIT_LIST; units.h says why). */
 #include "cuda/gemm_mma.cuh"
 #include "cuda/units.h"
 
@@ -35,7 +37,9 @@ template <bool MB, bool OSS> const void *mb_kernel()
     else return nullptr;
 }
 
-#if defined(FM_PROBE_TIMELINE) && !defined(FM_UNIT_OSS) /* the plain kernels' unit holds the probe */
+#if defined(FM_PROBE_TIMELINE) && !defined(FM_UNIT_OSS) && !defined(FM_UNIT_LIST)
+/* the plain kernels' unit holds the probe (a work-list kernel in a unit of its own records no
+ * timeline: its unit's fm_probe_tl stays NULL) */
 int probe_timeline(void *buf, unsigned cap)
 {
     unsigned    zero = 0;
@@ -53,10 +57,26 @@ int probe_timeline(void *buf, unsigned cap)
 
 #define FM_UNIT_CAT_(a, b) a##b
 #define FM_UNIT_CAT(a, b) FM_UNIT_CAT_(a, b)
-#ifdef FM_UNIT_OSS /* the row's gpt-oss twins, a unit of their own (units.h) */
+/* the row's work-list kernel (plain or twin): here, or in a unit of its own
+ * (FM_UNIT_LIST: only it; FM_UNIT_LIST_APART: the unit that leaves it to that one) */
+#ifdef FM_UNIT_OSS
+#define FM_UNIT_LIST_NAME FM_UNIT_CAT(fm_mma_oss_list_, FM_UNIT_ROW)
+#define FM_UNIT_LIST_KERNEL mma_oss_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>
+#else
+#define FM_UNIT_LIST_NAME FM_UNIT_CAT(fm_mma_list_, FM_UNIT_ROW)
+#define FM_UNIT_LIST_KERNEL mma_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>
+#endif
+#if defined(FM_UNIT_LIST_APART)
+extern "C" const void *const FM_UNIT_LIST_NAME;
+#else
+extern "C" const void *const FM_UNIT_LIST_NAME = (const void *)FM_UNIT_LIST_KERNEL;
+#endif
+
+#if defined(FM_UNIT_LIST)
+/* nothing else: the row's other kernels are in its other unit */
+#elif defined(FM_UNIT_OSS) /* the row's gpt-oss twins, a unit of their own (units.h) */
 extern "C" const fm_mma_twins FM_UNIT_CAT(fm_mma_twins_, FM_UNIT_ROW) = {
-    (const void *)mma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>, mb_kernel<R.mb != 0, true>(),
-    (const void *)mma_oss_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>};
+    (const void *)mma_oss_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>, mb_kernel<R.mb != 0, true>(), &FM_UNIT_LIST_NAME};
 #else
 extern "C" const fm_mma_twins FM_UNIT_CAT(fm_mma_twins_, FM_UNIT_ROW);
 extern "C" const fm_mma_unit  FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
@@ -67,7 +87,7 @@ extern "C" const fm_mma_unit  FM_UNIT_CAT(fm_mma_unit_, FM_UNIT_ROW) = {
     R.st,
     (const void *)mma_kernel<R.w, R.mt, R.nt, R.kc, R.st, false>,
     mb_kernel<R.mb != 0, false>(),
-    (const void *)mma_list_kernel<R.w, R.mt, R.nt, R.kc, R.st>,
+    &FM_UNIT_LIST_NAME,
     FM_UNIT_PROBE,
     &FM_UNIT_CAT(fm_mma_twins_, FM_UNIT_ROW)};
 #endif

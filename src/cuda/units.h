@@ -15,8 +15,14 @@ extern "C" {
  * SwiGLU, fm_gemm_params' bias / act), compiled in a unit of their own
  * (build/kernels/{mma,wgmma}_row_NN_oss.cu): one unit holding both a row's plain kernels and
  * its twins doubled the longest compile, which sets the build's wall time (issue 28). */
+/* A work-list kernel's handle is reached through the address of an object its unit exports
+ * (fm_mma_list_NN, fm_mma_oss_list_NN): the rows with the longest compiles (the 8-band
+ * rows, ~100 s per target) put their work-list kernels in units of their own
+ * (build/kernels/mma_row_NN{,_oss}_list.cu), which halves the build's critical path; the
+ * address is a constant, so the table needs no initialisation order across units. */
 typedef struct {
-    const void *plain, *mb, *list; /* mb NULL where the row has no multi-block kernel */
+    const void *plain, *mb;   /* mb NULL where the row has no multi-block kernel */
+    const void *const *list;  /* *list: the work-list kernel */
 } fm_mma_twins;
 typedef struct {
     const void *packed, *natural; /* natural NULL for the persistent row */
@@ -25,7 +31,7 @@ typedef struct {
     int         warps, mt, nt, kc, stages;
     const void *plain; /* one feature block per CTA */
     const void *mb;    /* the multi-block kernel (short K), NULL if the row has none */
-    const void *list;  /* the work-list kernel (split K, expert list) */
+    const void *const *list; /* *list: the work-list kernel (split K, expert list) */
     /* probe builds: point the row's timeline buffer at buf (else NULL) */
     int (*probe_timeline)(void *buf, unsigned cap);
     const fm_mma_twins *oss; /* the same three with gpt-oss's epilogues, for calls that have them */
