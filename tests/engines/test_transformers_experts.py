@@ -22,7 +22,7 @@ Bounds:
   top-2 logit margin is within twice the largest logit difference the two models show on the same
   prefix (a tie that the BF16 rounding of x may break either way); that difference must itself be
   <= 1e-2 of the logits' range. Such a tie ends the comparison and is reported. Otherwise the whole
-  sequence, teacher-forced, gives logits within 1e-3 of their range of the oracle's (seen: Qwen2/3-MoE
+  sequence, teacher-forced, gives logits within 1e-3 (cuda: 1e-2, LOGIT_BOUND) of their range of the oracle's (seen: Qwen2/3-MoE
   ~1e-6 of it, Mixtral 2e-7 to 1.7e-4: Mixtral's vary more, not understood yet).
 Fresh random weights and prompts each run; the seed is printed (FP4MOE_TEST_SEED replays it).
 """
@@ -77,6 +77,11 @@ FORMAT = {"gpt_oss": "mxfp4"}  # gpt-oss's own format; NVFP4 for the others
 # on the cuda backend, with its bound against the exact reference (docs/accuracy.md: NMSE 1e-4)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and fp4moe.backend_available("cuda") else [])
 BLOCK_BOUND = {"cpu": 1e-10, "cuda": 1e-4}
+# generate()'s teacher-forced logits, as a share of their range: the CPU backend computes in FP32 as
+# the oracle does; the cuda backend rounds FC1's output h to BF16 (2^-9 relative per element, as
+# its chain does by design, docs/accuracy.md), which the two MoE layers of these models carry to
+# the logits: seen 1.9e-3 (Qwen3-MoE) and 2.3e-3 (Mixtral) of the range on an H100, 2026-12-06
+LOGIT_BOUND = {"cpu": 1e-3, "cuda": 1e-2}
 
 
 def _bf16_input_eager(self, hidden_states, top_k_index, top_k_weights):
@@ -183,7 +188,7 @@ def test_generate_matches_transformers(kind, device):
         lr, lf = ref(out_ref).logits.double(), m(out_ref).logits.double()
     d, span = float((lr - lf).abs().max()), float(lr.max() - lr.min())
     print(f"# {kind}: {STEPS} tokens equal; teacher-forced logits differ by {d:.3g} at most (range {span:.3g})")
-    assert d <= 1e-3 * span, (kind, d, span)
+    assert d <= LOGIT_BOUND[device] * span, (kind, device, d, span)
 
 
 def test_refuses_other_layouts():
