@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ship-check.sh - the shipping issue's device runs (carry .debs: cmocka and cJSON, which
 # the device image lacks). Logs under $OUT; a short table last.
-#   all      the `all` build timed (-j16), ctest -L gpu (CTEST_R: a -R filter) + test_kernel_resources on it,
+#   all      the `all` build timed (-j16), ctest -L gpu (CTEST_R: a -R filter) + test_kernel_resources,
+#            test_plan_*, test_layer_supports (cpu-labelled; its cuda cases need the device) on it,
 #            fp4moe devices, cold start with the driver cache off, cubin bytes per target,
 #            bench_layer (the usual table) on it
 #   native   the `native` build timed, the rebuild after touching one kernel header,
@@ -50,7 +51,7 @@ if [ "$MODE" = all ]; then
   echo "== ctest -L gpu (all build)"
   (cd build-all && timeout ${CTEST_S:-300} ctest -L gpu ${CTEST_R:+-R "$CTEST_R"} -j${CTEST_J:-1} --output-on-failure --timeout 240) >"$OUT/ctest.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*|SKIP|Test +#" "$OUT/ctest.log" | tail -40
-  (cd build-all && ctest -R 'test_kernel_resources|test_plan' --output-on-failure) >"$OUT/ctest-res.log" 2>&1
+  (cd build-all && ctest -R 'test_kernel_resources|test_plan|test_layer_supports' --output-on-failure) >"$OUT/ctest-res.log" 2>&1
   grep -E "tests passed|Failed|checked" "$OUT/ctest-res.log" | tail -5
   cp build-all/kernel_resources.csv "$OUT/" 2>/dev/null
   if [ "${BENCH:-1}" = 1 ]; then
