@@ -148,7 +148,7 @@ layer)
   ;;
 decode)
   deps
-  build build-gpu fp4moe_cli
+  [ -x build-gpu/fp4moe ] || build build-gpu fp4moe_cli
   for tk in "${@:-1 4 8}"; do
     echo "== tokens $tk: the chain's kernels (--decode off), then the decode kernel"
     "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 0 --launch-count 40 \
