@@ -14,7 +14,8 @@
  * Everything is computed into a private buffer and copied to `out` only when
  * the whole pass succeeded: the caller's buffer never holds a partial result.
  * Policy: NaN/Inf in x is rejected (FM_ERR_NONFINITE); so is an output that
- * overflowed to Inf, rather than handing back Inf silently.
+ * overflowed to Inf, rather than handing back Inf silently, and an FC2 input that
+ * overflowed when it is to be quantized (act_nvfp4 / act_fp8: no scale from Inf).
  */
 #include "backend.h"
 #include "moe/moe_internal.h"
@@ -106,6 +107,10 @@ static fm_status expert_row(const fm_moe_config *c, const fm_moe_weights *w, int
     if (c->act_fp8 && !x_on_grid) FM_CHECK(fm_moe_act_fp8_row(b->a, H, c->act_fp8, b->a));
     FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
     fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
+    /* h is finite unless FC1 overflowed FP32: no FP8 / NVFP4 scale can be made from it */
+    if ((c->act_nvfp4 || c->act_fp8) && fm_moe_first_nonfinite(b->h, (size_t)I) >= 0)
+        return fm_fail(FM_ERR_NONFINITE, "cpu-ref: FC2 input of local expert %d (its activation output) overflowed "
+                                         "(inputs too large)", e);
     if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->h, I, w->a2_scale ? &w->a2_scale[e] : NULL, b->qscratch, b->h));
     if (c->act_fp8) FM_CHECK(fm_moe_act_fp8_row(b->h, I, c->act_fp8, b->h));
     FM_CHECK(gemv_rows(&w->w2[e], b->h, b->wrow, y));
