@@ -23,6 +23,7 @@ wait for the slowest rank's layer. On the CPU these are not performance figures.
 import argparse
 import datetime
 import os
+import queue as queue_mod
 import socket
 import statistics
 import sys
@@ -185,14 +186,12 @@ def nmse(got, want):
     return float(((g - r) ** 2).sum() / (r ** 2).sum())
 
 
-def run_mode(cfg, seed, rank, world, mode, routing, tokens, device, iters, warmup):
-    """Build this rank's step, run it warmup + iters times on the same tokens; returns
-    (y_own on the CPU, {phase: [seconds per iteration]}, the routing of the whole batch or None)."""
+def run_mode(cfg, weights, seed, rank, world, mode, routing, tokens, device, iters, warmup):
+    """Build this rank's step on its shard's weights, run it warmup + iters times on the same
+    tokens; returns (y_own on the CPU, {phase: [seconds per iteration]}, this rank's routing or None)."""
     dev = torch.device(device)
     x_all = make_tokens(seed, tokens, cfg.hidden).to(dev)
-    first, n_local = shard_of(cfg.n_experts, world, rank)
-    step = PcieStep(cfg, make_weights(cfg, seed, first, n_local), rank=rank, world=world, mode=mode,
-                    tokens=tokens, device=dev, routing=routing)
+    step = PcieStep(cfg, weights, rank=rank, world=world, mode=mode, tokens=tokens, device=dev, routing=routing)
     own = slice(0, tokens) if mode == "replicate" else slice(rank * step.own, (rank + 1) * step.own)
     x = x_all[own].contiguous()
     route = gate(cfg, seed, x) if routing == "external" else None  # this rank's tokens only
@@ -223,9 +222,10 @@ def _rank_main(rank, world, args, init):
     cfg = make_config(args.hidden, args.inter, args.experts, args.top_k)
     report = []
     try:
+        weights = make_weights(cfg, args.seed, *shard_of(cfg.n_experts, world, rank))
         for mode in args.mode:
-            y, times, route = run_mode(cfg, args.seed, rank, world, mode, args.routing, args.tokens, device,
-                                       args.iters, args.warmup)
+            y, times, route = run_mode(cfg, weights, args.seed, rank, world, mode, args.routing, args.tokens,
+                                       device, args.iters, args.warmup)
             ys = [torch.empty_like(y) for _ in range(world)]
             dist.all_gather_object(ys, y)
             med = {p: statistics.median(v) for p, v in times.items()}
@@ -334,13 +334,23 @@ def main(argv=None):
         procs = [ctx.Process(target=_spawned, args=(r, world, args, init, queue)) for r in range(world)]
         for pr in procs:
             pr.start()
-        report, errors = None, []
-        for _ in range(world):
-            r, rep, err = queue.get(timeout=args.timeout * 4 + 600)
+        report, errors, heard = None, [], set()
+        while len(heard) < world:  # a rank that dies without a word ends the wait
+            try:
+                r, rep, err = queue.get(timeout=1)
+            except queue_mod.Empty:
+                dead = [i for i, pr in enumerate(procs) if pr.exitcode not in (None, 0) and i not in heard]
+                if dead:
+                    errors += [f"rank {i} exited with {procs[i].exitcode} and no report" for i in dead]
+                    break
+                continue
+            heard.add(r)
             report = rep if r == 0 else report
             errors += [f"rank {r}: {err}"] if err else []
         for pr in procs:
             pr.join(timeout=60)
+            if pr.is_alive():
+                pr.kill()
         if errors or report is None:
             print("ep_pcie: " + "; ".join(errors or ["rank 0 reported nothing"]), file=sys.stderr)
             return 1
