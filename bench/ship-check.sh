@@ -62,6 +62,7 @@ if [ "$MODE" = all ]; then
 fi
 if [ "$MODE" = native ]; then
   conf build-nat native && timed_build build-nat native fp4moe fp4moe_cli bench_layer || exit 1
+  units_table build-nat
   touch src/cuda/wgmma_ws.cuh
   timed_build build-nat touch-wgmma fp4moe && echo "rebuilt after touching wgmma_ws.cuh: $(grep -c 'Building CUDA' "$OUT/build-touch-wgmma.log") units" | tee -a "$OUT/table.txt"
   touch src/cuda/gemm_mma.cuh
