@@ -116,7 +116,9 @@ static int run_model(run_state *rs)
                        * --input file is not (exit 1 whatever is wrong with the file, with or without --weights) */
         int         rc0 = fm_cli_fail("run", s);
         const char *d = fm_last_error();
-        if (o->weights_path && d && strstr(d, "give ")) /* routing the checkpoint does not say */
+        /* routing the checkpoint does not say (src/io/load_routing.c's two messages end so); not
+         * any message with "give" in it: a tensor's "data_offsets give N" bytes is a bad file */
+        if (o->weights_path && d && (strstr(d, "; give it explicitly") || strstr(d, "; give them explicitly")))
             fprintf(stderr, "fp4moe run: the routing flags are --topk, --score, --renormalize, --routed-scale "
                             "and --groups/--topk-group\n");
         return !o->weights_path && !m->bad_input && (s == FM_ERR_INVALID_ARG || s == FM_ERR_BAD_SHAPE) ? FM_EXIT_USAGE

@@ -42,6 +42,11 @@ fm_io_cli_check(io_cli_inspect_usage
 fm_io_cli_check(io_cli_run_weights
   "err=$(\"$0\" run --weights \"$1/modelopt\" --layer 1 --check --backend cpu --iters 1 2>&1 >/dev/null) && ! echo \"$err\" | grep -q 'warning' && err=$(\"$0\" run --weights \"$1/gptoss\" --layer 1 --check --backend cpu --iters 1 2>&1 >/dev/null) && ! echo \"$err\" | grep -q 'warning'")
 
+# the routing-flags hint of `run --weights` only where the checkpoint does not say the routing
+# (no config.json): not after a bad file's error (a tensor whose shape disagrees with its
+# data_offsets, made by editing the header's text; the hint once followed "data_offsets give N")
+fm_io_cli_check(io_cli_run_routing_hint
+  "t=$(mktemp -d) && cp -r \"$1/modelopt\" \"$t/m\" && cp -r \"$1/modelopt\" \"$t/s\" && rm \"$t/m/config.json\" && LC_ALL=C sed -i 's/\"shape\":\\[32,4\\],\"data_offsets\":\\[1024,1152\\]/\"shape\":[32,3],\"data_offsets\":[1024,1152]/' \"$t/s/model-00001-of-00002.safetensors\" && err=$(\"$0\" run --weights \"$t/m\" --layer 1 --backend cpu --iters 1 2>&1 >/dev/null); rc=$?; err2=$(\"$0\" run --weights \"$t/s\" --layer 1 --backend cpu --iters 1 2>&1 >/dev/null); rc2=$?; rm -rf \"$t\"; [ $rc -ne 0 ] && echo \"$err\" | grep -q 'give it explicitly' && echo \"$err\" | grep -q 'the routing flags are' && [ $rc2 -eq 1 ] && echo \"$err2\" | grep -q 'data_offsets give 128' && ! echo \"$err2\" | grep -q 'the routing flags are'")
 fm_io_cli_check(io_cli_inspect_stray
   "err=$(\"$0\" inspect \"$1/stray\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_FORMAT.*experts.999999999.gate_proj.weight.*expert index 999999999'")
 fm_io_cli_check(io_cli_inspect_nanscale
