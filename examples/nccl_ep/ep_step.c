@@ -398,7 +398,9 @@ static void step_setup(step *s, const opts *o, fm_cuda_device *dev)
     gc.num_qp_per_rank = NCCL_EP_AUTO;
     gc.num_channels = NCCL_EP_AUTO;
     gc.max_num_sms = NCCL_EP_AUTO;
-    gc.num_topk = (unsigned)K;
+    /* LL: the handle's num_topk (K) is checked against it; HT passes -1 to the handle and
+     * needs it only in eager mode (not used here), so it stays unset */
+    gc.num_topk = o->ll ? (unsigned)K : 0;
     NK(ncclEpCreateGroup(&s->group, g_comm, &gc));
     ncclEpHandleConfig_t hc = NCCL_EP_HANDLE_CONFIG_INIT;
     hc.dispatch_output_per_expert_alignment = 1; /* HT: no padding between experts' rows */
