@@ -540,6 +540,10 @@ int main(int argc, char **argv)
 #endif
     int ndev = 0;
     CK(cudaGetDeviceCount(&ndev));
+    if (ndev < 1) {
+        fprintf(stderr, "[rank %d] no CUDA device\n", o.rank);
+        return 1;
+    }
     int dev_ordinal = o.device >= 0 ? o.device : o.rank % ndev;
     CK(cudaSetDevice(dev_ordinal));
     int nccl_ver = 0, ep_ver = 0;
