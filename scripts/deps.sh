@@ -24,6 +24,11 @@
 #                  dependency, pinned; ~9 GB: opt-in) for the vLLM plugin's tests, in a venv of its
 #                  own, FM_VLLM_VENV (default .venv-vllm/): vLLM pins a numpy and a transformers
 #                  other than the project's venv's, so the two cannot share one
+#   --nccl-ep or FM_NCCL_EP=1: also scripts/requirements-nccl-ep.txt (nccl-extensions 0.1.0, NCCL
+#                  2.30.7 and their dependencies, pinned; ~1 GB: opt-in) for examples/nccl_ep
+#                  (cmake -DFM_NCCL_EP=ON, docs/ep-nccl.md), in a venv of its own, FM_NCCL_VENV
+#                  (default .venv-nccl/): nccl4py[cu13] brings cuda-bindings and the CUTLASS DSL,
+#                  which the project's venv has no use for
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${FM_VENV:-$ROOT/.venv}
@@ -32,11 +37,14 @@ REQS=("$ROOT/scripts/requirements.txt" "$ROOT/scripts/requirements-headers.txt")
 ENGINES=${FM_ENGINES:-0}
 VLLM=${FM_VLLM:-0}
 VLLM_VENV=${FM_VLLM_VENV:-$ROOT/.venv-vllm}
+NCCL_EP=${FM_NCCL_EP:-0}
+NCCL_VENV=${FM_NCCL_VENV:-$ROOT/.venv-nccl}
 for arg in "$@"; do
   case "$arg" in
     --engines) ENGINES=1 ;;
     --vllm) VLLM=1 ;;
-    *) echo "deps: unknown argument '$arg' (expected --engines or --vllm)" >&2; exit 2 ;;
+    --nccl-ep) NCCL_EP=1 ;;
+    *) echo "deps: unknown argument '$arg' (expected --engines, --vllm or --nccl-ep)" >&2; exit 2 ;;
   esac
 done
 
@@ -145,6 +153,27 @@ if [ "$VLLM" = 1 ] && ! VENV=$VLLM_VENV venv_matches "$ROOT/scripts/requirements
     exit 1
   fi
   VENV=$VLLM_VENV venv_matches "$ROOT/scripts/requirements-vllm.txt"
+fi
+if [ "$NCCL_EP" = 1 ] && ! VENV=$NCCL_VENV venv_matches "$ROOT/scripts/requirements-nccl-ep.txt"; then
+  if [ -e "$NCCL_VENV" ] && [ ! -f "$NCCL_VENV/pyvenv.cfg" ]; then
+    echo "deps: FAILED: $NCCL_VENV exists and is not a virtual environment; refusing to use it (set FM_NCCL_VENV)" >&2
+    exit 1
+  fi
+  [ -x "$NCCL_VENV/bin/python" ] || "$PY" -m venv "$NCCL_VENV"
+  echo "deps: installing NCCL EP's pinned packages into $NCCL_VENV (scripts/requirements-nccl-ep.txt; ~1 GB)"
+  if ! "$NCCL_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input \
+       -r "$ROOT/scripts/requirements-nccl-ep.txt"; then
+    echo "deps: FAILED: pip could not install scripts/requirements-nccl-ep.txt (network? see above)" >&2
+    exit 1
+  fi
+  VENV=$NCCL_VENV venv_matches "$ROOT/scripts/requirements-nccl-ep.txt"
+fi
+if [ "$NCCL_EP" = 1 ]; then
+  nccl_site=$("$NCCL_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  for f in nccl/ep/include/nccl_ep.h nccl/ep/lib/cu13/libnccl_ep.so nvidia/nccl/include/nccl.h nvidia/nccl/lib/libnccl.so.2; do
+    [ -f "$nccl_site/$f" ] || { echo "deps: FAILED: $nccl_site/$f is missing (the wheels changed?)" >&2; exit 1; }
+  done
+  echo "deps: NCCL EP: $nccl_site (nccl_ep.h, libnccl_ep.so, nccl.h, libnccl.so.2); cmake -DFM_NCCL_EP=ON finds it there"
 fi
 
 # ---- what we got ------------------------------------------------------------------------
