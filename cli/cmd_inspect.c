@@ -269,7 +269,7 @@ int fm_cmd_inspect(int argc, char **argv)
             }
             cJSON_AddBoolToObject(o, "router_bias", rows[i].info->has_router_bias);
             cJSON_AddBoolToObject(o, "input_scales", rows[i].info->has_input_scales);
-            cJSON_AddNumberToObject(o, "rescaled_w13", rows[i].info->rescaled_w13);
+            cJSON_AddNumberToObject(o, "w13_split_globals", rows[i].info->w13_split_globals);
             cJSON_AddBoolToObject(o, "expert_bias", rows[i].info->has_expert_bias);
             cJSON_AddStringToObject(o, "activation", fm_activation_name(cf->activation));
             cJSON_AddNumberToObject(o, "swiglu_limit", cf->swiglu_limit);
@@ -323,7 +323,7 @@ int fm_cmd_inspect(int argc, char **argv)
             printf("  %-6d %-8d %-7d %-6d %-7d %-5d %-12s%s%s%s%s%s%s%s\n", rows[i].layer, rows[i].experts,
                    in->cfg.hidden, in->cfg.inter, in->cfg.shared_inter, in->cfg.top_k, fm_score_name(in->cfg.score),
                    in->has_router_bias ? " router-bias" : "", in->has_input_scales ? " input-scales" : "",
-                   in->rescaled_w13 ? " gate/up-globals-differ" : "", act, in->has_expert_bias ? " expert-bias" : "",
+                   in->w13_split_globals ? " gate/up-globals-differ" : "", act, in->has_expert_bias ? " expert-bias" : "",
                    in->ignored_bias ? " expert-bias-ignored" : "",
                    in->ignored_router_bias ? " router-logit-bias-ignored" : "");
         }

@@ -176,10 +176,11 @@ static void warn_not_modelled(const fm_ckpt_layer *l)
                 : l->ignored_bias                        ? "expert biases are"
                                                          : "router logit bias is",
                 l->ignored_bias + l->ignored_router_bias > 1 ? "them" : "it");
-    if (l->rescaled_w13)
-        fprintf(stderr, "fp4moe run: note: layer %d: %d experts' gate and up global scales differed: the smaller "
-                "half's block scales were re-encoded against the larger (lossy, as fused kernels need)\n",
-                l->layer, l->rescaled_w13);
+    if (l->w13_split_globals)
+        fprintf(stderr, "fp4moe run: note: layer %d: %d experts' gate and up global scales differ: each half "
+                "keeps its own on the CPU backends; the cuda backend re-encodes the smaller half's block scales "
+                "against the larger (lossy, its epilogue applies one global per matrix)\n",
+                l->layer, l->w13_split_globals);
 }
 
 /* A real layer: every expert of layer --layer, routing from the model

@@ -34,7 +34,7 @@ static const fm_py_field k_fields[] = {
     S(fm_moe_weights), F(fm_moe_weights, router_w), F(fm_moe_weights, router_bias), F(fm_moe_weights, w13),
     F(fm_moe_weights, w2), F(fm_moe_weights, a1_scale), F(fm_moe_weights, a2_scale),
     F(fm_moe_weights, shared_w13), F(fm_moe_weights, shared_w2), F(fm_moe_weights, w13_bias),
-    F(fm_moe_weights, w2_bias),
+    F(fm_moe_weights, w2_bias), F(fm_moe_weights, w13_up_global),
 
     S(fm_run_stats), F(fm_run_stats, ms),
 
@@ -90,12 +90,12 @@ static const fm_py_field k_fields[] = {
     S(fm_ckpt_layer), F(fm_ckpt_layer, cfg), F(fm_ckpt_layer, w), F(fm_ckpt_layer, w13), F(fm_ckpt_layer, w2),
     F(fm_ckpt_layer, router_w), F(fm_ckpt_layer, router_bias), F(fm_ckpt_layer, a1_scale),
     F(fm_ckpt_layer, a2_scale), F(fm_ckpt_layer, shared_w13), F(fm_ckpt_layer, shared_w2),
-    F(fm_ckpt_layer, w13_bias), F(fm_ckpt_layer, w2_bias),
+    F(fm_ckpt_layer, w13_bias), F(fm_ckpt_layer, w2_bias), F(fm_ckpt_layer, w13_up_global),
     F(fm_ckpt_layer, w13_sf_swizzled), F(fm_ckpt_layer, w2_sf_swizzled), F(fm_ckpt_layer, layer),
     F(fm_ckpt_layer, first_expert), F(fm_ckpt_layer, n_local), F(fm_ckpt_layer, has_router_bias), F(fm_ckpt_layer, has_input_scales),
     F(fm_ckpt_layer, has_expert_bias),
     F(fm_ckpt_layer, layout), F(fm_ckpt_layer, model_type), F(fm_ckpt_layer, route_from),
-    F(fm_ckpt_layer, rescaled_w13), F(fm_ckpt_layer, ignored_bias),
+    F(fm_ckpt_layer, w13_split_globals), F(fm_ckpt_layer, ignored_bias),
     F(fm_ckpt_layer, ignored_router_bias), F(fm_ckpt_layer, owned_),
 };
 

@@ -146,6 +146,29 @@ unsigned fm_weights_features(const fm_moe_weights *w);
  * it checks cfg->n_experts experts (layer.c passes the shard's count). */
 fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w);
 
+/* w13 of local expert e as its two halves: half 0 = the gate rows [0, inter) under
+ * w13[e].global_scale, half 1 = the up rows [inter, 2*inter) under w->w13_up_global[e] when
+ * given (else the same global). Views into w13[e]'s buffers (shapes checked). */
+static inline fm_qtensor fm_moe_w13_half(const fm_moe_weights *w, int e, int inter, int half)
+{
+    fm_qtensor t = w->w13[e];
+    const fm_format_traits *tr = fm_format_traits_get(t.fmt);
+    t.rows = inter;
+    if (half) {
+        const size_t r0 = (size_t)inter;
+        t.data = (uint8_t *)t.data + r0 * fm_format_row_bytes(t.fmt, t.cols);
+        if (t.scales && tr && tr->block) t.scales += r0 * (size_t)(t.cols / tr->block);
+        if (w->w13_up_global) t.global_scale = w->w13_up_global[e];
+    }
+    return t;
+}
+
+/* Does local expert e's w13 have an up global that differs from its gate global? */
+static inline int fm_moe_w13_split(const fm_moe_weights *w, int e)
+{
+    return w->w13_up_global && w->w13_up_global[e] != w->w13[e].global_scale;
+}
+
 /* Tests only (tests/test_layer_threads.c): take (hold 1) or give back (hold 0) the
  * layer's in-use flag as a call running on another thread holds it, so that every
  * entry point's FM_ERR_BUSY can be checked without a race. Taking a held flag is

@@ -115,6 +115,7 @@ static inline fm_layer *fx_shard_layer(fm_backend_kind b, const fx_layer *L, int
     w.w13 = L->w13 + first;
     w.w2 = L->w2 + first;
     if (w.a1_scale) w.a1_scale += first, w.a2_scale += first;
+    if (w.w13_up_global) w.w13_up_global += first;
     if (w.w13_bias) w.w13_bias += (size_t)first * 2 * L->cfg.inter;
     if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
     fm_layer_desc d = {.backend = b, .max_tokens = max_tokens, .out_dtype = od, .first_expert = first,

@@ -398,6 +398,9 @@ typedef struct {
     uint16_t       *shared_w2;    /* BF16 or NULL */
     float          *w13_bias;     /* [n_experts][2*inter] FP32 expert biases (gpt-oss), or NULL */
     float          *w2_bias;      /* [n_experts][hidden], or NULL */
+    float          *w13_up_global; /* [n_experts] the up projections' weight_scale_2 (w.w13_up_global;
+                                      w13[e].global_scale is the gate's), or NULL when every
+                                      expert's gate and up globals agree */
     uint8_t       **w13_sf_swizzled; /* [n_experts] 128x4-swizzled scales (fm_sf_swizzle) or NULL */
     uint8_t       **w2_sf_swizzled;
     int             layer;
@@ -412,10 +415,12 @@ typedef struct {
     fm_ckpt_layout  layout;
     char            model_type[64];            /* config.json's ("" if none) */
     fm_route_origin route_from[FM_ROUTE_N];    /* where each routing setting came from */
+    int             w13_split_globals; /* experts whose gate and up weight_scale_2 differ: both
+                                          are held as stored (w13[e].global_scale and
+                                          w13_up_global[e]), no block scale re-encoded; the
+                                          cuda backend re-encodes them at create (its epilogue
+                                          applies one global per matrix) */
     /* Things in the checkpoint that fp4moe's layer does not model: */
-    int             rescaled_w13; /* experts whose gate and up weight_scale_2 differed: the
-                                     smaller-global half's E4M3 block scales were re-encoded
-                                     against the larger global (lossy, as fused kernels need) */
     int             ignored_bias; /* 1: expert biases were not loaded (none of today's layouts:
                                      gpt-oss's load into w13_bias / w2_bias) */
     int             ignored_router_bias; /* 1: additive router logit bias (gpt-oss) not loaded

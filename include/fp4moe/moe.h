@@ -113,6 +113,18 @@ typedef struct {
      * activation (gate then up, as w13's rows) and to FC2's output before the routing weight. */
     const float    *w13_bias;    /* [n_experts][2*inter], or NULL */
     const float    *w2_bias;     /* [n_experts][hidden], or NULL */
+    /* NVFP4 only: the global scale (weight_scale_2) of w13[e]'s up rows [inter, 2*inter), for
+     * checkpoints whose gate and up projections have their own globals; w13[e].global_scale is
+     * then the gate rows' [0, inter). NULL: one global per w13 (w13[e].global_scale for all
+     * rows). Taken as stored: no block scale is re-encoded (the CPU backends apply each half's
+     * global as they apply w13's; the cuda backend, whose epilogue applies one global per
+     * matrix, re-expresses the half with the smaller global against the larger at create, as
+     * docs/engines.md section 5 says). Each entry must be a finite, normal, positive float
+     * (FLT_MIN or more) with the up rows' decoded values finite; fm_layer_create refuses
+     * anything else (NaN, Inf, 0, negative, subnormal) with FM_ERR_NONFINITE naming the entry,
+     * and a non-NULL array for a format without global scales (BF16, MXFP4) with
+     * FM_ERR_FORMAT. */
+    const float    *w13_up_global; /* [n_experts], or NULL */
 } fm_moe_weights;
 
 /* Route T tokens given logits[T][n_experts]: ids[T][top_k] (descending biased

@@ -38,7 +38,8 @@ class QTensor(C.Structure):
 class MoeWeights(C.Structure):
     _fields_ = [("router_w", c_void_p), ("router_bias", c_void_p), ("w13", P(QTensor)), ("w2", P(QTensor)),
                 ("a1_scale", c_void_p), ("a2_scale", c_void_p), ("shared_w13", c_void_p),
-                ("shared_w2", c_void_p), ("w13_bias", c_void_p), ("w2_bias", c_void_p)]
+                ("shared_w2", c_void_p), ("w13_bias", c_void_p), ("w2_bias", c_void_p),
+                ("w13_up_global", c_void_p)]
 
 
 class RunStats(C.Structure):
@@ -108,12 +109,13 @@ class CkptLayer(C.Structure):
     _fields_ = [("cfg", MoeConfig), ("w", MoeWeights), ("w13", P(QTensor)), ("w2", P(QTensor)),
                 ("router_w", P(c_float)), ("router_bias", P(c_float)), ("a1_scale", P(c_float)),
                 ("a2_scale", P(c_float)), ("shared_w13", P(C.c_uint16)), ("shared_w2", P(C.c_uint16)),
-                ("w13_bias", P(c_float)), ("w2_bias", P(c_float)), ("w13_sf_swizzled", c_void_p),
+                ("w13_bias", P(c_float)), ("w2_bias", P(c_float)), ("w13_up_global", P(c_float)),
+                ("w13_sf_swizzled", c_void_p),
                 ("w2_sf_swizzled", c_void_p), ("layer", c_int), ("first_expert", c_int), ("n_local", c_int),
                 ("has_router_bias", c_int), ("has_input_scales", c_int),
                 ("has_expert_bias", c_int),
                 ("layout", c_int), ("model_type", C.c_char * 64), ("route_from", RouteOrigin * 5),
-                ("rescaled_w13", c_int), ("ignored_bias", c_int),
+                ("w13_split_globals", c_int), ("ignored_bias", c_int),
                 ("ignored_router_bias", c_int), ("owned_", c_void_p)]
 
 

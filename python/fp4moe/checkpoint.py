@@ -180,7 +180,9 @@ class LoadedLayer:
     """One layer loaded from a checkpoint (owns the library's fm_ckpt_layer).
     Pass it as the weights of fp4moe.Layer; .weights() copies it into MoEWeights.
     not_modelled: what the model computes and fp4moe's layer does not (empty for the
-    layers it models exactly); loading such a layer warns (NotModelledWarning)."""
+    layers it models exactly); loading such a layer warns (NotModelledWarning).
+    w13_split_globals: experts whose gate and up weight_scale_2 differ (held as stored:
+    weights().w13_up_global; no block scale re-encoded)."""
 
     def __init__(self, ptr):
         self._hd = _lib.Handle("LoadedLayer", ptr)
@@ -189,7 +191,7 @@ class LoadedLayer:
         self.layer, self.first_expert, self.n_local = c.layer, c.first_expert, c.n_local
         self.layout = lib.fm_ckpt_layout_name(c.layout).decode()
         self.has_router_bias, self.has_input_scales = bool(c.has_router_bias), bool(c.has_input_scales)
-        self.rescaled_w13, self.ignored_bias = c.rescaled_w13, bool(c.ignored_bias)
+        self.w13_split_globals, self.ignored_bias = c.w13_split_globals, bool(c.ignored_bias)
         self.ignored_router_bias = bool(c.ignored_router_bias)
         self.has_expert_bias = bool(c.has_expert_bias)
         nm = []
@@ -249,7 +251,7 @@ class LoadedLayer:
         b13 = None if not c.w13_bias else np.ctypeslib.as_array(c.w13_bias, (E * 2 * I,)).reshape(E, 2 * I).copy()
         b2 = None if not c.w2_bias else np.ctypeslib.as_array(c.w2_bias, (E * H,)).reshape(E, H).copy()
         return MoEWeights(rw, d13, s13, g13, d2, s2, g2, f32(c.router_bias, R), f32(c.a1_scale, E),
-                          f32(c.a2_scale, E), sw13, sw2, b13, b2)
+                          f32(c.a2_scale, E), sw13, sw2, b13, b2, f32(c.w13_up_global, E))
 
 
 # ---- framework tensors through the C loaders ----------------------------------

@@ -100,6 +100,18 @@ def _arr(a, arg, dtype, shape, allow_none=False):
     return np.ascontiguousarray(a)
 
 
+def _globals13(g, up, E):
+    """(gate globals, up globals or None) of MoEWeights.w13_global ([E], or [E][2] gate / up) and
+    w13_up_global ([E] or None): one of the two forms, each checked as float32."""
+    a = np.asarray(g) if g is not None else None
+    if a is not None and a.ndim == 2:
+        if up is not None:
+            raise ValueError("w13_up_global: given, and w13_global is [E][2] (gate, up): give the up globals once")
+        a = _arr(a, "w13_global", "float32", (E, 2))
+        return np.ascontiguousarray(a[:, 0]), np.ascontiguousarray(a[:, 1])
+    return g, _arr(up, "w13_up_global", "float32", (E,), True)
+
+
 @dataclass
 class MoEWeights:
     """The layer's weights as stacked host arrays (E = experts held: all, or the shard's).
@@ -108,12 +120,16 @@ class MoEWeights:
     router_bias float32 [n_experts] ranking bias, or None
     w13_data    FP4: uint8 [E][2*inter][hidden/2]; BF16: uint16 [E][2*inter][hidden]; gate rows then up rows
     w13_scales  uint8 (or float8 codes) [E][2*inter][hidden/block], None for BF16
-    w13_global  float32 [E] (NVFP4 weight_scale_2; ones otherwise)
-    w2_*        the same for [E][hidden][inter]
+    w13_global  float32 [E] (NVFP4 weight_scale_2; ones otherwise), or [E][2]: the gate rows' and
+                the up rows' own globals (a checkpoint's gate and up weight_scale_2), taken as they
+                are (no block scale re-encoded: fm_moe_weights.w13_up_global)
+    w2_*        the same for [E][hidden][inter] (w2_global [E])
     a1_scale, a2_scale  float32 [E] static NVFP4 input scales (act_nvfp4), or None
     shared_w13  uint16 (BF16 bits) [2*shared_inter][hidden], shared_w2 [hidden][shared_inter], or None
     w13_bias    float32 [E][2*inter] expert bias of FC1 (gate then up, gpt-oss), or None
     w2_bias     float32 [E][hidden] expert bias of FC2, or None
+    w13_up_global  float32 [E]: the up rows' globals (w13_global then the gate rows'), or None;
+                the same as a [E][2] w13_global (give one or the other)
     """
 
     router_w: np.ndarray
@@ -130,6 +146,7 @@ class MoEWeights:
     shared_w2: object = None
     w13_bias: object = None
     w2_bias: object = None
+    w13_up_global: object = None
 
     @classmethod
     def quantize(cls, cfg, router_w, w13, w2, router_bias=None, shared_w13=None, shared_w2=None):
@@ -141,7 +158,8 @@ class MoEWeights:
 
     @classmethod
     def from_qtensors(cls, router_w, w13, w2, router_bias=None, a1_scale=None, a2_scale=None, shared_w13=None,
-                      shared_w2=None):
+                      shared_w2=None, w13_up_global=None):
+        """Stack per-expert QTensors; w13_up_global: float32 [E] up-row globals (NVFP4), or None."""
         def stack(qs, what):
             if not qs or not all(isinstance(q, QTensor) for q in qs):
                 raise TypeError(f"{what}: expected a non-empty list of fp4moe.QTensor")
@@ -157,7 +175,7 @@ class MoEWeights:
         d13, s13, g13 = stack(w13, "w13")
         d2, s2, g2 = stack(w2, "w2")
         return cls(np.asarray(router_w, np.float32), d13, s13, g13, d2, s2, g2, router_bias, a1_scale, a2_scale,
-                   shared_w13, shared_w2)
+                   shared_w13, shared_w2, w13_up_global=w13_up_global)
 
     def _c(self, cfg, n_local):
         """(fm_moe_weights, keep-alive list) after checking every array against cfg."""
@@ -174,7 +192,11 @@ class MoEWeights:
             d = _arr(getattr(self, name + "_data"), name + "_data", ddt, (E, rows, cols // 2 if fp4 else cols))
             s = _arr(getattr(self, name + "_scales"), name + "_scales", SCALE_DTYPES, (E, rows, cols // blk)) \
                 if fp4 else None
-            g = _arr(getattr(self, name + "_global"), name + "_global", "float32", (E,))
+            g = getattr(self, name + "_global")
+            if name == "w13":
+                g, up = _globals13(g, self.w13_up_global, E)
+                keep.append(up)
+            g = _arr(g, name + "_global", "float32", (E,))
             arr = (_lib.QTensor * E)()
             for e in range(E):
                 arr[e] = _lib.QTensor(FORMATS[fmt], rows, cols, d[e].ctypes.data,
@@ -191,7 +213,7 @@ class MoEWeights:
         keep += [rw, rb, a1, a2, sw13, sw2, b13, b2]
         ptr = lambda a: None if a is None else a.ctypes.data  # noqa: E731
         w = _lib.MoeWeights(ptr(rw), ptr(rb), mats[0], mats[1], ptr(a1), ptr(a2), ptr(sw13), ptr(sw2), ptr(b13),
-                            ptr(b2))
+                            ptr(b2), ptr(keep[0]))
         return w, keep
 
 

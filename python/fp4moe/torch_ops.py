@@ -409,7 +409,10 @@ class MoE:
         w13_weight_scale_2 float32 [E] (or [E][2]: gate, up), w2_* likewise
         [E][hidden][inter/2] ..., input scales float32 [E] (or [E][2]). Loaded by the
         library's ModelOpt loader (src/io/load_modelopt.c) as the per-expert tensors
-        they hold, so differing gate / up globals are re-encoded as from a checkpoint.
+        they hold, so differing gate / up globals are taken as they are, as from a
+        checkpoint (fm_moe_weights.w13_up_global: no block scale re-encoded on the CPU
+        backends; the cuda backend re-encodes them at create, its epilogue applying one
+        global per matrix).
         With first_expert / n_local, E is the shard's experts and the router global."""
         if cfg.wfmt != "nvfp4":
             raise ValueError(f"cfg.wfmt: ModelOpt weights are NVFP4, cfg says {cfg.wfmt!r}")
@@ -455,7 +458,8 @@ class MoE:
         """experts: a list over experts of {"gate_proj": {"weight", "weight_scale",
         "weight_scale_2"[, "input_scale"]}, "up_proj": {...}, "down_proj": {...}},
         the per-expert tensors of a ModelOpt checkpoint as they are stored, loaded by
-        the library's ModelOpt loader (src/io/load_modelopt.c)."""
+        the library's ModelOpt loader (src/io/load_modelopt.c); gate and up may have
+        different weight_scale_2, taken as they are (as from_modelopt)."""
         if not isinstance(experts, (list, tuple)):
             raise TypeError(f"experts: expected a list of per-expert dicts, got {type(experts).__name__}")
         host = [{p: {k: _float(a, f"experts[{e}][{p!r}][{k!r}]") for k, a in d.items()}

@@ -40,6 +40,8 @@ typedef struct {
     int64_t        max_k;   /* widest K of any GEMM: sizes the kernels' work buffers */
     fm_cpu_weights cw;
     fm_qtensor     sh13, sh2; /* shared expert as BF16 tensors */
+    fm_qtensor    *w13h;      /* [n_local][2]: gate / up rows of w13 under their own globals (fm_moe_w13_half),
+                                 or NULL when no expert's gate and up globals differ */
     fm_cpu_luts    L;
     fm_cpu_gemm_fn gemm;
     const char    *isa;
@@ -58,7 +60,7 @@ static void fast_destroy(void *state)
     fast_state *s = state;
     if (!s) return;
     void *bufs[] = {s->logits, s->wts, s->A1, s->G, s->Hh, s->Y, s->XS, s->SG, s->SH, s->SY, s->acc, s->work,
-                    s->ids, s->offsets, s->perm, s->pos, s->rowexp, s->qscratch, s->items};
+                    s->ids, s->offsets, s->perm, s->pos, s->rowexp, s->qscratch, s->items, s->w13h};
     for (size_t i = 0; i < FM_ARRAY_LEN(bufs); i++) free(bufs[i]);
     fm_cpu_weights_free(&s->cw);
     free(s);
@@ -97,7 +99,7 @@ static fm_status fast_create(const fm_layer_params *lp, const fm_moe_weights *w,
     if (S > wide) wide = S;
     if (2 * S > rows) rows = 2 * S;
     s->max_k = (int64_t)wide;
-    s->max_items = (L + 1) * ((rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
+    s->max_items = (L + 1) * ((rows + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM + 1); /* + 1: w13 in two halves */
     s->logits = malloc(sizeof(float) * T * E);
     s->wts = malloc(sizeof(float) * P);
     s->A1 = malloc(sizeof(float) * P * H);
@@ -117,7 +119,12 @@ static fm_status fast_create(const fm_layer_params *lp, const fm_moe_weights *w,
     s->rowexp = malloc(sizeof(int32_t) * P);
     s->qscratch = malloc(fm_moe_act_quant_scratch((int)wide) * s->nthreads);
     s->items = malloc(sizeof(work_item) * s->max_items);
-    if (!s->logits || !s->wts || !s->A1 || !s->G || !s->Hh || !s->Y || !s->XS || !s->SG || !s->SH || !s->SY ||
+    int split = 0;
+    for (size_t e = 0; e < L; e++) split |= fm_moe_w13_split(&s->cw.w, (int)e);
+    if (split && (s->w13h = malloc(sizeof(fm_qtensor) * 2 * L)) != NULL)
+        for (size_t e = 0; e < L; e++)
+            for (int h = 0; h < 2; h++) s->w13h[2 * e + h] = fm_moe_w13_half(&s->cw.w, (int)e, c->inter, h);
+    if ((split && !s->w13h) || !s->logits || !s->wts || !s->A1 || !s->G || !s->Hh || !s->Y || !s->XS || !s->SG || !s->SH || !s->SY ||
         !s->acc || !s->work || !s->ids || !s->offsets || !s->perm || !s->pos || !s->rowexp || !s->qscratch ||
         !s->items) {
         fast_destroy(s);
@@ -127,14 +134,21 @@ static fm_status fast_create(const fm_layer_params *lp, const fm_moe_weights *w,
     return FM_OK;
 }
 
-/* Append the items of one GEMM: rows [0, w->rows) of w against M rows of A. */
-static size_t add_items(work_item *it, size_t n, const fm_qtensor *w, const float *A, int M, float *Y)
+/* Append the items of one GEMM: rows [0, w->rows) of w against M rows of A, into Y of row
+ * stride ldy. */
+static size_t add_items_ld(work_item *it, size_t n, const fm_qtensor *w, const float *A, int M, float *Y,
+                           int64_t ldy)
 {
     for (int64_t n0 = 0; n0 < w->rows; n0 += ROWS_PER_ITEM) {
         int64_t n1 = n0 + ROWS_PER_ITEM < w->rows ? n0 + ROWS_PER_ITEM : w->rows;
-        it[n++] = (work_item){w, A, w->cols, M, Y, w->rows, n0, n1};
+        it[n++] = (work_item){w, A, w->cols, M, Y, ldy, n0, n1};
     }
     return n;
+}
+
+static size_t add_items(work_item *it, size_t n, const fm_qtensor *w, const float *A, int M, float *Y)
+{
+    return add_items_ld(it, n, w, A, M, Y, w->rows);
 }
 
 static void run_items(fast_state *s, size_t n_items)
@@ -200,9 +214,19 @@ static fm_status experts(fast_state *s, int P, int T, int S, int x_on_grid)
 
     size_t n = 0;
     for (int e = 0; e < E; e++) {
-        int M = s->offsets[e + 1] - s->offsets[e];
-        if (M) n = add_items(s->items, n, &w->w13[e], s->A1 + (size_t)s->offsets[e] * H, M,
-                             s->G + (size_t)s->offsets[e] * 2 * I);
+        int          M = s->offsets[e + 1] - s->offsets[e];
+        const float *A = s->A1 + (size_t)s->offsets[e] * H;
+        float       *G = s->G + (size_t)s->offsets[e] * 2 * I;
+        if (!M) continue;
+        if (!fm_moe_w13_split(w, e)) {
+            n = add_items(s->items, n, &w->w13[e], A, M, G);
+            continue;
+        }
+        /* gate and up globals differ: each half its own GEMM under its own global, which the
+         * kernels apply to the finished sum as they apply w13's (one FP32 product per output,
+         * no extra rounding); the halves land where w13's rows would (gate, then up) */
+        n = add_items_ld(s->items, n, &s->w13h[2 * e], A, M, G, 2 * (int64_t)I);
+        n = add_items_ld(s->items, n, &s->w13h[2 * e + 1], A, M, G + I, 2 * (int64_t)I);
     }
     if (S > 0) n = add_items(s->items, n, &s->sh13, s->XS, T, s->SG);
     run_items(s, n);

@@ -15,7 +15,7 @@ typedef struct {
 } fm_cpu_weights;
 
 /* Copy validated weights (layer.c has checked shapes): the router over cfg->n_experts
- * global experts, the n_local experts of the shard (w->w13/w2/a1/a2). FM_OK or FM_ERR_OOM. */
+ * global experts, the n_local experts of the shard (w->w13/w2/a1/a2, w13_up_global). FM_OK or FM_ERR_OOM. */
 fm_status fm_cpu_weights_copy(const fm_moe_config *cfg, int n_local, const fm_moe_weights *w, fm_cpu_weights *out);
 void      fm_cpu_weights_free(fm_cpu_weights *cw);
 

@@ -4,7 +4,8 @@
  *   route (shared router logits + fm_moe_route), permute (fm_moe_permute),
  *   then for each routed row p of expert e (token t):
  *     a = x[t] (BF16 -> FP32), NVFP4 round trip first when act_nvfp4 (FP8 when act_fp8)
- *     g[n] = a . W13_e[n] (+ w13_bias[e][n])  for n < 2*inter (gate rows, then up rows)
+ *     g[n] = a . W13_e[n] (+ w13_bias[e][n])  for n < 2*inter (gate rows, then up rows; the
+ *       up rows decoded with w13_up_global[e] when given, the gate rows with w13[e]'s global)
  *     h = act(g): silu(g[0..inter)) * g[inter..2*inter), or gpt-oss's clamped form
  *       (fm_moe_expert_act); NVFP4 round trip when act_nvfp4 (FP8 when act_fp8)
  *     y_p[n] = h . W2_e[n] (+ w2_bias[e][n])
@@ -105,7 +106,10 @@ static fm_status expert_row(const fm_moe_config *c, const fm_moe_weights *w, int
     const int H = c->hidden, I = c->inter;
     if (c->act_nvfp4) FM_CHECK(fm_moe_act_quant_row(b->a, H, w->a1_scale ? &w->a1_scale[e] : NULL, b->qscratch, b->a));
     if (c->act_fp8 && !x_on_grid) FM_CHECK(fm_moe_act_fp8_row(b->a, H, c->act_fp8, b->a));
-    FM_CHECK(gemv_rows(&w->w13[e], b->a, b->wrow, b->g));
+    for (int half = 0; half < 2; half++) { /* gate rows, then up rows, each under its own global */
+        const fm_qtensor t = fm_moe_w13_half(w, e, I, half);
+        FM_CHECK(gemv_rows(&t, b->a, b->wrow, b->g + (size_t)half * I));
+    }
     fm_moe_expert_act(c, w->w13_bias ? w->w13_bias + (size_t)e * 2 * I : NULL, b->g, b->h);
     /* h is finite unless FC1 overflowed FP32: no FP8 / NVFP4 scale can be made from it */
     if ((c->act_nvfp4 || c->act_fp8) && fm_moe_first_nonfinite(b->h, (size_t)I) >= 0)

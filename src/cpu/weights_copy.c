@@ -39,6 +39,7 @@ static void lay_out(const fm_moe_config *c, int L, const fm_moe_weights *w, aren
     o->w.router_bias = w->router_bias ? take(a, w->router_bias, sizeof(float) * E) : NULL;
     o->w.a1_scale = w->a1_scale ? take(a, w->a1_scale, sizeof(float) * L) : NULL;
     o->w.a2_scale = w->a2_scale ? take(a, w->a2_scale, sizeof(float) * L) : NULL;
+    o->w.w13_up_global = w->w13_up_global ? take(a, w->w13_up_global, sizeof(float) * L) : NULL;
     o->w.shared_w13 = S > 0 ? take(a, w->shared_w13, sizeof(uint16_t) * 2 * (size_t)S * H) : NULL;
     o->w.shared_w2 = S > 0 ? take(a, w->shared_w2, sizeof(uint16_t) * (size_t)H * S) : NULL;
     o->w.w13_bias = w->w13_bias ? take(a, w->w13_bias, sizeof(float) * L * 2 * (size_t)c->inter) : NULL;

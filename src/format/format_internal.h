@@ -36,4 +36,16 @@ fm_status fm_scales_check_codes(const char *who, fm_scale_type st, const uint8_t
  * validated t (format, shape, buffers). */
 fm_status fm_qtensor_check_finite(const char *who, const fm_qtensor *t);
 
+/* The re-encoding a kernel that applies ONE global per matrix needs of a w13 whose gate
+ * rows [0, inter) have global g_gate = w13->global_scale and up rows [inter, 2*inter) global
+ * g_up (NVFP4): the half with the smaller global is re-expressed against the larger one g,
+ * each of its E4M3 block-scale codes c becoming E4M3(decode(c) * (g_half / g)), rounded to
+ * nearest even (fm_e4m3_encode): lossy, within 2^-4 relative per normal block scale (coarser
+ * where the product falls among E4M3's subnormals); the other half's codes are copied. What
+ * fp4moe's checkpoint loader did until the layer took both globals (fm_moe_weights.
+ * w13_up_global), and what the cuda backend still does at create. scales_out holds
+ * 2 * inter * cols / 16 bytes (it may be w13->scales); *out = w13 with scales_out and
+ * global g. w13 is NVFP4 (checked by the caller); inter = w13->rows / 2. */
+void fm_w13_one_global(const fm_qtensor *w13, float g_up, uint8_t *scales_out, fm_qtensor *out);
+
 #endif

@@ -1,10 +1,12 @@
 /* scales.c - the checks every consumer of outside scales runs (see
  * format_internal.h for why they are in one place): the NaN block-scale scan
- * and the overflow check of the decoded values.
+ * and the overflow check of the decoded values; and the re-encoding of a w13's
+ * two globals to one (fm_w13_one_global).
  */
 #include "format/format_internal.h"
 
 #include <math.h>
+#include <string.h>
 
 fm_status fm_scales_check_codes(const char *who, fm_scale_type st, const uint8_t *s, int64_t rows, int64_t cols)
 {
@@ -62,4 +64,24 @@ fm_status fm_qtensor_check_finite(const char *who, const fm_qtensor *t)
             }
         }
     return FM_OK;
+}
+
+void fm_w13_one_global(const fm_qtensor *w13, float g_up, uint8_t *scales_out, fm_qtensor *out)
+{
+    const float  g_gate = w13->global_scale, g = g_gate > g_up ? g_gate : g_up;
+    const size_t half = (size_t)(w13->rows / 2) * (size_t)(w13->cols / 16); /* scale bytes per half */
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *src = w13->scales + h * half;
+        uint8_t       *dst = scales_out + h * half;
+        const float    gh = h ? g_up : g_gate;
+        if (gh == g) {
+            if (dst != src) memcpy(dst, src, half);
+            continue;
+        }
+        const float ratio = gh / g; /* < 1: this half had the smaller global */
+        for (size_t i = 0; i < half; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(src[i]) * ratio);
+    }
+    *out = *w13;
+    out->scales = scales_out;
+    out->global_scale = g;
 }

@@ -39,6 +39,7 @@ void fm_ckpt_layer_free(fm_ckpt_layer *l)
     free(l->shared_w2);
     free(l->w13_bias);
     free(l->w2_bias);
+    free(l->w13_up_global);
     free(l);
 }
 
@@ -202,7 +203,8 @@ static fm_status load_into(const fm_load_ctx *c, const fm_ckpt_load_opts *o, con
     if (rs != FM_OK) return fm_fail(rs, "%s", rmsg);
     l->w = (fm_moe_weights){.router_w = l->router_w, .router_bias = l->router_bias, .w13 = l->w13, .w2 = l->w2,
                             .a1_scale = l->a1_scale, .a2_scale = l->a2_scale, .shared_w13 = l->shared_w13,
-                            .shared_w2 = l->shared_w2, .w13_bias = l->w13_bias, .w2_bias = l->w2_bias};
+                            .shared_w2 = l->shared_w2, .w13_bias = l->w13_bias, .w2_bias = l->w2_bias,
+                            .w13_up_global = l->w13_up_global};
     if (o && o->swizzle_scales && !c->dry) FM_CHECK(swizzle_all(l));
     if (c->global_router) l->cfg.n_experts = c->n_total; /* the experts held stay the shard's (n_local) */
     fm_status s = fm_moe_config_check(&l->cfg);

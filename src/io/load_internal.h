@@ -33,7 +33,7 @@ typedef struct {
 
 /* Validate every expert tensor of the layout, then allocate one block (owned_)
  * and fill l->w13, l->w2, l->a1_scale, l->a2_scale, l->cfg.inter, l->cfg.wfmt,
- * l->rescaled_w13, l->ignored_bias. On failure l may hold partial allocations
+ * l->w13_split_globals / w13_up_global, l->ignored_bias. On failure l may hold partial allocations
  * that fm_ckpt_layer_free releases. */
 fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l); /* also COMPRESSED_TENSORS */
 

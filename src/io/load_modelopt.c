@@ -8,12 +8,13 @@
  *   input_scale     F32      [] or [1]    activation global scale (optional)
  * or, unquantized, a BF16 weight [N][K] alone.
  *
- * fp4moe fuses gate and up into w13 = [gate rows; up rows] with ONE global
- * scale. ModelOpt exports gate and up with the same weight_scale_2 when it
- * knows they are fused; when they differ, the half with the smaller global is
- * re-expressed against the larger one (its E4M3 block scales multiplied by
- * g_half / g, re-rounded), as fused-MoE loaders must; the count is reported
- * in rescaled_w13. a1_scale = max(gate, up) input_scale, a2_scale = down's.
+ * fp4moe fuses gate and up into w13 = [gate rows; up rows]; w13's global is
+ * the gate's weight_scale_2. ModelOpt exports gate and up with the same
+ * weight_scale_2 when it knows they are fused; when they differ (in any expert
+ * of the layer), the up globals are held as they are stored in w13_up_global
+ * (fm_moe_weights.w13_up_global: no block scale is re-encoded), and the
+ * experts whose two differ are counted in w13_split_globals.
+ * a1_scale = max(gate, up) input_scale, a2_scale = down's.
  * Everything is validated before anything is allocated.
  *
  * compressed-tensors "nvfp4-pack-quantized" (llmcompressor) holds the same
@@ -61,19 +62,14 @@ static fm_status find_proj(const fm_load_ctx *c, int e, const char *proj, fm_for
     return FM_OK;
 }
 
-/* Copy rows of one projection (data + scales) into a qtensor at row offset r0. */
-static fm_status copy_proj(const proj_src *ps, fm_qtensor *q, int64_t r0, float g_target)
+/* Copy rows of one projection (data + scales, as stored) into a qtensor at row offset r0. */
+static fm_status copy_proj(const proj_src *ps, fm_qtensor *q, int64_t r0)
 {
     size_t rb = fm_format_row_bytes(q->fmt, q->cols), sb = fm_format_row_scale_bytes(q->fmt, q->cols);
     size_t rows = (size_t)ps->w->shape[0];
     FM_CHECK(fm_st_read(ps->w, 0, rows * rb, (uint8_t *)q->data + (size_t)r0 * rb));
     if (!ps->s) return FM_OK;
-    uint8_t *dst = q->scales + (size_t)r0 * sb;
-    FM_CHECK(fm_load_scales(ps->s, -1, 0, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3, dst));
-    if (ps->g == g_target) return FM_OK;
-    float ratio = ps->g / g_target; /* < 1: this half had the smaller global */
-    for (size_t i = 0; i < rows * sb; i++) dst[i] = fm_e4m3_encode(fm_e4m3_decode(dst[i]) * ratio);
-    return FM_OK;
+    return fm_load_scales(ps->s, -1, 0, (int64_t)rows, (int64_t)sb, FM_SCALE_E4M3, q->scales + (size_t)r0 * sb);
 }
 
 fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
@@ -112,7 +108,8 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
     l->cfg.inter = (int)I;
     l->cfg.wfmt = f;
     l->has_input_scales = has_in;
-    for (int i = 0; s == FM_OK && i < n; i++) l->rescaled_w13 += src[i * P_COUNT + P_GATE].g != src[i * P_COUNT + P_UP].g;
+    for (int i = 0; s == FM_OK && i < n; i++)
+        l->w13_split_globals += src[i * P_COUNT + P_GATE].g != src[i * P_COUNT + P_UP].g;
     /* Validate only: still read the block scales (not the weights), so that a
      * NaN scale code, which the full load rejects, is rejected here too. */
     for (int i = 0; s == FM_OK && c->dry && f == FM_FORMAT_NVFP4 && i < n * P_COUNT; i++)
@@ -124,6 +121,8 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
 
     /* Everything is valid: one allocation for all experts' data and scales. */
     s = fm_load_alloc_experts(c, l, f, I, NULL);
+    if (s == FM_OK && l->w13_split_globals && !(l->w13_up_global = malloc((size_t)n * sizeof *l->w13_up_global)))
+        s = fm_fail(FM_ERR_OOM, "layer %d: out of memory for %d up global scales", c->layer, n);
     if (s == FM_OK && has_in) {
         l->a1_scale = malloc((size_t)n * sizeof *l->a1_scale);
         l->a2_scale = malloc((size_t)n * sizeof *l->a2_scale);
@@ -132,12 +131,12 @@ fm_status fm_load_modelopt(const fm_load_ctx *c, fm_ckpt_layer *l)
     }
     for (int i = 0; i < n && s == FM_OK; i++) {
         const proj_src *ps = &src[i * P_COUNT];
-        float g13 = ps[P_GATE].g > ps[P_UP].g ? ps[P_GATE].g : ps[P_UP].g;
-        l->w13[i].global_scale = g13;
+        l->w13[i].global_scale = ps[P_GATE].g;
+        if (l->w13_up_global) l->w13_up_global[i] = ps[P_UP].g;
         l->w2[i].global_scale = ps[P_DOWN].g;
-        s = copy_proj(&ps[P_GATE], &l->w13[i], 0, g13);
-        if (s == FM_OK) s = copy_proj(&ps[P_UP], &l->w13[i], I, g13);
-        if (s == FM_OK) s = copy_proj(&ps[P_DOWN], &l->w2[i], 0, ps[P_DOWN].g);
+        s = copy_proj(&ps[P_GATE], &l->w13[i], 0);
+        if (s == FM_OK) s = copy_proj(&ps[P_UP], &l->w13[i], I);
+        if (s == FM_OK) s = copy_proj(&ps[P_DOWN], &l->w2[i], 0);
         if (has_in) {
             l->a1_scale[i] = ps[P_GATE].in > ps[P_UP].in ? ps[P_GATE].in : ps[P_UP].in;
             l->a2_scale[i] = ps[P_DOWN].in;

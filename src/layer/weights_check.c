@@ -30,8 +30,19 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
     if (cfg->shared_inter > 0 && (!w->shared_w13 || !w->shared_w2))
         return fm_fail(FM_ERR_INVALID_ARG, "weights: shared_inter=%d but shared expert weights are NULL",
                        cfg->shared_inter);
+    if (w->w13_up_global && cfg->wfmt != FM_FORMAT_NVFP4)
+        return fm_fail(FM_ERR_FORMAT, "weights: w13_up_global is given but %s weights have no global scales "
+                                      "(only NVFP4's do)",
+                       fm_format_traits_get(cfg->wfmt) ? fm_format_traits_get(cfg->wfmt)->name : "these");
     for (int e = 0; e < cfg->n_experts; e++) {
         FM_CHECK(check_tensor(&w->w13[e], cfg->wfmt, 2LL * cfg->inter, cfg->hidden, "w13", e));
+        /* The up rows' own global (a checkpoint's up weight_scale_2): finite, normal and
+         * positive, like w13's; the up rows' decoded values are checked below with it. */
+        if (w->w13_up_global && !(isfinite(w->w13_up_global[e]) && w->w13_up_global[e] >= FLT_MIN))
+            return fm_fail(FM_ERR_NONFINITE,
+                           "w13_up_global[%d] = %g: the global scale of w13[%d]'s up rows must be a finite, "
+                           "normal, positive float (>= %g)",
+                           e, (double)w->w13_up_global[e], e, (double)FLT_MIN);
         FM_CHECK(check_tensor(&w->w2[e], cfg->wfmt, cfg->hidden, cfg->inter, "w2", e));
         /* Every decoded weight ((e2m1 x block scale) x weight_scale_2) must be
          * finite: a global of 3e38 over a block scale of 448 decodes to Inf,
@@ -40,6 +51,15 @@ fm_status fm_moe_weights_check(const fm_moe_config *cfg, const fm_moe_weights *w
         for (int j = 0; j < 2; j++) {
             char who[96];
             snprintf(who, sizeof who, "%s[%d] (expert %d): %s too large", j ? "w2" : "w13", e, e, too_big);
+            if (j == 0 && w->w13_up_global) { /* each half with its own global */
+                for (int half = 0; half < 2; half++) {
+                    const fm_qtensor t = fm_moe_w13_half(w, e, cfg->inter, half);
+                    snprintf(who, sizeof who, "w13[%d] (expert %d) %s rows: %s too large", e, e,
+                             half ? "up" : "gate", half ? "w13_up_global" : "weight_scale_2");
+                    FM_CHECK(fm_qtensor_check_finite(who, &t));
+                }
+                continue;
+            }
             FM_CHECK(fm_qtensor_check_finite(who, j ? &w->w2[e] : &w->w13[e]));
         }
         /* Expert biases (gpt-oss): finite, so that a NaN in the checkpoint is named here, not

@@ -16,7 +16,7 @@ import pytest
 
 import fp4moe
 import moe_ref
-from conftest import gpt_oss_dict, make_layer, make_x, reference, write_modelopt, write_safetensors
+from conftest import gpt_oss_dict, make_layer, make_x, modelopt_dict, reference, write_modelopt, write_safetensors
 
 BOUND = 1e-9
 
@@ -219,6 +219,51 @@ def test_modelopt_checkpoint(rng, tmp_path):
             with fp4moe.Layer(scfg, sw, backend="cpu", max_tokens=4, first_expert=first, n_local=2) as L:
                 total = total + L.run(bits)
     check(total, want, margin)
+
+
+def test_gate_up_globals(rng, tmp_path):
+    """Separate gate and up global scales per expert, taken as they are: MoEWeights with
+    w13_up_global or a [E][2] w13_global, and a ModelOpt checkpoint whose up weight_scale_2
+    differ (LoadedLayer.w13_split_globals, weights().w13_up_global), against the numpy
+    oracle whose up rows carry their own global; bad up globals refused naming the entry."""
+    import dataclasses
+
+    cfg, W, ref = make_layer(rng, "nvfp4", E=4, k=2)
+    I = cfg.inter
+    up = (W.w13_global * np.array([1.9, 0.4, 1.0, 0.7], np.float32)).astype(np.float32)
+    ref_up = dict(ref, w13=ref["w13"].copy())
+    ref_up["w13"][:, I:] *= (up / W.w13_global)[:, None, None]
+    bits, xf = make_x(rng, 6, cfg.hidden)
+    want, margin = reference(cfg, ref_up, xf)
+    for b in ("cpu", "cpu-ref"):
+        for w in (dataclasses.replace(W, w13_up_global=up),
+                  dataclasses.replace(W, w13_global=np.stack([W.w13_global, up], 1))):
+            with fp4moe.Layer(cfg, w, backend=b, max_tokens=8) as layer:
+                check(layer.run(bits), want, margin)
+    with pytest.raises(ValueError, match="give the up globals once"):
+        fp4moe.Layer(cfg, dataclasses.replace(W, w13_global=np.stack([W.w13_global, up], 1), w13_up_global=up))
+    with pytest.raises(ValueError, match=r"w13_up_global: expected shape \(4,\)"):
+        fp4moe.Layer(cfg, dataclasses.replace(W, w13_up_global=up[:3]))
+    for v in (np.nan, 0.0, -1.0, np.inf):
+        bad = up.copy()
+        bad[1] = v
+        with pytest.raises(fp4moe.Error, match=r"w13_up_global\[1\] = ") as e:
+            fp4moe.Layer(cfg, dataclasses.replace(W, w13_up_global=bad))
+        assert e.value.status == "FM_ERR_NONFINITE"
+    # a checkpoint file: the up projections' weight_scale_2 as stored
+    t = modelopt_dict(cfg, W)
+    for e in range(cfg.n_experts):
+        t[f"model.layers.0.mlp.experts.{e}.up_proj.weight_scale_2"] = ("F32", np.array(up[e], np.float32))
+    write_safetensors(tmp_path / "model.safetensors", t)
+    with fp4moe.Checkpoint(tmp_path / "model.safetensors") as ck:
+        loaded = ck.load_layer(0, routing=cfg)
+    assert loaded.w13_split_globals == 3  # expert 2's agree
+    back = loaded.weights()
+    assert np.array_equal(back.w13_global, W.w13_global) and np.array_equal(back.w13_up_global, up)
+    assert np.array_equal(back.w13_scales, W.w13_scales)  # no block scale re-encoded
+    with fp4moe.Layer(None, loaded, backend="cpu", max_tokens=8) as layer:
+        check(layer.run(bits), want, margin)
+    loaded.close()
 
 
 @pytest.mark.parametrize("limit", [None, 0.75])

@@ -128,12 +128,38 @@ def test_from_modelopt_tensors(rng):
                            torch.from_numpy(W.w2_scales), torch.from_numpy(W.w2_global), device="cpu",
                            out_dtype=torch.float32, max_tokens=4)
     assert torch.equal(st(bf16(bits)), m(bf16(bits)))
-    # gate and up globals that differ: the C loader re-encodes the smaller half's block
-    # scales, as it does for a checkpoint file
-    experts[1]["up_proj"]["weight_scale_2"] = torch.tensor(W.w13_global[1] * 2)
+    # gate and up globals that differ: taken as they are (no block scale re-encoded), so
+    # the layer is exactly the one whose up rows carry their own global, per expert and
+    # stacked ([E][2]: gate, up) alike, and through the numpy layer (MoEWeights) too
+    up = W.w13_global.copy()
+    up[1], up[2] = W.w13_global[1] * 2.3, W.w13_global[2] * 0.37
+    experts[1]["up_proj"]["weight_scale_2"] = torch.tensor(up[1])
+    experts[2]["up_proj"]["weight_scale_2"] = torch.tensor(up[2])
+    ref_up = dict(ref, w13=ref["w13"].copy())
+    ref_up["w13"][:, I:] *= (up / W.w13_global)[:, None, None]
+    want_up, margin = reference(cfg, ref_up, xf)
     r = MoE.from_modelopt_experts(cfg, router, experts, device="cpu", out_dtype=torch.float32, max_tokens=4)
-    assert torch.isfinite(r(bf16(bits))).all()
+    got = r(bf16(bits))
+    assert margin > 1e-6 and moe_ref.nmse(got.numpy(), want_up) <= 1e-9
+    assert moe_ref.nmse(m(bf16(bits)).numpy(), want_up) > 1e-3  # without them: another layer
+    g2 = torch.from_numpy(np.stack([W.w13_global, up], 1))
+    st = MoE.from_modelopt(cfg, router, torch.from_numpy(W.w13_data), torch.from_numpy(W.w13_scales), g2,
+                           torch.from_numpy(W.w2_data), torch.from_numpy(W.w2_scales),
+                           torch.from_numpy(W.w2_global), device="cpu", out_dtype=torch.float32, max_tokens=4)
+    assert torch.equal(st(bf16(bits)), got)
+    import dataclasses
+
+    nw = dataclasses.replace(W, w13_global=np.stack([W.w13_global, up], 1).astype(np.float32))
+    nm = MoE(cfg, nw, device="cpu", out_dtype=torch.float32, max_tokens=4)
+    try:
+        assert torch.equal(nm(bf16(bits)), got)
+    finally:
+        nm.close()
+    for b in ("cpu", "cpu-ref"):
+        with fp4moe.Layer(cfg, dataclasses.replace(W, w13_up_global=up), backend=b, max_tokens=4) as L:
+            assert moe_ref.nmse(L.run(bits), want_up) <= 1e-9
     experts[1]["up_proj"]["weight_scale_2"] = torch.tensor(W.w13_global[1])
+    experts[2]["up_proj"]["weight_scale_2"] = torch.tensor(W.w13_global[2])
     experts[2]["down_proj"]["weight"] = experts[2]["down_proj"]["weight"].to(torch.int32)
     with pytest.raises(fp4moe.Error, match=r"experts\.2\.down_proj\.weight' has dtype I32") as e:
         MoE.from_modelopt_experts(cfg, router, experts, device="cpu")
