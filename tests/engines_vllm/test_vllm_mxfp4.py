@@ -308,6 +308,12 @@ def test_selection_answer():
     assert selection.select_mxfp4_moe_backend(moe_config()) == (oracle.Mxfp4MoeBackend.EMULATION,
                                                                 Fp4moeMxfp4Experts)
     assert selection.select_mxfp4_moe_backend(moe_config(has_bias=False))[1] is Fp4moeMxfp4Experts
+    # gpt-oss-20b / -120b's shapes (hidden 2880, 32 / 128 experts, top-4), whole and as the
+    # tensor-parallel partitions vLLM's loader makes (2880 / 2, and 2880 / 4 rounded up to 736),
+    # with vLLM's default max_num_tokens: taken (the library's answer for the CPU backend here)
+    for E, I in ((32, 2880), (128, 2880), (32, 1440), (128, 736)):
+        cfg = moe_config(E=E, k=4, H=2880, I=I, max_num_tokens=8192)
+        assert selection.select_mxfp4_moe_backend(cfg)[1] is Fp4moeMxfp4Experts, (E, I)
 
 
 def refusal(cfg, activation_key=None):
