@@ -1,5 +1,5 @@
-"""Fp4moeExperts: vLLM's modular MoE experts interface (FusedMoEExpertsModular, vLLM 0.33.0)
-on fp4moe.torch_ops.MoE.
+"""Fp4moeExperts (NVFP4) and Fp4moeMxfp4Experts (gpt-oss MXFP4): vLLM's modular MoE experts
+interface (FusedMoEExpertsModular, vLLM 0.33.0) on fp4moe.torch_ops.MoE.
 
 vLLM hands apply() the activations (BF16: expects_unquantized_inputs, so its prepare step does
 not quantize them), its own top-k ids and weights, and an output [M][K]; fp4moe computes the
@@ -7,7 +7,9 @@ weighted sum over the top-k itself, so the finalize step is vLLM's no-op. The fp
 made once, in process_weights_after_loading, from the tensors vLLM's ModelOpt NVFP4 method leaves
 on the layer when its oracle's conversion keeps them as the checkpoint stores them (packed E2M1
 uint8 [E][2*inter][hidden/2], E4M3 block scales row-major, float32 global scales): the C loader
-reads them as it reads a checkpoint."""
+reads them as it reads a checkpoint. Fp4moeMxfp4Experts does the same for the tensors vLLM's
+gpt-oss MXFP4 method (GptOssMxfp4MoEMethod) leaves when its oracle answers EMULATION: the
+checkpoint's bytes (rows of w13 interleaving gate and up), read by fp4moe's gpt-oss loader."""
 
 import torch
 
@@ -17,15 +19,21 @@ from fp4moe.torch_ops import MoE
 import vllm.model_executor.layers.fused_moe.modular_kernel as mk
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeightAndReduceNoOP
-from vllm.model_executor.layers.quantization.utils.quant_utils import kNvfp4Dynamic, kNvfp4Static
+from vllm.model_executor.layers.quantization.utils.quant_utils import kMxfp4Static, kNvfp4Dynamic, kNvfp4Static
 from vllm.platforms import current_platform
 
 
-def fp4moe_config(moe_config):
-    """The fp4moe.MoEConfig of a vLLM FusedMoEConfig. The routing fields are fp4moe's defaults:
-    vLLM routes and passes ids and weights, so the layer's own router is never run. inter is
-    the tensor-parallel partition's (the layer then returns the partition's partial sum, which
-    vLLM all-reduces as it does for its own kernels)."""
+def fp4moe_config(moe_config, wfmt="nvfp4", swiglu_limit=None):
+    """The fp4moe.MoEConfig of a vLLM FusedMoEConfig. The routing fields are fp4moe's defaults
+    (gpt-oss's softmax-topk for MXFP4): vLLM routes and passes ids and weights, so the layer's
+    own router is never run. inter is the tensor-parallel partition's (the layer then returns the
+    partition's partial sum, which vLLM all-reduces as it does for its own kernels). MXFP4 is
+    gpt-oss's experts: activation "swiglu-gptoss" with the clamp swiglu_limit."""
+    if wfmt == "mxfp4":
+        return fp4moe.MoEConfig(n_experts=moe_config.num_experts, top_k=moe_config.experts_per_token,
+                                hidden=moe_config.hidden_dim, inter=moe_config.intermediate_size_per_partition,
+                                score="softmax-topk", wfmt="mxfp4", activation="swiglu-gptoss",
+                                swiglu_limit=swiglu_limit)
     return fp4moe.MoEConfig(n_experts=moe_config.num_experts, top_k=moe_config.experts_per_token,
                             hidden=moe_config.hidden_dim, inter=moe_config.intermediate_size_per_partition,
                             wfmt="nvfp4")
@@ -164,14 +172,18 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
     def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
               expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
               apply_router_weight_on_input):
+        if activation != MoEActivation.SILU:
+            raise ValueError(f"fp4moe: activation: {activation} (fp4moe runs SiLU-gated experts)")
+        return self._run(output, hidden_states, topk_weights, topk_ids, expert_map, apply_router_weight_on_input)
+
+    def _run(self, output, hidden_states, topk_weights, topk_ids, expert_map, apply_router_weight_on_input):
+        """The fp4moe op on vLLM's tensors, in chunks of max_tokens, into output."""
         if self.moe is None:
             raise RuntimeError("fp4moe: apply() before process_weights_after_loading made the layer")
         if expert_map is not None:
             raise ValueError("fp4moe: expert_map: expert parallelism is not supported")
         if apply_router_weight_on_input:
             raise ValueError("fp4moe: apply_router_weight_on_input: not supported")
-        if activation != MoEActivation.SILU:
-            raise ValueError(f"fp4moe: activation: {activation} (fp4moe runs SiLU-gated experts)")
         ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
         w = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.to(torch.float32)
         T, step = hidden_states.shape[0], self.moe.max_tokens
@@ -179,3 +191,116 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
             e = min(T, t + step)
             self.moe(hidden_states[t:e], ids[t:e], w[t:e], out=output[t:e])
         return None
+
+
+# gpt-oss's clamped SwiGLU as fp4moe implements it ("swiglu-gptoss", include/fp4moe/moe.h):
+# g' = min(g, L), u' = clamp(u, -L, L), h = (u' + 1) * g' * sigmoid(1.702 g'). vLLM names the
+# 1.702 alpha and the + 1 beta (gemm1_alpha / gemm1_beta on the quant config, TRT-LLM's
+# convention, which GptOssMxfp4MoEMethod sets to 1.702 and 1.0; swiglu_alpha / swiglu_beta on
+# the MoE config) and the clamp L gemm1_clamp_limit / swiglu_limit; unset, SWIGLUOAI is vLLM's
+# swigluoai_and_mul: alpha 1.702, + 1, limit 7.0.
+GPTOSS_ALPHA, GPTOSS_BETA, GPTOSS_LIMIT = 1.702, 1.0, 7.0
+
+
+def gptoss_activation(moe_config, quant_config=None):
+    """(swiglu_limit, None) for the clamped SwiGLU the layer asks for, or (None, reason) when it
+    is not the one fp4moe implements. The quant config's gemm1_* values override the MoE
+    config's swiglu_*, as vLLM's ApplyMoEActivationConfig.from_configs reads them."""
+    def pick(qname, mname):
+        v = getattr(quant_config, qname, None) if quant_config is not None else None
+        return (qname, v) if v is not None else (mname, getattr(moe_config, mname, None))
+
+    name, alpha = pick("gemm1_alpha", "swiglu_alpha")
+    if alpha is not None and abs(float(alpha) - GPTOSS_ALPHA) > 1e-6:
+        return None, (f"fp4moe: {name}={alpha} (fp4moe's gpt-oss SwiGLU has alpha {GPTOSS_ALPHA}: "
+                      f"(u' + 1) * g' * sigmoid(1.702 g'))")
+    name, beta = pick("gemm1_beta", "swiglu_beta")
+    if beta is not None and float(beta) != GPTOSS_BETA:
+        return None, (f"fp4moe: {name}={beta} (fp4moe's gpt-oss SwiGLU adds {GPTOSS_BETA} to the clamped up "
+                      f"projection: (u' + 1))")
+    _, limit = pick("gemm1_clamp_limit", "swiglu_limit")
+    return (GPTOSS_LIMIT if limit is None else float(limit)), None
+
+
+def _u8(t):
+    """E8M0 scales as their uint8 codes (vLLM's MXFP4 methods keep uint8; a float8_e8m0fnu view
+    is the same bytes)."""
+    return t.view(torch.uint8) if t.dtype != torch.uint8 and t.element_size() == 1 else t
+
+
+class Fp4moeMxfp4Experts(Fp4moeExperts):
+    """gpt-oss MXFP4 experts (W4A16: BF16 activations; clamped SwiGLU with expert biases, w13 rows
+    interleaving gate and up as the checkpoint stores them) run by one fp4moe layer per vLLM MoE
+    layer, built by fp4moe's gpt-oss loader (MoE.from_gpt_oss)."""
+
+    @staticmethod
+    def _supports_quant_scheme(weight_key, activation_key):
+        # MXFP4 weights, activations not quantized (vLLM's gpt-oss checkpoints are W4A16)
+        return weight_key == kMxfp4Static and activation_key is None
+
+    @staticmethod
+    def _supports_activation(activation):
+        # SWIGLUOAI: gate and up interleaved in w13's rows, as gpt-oss stores them and vLLM's
+        # gpt-oss loader keeps them. SWIGLUOAI_UNINTERLEAVE (gate rows then up rows) is not taken:
+        # no MXFP4 method that the selection hooks loads that layout.
+        return activation == MoEActivation.SWIGLUOAI
+
+    @staticmethod
+    def is_supported_config(cls, moe_config, weight_key, activation_key, activation_format):
+        ok, reason = mk.FusedMoEExperts.is_supported_config(cls, moe_config, weight_key, activation_key,
+                                                            activation_format)
+        if not ok:
+            return ok, reason
+        limit, why = gptoss_activation(moe_config)
+        if why:
+            return False, why
+        if moe_config.in_dtype not in _OUT_DTYPES:
+            return False, f"fp4moe: activations {moe_config.in_dtype} (fp4moe takes torch.bfloat16)"
+        ok, why = fp4moe.supports(fp4moe_config(moe_config, "mxfp4", limit), fp4moe_device(),
+                                  max_tokens=fp4moe_max_tokens(moe_config),
+                                  out_dtype=_OUT_DTYPES[moe_config.in_dtype], expert_bias=bool(moe_config.has_bias))
+        return (True, None) if ok else (False, f"fp4moe: {why}")
+
+    def process_weights_after_loading(self, layer):
+        """Make the fp4moe layer from the layer's gpt-oss MXFP4 tensors as vLLM's method leaves them
+        for EMULATION (the checkpoint's bytes): w13_weight uint8 [E][2*inter][hidden/2] (row 2i gate
+        i, 2i+1 up i), w13_weight_scale uint8 E8M0 [E][2*inter][hidden/32], w13_bias [E][2*inter]
+        (interleaved too), w2_weight [E][hidden][inter/2], w2_weight_scale [E][hidden][inter/32],
+        w2_bias [E][hidden] (vLLM's loader zeroes it on tensor-parallel ranks other than 0, so the
+        all-reduced partial sums add it once). The weights are viewed as the checkpoint's
+        *_blocks [E][N][K/32][16] (no copy on the host) and de-interleaved by fp4moe's gpt-oss loader;
+        the biases are loaded as stored (BF16), nothing is re-quantized."""
+        if getattr(layer, "apply_router_weight_on_input", False):
+            raise ValueError("fp4moe: apply_router_weight_on_input is not supported (fp4moe weights the "
+                             "experts' outputs, not their inputs)")
+        limit, why = gptoss_activation(self.moe_config, self.quant_config)
+        if why:
+            raise ValueError(why)
+        cfg = fp4moe_config(self.moe_config, "mxfp4", limit)
+        w13, w2 = layer.w13_weight, layer.w2_weight
+        s13, s2 = _u8(layer.w13_weight_scale), _u8(layer.w2_weight_scale)
+        E, H, I = w13.shape[0], cfg.hidden, cfg.inter
+        if E != self.moe_config.num_local_experts or E != cfg.n_experts:
+            raise ValueError(f"fp4moe: layer.w13_weight holds {E} experts, the MoE config {cfg.n_experts} "
+                             f"({self.moe_config.num_local_experts} local): expert parallelism is not supported")
+        for name, t, shape in (("w13_weight", w13, (E, 2 * I, H // 2)), ("w13_weight_scale", s13, (E, 2 * I, H // 32)),
+                               ("w2_weight", w2, (E, H, I // 2)), ("w2_weight_scale", s2, (E, H, I // 32))):
+            if tuple(t.shape) != shape or t.dtype != torch.uint8:
+                raise ValueError(f"fp4moe: layer.{name} is {t.dtype} {list(t.shape)}, expected torch.uint8 "
+                                 f"{list(shape)} (vLLM's gpt-oss MXFP4 layout as EMULATION keeps it)")
+        dev = w13.device
+        router = torch.zeros(cfg.n_experts, H, dtype=torch.float32)  # never run: vLLM routes
+        if self.moe is not None:
+            self.moe.close()
+        self.moe = MoE.from_gpt_oss(
+            cfg, router, w13.reshape(E, 2 * I, H // 32, 16), s13, w2.reshape(E, H, I // 32, 16), s2,
+            gate_up_proj_bias=getattr(layer, "w13_bias", None), down_proj_bias=getattr(layer, "w2_bias", None),
+            device=dev if dev.type == "cuda" else "cpu", max_tokens=fp4moe_max_tokens(self.moe_config),
+            out_dtype=self.moe_config.in_dtype)
+
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
+              expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
+              apply_router_weight_on_input):
+        if activation != MoEActivation.SWIGLUOAI:
+            raise ValueError(f"fp4moe: activation: {activation} (fp4moe runs gpt-oss's MXFP4 experts: swigluoai)")
+        return self._run(output, hidden_states, topk_weights, topk_ids, expert_map, apply_router_weight_on_input)

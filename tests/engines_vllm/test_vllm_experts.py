@@ -19,7 +19,7 @@ backend: no GPU is lent to these tests, so nothing here runs on cuda (docs/engin
   and builds the kernel, which calls ours, and its kernel's apply() is within the cpu-ref bound;
 - the oracle entry: vLLM's EMULATION conversion, which the selection names, hands the weights on
   as stored;
-- the selection: off unless FP4MOE_VLLM=1 (also through vLLM's own plugin loader and the entry
+- the selection (NVFP4 and gpt-oss MXFP4; the MXFP4 experts are tested in test_vllm_mxfp4.py): off unless FP4MOE_VLLM=1 (also through vLLM's own plugin loader and the entry
   point pyproject.toml declares), a bad value refused naming the variable;
 - refusals: vLLM's checks and fp4moe.supports's reasons, passed through word for word."""
 import inspect
@@ -320,8 +320,11 @@ import fp4moe_vllm, vllm.model_executor.layers.quantization.modelopt as m
 from vllm.model_executor.layers.fused_moe.oracle import nvfp4
 fp4moe_vllm.register(); fp4moe_vllm.register()
 import vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 as ct
+import vllm.model_executor.layers.quantization.mxfp4 as q
+from vllm.model_executor.layers.fused_moe.oracle import mxfp4
 print("SELECT", m.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend,
-      ct.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend)
+      ct.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend,
+      q.select_mxfp4_moe_backend is mxfp4.select_mxfp4_moe_backend)
 """
 
 
@@ -329,7 +332,7 @@ print("SELECT", m.select_nvfp4_moe_backend is nvfp4.select_nvfp4_moe_backend,
 def test_selection_is_explicit(value, vllms):
     r = _py(SELECT, {} if value is None else {"FP4MOE_VLLM": value})
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"SELECT {vllms} {vllms}" in r.stdout, r.stdout
+    assert f"SELECT {vllms} {vllms} {vllms}" in r.stdout, r.stdout
 
 
 def test_selection_bad_value_named():
@@ -369,7 +372,7 @@ def test_entry_point_through_vllms_loader():
         for value, vllms in ((None, True), ("1", False)):
             r = _py(code, {} if value is None else {"FP4MOE_VLLM": value}, (d,))
             assert r.returncode == 0, r.stderr[-3000:]
-            assert f"SELECT {vllms} {vllms}" in r.stdout, (value, r.stdout, r.stderr[-2000:])
+            assert f"SELECT {vllms} {vllms} {vllms}" in r.stdout, (value, r.stdout, r.stderr[-2000:])
 
 
 @pytest.mark.parametrize("layout", ["modelopt", "compressed-tensors"])
