@@ -140,34 +140,25 @@ if [ "$ENGINES" = 1 ] && ! venv_matches "$ROOT/scripts/requirements-engines.txt"
   fi
   venv_matches "$ROOT/scripts/requirements-engines.txt" && venv_matches
 fi
-if [ "$VLLM" = 1 ] && ! VENV=$VLLM_VENV venv_matches "$ROOT/scripts/requirements-vllm.txt"; then
-  if [ -e "$VLLM_VENV" ] && [ ! -f "$VLLM_VENV/pyvenv.cfg" ]; then
-    echo "deps: FAILED: $VLLM_VENV exists and is not a virtual environment; refusing to use it (set FM_VLLM_VENV)" >&2
+# side_venv VENV REQS WHAT SIZE ENVVAR: an opt-in venv of its own (vLLM, NCCL EP pin packages the
+# project's venv cannot hold), made and filled with REQS unless it already matches them
+side_venv() {
+  local venv=$1 reqs=$2 what=$3 size=$4 var=$5
+  VENV=$venv venv_matches "$reqs" && return 0
+  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
+    echo "deps: FAILED: $venv exists and is not a virtual environment; refusing to use it (set $var)" >&2
     exit 1
   fi
-  [ -x "$VLLM_VENV/bin/python" ] || "$PY" -m venv "$VLLM_VENV"
-  echo "deps: installing vLLM's pinned packages into $VLLM_VENV (scripts/requirements-vllm.txt; ~9 GB)"
-  if ! "$VLLM_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input \
-       -r "$ROOT/scripts/requirements-vllm.txt"; then
-    echo "deps: FAILED: pip could not install scripts/requirements-vllm.txt (network? see above)" >&2
+  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+  echo "deps: installing $what's pinned packages into $venv (scripts/$(basename "$reqs"); ~$size)"
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$reqs"; then
+    echo "deps: FAILED: pip could not install scripts/$(basename "$reqs") (network? see above)" >&2
     exit 1
   fi
-  VENV=$VLLM_VENV venv_matches "$ROOT/scripts/requirements-vllm.txt"
-fi
-if [ "$NCCL_EP" = 1 ] && ! VENV=$NCCL_VENV venv_matches "$ROOT/scripts/requirements-nccl-ep.txt"; then
-  if [ -e "$NCCL_VENV" ] && [ ! -f "$NCCL_VENV/pyvenv.cfg" ]; then
-    echo "deps: FAILED: $NCCL_VENV exists and is not a virtual environment; refusing to use it (set FM_NCCL_VENV)" >&2
-    exit 1
-  fi
-  [ -x "$NCCL_VENV/bin/python" ] || "$PY" -m venv "$NCCL_VENV"
-  echo "deps: installing NCCL EP's pinned packages into $NCCL_VENV (scripts/requirements-nccl-ep.txt; ~1 GB)"
-  if ! "$NCCL_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input \
-       -r "$ROOT/scripts/requirements-nccl-ep.txt"; then
-    echo "deps: FAILED: pip could not install scripts/requirements-nccl-ep.txt (network? see above)" >&2
-    exit 1
-  fi
-  VENV=$NCCL_VENV venv_matches "$ROOT/scripts/requirements-nccl-ep.txt"
-fi
+  VENV=$venv venv_matches "$reqs"
+}
+if [ "$VLLM" = 1 ]; then side_venv "$VLLM_VENV" "$ROOT/scripts/requirements-vllm.txt" vLLM "9 GB" FM_VLLM_VENV; fi
+if [ "$NCCL_EP" = 1 ]; then side_venv "$NCCL_VENV" "$ROOT/scripts/requirements-nccl-ep.txt" "NCCL EP" "1 GB" FM_NCCL_VENV; fi
 if [ "$NCCL_EP" = 1 ]; then
   nccl_site=$("$NCCL_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   for f in nccl/ep/include/nccl_ep.h nccl/ep/lib/cu13/libnccl_ep.so nvidia/nccl/include/nccl.h nvidia/nccl/lib/libnccl.so.2; do
