@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "format/format_internal.h" /* fm_w13_one_global: what the cuda backend runs for --check */
 #include "flags.h" /* FM_FLAGS_GO */
 #include "fm_file.h" /* fm_file_out: --output checked before the run */
 #include "run_cuda.h"
@@ -259,26 +258,7 @@ static int run_check(run_state *rs)
         fprintf(stderr, "fp4moe run: out of host memory\n");
         return FM_EXIT_FAIL;
     }
-    /* The cuda backend re-encodes separate gate and up globals to one per w13 at create
-     * (docs/engines.md, section 5): its output is checked against the reference of the
-     * weights it runs, as when the loader re-encoded them. */
-    fm_moe_weights wfull = rs->m.w, wshard = rs->sw;
-    fm_qtensor    *one = NULL;
-    uint8_t       *sc = NULL;
-    if (rep->bk == FM_BACKEND_CUDA && rs->m.w.w13_up_global) {
-        const int    n = rs->m.n_held;
-        const size_t sb = fm_format_row_scale_bytes(cfg->wfmt, cfg->hidden) * 2 * (size_t)cfg->inter;
-        one = malloc(sizeof *one * (size_t)n);
-        sc = malloc(sb * (size_t)n);
-        if (!one || !sc) {
-            free(one), free(sc);
-            fprintf(stderr, "fp4moe run: out of host memory\n");
-            return FM_EXIT_FAIL;
-        }
-        for (int e = 0; e < n; e++) fm_w13_one_global(&rs->m.w.w13[e], rs->m.w.w13_up_global[e], sc + sb * (size_t)e, &one[e]);
-        wfull.w13 = one, wfull.w13_up_global = NULL;
-        wshard.w13 = one + (rs->sw.w13 - rs->m.w.w13), wshard.w13_up_global = NULL;
-    }
+    const fm_moe_weights wfull = rs->m.w, wshard = rs->sw;
     if (rs->cl.shard.count || rs->cl.external) {
         fm_layer         *rl = NULL;
         fm_layer_desc     rd = rs->desc;
@@ -291,8 +271,6 @@ static int run_check(run_state *rs)
     } else {
         s = fm_moe_forward_ref(cfg, &wfull, rs->m.x, T, rs->ref);
     }
-    free(one);
-    free(sc);
     if (s != FM_OK) return fm_cli_fail("run", s);
     double num = 0, den = 0;
     for (size_t i = 0; i < n_out; i++) {

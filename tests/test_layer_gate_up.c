@@ -9,7 +9,7 @@
  *   docs/accuracy.md (reference vs float64 oracle 1e-10, fast vs reference 1e-9).
  * - For contrast, the re-encoded path (the smaller half's block scales re-expressed
  *   against the larger global, fm_w13_one_global: what the loader did before and
- *   the cuda backend still does at create) on the same layer: its NMSE against the
+ *   the cuda backend did until 2026-12-06) on the same layer: its NMSE against the
  *   model is printed and asserted far larger (and within the old 1e-3 bound);
  *   fm_w13_one_global is checked bit for bit against an independent re-encoding.
  * - Refusals at create and by fm_moe_forward_ref: an up global that is NaN, +-Inf,
@@ -135,7 +135,7 @@ static void test_cpu_vs_model(void **state)
     build(&L, &r, up);
     const fm_moe_config *c = &L.cfg;
 
-    /* the re-encoded weights: one global per w13 (the old loader's / the cuda backend's) */
+    /* the re-encoded weights: one global per w13 (the old loader's / the old cuda backend's) */
     fm_qtensor one[E];
     uint8_t *sc = malloc((size_t)E * 2 * I * (H / 16));
     assert_non_null(sc);

@@ -75,6 +75,16 @@ typedef struct fm_cuda_weights fm_cuda_weights;
  * FM_ERR_UNSUPPORTED (MXFP4 scales of one expert spanning more than 2^120),
  * FM_ERR_NO_DEVICE, FM_ERR_OOM, FM_ERR_CUDA. *out is NULL on failure. */
 fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_weights **out);
+/* The same for FC1 weights [2I][K] (gate rows [0, I), up rows [I, 2I)) whose halves have
+ * global scales of their own, as NVFP4 checkpoints store them (fm_moe_weights.w13_up_global):
+ * the gate rows under w[e].global_scale, the up rows under up_global[e]; block scales taken
+ * as they are (no re-encoding). The FM_CUDA_EPI_SWIGLU epilogue applies each half's global;
+ * the other epilogues apply w[e].global_scale to every row. up_global NULL = one global per
+ * expert (fm_cuda_weights_create). Statuses as fm_cuda_weights_create, and FM_ERR_FORMAT
+ * (up_global for MXFP4 weights, which have no global scale), FM_ERR_NONFINITE (an up global
+ * that is not finite, positive and normal), FM_ERR_BAD_SHAPE (N not a multiple of 32). */
+fm_status fm_cuda_weights_create_gate_up(const fm_qtensor *w, int n_experts, const float *up_global,
+                                         fm_cuda_weights **out);
 void      fm_cuda_weights_destroy(fm_cuda_weights *w);
 /* Shape of prepacked weights (any pointer may be NULL). */
 void fm_cuda_weights_shape(const fm_cuda_weights *w, int *n_experts, int *n, int *k, fm_format *fmt);

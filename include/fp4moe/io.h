@@ -417,9 +417,8 @@ typedef struct {
     fm_route_origin route_from[FM_ROUTE_N];    /* where each routing setting came from */
     int             w13_split_globals; /* experts whose gate and up weight_scale_2 differ: both
                                           are held as stored (w13[e].global_scale and
-                                          w13_up_global[e]), no block scale re-encoded; the
-                                          cuda backend re-encodes them at create (its epilogue
-                                          applies one global per matrix) */
+                                          w13_up_global[e]), no block scale re-encoded (every
+                                          backend applies each half's global) */
     /* Things in the checkpoint that fp4moe's layer does not model: */
     int             ignored_bias; /* 1: expert biases were not loaded (none of today's layouts:
                                      gpt-oss's load into w13_bias / w2_bias) */

@@ -410,9 +410,8 @@ class MoE:
         [E][hidden][inter/2] ..., input scales float32 [E] (or [E][2]). Loaded by the
         library's ModelOpt loader (src/io/load_modelopt.c) as the per-expert tensors
         they hold, so differing gate / up globals are taken as they are, as from a
-        checkpoint (fm_moe_weights.w13_up_global: no block scale re-encoded on the CPU
-        backends; the cuda backend re-encodes them at create, its epilogue applying one
-        global per matrix).
+        checkpoint (fm_moe_weights.w13_up_global: no block scale re-encoded; the cuda
+        backend's FC1 epilogue applies each half's global).
         With first_expert / n_local, E is the shard's experts and the router global."""
         if cfg.wfmt != "nvfp4":
             raise ValueError(f"cfg.wfmt: ModelOpt weights are NVFP4, cfg says {cfg.wfmt!r}")

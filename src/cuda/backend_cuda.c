@@ -11,8 +11,8 @@
  *      order): offsets, perm, row weights, token slots (-1 for slots left out:
  *      id -1, another shard's expert, a bad id, which is counted);
  *   3. gather the routed rows into expert order (NaN/Inf in x recorded);
- *   4. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16 (one global per
- *      expert's w13: separate gate and up globals are re-encoded to one at create, create_w13)
+ *   4. FC1 + SwiGLU: fm_cuda_gemm(FM_CUDA_EPI_SWIGLU) -> h[rows][inter] BF16 (separate gate
+ *      and up globals applied by the epilogue, block scales as stored: create_w13)
  *      (X gathered and h written in the prepack K order where the planner
  *      prefers the packed-X wgmma kernel);
  *   5. the BF16 shared expert (the shard holding expert 0 only);
@@ -45,7 +45,6 @@
 #include "cuda/gemm_plan.h"
 #include "cuda/layer_cuda.h"
 #include "cuda/moe_kernels.h"
-#include "format/format_internal.h"
 
 fm_status fm_cuda_layer_fail(int err, const char *what)
 {
@@ -116,33 +115,14 @@ static void cuda_destroy(void *ptr)
     free(s);
 }
 
-/* FC1's weights for the kernels, whose epilogue applies ONE global per expert matrix: an
- * expert whose gate and up globals differ (fm_moe_weights.w13_up_global) is re-encoded, the
- * half with the smaller global against the larger (fm_w13_one_global: what the checkpoint
- * loader did before the layer took both globals; lossy, within the 1e-3 bound of
- * docs/accuracy.md); the others are prepacked as given. Until the epilogue takes two globals. */
+/* FC1's weights for the kernels: an expert whose gate and up globals differ
+ * (fm_moe_weights.w13_up_global) keeps its block scales as stored, each half's global
+ * applied by the SWIGLU epilogue (fm_cuda_weights_create_gate_up). */
 static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
 {
     int split = 0;
     for (int e = 0; e < L; e++) split += fm_moe_w13_split(w, e);
-    if (!split) return fm_cuda_weights_create(w->w13, L, &s->w13);
-    const size_t sb = fm_format_row_scale_bytes(w->w13[0].fmt, w->w13[0].cols) * (size_t)w->w13[0].rows;
-    fm_qtensor  *q = malloc(sizeof *q * (size_t)L);
-    uint8_t     *sc = malloc(sb * (size_t)split);
-    if (!q || !sc) {
-        free(q);
-        free(sc);
-        return fm_fail(FM_ERR_OOM, "cuda backend: out of host memory to re-encode %d experts' w13 block scales",
-                       split);
-    }
-    for (int e = 0, i = 0; e < L; e++) {
-        q[e] = w->w13[e];
-        if (fm_moe_w13_split(w, e)) fm_w13_one_global(&w->w13[e], w->w13_up_global[e], sc + sb * (size_t)i++, &q[e]);
-    }
-    const fm_status st = fm_cuda_weights_create(q, L, &s->w13);
-    free(q);
-    free(sc);
-    return st;
+    return fm_cuda_weights_create_gate_up(w->w13, L, split ? w->w13_up_global : NULL, &s->w13);
 }
 
 static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)

@@ -42,7 +42,9 @@ struct fm_cuda_weights {
     int       n_experts, n, k, kp; /* kp = K padded to a multiple of 64 */
     void     *d_data;   /* device [E][N/16][kp/64][32][16 B] */
     void     *d_scale;  /* device [E][N/16][kp/64][32][2 B] */
-    float    *d_oscale; /* device [E] FP32 output multiplier (global scale x code folds) */
+    float    *d_oscale; /* device [2][E] FP32 output multipliers (global scale x code folds): [0][e] of
+                         * every row (SWIGLU: the gate rows), [1][e] of the up rows under SWIGLU (=
+                         * [0][e] unless fm_cuda_weights_create_gate_up got an up global) */
     size_t    data_bytes, scale_bytes; /* per expert */
 };
 

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(NTHR, 3) decode_kernel(const fm_decode_params 
         const int gb = fb * NW + warp; /* this warp's gate band; its up band is inter/16 further */
         const int  band[MT] = {gb, gb + p.n1 / 32};
         const bool valid[MT] = {gb < p.n1 / 32, gb < p.n1 / 32};
-        const float osc = p.w1osc[e];
+        const float osc = p.w1osc[e], oscu = p.w1osc[p.n_local + e]; /* gate, up (cuda_internal.h) */
         for (int pass0 = 0; pass0 < m; pass0 += TOK) {
             const int rows = min(TOK, m - pass0);
             float     acc[MT][4];
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(NTHR, 3) decode_kernel(const fm_decode_params 
                 for (int q = 0; q < 4; q++) {
                     const int tok = 2 * t + (q & 1);
                     if (tok >= rows) continue;
-                    const float gv = acc[0][q] * osc, uv = acc[1][q] * osc;
+                    const float gv = acc[0][q] * osc, uv = acc[1][q] * oscu;
                     p.h[(size_t)(row0 + pass0 + tok) * p.k2 + gb * 16 + g + 8 * (q >> 1)] =
                         __bfloat16_as_ushort(__float2bfloat16(silu(gv) * uv));
                 }

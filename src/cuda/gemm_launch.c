@@ -4,6 +4,7 @@
  * shared memory from the planner's model, refused with FM_ERR_SMEM_EXCEEDED above
  * the limit, nothing launched then). */
 #include <cuda_runtime.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +27,28 @@ void fm_cuda_weights_destroy(fm_cuda_weights *w)
 
 fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_weights **out)
 {
+    return fm_cuda_weights_create_gate_up(w, n_experts, NULL, out);
+}
+
+fm_status fm_cuda_weights_create_gate_up(const fm_qtensor *w, int n_experts, const float *up_global,
+                                         fm_cuda_weights **out)
+{
     fm_clear_error();
     if (!out) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_weights_create: out is NULL");
     *out = NULL;
     if (!w || n_experts < 1) return fm_fail(FM_ERR_INVALID_ARG, "fm_cuda_weights_create: no weights (n_experts=%d)", n_experts);
+    if (up_global) {
+        if (w[0].fmt != FM_FORMAT_NVFP4)
+            return fm_fail(FM_ERR_FORMAT, "fm_cuda_weights_create_gate_up: up globals for format %d weights, which "
+                           "have no global scales (NVFP4 only)", (int)w[0].fmt);
+        if (w[0].rows % 32)
+            return fm_fail(FM_ERR_BAD_SHAPE, "fm_cuda_weights_create_gate_up: %lld rows: gate and up halves need "
+                           "rows %% 32 == 0", (long long)w[0].rows);
+        for (int e = 0; e < n_experts; e++)
+            if (!(isfinite(up_global[e]) && up_global[e] >= FLT_MIN))
+                return fm_fail(FM_ERR_NONFINITE, "fm_cuda_weights_create_gate_up: up_global[%d] = %g: must be a "
+                               "finite, normal, positive number", e, (double)up_global[e]);
+    }
     for (int e = 0; e < n_experts; e++) {
         if (w[e].fmt != w[0].fmt)
             return fm_fail(FM_ERR_FORMAT, "fm_cuda_weights_create: expert %d has format %d, expert 0 has %d", e,
@@ -47,7 +66,7 @@ fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_wei
     size_t db, sb;
     fm_cuda_prepack_sizes(w[0].rows, w[0].cols, &db, &sb);
     uint8_t *hd = malloc(db), *hs = malloc(sb);
-    float   *hos = malloc(sizeof(float) * (size_t)n_experts);
+    float   *hos = malloc(sizeof(float) * 2 * (size_t)n_experts); /* [E] all / gate rows, [E] up rows */
     fm_cuda_weights *cw = calloc(1, sizeof *cw);
     fm_status st = FM_OK;
     if (!hd || !hs || !hos || !cw) {
@@ -64,19 +83,21 @@ fm_status fm_cuda_weights_create(const fm_qtensor *w, int n_experts, fm_cuda_wei
     cudaError_t err;
     if ((err = cudaMalloc(&cw->d_data, db * n_experts)) != cudaSuccess ||
         (err = cudaMalloc(&cw->d_scale, sb * n_experts)) != cudaSuccess ||
-        (err = cudaMalloc((void **)&cw->d_oscale, sizeof(float) * n_experts)) != cudaSuccess) {
+        (err = cudaMalloc((void **)&cw->d_oscale, sizeof(float) * 2 * n_experts)) != cudaSuccess) {
         st = cuda_fail(err, "fm_cuda_weights_create: cudaMalloc");
         goto done;
     }
     for (int e = 0; e < n_experts; e++) {
         if ((st = fm_cuda_prepack(&w[e], hd, hs, &hos[e])) != FM_OK) goto done;
+        /* the up rows' multiplier: the prepack's fold (NVFP4: global x 2^7) with the up global */
+        hos[n_experts + e] = up_global ? hos[e] / w[e].global_scale * up_global[e] : hos[e];
         if ((err = cudaMemcpy((uint8_t *)cw->d_data + db * e, hd, db, cudaMemcpyHostToDevice)) != cudaSuccess ||
             (err = cudaMemcpy((uint8_t *)cw->d_scale + sb * e, hs, sb, cudaMemcpyHostToDevice)) != cudaSuccess) {
             st = cuda_fail(err, "fm_cuda_weights_create: upload");
             goto done;
         }
     }
-    if ((err = cudaMemcpy(cw->d_oscale, hos, sizeof(float) * n_experts, cudaMemcpyHostToDevice)) != cudaSuccess ||
+    if ((err = cudaMemcpy(cw->d_oscale, hos, sizeof(float) * 2 * n_experts, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (err = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess) /* the DMAs landed: a launch on a
                                                                           * non-blocking stream may follow */
         st = cuda_fail(err, "fm_cuda_weights_create: upload");

@@ -171,6 +171,7 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const fm_gemm_
 {
     const bool   swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
     const float *bias = OSS ? expert_bias(p, o, e) : nullptr;
+    const float  oscu = swiglu ? p.oscale[p.n_experts + e] : osc; /* the up rows' (fm_cuda_weights.d_oscale) */
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -184,7 +185,7 @@ __device__ __forceinline__ void epilogue(const fm_gemm_params &p, const fm_gemm_
 #pragma unroll
                 for (int i = 0; i < MT / 2; i++) {
                     if (!bvalid[i]) continue;
-                    float gv = acc(i, n, q) * osc, uv = acc(i + MT / 2, n, q) * osc;
+                    float gv = acc(i, n, q) * osc, uv = acc(i + MT / 2, n, q) * oscu;
                     int   col = band[i] * 16 + fo;
                     y[p.y_packed ? kpack_col(col) : col] =
                         __float2bfloat16(OSS ? swiglu_out(p, o, bias, col, gv, uv) : silu(gv) * uv);
@@ -286,6 +287,7 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, const f
     }
     constexpr int RS = 2 * FS + 16;
     const bool    swiglu = p.epi == FM_CUDA_EPI_SWIGLU;
+    const float   oscu = swiglu ? p.oscale[p.n_experts + e] : osc; /* the up rows' (fm_cuda_weights.d_oscale) */
     const int     fout = swiglu ? FS / 2 : FS, width = swiglu ? p.n / 2 : p.n, col0 = blk * fout;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const bool use_stm = !p.y_packed && NT % 2 == 0;
@@ -298,9 +300,9 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, const f
         const int lane = 4 * g + t, nbands = swiglu ? MT / 2 : MT;
         /* element q of the m16n8 fragment is feature g + 8 (q >> 1) of the band */
         auto      val = [&](int i, int n, int q) {
-            if (!OSS) return swiglu ? silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc) : acc(i, n, q) * osc;
+            if (!OSS) return swiglu ? silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * oscu) : acc(i, n, q) * osc;
             return swiglu ? swiglu_out(p, o, bias, col0 + lcol(i, true) + g + 8 * (q >> 1), acc(i, n, q) * osc,
-                                       acc(i + MT / 2, n, q) * osc)
+                                       acc(i + MT / 2, n, q) * oscu)
                           : acc(i, n, q) * osc;
         };
         auto pack = [](float lo, float hi) {
@@ -338,8 +340,8 @@ __device__ __forceinline__ void epilogue_staged(const fm_gemm_params &p, const f
                         if (bvalid[i]) {
                             int lc = lcol(i, true) + fo;
                             row[p.y_packed ? kpack_col(lc) : lc] = __float2bfloat16(
-                                OSS ? swiglu_out(p, o, bias, col0 + lc, acc(i, n, q) * osc, acc(i + MT / 2, n, q) * osc)
-                                    : silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * osc));
+                                OSS ? swiglu_out(p, o, bias, col0 + lc, acc(i, n, q) * osc, acc(i + MT / 2, n, q) * oscu)
+                                    : silu(acc(i, n, q) * osc) * (acc(i + MT / 2, n, q) * oscu));
                         }
                 } else {
 #pragma unroll

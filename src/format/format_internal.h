@@ -43,7 +43,8 @@ fm_status fm_qtensor_check_finite(const char *who, const fm_qtensor *t);
  * nearest even (fm_e4m3_encode): lossy, within 2^-4 relative per normal block scale (coarser
  * where the product falls among E4M3's subnormals); the other half's codes are copied. What
  * fp4moe's checkpoint loader did until the layer took both globals (fm_moe_weights.
- * w13_up_global), and what the cuda backend still does at create. scales_out holds
+ * w13_up_global), and the cuda backend until its epilogue took both (2026-12-06); kept as the
+ * contrast of tests/test_layer_gate_up.c and tests/gpu/test_cuda_gate_up.c. scales_out holds
  * 2 * inter * cols / 16 bytes (it may be w13->scales); *out = w13 with scales_out and
  * global g. w13 is NVFP4 (checked by the caller); inter = w13->rows / 2. */
 void fm_w13_one_global(const fm_qtensor *w13, float g_up, uint8_t *scales_out, fm_qtensor *out);
