@@ -258,18 +258,17 @@ static int run_check(run_state *rs)
         fprintf(stderr, "fp4moe run: out of host memory\n");
         return FM_EXIT_FAIL;
     }
-    const fm_moe_weights wfull = rs->m.w, wshard = rs->sw;
     if (rs->cl.shard.count || rs->cl.external) {
         fm_layer         *rl = NULL;
         fm_layer_desc     rd = rs->desc;
         fm_layer_run_args ra = rs->run;
         rd.backend = FM_BACKEND_CPU_REF, rd.device = NULL;
         ra.out = rs->ref;
-        s = fm_layer_create_desc(&rd, cfg, &wshard, &rl);
+        s = fm_layer_create_desc(&rd, cfg, &rs->sw, &rl);
         if (s == FM_OK) s = fm_layer_run(rl, &ra);
         fm_layer_destroy(rl);
     } else {
-        s = fm_moe_forward_ref(cfg, &wfull, rs->m.x, T, rs->ref);
+        s = fm_moe_forward_ref(cfg, &rs->m.w, rs->m.x, T, rs->ref);
     }
     if (s != FM_OK) return fm_cli_fail("run", s);
     double num = 0, den = 0;

@@ -122,7 +122,7 @@ class Fp4moeExperts(mk.FusedMoEExpertsModular):
     def process_weights_after_loading(self, layer):
         """Make the fp4moe layer from the layer's NVFP4 tensors as vLLM's ModelOpt method left them.
         w13_weight_scale_2 is [E] (vLLM keeps the gate's global and warns when up's differs) or
-        [E][2] (gate, up: fp4moe's loader re-encodes up's block scales to one global)."""
+        [E][2] (gate, up: MoE.from_modelopt takes both as they are, on every backend)."""
         if getattr(layer, "apply_router_weight_on_input", False):
             raise ValueError("fp4moe: apply_router_weight_on_input is not supported (fp4moe weights the "
                              "experts' outputs, not their inputs)")

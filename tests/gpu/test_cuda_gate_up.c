@@ -90,6 +90,45 @@ typedef struct {
     cudaStream_t st;
 } dbufs;
 
+static void dbufs_make(dbufs *b)
+{
+    CK(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&b->dx, sizeof(uint16_t) * MAXT * H));
+    CK(cudaMalloc((void **)&b->dids, sizeof(int32_t) * MAXT * K));
+    CK(cudaMalloc((void **)&b->dw, sizeof(float) * MAXT * K));
+    CK(cudaMalloc((void **)&b->dout, sizeof(float) * MAXT * H));
+}
+
+static void dbufs_free(dbufs *b)
+{
+    CK(cudaFree(b->dx));
+    CK(cudaFree(b->dids));
+    CK(cudaFree(b->dw));
+    CK(cudaFree(b->dout));
+    CK(cudaStreamDestroy(b->st));
+}
+
+/* Fresh x and routing of T tokens on the host, uploaded to b. */
+static void fresh_inputs(fm_rng *r, int T, uint16_t *x, int32_t *ids, float *wts, dbufs *b)
+{
+    for (size_t i = 0; i < (size_t)T * H; i++) x[i] = fm_bf16_encode(fm_rng_normal(r));
+    routing(r, T, ids, wts);
+    CK(cudaMemcpy(b->dx, x, sizeof(uint16_t) * T * H, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b->dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+}
+
+/* The GPU required, the seed, device 0 opened. */
+static fm_cuda_device *open_device(fm_rng *r, unsigned off)
+{
+    fm_test_require_gpu();
+    fm_rng_init(r, fm_test_seed() + off);
+    CK(cudaSetDevice(0));
+    fm_cuda_device *dev = NULL;
+    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    return dev;
+}
+
 /* One cuda run over a poisoned output, copied back; NaN / Inf fail first. */
 static void run_cuda(fm_layer *l, dbufs *b, int T, float *host)
 {
@@ -116,12 +155,8 @@ static void run_host(fm_layer *l, const uint16_t *x, int T, const int32_t *ids, 
 static void test_layer_vs_ref(void **state)
 {
     (void)state;
-    fm_test_require_gpu();
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed() + 0x6a7e);
-    CK(cudaSetDevice(0));
-    fm_cuda_device *dev = NULL;
-    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    fm_rng          r;
+    fm_cuda_device *dev = open_device(&r, 0x6a7e);
     gfx L;
     gfx_make(&L, &r);
     double bound = -1;
@@ -144,11 +179,7 @@ static void test_layer_vs_ref(void **state)
     fm_layer *sref = make(&L.cfg, &L.w, FM_BACKEND_CPU_REF, NULL, 4, 8, 0);
 
     dbufs b;
-    CK(cudaStreamCreateWithFlags(&b.st, cudaStreamNonBlocking));
-    CK(cudaMalloc((void **)&b.dx, sizeof(uint16_t) * MAXT * H));
-    CK(cudaMalloc((void **)&b.dids, sizeof(int32_t) * MAXT * K));
-    CK(cudaMalloc((void **)&b.dw, sizeof(float) * MAXT * K));
-    CK(cudaMalloc((void **)&b.dout, sizeof(float) * MAXT * H));
+    dbufs_make(&b);
     uint16_t *x = malloc(sizeof(uint16_t) * MAXT * H);
     int32_t  *ids = malloc(sizeof(int32_t) * MAXT * K);
     float    *wts = malloc(sizeof(float) * MAXT * K), *got = malloc(sizeof(float) * MAXT * H),
@@ -159,11 +190,7 @@ static void test_layer_vs_ref(void **state)
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
         const int    T = Ts[ti];
         const size_t n = (size_t)T * H;
-        for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
-        routing(&r, T, ids, wts);
-        CK(cudaMemcpy(b.dx, x, sizeof(uint16_t) * n, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(b.dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(b.dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+        fresh_inputs(&r, T, x, ids, wts, &b);
         run_host(ref, x, T, ids, wts, want);
         run_host(ref1, x, T, ids, wts, want1);
         const double e_one = fm_nmse(want1, want, n);
@@ -199,11 +226,7 @@ static void test_layer_vs_ref(void **state)
     }
     fm_layer *ls[] = {cu, dec, ref, ref1, shard, sref};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) fm_layer_destroy(ls[i]);
-    CK(cudaFree(b.dx));
-    CK(cudaFree(b.dids));
-    CK(cudaFree(b.dw));
-    CK(cudaFree(b.dout));
-    CK(cudaStreamDestroy(b.st));
+    dbufs_free(&b);
     free(x), free(ids), free(wts), free(got), free(want), free(want1), free(sc);
     gfx_free(&L);
     fm_cuda_device_close(dev);
@@ -213,12 +236,8 @@ static void test_layer_vs_ref(void **state)
 static void test_equal_globals(void **state)
 {
     (void)state;
-    fm_test_require_gpu();
-    fm_rng r;
-    fm_rng_init(&r, fm_test_seed() + 0xe9);
-    CK(cudaSetDevice(0));
-    fm_cuda_device *dev = NULL;
-    assert_int_equal(fm_cuda_device_open(0, &dev), FM_OK);
+    fm_rng          r;
+    fm_cuda_device *dev = open_device(&r, 0xe9);
     gfx L;
     gfx_make(&L, &r);
     for (int e = 0; e < E; e++) L.up[e] = L.w13.w[e].global_scale;
@@ -226,32 +245,20 @@ static void test_equal_globals(void **state)
     none.w13_up_global = NULL;
     fm_layer *a = make(&L.cfg, &L.w, FM_BACKEND_CUDA, dev, 0, 0, 0), *c = make(&L.cfg, &none, FM_BACKEND_CUDA, dev, 0, 0, 0);
     dbufs b;
-    CK(cudaStreamCreateWithFlags(&b.st, cudaStreamNonBlocking));
-    CK(cudaMalloc((void **)&b.dx, sizeof(uint16_t) * MAXT * H));
-    CK(cudaMalloc((void **)&b.dids, sizeof(int32_t) * MAXT * K));
-    CK(cudaMalloc((void **)&b.dw, sizeof(float) * MAXT * K));
-    CK(cudaMalloc((void **)&b.dout, sizeof(float) * MAXT * H));
+    dbufs_make(&b);
     uint16_t *x = malloc(sizeof(uint16_t) * MAXT * H);
     int32_t  *ids = malloc(sizeof(int32_t) * MAXT * K);
     float *wts = malloc(sizeof(float) * MAXT * K), *o1 = malloc(sizeof(float) * MAXT * H), *o2 = malloc(sizeof(float) * MAXT * H);
     const int Ts[2] = {4, 64};
     for (int ti = 0; ti < 2; ti++) {
         const int T = Ts[ti];
-        for (size_t i = 0; i < (size_t)T * H; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
-        routing(&r, T, ids, wts);
-        CK(cudaMemcpy(b.dx, x, sizeof(uint16_t) * T * H, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(b.dids, ids, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(b.dw, wts, sizeof(float) * T * K, cudaMemcpyHostToDevice));
+        fresh_inputs(&r, T, x, ids, wts, &b);
         run_cuda(a, &b, T, o1);
         run_cuda(c, &b, T, o2);
         assert_memory_equal(o1, o2, sizeof(float) * (size_t)T * H);
     }
     fm_layer_destroy(a), fm_layer_destroy(c);
-    CK(cudaFree(b.dx));
-    CK(cudaFree(b.dids));
-    CK(cudaFree(b.dw));
-    CK(cudaFree(b.dout));
-    CK(cudaStreamDestroy(b.st));
+    dbufs_free(&b);
     free(x), free(ids), free(wts), free(o1), free(o2);
     gfx_free(&L);
     fm_cuda_device_close(dev);
