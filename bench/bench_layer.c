@@ -27,7 +27,10 @@
  * launch baseline). --sweep: fm_layer_tune on each T's bucket, the tuned plan against
  * the planner's timed here (sweep_plans). --decode: per T, the chain against the one-launch
  * decode kernel (fm_layer_plan_info.decode) on the same layers, graph replay with external and
- * internal routing, interleaved, and the outputs compared (decode_vs_chain). --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
+ * internal routing, interleaved, and the outputs compared (decode_vs_chain). --dispatched: per T,
+ * the layer on the rows an EP dispatch hands it (expert-major and expert-rows layouts, the latter
+ * with and without max_rows) against fm_layer_run of the same tokens (dispatched_vs_run).
+ * --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
  * --timeline FILE (a probe build, -DFM_PROBE_TIMELINE=ON; bench/probe/probe.sh
@@ -332,6 +335,168 @@ static void run_once(fm_layer *l, uint16_t *dx, int32_t *dids, float *dw, float 
     CK(cudaStreamSynchronize(st));
 }
 
+/* --dispatched (expert parallelism): per T, the layer on the rows an EP dispatch would hand
+ * it, laid out from the same routings on the host, against fm_layer_run of those tokens:
+ * (a) run: token order, external routing; (b) expert-major (low-latency layout, capacity =
+ * the routings' largest count: the tightest an engine could give); (c) expert-rows
+ * (high-throughput layout) without max_rows: the layer's max_tokens x top_k bound, the plan
+ * of max_tokens' bucket; (d) expert-rows with max_rows = T x top_k (one rank's own tokens),
+ * the plan of T's bucket. Weights applied by the layer (the rows are weight x expert(x)).
+ * Graph replay of each (rot_time), interleaved 3 times; then eager outputs: each token's
+ * rows summed in slot order against the run's output (bit-identical where the plan is the
+ * same) and the error word. The plans each variant ran are printed. */
+typedef struct {
+    int       rows, cap;
+    uint16_t *xr, *xm;     /* device: expert-rows [rows][H], expert-major [EL][cap][H] */
+    int32_t  *off, *cnt;   /* device offsets [EL + 1], counts [EL] */
+    float    *wr, *wm;     /* device weights per row, both layouts */
+    float    *outr, *outm; /* device outputs, FP32 */
+    int32_t  *where_r;     /* host: [T*K] row of slot (t, j) in expert-rows, or -1 */
+} disp_set;
+
+static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T, int H,
+                              int K, int EL, int maxt, cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route)
+{
+    disp_set ds[NX];
+    int      cap = 1;
+    int32_t *ids = malloc(sizeof(int32_t) * T * K);
+    float   *wts = malloc(sizeof(float) * T * K);
+    uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)T * H);
+    int     *cnts = calloc((size_t)NX * EL, sizeof(int));
+    for (int x = 0; x < NX; x++) { /* the counts first: the capacity is the largest over the routings */
+        CK(cudaMemcpy(ids, dids[x], sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < T * K; i++)
+            if (ids[i] >= 0 && ids[i] < EL && ++cnts[x * EL + ids[i]] > cap) cap = cnts[x * EL + ids[i]];
+    }
+    for (int x = 0; x < NX; x++) {
+        disp_set *d = &ds[x];
+        CK(cudaMemcpy(ids, dids[x], sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(wts, dw[x], sizeof(float) * T * K, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hx, dx[x], sizeof(uint16_t) * (size_t)T * H, cudaMemcpyDeviceToHost));
+        int32_t *off = calloc(EL + 1, sizeof(int32_t)), *fill = calloc(EL, sizeof(int32_t));
+        for (int e = 0; e < EL; e++) off[e + 1] = off[e] + cnts[x * EL + e];
+        d->rows = off[EL], d->cap = cap;
+        const int rows = d->rows > 0 ? d->rows : 1;
+        uint16_t *xr = malloc(sizeof(uint16_t) * (size_t)rows * H), *xm = malloc(sizeof(uint16_t) * (size_t)EL * cap * H);
+        float    *wr = calloc(rows, sizeof(float)), *wm = calloc((size_t)EL * cap, sizeof(float));
+        for (size_t i = 0; i < (size_t)EL * cap * H; i++) xm[i] = 0x7fc0; /* unsent slots: NaN, never read */
+        d->where_r = malloc(sizeof(int32_t) * T * K);
+        for (int t = 0; t < T; t++) /* expert, then token, then slot: the order the run packs rows in */
+            for (int j = 0; j < K; j++) {
+                const int e = ids[t * K + j];
+                d->where_r[t * K + j] = -1;
+                if (e < 0 || e >= EL) continue;
+                const int p = off[e] + fill[e], q = e * cap + fill[e]++;
+                d->where_r[t * K + j] = p;
+                memcpy(xr + (size_t)p * H, hx + (size_t)t * H, sizeof(uint16_t) * H);
+                memcpy(xm + (size_t)q * H, hx + (size_t)t * H, sizeof(uint16_t) * H);
+                wr[p] = wm[q] = wts[t * K + j];
+            }
+        CK(cudaMalloc((void **)&d->xr, sizeof(uint16_t) * (size_t)rows * H));
+        CK(cudaMalloc((void **)&d->xm, sizeof(uint16_t) * (size_t)EL * cap * H));
+        CK(cudaMalloc((void **)&d->off, sizeof(int32_t) * (EL + 1)));
+        CK(cudaMalloc((void **)&d->cnt, sizeof(int32_t) * EL));
+        CK(cudaMalloc((void **)&d->wr, sizeof(float) * rows));
+        CK(cudaMalloc((void **)&d->wm, sizeof(float) * EL * cap));
+        CK(cudaMalloc((void **)&d->outr, sizeof(float) * (size_t)rows * H));
+        CK(cudaMalloc((void **)&d->outm, sizeof(float) * (size_t)EL * cap * H));
+        CK(cudaMemcpy(d->xr, xr, sizeof(uint16_t) * (size_t)rows * H, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d->xm, xm, sizeof(uint16_t) * (size_t)EL * cap * H, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d->off, off, sizeof(int32_t) * (EL + 1), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d->cnt, cnts + x * EL, sizeof(int32_t) * EL, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d->wr, wr, sizeof(float) * rows, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d->wm, wm, sizeof(float) * EL * cap, cudaMemcpyHostToDevice));
+        free(off), free(fill), free(xr), free(xm), free(wr), free(wm);
+    }
+    enum { RUN, MAJOR, ROWS, ROWS_BOUND, NV };
+    cudaGraphExec_t ex[NV][NSETS][NX];
+    for (int v = 0; v < NV; v++)
+        for (int s = 0; s < NSETS; s++)
+            for (int x = 0; x < NX; x++) {
+                const disp_set *d = &ds[x];
+                cudaGraph_t     g;
+                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                if (v == RUN) {
+                    fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .topk_ids = dids[x],
+                                           .topk_weights = dw[x]};
+                    FK(fm_layer_run(L[s], &a));
+                } else {
+                    fm_layer_dispatch_args a = {.layout = v == MAJOR ? FM_DISPATCH_EXPERT_MAJOR : FM_DISPATCH_EXPERT_ROWS,
+                                                .x = v == MAJOR ? d->xm : d->xr, .counts = d->cnt, .capacity = d->cap,
+                                                .offsets = d->off, .weights = v == MAJOR ? d->wm : d->wr,
+                                                .out = v == MAJOR ? (void *)d->outm : (void *)d->outr, .stream = st,
+                                                .max_rows = v == ROWS_BOUND ? T * K : 0};
+                    FK(fm_layer_run_dispatched(L[s], &a));
+                }
+                CK(cudaStreamEndCapture(st, &g));
+                CK(cudaGraphInstantiate(&ex[v][s][x], g, 0));
+                CK(cudaGraphDestroy(g));
+            }
+    double *t = malloc(sizeof(double) * reps), us[NV] = {0};
+    for (int r = 0; r < 3; r++)
+        for (int v = 0; v < NV; v++) us[v] += time_graphs(ex[v], st, ev, reps, warm, t) / 3;
+    /* eager outputs: the expert-rows runs' per-token sums against the run's output */
+    const size_t n = (size_t)T * H;
+    float       *ref = malloc(sizeof(float) * n), *rowsh = NULL;
+    char         cmp[2][96];
+    run_once(L[0], dx[0], dids[0], dw[0], dout, T, st, ref, n);
+    for (int b = 0; b < 2; b++) {
+        const disp_set *d = &ds[0];
+        const int       rows = d->rows > 0 ? d->rows : 1;
+        rowsh = realloc(rowsh, sizeof(float) * (size_t)rows * H);
+        CK(cudaMemsetAsync(d->outr, 0xFF, sizeof(float) * (size_t)rows * H, st));
+        fm_layer_dispatch_args a = {.layout = FM_DISPATCH_EXPERT_ROWS, .x = d->xr, .offsets = d->off,
+                                    .weights = d->wr, .out = d->outr, .stream = st, .max_rows = b ? T * K : 0};
+        FK(fm_layer_run_dispatched(L[0], &a));
+        CK(cudaMemcpyAsync(rowsh, d->outr, sizeof(float) * (size_t)d->rows * H, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        FK(fm_layer_errors(L[0], st, NULL));
+        size_t differ = 0, nonfinite = 0;
+        double num = 0, den = 0;
+        for (int tk = 0; tk < T; tk++)
+            for (int c = 0; c < H; c++) {
+                float o = 0.0f;
+                for (int j = 0; j < K; j++)
+                    if (d->where_r[tk * K + j] >= 0) o += rowsh[(size_t)d->where_r[tk * K + j] * H + c];
+                const float q = ref[(size_t)tk * H + c];
+                if (!isfinite(o)) nonfinite++;
+                differ += memcmp(&o, &q, sizeof o) != 0;
+                num += ((double)o - q) * ((double)o - q), den += (double)q * q;
+            }
+        if (nonfinite) snprintf(cmp[b], sizeof cmp[b], "%zu NaN/Inf sums", nonfinite);
+        else if (!differ) snprintf(cmp[b], sizeof cmp[b], "sums bit-identical to the run");
+        else snprintf(cmp[b], sizeof cmp[b], "sums: %zu of %zu differ, NMSE %.3g", differ, n, den > 0 ? num / den : num);
+    }
+    printf("dispatched %-5s T=%-5d graph: run %8.1f us | expert-major %8.1f (%+6.1f %%) | expert-rows %8.1f "
+           "(%+6.1f %%) | expert-rows max_rows %8.1f (%+6.1f %%) | cap %d\n",
+           route, T, us[RUN], us[MAJOR], 100.0 * (us[MAJOR] - us[RUN]) / us[RUN], us[ROWS],
+           100.0 * (us[ROWS] - us[RUN]) / us[RUN], us[ROWS_BOUND], 100.0 * (us[ROWS_BOUND] - us[RUN]) / us[RUN], cap);
+    printf("dispatched %-5s T=%-5d   expert-rows: %s; with max_rows: %s\n", route, T, cmp[0], cmp[1]);
+    { /* the plans: the run's (T's bucket), expert-major's (ceil(EL x cap / K)), expert-rows' (max_tokens) */
+        const int tb[3] = {T, (EL * cap + K - 1) / K < maxt ? (EL * cap + K - 1) / K : maxt, maxt};
+        static const char *who[3] = {"run / max_rows", "expert-major", "expert-rows"};
+        for (int i = 0; i < 3; i++) {
+            fm_layer_plan_info p;
+            char               buf[200];
+            FK(fm_layer_plan(L[0], tb[i], &p));
+            plan_str(&p, buf, sizeof buf);
+            printf("dispatched %-5s T=%-5d   plan %-15s bucket %5d: %s\n", route, T, who[i], p.bucket_tokens, buf);
+        }
+    }
+    printf("csv,dispatched,%s,%d,%.2f,%.2f,%.2f,%.2f,%d\n", route, T, us[RUN], us[MAJOR], us[ROWS], us[ROWS_BOUND], cap);
+    for (int v = 0; v < NV; v++)
+        for (int s = 0; s < NSETS; s++)
+            for (int x = 0; x < NX; x++) CK(cudaGraphExecDestroy(ex[v][s][x]));
+    for (int x = 0; x < NX; x++) {
+        disp_set *d = &ds[x];
+        cudaFree(d->xr), cudaFree(d->xm), cudaFree(d->off), cudaFree(d->cnt), cudaFree(d->wr), cudaFree(d->wm);
+        cudaFree(d->outr), cudaFree(d->outm);
+        free(d->where_r);
+    }
+    free(ids), free(wts), free(hx), free(cnts), free(t), free(ref), free(rowsh);
+    fflush(stdout);
+}
+
 /* --decode: the chain and the one-launch decode kernel (fm_layer_plan_info.decode, automatic
  * K splits) on T's bucket, graph replay with external and internal routing, interleaved 3
  * times (rot_time each); then one eager output of each compared (bit-identical, or the NMSE
@@ -395,6 +560,7 @@ int main(int argc, char **argv)
     int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
     int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
     int    decode_ab = 0; /* --decode: the chain against the one-launch decode kernel, per T (decode_vs_chain) */
+    int    dispatched = 0; /* --dispatched: the layer on dispatched rows (both layouts) against the run, per T */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
@@ -415,6 +581,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else if (!strcmp(argv[i], "--decode")) decode_ab = 1;
+        else if (!strcmp(argv[i], "--dispatched")) dispatched = 1;
         else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) {
             const char *q = argv[++i];
@@ -431,7 +598,7 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--dispatched] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
             return 2;
         }
     }
@@ -610,6 +777,9 @@ int main(int argc, char **argv)
                 graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local", in);
             if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
             if (decode_ab) decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
+            if (dispatched)
+                dispatched_vs_run(L, dx, dids, dw, dout, T, H, K, EL, MAXT, st, ev, reps, warm,
+                                  mode == 0 ? "ep8" : "local");
             /* the two GEMMs alone: the layer's own kernels with the routing's
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */

@@ -51,6 +51,7 @@ static const fm_py_field k_fields[] = {
     F(fm_layer_dispatch_args, x_fp8), F(fm_layer_dispatch_args, x_scales), F(fm_layer_dispatch_args, counts),
     F(fm_layer_dispatch_args, capacity), F(fm_layer_dispatch_args, offsets), F(fm_layer_dispatch_args, weights),
     F(fm_layer_dispatch_args, out), F(fm_layer_dispatch_args, workspace), F(fm_layer_dispatch_args, stream),
+    F(fm_layer_dispatch_args, max_rows),
 
     S(fm_layer_error_info), F(fm_layer_error_info, bad_ids), F(fm_layer_error_info, first_bad_slot),
     F(fm_layer_error_info, nonfinite_x), F(fm_layer_error_info, first_nonfinite),

@@ -38,6 +38,8 @@ fm_status fm_dispatch_rows(const fm_layer_dispatch_args *a, int n_local, int64_t
                            int32_t *offsets, int *rows)
 {
     int64_t total = 0;
+    const int by_caller = a->max_rows > 0 && a->max_rows < max_rows; /* the args' bound is the tighter */
+    if (by_caller) max_rows = a->max_rows;
     offsets[0] = 0;
     for (int e = 0; e < n_local; e++) {
         int64_t n;
@@ -56,9 +58,12 @@ fm_status fm_dispatch_rows(const fm_layer_dispatch_args *a, int n_local, int64_t
         }
         total += n;
         if (total > max_rows)
-            return fm_fail(FM_ERR_BAD_SHAPE, "%s: more rows received (%lld by local expert %d) than the layer holds "
-                                             "(max_tokens x top_k = %lld; create it with a larger max_tokens)",
-                           who, (long long)total, e, (long long)max_rows);
+            return by_caller
+                       ? fm_fail(FM_ERR_BAD_SHAPE, "%s: more rows received (%lld by local expert %d) than the args' "
+                                                   "max_rows = %lld", who, (long long)total, e, (long long)max_rows)
+                       : fm_fail(FM_ERR_BAD_SHAPE, "%s: more rows received (%lld by local expert %d) than the layer "
+                                                   "holds (max_tokens x top_k = %lld; create it with a larger "
+                                                   "max_tokens)", who, (long long)total, e, (long long)max_rows);
         offsets[e + 1] = (int32_t)total;
     }
     *rows = (int)total;

@@ -290,6 +290,18 @@ static void test_dispatch_refusals(void **st)
         memcpy(off, dr.offsets, sizeof off);
         off[4] = T * K + 1, c = ar, c.offsets = off; /* more rows than max_tokens x top_k (x holds none: not read) */
         expect_bad(l, &c, ob, FM_ERR_BAD_SHAPE, "rows > max_tokens x top_k");
+        /* the args' bound: negative refused, the rows past it refused, a loose one runs */
+        c = ar, c.max_rows = -1, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "max_rows -1");
+        if (dr.offsets[nl] > 0) {
+            c = ar, c.max_rows = dr.offsets[nl] - 1;
+            expect_bad(l, &c, ob, FM_ERR_BAD_SHAPE, "rows > max_rows");
+            c = a, c.max_rows = dr.offsets[nl] - 1; /* the expert-major layout's rows in all */
+            expect_bad(l, &c, ob, FM_ERR_BAD_SHAPE, "expert-major rows > max_rows");
+        }
+        c = ar, c.max_rows = 1 << 30; /* past the layer's max_tokens x top_k: cut to it */
+        assert_int_equal(fm_layer_run_dispatched(l, &c), FM_OK);
+        c = ar, c.max_rows = dr.offsets[nl] > 0 ? dr.offsets[nl] : 1;
+        assert_int_equal(fm_layer_run_dispatched(l, &c), FM_OK);
         fm_layer_dispatch_args big = a;
         int32_t                many[4] = {T, T, T, T}; /* capacity T + 2 each, 4T rows > T * K = 2T */
         big.counts = many, expect_bad(l, &big, ob, FM_ERR_BAD_SHAPE, "counts summing past max_tokens x top_k");

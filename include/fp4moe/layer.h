@@ -333,6 +333,14 @@ typedef struct {
                                received row written; the slots past counts[e] (EXPERT_MAJOR) are not */
     void        *workspace; /* as fm_layer_run_args */
     void        *stream;    /* as fm_layer_run_args */
+    /* The most rows this call can receive in all, as the caller knows it (0: not given, the
+     * layer's max_tokens x top_k; more than that is cut to it): the rows x and out hold in the
+     * expert-rows layout, or R ranks x T tokens x top_k. The cuda backend sizes the run for it
+     * (the plan of ceil(bound / top_k) tokens' bucket), so an expert-rows run of few rows costs
+     * what fm_layer_run of those tokens costs instead of a run of max_tokens; rows past it are
+     * FM_ERR_BAD_SHAPE (checked on the device there, as the counts are). Negative:
+     * FM_ERR_INVALID_ARG. */
+    int          max_rows;
 } fm_layer_dispatch_args;
 
 /* Run the layer's experts on dispatched rows: out row = W2_e act(W13_e x row) (+ the
@@ -342,9 +350,9 @@ typedef struct {
  * all (a rank that receives T tokens from each of R ranks needs max_tokens >= R * T).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL layer/args/out, neither or both of x and x_fp8,
  * x_fp8 without x_scales or to a layer that is not W4A8 per 128, a bad layout, the layout's
- * counts or offsets missing, capacity < 1, workspace as fm_layer_run), FM_ERR_BAD_SHAPE (a
- * count outside [0, capacity], offsets not starting at 0 or decreasing, more rows than the
- * layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
+ * counts or offsets missing, capacity < 1, max_rows < 0, workspace as fm_layer_run),
+ * FM_ERR_BAD_SHAPE (a count outside [0, capacity], offsets not starting at 0 or decreasing,
+ * more rows than max_rows or than the layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
  * an FP8 row's NaN code, a scale not finite and > 0, an output that overflowed),
  * FM_ERR_UNSUPPORTED (a layer with a shared expert; x_fp8 to a backend without W4A8: the
  * cuda backend), FM_ERR_CUDA, FM_ERR_BUSY. CPU backends: synchronous, every check above
@@ -354,7 +362,8 @@ typedef struct {
  * The host checks the arguments (pointers, layout, capacity, alignment, workspace, FP8,
  * shared expert; n_local x capacity < 2^31); counts / offsets are device data and are
  * checked on the device: a bad expert (count outside [0, capacity], offsets[0] != 0, an
- * expert's range not within the offsets before and after it, rows past max_tokens x top_k)
+ * expert's range not within the offsets before and after it, rows past max_rows or
+ * max_tokens x top_k)
  * gets no rows (its out rows untouched, the other experts' rows still right) and is
  * reported by fm_layer_errors as FM_ERR_BAD_SHAPE (bad_experts, first_bad_expert); NaN/Inf
  * in a received row or weight as FM_ERR_NONFINITE (first_nonfinite = row x hidden + column
@@ -363,8 +372,8 @@ typedef struct {
  * token-order run then sums in slot order: with weights given, summing the dispatched rows
  * of each token in slot order (FP32, from 0) gives fm_layer_run's FP32 output bit for bit
  * where both runs use the same bucket's plan (run_dispatched uses the bucket of
- * ceil(bound / top_k) tokens, bound = n_local x capacity (expert-major) or max_tokens x
- * top_k (expert-rows), at most max_tokens); without weights a row is the plain row and
+ * ceil(bound / top_k) tokens, bound = the smallest of n_local x capacity (expert-major),
+ * max_rows when given and max_tokens x top_k); without weights a row is the plain row and
  * the combine's weight x row rounds once more (within an ulp of the product). */
 fm_status fm_layer_run_dispatched(fm_layer *layer, const fm_layer_dispatch_args *a);
 

@@ -62,7 +62,7 @@ class LayerRunArgs(C.Structure):
 class LayerDispatchArgs(C.Structure):
     _fields_ = [("layout", c_int), ("x", c_void_p), ("x_fp8", c_void_p), ("x_scales", c_void_p),
                 ("counts", c_void_p), ("capacity", c_int), ("offsets", c_void_p), ("weights", c_void_p),
-                ("out", c_void_p), ("workspace", c_void_p), ("stream", c_void_p)]
+                ("out", c_void_p), ("workspace", c_void_p), ("stream", c_void_p), ("max_rows", c_int)]
 
 
 class LayerErrorInfo(C.Structure):

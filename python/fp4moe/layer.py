@@ -451,8 +451,8 @@ class Layer:
         a.x_scales = sc.ctypes.data if fp8 else None
         if counts is not None:
             a.counts, a.capacity = cnt.ctypes.data, xa.shape[1]
-        else:
-            a.offsets = off.ctypes.data
+        else:  # offsets past the rows x holds are refused, never read
+            a.offsets, a.max_rows = off.ctypes.data, xa.shape[0]
         a.weights = None if wt is None else wt.ctypes.data
         a.out = res.ctypes.data
         with self._hd as h:

@@ -333,8 +333,8 @@ class MoE:
             a.x_fp8, a.x_scales = x.data_ptr(), x_scales.data_ptr()
         if counts is not None:
             a.counts, a.capacity = counts.data_ptr(), x.shape[1]
-        else:
-            a.offsets = offsets.data_ptr()
+        else:  # the rows x holds bound the run (its plan, and offsets past them are refused)
+            a.offsets, a.max_rows = offsets.data_ptr(), x.shape[0]
         a.weights = None if weights is None else weights.data_ptr()
         a.out = out.data_ptr()
         if self._cuda:

@@ -46,7 +46,7 @@
 namespace {
 using namespace fm_kc;
 
-__global__ void __launch_bounds__(NTHR, 3) decode_kernel(const fm_decode_params p)
+__global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(const fm_decode_params p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ route_tab rt;

@@ -16,7 +16,18 @@
 namespace {
 using namespace fm_kc;
 
-constexpr int NW = 4, MT = 2, KC = FM_DECODE_KC, ST = 4, TOK = 8, CPS = KC / 64, NTHR = NW * 32;
+/* FM_DECODE_STAGES (K stages in flight) and FM_DECODE_MIN_BLOCKS (the CTAs per SM the
+ * registers are bounded for): build-time knobs for A/B measurements (-DFM_DECODE_...=N in
+ * CMAKE_CUDA_FLAGS); the defaults are the measured choice (bench/RESULTS.md). The sums do not
+ * depend on either (K stages are consumed in order). */
+#ifndef FM_DECODE_STAGES
+#define FM_DECODE_STAGES 4
+#endif
+#ifndef FM_DECODE_MIN_BLOCKS
+#define FM_DECODE_MIN_BLOCKS 3
+#endif
+constexpr int NW = 4, MT = 2, KC = FM_DECODE_KC, ST = FM_DECODE_STAGES, TOK = 8, CPS = KC / 64, NTHR = NW * 32;
+static_assert(ST >= 2 && ST <= 8, "FM_DECODE_STAGES: 2 to 8");
 constexpr int ROWB = 2 * KC + 16;                  /* staged X row: 16 B of padding (bank conflicts) */
 constexpr int W_OFF = TOK * ROWB;                  /* weight chunks of a stage */
 constexpr int S_OFF = W_OFF + NW * MT * CPS * 512; /* their scale bytes */

@@ -118,11 +118,11 @@ fm_status fm_cuda_layer_run(void *ptr, const fm_layer_run_args *a, fm_run_stats 
  * (fm_moe_dispatch_layout_launch), a bad expert's rows skipped and recorded for
  * fm_layer_errors; no host synchronisation, no allocation: capturable.
  * The plan: the bucket of the rows the host knows bound the run, as tokens of top_k rows
- * (ceil(bound / top_k), at most max_tokens): n_local x capacity for the expert-major
- * layout, the layer's max_tokens x top_k for the expert-rows one (its total is only on the
- * device). The bucket's tiles and splits were sized for at least that many rows (its
- * largest T x top_k), so the split-K buffer and the grids fit; a bound past max_tokens x
- * top_k is cut to it (more rows are refused on the device anyway). */
+ * (ceil(bound / top_k), at most max_tokens): the smallest of n_local x capacity (the
+ * expert-major layout), the args' max_rows and the layer's max_tokens x top_k (the total of
+ * the rows is only on the device). The bucket's tiles and splits were sized for at least
+ * that many rows (its largest T x top_k), so the split-K buffer and the grids fit; rows past
+ * the bound are dropped on the device (the experts from the first one over) and reported. */
 fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *a, fm_run_stats *stats)
 {
     (void)stats;
@@ -142,6 +142,7 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
                            L, a->capacity);
         if ((int64_t)L * a->capacity < bound) bound = (int64_t)L * a->capacity;
     }
+    if (a->max_rows > 0 && a->max_rows < bound) bound = a->max_rows; /* the caller's bound: a smaller bucket */
     const int max_rows = (int)bound, T_eq = (int)((bound + K - 1) / K);
     const fm_bucket_plan *pl = &s->plan[fm_cuda_layer_bucket(s, T_eq)];
     unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
@@ -155,7 +156,7 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     fm_status st = FM_OK;
     if ((le = fm_moe_dispatch_layout_launch((int)a->layout, a->counts, a->capacity, a->offsets, a->weights, L,
-                                            (int)layer_rows, max_rows, off, perm, rw, pl->slots ? active : NULL,
+                                            max_rows, max_rows, off, perm, rw, pl->slots ? active : NULL,
                                             dscratch, s->d_err, stream)) != 0) {
         st = fm_cuda_layer_fail(le, "dispatched rows' layout");
         goto done;
@@ -223,8 +224,9 @@ fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_la
                                              "after it); %llu local expert(s)' rows skipped", be, be, v, n);
         default:
             return fm_fail(FM_ERR_BAD_SHAPE, "cuda backend: fm_layer_run_dispatched: more rows received (%d by local "
-                                             "expert %d) than the layer holds (max_tokens x top_k = %lld; create it "
-                                             "with a larger max_tokens); %llu local expert(s)' rows skipped",
+                                             "expert %d) than the run's bound (the args' max_rows, or what the "
+                                             "layer holds: max_tokens x top_k = %lld; create it with a larger "
+                                             "max_tokens); %llu local expert(s)' rows skipped",
                            v, be, (long long)rows, n);
         }
     }

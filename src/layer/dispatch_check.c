@@ -45,6 +45,9 @@ fm_status fm_layer_check_dispatch_args(const fm_layer_params *p, const fm_backen
         return fm_fail(FM_ERR_INVALID_ARG, "%s: layout %d is neither FM_DISPATCH_EXPERT_MAJOR (1) nor "
                                            "FM_DISPATCH_EXPERT_ROWS (2)", who, (int)a->layout);
     }
+    if (a->max_rows < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "%s: max_rows = %d: give the most rows the call can receive, or 0 for "
+                                           "the layer's max_tokens x top_k", who, a->max_rows);
     if (!p->caller_workspace && a->workspace)
         return fm_fail(FM_ERR_INVALID_ARG, "%s: workspace given to a layer that owns its workspace", who);
     const void *xin = a->x ? (const void *)a->x : (const void *)a->x_fp8;

@@ -22,7 +22,8 @@
  * checked first, and the rows nobody sent must still hold the poison.
  * Then the device's checks: bad counts / offsets (FM_ERR_BAD_SHAPE from fm_layer_errors,
  * bad_experts / first_bad_expert, the bad experts' rows untouched, the good experts' rows
- * still right), more rows than the layer holds, NaN in a received row and weight; and the
+ * still right), more rows than the layer holds or than the args' max_rows, NaN in a received
+ * row and weight; max_rows choosing the plan of the rows' own bucket; and the
  * host's refusals (FP8 rows: no W4A8 on the GPU; a shared expert).
  * Compiled without a GPU; skips (exit 77) where there is none. */
 #include <math.h>
@@ -521,15 +522,21 @@ static void test_dispatch_device_checks(void **st_)
         fm_layer_dispatch_args ha = args_of(&od, xf, ocnt, NULL, wf, oracle);
         memset(oracle, POISON, bytes);
         assert_int_equal(fm_layer_run_dispatched(csmall, &ha), FM_OK);
-        fm_layer_error_info info;
-        fm_status s = run_cuda(small, args_of(&dm, gm.x, gm.counts, NULL, gm.w, gm.out), st, bytes, got, &info);
-        if (s != FM_ERR_BAD_SHAPE) fail_msg("too many rows: %s (%s)", fm_status_name(s), fm_last_error());
-        printf("  too many rows: %s\n", fm_last_error());
-        assert_int_equal(info.bad_experts, 5);
-        assert_int_equal(info.first_bad_expert, 3);
-        int *owner = owners(&dm, cnt, NULL, good);
-        check_rows(&dm, owner, got, oracle, bound, "9 rows for each of 8 experts, 32 held");
-        free(owner);
+        /* the layer of 32 rows, then the layer of T x K rows told max_rows = 27 (the args' bound) */
+        for (int by_args = 0; by_args < 2; by_args++) {
+            fm_layer_dispatch_args a = args_of(&dm, gm.x, gm.counts, NULL, gm.w, gm.out);
+            a.max_rows = by_args ? 27 : 0;
+            fm_layer_error_info info;
+            fm_status s = run_cuda(by_args ? gl : small, a, st, bytes, got, &info);
+            if (s != FM_ERR_BAD_SHAPE) fail_msg("too many rows: %s (%s)", fm_status_name(s), fm_last_error());
+            printf("  too many rows%s: %s\n", by_args ? " (max_rows 27)" : "", fm_last_error());
+            assert_int_equal(info.bad_experts, 5);
+            assert_int_equal(info.first_bad_expert, 3);
+            int *owner = owners(&dm, cnt, NULL, good);
+            check_rows(&dm, owner, got, oracle, bound,
+                       by_args ? "9 rows for each of 8 experts, max_rows 27" : "9 rows for each of 8 experts, 32 held");
+            free(owner);
+        }
         free(got), free(oracle), free(xf), free(wf);
         dev_free(&gm);
         fm_layer_destroy(small), fm_layer_destroy(csmall);
@@ -583,6 +590,103 @@ static void test_dispatch_device_checks(void **st_)
 
     fm_layer_destroy(cl), fm_layer_destroy(gl);
     free(x), free(ids), free(wts), free(b13), free(b2);
+    fx_free(&L);
+    CK(cudaStreamDestroy(st));
+    fm_cuda_device_close(g_dev);
+}
+
+/* max_rows: a layer of 4T tokens told the rows of T tokens runs T's bucket plan, the plan of
+ * its own token-order run: each token's weighted rows summed in slot order = that run's
+ * output bit for bit (without max_rows it runs the plan of 4T's bucket: within the bound of
+ * cpu-ref only, checked too). Both layouts. */
+static void test_dispatch_max_rows(void **st_)
+{
+    (void)st_;
+    fm_rng r;
+    g_dev = gpu_setup(&r, 0x3a);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4"};
+    fx_layer      L;
+    float        *b13, *b2;
+    layer_make(&L, &v, &r, &b13, &b2);
+    double bound = -1;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
+    uint16_t *x;
+    int32_t  *ids;
+    float    *wts;
+    inputs(&r, &x, &ids, &wts);
+    fm_layer *cl = make(FM_BACKEND_CPU_REF, &L, 4 * T, FIRST, NL, FM_OUT_F32, 0);
+    fm_layer *gl = make(FM_BACKEND_CUDA, &L, 4 * T, FIRST, NL, FM_OUT_F32, 0);
+    fm_layer_plan_info pt, pb;
+    assert_int_equal(fm_layer_plan(gl, T, &pt), FM_OK);
+    assert_int_equal(fm_layer_plan(gl, 4 * T, &pb), FM_OK);
+    printf("  buckets: T = %d -> %d, 4T -> %d\n", T, pt.bucket_tokens, pb.bucket_tokens);
+    assert_true(pt.bucket_tokens < pb.bucket_tokens);
+    float *run = malloc(sizeof(float) * T * H);
+    {
+        uint16_t *dx = dmalloc(sizeof(uint16_t) * T * H);
+        int32_t  *di = dmalloc(sizeof(int32_t) * T * K);
+        float    *dw = dmalloc(sizeof(float) * T * K), *dout = dmalloc(sizeof(float) * T * H);
+        h2d(dx, x, sizeof(uint16_t) * T * H), h2d(di, ids, sizeof(int32_t) * T * K), h2d(dw, wts, sizeof(float) * T * K);
+        CK(cudaMemsetAsync(dout, POISON, sizeof(float) * T * H, st));
+        fm_layer_run_args ra = {.x = dx, .T = T, .topk_ids = di, .topk_weights = dw, .out = dout, .stream = st};
+        assert_int_equal(fm_layer_run(gl, &ra), FM_OK);
+        CK(cudaMemcpyAsync(run, dout, sizeof(float) * T * H, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        assert_int_equal(fm_layer_errors(gl, st, NULL), FM_OK);
+        assert_int_equal(fm_first_nonfinite(run, (size_t)T * H), -1);
+        CK(cudaFree(dx));
+        CK(cudaFree(di));
+        CK(cudaFree(dw));
+        CK(cudaFree(dout));
+    }
+    const fm_dispatch_layout layouts[2] = {FM_DISPATCH_EXPERT_MAJOR, FM_DISPATCH_EXPERT_ROWS};
+    for (int li = 0; li < 2; li++) {
+        dispatch d;
+        dispatch_make(&d, layouts[li], x, ids, wts, FIRST, NL);
+        dev_dispatch g;
+        dev_make(&g, &d, 0);
+        int *owner = owners(&d, d.counts, d.offsets, NULL);
+        const size_t bytes = sizeof(float) * d.slots * H;
+        float *oracle = fx_aligned(bytes), *got = malloc(bytes);
+        fm_layer_dispatch_args ha = args_of(&d, d.x, d.counts, d.offsets, d.w, oracle);
+        memset(oracle, POISON, bytes);
+        assert_int_equal(fm_layer_run_dispatched(cl, &ha), FM_OK);
+        for (int told = 0; told < 2; told++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s layout, max_rows %s", li ? "expert-rows" : "expert-major",
+                     told ? "T x K" : "not given");
+            fm_layer_dispatch_args a = args_of(&d, g.x, g.counts, g.offsets, g.w, g.out);
+            a.max_rows = told ? T * K : 0;
+            fm_status es = run_cuda(gl, a, st, bytes, got, NULL);
+            if (es != FM_OK) fail_msg("%s: fm_layer_errors: %s: %s", what, fm_status_name(es), fm_last_error());
+            check_rows(&d, owner, got, oracle, bound, what);
+            if (!told && li == 0) continue; /* expert-major without max_rows: the bucket of NL x capacity rows */
+            long long diff = 0;
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < H; c++) {
+                    float o = 0.0f;
+                    for (int j = 0; j < K; j++)
+                        if (d.where[t * K + j] >= 0) o += got[(size_t)d.where[t * K + j] * H + c];
+                    diff += memcmp(&o, &run[(size_t)t * H + c], sizeof o) != 0;
+                }
+            printf("  %s: %lld of %d combined outputs differ from the token-order run's bits\n", what, diff, T * H);
+            if (told) { /* the bucket it ran: ceil(bound / K) tokens, bound the smallest the host knows */
+                int bnd = T * K;
+                if (li == 0 && NL * d.cap < bnd) bnd = NL * d.cap;
+                fm_layer_plan_info pd;
+                assert_int_equal(fm_layer_plan(gl, (bnd + K - 1) / K, &pd), FM_OK);
+                if (pd.bucket_tokens == pt.bucket_tokens && diff)
+                    fail_msg("%s: the combined rows must equal the token-order run bit for bit", what);
+            }
+        }
+        free(oracle), free(got), free(owner);
+        dev_free(&g);
+        dispatch_free(&d);
+    }
+    fm_layer_destroy(cl), fm_layer_destroy(gl);
+    free(run), free(x), free(ids), free(wts), free(b13), free(b2);
     fx_free(&L);
     CK(cudaStreamDestroy(st));
     fm_cuda_device_close(g_dev);
@@ -643,6 +747,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_dispatch_vs_oracle),
                                        cmocka_unit_test(test_dispatch_device_checks),
+                                       cmocka_unit_test(test_dispatch_max_rows),
                                        cmocka_unit_test(test_dispatch_refusals)};
     fm_test_require_gpu(); /* exit 77 (skipped) with a message where there is no GPU */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -153,6 +153,15 @@ def test_run_dispatched_arguments():
         bad = np.array([3] + [0] * (NL - 1), np.int32)  # 3 rows in a capacity of 2
         with pytest.raises(fp4moe.Error, match="capacity"):
             layer.run_dispatched(x, counts=bad)
+        # offsets past the rows x holds: refused (the rows of x bound the call), never read
+        xr = np.ones((3, H), np.float32)
+        off = np.array([0] * NL + [5], np.int32)
+        out = np.full((3, H), 7.0, np.float32)
+        with pytest.raises(fp4moe.Error, match="max_rows = 3"):
+            layer.run_dispatched(xr, offsets=off, out=out)
+        assert (out == 7.0).all()  # the caller's buffer untouched
+        off[-1] = 3
+        assert np.isfinite(layer.run_dispatched(xr, offsets=off)).all()  # exactly the rows x holds: runs
         with pytest.raises(fp4moe.Error, match="W4A8"):  # FP8 rows need a W4A8 layer
             layer.run_dispatched(np.zeros((NL, 2, H), np.uint8), counts=np.ones(NL, np.int32),
                                  x_scales=np.ones((NL, 2, 1), np.float32))
