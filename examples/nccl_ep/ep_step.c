@@ -477,6 +477,7 @@ static void step_setup(step *s, const opts *o, fm_cuda_device *dev)
         s->fa.x = s->recv;
         s->fa.offsets = s->offs;
         s->fa.weights = s->recv_w; /* HT: fp4moe's FC2 epilogue multiplies each row by its weight */
+        s->fa.max_rows = s->slots; /* the rows recv holds: the plan of those rows' bucket */
     }
 }
 
