@@ -159,6 +159,20 @@ int fm_moe_shared_expert_launch(const uint16_t *x, const uint16_t *w13, const ui
 int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int top_k, int H, int packed, uint16_t *xp,
                          const int32_t *n_rows, unsigned long long *bad_x, int pdl, void *stream);
 
+/* FP8 activations (W4A8; act_fp8.cu): row p of the source quantized to E4M3 codes
+ * q[p * ldq + c] with FP32 scales scales[p * ldsc + b], one per 128 columns
+ * (FM_ACT_FP8_MODE_BLOCK128, the last block may be shorter) or one per row (TOKEN): the
+ * numbers of fm_moe_act_fp8_row bit for bit. Source: BF16 x (row p = x[perm[p] / top_k] with
+ * perm, else x[p]; the gather's rows) or FP32 xf rows (no perm); exactly one of x / xf.
+ * Rows p < rows and, when n_rows is not NULL, p < *n_rows (a device count). n % 4 == 0,
+ * ldq >= n and % 4 == 0, 8-byte aligned x / 16-byte aligned xf rows. bad (or NULL): the
+ * smallest source row x n + c of a NaN/Inf element is atomicMin'ed there (its q then holds
+ * the E4M3 NaN code or a saturated value: the caller reports it, as for the gather). */
+enum { FM_ACT_FP8_MODE_BLOCK128 = 1, FM_ACT_FP8_MODE_TOKEN = 2 }; /* = fm_act_fp8's values */
+int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, int top_k, int rows,
+                      const int32_t *n_rows, int n, int mode, uint8_t *q, long long ldq, float *scales, int ldsc,
+                      unsigned long long *bad, void *stream);
+
 /* out[i] = BF16(in[i]) (round to nearest even), n % 4 == 0, 16-byte aligned. */
 int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *out, void *stream);
 

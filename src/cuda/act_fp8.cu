@@ -1,0 +1,145 @@
+/* act_fp8.cu - FP8 activations on the device (W4A8, docs/formats.md "FP8 activations"):
+ * rows quantized to E4M3 codes with one FP32 scale per 128 columns (FM_ACT_FP8_BLOCK128) or
+ * per row (FM_ACT_FP8_TOKEN), the numbers of the CPU oracle's fm_moe_act_fp8_row
+ * (src/moe/shared.c) bit for bit:
+ *   amax = max |v| over the block, s = amax / 448 (FP32 division, nearest even), s = 1 where
+ *   s < FLT_MIN (a zero block, or one whose values all underflow E4M3 anyway),
+ *   q = E4M3(v / s): the FP32 quotient rounded to nearest even, saturating at +-448
+ *   (cvt.rn.satfinite; amax / s can exceed 448 by an ulp of s's rounding).
+ * The GEMM then sees dec(q) x s. The source is a gather of BF16 token rows (row p = x[perm[p]
+ * / top_k], the layer's FC1 input, with the gather's NaN/Inf report) or FP32 rows in place
+ * (FC1's output, FC2's input). One CTA of 128 threads per row: block128 gives each warp
+ * whole 128-column blocks (4 columns a lane, a warp max), token reduces the row's max across
+ * the CTA first. The W4A8 GEMMs that read q and s are issue 34's next step; this is their
+ * input, tested against the oracle on its own (tests/gpu/test_cuda_act_fp8.c). */
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <stdint.h>
+
+#include "cuda/moe_kernels.h"
+
+namespace {
+
+constexpr int NTHR = 128;
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Four consecutive columns c..c+3 of the source row (c % 4 == 0; those past n read as 0). */
+__device__ __forceinline__ void load4(const uint16_t *xb, const float *xf, int n, int c, float (&v)[4])
+{
+    if (c + 4 <= n && xb) {
+        const uint2 u = *(const uint2 *)(xb + c);
+        v[0] = bf16_to_f32((uint16_t)(u.x & 0xffffu)), v[1] = bf16_to_f32((uint16_t)(u.x >> 16));
+        v[2] = bf16_to_f32((uint16_t)(u.y & 0xffffu)), v[3] = bf16_to_f32((uint16_t)(u.y >> 16));
+        return;
+    }
+    if (c + 4 <= n) {
+        const float4 f = *(const float4 *)(xf + c);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        return;
+    }
+    for (int i = 0; i < 4; i++) v[i] = c + i < n ? (xb ? bf16_to_f32(xb[c + i]) : xf[c + i]) : 0.0f;
+}
+
+__device__ __forceinline__ float scale_of(float amax)
+{
+    float s = __fdiv_rn(amax, 448.0f);
+    return s >= FLT_MIN ? s : 1.0f; /* also amax NaN: never reached, NaN rows are reported */
+}
+
+/* q for columns c..c+3 (those < n), one 32-bit store where all four are in the row */
+__device__ __forceinline__ void store4(uint8_t *qr, int n, int c, const float (&v)[4], float s)
+{
+    uint32_t w = 0;
+    for (int i = 0; i < 4; i++) {
+        const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(__fdiv_rn(v[i], s), __NV_SATFINITE, __NV_E4M3);
+        w |= (uint32_t)q << (8 * i);
+    }
+    if (c + 4 <= n) *(uint32_t *)(qr + c) = w;
+    else
+        for (int i = 0; c + i < n; i++) qr[c + i] = (uint8_t)(w >> (8 * i));
+}
+
+/* bad (or NULL): atomicMin of the smallest src_row * n + c whose value is NaN/Inf */
+__device__ __forceinline__ void check4(const float (&v)[4], int n, int c, long long src_row,
+                                       unsigned long long *bad)
+{
+    if (!bad) return;
+    for (int i = 0; i < 4; i++)
+        if (c + i < n && !isfinite(v[i])) {
+            atomicMin(bad, (unsigned long long)(src_row * n + c + i));
+            return;
+        }
+}
+
+__global__ void __launch_bounds__(NTHR) act_fp8_kernel(const uint16_t *x, const float *xf, const int32_t *perm,
+                                                       int top_k, int rows, const int32_t *n_rows, int n, int mode,
+                                                       uint8_t *q, long long ldq, float *scales, int ldsc,
+                                                       unsigned long long *bad)
+{
+    const int p = blockIdx.x;
+    if (p >= rows || (n_rows && p >= *n_rows)) return;
+    const long long src = perm ? (long long)(perm[p] / top_k) : p;
+    const uint16_t *xb = x ? x + src * n : nullptr;
+    const float    *xr = x ? nullptr : xf + src * n;
+    uint8_t        *qr = q + (long long)p * ldq;
+    float          *sr = scales + (long long)p * ldsc;
+    const int       warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (mode == FM_ACT_FP8_MODE_BLOCK128) {
+        const int nb = (n + 127) / 128;
+        for (int b = warp; b < nb; b += NTHR / 32) {
+            const int c = b * 128 + lane * 4;
+            float     v[4];
+            load4(xb, xr, n, c, v);
+            check4(v, n, c, src, bad);
+            const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+            const float s = scale_of(amax);
+            store4(qr, n, c, v, s);
+            if (lane == 0) sr[b] = s;
+        }
+        return;
+    }
+    __shared__ float wmax[NTHR / 32];
+    float            m = 0.0f;
+    for (int c = threadIdx.x * 4; c < n; c += NTHR * 4) {
+        float v[4];
+        load4(xb, xr, n, c, v);
+        check4(v, n, c, src, bad);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    }
+    m = warp_max(m);
+    if (lane == 0) wmax[warp] = m;
+    __syncthreads();
+    float amax = wmax[0];
+    for (int w = 1; w < NTHR / 32; w++) amax = fmaxf(amax, wmax[w]);
+    const float s = scale_of(amax);
+    for (int c = threadIdx.x * 4; c < n; c += NTHR * 4) {
+        float v[4];
+        load4(xb, xr, n, c, v);
+        store4(qr, n, c, v, s);
+    }
+    if (threadIdx.x == 0) sr[0] = s;
+}
+
+} // namespace
+
+extern "C" int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, int top_k, int rows,
+                                 const int32_t *n_rows, int n, int mode, uint8_t *q, long long ldq, float *scales,
+                                 int ldsc, unsigned long long *bad, void *stream)
+{
+    if (rows <= 0) return 0;
+    const int nsc = mode == FM_ACT_FP8_MODE_BLOCK128 ? (n + 127) / 128 : 1;
+    if (!x == !xf || (perm && !x) || n < 1 || n % 4 || ldq < n || ldq % 4 || ldsc < nsc || top_k < 1 ||
+        (mode != FM_ACT_FP8_MODE_BLOCK128 && mode != FM_ACT_FP8_MODE_TOKEN))
+        return (int)cudaErrorInvalidValue;
+    act_fp8_kernel<<<(unsigned)rows, NTHR, 0, (cudaStream_t)stream>>>(x, xf, perm, top_k, rows, n_rows, n, mode, q,
+                                                                     ldq, scales, ldsc, bad);
+    return (int)cudaGetLastError();
+}
