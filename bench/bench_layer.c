@@ -338,10 +338,10 @@ static void run_once(fm_layer *l, uint16_t *dx, int32_t *dids, float *dw, float 
 /* --dispatched (expert parallelism): per T, the layer on the rows an EP dispatch would hand
  * it, laid out from the same routings on the host, against fm_layer_run of those tokens:
  * (a) run: token order, external routing; (b) expert-major (low-latency layout, capacity =
- * the routings' largest count: the tightest an engine could give); (c) expert-rows
- * (high-throughput layout) without max_rows: the layer's max_tokens x top_k bound, the plan
- * of max_tokens' bucket; (d) expert-rows with max_rows = T x top_k (one rank's own tokens),
- * the plan of T's bucket. Weights applied by the layer (the rows are weight x expert(x)).
+ * the routings' largest count: the tightest an engine could give) without max_rows (the
+ * plan of n_local x capacity rows' bucket) and (c) with max_rows = T x top_k (one rank's own
+ * tokens: the plan of T's bucket); (d) expert-rows (high-throughput layout) without max_rows:
+ * the layer's max_tokens x top_k bound, the plan of max_tokens' bucket, and (e) with it. Weights applied by the layer (the rows are weight x expert(x)).
  * Graph replay of each (rot_time), interleaved 3 times; then eager outputs: each token's
  * rows summed in slot order against the run's output (bit-identical where the plan is the
  * same) and the error word. The plans each variant ran are printed. */
@@ -408,7 +408,7 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
         CK(cudaMemcpy(d->wm, wm, sizeof(float) * EL * cap, cudaMemcpyHostToDevice));
         free(off), free(fill), free(xr), free(xm), free(wr), free(wm);
     }
-    enum { RUN, MAJOR, ROWS, ROWS_BOUND, NV };
+    enum { RUN, MAJOR, MAJOR_BOUND, ROWS, ROWS_BOUND, NV };
     cudaGraphExec_t ex[NV][NSETS][NX];
     for (int v = 0; v < NV; v++)
         for (int s = 0; s < NSETS; s++)
@@ -421,11 +421,12 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
                                            .topk_weights = dw[x]};
                     FK(fm_layer_run(L[s], &a));
                 } else {
-                    fm_layer_dispatch_args a = {.layout = v == MAJOR ? FM_DISPATCH_EXPERT_MAJOR : FM_DISPATCH_EXPERT_ROWS,
-                                                .x = v == MAJOR ? d->xm : d->xr, .counts = d->cnt, .capacity = d->cap,
-                                                .offsets = d->off, .weights = v == MAJOR ? d->wm : d->wr,
-                                                .out = v == MAJOR ? (void *)d->outm : (void *)d->outr, .stream = st,
-                                                .max_rows = v == ROWS_BOUND ? T * K : 0};
+                    const int major = v == MAJOR || v == MAJOR_BOUND;
+                    fm_layer_dispatch_args a = {.layout = major ? FM_DISPATCH_EXPERT_MAJOR : FM_DISPATCH_EXPERT_ROWS,
+                                                .x = major ? d->xm : d->xr, .counts = d->cnt, .capacity = d->cap,
+                                                .offsets = d->off, .weights = major ? d->wm : d->wr,
+                                                .out = major ? (void *)d->outm : (void *)d->outr, .stream = st,
+                                                .max_rows = v == ROWS_BOUND || v == MAJOR_BOUND ? T * K : 0};
                     FK(fm_layer_run_dispatched(L[s], &a));
                 }
                 CK(cudaStreamEndCapture(st, &g));
@@ -467,10 +468,11 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
         else if (!differ) snprintf(cmp[b], sizeof cmp[b], "sums bit-identical to the run");
         else snprintf(cmp[b], sizeof cmp[b], "sums: %zu of %zu differ, NMSE %.3g", differ, n, den > 0 ? num / den : num);
     }
-    printf("dispatched %-5s T=%-5d graph: run %8.1f us | expert-major %8.1f (%+6.1f %%) | expert-rows %8.1f "
-           "(%+6.1f %%) | expert-rows max_rows %8.1f (%+6.1f %%) | cap %d\n",
-           route, T, us[RUN], us[MAJOR], 100.0 * (us[MAJOR] - us[RUN]) / us[RUN], us[ROWS],
-           100.0 * (us[ROWS] - us[RUN]) / us[RUN], us[ROWS_BOUND], 100.0 * (us[ROWS_BOUND] - us[RUN]) / us[RUN], cap);
+    printf("dispatched %-5s T=%-5d graph: run %7.1f us | expert-major %7.1f (%+6.1f %%), max_rows %7.1f (%+6.1f %%) | "
+           "expert-rows %7.1f (%+6.1f %%), max_rows %7.1f (%+6.1f %%) | cap %d\n",
+           route, T, us[RUN], us[MAJOR], 100.0 * (us[MAJOR] - us[RUN]) / us[RUN], us[MAJOR_BOUND],
+           100.0 * (us[MAJOR_BOUND] - us[RUN]) / us[RUN], us[ROWS], 100.0 * (us[ROWS] - us[RUN]) / us[RUN],
+           us[ROWS_BOUND], 100.0 * (us[ROWS_BOUND] - us[RUN]) / us[RUN], cap);
     printf("dispatched %-5s T=%-5d   expert-rows: %s; with max_rows: %s\n", route, T, cmp[0], cmp[1]);
     { /* the plans: the run's (T's bucket), expert-major's (ceil(EL x cap / K)), expert-rows' (max_tokens) */
         const int tb[3] = {T, (EL * cap + K - 1) / K < maxt ? (EL * cap + K - 1) / K : maxt, maxt};
@@ -483,7 +485,8 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
             printf("dispatched %-5s T=%-5d   plan %-15s bucket %5d: %s\n", route, T, who[i], p.bucket_tokens, buf);
         }
     }
-    printf("csv,dispatched,%s,%d,%.2f,%.2f,%.2f,%.2f,%d\n", route, T, us[RUN], us[MAJOR], us[ROWS], us[ROWS_BOUND], cap);
+    printf("csv,dispatched,%s,%d,%.2f,%.2f,%.2f,%.2f,%.2f,%d\n", route, T, us[RUN], us[MAJOR], us[MAJOR_BOUND], us[ROWS],
+           us[ROWS_BOUND], cap);
     for (int v = 0; v < NV; v++)
         for (int s = 0; s < NSETS; s++)
             for (int x = 0; x < NX; x++) CK(cudaGraphExecDestroy(ex[v][s][x]));

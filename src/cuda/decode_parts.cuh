@@ -17,8 +17,8 @@ namespace {
 using namespace fm_kc;
 
 /* FM_DECODE_STAGES (K stages in flight) and FM_DECODE_MIN_BLOCKS (the CTAs per SM the
- * registers are bounded for): build-time knobs for A/B measurements (-DFM_DECODE_...=N in
- * CMAKE_CUDA_FLAGS); the defaults are the measured choice (bench/RESULTS.md). The sums do not
+ * registers are bounded for): build-time knobs for A/B measurements (cmake
+ * -DFM_DECODE_DEFS="FM_DECODE_MIN_BLOCKS=4;FM_DECODE_STAGES=6": this file's units only); the defaults are the measured choice (bench/RESULTS.md). The sums do not
  * depend on either (K stages are consumed in order). */
 #ifndef FM_DECODE_STAGES
 #define FM_DECODE_STAGES 4

@@ -263,6 +263,34 @@ __device__ __forceinline__ void dispatch_bad(fm_moe_dev_errors *err, int e, int 
     atomicMin(&err->first_bad_expert, FM_DISPATCH_BAD_KEY(e, kind, value));
 }
 
+/* Packed row p (< off[E]): its expert e (the last with off[e] <= p), its layout row. */
+__device__ __forceinline__ void dispatch_place_row(int p, int layout, int capacity, const int32_t *offsets,
+                                                   const float *weights, int E, const int32_t *off, int32_t *perm,
+                                                   float *row_weight, fm_moe_dev_errors *err)
+{
+    int lo = 0, hi = E; /* off[lo] <= p < off[hi] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (off[mid] <= p) lo = mid;
+        else hi = mid;
+    }
+    const int e = lo;
+    const int row = (layout == FM_DISPATCH_EXPERT_MAJOR ? e * capacity : offsets[e]) + (p - off[e]);
+    perm[p] = row;
+    const float w = weights ? weights[row] : 1.0f;
+    row_weight[p] = w;
+    if (!isfinite(w)) atomicAdd(&err->nonfinite_w, 1ull);
+}
+
+__global__ void dispatch_place_kernel(int layout, int capacity, const int32_t *offsets, const float *weights, int E,
+                                      int bound_rows, const int32_t *off, int32_t *perm, float *row_weight,
+                                      fm_moe_dev_errors *err)
+{
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= bound_rows || p >= off[E]) return;
+    dispatch_place_row(p, layout, capacity, offsets, weights, E, off, perm, row_weight, err);
+}
+
 /* One CTA of 1024 threads: each local expert's rows checked (cnt[e]: its rows, 0 when
  * bad), summed into off, the experts past max_rows dropped and summed again, then the
  * active list. Expert-rows layout: expert e's range [lo, hi) = [offsets[e], offsets[e+1])
@@ -272,7 +300,8 @@ __device__ __forceinline__ void dispatch_bad(fm_moe_dev_errors *err, int e, int 
  * prefix maxima / suffix minima on the way. */
 __global__ void __launch_bounds__(1024)
     dispatch_scan_kernel(int layout, const int32_t *counts, int capacity, const int32_t *offsets, int E, int max_rows,
-                         int32_t *off, int32_t *cnt, int32_t *active, fm_moe_dev_errors *err)
+                         int32_t *off, int32_t *cnt, int32_t *active, fm_moe_dev_errors *err, const float *weights,
+                         int place_rows, int32_t *perm, float *row_weight)
 {
     __shared__ int wsum[32];
     const int      tid = threadIdx.x;
@@ -313,27 +342,10 @@ __global__ void __launch_bounds__(1024)
         block_scan(E, [&](int i) { return cnt[i]; }, [&](int i, int v) { off[1 + i] = v; }, sum, 0, wsum);
     __syncthreads(); /* the offsets this CTA just wrote are visible to it */
     if (active) write_active_list(off, E, active, wsum);
-}
-
-/* Packed row p (< off[E]): its expert e (the last with off[e] <= p), its layout row. */
-__global__ void dispatch_place_kernel(int layout, int capacity, const int32_t *offsets, const float *weights, int E,
-                                      int bound_rows, const int32_t *off, int32_t *perm, float *row_weight,
-                                      fm_moe_dev_errors *err)
-{
-    const int p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= bound_rows || p >= off[E]) return;
-    int lo = 0, hi = E; /* off[lo] <= p < off[hi] */
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (off[mid] <= p) lo = mid;
-        else hi = mid;
-    }
-    const int e = lo;
-    const int row = (layout == FM_DISPATCH_EXPERT_MAJOR ? e * capacity : offsets[e]) + (p - off[e]);
-    perm[p] = row;
-    const float w = weights ? weights[row] : 1.0f;
-    row_weight[p] = w;
-    if (!isfinite(w)) atomicAdd(&err->nonfinite_w, 1ull);
+    /* a small bound: the rows placed here too (one launch less than dispatch_place_kernel) */
+    const int n = min(place_rows, off[E]);
+    for (int p = tid; p < n; p += 1024)
+        dispatch_place_row(p, layout, capacity, offsets, weights, E, off, perm, row_weight, err);
 }
 
 } // namespace
@@ -394,10 +406,13 @@ extern "C" int fm_moe_dispatch_layout_launch(int layout, const int32_t *counts, 
 {
     cudaStream_t st = (cudaStream_t)stream;
     if (E <= 0 || E > 65535 || bound_rows > max_rows) return (int)cudaErrorInvalidValue;
+    /* up to 4,096 rows (4 per thread) the scan's CTA places them: at decode sizes the second
+     * launch cost more than the work (bench_layer --dispatched, 2026-12-06) */
+    const int small = bound_rows <= 4096;
     dispatch_scan_kernel<<<1, 1024, 0, st>>>(layout, counts, capacity, offsets, E, max_rows, offsets_out, scratch,
-                                             active, err);
+                                             active, err, weights, small ? bound_rows : 0, perm, row_weight);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || bound_rows <= 0) return (int)e;
+    if (e != cudaSuccess || bound_rows <= 0 || small) return (int)e;
     dispatch_place_kernel<<<(unsigned)((bound_rows + 255) / 256), 256, 0, st>>>(
         layout, capacity, offsets, weights, E, bound_rows, offsets_out, perm, row_weight, err);
     return (int)cudaGetLastError();

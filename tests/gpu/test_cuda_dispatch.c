@@ -595,10 +595,12 @@ static void test_dispatch_device_checks(void **st_)
     fm_cuda_device_close(g_dev);
 }
 
-/* max_rows: a layer of 4T tokens told the rows of T tokens runs T's bucket plan, the plan of
- * its own token-order run: each token's weighted rows summed in slot order = that run's
- * output bit for bit (without max_rows it runs the plan of 4T's bucket: within the bound of
- * cpu-ref only, checked too). Both layouts. */
+/* max_rows: a layer of 1,100 tokens told the rows of T tokens runs T's bucket plan, the plan
+ * of its own token-order run: each token's weighted rows summed in slot order = that run's
+ * output bit for bit (without max_rows it runs the plan of the last bucket: within the bound
+ * of cpu-ref only, checked too). Both layouts; the rows placed by the layout kernel's CTA
+ * (a bound up to 4,096 rows) and by the separate placing launch (the expert-rows bound
+ * without max_rows, 4,400). */
 static void test_dispatch_max_rows(void **st_)
 {
     (void)st_;
@@ -616,12 +618,15 @@ static void test_dispatch_max_rows(void **st_)
     int32_t  *ids;
     float    *wts;
     inputs(&r, &x, &ids, &wts);
-    fm_layer *cl = make(FM_BACKEND_CPU_REF, &L, 4 * T, FIRST, NL, FM_OUT_F32, 0);
-    fm_layer *gl = make(FM_BACKEND_CUDA, &L, 4 * T, FIRST, NL, FM_OUT_F32, 0);
+    /* MAXT x K = 4,400 rows: past the 4,096 up to which the layout kernel places the rows
+     * itself, so the run without max_rows takes the separate placing launch */
+    enum { MAXT = 1100 };
+    fm_layer *cl = make(FM_BACKEND_CPU_REF, &L, MAXT, FIRST, NL, FM_OUT_F32, 0);
+    fm_layer *gl = make(FM_BACKEND_CUDA, &L, MAXT, FIRST, NL, FM_OUT_F32, 0);
     fm_layer_plan_info pt, pb;
     assert_int_equal(fm_layer_plan(gl, T, &pt), FM_OK);
-    assert_int_equal(fm_layer_plan(gl, 4 * T, &pb), FM_OK);
-    printf("  buckets: T = %d -> %d, 4T -> %d\n", T, pt.bucket_tokens, pb.bucket_tokens);
+    assert_int_equal(fm_layer_plan(gl, MAXT, &pb), FM_OK);
+    printf("  buckets: T = %d -> %d, max_tokens %d -> %d\n", T, pt.bucket_tokens, MAXT, pb.bucket_tokens);
     assert_true(pt.bucket_tokens < pb.bucket_tokens);
     float *run = malloc(sizeof(float) * T * H);
     {
