@@ -1,0 +1,135 @@
+/* gemm_fp8.cu - the W4A8 grouped GEMM on mma.sync E4M3 (gemm_fp8.h says what it computes).
+ *
+ * Swap-AB as the mma family: the weights are the A operand of mma.m16n8k32 (16 output
+ * features), the tokens its B operand (8 per fragment). A CTA of 4 warps takes 64 features of
+ * one expert, each warp a band of 16, and walks the expert's rows 16 at a time. Per 128-K group
+ * and row of W the lane finds the largest UE8M0 code c of the group's (up to) 4 blocks; each
+ * block's E2M1 codes become E4M3 codes of e2m1 x 2^(code - c + 6) through an 8-entry table
+ * (`prmt` picks 4 magnitudes at once, the signs are ORed in), so the largest code is at most
+ * 6 x 64 = 384 <= 448; the group's FP32 partial sum is then multiplied by 2^(c - 133) (row)
+ * and the token's activation scale, and added to the accumulator (per-128 promotion: the FP8
+ * MMA's own accumulation stays within one group). X is read from global memory through L1
+ * (the 4 warps of a CTA read the same rows); a correctness-first main loop, no cp.async
+ * pipeline yet: the tuned kernel of the mma family's shape is the next step. */
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/gemm_fp8.h"
+
+namespace {
+
+constexpr int NW = 4, NT = 2, TOK = 8 * NT;
+
+__device__ __forceinline__ uint32_t e4m3_of(float v)
+{
+    return (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* E4M3 codes of the 8 E2M1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} x 2^j, bytes 0..7 of {hi:lo} */
+__device__ __forceinline__ void make_table(int j, uint32_t &lo, uint32_t &hi)
+{
+    const float s = ldexpf(1.0f, j);
+    lo = e4m3_of(0.0f) | e4m3_of(0.5f * s) << 8 | e4m3_of(s) << 16 | e4m3_of(1.5f * s) << 24;
+    hi = e4m3_of(2.0f * s) | e4m3_of(3.0f * s) << 8 | e4m3_of(4.0f * s) << 16 | e4m3_of(6.0f * s) << 24;
+}
+
+/* Four E2M1 codes (nibble i = element i) -> four E4M3 codes (byte i) */
+__device__ __forceinline__ uint32_t decode4(uint32_t v, uint32_t lo, uint32_t hi)
+{
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(v & 0x7777u));
+    return r | (v & 0x8u) << 4 | (v & 0x80u) << 8 | (v & 0x800u) << 12 | (v & 0x8000u) << 16;
+}
+
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1; /* not launched there (fm_fp8mma_launch checks the device) */
+#endif
+}
+
+__global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
+{
+    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int band = blockIdx.x * NW + warp;
+    if (band * 16 >= a.N) return; /* no barriers below: a warp may leave alone */
+    int       r0 = a.offsets[e], r1 = a.offsets[e + 1];
+    if (r1 > a.max_rows) r1 = a.max_rows;
+    if (r0 < 0 || r1 <= r0) return;
+    const int     nblk = a.K / 32, ngrp = (a.K + 127) / 128, nch = a.K / 64;
+    const uint4  *wp = (const uint4 *)(a.wq + ((size_t)e * (a.N / 16) + band) * (size_t)nch * 512) + lane;
+    const uint8_t *ex0 = a.wexp + ((size_t)e * a.N + band * 16 + g) * nblk, *ex1 = ex0 + (size_t)8 * nblk;
+    const float   osc = a.oscale ? a.oscale[e] : 1.0f;
+    for (int rb = r0; rb < r1; rb += TOK) {
+        float acc[NT][4] = {};
+        for (int gi = 0; gi < ngrp; gi++) {
+            const int kb0 = gi * 4, nb = nblk - kb0 < 4 ? nblk - kb0 : 4;
+            int       c0 = 0, c1 = 0;
+            for (int b = 0; b < nb; b++) c0 = max(c0, (int)ex0[kb0 + b]), c1 = max(c1, (int)ex1[kb0 + b]);
+            float tmp[NT][4] = {};
+            for (int b = 0; b < nb; b++) {
+                const int  k32 = kb0 + b;
+                const uint4 w = __ldg(wp + (size_t)(k32 >> 1) * 32);
+                const uint32_t wa = k32 & 1 ? w.z : w.x, wb = k32 & 1 ? w.w : w.y;
+                uint32_t   lo0, hi0, lo1, hi1;
+                make_table((int)ex0[k32] - c0 + 6, lo0, hi0);
+                make_table((int)ex1[k32] - c1 + 6, lo1, hi1);
+                const uint32_t af[4] = {decode4(wa & 0xffffu, lo0, hi0), decode4(wa >> 16, lo1, hi1),
+                                        decode4(wb & 0xffffu, lo0, hi0), decode4(wb >> 16, lo1, hi1)};
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const int r = rb + n * 8 + g;
+                    uint32_t  b0 = 0, b1 = 0;
+                    if (r < r1) {
+                        const uint8_t *xr = a.xq + (size_t)r * a.ldx + k32 * 32 + 4 * t;
+                        b0 = __ldg((const uint32_t *)xr);
+                        b1 = __ldg((const uint32_t *)(xr + 16));
+                    }
+                    mma_e4m3(tmp[n], af, b0, b1);
+                }
+            }
+            const float f0 = ldexpf(1.0f, c0 - 133), f1 = ldexpf(1.0f, c1 - 133); /* 2^(c - 127 - 6) */
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int r = rb + n * 8 + 2 * t + (q & 1);
+                    const float xs = r < r1 ? __ldg(a.xs + (size_t)r * a.ldxs + (a.xs_per_128 ? gi : 0)) : 0.0f;
+                    acc[n][q] += tmp[n][q] * (q < 2 ? f0 : f1) * xs;
+                }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = rb + n * 8 + 2 * t + (q & 1), col = band * 16 + g + 8 * (q >> 1);
+                if (r < r1) a.y[(size_t)r * a.N + col] = acc[n][q] * osc;
+            }
+    }
+}
+
+} // namespace
+
+extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
+{
+    if (!a || !a->wq || !a->wexp || !a->xq || !a->xs || !a->offsets || !a->y || a->E < 1 || a->E > 65535 ||
+        a->N < 16 || a->N % 16 || a->K < 64 || a->K % 64 || a->ldx < a->K || a->ldx % 4 || a->max_rows < 0 ||
+        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1))
+        return (int)cudaErrorInvalidValue;
+    int dev = 0, major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess) return (int)e;
+    if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
+    if (a->max_rows == 0) return 0;
+    const dim3 grid((unsigned)((a->N / 16 + NW - 1) / NW), (unsigned)a->E);
+    fp8mma_kernel<<<grid, NW * 32, 0, (cudaStream_t)stream>>>(*a);
+    return (int)cudaGetLastError();
+}

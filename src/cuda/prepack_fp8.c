@@ -1,0 +1,43 @@
+/* prepack_fp8.c - the weight layout of the W4A8 mma GEMM (gemm_fp8.h, gemm_fp8.cu), host
+ * side: the FP4 codes rearranged so that one 16-byte copy per lane is the A operand of two
+ * m16n8k32 E4M3 MMAs. Plain C (tested wherever the CUDA backend is built). */
+#include <string.h>
+
+#include "cuda/gemm_fp8.h"
+#include "fm_internal.h"
+
+size_t fm_fp8mma_pack_bytes(int64_t N, int64_t K) { return (size_t)(N / 16) * (size_t)(K / 64) * 32 * 16; }
+
+static unsigned code_at(const uint8_t *d, int64_t K, int64_t n, int64_t k)
+{
+    const uint8_t b = d[n * (K / 2) + k / 2];
+    return k & 1 ? b >> 4 : b & 15u; /* low nibble: the even column */
+}
+
+fm_status fm_fp8mma_pack(const fm_qtensor *w, uint8_t *dst)
+{
+    if (!w || !dst || !w->data) return fm_fail(FM_ERR_INVALID_ARG, "fm_fp8mma_pack: NULL weights or destination");
+    if (w->fmt != FM_FORMAT_MXFP4)
+        return fm_fail(FM_ERR_FORMAT, "fm_fp8mma_pack: the W4A8 mma GEMM takes MXFP4 weights (format %d)", (int)w->fmt);
+    const int64_t N = w->rows, K = w->cols;
+    if (N <= 0 || K <= 0 || N % 16 || K % 64)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_fp8mma_pack: %lld x %lld: N must be a multiple of 16 and K of 64",
+                       (long long)N, (long long)K);
+    const uint8_t *d = w->data;
+    for (int64_t band = 0; band < N / 16; band++)
+        for (int64_t c = 0; c < K / 64; c++)
+            for (int lane = 0; lane < 32; lane++) {
+                const int g = lane >> 2, t = lane & 3;
+                uint8_t  *o = dst + ((band * (K / 64) + c) * 32 + lane) * 16;
+                for (int s = 0; s < 2; s++)     /* the chunk's two K32 blocks */
+                    for (int j = 0; j < 4; j++) { /* a0..a3: rows g, g+8 at 4t; rows g, g+8 at 16+4t */
+                        const int64_t row = band * 16 + g + 8 * (j & 1);
+                        const int64_t k0 = c * 64 + 32 * s + 4 * t + 16 * (j >> 1);
+                        const unsigned v = code_at(d, K, row, k0) | code_at(d, K, row, k0 + 1) << 4 |
+                                           code_at(d, K, row, k0 + 2) << 8 | code_at(d, K, row, k0 + 3) << 12;
+                        o[8 * s + 2 * j] = (uint8_t)(v & 0xff);
+                        o[8 * s + 2 * j + 1] = (uint8_t)(v >> 8);
+                    }
+            }
+    return FM_OK;
+}

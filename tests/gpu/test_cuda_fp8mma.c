@@ -1,0 +1,168 @@
+/* test_cuda_fp8mma.c - the W4A8 mma GEMM (src/cuda/gemm_fp8.cu, MXFP4 weights, E4M3
+ * activations with FP32 scales) against an FP64 oracle of the same operands:
+ *   y[r][n] = sum_k deq(W_e)[n][k] x dec(q[r][k]) x s[r][k / 128 or 0]
+ * (the W4A8 numerics of docs/formats.md with exact weights: the oracle multiplies the MXFP4
+ * values, the GPU their E4M3 re-encoding, which is exact for these weights: a row's block
+ * exponents span a few binades). Bounds: NMSE <= 1e-6 over all outputs and, per element,
+ * |y - ref| <= 2^-10 x sum_k |w x| + 1e-30: FP32 accumulation of the FP8 MMA inside a 128-K
+ * group and of the promoted sums; a wrong fragment, table or scale is off by O(1).
+ * Shapes: N 64 / 96 / 48 (a CTA with an idle warp) x K 2880 (gpt-oss) / 256 / 192 (a last
+ * group of 64); 3 experts with 0, 5 and 37 rows (a pass of 16 cut at 5 and at 37), both scale
+ * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. Output poisoned (NaN)
+ * before each run; the rows of no expert must keep it; NaN/Inf checked first. Then the
+ * refusals (pack: not MXFP4, N % 16, K % 64; launch: bad shapes). Compiled without a GPU;
+ * skips (exit 77) where there is none, and where the GPU has no FP8 mma (before sm_89). */
+#include <float.h>
+#include <math.h>
+
+#include "gpu_common.h"
+
+#include "cuda/gemm_fp8.h"
+#include "fp4moe/format.h"
+
+enum { E = 3 };
+
+static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
+{
+    gpu_experts w;
+    gpu_experts_make(&w, r, FM_FORMAT_MXFP4, E, N, K);
+    const int32_t off[E + 1] = {0, 0, 5, 42};
+    const int     rows = off[E], extra = 3; /* 3 rows past the experts' rows: never written */
+    const int     ngrp = (K + 127) / 128, ldxs = per128 ? ngrp : 1;
+    /* activations: quantized on the host the oracle's way (amax / 448, E4M3 nearest even) */
+    float   *xf = malloc(sizeof(float) * (size_t)rows * K), *xs = malloc(sizeof(float) * (size_t)(rows + extra) * ldxs);
+    uint8_t *xq = malloc((size_t)(rows + extra) * K);
+    for (int i = 0; i < rows; i++) {
+        for (int b0 = 0; b0 < K; b0 += 128) {
+            const float mag = ldexpf(1.0f, (int)(fm_rng_uniform(r) * 17.0) - 8);
+            for (int k = b0; k < K && k < b0 + 128; k++) xf[(size_t)i * K + k] = fm_rng_normal(r) * mag;
+        }
+        const int blk = per128 ? 128 : K;
+        for (int b0 = 0, b = 0; b0 < K; b0 += blk, b++) {
+            float amax = 0;
+            for (int k = b0; k < K && k < b0 + blk; k++) amax = fmaxf(amax, fabsf(xf[(size_t)i * K + k]));
+            float s = amax / 448.0f;
+            if (!(s >= FLT_MIN)) s = 1.0f;
+            xs[(size_t)i * ldxs + b] = s;
+            for (int k = b0; k < K && k < b0 + blk; k++) xq[(size_t)i * K + k] = fm_e4m3_encode(xf[(size_t)i * K + k] / s);
+        }
+    }
+    memset(xq + (size_t)rows * K, 0x38, (size_t)extra * K); /* 1.0: a read of these rows would show */
+    for (int i = rows * ldxs; i < (rows + extra) * ldxs; i++) xs[i] = 1.0f;
+    /* the oracle */
+    double *ref = malloc(sizeof(double) * (size_t)rows * N), *mag = malloc(sizeof(double) * (size_t)rows * N);
+    for (int e = 0; e < E; e++)
+        for (int i = off[e]; i < off[e + 1]; i++)
+            for (int n = 0; n < N; n++) {
+                const float *wr = w.deq + ((size_t)e * N + n) * K;
+                double       s = 0, m = 0;
+                for (int k = 0; k < K; k++) {
+                    const double x = (double)fm_e4m3_decode(xq[(size_t)i * K + k]) * xs[(size_t)i * ldxs + (per128 ? k / 128 : 0)];
+                    s += (double)wr[k] * x, m += fabs((double)wr[k] * x);
+                }
+                ref[(size_t)i * N + n] = s, mag[(size_t)i * N + n] = m;
+            }
+    /* device operands */
+    const size_t pb = fm_fp8mma_pack_bytes(N, K);
+    uint8_t     *wq = malloc(pb * E), *wexp = malloc((size_t)E * N * (K / 32));
+    for (int e = 0; e < E; e++) {
+        assert_int_equal(fm_fp8mma_pack(&w.w[e], wq + pb * e), FM_OK);
+        memcpy(wexp + (size_t)e * N * (K / 32), w.w[e].scales, (size_t)N * (K / 32));
+    }
+    float osc[E] = {1.0f, 0.5f, 2.0f};
+    fm_fp8mma_args a = {.wq = dev_upload(wq, pb * E), .wexp = dev_upload(wexp, (size_t)E * N * (K / 32)),
+                        .oscale = dev_upload(osc, sizeof osc), .xq = dev_upload(xq, (size_t)(rows + extra) * K),
+                        .xs = dev_upload(xs, sizeof(float) * (size_t)(rows + extra) * ldxs),
+                        .offsets = dev_upload(off, sizeof off), .E = E, .N = N, .K = K, .ldx = K, .ldxs = ldxs,
+                        .xs_per_128 = per128, .max_rows = rows + extra};
+    float *dy = NULL, *y = malloc(sizeof(float) * (size_t)(rows + extra) * N);
+    CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)(rows + extra) * N));
+    a.y = dy;
+    CK(cudaMemsetAsync(dy, 0xFF, sizeof(float) * (size_t)(rows + extra) * N, st));
+    assert_int_equal(fm_fp8mma_launch(&a, st), 0);
+    CK(cudaMemcpyAsync(y, dy, sizeof(float) * (size_t)(rows + extra) * N, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    for (int i = 0; i < rows * N; i++)
+        if (!isfinite(y[i])) fail_msg("N=%d K=%d: y[%d][%d] is not finite (%g): unwritten or overflowed", N, K, i / N,
+                                      i % N, (double)y[i]);
+    for (int i = rows * N; i < (rows + extra) * N; i++)
+        if (!isnan(y[i])) fail_msg("N=%d K=%d: row %d of no expert written", N, K, i / N);
+    double num = 0, den = 0, worst = 0;
+    for (int e = 0; e < E; e++)
+        for (int i = off[e]; i < off[e + 1]; i++)
+            for (int n = 0; n < N; n++) {
+                const size_t j = (size_t)i * N + n;
+                const double want = ref[j] * osc[e], d = (double)y[j] - want;
+                num += d * d, den += want * want;
+                const double rel = fabs(d) / (mag[j] * osc[e] + 1e-30);
+                if (rel > worst) worst = rel;
+                if (fabs(d) > ldexp(mag[j] * osc[e], -10) + 1e-30)
+                    fail_msg("N=%d K=%d %s: y[%d][%d] = %.9g, the oracle %.9g (|diff| / sum|w x| = %.3g)", N, K,
+                             per128 ? "per 128" : "per row", i, n, (double)y[j], want, rel);
+            }
+    const double nmse = num / den;
+    printf("  N=%-3d K=%-4d x scales %-7s: NMSE %.3g, worst |diff| / sum|w x| %.3g\n", N, K,
+           per128 ? "per 128" : "per row", nmse, worst);
+    assert_true(nmse <= 1e-6);
+    /* launcher refusals */
+    fm_fp8mma_args b = a;
+    b.N = N + 8, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
+    b = a, b.K = K + 32, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
+    b = a, b.ldx = K - 4, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
+    b = a, b.xs = NULL, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
+    CK(cudaFree((void *)a.wq));
+    CK(cudaFree((void *)a.wexp));
+    CK(cudaFree((void *)a.oscale));
+    CK(cudaFree((void *)a.xq));
+    CK(cudaFree((void *)a.xs));
+    CK(cudaFree((void *)a.offsets));
+    CK(cudaFree(dy));
+    free(xf), free(xs), free(xq), free(ref), free(mag), free(wq), free(wexp), free(y);
+    gpu_experts_free(&w);
+}
+
+static void test_fp8mma_vs_oracle(void **state)
+{
+    (void)state;
+    fm_test_require_gpu();
+    CK(cudaSetDevice(0));
+    int major = 0, minor = 0;
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    if (major * 10 + minor < 89) {
+        printf("SKIP: sm_%d%d has no FP8 mma (sm_89+)\n", major, minor);
+        exit(77);
+    }
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0x4a8);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const int shapes[3][2] = {{64, 2880}, {96, 256}, {48, 192}};
+    for (int i = 0; i < 3; i++)
+        for (int per128 = 1; per128 >= 0; per128--) check_shape(&r, shapes[i][0], shapes[i][1], per128, st);
+    CK(cudaStreamDestroy(st));
+}
+
+/* The pack's refusals (host only; the pack is plain C) */
+static void test_fp8mma_pack_refusals(void **state)
+{
+    (void)state;
+    uint8_t     d[64 * 32], s[64 * 2], out[4096];
+    fm_qtensor  q = {.fmt = FM_FORMAT_MXFP4, .rows = 16, .cols = 64, .data = d, .scales = s, .global_scale = 1.0f};
+    memset(d, 0, sizeof d), memset(s, 127, sizeof s);
+    assert_int_equal(fm_fp8mma_pack(&q, out), FM_OK);
+    assert_int_equal(fm_fp8mma_pack(NULL, out), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_fp8mma_pack(&q, NULL), FM_ERR_INVALID_ARG);
+    fm_qtensor b = q;
+    b.fmt = FM_FORMAT_NVFP4, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_FORMAT);
+    b = q, b.rows = 8, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
+    b = q, b.cols = 32, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8mma_pack_refusals),
+                                       cmocka_unit_test(test_fp8mma_vs_oracle)};
+    fm_test_require_gpu(); /* exit 77 (skipped) with a message where there is no GPU */
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
