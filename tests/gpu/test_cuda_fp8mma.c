@@ -10,7 +10,7 @@
  * group of 64); 3 experts with 0, 5 and 37 rows (a pass of 16 cut at 5 and at 37), both scale
  * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. Output poisoned (NaN)
  * before each run; the rows of no expert must keep it; NaN/Inf checked first. Then the
- * refusals (pack: not MXFP4, N % 16, K % 64; launch: bad shapes). Compiled without a GPU;
+ * launcher's refusals (bad shapes); the pack's are test_cuda_fp8pack's (host only). Compiled without a GPU;
  * skips (exit 77) where there is none, and where the GPU has no FP8 mma (before sm_89). */
 #include <float.h>
 #include <math.h>
@@ -143,26 +143,9 @@ static void test_fp8mma_vs_oracle(void **state)
     CK(cudaStreamDestroy(st));
 }
 
-/* The pack's refusals (host only; the pack is plain C) */
-static void test_fp8mma_pack_refusals(void **state)
-{
-    (void)state;
-    uint8_t     d[64 * 32], s[64 * 2], out[4096];
-    fm_qtensor  q = {.fmt = FM_FORMAT_MXFP4, .rows = 16, .cols = 64, .data = d, .scales = s, .global_scale = 1.0f};
-    memset(d, 0, sizeof d), memset(s, 127, sizeof s);
-    assert_int_equal(fm_fp8mma_pack(&q, out), FM_OK);
-    assert_int_equal(fm_fp8mma_pack(NULL, out), FM_ERR_INVALID_ARG);
-    assert_int_equal(fm_fp8mma_pack(&q, NULL), FM_ERR_INVALID_ARG);
-    fm_qtensor b = q;
-    b.fmt = FM_FORMAT_NVFP4, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_FORMAT);
-    b = q, b.rows = 8, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
-    b = q, b.cols = 32, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
-}
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8mma_pack_refusals),
-                                       cmocka_unit_test(test_fp8mma_vs_oracle)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8mma_vs_oracle)};
     fm_test_require_gpu(); /* exit 77 (skipped) with a message where there is no GPU */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

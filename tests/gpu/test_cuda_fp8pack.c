@@ -1,0 +1,127 @@
+/* test_cuda_fp8pack.c - the W4A8 mma GEMM's weight layout (src/cuda/prepack_fp8.c) and its
+ * decode, on the host: the packed bytes are read back the way gemm_fp8.cu's lanes read them
+ * (lane l = 4g + t, 16 bytes per 64 of K, four 16-bit words per MMA), turned into E4M3 codes the
+ * way its lanes do (an 8-entry table of e2m1 x 2^(code - c + 6), c the largest UE8M0 code of the
+ * row's 128-K group, a `prmt` byte select by the 3-bit magnitudes, the sign bits ORed in; the
+ * E4M3 rounding of the table is fm_e4m3_encode's, which the device's cvt.rn.satfinite matches
+ * bit for bit: test_cuda_act_fp8) and placed where mma.m16n8k32's A fragment puts them (rows g /
+ * g + 8, K 4t..4t+3 / 16+4t..16+4t+3). Every weight must then come back as e2m1 x 2^(code -
+ * 127) = fm_dequantize's value once the group's factor 2^(c - 133) is applied: EXACT for blocks
+ * within 14 binades of their group's largest (every block of the N(0, 1) rows here), and for
+ * blocks further below the E4M3 table rounds: their values are checked against the bound
+ * |w' - w| <= 2^-10 x 2^(c - 127) (half E4M3's smallest subnormal step, scaled), the rounding
+ * gemm_fp8.h states. Shapes: N 16 .. 96, K 64 .. 2,880 (gpt-oss), a group of 64 at the end; rows
+ * whose block exponents span up to 30 binades. The refusals of the pack. Needs no GPU: labelled
+ * cpu too (the pack is host code of the CUDA backend). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/gemm_fp8.h"
+#include "fp4moe/format.h"
+#include "testutil.h"
+
+static uint32_t table_byte(int idx, int j)
+{
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return fm_e4m3_encode(mag[idx] * ldexpf(1.0f, j));
+}
+
+/* what gemm_fp8.cu's decode4 gives for 4 E2M1 codes v (nibble i = element i) with the table of j */
+static uint32_t decode4(uint32_t v, int j)
+{
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        const unsigned code = (v >> (4 * i)) & 15u;
+        r |= (table_byte((int)(code & 7u), j) | (code & 8u ? 0x80u : 0u)) << (8 * i);
+    }
+    return r;
+}
+
+static void check(fm_rng *r, int N, int K, int spread)
+{
+    size_t db, sb;
+    assert_int_equal(fm_qtensor_bytes(FM_FORMAT_MXFP4, N, K, &db, &sb), FM_OK);
+    fm_qtensor q = {.fmt = FM_FORMAT_MXFP4, .rows = N, .cols = K, .data = malloc(db), .scales = malloc(sb)};
+    float     *src = malloc(sizeof(float) * (size_t)N * K), *deq = malloc(sizeof(float) * (size_t)N * K);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) { /* each 32-block its own binade, within `spread` of the row's */
+            const int b = k / 32, e = spread ? (int)((b * 7919u + (unsigned)n * 104729u) % (unsigned)(spread + 1)) : 0;
+            src[(size_t)n * K + k] = fm_rng_normal(r) * ldexpf(1.0f, -e + n % 5);
+        }
+    assert_int_equal(fm_quantize(src, NULL, &q), FM_OK);
+    assert_int_equal(fm_dequantize(&q, deq), FM_OK);
+    uint8_t *pk = malloc(fm_fp8mma_pack_bytes(N, K));
+    assert_int_equal(fm_fp8mma_pack(&q, pk), FM_OK);
+    const int nblk = K / 32;
+    long long exact = 0, rounded = 0;
+    for (int band = 0; band < N / 16; band++)
+        for (int k32 = 0; k32 < nblk; k32++) {
+            const int kb0 = k32 / 4 * 4, nb = nblk - kb0 < 4 ? nblk - kb0 : 4;
+            for (int lane = 0; lane < 32; lane++) {
+                const int      g = lane >> 2, t = lane & 3;
+                const uint8_t *w = pk + ((size_t)(band * (K / 64) + k32 / 2) * 32 + lane) * 16 + (k32 & 1) * 8;
+                for (int j = 0; j < 4; j++) { /* a0..a3 */
+                    const int      row = band * 16 + g + 8 * (j & 1), kk = k32 * 32 + 4 * t + 16 * (j >> 1);
+                    const uint8_t *ex = q.scales + (size_t)row * nblk;
+                    int            c = 0;
+                    for (int b = 0; b < nb; b++) c = ex[kb0 + b] > c ? ex[kb0 + b] : c;
+                    const uint32_t v = (uint32_t)w[2 * j] | (uint32_t)w[2 * j + 1] << 8;
+                    const uint32_t a = decode4(v, (int)ex[k32] - c + 6);
+                    for (int i = 0; i < 4; i++) {
+                        const double got = (double)fm_e4m3_decode((uint8_t)(a >> (8 * i))) * ldexp(1.0, c - 133);
+                        const double want = deq[(size_t)row * K + kk + i];
+                        if (got == want) {
+                            exact++;
+                            continue;
+                        }
+                        if ((int)ex[k32] - c >= -14)
+                            fail_msg("N=%d K=%d: w[%d][%d] = %.9g decoded as %.9g (block code %d, group max %d: must "
+                                     "be exact)", N, K, row, kk + i, want, got, ex[k32], c);
+                        if (fabs(got - want) > ldexp(1.0, c - 127 - 10))
+                            fail_msg("N=%d K=%d: w[%d][%d] = %.9g decoded as %.9g, past the subnormal bound", N, K,
+                                     row, kk + i, want, got);
+                        rounded++;
+                    }
+                }
+            }
+        }
+    printf("  N=%-3d K=%-4d block spread %2d binades: %lld weights exact, %lld rounded within the bound\n", N, K,
+           spread, exact, rounded);
+    assert_int_equal(exact + rounded, (long long)N * K);
+    if (spread <= 8) assert_int_equal(rounded, 0);
+    free(q.data), free(q.scales), free(src), free(deq), free(pk);
+}
+
+static void test_fp8pack_decode(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0xfb8);
+    const int shapes[5][2] = {{16, 64}, {32, 192}, {48, 256}, {96, 2880}, {64, 320}};
+    for (int i = 0; i < 5; i++) check(&r, shapes[i][0], shapes[i][1], 0);
+    check(&r, 32, 512, 8);
+    check(&r, 32, 512, 30); /* blocks far below their group's largest: E4M3 subnormals round them */
+}
+
+static void test_fp8pack_refusals(void **state)
+{
+    (void)state;
+    uint8_t    d[16 * 32], s[16 * 2], out[512]; /* one band, one chunk: 32 lanes x 16 B */
+    fm_qtensor q = {.fmt = FM_FORMAT_MXFP4, .rows = 16, .cols = 64, .data = d, .scales = s, .global_scale = 1.0f};
+    memset(d, 0, sizeof d), memset(s, 127, sizeof s);
+    assert_int_equal(fm_fp8mma_pack_bytes(16, 64), sizeof out);
+    assert_int_equal(fm_fp8mma_pack(&q, out), FM_OK);
+    assert_int_equal(fm_fp8mma_pack(NULL, out), FM_ERR_INVALID_ARG);
+    assert_int_equal(fm_fp8mma_pack(&q, NULL), FM_ERR_INVALID_ARG);
+    fm_qtensor b = q;
+    b.fmt = FM_FORMAT_NVFP4, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_FORMAT);
+    b = q, b.rows = 8, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
+    b = q, b.cols = 32, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8pack_decode), cmocka_unit_test(test_fp8pack_refusals)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
