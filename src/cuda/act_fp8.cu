@@ -139,6 +139,9 @@ extern "C" int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32
     if (!x == !xf || (perm && !x) || n < 1 || n % 4 || ldq < n || ldq % 4 || ldsc < nsc || top_k < 1 ||
         (mode != FM_ACT_FP8_MODE_BLOCK128 && mode != FM_ACT_FP8_MODE_TOKEN))
         return (int)cudaErrorInvalidValue;
+    /* the vector accesses: 8-byte BF16 loads, 16-byte FP32 loads, 4-byte code stores */
+    if (((uintptr_t)x & 7) || ((uintptr_t)xf & 15) || ((uintptr_t)q & 3) || ((uintptr_t)scales & 3))
+        return (int)cudaErrorMisalignedAddress;
     act_fp8_kernel<<<(unsigned)rows, NTHR, 0, (cudaStream_t)stream>>>(x, xf, perm, top_k, rows, n_rows, n, mode, q,
                                                                      ldq, scales, ldsc, bad);
     return (int)cudaGetLastError();

@@ -122,6 +122,8 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
         a->N < 16 || a->N % 16 || a->K < 64 || a->K % 64 || a->ldx < a->K || a->ldx % 4 || a->max_rows < 0 ||
         a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1))
         return (int)cudaErrorInvalidValue;
+    if (((uintptr_t)a->wq & 15) || ((uintptr_t)a->xq & 3) || ((uintptr_t)a->xs & 3) || ((uintptr_t)a->y & 3))
+        return (int)cudaErrorMisalignedAddress; /* 16-byte weight loads, 4-byte X loads */
     int dev = 0, major = 0, minor = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);

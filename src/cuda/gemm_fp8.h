@@ -43,7 +43,8 @@ typedef struct {
 } fm_fp8mma_args;
 
 /* Launch on stream. Returns a cudaError_t value (0: launched; cudaErrorInvalidValue for bad
- * arguments). */
+ * arguments, cudaErrorMisalignedAddress for wq not 16-byte or xq / xs / y not 4-byte aligned,
+ * cudaErrorNotSupported before sm_89). */
 int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream);
 
 #ifdef __cplusplus

@@ -165,7 +165,8 @@ int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int t
  * numbers of fm_moe_act_fp8_row bit for bit. Source: BF16 x (row p = x[perm[p] / top_k] with
  * perm, else x[p]; the gather's rows) or FP32 xf rows (no perm); exactly one of x / xf.
  * Rows p < rows and, when n_rows is not NULL, p < *n_rows (a device count). n % 4 == 0,
- * ldq >= n and % 4 == 0, 8-byte aligned x / 16-byte aligned xf rows. bad (or NULL): the
+ * ldq >= n and % 4 == 0, x 8-byte / xf 16-byte / q 4-byte aligned (else
+ * cudaErrorMisalignedAddress, nothing launched). bad (or NULL): the
  * smallest source row x n + c of a NaN/Inf element is atomicMin'ed there (its q then holds
  * the E4M3 NaN code or a saturated value: the caller reports it, as for the gather). */
 enum { FM_ACT_FP8_MODE_BLOCK128 = 1, FM_ACT_FP8_MODE_TOKEN = 2 }; /* = fm_act_fp8's values */

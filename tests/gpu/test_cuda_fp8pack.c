@@ -11,13 +11,17 @@
  * blocks further below the E4M3 table rounds: their values are checked against the bound
  * |w' - w| <= 2^-10 x 2^(c - 127) (half E4M3's smallest subnormal step, scaled), the rounding
  * gemm_fp8.h states. Shapes: N 16 .. 96, K 64 .. 2,880 (gpt-oss), a group of 64 at the end; rows
- * whose block exponents span up to 30 binades. The refusals of the pack. Needs no GPU: labelled
- * cpu too (the pack is host code of the CUDA backend). */
+ * whose block exponents span up to 30 binades. The refusals of the pack, and the W4A8
+ * launchers' host-side argument checks. Needs no GPU: labelled cpu too (host code of the CUDA
+ * backend). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+
 #include "cuda/gemm_fp8.h"
+#include "cuda/moe_kernels.h"
 #include "fp4moe/format.h"
 #include "testutil.h"
 
@@ -120,8 +124,48 @@ static void test_fp8pack_refusals(void **state)
     b = q, b.cols = 32, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
 }
 
+/* The W4A8 launchers' argument checks, made on the host before any CUDA call (so they run
+ * without a GPU): bad shapes and misaligned buffers refused, nothing launched. The pointers are
+ * never dereferenced. */
+static void test_fp8_launch_refusals(void **state)
+{
+    (void)state;
+    unsigned char *base = (unsigned char *)(uintptr_t)0x10000000u; /* 256-byte aligned, never read */
+    fm_fp8mma_args a = {.wq = base, .wexp = base, .xq = base, .xs = (const float *)base,
+                        .offsets = (const int32_t *)base, .y = (float *)base, .E = 2, .N = 32, .K = 128, .ldx = 128,
+                        .ldxs = 1, .max_rows = 8};
+    fm_fp8mma_args b = a;
+    b.wq = base + 8, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
+    b = a, b.xq = base + 2, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
+    b = a, b.y = (float *)(base + 2), assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
+    b = a, b.N = 24, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    b = a, b.K = 96, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    b = a, b.ldx = 124, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    b = a, b.K = 256, b.ldx = 256, b.xs_per_128 = 1; /* 2 groups of scales, ldxs 1 */
+    assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    b = a, b.xs = NULL, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_fp8mma_launch(NULL, NULL), (int)cudaErrorInvalidValue);
+    const uint16_t *x = (const uint16_t *)base;
+    uint8_t        *q = base;
+    float          *sc = (float *)base;
+    /* act_fp8: one source, a mode, ldq, alignment */
+    assert_int_equal(fm_act_fp8_launch(x, (const float *)base, NULL, 1, 4, NULL, 64, FM_ACT_FP8_MODE_BLOCK128, q, 64,
+                                       sc, 1, NULL, NULL), (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_act_fp8_launch(x, NULL, NULL, 1, 4, NULL, 64, 3, q, 64, sc, 1, NULL, NULL),
+                     (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_act_fp8_launch(x, NULL, NULL, 1, 4, NULL, 64, FM_ACT_FP8_MODE_BLOCK128, q, 60, sc, 1, NULL,
+                                       NULL), (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_act_fp8_launch(x + 1, NULL, NULL, 1, 4, NULL, 64, FM_ACT_FP8_MODE_TOKEN, q, 64, sc, 1, NULL,
+                                       NULL), (int)cudaErrorMisalignedAddress);
+    assert_int_equal(fm_act_fp8_launch(NULL, (const float *)(base + 4), NULL, 1, 4, NULL, 64, FM_ACT_FP8_MODE_TOKEN,
+                                       q, 64, sc, 1, NULL, NULL), (int)cudaErrorMisalignedAddress);
+    assert_int_equal(fm_act_fp8_launch(x, NULL, NULL, 1, 4, NULL, 64, FM_ACT_FP8_MODE_TOKEN, q + 1, 64, sc, 1, NULL,
+                                       NULL), (int)cudaErrorMisalignedAddress);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8pack_decode), cmocka_unit_test(test_fp8pack_refusals)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8pack_decode), cmocka_unit_test(test_fp8pack_refusals),
+                                       cmocka_unit_test(test_fp8_launch_refusals)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
