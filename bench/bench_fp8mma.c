@@ -15,17 +15,10 @@
 #include <string.h>
 
 #include "cuda/gemm_fp8.h"
+#include "bench_ck.h"
 #include "fm_rng.h"
 #include "fp4moe/format.h"
 
-#define CK(x)                                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 static int cmpd(const void *a, const void *b)
 {

@@ -16,33 +16,29 @@
 
 enum { CHAINS = 8, ITERS = 4096 };
 
-__global__ void rate_bf16(float *out, uint32_t seed)
+/* One MMA of the operand type: BF16 m16n8k16 (E4M3 = false) or E4M3 m16n8k32 */
+template <bool E4M3> __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
 {
-    uint32_t a[4] = {seed, seed ^ 1u, seed ^ 2u, seed ^ 3u}, b[2] = {seed * 3u, seed * 5u};
-    float    c[CHAINS][4] = {};
-    for (int it = 0; it < ITERS; it++)
-#pragma unroll
-        for (int ch = 0; ch < CHAINS; ch++)
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                         "{%0,%1,%2,%3};"
-                         : "+f"(c[ch][0]), "+f"(c[ch][1]), "+f"(c[ch][2]), "+f"(c[ch][3])
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    float s = 0;
-    for (int ch = 0; ch < CHAINS; ch++) s += c[ch][0] + c[ch][1] + c[ch][2] + c[ch][3];
-    if (s == 12345.0f) out[0] = s;
+    if (E4M3)
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__global__ void rate_e4m3(float *out, uint32_t seed)
+/* CHAINS independent accumulators per thread, ITERS MMAs each, from registers */
+template <bool E4M3> __global__ void rate(float *out, uint32_t seed)
 {
-    uint32_t a[4] = {seed, seed ^ 1u, seed ^ 2u, seed ^ 3u}, b[2] = {seed * 3u, seed * 5u};
-    float    c[CHAINS][4] = {};
+    const uint32_t a[4] = {seed, seed ^ 1u, seed ^ 2u, seed ^ 3u}, b[2] = {seed * 3u, seed * 5u};
+    float          c[CHAINS][4] = {};
     for (int it = 0; it < ITERS; it++)
 #pragma unroll
-        for (int ch = 0; ch < CHAINS; ch++)
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                         "{%0,%1,%2,%3};"
-                         : "+f"(c[ch][0]), "+f"(c[ch][1]), "+f"(c[ch][2]), "+f"(c[ch][3])
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        for (int ch = 0; ch < CHAINS; ch++) mma<E4M3>(c[ch], a, b);
     float s = 0;
     for (int ch = 0; ch < CHAINS; ch++) s += c[ch][0] + c[ch][1] + c[ch][2] + c[ch][3];
     if (s == 12345.0f) out[0] = s;
@@ -87,8 +83,8 @@ int main(void)
         float best = 1e30f;
         for (int rep = 0; rep < 5; rep++) {
             CK(cudaEventRecord(e0));
-            if (k == 0) rate_bf16<<<blocks, threads>>>(d, 7u + rep);
-            else rate_e4m3<<<blocks, threads>>>(d, 7u + rep);
+            if (k == 0) rate<false><<<blocks, threads>>>(d, 7u + rep);
+            else rate<true><<<blocks, threads>>>(d, 7u + rep);
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms;

@@ -256,6 +256,48 @@ static void inputs(fm_rng *r, uint16_t **x, int32_t **ids, float **wts)
         if ((*ids)[j] == FIRST) (*ids)[j] = -1;
 }
 
+/* The cuda layer's own token-order run of the routing (external routing, FP32 out), into a
+ * new host buffer of T x H floats, errors word clean, every output finite. */
+static float *token_run(fm_layer *gl, const uint16_t *x, const int32_t *ids, const float *wts, cudaStream_t st)
+{
+    float    *run = malloc(sizeof(float) * T * H);
+    uint16_t *dx = dmalloc(sizeof(uint16_t) * T * H);
+    int32_t  *di = dmalloc(sizeof(int32_t) * T * K);
+    float    *dw = dmalloc(sizeof(float) * T * K), *dout = dmalloc(sizeof(float) * T * H);
+    h2d(dx, x, sizeof(uint16_t) * T * H), h2d(di, ids, sizeof(int32_t) * T * K), h2d(dw, wts, sizeof(float) * T * K);
+    CK(cudaMemsetAsync(dout, POISON, sizeof(float) * T * H, st));
+    fm_layer_run_args ra = {.x = dx, .T = T, .topk_ids = di, .topk_weights = dw, .out = dout, .stream = st};
+    assert_int_equal(fm_layer_run(gl, &ra), FM_OK);
+    CK(cudaMemcpyAsync(run, dout, sizeof(float) * T * H, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    assert_int_equal(fm_layer_errors(gl, st, NULL), FM_OK);
+    assert_int_equal(fm_first_nonfinite(run, (size_t)T * H), -1);
+    CK(cudaFree(dx));
+    CK(cudaFree(di));
+    CK(cudaFree(dw));
+    CK(cudaFree(dout));
+    return run;
+}
+
+/* How many of the T x H outputs, each token's received rows (got, d's layout) summed in slot
+ * order from 0 in FP32, differ from run's bits; with `strict` the first one fails the test. */
+static long long combined_diff(const dispatch *d, const float *got, const float *run, int strict, const char *what)
+{
+    long long diff = 0;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < H; c++) {
+            float o = 0.0f;
+            for (int j = 0; j < K; j++)
+                if (d->where[t * K + j] >= 0) o += got[(size_t)d->where[t * K + j] * H + c];
+            if (!memcmp(&o, &run[(size_t)t * H + c], sizeof o)) continue;
+            if (strict)
+                fail_msg("%s: combined out[%d][%d] = %.9g, the cuda run gives %.9g (must be bit-identical)", what, t,
+                         c, (double)o, (double)run[(size_t)t * H + c]);
+            diff++;
+        }
+    return diff;
+}
+
 static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
 {
     fx_layer L;
@@ -276,24 +318,7 @@ static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
     assert_true(wsb > 0);
 
     /* the cuda layer's own token-order run of this routing */
-    float *run = malloc(sizeof(float) * T * H);
-    {
-        uint16_t *dx = dmalloc(sizeof(uint16_t) * T * H);
-        int32_t  *di = dmalloc(sizeof(int32_t) * T * K);
-        float    *dw = dmalloc(sizeof(float) * T * K), *dout = dmalloc(sizeof(float) * T * H);
-        h2d(dx, x, sizeof(uint16_t) * T * H), h2d(di, ids, sizeof(int32_t) * T * K), h2d(dw, wts, sizeof(float) * T * K);
-        CK(cudaMemsetAsync(dout, POISON, sizeof(float) * T * H, st));
-        fm_layer_run_args ra = {.x = dx, .T = T, .topk_ids = di, .topk_weights = dw, .out = dout, .stream = st};
-        assert_int_equal(fm_layer_run(gl[0], &ra), FM_OK);
-        CK(cudaMemcpyAsync(run, dout, sizeof(float) * T * H, cudaMemcpyDeviceToHost, st));
-        CK(cudaStreamSynchronize(st));
-        assert_int_equal(fm_layer_errors(gl[0], st, NULL), FM_OK);
-        assert_int_equal(fm_first_nonfinite(run, (size_t)T * H), -1);
-        CK(cudaFree(dx));
-        CK(cudaFree(di));
-        CK(cudaFree(dw));
-        CK(cudaFree(dout));
-    }
+    float *run = token_run(gl[0], x, ids, wts, st);
 
     const fm_dispatch_layout layouts[2] = {FM_DISPATCH_EXPERT_MAJOR, FM_DISPATCH_EXPERT_ROWS};
     for (int li = 0; li < 2; li++) {
@@ -328,15 +353,7 @@ static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
 
             /* against the layer's own run of the routing */
             if (weighted) {
-                for (int t = 0; t < T; t++)
-                    for (int c = 0; c < H; c++) {
-                        float o = 0.0f;
-                        for (int j = 0; j < K; j++)
-                            if (d.where[t * K + j] >= 0) o += got[(size_t)d.where[t * K + j] * H + c];
-                        if (memcmp(&o, &run[(size_t)t * H + c], sizeof o))
-                            fail_msg("%s: combined out[%d][%d] = %.9g, the cuda run gives %.9g (must be "
-                                     "bit-identical)", what, t, c, (double)o, (double)run[(size_t)t * H + c]);
-                    }
+                combined_diff(&d, got, run, 1, what);
                 for (size_t row = 0; row < d.slots; row++) /* plain rows x weight ~ weighted rows */
                     if (owner[row] >= 0)
                         for (int c = 0; c < H; c++) {
@@ -467,46 +484,65 @@ static void expect_bad(fm_layer *gl, fm_layer *cl, const dispatch *d, const dev_
     free(got), free(oracle);
 }
 
+/* The NVFP4 layer, routing and stream the device-check tests share; nv_free undoes it. */
+typedef struct {
+    fm_rng       r;
+    cudaStream_t st;
+    fx_layer     L;
+    float       *b13, *b2;
+    double       bound; /* the cuda backend's NMSE bound against cpu-ref */
+    uint16_t    *x;
+    int32_t     *ids;
+    float       *wts;
+} nv_fx;
+
+static void nv_make(nv_fx *f, unsigned seed_off)
+{
+    g_dev = gpu_setup(&f->r, seed_off);
+    CK(cudaStreamCreateWithFlags(&f->st, cudaStreamNonBlocking));
+    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4"};
+    layer_make(&f->L, &v, &f->r, &f->b13, &f->b2);
+    f->bound = -1;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &f->L.cfg, &f->bound), FM_OK);
+    inputs(&f->r, &f->x, &f->ids, &f->wts);
+}
+
+static void nv_free(nv_fx *f)
+{
+    free(f->x), free(f->ids), free(f->wts), free(f->b13), free(f->b2);
+    fx_free(&f->L);
+    CK(cudaStreamDestroy(f->st));
+    fm_cuda_device_close(g_dev);
+}
+
 static void test_dispatch_device_checks(void **st_)
 {
     (void)st_;
-    fm_rng r;
-    g_dev = gpu_setup(&r, 0xbad);
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4"};
-    fx_layer      L;
-    float        *b13, *b2;
-    layer_make(&L, &v, &r, &b13, &b2);
-    double bound = -1;
-    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
-    uint16_t *x;
-    int32_t  *ids;
-    float    *wts;
-    inputs(&r, &x, &ids, &wts);
-    fm_layer *cl = make(FM_BACKEND_CPU_REF, &L, T, FIRST, NL, FM_OUT_F32, 0);
-    fm_layer *gl = make(FM_BACKEND_CUDA, &L, T, FIRST, NL, FM_OUT_F32, 0);
+    nv_fx f;
+    nv_make(&f, 0xbad);
+    fm_layer *cl = make(FM_BACKEND_CPU_REF, &f.L, T, FIRST, NL, FM_OUT_F32, 0);
+    fm_layer *gl = make(FM_BACKEND_CUDA, &f.L, T, FIRST, NL, FM_OUT_F32, 0);
     int32_t   cnt[NL], off[NL + 1];
     unsigned char good[NL];
 
     /* expert-major: a count past the capacity and a negative one */
     dispatch d;
-    dispatch_make(&d, FM_DISPATCH_EXPERT_MAJOR, x, ids, wts, FIRST, NL);
+    dispatch_make(&d, FM_DISPATCH_EXPERT_MAJOR, f.x, f.ids, f.wts, FIRST, NL);
     dev_dispatch g;
     dev_make(&g, &d, 0);
     memcpy(cnt, d.counts, sizeof cnt);
     memset(good, 1, sizeof good);
     cnt[0] = d.cap + 1, cnt[5] = -1, good[0] = good[5] = 0;
-    expect_bad(gl, cl, &d, &g, cnt, NULL, good, 2, 0, st, bound, "counts[0] = capacity + 1, counts[5] = -1");
+    expect_bad(gl, cl, &d, &g, cnt, NULL, good, 2, 0, f.st, f.bound, "counts[0] = capacity + 1, counts[5] = -1");
 
     /* more rows than the layer holds: a layer of max_tokens 8 (32 rows) and 9 rows each */
     {
-        fm_layer *small = make(FM_BACKEND_CUDA, &L, 8, FIRST, NL, FM_OUT_F32, 0);
-        fm_layer *csmall = make(FM_BACKEND_CPU_REF, &L, 8, FIRST, NL, FM_OUT_F32, 0);
+        fm_layer *small = make(FM_BACKEND_CUDA, &f.L, 8, FIRST, NL, FM_OUT_F32, 0);
+        fm_layer *csmall = make(FM_BACKEND_CPU_REF, &f.L, 8, FIRST, NL, FM_OUT_F32, 0);
         dispatch  dm = d;
         dm.counts = cnt;
         for (int e = 0; e < NL; e++) cnt[e] = 9;
-        uint16_t *xf = fx_bf16(&r, d.slots * H, 1.0f); /* every slot finite: all of them may be read */
+        uint16_t *xf = fx_bf16(&f.r, d.slots * H, 1.0f); /* every slot finite: all of them may be read */
         float    *wf = fx_aligned(sizeof(float) * d.slots);
         for (size_t i = 0; i < d.slots; i++) wf[i] = 0.5f;
         dm.x = xf, dm.w = wf;
@@ -527,13 +563,13 @@ static void test_dispatch_device_checks(void **st_)
             fm_layer_dispatch_args a = args_of(&dm, gm.x, gm.counts, NULL, gm.w, gm.out);
             a.max_rows = by_args ? 27 : 0;
             fm_layer_error_info info;
-            fm_status s = run_cuda(by_args ? gl : small, a, st, bytes, got, &info);
+            fm_status s = run_cuda(by_args ? gl : small, a, f.st, bytes, got, &info);
             if (s != FM_ERR_BAD_SHAPE) fail_msg("too many rows: %s (%s)", fm_status_name(s), fm_last_error());
             printf("  too many rows%s: %s\n", by_args ? " (max_rows 27)" : "", fm_last_error());
             assert_int_equal(info.bad_experts, 5);
             assert_int_equal(info.first_bad_expert, 3);
             int *owner = owners(&dm, cnt, NULL, good);
-            check_rows(&dm, owner, got, oracle, bound,
+            check_rows(&dm, owner, got, oracle, f.bound,
                        by_args ? "9 rows for each of 8 experts, max_rows 27" : "9 rows for each of 8 experts, 32 held");
             free(owner);
         }
@@ -549,14 +585,14 @@ static void test_dispatch_device_checks(void **st_)
         fm_layer_error_info info;
         uint16_t nanv = 0x7fc0;
         h2d(g.x + 5, &nanv, 2);
-        fm_status s = run_cuda(gl, args_of(&d, g.x, g.counts, NULL, NULL, g.out), st, bytes, got, &info);
+        fm_status s = run_cuda(gl, args_of(&d, g.x, g.counts, NULL, NULL, g.out), f.st, bytes, got, &info);
         assert_int_equal(s, FM_ERR_NONFINITE);
         assert_int_equal(info.nonfinite_x, 1);
         assert_int_equal(info.first_nonfinite, 5);
         h2d(g.x + 5, d.x + 5, 2);
         float nanw = NAN;
         h2d(g.w, &nanw, sizeof nanw);
-        s = run_cuda(gl, args_of(&d, g.x, g.counts, NULL, g.w, g.out), st, bytes, got, &info);
+        s = run_cuda(gl, args_of(&d, g.x, g.counts, NULL, g.w, g.out), f.st, bytes, got, &info);
         assert_int_equal(s, FM_ERR_NONFINITE);
         assert_int_equal(info.nonfinite_weights, 1);
         h2d(g.w, d.w, sizeof(float));
@@ -566,7 +602,7 @@ static void test_dispatch_device_checks(void **st_)
     dispatch_free(&d);
 
     /* expert-rows: offsets[0] = 1; offsets decreasing at 4 (experts 3, 4, 5 lose their ranges) */
-    dispatch_make(&d, FM_DISPATCH_EXPERT_ROWS, x, ids, wts, FIRST, NL);
+    dispatch_make(&d, FM_DISPATCH_EXPERT_ROWS, f.x, f.ids, f.wts, FIRST, NL);
     dev_make(&g, &d, 0);
     memcpy(off, d.offsets, sizeof off);
     off[0] = 1;
@@ -575,7 +611,7 @@ static void test_dispatch_device_checks(void **st_)
         good[e] = (unsigned char)rows_range_ok(off, NL, e);
         if (!good[e]) nbad++, fbad = fbad < 0 ? e : fbad;
     }
-    expect_bad(gl, cl, &d, &g, NULL, off, good, nbad, fbad, st, bound, "offsets[0] = 1");
+    expect_bad(gl, cl, &d, &g, NULL, off, good, nbad, fbad, f.st, f.bound, "offsets[0] = 1");
     memcpy(off, d.offsets, sizeof off);
     off[4] = off[5] + 1;
     nbad = 0, fbad = -1;
@@ -584,15 +620,12 @@ static void test_dispatch_device_checks(void **st_)
         if (!good[e]) nbad++, fbad = fbad < 0 ? e : fbad;
     }
     assert_true(nbad >= 2 && !good[3] && !good[4]);
-    expect_bad(gl, cl, &d, &g, NULL, off, good, nbad, fbad, st, bound, "offsets[4] = offsets[5] + 1");
+    expect_bad(gl, cl, &d, &g, NULL, off, good, nbad, fbad, f.st, f.bound, "offsets[4] = offsets[5] + 1");
     dev_free(&g);
     dispatch_free(&d);
 
     fm_layer_destroy(cl), fm_layer_destroy(gl);
-    free(x), free(ids), free(wts), free(b13), free(b2);
-    fx_free(&L);
-    CK(cudaStreamDestroy(st));
-    fm_cuda_device_close(g_dev);
+    nv_free(&f);
 }
 
 /* max_rows: a layer of 1,100 tokens told the rows of T tokens runs T's bucket plan, the plan
@@ -604,52 +637,23 @@ static void test_dispatch_device_checks(void **st_)
 static void test_dispatch_max_rows(void **st_)
 {
     (void)st_;
-    fm_rng r;
-    g_dev = gpu_setup(&r, 0x3a);
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4"};
-    fx_layer      L;
-    float        *b13, *b2;
-    layer_make(&L, &v, &r, &b13, &b2);
-    double bound = -1;
-    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
-    uint16_t *x;
-    int32_t  *ids;
-    float    *wts;
-    inputs(&r, &x, &ids, &wts);
+    nv_fx f;
+    nv_make(&f, 0x3a);
     /* MAXT x K = 4,400 rows: past the 4,096 up to which the layout kernel places the rows
      * itself, so the run without max_rows takes the separate placing launch */
     enum { MAXT = 1100 };
-    fm_layer *cl = make(FM_BACKEND_CPU_REF, &L, MAXT, FIRST, NL, FM_OUT_F32, 0);
-    fm_layer *gl = make(FM_BACKEND_CUDA, &L, MAXT, FIRST, NL, FM_OUT_F32, 0);
+    fm_layer *cl = make(FM_BACKEND_CPU_REF, &f.L, MAXT, FIRST, NL, FM_OUT_F32, 0);
+    fm_layer *gl = make(FM_BACKEND_CUDA, &f.L, MAXT, FIRST, NL, FM_OUT_F32, 0);
     fm_layer_plan_info pt, pb;
     assert_int_equal(fm_layer_plan(gl, T, &pt), FM_OK);
     assert_int_equal(fm_layer_plan(gl, MAXT, &pb), FM_OK);
     printf("  buckets: T = %d -> %d, max_tokens %d -> %d\n", T, pt.bucket_tokens, MAXT, pb.bucket_tokens);
     assert_true(pt.bucket_tokens < pb.bucket_tokens);
-    float *run = malloc(sizeof(float) * T * H);
-    {
-        uint16_t *dx = dmalloc(sizeof(uint16_t) * T * H);
-        int32_t  *di = dmalloc(sizeof(int32_t) * T * K);
-        float    *dw = dmalloc(sizeof(float) * T * K), *dout = dmalloc(sizeof(float) * T * H);
-        h2d(dx, x, sizeof(uint16_t) * T * H), h2d(di, ids, sizeof(int32_t) * T * K), h2d(dw, wts, sizeof(float) * T * K);
-        CK(cudaMemsetAsync(dout, POISON, sizeof(float) * T * H, st));
-        fm_layer_run_args ra = {.x = dx, .T = T, .topk_ids = di, .topk_weights = dw, .out = dout, .stream = st};
-        assert_int_equal(fm_layer_run(gl, &ra), FM_OK);
-        CK(cudaMemcpyAsync(run, dout, sizeof(float) * T * H, cudaMemcpyDeviceToHost, st));
-        CK(cudaStreamSynchronize(st));
-        assert_int_equal(fm_layer_errors(gl, st, NULL), FM_OK);
-        assert_int_equal(fm_first_nonfinite(run, (size_t)T * H), -1);
-        CK(cudaFree(dx));
-        CK(cudaFree(di));
-        CK(cudaFree(dw));
-        CK(cudaFree(dout));
-    }
+    float *run = token_run(gl, f.x, f.ids, f.wts, f.st);
     const fm_dispatch_layout layouts[2] = {FM_DISPATCH_EXPERT_MAJOR, FM_DISPATCH_EXPERT_ROWS};
     for (int li = 0; li < 2; li++) {
         dispatch d;
-        dispatch_make(&d, layouts[li], x, ids, wts, FIRST, NL);
+        dispatch_make(&d, layouts[li], f.x, f.ids, f.wts, FIRST, NL);
         dev_dispatch g;
         dev_make(&g, &d, 0);
         int *owner = owners(&d, d.counts, d.offsets, NULL);
@@ -664,18 +668,11 @@ static void test_dispatch_max_rows(void **st_)
                      told ? "T x K" : "not given");
             fm_layer_dispatch_args a = args_of(&d, g.x, g.counts, g.offsets, g.w, g.out);
             a.max_rows = told ? T * K : 0;
-            fm_status es = run_cuda(gl, a, st, bytes, got, NULL);
+            fm_status es = run_cuda(gl, a, f.st, bytes, got, NULL);
             if (es != FM_OK) fail_msg("%s: fm_layer_errors: %s: %s", what, fm_status_name(es), fm_last_error());
-            check_rows(&d, owner, got, oracle, bound, what);
+            check_rows(&d, owner, got, oracle, f.bound, what);
             if (!told && li == 0) continue; /* expert-major without max_rows: the bucket of NL x capacity rows */
-            long long diff = 0;
-            for (int t = 0; t < T; t++)
-                for (int c = 0; c < H; c++) {
-                    float o = 0.0f;
-                    for (int j = 0; j < K; j++)
-                        if (d.where[t * K + j] >= 0) o += got[(size_t)d.where[t * K + j] * H + c];
-                    diff += memcmp(&o, &run[(size_t)t * H + c], sizeof o) != 0;
-                }
+            const long long diff = combined_diff(&d, got, run, 0, what);
             printf("  %s: %lld of %d combined outputs differ from the token-order run's bits\n", what, diff, T * H);
             if (told) { /* the bucket it ran: ceil(bound / K) tokens, bound the smallest the host knows */
                 int bnd = T * K;
@@ -691,10 +688,8 @@ static void test_dispatch_max_rows(void **st_)
         dispatch_free(&d);
     }
     fm_layer_destroy(cl), fm_layer_destroy(gl);
-    free(run), free(x), free(ids), free(wts), free(b13), free(b2);
-    fx_free(&L);
-    CK(cudaStreamDestroy(st));
-    fm_cuda_device_close(g_dev);
+    free(run);
+    nv_free(&f);
 }
 
 /* What the host refuses: FP8 rows (the cuda backend has no W4A8), a shared expert; nothing
