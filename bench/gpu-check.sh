@@ -9,7 +9,9 @@
 #   6. full: the CLI on the GPU (`fp4moe devices`, `fp4moe run --check`, GLM-5 EP8
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
-# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer]      carry=[".debs"]
+# Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
+#   session: build, ctest -L gpu (CTEST_ARGS), then what DISP / W4A8 / DECODE (+ VARIANTS) ask for
+#            (see the block below; e.g. CTEST_ARGS="-R fp8" W4A8=1 bench/gpu-check.sh session)
 #   layer: build, ctest -L gpu (CTEST_LAST=1: after the benches), memcheck + racecheck of test_cuda_layer, bench_layer, torch_layer
 #   verify: build, ctest -L gpu, bench_gemm --quick, fp4moe run (--check at 1 and 4 tokens;
 #           16-1,024 tokens timed), memcheck + racecheck of test_cuda_gemm's quick subset
@@ -104,6 +106,41 @@ if [ "$MODE" = layer ]; then
   [ "${CTEST_LAST:-0}" = 1 ] && run_ctest
   for tk in 1 64; do echo "-- fp4moe run --check --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --tokens $tk 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
   for tk in 1 8; do echo "-- fp4moe run EP8 rank 0 (--global-experts 256 --shard 0:32 --routing external) --tokens $tk: $(timeout 90 build-gpu/fp4moe run --check --global-experts 256 --shard 0:32 --routing external --tokens $tk --iters 50 2>&1 | grep -E 'time|check|graph|ms' | tr '\n' ' ')"; done
+  exit 0
+fi
+if [ "$MODE" = session ]; then
+  # the issue-31/34/35 call of 2026-12-06 (was an ad-hoc script): each part when its variable is set
+  #   DISP="1,4,16,64,256"   bench_layer --dispatched (the layer on dispatched rows vs the run)
+  #   W4A8=1                 bench_fp8mma (the E4M3 GEMM alone) + bench/probe/mma_rate_probe.cu
+  #   DECODE="1,2,4,8"       bench_layer --decode, then for each of VARIANTS="4x4 6x3"
+  #                          (FM_DECODE_STAGES x FM_DECODE_MIN_BLOCKS) decode.cu alone rebuilt
+  #                          (-DFM_DECODE_DEFS) and the same run; the defaults restored last
+  # run ctest first with CTEST_ARGS="-R dispatch|act_fp8|fp8mma" for a subset
+  if [ -n "${DISP:-}" ]; then
+    echo "== bench_layer --dispatched --ts $DISP"
+    timeout ${DISP_S:-240} build-gpu/bench/bench_layer --dispatched --ts "$DISP" >"$OUT/bench_disp.log" 2>&1 || tail -5 "$OUT/bench_disp.log"
+    grep -E "^dispatched.*graph|^dispatched.*sums" "$OUT/bench_disp.log"
+  fi
+  if [ -n "${W4A8:-}" ]; then
+    echo "== bench_fp8mma"
+    timeout 120 build-gpu/bench/bench_fp8mma ${FP8_ARGS:-} 2>&1 | tee "$OUT/bench_fp8mma.log"
+    nvcc -O3 -arch=native -o "$OUT/mma_rate" bench/probe/mma_rate_probe.cu && "$OUT/mma_rate" | tee "$OUT/mma_rate.log"
+    rm -f "$OUT/mma_rate"
+  fi
+  if [ -n "${DECODE:-}" ]; then
+    echo "== bench_layer --decode --ts $DECODE (defaults)"
+    timeout 200 build-gpu/bench/bench_layer --decode --ts "$DECODE" >"$OUT/bench_decode.log" 2>&1 || tail -5 "$OUT/bench_decode.log"
+    grep "^decode" "$OUT/bench_decode.log"
+    for v in ${VARIANTS:-}; do
+      st=${v%x*}; mb=${v#*x}
+      cmake -S . -B build-gpu -DFM_DECODE_DEFS="FM_DECODE_STAGES=$st;FM_DECODE_MIN_BLOCKS=$mb" >"$OUT/build-v$v.log" 2>&1 &&
+        cmake --build build-gpu -j16 --target bench_layer >>"$OUT/build-v$v.log" 2>&1 || { tail -20 "$OUT/build-v$v.log"; continue; }
+      echo "== decode variant: $st stages, $mb CTAs/SM: $(grep decode_kernel build-gpu/kernel_resources.csv | grep -v sm_1 | head -1)"
+      timeout 200 build-gpu/bench/bench_layer --decode --ts "$DECODE" >"$OUT/bench_decode_v$v.log" 2>&1 || tail -5 "$OUT/bench_decode_v$v.log"
+      grep "^decode" "$OUT/bench_decode_v$v.log"
+    done
+    [ -n "${VARIANTS:-}" ] && cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 && cmake --build build-gpu -j16 --target bench_layer >/dev/null 2>&1
+  fi
   exit 0
 fi
 if [ "$MODE" = perf ]; then
