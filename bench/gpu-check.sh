@@ -10,6 +10,8 @@
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
+#   nccl-ep1: build + ctest as usual, then examples/nccl_ep against the carried .ncclep and this
+#            machine's NCCL, --world 1, LL and HT (carry [".debs", ".ncclep"]; CTEST=0 to skip ctest)
 #   session: build, ctest -L gpu (CTEST_ARGS), then what DISP / W4A8 / DECODE (+ VARIANTS) ask for
 #            (see the block below; e.g. CTEST_ARGS="-R fp8" W4A8=1 bench/gpu-check.sh session)
 #   layer: build, ctest -L gpu (CTEST_LAST=1: after the benches), memcheck + racecheck of test_cuda_layer, bench_layer, torch_layer
@@ -141,6 +143,28 @@ if [ "$MODE" = session ]; then
     done
     [ -n "${VARIANTS:-}" ] && cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 && cmake --build build-gpu -j16 --target bench_layer >/dev/null 2>&1
   fi
+  exit 0
+fi
+if [ "$MODE" = nccl-ep1 ]; then
+  # issue 35 item 4: the NCCL EP example with a world of one rank, LL and HT. Carry .ncclep
+  # (scripts/ncclep-carry.sh: nccl-extensions' libnccl_ep.so and headers); NCCL is the one the
+  # machine's torch brings (nvidia/nccl of its site-packages), linked into .ncclep/ here, so
+  # FM_NCCL_EP_ROOT=.ncclep holds both as the example's cmake expects.
+  [ -d .ncclep/nccl/ep ] || { echo "nccl-ep1: no .ncclep (run scripts/ncclep-carry.sh, carry .ncclep)"; exit 1; }
+  NV=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
+  [ -n "$NV" ] && [ -d "$NV" ] || { echo "nccl-ep1: this machine's python has no nvidia.nccl (torch's NCCL)"; exit 1; }
+  mkdir -p .ncclep/nvidia && ln -sfn "$NV" .ncclep/nvidia/nccl
+  echo "NCCL of this machine: $NV: $(grep -hE '#define NCCL_(MAJOR|MINOR|PATCH) ' "$NV"/include/nccl.h 2>/dev/null | awk '{print $3}' | tr '\n' '.' ) (nccl-extensions pins 2.30.7)"
+  ls "$NV"/lib | head -5
+  cmake -S . -B build-gpu -DFM_NCCL_EP=ON -DFM_NCCL_EP_ROOT="$PWD/.ncclep" >"$OUT/nccl_ep_cmake.log" 2>&1 &&
+    cmake --build build-gpu -j16 --target fm_nccl_ep_step >"$OUT/nccl_ep_build.log" 2>&1 ||
+    { tail -20 "$OUT/nccl_ep_cmake.log" "$OUT/nccl_ep_build.log"; exit 1; }
+  for m in ll ht; do
+    for args in "--hidden 1024 --inter 512 --experts 16 --topk 4 --tokens 8" "--tokens ${NCCL_T:-16}"; do
+      echo "== fm_nccl_ep_step --world 1 --mode $m $args"
+      NCCL_NVLS_ENABLE=0 timeout ${NCCL_S:-180} build-gpu/fm_nccl_ep_step --rank 0 --world 1 --mode $m $args 2>&1 | tail -12
+    done
+  done
   exit 0
 fi
 if [ "$MODE" = perf ]; then
