@@ -10,6 +10,8 @@
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
+#   decode-delay: test_cuda_decode on decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY),
+#            plain and under memcheck / racecheck (issue 31's flag-protocol test; CTEST=0 skips ctest)
 #   nccl-ep1: build + ctest as usual, then examples/nccl_ep against the carried .ncclep and this
 #            machine's NCCL, --world 1, LL and HT (carry [".debs", ".ncclep"]; CTEST=0 to skip ctest)
 #   session: build, ctest -L gpu (CTEST_ARGS), then what DISP / W4A8 / DECODE (+ VARIANTS) ask for
@@ -143,6 +145,24 @@ if [ "$MODE" = session ]; then
     done
     [ -n "${VARIANTS:-}" ] && cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 && cmake --build build-gpu -j16 --target bench_layer >/dev/null 2>&1
   fi
+  exit 0
+fi
+if [ "$MODE" = decode-delay ]; then
+  # issue 31's flag-protocol test: decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY,
+  # FM_DECODE_DELAY_NS), test_cuda_decode (decode = chain bit for bit) plain, then under
+  # memcheck and racecheck; the defaults restored last
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  cmake -S . -B build-gpu -DFM_DECODE_DEFS="FM_DECODE_DELAY=1${DELAY_NS:+;FM_DECODE_DELAY_NS=$DELAY_NS}" >"$OUT/build-delay.log" 2>&1 &&
+    cmake --build build-gpu -j16 --target test_cuda_decode >>"$OUT/build-delay.log" 2>&1 || { tail -20 "$OUT/build-delay.log"; exit 1; }
+  for rep in 1 2; do
+    timeout ${DELAY_S:-300} build-gpu/tests/test_cuda_decode >"$OUT/decode_delay_$rep.log" 2>&1
+    echo "test_cuda_decode, delayed CTAs, run $rep: rc=$?  $(grep -E 'PASSED|FAILED' "$OUT/decode_delay_$rep.log" | tail -1)"
+  done
+  for tool in memcheck racecheck; do
+    FM_QUICK=1 timeout ${DELAY_SAN_S:-400} "$CS" --tool $tool --error-exitcode 9 build-gpu/tests/test_cuda_decode >"$OUT/decode_delay_$tool.log" 2>&1
+    echo "$tool test_cuda_decode (delayed) rc=$?  $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/decode_delay_$tool.log" | tail -1)"
+  done
+  cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 && cmake --build build-gpu -j16 --target test_cuda_decode >/dev/null 2>&1
   exit 0
 fi
 if [ "$MODE" = nccl-ep1 ]; then

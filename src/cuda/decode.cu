@@ -46,6 +46,30 @@
 namespace {
 using namespace fm_kc;
 
+#ifdef FM_DECODE_DELAY
+/* A test build's random delays (-DFM_DECODE_DEFS="FM_DECODE_DELAY=1"; bench/gpu-check.sh
+ * decode-delay): thread 0 of the CTA sleeps 0 .. FM_DECODE_DELAY_NS (default 20 us) at `site`
+ * (a hash of the CTA, the site, the unit and the clock), the CTA waits for it, so that CTAs reach
+ * the flags in orders a plain run never shows: an FC2 unit before the FC1 blocks it waits for,
+ * a split's partials late, the finalize's counters out of order. The results must not change
+ * (test_cuda_decode checks decode = chain bit for bit); never in a shipped build. */
+#ifndef FM_DECODE_DELAY_NS
+#define FM_DECODE_DELAY_NS 20000
+#endif
+__device__ __forceinline__ void delay_cta(unsigned site, unsigned unit)
+{
+    if (threadIdx.x == 0) {
+        unsigned h = blockIdx.x * 0x9E3779B9u ^ site * 0x85EBCA6Bu ^ unit * 0xC2B2AE35u ^ (unsigned)clock64();
+        h ^= h >> 15, h *= 0x2C1B3C6Du, h ^= h >> 12, h *= 0x297A2D39u, h ^= h >> 15;
+        __nanosleep(h % FM_DECODE_DELAY_NS);
+    }
+    __syncthreads();
+}
+#define FM_DELAY(site, unit) delay_cta(site, unit)
+#else
+#define FM_DELAY(site, unit) ((void)0)
+#endif
+
 __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(const fm_decode_params p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -60,6 +84,7 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
     const int nact = rt.nact, nb1 = L.nb1, nb2 = L.nb2;
     const int n1u = nact * nb1 * p.ks1, n2u = nact * nb2 * p.ks2;
     if ((int)blockIdx.x < n2u) prefetch_fc2(p, rt, blockIdx.x, nb2);
+    FM_DELAY(1, 0);
 
     /* FC1 + SwiGLU -> h, then the block's ready counter */
     const int nks1 = (p.kp1 + KC - 1) / KC;
@@ -91,6 +116,7 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
             __threadfence(); /* every thread's h stores, then one release */
             __syncthreads();
             if (tid == 0) red_release_add(cnt + L.ready + (size_t)a * nb1 + fb, 1);
+            FM_DELAY(2, (unsigned)u);
         }
     }
 
@@ -108,6 +134,7 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
         for (int pass0 = 0; pass0 < m; pass0 += TOK) {
             const int rows = min(TOK, m - pass0);
             float     acc[MT][4];
+            FM_DELAY(3, (unsigned)u);
             gemm_pass<true>(p, rt, smem, e, band, valid, row0 + pass0, rows, kbeg, nks,
                             cnt + L.ready + (size_t)a * nb1, need, nb1, acc);
             if (p.ks2 > 1 &&
@@ -126,6 +153,7 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
             }
             __threadfence();
             __syncthreads();
+            FM_DELAY(4, (unsigned)u);
             int last = 0;
             if (tid == 0) last = atomicAdd(cnt + L.fin + ob, 1) == rt.npass - 1;
             if (!__syncthreads_or(last)) continue;
