@@ -134,8 +134,7 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
         return fm_fail(FM_ERR_UNSUPPORTED, "%s: FP8 rows need W4A8 (act_fp8), which the cuda backend does not run "
                                            "yet: send BF16 rows", who);
     const int     H = c->hidden, K = c->top_k, L = p->n_local;
-    const int64_t layer_rows = (int64_t)p->max_tokens * K;
-    int64_t       bound = layer_rows;
+    int64_t       bound = (int64_t)p->max_tokens * K;
     if (a->layout == FM_DISPATCH_EXPERT_MAJOR) {
         if ((int64_t)L * a->capacity > INT32_MAX)
             return fm_fail(FM_ERR_UNSUPPORTED, "%s: n_local x capacity = %d x %d rows: more than 2^31 - 1 layout rows", who,
@@ -156,7 +155,7 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     fm_status st = FM_OK;
     if ((le = fm_moe_dispatch_layout_launch((int)a->layout, a->counts, a->capacity, a->offsets, a->weights, L,
-                                            max_rows, max_rows, off, perm, rw, pl->slots ? active : NULL,
+                                            max_rows, off, perm, rw, pl->slots ? active : NULL,
                                             dscratch, s->d_err, stream)) != 0) {
         st = fm_cuda_layer_fail(le, "dispatched rows' layout");
         goto done;

@@ -129,14 +129,15 @@ int    fm_moe_permute_launch(const int32_t *ids, const float *weights, int T, in
  * checked here, not on the host: an expert whose count is outside [0, capacity], or whose
  * offsets range is not within what the offsets before and after it leave (offsets[0] = 0,
  * ranges in order: so that every expert read lies in [0, offsets[E]) and no two overlap),
- * or whose rows would take the total past max_rows (the layer's max_tokens x top_k), gets
+ * or whose rows would take the total past max_rows (the run's bound: the smallest the host
+ * knows of the layer's max_tokens x top_k, the args' max_rows and n_local x capacity), gets
  * no rows: counted in err->bad_experts, its FM_DISPATCH_BAD_KEY atomicMin'ed into
  * err->first_bad_expert; NaN/Inf weights of packed rows are counted in err->nonfinite_w.
- * bound_rows: the rows the host knows bound the packed rows (<= max_rows; the placement's
- * grid). scratch: (E + 1) int32. Two launches (one CTA of 1024 threads checks and scans,
- * then the placement over bound_rows), no host synchronisation. E <= 65,535. */
+ * scratch: (E + 1) int32. One CTA of 1024 threads checks and scans, and places the rows
+ * itself when max_rows <= 4,096; a second launch places them over max_rows otherwise. No
+ * host synchronisation. E <= 65,535. */
 int fm_moe_dispatch_layout_launch(int layout, const int32_t *counts, int capacity, const int32_t *offsets,
-                                  const float *weights, int E, int max_rows, int bound_rows, int32_t *offsets_out,
+                                  const float *weights, int E, int max_rows, int32_t *offsets_out,
                                   int32_t *perm, float *row_weight, int32_t *active, int32_t *scratch,
                                   fm_moe_dev_errors *err, void *stream);
 

@@ -400,20 +400,20 @@ extern "C" int fm_moe_permute_launch(const int32_t *ids, const float *weights, i
 }
 
 extern "C" int fm_moe_dispatch_layout_launch(int layout, const int32_t *counts, int capacity, const int32_t *offsets,
-                                             const float *weights, int E, int max_rows, int bound_rows,
-                                             int32_t *offsets_out, int32_t *perm, float *row_weight, int32_t *active,
-                                             int32_t *scratch, fm_moe_dev_errors *err, void *stream)
+                                             const float *weights, int E, int max_rows, int32_t *offsets_out,
+                                             int32_t *perm, float *row_weight, int32_t *active, int32_t *scratch,
+                                             fm_moe_dev_errors *err, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
-    if (E <= 0 || E > 65535 || bound_rows > max_rows) return (int)cudaErrorInvalidValue;
+    if (E <= 0 || E > 65535) return (int)cudaErrorInvalidValue;
     /* up to 4,096 rows (4 per thread) the scan's CTA places them: at decode sizes the second
      * launch cost more than the work (bench_layer --dispatched, 2026-12-06) */
-    const int small = bound_rows <= 4096;
+    const int small = max_rows <= 4096;
     dispatch_scan_kernel<<<1, 1024, 0, st>>>(layout, counts, capacity, offsets, E, max_rows, offsets_out, scratch,
-                                             active, err, weights, small ? bound_rows : 0, perm, row_weight);
+                                             active, err, weights, small ? max_rows : 0, perm, row_weight);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || bound_rows <= 0 || small) return (int)e;
-    dispatch_place_kernel<<<(unsigned)((bound_rows + 255) / 256), 256, 0, st>>>(
-        layout, capacity, offsets, weights, E, bound_rows, offsets_out, perm, row_weight, err);
+    if (e != cudaSuccess || max_rows <= 0 || small) return (int)e;
+    dispatch_place_kernel<<<(unsigned)((max_rows + 255) / 256), 256, 0, st>>>(
+        layout, capacity, offsets, weights, E, max_rows, offsets_out, perm, row_weight, err);
     return (int)cudaGetLastError();
 }
