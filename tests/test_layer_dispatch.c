@@ -292,7 +292,7 @@ static void test_dispatch_refusals(void **st)
         expect_bad(l, &c, ob, FM_ERR_BAD_SHAPE, "rows > max_tokens x top_k");
         /* the args' bound: negative refused, the rows past it refused, a loose one runs */
         c = ar, c.max_rows = -1, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "max_rows -1");
-        if (dr.offsets[nl] > 0) {
+        if (dr.offsets[nl] > 1) { /* max_rows 0 would mean "not given" */
             c = ar, c.max_rows = dr.offsets[nl] - 1;
             expect_bad(l, &c, ob, FM_ERR_BAD_SHAPE, "rows > max_rows");
             c = a, c.max_rows = dr.offsets[nl] - 1; /* the expert-major layout's rows in all */
