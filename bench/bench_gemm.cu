@@ -10,7 +10,7 @@
  * speed does not depend on the values, but never zeros) are 0.2-0.45 GB per shape in
  * two sets used alternately, several times the 60 MB L2, so every launch streams
  * them from HBM; X rotates between two buffers. Bytes counted once: FP4 data +
- * E4M3 scales (checkpoint sizes) + X (BF16) + Y (BF16). The copy ceiling is a
+ * E4M3 scales (UE8M0 per 32 for MXFP4; checkpoint sizes) + X (BF16) + Y (BF16). The copy ceiling is a
  * 2 GiB device-to-device cudaMemcpy in this run; the BF16 GEMM ceiling comes
  * from torch in the same gpu-check run (--bf16-tflops, else 0 = not used).
  *
@@ -23,7 +23,9 @@
  * (which is the 2 GiB copy's bandwidth); "# empty kernel" = the interval of an empty launch.
  * --timeline FILE (with --shape/--m/--tile, an mma tile, a probe build -DFM_PROBE_TIMELINE=ON):
  * 4 queued launches, every CTA's SM, start and end (ns) to FILE as CSV.
- * Usage: bench_gemm [--bf16-tflops X] [--reps N] [--quick] [--shape S --m M --tile T [--timeline F]]
+ * --model gpt-oss-120b: gpt-oss-120b's MXFP4 shapes instead (all 128 experts and the EP8 shard's 16,
+ * FC1 N 5,760 and FC2 N 2,880, K 2,880; 1..256 rows per expert).
+ * Usage: bench_gemm [--model glm-5|gpt-oss-120b] [--bf16-tflops X] [--reps N] [--quick] [--shape S --m M --tile T [--timeline F]]
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -138,7 +140,7 @@ int main(int argc, char **argv)
     /* --fdet: the FINALIZE_DET epilogue (FP32 rows x router weight to scratch, then the
      * slot-order reduce into [rows/8][N], top-8 slots = 8 consecutive rows), at the
      * points whose scratch fits in 2.2 GB; lines start with "csvf," */
-    int fdet = 0, tl_pdl = 0; /* --timeline launches: 0 = event between each two, 1 (--pdl) = with PDL and
+    int fdet = 0, tl_pdl = 0, oss = 0; /* oss: --model gpt-oss-120b */ /* --timeline launches: 0 = event between each two, 1 (--pdl) = with PDL and
                                  2 (--chain) = plain, both without events between them */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bf16-tflops") && i + 1 < argc) bf16_tflops = atof(argv[++i]);
@@ -151,6 +153,18 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--pdl")) tl_pdl = 1;
         else if (!strcmp(argv[i], "--chain")) tl_pdl = 2;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "gpt-oss-120b")) oss = 1;
+            else if (strcmp(m, "glm-5")) {
+                fprintf(stderr, "bench_gemm: --model glm-5 | gpt-oss-120b, not %s\n", m);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_gemm [--model glm-5|gpt-oss-120b] [--bf16-tflops X] [--reps N] [--quick] "
+                            "[--fdet] [--shape S --m M --tile T [--timeline F [--pdl|--chain]]]\n");
+            return 2;
+        }
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -158,12 +172,21 @@ int main(int argc, char **argv)
     printf("# device %s, %d SMs, L2 %d MB; copy ceiling %.3f TB/s (2 GiB D2D, read+write); BF16 ceiling %.0f TFLOP/s\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, bw, bf16_tflops);
     printf("# timing: queued (launches back to back, an event between each two, median of %d)\n", reps);
-    static const shape shapes[] = {
+    static const shape glm_shapes[] = {
         {"EP8-FC1", 32, 4096, 6144}, {"EP8-FC2", 32, 6144, 2048}, {"TP8-FC1", 256, 512, 6144}, {"TP8-FC2", 256, 6144, 256}};
+    /* gpt-oss-120b (MXFP4, hidden = intermediate = 2,880): all 128 experts on one GPU and the
+     * EP8 shard's 16; FC1 is gate and up (2 x 2,880). K = 2,880 is 45 chunks of 64, not a
+     * multiple of 128 or 256: the k128 / k256 tiles run a partial last stage, which GLM-5's
+     * shapes (K 6,144 / 2,048 / 256) never do. */
+    static const shape oss_shapes[] = {
+        {"OSS-FC1", 128, 5760, 2880}, {"OSS-FC2", 128, 2880, 2880}, {"OSS8-FC1", 16, 5760, 2880}, {"OSS8-FC2", 16, 2880, 2880}};
+    const shape     *shapes = oss ? oss_shapes : glm_shapes;
+    const size_t     nshapes = 4;
     static const int ms_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    static const int ms_oss[] = {1, 2, 4, 8, 16, 32, 64, 128, 256}; /* T = 4,096 local: 128 rows / expert */
     static const int ms_quick[] = {1, 8, 32, 128};
-    const int       *ms = quick ? ms_quick : ms_full;
-    int              nms = quick ? 4 : 11;
+    const int       *ms = quick ? ms_quick : oss ? ms_oss : ms_full;
+    int              nms = quick ? 4 : oss ? 9 : 11;
     /* every compiled tile of both families (wgmma only on compute capability 9.0) */
     fm_tile      tiles[64];
     int          tpacked[64] = {0}; /* wgmma tiles run twice: packed X (fast kernel) and natural X */
@@ -203,11 +226,11 @@ int main(int argc, char **argv)
         qsort(t, reps, sizeof(float), cmp_f);
         printf("# empty kernel (132 x 128 threads), queued interval %.2f us\n", t[reps / 2] * 1e3);
     }
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    for (size_t si = 0; si < nshapes; si++) {
         const shape *s = &shapes[si];
         if (only_shape && strcmp(only_shape, s->name)) continue;
         fm_cuda_weights wset[2] = {}, &w = wset[0]; /* two weight sets, alternated launch by launch */
-        w.fmt = FM_FORMAT_NVFP4;
+        w.fmt = oss ? FM_FORMAT_MXFP4 : FM_FORMAT_NVFP4; /* the prepacked layout is the same; the scale code's meaning differs */
         w.n_experts = s->E;
         w.n = s->N;
         w.k = s->K;
@@ -364,7 +387,7 @@ int main(int argc, char **argv)
             if (fdet && (double)m * s->E * s->N * 4 > 2.2e9) continue;
             for (int e = 0; e <= s->E; e++) hoff[e] = e * m;
             CK(cudaMemcpy(offs, hoff, sizeof(int32_t) * (s->E + 1), cudaMemcpyHostToDevice));
-            double bytes = (double)s->E * s->N * s->K * (0.5 + 1.0 / 16) + (double)m * s->E * (s->K + s->N) * 2.0;
+            double bytes = (double)s->E * s->N * s->K * (0.5 + (oss ? 1.0 / 32 : 1.0 / 16)) + /* MXFP4: a UE8M0 byte per 32 */ (double)m * s->E * (s->K + s->N) * 2.0;
             double flops = 2.0 * m * s->E * (double)s->N * s->K;
             double floor_us = bytes / (bw * 1e12) * 1e6;
             if (bf16_tflops > 0 && flops / (bf16_tflops * 1e12) * 1e6 > floor_us) floor_us = flops / (bf16_tflops * 1e12) * 1e6;
