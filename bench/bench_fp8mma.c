@@ -89,17 +89,19 @@ int main(int argc, char **argv)
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    printf("%6s %8s %10s %10s %9s %9s %9s %7s\n", "m", "rows", "floor_us", "time_us", "TFLOP/s", "GB/s", "x floor",
-           "bound");
+    printf("%-8s %6s %8s %10s %10s %9s %9s %9s %7s\n", "kernel", "m", "rows", "floor_us", "time_us", "TFLOP/s", "GB/s",
+           "x floor", "bound");
+    static const char *kname[] = {"auto", "first", "pipe16", "pipe32"};
     const int ms[] = {8, 16, 32, 64, 128, 256};
     double   *t = malloc(sizeof(double) * reps);
-    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+    for (int kern = FM_FP8MMA_FIRST; kern <= FM_FP8MMA_PIPE32; kern++) { /* the kernels interleaved per point */
         const int m = ms[mi], rows = E * m;
         int32_t   off[E + 1];
         for (int e = 0; e <= E; e++) off[e] = e * m;
         CK(cudaMemcpy(doff, off, sizeof off, cudaMemcpyHostToDevice));
         fm_fp8mma_args a = {.wq = dwq, .wexp = dwexp, .xq = dxq, .xs = dxs, .offsets = doff, .y = dy, .E = E, .N = N,
-                            .K = K, .ldx = K, .ldxs = ngrp, .xs_per_128 = 1, .max_rows = rows};
+                            .K = K, .ldx = K, .ldxs = ngrp, .xs_per_128 = 1, .max_rows = rows, .kernel = kern};
         for (int it = -5; it < reps; it++) {
             CK(cudaEventRecord(ev[0], st));
             if (fm_fp8mma_launch(&a, st) != 0) {
@@ -117,9 +119,9 @@ int main(int argc, char **argv)
         const double bytes = (double)E * (double)(db + sb) + (double)rows * K + 4.0 * rows * ngrp + 4.0 * rows * N;
         const double flops = 2.0 * rows * (double)N * K;
         const double fb = bytes / (bw * 1e3), ff = flops / (tflops * 1e6), floor_us = fb > ff ? fb : ff;
-        printf("%6d %8d %10.1f %10.1f %9.1f %9.1f %9.2f %7s\n", m, rows, floor_us, us, flops / us / 1e6,
+        printf("%-8s %6d %8d %10.1f %10.1f %9.1f %9.1f %9.2f %7s\n", kname[kern], m, rows, floor_us, us, flops / us / 1e6,
                bytes / us / 1e3, us / floor_us, fb > ff ? "bytes" : "flops");
-        printf("csv,fp8mma,%d,%d,%.0f,%.0f,%.2f,%.2f\n", m, rows, bytes, flops, floor_us, us);
+        printf("csv,fp8mma_%s,%d,%d,%.0f,%.0f,%.2f,%.2f\n", kname[kern], m, rows, bytes, flops, floor_us, us);
     }
     CK(cudaFree(dwq));
     CK(cudaFree(dwexp));

@@ -54,6 +54,23 @@ __device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+/* Four E2M1 codes (nibble i = element i) -> four E4M3 codes (byte i), constant table: the
+ * magnitudes by one prmt, the signs (nibble bit 3 -> byte bit 7) by a second prmt that picks
+ * byte 0 (0x00) or byte 1 (0x80) of 0x8000 */
+__device__ __forceinline__ uint32_t decode4c(uint32_t v, uint32_t lo, uint32_t hi)
+{
+    uint32_t m, sg;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(m) : "r"(lo), "r"(hi), "r"(v & 0x7777u));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(sg) : "r"(0x8000u), "r"(0u), "r"((v >> 3) & 0x1111u));
+    return m | sg;
+}
+
+/* 2^(c - 127) for a UE8M0 code c: 0 -> 2^-127 (a subnormal), 255 -> NaN */
+__device__ __forceinline__ float ue8m0_f(uint32_t c)
+{
+    return c == 0 ? __int_as_float(0x00400000) : c == 255 ? __int_as_float(0x7fc00000) : __int_as_float((int)(c << 23));
+}
+
 __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
 {
     const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -114,13 +131,123 @@ __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
     }
 }
 
+
+/* The pipelined kernel (fm_fp8mma_args.kernel 0 / 2 / 3). Each lane keeps PF 64-K chunks in
+ * flight in registers (its 16 weight bytes, the rows' two UE8M0 pairs, its tokens' X words),
+ * refilling a chunk's slot as soon as it is used, so that a warp has PF x 512 B of weights in
+ * flight instead of one load. The weights are decoded with one constant table (the E4M3 codes
+ * of the 8 E2M1 magnitudes: no exponent folded in, no table built per block) and each 32-K
+ * block's MMA starts from zero: its FP32 result times 2^(code - 127) of the row's block (exact,
+ * a power of two) is added to the 128-K group's sum, which the token's activation scale then
+ * promotes (per 128) or the epilogue scales (per row). Exact in the weights for every UE8M0
+ * code (the first kernel folds the block exponents into E4M3 codes: exact within 14 binades). */
+template <int NTT>
+__global__ void __launch_bounds__(NW * 32) fp8mma_pipe_kernel(const fm_fp8mma_args a)
+{
+    constexpr int PF = NTT > 2 ? 3 : 4; /* 32 tokens: their X words take the registers of a fourth chunk */
+    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int band = blockIdx.x * NW + warp;
+    if (band * 16 >= a.N) return; /* no barriers below: a warp may leave alone */
+    int r0 = a.offsets[e], r1 = a.offsets[e + 1];
+    if (r1 > a.max_rows) r1 = a.max_rows;
+    if (r0 < 0 || r1 <= r0) return;
+    const int       nblk = a.K / 32, nch = a.K / 64;
+    const uint4    *wp = (const uint4 *)(a.wq + ((size_t)e * (a.N / 16) + band) * (size_t)nch * 512) + lane;
+    /* the UE8M0 codes of rows g and g + 8, two blocks (one chunk) per 16-bit load (nblk is even) */
+    const uint16_t *ex0 = (const uint16_t *)(a.wexp + ((size_t)e * a.N + band * 16 + g) * nblk), *ex1 = ex0 + 4 * nblk;
+    const float     osc = a.oscale ? a.oscale[e] : 1.0f;
+    const uint32_t  tlo = 0x3C383000u, thi = 0x4C484440u; /* E4M3 of 0, 0.5, 1, 1.5 | 2, 3, 4, 6 */
+    for (int rb = r0; rb < r1; rb += 8 * NTT) {
+        uint4    wb[PF];
+        uint32_t eb[PF], xb[PF][NTT][4];
+        const uint8_t *xrow[NTT];
+#pragma unroll
+        for (int n = 0; n < NTT; n++) {
+            const int r = rb + n * 8 + g;
+            xrow[n] = r < r1 ? a.xq + (size_t)r * a.ldx + 4 * t : NULL;
+        }
+#pragma unroll
+        for (int s = 0; s < PF; s++) {
+            if (s < nch) {
+                wb[s] = __ldg(wp + (size_t)s * 32);
+                eb[s] = (uint32_t)__ldg(ex0 + s) | (uint32_t)__ldg(ex1 + s) << 16;
+#pragma unroll
+                for (int n = 0; n < NTT; n++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) xb[s][n][j] = xrow[n] ? __ldg((const uint32_t *)(xrow[n] + s * 64 + 16 * j)) : 0u;
+            }
+        }
+        float acc[NTT][4] = {}, gacc[NTT][4] = {}, xsg[NTT][2] = {};
+        for (int c0 = 0; c0 < nch; c0 += PF) {
+#pragma unroll
+            for (int s = 0; s < PF; s++) {
+                const int c = c0 + s;
+                if (c >= nch) break;
+                if (a.xs_per_128 && !(c & 1)) /* the group's activation scales, used two chunks on */
+#pragma unroll
+                    for (int n = 0; n < NTT; n++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            const int r = rb + n * 8 + 2 * t + j;
+                            xsg[n][j] = r < r1 ? __ldg(a.xs + (size_t)r * a.ldxs + (c >> 1)) : 0.0f;
+                        }
+                const uint4    w = wb[s];
+                const uint32_t ec = eb[s];
+#pragma unroll
+                for (int kb = 0; kb < 2; kb++) {
+                    const uint32_t wa = kb ? w.z : w.x, wc = kb ? w.w : w.y;
+                    const uint32_t af[4] = {decode4c(wa & 0xffffu, tlo, thi), decode4c(wa >> 16, tlo, thi),
+                                            decode4c(wc & 0xffffu, tlo, thi), decode4c(wc >> 16, tlo, thi)};
+                    const float sw0 = ue8m0_f((ec >> (8 * kb)) & 0xffu), sw1 = ue8m0_f((ec >> (16 + 8 * kb)) & 0xffu);
+#pragma unroll
+                    for (int n = 0; n < NTT; n++) {
+                        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_e4m3(d, af, xb[s][n][2 * kb], xb[s][n][2 * kb + 1]);
+                        gacc[n][0] = fmaf(d[0], sw0, gacc[n][0]);
+                        gacc[n][1] = fmaf(d[1], sw0, gacc[n][1]);
+                        gacc[n][2] = fmaf(d[2], sw1, gacc[n][2]);
+                        gacc[n][3] = fmaf(d[3], sw1, gacc[n][3]);
+                    }
+                }
+                if (c + PF < nch) { /* refill the slot: chunk c + PF */
+                    wb[s] = __ldg(wp + (size_t)(c + PF) * 32);
+                    eb[s] = (uint32_t)__ldg(ex0 + c + PF) | (uint32_t)__ldg(ex1 + c + PF) << 16;
+#pragma unroll
+                    for (int n = 0; n < NTT; n++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            xb[s][n][j] = xrow[n] ? __ldg((const uint32_t *)(xrow[n] + (c + PF) * 64 + 16 * j)) : 0u;
+                }
+                if (a.xs_per_128 && ((c & 1) || c == nch - 1)) /* the 128-K group ends: promote */
+#pragma unroll
+                    for (int n = 0; n < NTT; n++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            acc[n][q] = fmaf(gacc[n][q], xsg[n][q & 1], acc[n][q]);
+                            gacc[n][q] = 0.0f;
+                        }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NTT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = rb + n * 8 + 2 * t + (q & 1), col = band * 16 + g + 8 * (q >> 1);
+                if (r < r1) {
+                    const float v = a.xs_per_128 ? acc[n][q] : gacc[n][q] * __ldg(a.xs + (size_t)r * a.ldxs);
+                    a.y[(size_t)r * a.N + col] = v * osc;
+                }
+            }
+    }
+}
+
 } // namespace
 
 extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
 {
     if (!a || !a->wq || !a->wexp || !a->xq || !a->xs || !a->offsets || !a->y || a->E < 1 || a->E > 65535 ||
         a->N < 16 || a->N % 16 || a->K < 64 || a->K % 64 || a->ldx < a->K || a->ldx % 4 || a->max_rows < 0 ||
-        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1))
+        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1) || a->kernel < FM_FP8MMA_AUTO || a->kernel > FM_FP8MMA_PIPE32)
         return (int)cudaErrorInvalidValue;
     if (((uintptr_t)a->wq & 15) || ((uintptr_t)a->xq & 3) || ((uintptr_t)a->xs & 3) || ((uintptr_t)a->y & 3))
         return (int)cudaErrorMisalignedAddress; /* 16-byte weight loads, 4-byte X loads */
@@ -132,6 +259,10 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
     if (a->max_rows == 0) return 0;
     const dim3 grid((unsigned)((a->N / 16 + NW - 1) / NW), (unsigned)a->E);
-    fp8mma_kernel<<<grid, NW * 32, 0, (cudaStream_t)stream>>>(*a);
+    int        k = a->kernel;
+    if (k == FM_FP8MMA_AUTO) k = a->max_rows >= 24 * a->E ? FM_FP8MMA_PIPE32 : FM_FP8MMA_PIPE16;
+    if (k == FM_FP8MMA_FIRST) fp8mma_kernel<<<grid, NW * 32, 0, (cudaStream_t)stream>>>(*a);
+    else if (k == FM_FP8MMA_PIPE16) fp8mma_pipe_kernel<2><<<grid, NW * 32, 0, (cudaStream_t)stream>>>(*a);
+    else fp8mma_pipe_kernel<4><<<grid, NW * 32, 0, (cudaStream_t)stream>>>(*a);
     return (int)cudaGetLastError();
 }

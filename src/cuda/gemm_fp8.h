@@ -31,6 +31,14 @@ size_t fm_fp8mma_pack_bytes(int64_t N, int64_t K);
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL), FM_ERR_FORMAT (not MXFP4), FM_ERR_BAD_SHAPE. */
 fm_status fm_fp8mma_pack(const fm_qtensor *w, uint8_t *dst);
 
+/* fm_fp8mma_args.kernel: which kernel runs (an A/B knob of the benchmark and the test) */
+enum {
+    FM_FP8MMA_AUTO = 0,   /* the pipelined kernel, 32 tokens a pass where max_rows >= 24 x E, else 16 */
+    FM_FP8MMA_FIRST = 1,  /* the first kernel: block exponents folded into the codes, no pipeline */
+    FM_FP8MMA_PIPE16 = 2, /* pipelined, 16 tokens a pass */
+    FM_FP8MMA_PIPE32 = 3  /* pipelined, 32 tokens a pass */
+};
+
 typedef struct {
     const uint8_t *wq;      /* [E] experts of fm_fp8mma_pack's layout, back to back */
     const uint8_t *wexp;    /* [E][N][K / 32] UE8M0 codes, the checkpoint's layout */
@@ -40,6 +48,7 @@ typedef struct {
     const int32_t *offsets; /* [E + 1] device */
     float         *y;       /* [rows][N] FP32 */
     int            E, N, K, ldx, ldxs, xs_per_128, max_rows;
+    int            kernel;  /* FM_FP8MMA_*: 0 = automatic */
 } fm_fp8mma_args;
 
 /* Launch on stream. Returns a cudaError_t value (0: launched; cudaErrorInvalidValue for bad

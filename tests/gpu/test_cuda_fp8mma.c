@@ -22,7 +22,7 @@
 
 enum { E = 3 };
 
-static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
+static void check_shape(fm_rng *r, int N, int K, int per128, int kernel, cudaStream_t st)
 {
     gpu_experts w;
     gpu_experts_make(&w, r, FM_FORMAT_MXFP4, E, N, K);
@@ -74,7 +74,7 @@ static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
                         .oscale = dev_upload(osc, sizeof osc), .xq = dev_upload(xq, (size_t)(rows + extra) * K),
                         .xs = dev_upload(xs, sizeof(float) * (size_t)(rows + extra) * ldxs),
                         .offsets = dev_upload(off, sizeof off), .E = E, .N = N, .K = K, .ldx = K, .ldxs = ldxs,
-                        .xs_per_128 = per128, .max_rows = rows + extra};
+                        .xs_per_128 = per128, .max_rows = rows + extra, .kernel = kernel};
     float *dy = NULL, *y = malloc(sizeof(float) * (size_t)(rows + extra) * N);
     CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)(rows + extra) * N));
     a.y = dy;
@@ -101,7 +101,7 @@ static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
                              per128 ? "per 128" : "per row", i, n, (double)y[j], want, rel);
             }
     const double nmse = num / den;
-    printf("  N=%-3d K=%-4d x scales %-7s: NMSE %.3g, worst |diff| / sum|w x| %.3g\n", N, K,
+    printf("  kernel %d N=%-3d K=%-4d x scales %-7s: NMSE %.3g, worst |diff| / sum|w x| %.3g\n", kernel, N, K,
            per128 ? "per 128" : "per row", nmse, worst);
     assert_true(nmse <= 1e-6);
     /* launcher refusals */
@@ -110,6 +110,7 @@ static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
     b = a, b.K = K + 32, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
     b = a, b.ldx = K - 4, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
     b = a, b.xs = NULL, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
+    b = a, b.kernel = FM_FP8MMA_PIPE32 + 1, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     CK(cudaFree((void *)a.wq));
     CK(cudaFree((void *)a.wexp));
     CK(cudaFree((void *)a.oscale));
@@ -139,7 +140,8 @@ static void test_fp8mma_vs_oracle(void **state)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const int shapes[3][2] = {{64, 2880}, {96, 256}, {48, 192}};
     for (int i = 0; i < 3; i++)
-        for (int per128 = 1; per128 >= 0; per128--) check_shape(&r, shapes[i][0], shapes[i][1], per128, st);
+        for (int per128 = 1; per128 >= 0; per128--)
+            for (int k = FM_FP8MMA_AUTO; k <= FM_FP8MMA_PIPE32; k++) check_shape(&r, shapes[i][0], shapes[i][1], per128, k, st);
     CK(cudaStreamDestroy(st));
 }
 
