@@ -65,6 +65,14 @@ __device__ __forceinline__ uint32_t decode4c(uint32_t v, uint32_t lo, uint32_t h
     return m | sg;
 }
 
+/* the output of row r, column col of expert e: (v + bias) x row weight, as the layer's FC2 */
+__device__ __forceinline__ float epilogue(const fm_fp8mma_args &a, int e, int r, int col, float v)
+{
+    if (a.bias) v += __ldg(a.bias + (size_t)e * a.N + col);
+    if (a.row_weight) v *= __ldg(a.row_weight + r);
+    return v;
+}
+
 __device__ __forceinline__ void mma_e4m3_z(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                            uint32_t b1)
 {
@@ -128,7 +136,7 @@ __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const int r = rb + n * 8 + 2 * t + (q & 1), col = band * 16 + g + 8 * (q >> 1);
-                if (r < r1) a.y[(size_t)r * a.N + col] = acc[n][q] * osc;
+                if (r < r1) a.y[(size_t)r * a.N + col] = epilogue(a, e, r, col, acc[n][q] * osc);
             }
     }
 }
@@ -261,7 +269,7 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
                 const int r = rb + n * 8 + 2 * t + (q & 1), col = band * 16 + g + 8 * (q >> 1);
                 if (r < r1) {
                     const float v = a.xs_per_128 ? acc[n][q] : gacc[n][q] * __ldg(a.xs + (size_t)r * a.ldxs);
-                    a.y[(size_t)r * a.N + col] = v * osc;
+                    a.y[(size_t)r * a.N + col] = epilogue(a, e, r, col, v * osc);
                 }
             }
     }

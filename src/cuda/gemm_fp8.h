@@ -87,6 +87,9 @@ typedef struct {
     int            E, N, K, ldx, ldxs, xs_per_128, max_rows;
     int            kernel;  /* FM_FP8MMA_*: 0 = automatic */
     fm_format      fmt;     /* FM_FORMAT_MXFP4 (or 0) or FM_FORMAT_NVFP4 (the pipelined kernels only) */
+    const float   *bias;       /* [E][N] added after the output scale, or NULL (gpt-oss's FC2 bias) */
+    const float   *row_weight; /* [rows] each row's result times it, after the bias, or NULL (the routing
+                                  weight: y[r] = w[r] x (acc x oscale + bias), the layer's FC2) */
 } fm_fp8mma_args;
 
 /* Launch on stream. Returns a cudaError_t value (0: launched; cudaErrorInvalidValue for bad
