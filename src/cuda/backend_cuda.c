@@ -32,8 +32,12 @@
  * run_dispatched (fm_layer_run_dispatched, layer_run.c): steps 3, 4 and 6 on rows an
  * expert-parallel dispatch left in place (BF16), their counts / offsets read and checked on
  * the device, each row's result stored back to its own row of out.
- * Not done yet: act_nvfp4, act_fp8 (so no FP8 dispatched rows either): create returns
- * FM_ERR_UNSUPPORTED.
+ * W4A8 (act_fp8, sm_89+, hidden and inter multiples of 64): every bucket runs the chain of
+ * fm_cuda_layer_enqueue_w4a8 (layer_run.c: FP8 gather, the W4A8 GEMM of gemm_fp8.cu for FC1
+ * and FC2, the activation in FP32 between them, the same deterministic reduce); create packs
+ * the experts for that GEMM too (create_w4a8: the W4A16 prepack is kept, so the weights are
+ * held twice on the device). run_dispatched refuses W4A8 layers (BF16 or FP8 rows).
+ * Not done yet: act_nvfp4: create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
 #include <math.h>
