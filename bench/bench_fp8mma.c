@@ -90,7 +90,7 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
         const int m = ms[mi], rows = E * m;
         int32_t   off[257];
         for (int e = 0; e <= E; e++) off[e] = e * m;
-        CK(cudaMemcpy(doff, off, sizeof off, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(doff, off, sizeof(int32_t) * (size_t)(E + 1), cudaMemcpyHostToDevice));
         fm_fp8mma_args a = {.wq = dwq, .wexp = dwexp, .xq = dxq, .xs = dxs, .offsets = doff, .y = dy, .E = E, .N = N,
                             .K = K, .ldx = K, .ldxs = ngrp, .xs_per_128 = 1, .max_rows = rows, .kernel = kern,
                             .oscale = dosc, .fmt = fmt};
