@@ -81,14 +81,22 @@ __device__ __forceinline__ void mma_e4m3_z(float (&c)[4], uint32_t a0, uint32_t 
     mma_e4m3(c, af, b0, b1);
 }
 
+/* A warp's 16-feature band of expert blockIdx.y and the expert's rows [r0, r1) (max_rows
+ * applied); false: nothing to do (past N, or no rows) */
+__device__ __forceinline__ bool warp_work(const fm_fp8mma_args &a, int &band, int &r0, int &r1)
+{
+    band = blockIdx.x * NW + (threadIdx.x >> 5);
+    if (band * 16 >= a.N) return false;
+    r0 = a.offsets[blockIdx.y], r1 = a.offsets[blockIdx.y + 1];
+    if (r1 > a.max_rows) r1 = a.max_rows;
+    return r0 >= 0 && r1 > r0;
+}
+
 __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
 {
-    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int band = blockIdx.x * NW + warp;
-    if (band * 16 >= a.N) return; /* no barriers below: a warp may leave alone */
-    int       r0 = a.offsets[e], r1 = a.offsets[e + 1];
-    if (r1 > a.max_rows) r1 = a.max_rows;
-    if (r0 < 0 || r1 <= r0) return;
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int       band, r0, r1;
+    if (!warp_work(a, band, r0, r1)) return; /* no barriers below: a warp may leave alone */
     const int     nblk = a.K / 32, ngrp = (a.K + 127) / 128, nch = a.K / 64;
     const uint4  *wp = (const uint4 *)(a.wq + ((size_t)e * (a.N / 16) + band) * (size_t)nch * 512) + lane;
     const uint8_t *ex0 = a.wexp + ((size_t)e * a.N + band * 16 + g) * nblk, *ex1 = ex0 + (size_t)8 * nblk;
@@ -162,12 +170,9 @@ template <int NTT, bool NV>
 __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe_kernel(const fm_fp8mma_args a)
 {
     constexpr int PF = NTT > 2 ? 3 : 4; /* 32 tokens: their X words take the registers of a fourth chunk */
-    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int band = blockIdx.x * NW + warp;
-    if (band * 16 >= a.N) return; /* no barriers below: a warp may leave alone */
-    int r0 = a.offsets[e], r1 = a.offsets[e + 1];
-    if (r1 > a.max_rows) r1 = a.max_rows;
-    if (r0 < 0 || r1 <= r0) return;
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int       band, r0, r1;
+    if (!warp_work(a, band, r0, r1)) return; /* no barriers below: a warp may leave alone */
     const int       nch = a.K / 64, nblk = NV ? a.K / 16 : a.K / 32;
     const uint4    *wp = (const uint4 *)(a.wq + ((size_t)e * (a.N / 16) + band) * (size_t)nch * 512) + lane;
     /* the block scales of rows g and g + 8 for one 64-K chunk: MXFP4 two UE8M0 codes (a 16-bit

@@ -12,6 +12,25 @@
 #include "cuda/layer_cuda.h"
 #include "fm_internal.h"
 
+/* The shared expert (the shard holding expert 0): its sums into out (FP32 out) or out32 (BF16
+ * out, where the routed sums then start), cleared first; *acc = where they are, NULL without
+ * one. */
+static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, float **acc, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    *acc = NULL;
+    if (p->first != 0 || c->shared_inter <= 0) return FM_OK;
+    *acc = p->out_dtype == FM_OUT_BF16 ? (float *)(ws + s->ws.out32) : (float *)a->out;
+    const int   T = a->T, H = c->hidden;
+    cudaError_t e = cudaMemsetAsync(*acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
+    if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
+    int le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
+                                         (float *)(ws + s->ws.hs), *acc, stream);
+    return le ? fm_cuda_layer_fail(le, "shared expert") : FM_OK;
+}
+
 /* Enqueue one run on `stream` (the layer's device is current). */
 fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream)
 {
@@ -25,7 +44,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
     int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
     int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
-    float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
+    float    *wts = (float *)(ws + s->ws.wts);
     unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
     int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
     const fm_bucket_plan  *pl = &s->plan[fm_cuda_layer_bucket(s, T)];
@@ -48,15 +67,8 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
     if (s->w4a8) return fm_cuda_layer_enqueue_w4a8(s, a, rid, rwt, bl, stream);
     if (pl->decode) { /* one launch: routing, FC1, FC2 and the finalize (decode.cu) */
         const int bf16 = p->out_dtype == FM_OUT_BF16;
-        float    *acc = NULL; /* the shared expert's output, where the sums start */
-        if (shared) {
-            acc = bf16 ? out32 : (float *)a->out;
-            cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-            if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
-            if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc,
-                                                  stream)) != 0)
-                return fm_cuda_layer_fail(le, "shared expert");
-        }
+        float    *acc; /* the shared expert's output, where the sums start */
+        FM_CHECK(shared_expert(s, a, &acc, stream));
         const fm_decode_params dp = {
             .w1data = s->w13->d_data, .w1scale = s->w13->d_scale, .w1osc = s->w13->d_oscale,
             .w2data = s->w2->d_data, .w2scale = s->w2->d_scale, .w2osc = s->w2->d_oscale,
@@ -82,13 +94,9 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
                                  .act = c->activation, .act_limit = c->swiglu_limit};
     FM_CHECK(fm_cuda_gemm_launch(s->dev, &pl->g[0], &o1, stream));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
-    float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
-    if (shared) {
-        cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-        if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
-        if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
-            return fm_cuda_layer_fail(le, "shared expert");
-    }
+    float    *acc; /* FP32 sums: the caller's out, or ours for BF16 (the shared expert's, if any) */
+    FM_CHECK(shared_expert(s, a, &acc, stream));
+    if (!acc) acc = bf16 ? out32 : (float *)a->out;
     const fm_gemm_operands o2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = R,
                                  .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
                                  .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T,
@@ -113,11 +121,10 @@ fm_status fm_cuda_layer_enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
     const int T = a->T, E = c->n_experts, H = c->hidden, I = c->inter, K = c->top_k, L = p->n_local, R = T * K;
-    const int shared = p->first == 0 && c->shared_inter > 0, blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
+    const int blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
     const int bh = blk ? (H + 127) / 128 : 1, bi = blk ? (I + 127) / 128 : 1;
     unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
-    float    *out32 = (float *)(ws + s->ws.out32), *scratch = (float *)(ws + s->ws.scratch);
-    float    *rw = (float *)(ws + s->ws.rw), *hs = (float *)(ws + s->ws.hs);
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
     int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
     int32_t  *slots = (int32_t *)(ws + s->ws.slots);
     uint8_t  *xq = ws + s->ws.xq, *hq = ws + s->ws.hq;
@@ -139,14 +146,8 @@ fm_status fm_cuda_layer_enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *
     if ((le = fm_act_fp8_launch(NULL, hf, NULL, 1, R, off + L, I, c->act_fp8, hq, I, hsc, bi, NULL, stream)) != 0)
         return fm_cuda_layer_fail(le, "FP8 of FC2's input");
     const int bf16 = p->out_dtype == FM_OUT_BF16;
-    float    *acc = NULL; /* the shared expert's sums, where the reduce starts */
-    if (shared) {
-        acc = bf16 ? out32 : (float *)a->out;
-        cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-        if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
-        if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
-            return fm_cuda_layer_fail(le, "shared expert");
-    }
+    float    *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
+    FM_CHECK(shared_expert(s, a, &acc, stream));
     fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
                          .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
                          .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw};
