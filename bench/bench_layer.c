@@ -30,6 +30,8 @@
  * internal routing, interleaved, and the outputs compared (decode_vs_chain). --dispatched: per T,
  * the layer on the rows an EP dispatch hands it (expert-major and expert-rows layouts, the latter
  * with and without max_rows) against fm_layer_run of the same tokens (dispatched_vs_run).
+ * --act-fp8 block128|token: the layer W4A8 (fm_moe_config.act_fp8, its own chain on the cuda
+ * backend; run the plain and the W4A8 benchmark in one call for the comparison).
  * --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
@@ -562,6 +564,7 @@ int main(int argc, char **argv)
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
     int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
+    int    act_fp8 = FM_ACT_FP8_OFF; /* --act-fp8 block128|token: the W4A8 layer (the GEMMs alone not timed) */
     int    decode_ab = 0; /* --decode: the chain against the one-launch decode kernel, per T (decode_vs_chain) */
     int    dispatched = 0; /* --dispatched: the layer on dispatched rows (both layouts) against the run, per T */
     for (int i = 1; i < argc; i++) {
@@ -583,6 +586,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-work-list")) work_list = FM_WORK_LIST_OFF;
         else if (!strcmp(argv[i], "--breakdown")) breakdown = 1;
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "--act-fp8") && i + 1 < argc) {
+            const char *m = argv[++i];
+            act_fp8 = !strcmp(m, "block128") ? FM_ACT_FP8_BLOCK128 : !strcmp(m, "token") ? FM_ACT_FP8_TOKEN : -1;
+            if (act_fp8 < 0) {
+                fprintf(stderr, "bench_layer: --act-fp8 %s: block128 or token\n", m);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--decode")) decode_ab = 1;
         else if (!strcmp(argv[i], "--dispatched")) dispatched = 1;
         else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
@@ -601,7 +612,8 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--dispatched] [--row-quantile auto|mean|Q] [--timeline FILE]\n");
+                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--dispatched] [--act-fp8 block128|token] "
+                            "[--row-quantile auto|mean|Q] [--timeline FILE]\n");
             return 2;
         }
     }
@@ -634,7 +646,10 @@ int main(int argc, char **argv)
     else if (row_q < 0) printf("# tiles sized for the mean rows per expert (FM_ROW_QUANTILE_MEAN)\n");
     else printf("# tiles sized for the 0.9 quantile of an expert's rows from %d tokens (FM_ROW_QUANTILE_AUTO)\n",
                 FM_ROW_QUANTILE_AUTO_MIN_T);
-    if (gptoss)
+    if (act_fp8)
+        printf("# W4A8: FP8 activations %s (fm_moe_config.act_fp8); the GEMMs alone not timed (fm_cuda_gemm is the "
+               "W4A16 kernel); the floor's FLOP rate is --tflops\n", act_fp8 == FM_ACT_FP8_BLOCK128 ? "per 128" : "per token");
+    else if (gptoss)
         printf("# GEMMs alone: not timed for gpt-oss (fm_cuda_gemm runs plain SwiGLU without biases, not its "
                "epilogues)\n");
     else
@@ -693,6 +708,7 @@ int main(int argc, char **argv)
         cfg.hidden = H;
         cfg.inter = I;
         cfg.wfmt = F;
+        cfg.act_fp8 = (fm_act_fp8)act_fp8;
         if (gptoss) { /* gpt-oss-120b's config.json */
             cfg.score = FM_SCORE_SOFTMAX_TOPK, cfg.renormalize = 0, cfg.routed_scale = 1.0f;
             cfg.activation = FM_ACT_SWIGLU_GPTOSS, cfg.swiglu_limit = 7.0f;
@@ -788,7 +804,7 @@ int main(int argc, char **argv)
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
             double gemm_us = NAN;
             int    gemm_ks[2] = {1, 1}; /* the K splits of the GEMMs-alone pair */
-            if (!gptoss) {
+            if (!gptoss && !act_fp8) {
                 int32_t *off = calloc(EL + 1, sizeof(int32_t));
                 for (int i = 0; i < T * K; i++)
                     if (ids[i] < EL) off[ids[i] + 1]++;

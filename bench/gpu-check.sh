@@ -10,6 +10,7 @@
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
+#   w4a8: bench_fp8mma, then bench_layer W4A16 and W4A8 (issue 34; CTEST_ARGS for the tests first)
 #   decode-delay: test_cuda_decode on decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY),
 #            plain and under memcheck / racecheck (issue 31's flag-protocol test; CTEST=0 skips ctest)
 #   nccl-ep1: build + ctest as usual, then examples/nccl_ep against the carried .ncclep and this
@@ -145,6 +146,21 @@ if [ "$MODE" = session ]; then
     done
     [ -n "${VARIANTS:-}" ] && cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 && cmake --build build-gpu -j16 --target bench_layer >/dev/null 2>&1
   fi
+  exit 0
+fi
+if [ "$MODE" = w4a8 ]; then
+  # issue 34: the W4A8 GEMM alone (bench_fp8mma: every kernel, MXFP4 gpt-oss and NVFP4 GLM-5
+  # shapes), then the GLM-5 layer W4A16 and W4A8 (per 128) in the same call, graph replay
+  # (run ctest first with CTEST_ARGS="-R fp8|cuda_layer|contract" for the W4A8 layer's tests)
+  echo "== bench_fp8mma"
+  timeout ${FP8_S:-120} build-gpu/bench/bench_fp8mma ${FP8_ARGS:-} >"$OUT/bench_fp8mma.log" 2>&1 || tail -5 "$OUT/bench_fp8mma.log"
+  grep -v "^csv" "$OUT/bench_fp8mma.log"
+  for act in "" "--act-fp8 block128"; do
+    echo "== bench_layer ${W4A8_LAYER_ARGS:---ts 16,256,1024,4096 --reps 16} $act"
+    timeout ${W4A8_LAYER_S:-150} build-gpu/bench/bench_layer ${W4A8_LAYER_ARGS:---ts 16,256,1024,4096 --reps 16} $act \
+      >"$OUT/bench_layer_${act:+w4a8}.log" 2>&1 || tail -5 "$OUT/bench_layer_${act:+w4a8}.log"
+    grep -v "^csv" "$OUT/bench_layer_${act:+w4a8}.log" | grep -v "^#"
+  done
   exit 0
 fi
 if [ "$MODE" = decode-delay ]; then

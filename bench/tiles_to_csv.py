@@ -26,7 +26,10 @@ import re
 import sys
 
 SHAPES = {"EP8-FC1": (32, 4096, 6144), "EP8-FC2": (32, 6144, 2048),
-          "TP8-FC1": (256, 512, 6144), "TP8-FC2": (256, 6144, 256)}
+          "TP8-FC1": (256, 512, 6144), "TP8-FC2": (256, 6144, 256),
+          # gpt-oss-120b (bench_gemm --model gpt-oss-120b, MXFP4): 128 experts and the EP8 shard's 16
+          "OSS-FC1": (128, 5760, 2880), "OSS-FC2": (128, 2880, 2880),
+          "OSS8-FC1": (16, 5760, 2880), "OSS8-FC2": (16, 2880, 2880)}
 TILE = re.compile(r"^(mma|wgmma)_w(\d+)m(\d+)n(\d+)k(\d+)s(\d+)(p)?(_natx|_nb1|_nb4)?$")
 
 

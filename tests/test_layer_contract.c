@@ -41,6 +41,10 @@ static const contract_case k_cases[] = {
     {"W4A4: NVFP4 activations", FM_FORMAT_NVFP4, 8, 2, 128, 64, 0, FM_SCORE_SOFTMAX, 0, 0, 0, 1, 0, 0},
     {"W4A8: FP8 activations per 128", FM_FORMAT_NVFP4, 8, 2, 256, 128, 0, FM_SCORE_SOFTMAX, 0, 0, 0, 0, 0,
      FM_ACT_FP8_BLOCK128},
+    {"W4A8 per token, gpt-oss-like: MXFP4, biases, clamped SwiGLU", FM_FORMAT_MXFP4, 8, 2, 128, 64, 0,
+     FM_SCORE_SOFTMAX_TOPK, 0, 0, 1, 0, 1, FM_ACT_FP8_TOKEN},
+    {"W4A8 per 128 with a shared expert, sigmoid, bias", FM_FORMAT_NVFP4, 8, 2, 128, 64, 64, FM_SCORE_SIGMOID, 0, 0,
+     1, 0, 0, FM_ACT_FP8_BLOCK128},
 };
 
 static const fm_backend_kind k_backends[] = {FM_BACKEND_CPU, FM_BACKEND_CUDA};

@@ -2,7 +2,7 @@
  *
  * For every refusal create makes that depends on the description and configuration
  * (src/layer.c's checks, fm_moe_config_check's, the backend's presence and the
- * backends' own: cuda's act_nvfp4, act_fp8, BF16 experts, grid limits), and for
+ * backends' own: cuda's act_nvfp4, BF16 experts, grid limits), and for
  * configurations every backend (gpt-oss's routing, activation and expert biases among
  * them) or only some take,
  * on every backend of this build: supports gives the status create gives and the same
@@ -179,7 +179,7 @@ static void supports_matches_create(void **st)
     /* the case list reaches what it claims: refusals in layer.c / the config check, and
      * (with the cuda backend present) the backend's own */
     assert_true(refused_cpu >= 20);
-    if (dev) assert_true(refused_cuda_only >= 5); /* act_nvfp4, act_fp8 x 2, BF16 experts, max_tokens x top_k */
+    if (dev) assert_true(refused_cuda_only >= 3); /* act_nvfp4, BF16 experts, max_tokens x top_k (act_fp8 runs) */
     fm_cuda_device_close(dev);
     unbuild(&bw);
 }

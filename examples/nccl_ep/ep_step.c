@@ -31,8 +31,9 @@
  *       applies the routing weights before the combine, so fp4moe gets dispatch's per-slot
  *       topk_weights [S] as weights.
  *   --fp8 (ll only): NCCL EP's DS_FP8E3M4 recipe (E4M3 rows, FP32 scale per 128) ->
- *       x_fp8 / x_scales. fp4moe's cuda backend refuses W4A8 today, so this stops at layer
- *       creation with fp4moe's message; the mapping is written out for when it does not.
+ *       x_fp8 / x_scales. fp4moe's cuda backend runs W4A8 layers but refuses their dispatched
+ *       rows today, so this stops at the first fm_layer_run_dispatched with fp4moe's message;
+ *       the mapping is written out for when it does not.
  *
  * Not run yet: compiled and linked on a machine without a GPU (docs/ep-nccl.md).
  */
@@ -382,7 +383,7 @@ static void step_setup(step *s, const opts *o, fm_cuda_device *dev)
     fm_moe_weights wt = make_weights(b, o, first, s->n_local);
     fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = W * T, .out_dtype = FM_OUT_BF16,
                         .first_expert = first, .n_local = s->n_local};
-    FK(fm_layer_create_desc(&d, &cfg, &wt, &s->layer)); /* --fp8: the cuda backend refuses W4A8 here */
+    FK(fm_layer_create_desc(&d, &cfg, &wt, &s->layer)); /* --fp8: a W4A8 layer (its dispatched rows refused by cuda today) */
     free_weights(&wt, s->n_local);
     free(b->base13.data), free(b->base13.scales), free(b->base2.data), free(b->base2.scales), free(b);
 

@@ -315,8 +315,8 @@ class MoE:
         by expert). x BF16, or uint8 / float8_e4m3fn E4M3 codes with x_scales float32
         [..][ceil(hidden / 128)] for a W4A8 layer (act_fp8 "block128"). weights (float32, one
         per row): out rows multiplied by it; None: the combine applies the routing weights.
-        CPU backends, and the cuda backend on BF16 rows (FP8 rows: fp4moe.Error
-        FM_ERR_UNSUPPORTED, it has no W4A8): asynchronous on the current stream, counts /
+        CPU backends, and the cuda backend on BF16 rows of a W4A16 layer (a W4A8 layer's
+        rows, BF16 or FP8: fp4moe.Error FM_ERR_UNSUPPORTED, not built on cuda yet): asynchronous on the current stream, counts /
         offsets read and checked on the device, a bad expert's rows skipped (zeros here) and
         reported by errors() (FM_ERR_BAD_SHAPE, bad_experts / first_bad_expert), as NaN/Inf
         in the rows is. Compiled, not yet run on a GPU."""

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "cuda/moe_kernels.h"
+#include "fp4moe/moe.h"
 
 namespace {
 
@@ -128,7 +129,57 @@ __global__ void __launch_bounds__(NTHR) act_fp8_kernel(const uint16_t *x, const 
     if (threadIdx.x == 0) sr[0] = s;
 }
 
+/* W4A8's activation (fm_w4a8_act_launch): grid (ceil(I / 4 / 128), rows), 128 threads, 4
+ * columns a thread; FP32 throughout and expf, as fm_moe_expert_act on the CPU */
+__global__ void __launch_bounds__(128) w4a8_act_kernel(const float *y1, const int32_t *off, int L, int I,
+                                                         const float *gs, const float *us, const float *b13, int act,
+                                                         float limit, float *h, unsigned long long *bad_h)
+{
+    const int p = blockIdx.y, j = (blockIdx.x * 128 + threadIdx.x) * 4;
+    if (p >= off[L] || j >= I) return;
+    int lo = 0, hi = L; /* the expert of row p: off[lo] <= p < off[lo + 1] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (off[mid] <= p) lo = mid;
+        else hi = mid;
+    }
+    const int    e = lo;
+    const float *yr = y1 + (size_t)p * 2 * I;
+    const float4 g4 = *(const float4 *)(yr + j), u4 = *(const float4 *)(yr + I + j);
+    float        g[4] = {g4.x, g4.y, g4.z, g4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w}, o[4];
+    const float  sg = gs[e], su = us[e];
+    int          bad = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float gv = g[i] * sg, uv = u[i] * su;
+        if (b13) gv += b13[(size_t)e * 2 * I + j + i], uv += b13[(size_t)e * 2 * I + I + j + i];
+        if (act == FM_ACT_SWIGLU_GPTOSS) {
+            gv = gv > limit ? limit : gv; /* comparisons, not fminf: a NaN stays NaN, as torch.clamp */
+            uv = uv > limit ? limit : uv < -limit ? -limit : uv;
+            o[i] = (uv + 1.0f) * (gv / (1.0f + expf(-1.702f * gv)));
+        } else {
+            o[i] = gv / (1.0f + expf(-gv)) * uv;
+        }
+        bad |= !isfinite(o[i]);
+    }
+    *(float4 *)(h + (size_t)p * I + j) = make_float4(o[0], o[1], o[2], o[3]);
+    if (bad) atomicMin(bad_h, (unsigned long long)e);
+}
+
 } // namespace
+
+extern "C" int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs,
+                                  const float *us, const float *b13, int act, float limit, float *h,
+                                  unsigned long long *bad_h, void *stream)
+{
+    if (rows <= 0) return 0;
+    if (!y1 || !off || !gs || !us || !h || !bad_h || L < 1 || I < 4 || I % 4 || rows > 65535)
+        return (int)cudaErrorInvalidValue;
+    if (((uintptr_t)y1 & 15) || ((uintptr_t)h & 15)) return (int)cudaErrorMisalignedAddress;
+    const dim3 grid((unsigned)((I / 4 + 127) / 128), (unsigned)rows);
+    w4a8_act_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(y1, off, L, I, gs, us, b13, act, limit, h, bad_h);
+    return (int)cudaGetLastError();
+}
 
 extern "C" int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, int top_k, int rows,
                                  const int32_t *n_rows, int n, int mode, uint8_t *q, long long ldq, float *scales,

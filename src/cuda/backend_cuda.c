@@ -32,8 +32,12 @@
  * run_dispatched (fm_layer_run_dispatched, layer_run.c): steps 3, 4 and 6 on rows an
  * expert-parallel dispatch left in place (BF16), their counts / offsets read and checked on
  * the device, each row's result stored back to its own row of out.
- * Not done yet: act_nvfp4, act_fp8 (so no FP8 dispatched rows either): create returns
- * FM_ERR_UNSUPPORTED.
+ * W4A8 (act_fp8, sm_89+, hidden and inter multiples of 64): every bucket runs the chain of
+ * fm_cuda_layer_enqueue_w4a8 (layer_run.c: FP8 gather, the W4A8 GEMM of gemm_fp8.cu for FC1
+ * and FC2, the activation in FP32 between them, the same deterministic reduce); create packs
+ * the experts for that GEMM too (create_w4a8: the W4A16 prepack is kept, so the weights are
+ * held twice on the device). run_dispatched refuses W4A8 layers (BF16 or FP8 rows).
+ * Not done yet: act_nvfp4: create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -42,6 +46,7 @@
 
 #include "backend.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/gemm_fp8.h"
 #include "cuda/gemm_plan.h"
 #include "cuda/layer_cuda.h"
 #include "cuda/moe_kernels.h"
@@ -93,6 +98,17 @@ static fm_ws_layout layout_of(const fm_layer_params *p)
     l.hs = take(&at, sizeof(float) * (T * S + 1));
     l.badlogit = take(&at, sizeof(unsigned long long));
     l.active = take(&at, sizeof(int32_t) * ((size_t)p->n_local + 1));
+    l.xq = l.xsc = l.y1 = l.hf = l.hq = l.hsc = 0;
+    if (c->act_fp8) { /* the W4A8 chain's buffers (per 128 columns: one scale per 128, else one per row) */
+        const size_t bh = c->act_fp8 == FM_ACT_FP8_BLOCK128 ? (H + 127) / 128 : 1,
+                     bi = c->act_fp8 == FM_ACT_FP8_BLOCK128 ? (I + 127) / 128 : 1;
+        l.xq = take(&at, R * H);
+        l.xsc = take(&at, sizeof(float) * R * bh);
+        l.y1 = take(&at, sizeof(float) * R * 2 * I);
+        l.hf = take(&at, sizeof(float) * R * I);
+        l.hq = take(&at, R * I);
+        l.hsc = take(&at, sizeof(float) * R * bi);
+    }
     l.total = at;
     return l;
 }
@@ -106,7 +122,8 @@ static void cuda_destroy(void *ptr)
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
     void *dev[] = {s->d_router, s->d_bias, s->d_b13, s->d_b2, s->d_sw13, s->d_sw2, s->d_err, s->ws_own,
-                   s->d_xstage, s->d_ostage, s->d_split, s->d_decode};
+                   s->d_xstage, s->d_ostage, s->d_split, s->d_decode, s->q8.q13, s->q8.sc13, s->q8.q2, s->q8.sc2,
+                   s->q8.gs13, s->q8.us13, s->q8.osc2};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -125,6 +142,63 @@ static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
     return fm_cuda_weights_create_gate_up(w->w13, L, split ? w->w13_up_global : NULL, &s->w13);
 }
 
+/* A W4A8 layer's weights (act_fp8): each local expert's FP4 codes packed for the W4A8 GEMM
+ * (fm_fp8mma_pack, on the host) and its block scales as the checkpoint stores them, uploaded;
+ * the global scales per expert (FC1's gate and up: fm_moe_weights.w13_up_global where the
+ * halves differ; 1 for MXFP4). */
+static fm_status create_w4a8(fm_cuda_layer *s, const fm_moe_weights *w)
+{
+    const fm_moe_config *c = &s->p.cfg;
+    const int            L = s->p.n_local, H = c->hidden, I = c->inter;
+    const size_t p13 = fm_fp8mma_pack_bytes(2 * (int64_t)I, H), p2 = fm_fp8mma_pack_bytes(H, I);
+    size_t       d13, s13, d2, s2;
+    FM_CHECK(fm_qtensor_bytes(c->wfmt, 2 * (int64_t)I, H, &d13, &s13));
+    FM_CHECK(fm_qtensor_bytes(c->wfmt, H, I, &d2, &s2));
+    const size_t hb = p13 > p2 ? p13 : p2;
+    uint8_t     *hp = malloc(hb);
+    float       *g = malloc(sizeof(float) * 3 * (size_t)L);
+    cudaError_t  e = cudaSuccess;
+    fm_status    st = FM_OK;
+    if (!hp || !g) {
+        st = fm_fail(FM_ERR_OOM, "cuda backend: W4A8 weights: out of host memory");
+        goto done;
+    }
+#define Q8ALLOC(ptr, bytes)                                                                                            \
+    if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) {                                                   \
+        st = fm_cuda_layer_fail(e, "cudaMalloc (W4A8 weights)");                                                       \
+        goto done;                                                                                                     \
+    }
+    Q8ALLOC(s->q8.q13, p13 * L);
+    Q8ALLOC(s->q8.sc13, s13 * L);
+    Q8ALLOC(s->q8.q2, p2 * L);
+    Q8ALLOC(s->q8.sc2, s2 * L);
+    Q8ALLOC(s->q8.gs13, sizeof(float) * L);
+    Q8ALLOC(s->q8.us13, sizeof(float) * L);
+    Q8ALLOC(s->q8.osc2, sizeof(float) * L);
+#undef Q8ALLOC
+    for (int x = 0; x < L; x++) {
+        if ((st = fm_fp8mma_pack(&w->w13[x], hp)) != FM_OK) goto done;
+        if ((e = cudaMemcpy(s->q8.q13 + p13 * x, hp, p13, cudaMemcpyHostToDevice)) != cudaSuccess ||
+            (e = cudaMemcpy(s->q8.sc13 + s13 * x, w->w13[x].scales, s13, cudaMemcpyHostToDevice)) != cudaSuccess)
+            break;
+        if ((st = fm_fp8mma_pack(&w->w2[x], hp)) != FM_OK) goto done;
+        if ((e = cudaMemcpy(s->q8.q2 + p2 * x, hp, p2, cudaMemcpyHostToDevice)) != cudaSuccess ||
+            (e = cudaMemcpy(s->q8.sc2 + s2 * x, w->w2[x].scales, s2, cudaMemcpyHostToDevice)) != cudaSuccess)
+            break;
+        g[x] = w->w13[x].global_scale;
+        g[L + x] = fm_moe_w13_split(w, x) ? w->w13_up_global[x] : w->w13[x].global_scale;
+        g[2 * L + x] = w->w2[x].global_scale;
+    }
+    if (e == cudaSuccess && (e = cudaMemcpy(s->q8.gs13, g, sizeof(float) * L, cudaMemcpyHostToDevice)) == cudaSuccess &&
+        (e = cudaMemcpy(s->q8.us13, g + L, sizeof(float) * L, cudaMemcpyHostToDevice)) == cudaSuccess)
+        e = cudaMemcpy(s->q8.osc2, g + 2 * L, sizeof(float) * L, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) st = fm_cuda_layer_fail(e, "upload (W4A8 weights)");
+done:
+    free(hp);
+    free(g);
+    return st;
+}
+
 static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
 {
     const fm_layer_params *p = &s->p;
@@ -133,6 +207,7 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
     cudaError_t e = cudaSuccess;
     FM_CHECK(create_w13(s, w, L));
     FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
+    if (s->w4a8) FM_CHECK(create_w4a8(s, w));
 #define DALLOC(ptr, bytes) \
     if ((e = cudaMalloc((void **)&(ptr), (bytes))) != cudaSuccess) return fm_cuda_layer_fail(e, "cudaMalloc")
 #define UPLOAD(dst, src, bytes) \
@@ -188,8 +263,15 @@ static fm_status cuda_supports(const fm_layer_params *p, unsigned features)
 {
     const fm_moe_config *cfg = &p->cfg;
     if (cfg->act_nvfp4) return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_nvfp4 (W4A4) is not implemented yet");
-    if (cfg->act_fp8)
-        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_fp8 (W4A8) is not implemented yet (the CPU backends run it)");
+    if (cfg->act_fp8) { /* the W4A8 chain: FP8 mma.sync (sm_89+), K of both GEMMs a multiple of 64 */
+        const int cc = p->device ? fm_cuda_device_limits(p->device)->cc : 0;
+        if (cc && cc < 89)
+            return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_fp8 (W4A8) needs FP8 tensor cores (sm_89 or newer; "
+                                               "this device is sm_%d)", cc);
+        if (cfg->hidden % 64 || cfg->inter % 64)
+            return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: act_fp8 (W4A8) needs hidden and inter multiples of 64 "
+                                               "(hidden=%d, inter=%d)", cfg->hidden, cfg->inter);
+    }
     /* every optional weight runs (gpt-oss's expert biases: the GEMM epilogues), and so do both
      * activations fm_moe_config_check admits and every score function (route.cu) */
     (void)features;
@@ -222,6 +304,7 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     s->bad_bias = -1;
     s->expert_bias = (fm_weights_features(w) & FM_FEATURE_EXPERT_BIAS) != 0;
     s->decode_occ = -1;
+    s->w4a8 = p->cfg.act_fp8 != FM_ACT_FP8_OFF;
     /* fm_layer_desc.pdl_chain: on where the device has PDL (layer.h says what it gains) */
     s->pdl_chain = p->pdl_chain != FM_PDL_CHAIN_OFF && fm_cuda_device_limits(s->dev)->cc >= 90;
     int       prev = -1;

@@ -54,14 +54,49 @@ __device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+/* Four E2M1 codes (nibble i = element i) -> four E4M3 codes (byte i), constant table: the
+ * magnitudes by one prmt, the signs (nibble bit 3 -> byte bit 7) by a second prmt that picks
+ * byte 0 (0x00) or byte 1 (0x80) of 0x8000 */
+__device__ __forceinline__ uint32_t decode4c(uint32_t v, uint32_t lo, uint32_t hi)
+{
+    uint32_t m, sg;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(m) : "r"(lo), "r"(hi), "r"(v & 0x7777u));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(sg) : "r"(0x8000u), "r"(0u), "r"((v >> 3) & 0x1111u));
+    return m | sg;
+}
+
+/* the output of row r, column col of expert e: (v + bias) x row weight, as the layer's FC2 */
+__device__ __forceinline__ float epilogue(const fm_fp8mma_args &a, int e, int r, int col, float v)
+{
+    if (a.bias) v += __ldg(a.bias + (size_t)e * a.N + col);
+    if (a.row_weight) v *= __ldg(a.row_weight + r);
+    return v;
+}
+
+__device__ __forceinline__ void mma_e4m3_z(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                           uint32_t b1)
+{
+    const uint32_t af[4] = {a0, a1, a2, a3};
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
+    mma_e4m3(c, af, b0, b1);
+}
+
+/* A warp's 16-feature band of expert blockIdx.y and the expert's rows [r0, r1) (max_rows
+ * applied); false: nothing to do (past N, or no rows) */
+__device__ __forceinline__ bool warp_work(const fm_fp8mma_args &a, int &band, int &r0, int &r1)
+{
+    band = blockIdx.x * NW + (threadIdx.x >> 5);
+    if (band * 16 >= a.N) return false;
+    r0 = a.offsets[blockIdx.y], r1 = a.offsets[blockIdx.y + 1];
+    if (r1 > a.max_rows) r1 = a.max_rows;
+    return r0 >= 0 && r1 > r0;
+}
+
 __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
 {
-    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int band = blockIdx.x * NW + warp;
-    if (band * 16 >= a.N) return; /* no barriers below: a warp may leave alone */
-    int       r0 = a.offsets[e], r1 = a.offsets[e + 1];
-    if (r1 > a.max_rows) r1 = a.max_rows;
-    if (r0 < 0 || r1 <= r0) return;
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int       band, r0, r1;
+    if (!warp_work(a, band, r0, r1)) return; /* no barriers below: a warp may leave alone */
     const int     nblk = a.K / 32, ngrp = (a.K + 127) / 128, nch = a.K / 64;
     const uint4  *wp = (const uint4 *)(a.wq + ((size_t)e * (a.N / 16) + band) * (size_t)nch * 512) + lane;
     const uint8_t *ex0 = a.wexp + ((size_t)e * a.N + band * 16 + g) * nblk, *ex1 = ex0 + (size_t)8 * nblk;
@@ -109,7 +144,138 @@ __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const int r = rb + n * 8 + 2 * t + (q & 1), col = band * 16 + g + 8 * (q >> 1);
-                if (r < r1) a.y[(size_t)r * a.N + col] = acc[n][q] * osc;
+                if (r < r1) a.y[(size_t)r * a.N + col] = epilogue(a, e, r, col, acc[n][q] * osc);
+            }
+    }
+}
+
+
+/* The pipelined kernel (fm_fp8mma_args.kernel 0 / 2 / 3). Each lane keeps PF 64-K chunks in
+ * flight in registers (its 16 weight bytes, the rows' two UE8M0 pairs, its tokens' X words),
+ * refilling a chunk's slot as soon as it is used, so that a warp has PF x 512 B of weights in
+ * flight instead of one load. The weights are decoded with one constant table (the E4M3 codes
+ * of the 8 E2M1 magnitudes: no exponent folded in, no table built per block) and each 32-K
+ * block's MMA starts from zero: its FP32 result times 2^(code - 127) of the row's block (exact,
+ * a power of two) is added to the 128-K group's sum, which the token's activation scale then
+ * promotes (per 128) or the epilogue scales (per row). Exact in the weights for every UE8M0
+ * code (the first kernel folds the block exponents into E4M3 codes: exact within 14 binades). */
+template <bool NV>
+__device__ __forceinline__ uint2 load_scales(const uint8_t *ex0, const uint8_t *ex1, int c)
+{
+    if (NV) return make_uint2(__ldg((const uint32_t *)ex0 + c), __ldg((const uint32_t *)ex1 + c));
+    return make_uint2(__ldg((const uint16_t *)ex0 + c), __ldg((const uint16_t *)ex1 + c));
+}
+
+template <int NTT, bool NV>
+__global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe_kernel(const fm_fp8mma_args a)
+{
+    constexpr int PF = NTT > 2 ? 3 : 4; /* 32 tokens: their X words take the registers of a fourth chunk */
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int       band, r0, r1;
+    if (!warp_work(a, band, r0, r1)) return; /* no barriers below: a warp may leave alone */
+    const int       nch = a.K / 64, nblk = NV ? a.K / 16 : a.K / 32;
+    const uint4    *wp = (const uint4 *)(a.wq + ((size_t)e * (a.N / 16) + band) * (size_t)nch * 512) + lane;
+    /* the block scales of rows g and g + 8 for one 64-K chunk: MXFP4 two UE8M0 codes (a 16-bit
+     * load), NVFP4 four E4M3 codes (a 32-bit load; nblk is a multiple of 4) */
+    const uint8_t  *ex0 = a.wexp + ((size_t)e * a.N + band * 16 + g) * nblk, *ex1 = ex0 + (size_t)8 * nblk;
+    const float     osc = a.oscale ? a.oscale[e] : 1.0f;
+    const uint32_t  tlo = FM_FP8MMA_TLO, thi = FM_FP8MMA_THI;
+    for (int rb = r0; rb < r1; rb += 8 * NTT) {
+        uint4    wb[PF];
+        uint2    eb[PF];
+        uint32_t xb[PF][NTT][4];
+        const uint8_t *xrow[NTT]; /* a row past the expert's reads its last row; its MMA column is never stored */
+#pragma unroll
+        for (int n = 0; n < NTT; n++) {
+            const int r = rb + n * 8 + g;
+            xrow[n] = a.xq + (size_t)(r < r1 ? r : r1 - 1) * a.ldx + 4 * t;
+        }
+#pragma unroll
+        for (int s = 0; s < PF; s++) {
+            if (s < nch) {
+                wb[s] = __ldg(wp + (size_t)s * 32);
+                eb[s] = load_scales<NV>(ex0, ex1, s);
+#pragma unroll
+                for (int n = 0; n < NTT; n++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) xb[s][n][j] = __ldg((const uint32_t *)(xrow[n] + s * 64 + 16 * j));
+            }
+        }
+        float acc[NTT][4] = {}, gacc[NTT][4] = {}, xsg[NTT][2] = {};
+        for (int c0 = 0; c0 < nch; c0 += PF) {
+#pragma unroll
+            for (int s = 0; s < PF; s++) {
+                const int c = c0 + s;
+                if (c >= nch) break;
+                if (a.xs_per_128 && !(c & 1)) /* the group's activation scales, used two chunks on */
+#pragma unroll
+                    for (int n = 0; n < NTT; n++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            const int r = rb + n * 8 + 2 * t + j;
+                            xsg[n][j] = r < r1 ? __ldg(a.xs + (size_t)r * a.ldxs + (c >> 1)) : 0.0f;
+                        }
+                const uint4    w = wb[s];
+                const uint2    ec = eb[s];
+#pragma unroll
+                for (int kb = 0; kb < 2; kb++) {
+                    const uint32_t wa = kb ? w.z : w.x, wc = kb ? w.w : w.y;
+                    const uint32_t af[4] = {decode4c(wa & 0xffffu, tlo, thi), decode4c(wa >> 16, tlo, thi),
+                                            decode4c(wc & 0xffffu, tlo, thi), decode4c(wc >> 16, tlo, thi)};
+                    if (!NV) { /* one UE8M0 scale per row and 32 of K: one MMA */
+                        const float sw0 = fm_fp8mma_ue8m0((ec.x >> (8 * kb)) & 0xffu), sw1 = fm_fp8mma_ue8m0((ec.y >> (8 * kb)) & 0xffu);
+#pragma unroll
+                        for (int n = 0; n < NTT; n++) {
+                            float d[4];
+                            mma_e4m3_z(d, af[0], af[1], af[2], af[3], xb[s][n][2 * kb], xb[s][n][2 * kb + 1]);
+                            gacc[n][0] = fmaf(d[0], sw0, gacc[n][0]);
+                            gacc[n][1] = fmaf(d[1], sw0, gacc[n][1]);
+                            gacc[n][2] = fmaf(d[2], sw1, gacc[n][2]);
+                            gacc[n][3] = fmaf(d[3], sw1, gacc[n][3]);
+                        }
+                    } else { /* an E4M3 scale per row and 16 of K: one MMA per half, the other half's A zero */
+                        const float s00 = fm_fp8mma_e4m3((ec.x >> (16 * kb)) & 0xffu), s01 = fm_fp8mma_e4m3((ec.x >> (16 * kb + 8)) & 0xffu);
+                        const float s10 = fm_fp8mma_e4m3((ec.y >> (16 * kb)) & 0xffu), s11 = fm_fp8mma_e4m3((ec.y >> (16 * kb + 8)) & 0xffu);
+#pragma unroll
+                        for (int n = 0; n < NTT; n++) {
+                            float d[4], h[4];
+                            mma_e4m3_z(d, af[0], af[1], 0u, 0u, xb[s][n][2 * kb], xb[s][n][2 * kb + 1]);
+                            mma_e4m3_z(h, 0u, 0u, af[2], af[3], xb[s][n][2 * kb], xb[s][n][2 * kb + 1]);
+                            gacc[n][0] = fmaf(h[0], s01, fmaf(d[0], s00, gacc[n][0]));
+                            gacc[n][1] = fmaf(h[1], s01, fmaf(d[1], s00, gacc[n][1]));
+                            gacc[n][2] = fmaf(h[2], s11, fmaf(d[2], s10, gacc[n][2]));
+                            gacc[n][3] = fmaf(h[3], s11, fmaf(d[3], s10, gacc[n][3]));
+                        }
+                    }
+                }
+                if (c + PF < nch) { /* refill the slot: chunk c + PF */
+                    wb[s] = __ldg(wp + (size_t)(c + PF) * 32);
+                    eb[s] = load_scales<NV>(ex0, ex1, c + PF);
+#pragma unroll
+                    for (int n = 0; n < NTT; n++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            xb[s][n][j] = __ldg((const uint32_t *)(xrow[n] + (c + PF) * 64 + 16 * j));
+                }
+                if (a.xs_per_128 && ((c & 1) || c == nch - 1)) /* the 128-K group ends: promote */
+#pragma unroll
+                    for (int n = 0; n < NTT; n++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            acc[n][q] = fmaf(gacc[n][q], xsg[n][q & 1], acc[n][q]);
+                            gacc[n][q] = 0.0f;
+                        }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NTT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = rb + n * 8 + 2 * t + (q & 1), col = band * 16 + g + 8 * (q >> 1);
+                if (r < r1) {
+                    const float v = a.xs_per_128 ? acc[n][q] : gacc[n][q] * __ldg(a.xs + (size_t)r * a.ldxs);
+                    a.y[(size_t)r * a.N + col] = epilogue(a, e, r, col, v * osc);
+                }
             }
     }
 }
@@ -120,18 +286,29 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
 {
     if (!a || !a->wq || !a->wexp || !a->xq || !a->xs || !a->offsets || !a->y || a->E < 1 || a->E > 65535 ||
         a->N < 16 || a->N % 16 || a->K < 64 || a->K % 64 || a->ldx < a->K || a->ldx % 4 || a->max_rows < 0 ||
-        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1))
+        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1) || a->kernel < FM_FP8MMA_AUTO || a->kernel > FM_FP8MMA_PIPE32 ||
+        (a->fmt != 0 && a->fmt != FM_FORMAT_MXFP4 && a->fmt != FM_FORMAT_NVFP4))
         return (int)cudaErrorInvalidValue;
     if (((uintptr_t)a->wq & 15) || ((uintptr_t)a->xq & 3) || ((uintptr_t)a->xs & 3) || ((uintptr_t)a->y & 3))
         return (int)cudaErrorMisalignedAddress; /* 16-byte weight loads, 4-byte X loads */
+    if ((uintptr_t)a->wexp & 3) return (int)cudaErrorMisalignedAddress; /* 2- / 4-byte scale loads */
     int dev = 0, major = 0, minor = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     if (e != cudaSuccess) return (int)e;
     if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
+    const int nv = a->fmt == FM_FORMAT_NVFP4;
+    if (nv && a->kernel == FM_FP8MMA_FIRST) return (int)cudaErrorInvalidValue; /* the first kernel: MXFP4 only */
     if (a->max_rows == 0) return 0;
     const dim3 grid((unsigned)((a->N / 16 + NW - 1) / NW), (unsigned)a->E);
-    fp8mma_kernel<<<grid, NW * 32, 0, (cudaStream_t)stream>>>(*a);
+    int        k = a->kernel;
+    if (k == FM_FP8MMA_AUTO) k = a->max_rows >= 24 * a->E ? FM_FP8MMA_PIPE32 : FM_FP8MMA_PIPE16;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (k == FM_FP8MMA_FIRST) fp8mma_kernel<<<grid, NW * 32, 0, s>>>(*a);
+    else if (nv) k == FM_FP8MMA_PIPE16 ? fp8mma_pipe_kernel<2, true><<<grid, NW * 32, 0, s>>>(*a)
+                                       : fp8mma_pipe_kernel<4, true><<<grid, NW * 32, 0, s>>>(*a);
+    else k == FM_FP8MMA_PIPE16 ? fp8mma_pipe_kernel<2, false><<<grid, NW * 32, 0, s>>>(*a)
+                               : fp8mma_pipe_kernel<4, false><<<grid, NW * 32, 0, s>>>(*a);
     return (int)cudaGetLastError();
 }

@@ -29,9 +29,19 @@ typedef struct {
 
 /* Byte offsets of the per-run buffers inside the workspace. */
 typedef struct {
-    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active,
-        total;
+    size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active;
+    /* W4A8 (act_fp8) only, 0 otherwise: x's E4M3 codes and scales, FC1's FP32 output, the
+     * activation's FP32 output, its E4M3 codes and scales */
+    size_t xq, xsc, y1, hf, hq, hsc;
+    size_t total;
 } fm_ws_layout;
+
+/* A W4A8 layer's weights (act_fp8): the FP4 codes in the W4A8 GEMM's layout
+ * (fm_fp8mma_pack) and the checkpoint's block scales, per local expert back to back */
+typedef struct {
+    uint8_t *q13, *sc13, *q2, *sc2;
+    float   *gs13, *us13, *osc2; /* [n_local]: FC1's gate / up global scales, FC2's (1 for MXFP4) */
+} fm_w4a8_weights;
 
 typedef struct {
     fm_layer_params     p;
@@ -58,10 +68,15 @@ typedef struct {
     int                 decode_occ;  /* decode kernel CTAs per SM (0: it cannot run here), -1: not asked yet */
     void               *d_decode;    /* the decode kernel's counters + partials, zero at rest (NULL: no decode bucket) */
     size_t              decode_bytes;
+    int                 w4a8;        /* act_fp8: the W4A8 chain (fm_cuda_layer_enqueue_w4a8) runs every bucket */
+    fm_w4a8_weights     q8;
 } fm_cuda_layer;
 
 /* A CUDA error (a cudaError_t as int) as the backend's status, the sticky error cleared. */
 fm_status fm_cuda_layer_fail(int err, const char *what);
+/* The W4A8 chain of one run (layer_run.c): permute, FP8 gather, FC1, activation, FP8, FC2, reduce. */
+fm_status fm_cuda_layer_enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
+                                     const unsigned long long *bl, void *stream);
 /* Enqueue one run on stream (the layer's device current). */
 fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream);
 /* Read and clear the error word (stream already synchronised by the caller); info may be NULL. */

@@ -8,8 +8,28 @@
 #include <string.h>
 
 #include "cuda/decode.h"
+#include "cuda/gemm_fp8.h"
 #include "cuda/layer_cuda.h"
 #include "fm_internal.h"
+
+/* The shared expert (the shard holding expert 0): its sums into out (FP32 out) or out32 (BF16
+ * out, where the routed sums then start), cleared first; *acc = where they are, NULL without
+ * one. */
+static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, float **acc, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    *acc = NULL;
+    if (p->first != 0 || c->shared_inter <= 0) return FM_OK;
+    *acc = p->out_dtype == FM_OUT_BF16 ? (float *)(ws + s->ws.out32) : (float *)a->out;
+    const int   T = a->T, H = c->hidden;
+    cudaError_t e = cudaMemsetAsync(*acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
+    if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
+    int le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter,
+                                         (float *)(ws + s->ws.hs), *acc, stream);
+    return le ? fm_cuda_layer_fail(le, "shared expert") : FM_OK;
+}
 
 /* Enqueue one run on `stream` (the layer's device is current). */
 fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream)
@@ -24,7 +44,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
     int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
     int32_t  *slots = (int32_t *)(ws + s->ws.slots), *ids = (int32_t *)(ws + s->ws.ids);
-    float    *wts = (float *)(ws + s->ws.wts), *hs = (float *)(ws + s->ws.hs);
+    float    *wts = (float *)(ws + s->ws.wts);
     unsigned long long *badlogit = (unsigned long long *)(ws + s->ws.badlogit);
     int32_t            *active = (int32_t *)(ws + s->ws.active); /* the experts with rows: the GEMMs' work list */
     const fm_bucket_plan  *pl = &s->plan[fm_cuda_layer_bucket(s, T)];
@@ -44,17 +64,11 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
             return fm_cuda_layer_fail(le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
     }
+    if (s->w4a8) return fm_cuda_layer_enqueue_w4a8(s, a, rid, rwt, bl, stream);
     if (pl->decode) { /* one launch: routing, FC1, FC2 and the finalize (decode.cu) */
         const int bf16 = p->out_dtype == FM_OUT_BF16;
-        float    *acc = NULL; /* the shared expert's output, where the sums start */
-        if (shared) {
-            acc = bf16 ? out32 : (float *)a->out;
-            cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-            if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
-            if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc,
-                                                  stream)) != 0)
-                return fm_cuda_layer_fail(le, "shared expert");
-        }
+        float    *acc; /* the shared expert's output, where the sums start */
+        FM_CHECK(shared_expert(s, a, &acc, stream));
         const fm_decode_params dp = {
             .w1data = s->w13->d_data, .w1scale = s->w13->d_scale, .w1osc = s->w13->d_oscale,
             .w2data = s->w2->d_data, .w2scale = s->w2->d_scale, .w2osc = s->w2->d_oscale,
@@ -80,13 +94,9 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
                                  .act = c->activation, .act_limit = c->swiglu_limit};
     FM_CHECK(fm_cuda_gemm_launch(s->dev, &pl->g[0], &o1, stream));
     const int bf16 = p->out_dtype == FM_OUT_BF16;
-    float    *acc = bf16 ? out32 : (float *)a->out; /* FP32 sums: the caller's out, or ours for BF16 */
-    if (shared) {
-        cudaError_t e = cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)T * H, (cudaStream_t)stream);
-        if (e != cudaSuccess) return fm_cuda_layer_fail(e, "clear out");
-        if ((le = fm_moe_shared_expert_launch(a->x, s->d_sw13, s->d_sw2, T, H, c->shared_inter, hs, acc, stream)) != 0)
-            return fm_cuda_layer_fail(le, "shared expert");
-    }
+    float    *acc; /* FP32 sums: the caller's out, or ours for BF16 (the shared expert's, if any) */
+    FM_CHECK(shared_expert(s, a, &acc, stream));
+    if (!acc) acc = bf16 ? out32 : (float *)a->out;
     const fm_gemm_operands o2 = {.w = s->w2, .x = h, .offsets = off, .max_rows = R,
                                  .y = bf16 && !shared ? NULL : acc, .y_zero_init = !shared,
                                  .y_bf16 = bf16 ? (uint16_t *)a->out : NULL, .row_weight = rw, .n_tokens = T,
@@ -94,6 +104,58 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
                                  .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
                                  .expert_list = pl->slots ? active : NULL, .bias = s->d_b2};
     return fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream);
+}
+
+/* W4A8 (act_fp8): the chain on FP8 activations, every bucket (no decode kernel, no plan's
+ * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its pass width chosen per launch):
+ *   permute (as the BF16 chain) -> x[perm[p] / top_k] quantized to E4M3 codes + FP32 scales
+ *   (act_fp8.cu, the oracle's numbers bit for bit; a NaN/Inf element recorded as the gather
+ *   records it) -> FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1
+ *   bias, SwiGLU (or gpt-oss's) in FP32 (fm_w4a8_act_launch; a NaN/Inf output recorded: FC2's
+ *   input overflowed) -> quantized again (FC2's input) -> FC2 on the FP8 MMA, its epilogue
+ *   (acc x global + FC2 bias) x routing weight into scratch[p] -> the slot-order reduce
+ *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero. */
+fm_status fm_cuda_layer_enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
+                                     const unsigned long long *bl, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    const int T = a->T, E = c->n_experts, H = c->hidden, I = c->inter, K = c->top_k, L = p->n_local, R = T * K;
+    const int blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
+    const int bh = blk ? (H + 127) / 128 : 1, bi = blk ? (I + 127) / 128 : 1;
+    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
+    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
+    int32_t  *slots = (int32_t *)(ws + s->ws.slots);
+    uint8_t  *xq = ws + s->ws.xq, *hq = ws + s->ws.hq;
+    float    *xsc = (float *)(ws + s->ws.xsc), *y1 = (float *)(ws + s->ws.y1), *hf = (float *)(ws + s->ws.hf);
+    float    *hsc = (float *)(ws + s->ws.hsc);
+    int       le;
+    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
+                                    s->d_err, bl, NULL, stream)) != 0)
+        return fm_cuda_layer_fail(le, "permutation");
+    if ((le = fm_act_fp8_launch(a->x, NULL, perm, K, R, off + L, H, c->act_fp8, xq, H, xsc, bh,
+                                &s->d_err->first_nonfinite_x, stream)) != 0)
+        return fm_cuda_layer_fail(le, "FP8 gather of x");
+    fm_fp8mma_args g1 = {.wq = s->q8.q13, .wexp = s->q8.sc13, .xq = xq, .xs = xsc, .offsets = off, .y = y1, .E = L,
+                         .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt};
+    if ((le = fm_fp8mma_launch(&g1, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC1");
+    if ((le = fm_w4a8_act_launch(y1, off, L, R, I, s->q8.gs13, s->q8.us13, s->d_b13, (int)c->activation,
+                                 c->swiglu_limit, hf, &s->d_err->nonfinite_h, stream)) != 0)
+        return fm_cuda_layer_fail(le, "W4A8 activation");
+    if ((le = fm_act_fp8_launch(NULL, hf, NULL, 1, R, off + L, I, c->act_fp8, hq, I, hsc, bi, NULL, stream)) != 0)
+        return fm_cuda_layer_fail(le, "FP8 of FC2's input");
+    const int bf16 = p->out_dtype == FM_OUT_BF16;
+    float    *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
+    FM_CHECK(shared_expert(s, a, &acc, stream));
+    fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
+                         .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
+                         .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw};
+    if ((le = fm_fp8mma_launch(&g2, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC2");
+    if ((le = fm_finalize_reduce_launch(scratch, slots, T, K, H, R, acc, bf16 ? NULL : (float *)a->out,
+                                        bf16 ? (uint16_t *)a->out : NULL, 0, stream)) != 0)
+        return fm_cuda_layer_fail(le, "reduce");
+    return FM_OK;
 }
 
 fm_status fm_cuda_layer_run(void *ptr, const fm_layer_run_args *a, fm_run_stats *stats)
@@ -130,9 +192,9 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
     static const char      who[] = "cuda backend: fm_layer_run_dispatched";
-    if (a->x_fp8) /* unreachable through layer.c (cuda_supports refuses act_fp8), kept for the contract */
-        return fm_fail(FM_ERR_UNSUPPORTED, "%s: FP8 rows need W4A8 (act_fp8), which the cuda backend does not run "
-                                           "yet: send BF16 rows", who);
+    if (a->x_fp8 || s->w4a8)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: a W4A8 layer (act_fp8) runs fm_layer_run on the cuda backend; its "
+                                           "dispatched rows (BF16 or FP8) are not implemented yet", who);
     const int     H = c->hidden, K = c->top_k, L = p->n_local;
     int64_t       bound = (int64_t)p->max_tokens * K;
     if (a->layout == FM_DISPATCH_EXPERT_MAJOR) {
@@ -236,6 +298,9 @@ fm_status fm_cuda_layer_read_errors(fm_cuda_layer *s, cudaStream_t stream, fm_la
     if (h.first_nonfinite_x != ~0ull)
         return fm_fail(FM_ERR_NONFINITE, "cuda backend: x[%llu][%llu] is NaN or Inf", h.first_nonfinite_x / H,
                        h.first_nonfinite_x % H);
+    if (h.nonfinite_h != ~0ull) /* cpu-ref's message */
+        return fm_fail(FM_ERR_NONFINITE, "cuda backend: FC2 input of local expert %llu (its activation output) "
+                                         "overflowed (inputs too large)", h.nonfinite_h);
     if (h.bad_logit != ~0ull) /* the CPU backends' check and message (fm_moe_route_tokens) */
         return fm_fail(FM_ERR_NONFINITE, "cuda backend: router logit [%llu][%llu] overflowed (inputs too large)",
                        h.bad_logit / (unsigned long long)E, h.bad_logit % (unsigned long long)E);

@@ -78,6 +78,9 @@ typedef struct {
      * (UINT64_MAX: none) */
     unsigned long long bad_experts;
     unsigned long long first_bad_expert;
+    /* W4A8 (act_fp8): the smallest local expert whose activation output (FC2's input) has a
+     * NaN/Inf element, UINT64_MAX: none (no FP8 scale can be made from it) */
+    unsigned long long nonfinite_h;
 } fm_moe_dev_errors;
 
 /* Why a dispatched expert's rows were skipped (fm_moe_dispatch_layout_launch), and the
@@ -174,6 +177,15 @@ enum { FM_ACT_FP8_MODE_BLOCK128 = 1, FM_ACT_FP8_MODE_TOKEN = 2 }; /* = fm_act_fp
 int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, int top_k, int rows,
                       const int32_t *n_rows, int n, int mode, uint8_t *q, long long ldq, float *scales, int ldsc,
                       unsigned long long *bad, void *stream);
+
+/* W4A8's activation between the GEMMs (act_fp8.cu): for rows p < off[L] (a device count) of
+ * FC1's FP32 output y1[p][2I] (gate columns [0, I), up [I, 2I)), row p of local expert e
+ * (off[e] <= p < off[e+1]): g = y1[p][j] x gs[e] + b13[e][j], u = y1[p][I + j] x us[e] +
+ * b13[e][I + j] (gs / us the gate / up global scales, b13 NULL: none), h[p][j] = silu(g) x u or
+ * gpt-oss's clamped form (act = fm_activation, limit) as fm_moe_expert_act computes it; the
+ * smallest e with a NaN/Inf h is atomicMin'ed into *bad_h. I % 4 == 0, 16-byte aligned. */
+int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs, const float *us,
+                       const float *b13, int act, float limit, float *h, unsigned long long *bad_h, void *stream);
 
 /* out[i] = BF16(in[i]) (round to nearest even), n % 4 == 0, 16-byte aligned. */
 int fm_moe_store_bf16_launch(const float *in, long long n, uint16_t *out, void *stream);

@@ -48,6 +48,7 @@ __global__ void dev_errors_reset_kernel(fm_moe_dev_errors *err)
     err->nonfinite_w = 0;
     err->bad_experts = 0;
     err->first_bad_expert = ~0ull;
+    err->nonfinite_h = ~0ull;
 }
 
 /* In place: off[1..E] counts -> inclusive prefix sums (so off = offsets[E+1]).

@@ -17,8 +17,9 @@ static unsigned code_at(const uint8_t *d, int64_t K, int64_t n, int64_t k)
 fm_status fm_fp8mma_pack(const fm_qtensor *w, uint8_t *dst)
 {
     if (!w || !dst || !w->data) return fm_fail(FM_ERR_INVALID_ARG, "fm_fp8mma_pack: NULL weights or destination");
-    if (w->fmt != FM_FORMAT_MXFP4)
-        return fm_fail(FM_ERR_FORMAT, "fm_fp8mma_pack: the W4A8 mma GEMM takes MXFP4 weights (format %d)", (int)w->fmt);
+    if (w->fmt != FM_FORMAT_MXFP4 && w->fmt != FM_FORMAT_NVFP4)
+        return fm_fail(FM_ERR_FORMAT, "fm_fp8mma_pack: the W4A8 mma GEMM takes MXFP4 or NVFP4 weights (format %d)",
+                       (int)w->fmt);
     const int64_t N = w->rows, K = w->cols;
     if (N <= 0 || K <= 0 || N % 16 || K % 64)
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_fp8mma_pack: %lld x %lld: N must be a multiple of 16 and K of 64",

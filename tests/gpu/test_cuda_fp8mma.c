@@ -1,5 +1,6 @@
-/* test_cuda_fp8mma.c - the W4A8 mma GEMM (src/cuda/gemm_fp8.cu, MXFP4 weights, E4M3
- * activations with FP32 scales) against an FP64 oracle of the same operands:
+/* test_cuda_fp8mma.c - the W4A8 mma GEMM (src/cuda/gemm_fp8.cu, MXFP4 and NVFP4 weights, E4M3
+ * activations with FP32 scales), each kernel (the first, MXFP4 only; the pipelined ones, 16 and
+ * 32 tokens a pass; the automatic pick) against an FP64 oracle of the same operands:
  *   y[r][n] = sum_k deq(W_e)[n][k] x dec(q[r][k]) x s[r][k / 128 or 0]
  * (the W4A8 numerics of docs/formats.md with exact weights: the oracle multiplies the MXFP4
  * values, the GPU their E4M3 re-encoding, which is exact for these weights: a row's block
@@ -22,10 +23,11 @@
 
 enum { E = 3 };
 
-static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
+static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int kernel, cudaStream_t st)
 {
     gpu_experts w;
-    gpu_experts_make(&w, r, FM_FORMAT_MXFP4, E, N, K);
+    gpu_experts_make(&w, r, fmt, E, N, K);
+    const int nv = fmt == FM_FORMAT_NVFP4, nsb = nv ? K / 16 : K / 32; /* block scales per row */
     const int32_t off[E + 1] = {0, 0, 5, 42};
     const int     rows = off[E], extra = 3; /* 3 rows past the experts' rows: never written */
     const int     ngrp = (K + 127) / 128, ldxs = per128 ? ngrp : 1;
@@ -64,17 +66,20 @@ static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
             }
     /* device operands */
     const size_t pb = fm_fp8mma_pack_bytes(N, K);
-    uint8_t     *wq = malloc(pb * E), *wexp = malloc((size_t)E * N * (K / 32));
+    uint8_t     *wq = malloc(pb * E), *wexp = malloc((size_t)E * N * nsb);
     for (int e = 0; e < E; e++) {
         assert_int_equal(fm_fp8mma_pack(&w.w[e], wq + pb * e), FM_OK);
-        memcpy(wexp + (size_t)e * N * (K / 32), w.w[e].scales, (size_t)N * (K / 32));
+        memcpy(wexp + (size_t)e * N * nsb, w.w[e].scales, (size_t)N * nsb);
     }
-    float osc[E] = {1.0f, 0.5f, 2.0f};
-    fm_fp8mma_args a = {.wq = dev_upload(wq, pb * E), .wexp = dev_upload(wexp, (size_t)E * N * (K / 32)),
-                        .oscale = dev_upload(osc, sizeof osc), .xq = dev_upload(xq, (size_t)(rows + extra) * K),
+    /* the expert's output scale: a factor of the test's times NVFP4's global scale (the
+     * oracle's deq holds the global scale; the kernel gets it through oscale) */
+    float osc[E] = {1.0f, 0.5f, 2.0f}, dosc[E];
+    for (int e = 0; e < E; e++) dosc[e] = osc[e] * w.w[e].global_scale;
+    fm_fp8mma_args a = {.wq = dev_upload(wq, pb * E), .wexp = dev_upload(wexp, (size_t)E * N * nsb),
+                        .oscale = dev_upload(dosc, sizeof dosc), .fmt = fmt, .xq = dev_upload(xq, (size_t)(rows + extra) * K),
                         .xs = dev_upload(xs, sizeof(float) * (size_t)(rows + extra) * ldxs),
                         .offsets = dev_upload(off, sizeof off), .E = E, .N = N, .K = K, .ldx = K, .ldxs = ldxs,
-                        .xs_per_128 = per128, .max_rows = rows + extra};
+                        .xs_per_128 = per128, .max_rows = rows + extra, .kernel = kernel};
     float *dy = NULL, *y = malloc(sizeof(float) * (size_t)(rows + extra) * N);
     CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)(rows + extra) * N));
     a.y = dy;
@@ -97,12 +102,13 @@ static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
                 const double rel = fabs(d) / (mag[j] * osc[e] + 1e-30);
                 if (rel > worst) worst = rel;
                 if (fabs(d) > ldexp(mag[j] * osc[e], -10) + 1e-30)
-                    fail_msg("N=%d K=%d %s: y[%d][%d] = %.9g, the oracle %.9g (|diff| / sum|w x| = %.3g)", N, K,
-                             per128 ? "per 128" : "per row", i, n, (double)y[j], want, rel);
+                    fail_msg("%s kernel %d N=%d K=%d %s: y[%d][%d] = %.9g, the oracle %.9g (|diff| / sum|w x| = %.3g)",
+                             nv ? "nvfp4" : "mxfp4", kernel, N, K, per128 ? "per 128" : "per row", i, n, (double)y[j],
+                             want, rel);
             }
     const double nmse = num / den;
-    printf("  N=%-3d K=%-4d x scales %-7s: NMSE %.3g, worst |diff| / sum|w x| %.3g\n", N, K,
-           per128 ? "per 128" : "per row", nmse, worst);
+    printf("  %s kernel %d N=%-3d K=%-4d x scales %-7s: NMSE %.3g, worst |diff| / sum|w x| %.3g\n", nv ? "nvfp4" : "mxfp4",
+           kernel, N, K, per128 ? "per 128" : "per row", nmse, worst);
     assert_true(nmse <= 1e-6);
     /* launcher refusals */
     fm_fp8mma_args b = a;
@@ -110,6 +116,10 @@ static void check_shape(fm_rng *r, int N, int K, int per128, cudaStream_t st)
     b = a, b.K = K + 32, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
     b = a, b.ldx = K - 4, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
     b = a, b.xs = NULL, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
+    b = a, b.kernel = FM_FP8MMA_PIPE32 + 1, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.fmt = FM_FORMAT_BF16 + 7, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.fmt = FM_FORMAT_NVFP4, b.kernel = FM_FP8MMA_FIRST; /* the first kernel takes MXFP4 only */
+    assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     CK(cudaFree((void *)a.wq));
     CK(cudaFree((void *)a.wexp));
     CK(cudaFree((void *)a.oscale));
@@ -139,7 +149,10 @@ static void test_fp8mma_vs_oracle(void **state)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const int shapes[3][2] = {{64, 2880}, {96, 256}, {48, 192}};
     for (int i = 0; i < 3; i++)
-        for (int per128 = 1; per128 >= 0; per128--) check_shape(&r, shapes[i][0], shapes[i][1], per128, st);
+        for (int per128 = 1; per128 >= 0; per128--)
+            for (int f = FM_FORMAT_NVFP4; f <= FM_FORMAT_MXFP4; f++)
+                for (int k = FM_FP8MMA_AUTO; k <= FM_FP8MMA_PIPE32; k++)
+                    if (f == FM_FORMAT_MXFP4 || k != FM_FP8MMA_FIRST) check_shape(&r, (fm_format)f, shapes[i][0], shapes[i][1], per128, k, st);
     CK(cudaStreamDestroy(st));
 }
 

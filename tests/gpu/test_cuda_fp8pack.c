@@ -108,6 +108,49 @@ static void test_fp8pack_decode(void **state)
     check(&r, 32, 512, 30); /* blocks far below their group's largest: E4M3 subnormals round them */
 }
 
+/* prmt.b32 d, a, b, sel as PTX defines it (default mode): byte i of d = byte (sel nibble i & 7)
+ * of {b:a}, or, with the nibble's bit 3 set, that byte's sign bit replicated */
+static uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    const uint64_t ab = (uint64_t)b << 32 | a;
+    uint32_t       d = 0;
+    for (int i = 0; i < 4; i++) {
+        const unsigned n = (sel >> (4 * i)) & 15u, byte = (unsigned)(ab >> (8 * (n & 7u))) & 0xffu;
+        d |= (n & 8u ? (byte & 0x80u ? 0xffu : 0u) : byte) << (8 * i);
+    }
+    return d;
+}
+
+/* The pipelined kernels' decode (gemm_fp8.cu decode4c: two prmt with the constant table
+ * FM_FP8MMA_TLO / THI) for every 16-bit input: byte i = the E4M3 code of the exact E2M1 value of
+ * nibble i (fm_e4m3_encode of fm_e2m1's value, -0 for a negative zero as the sign bit says);
+ * and the block scales' decodes (fm_fp8mma_ue8m0 / fm_fp8mma_e4m3) for every code against
+ * ldexp / fm_e4m3_decode, bit for bit. */
+static void test_fp8pipe_decode(void **state)
+{
+    (void)state;
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int i = 0; i < 8; i++)
+        assert_int_equal((i < 4 ? FM_FP8MMA_TLO >> (8 * i) : FM_FP8MMA_THI >> (8 * (i - 4))) & 0xffu,
+                         fm_e4m3_encode(mag[i]));
+    for (uint32_t v = 0; v < 65536; v++) {
+        const uint32_t got = prmt(FM_FP8MMA_TLO, FM_FP8MMA_THI, v & 0x7777u) | prmt(0x8000u, 0u, (v >> 3) & 0x1111u);
+        for (int i = 0; i < 4; i++) {
+            const unsigned code = (v >> (4 * i)) & 15u, want = fm_e4m3_encode(mag[code & 7u]) | (code & 8u ? 0x80u : 0u);
+            if (((got >> (8 * i)) & 0xffu) != want)
+                fail_msg("decode of 0x%04x, element %d: 0x%02x, want 0x%02x", v, i, (got >> (8 * i)) & 0xffu, want);
+        }
+    }
+    for (uint32_t c = 0; c < 256; c++) {
+        const float u = fm_fp8mma_ue8m0(c), want_u = c == 255 ? NAN : ldexpf(1.0f, (int)c - 127);
+        if (c == 255) assert_true(isnan(u));
+        else assert_memory_equal(&u, &want_u, sizeof u);
+        const float e = fm_fp8mma_e4m3(c), want_e = fm_e4m3_decode((uint8_t)c);
+        if (isnan(want_e)) assert_true(isnan(e));
+        else assert_memory_equal(&e, &want_e, sizeof e);
+    }
+}
+
 static void test_fp8pack_refusals(void **state)
 {
     (void)state;
@@ -119,7 +162,8 @@ static void test_fp8pack_refusals(void **state)
     assert_int_equal(fm_fp8mma_pack(NULL, out), FM_ERR_INVALID_ARG);
     assert_int_equal(fm_fp8mma_pack(&q, NULL), FM_ERR_INVALID_ARG);
     fm_qtensor b = q;
-    b.fmt = FM_FORMAT_NVFP4, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_FORMAT);
+    b.fmt = FM_FORMAT_BF16, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_FORMAT);
+    b = q, b.fmt = FM_FORMAT_NVFP4, assert_int_equal(fm_fp8mma_pack(&b, out), FM_OK); /* the same code layout */
     b = q, b.rows = 8, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
     b = q, b.cols = 32, assert_int_equal(fm_fp8mma_pack(&b, out), FM_ERR_BAD_SHAPE);
 }
@@ -165,7 +209,8 @@ static void test_fp8_launch_refusals(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8pack_decode), cmocka_unit_test(test_fp8pack_refusals),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8pack_decode), cmocka_unit_test(test_fp8pipe_decode),
+                                       cmocka_unit_test(test_fp8pack_refusals),
                                        cmocka_unit_test(test_fp8_launch_refusals)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,9 @@
  * CUDA-graph capture and replay, external routing, expert shards, BF16 output,
  * caller workspace, the device error word, the caller's current device kept.
  *
- * Oracles: the cpu-ref backend with the same routing (bound 1e-4 NMSE, as
- * test_cuda_backend.c: the GPU rounds h to BF16 before FC2); graph replay vs
+ * Oracles: the cpu-ref backend with the same routing (the accuracy table's bound: 1e-4 NMSE
+ * for W4A16, as test_cuda_backend.c: the GPU rounds h to BF16 before FC2; W4A8's, where
+ * test_layer_device_path runs FP8 activations too); graph replay vs
  * eager and external-from-internal routing are bit-for-bit (deterministic
  * finalize; the device router is bit-identical to the CPU's); shards summed vs
  * the whole layer up to FP32 summation order (1e-10). Fresh inputs, poisoned
@@ -133,9 +134,14 @@ static void test_layer_device_path(void **state)
     fm_cuda_device *dev = gpu_setup(&r, 0);
     assert_non_null(fm_cuda_device_limits(dev));
     const int fmts[2] = {FM_FORMAT_NVFP4, FM_FORMAT_MXFP4};
-    for (int fi = 0; fi < 2; fi++) {
-        layer_fx L;
+    /* each format with BF16 activations (W4A16), then FP8 per 128 and per token (W4A8: its own
+     * chain, fm_cuda_layer_enqueue_w4a8), all held to the same contract */
+    for (int v = 0; v < 6; v++) {
+        const int fi = v % 2;
+        layer_fx  L;
         fx_make(&L, &r, (fm_format)fmts[fi], 16, 4);
+        L.cfg.act_fp8 = (fm_act_fp8)(v / 2); /* FM_ACT_FP8_OFF, _BLOCK128, _TOKEN */
+        printf("  %s, act_fp8 %s\n", fi ? "MXFP4" : "NVFP4", fm_act_fp8_name(L.cfg.act_fp8));
         const int maxT = 600, H = L.cfg.hidden, K = L.cfg.top_k; /* 600 x 4 slots: 3 placement chunks */
         fm_layer *gl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
         fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, 0, FM_OUT_F32, 0);
@@ -298,6 +304,7 @@ static void test_layer_device_path(void **state)
         free(got), free(ref), free(again);
         fm_layer_destroy(gl);
         fm_layer_destroy(cl);
+        fx_free(&L);
     }
     fm_cuda_device_close(dev);
     assert_int_equal(fm_cuda_device_open(1 << 20, &dev), FM_ERR_OUT_OF_RANGE);
