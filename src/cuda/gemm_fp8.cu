@@ -303,7 +303,10 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (a->max_rows == 0) return 0;
     const dim3 grid((unsigned)((a->N / 16 + NW - 1) / NW), (unsigned)a->E);
     int        k = a->kernel;
-    if (k == FM_FP8MMA_AUTO) k = a->max_rows >= 24 * a->E ? FM_FP8MMA_PIPE32 : FM_FP8MMA_PIPE16;
+    /* measured (bench_fp8mma, H200 2026-12-06): MXFP4 16 tokens a pass at every m (8-256 rows per
+     * expert: 123-1,814 us against 229-1,957 with 32); NVFP4 32 from 32 rows per expert on
+     * (1,011 against 1,196 us at 32, 7,959 against 9,518 at 256), 16 below (584 against 943 at 8) */
+    if (k == FM_FP8MMA_AUTO) k = nv && a->max_rows >= 24 * a->E ? FM_FP8MMA_PIPE32 : FM_FP8MMA_PIPE16;
     cudaStream_t s = (cudaStream_t)stream;
     if (k == FM_FP8MMA_FIRST) fp8mma_kernel<<<grid, NW * 32, 0, s>>>(*a);
     else if (nv) k == FM_FP8MMA_PIPE16 ? fp8mma_pipe_kernel<2, true><<<grid, NW * 32, 0, s>>>(*a)

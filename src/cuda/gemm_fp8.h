@@ -69,7 +69,7 @@ static inline FM_FP8MMA_HD float fm_fp8mma_e4m3(uint32_t c)
 
 /* fm_fp8mma_args.kernel: which kernel runs (an A/B knob of the benchmark and the test) */
 enum {
-    FM_FP8MMA_AUTO = 0,   /* the pipelined kernel, 32 tokens a pass where max_rows >= 24 x E, else 16 */
+    FM_FP8MMA_AUTO = 0,   /* the pipelined kernel: NVFP4 32 tokens a pass where max_rows >= 24 x E, else 16 */
     FM_FP8MMA_FIRST = 1,  /* the first kernel: block exponents folded into the codes, no pipeline */
     FM_FP8MMA_PIPE16 = 2, /* pipelined, 16 tokens a pass */
     FM_FP8MMA_PIPE32 = 3  /* pipelined, 32 tokens a pass */
