@@ -168,6 +168,11 @@ static void test_layer_device_path(void **state)
             fm_poison_f32(ref, n);
             assert_int_equal(fm_layer_forward(cl, x, T, ref, NULL), FM_OK);
             fm_assert_close(got, ref, n, cuda_bound(&L.cfg), "cuda layer vs cpu-ref (internal routing)");
+            { /* the value itself, for the accuracy table (a passing test's output is in `ctest -V`) */
+                double num = 0, den = 0;
+                for (size_t i = 0; i < n; i++) num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), den += (double)ref[i] * ref[i];
+                printf("    T=%d: cuda vs cpu-ref NMSE %.3g (bound %.0e)\n", T, den > 0 ? num / den : num, cuda_bound(&L.cfg));
+            }
 
             /* graph capture + replay = eager, bit for bit */
             cudaGraph_t     g;
