@@ -186,7 +186,7 @@ extern "C" int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32
                                  int ldsc, unsigned long long *bad, void *stream)
 {
     if (rows <= 0) return 0;
-    const int nsc = mode == FM_ACT_FP8_MODE_BLOCK128 ? (n + 127) / 128 : 1;
+    const int nsc = fm_act_fp8_nscales(mode, n);
     if (!x == !xf || (perm && !x) || n < 1 || n % 4 || ldq < n || ldq % 4 || ldsc < nsc || top_k < 1 ||
         (mode != FM_ACT_FP8_MODE_BLOCK128 && mode != FM_ACT_FP8_MODE_TOKEN))
         return (int)cudaErrorInvalidValue;

@@ -33,7 +33,7 @@
  * expert-parallel dispatch left in place (BF16), their counts / offsets read and checked on
  * the device, each row's result stored back to its own row of out.
  * W4A8 (act_fp8, sm_89+, hidden and inter multiples of 64): every bucket runs the chain of
- * fm_cuda_layer_enqueue_w4a8 (layer_run.c: FP8 gather, the W4A8 GEMM of gemm_fp8.cu for FC1
+ * enqueue_w4a8 (layer_run.c: FP8 gather, the W4A8 GEMM of gemm_fp8.cu for FC1
  * and FC2, the activation in FP32 between them, the same deterministic reduce); create packs
  * the experts for that GEMM too (create_w4a8: the W4A16 prepack is kept, so the weights are
  * held twice on the device). run_dispatched refuses W4A8 layers (BF16 or FP8 rows).
@@ -100,8 +100,7 @@ static fm_ws_layout layout_of(const fm_layer_params *p)
     l.active = take(&at, sizeof(int32_t) * ((size_t)p->n_local + 1));
     l.xq = l.xsc = l.y1 = l.hf = l.hq = l.hsc = 0;
     if (c->act_fp8) { /* the W4A8 chain's buffers (per 128 columns: one scale per 128, else one per row) */
-        const size_t bh = c->act_fp8 == FM_ACT_FP8_BLOCK128 ? (H + 127) / 128 : 1,
-                     bi = c->act_fp8 == FM_ACT_FP8_BLOCK128 ? (I + 127) / 128 : 1;
+        const size_t bh = (size_t)fm_act_fp8_nscales(c->act_fp8, (int)H), bi = (size_t)fm_act_fp8_nscales(c->act_fp8, (int)I);
         l.xq = take(&at, R * H);
         l.xsc = take(&at, sizeof(float) * R * bh);
         l.y1 = take(&at, sizeof(float) * R * 2 * I);

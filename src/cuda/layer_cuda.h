@@ -68,15 +68,18 @@ typedef struct {
     int                 decode_occ;  /* decode kernel CTAs per SM (0: it cannot run here), -1: not asked yet */
     void               *d_decode;    /* the decode kernel's counters + partials, zero at rest (NULL: no decode bucket) */
     size_t              decode_bytes;
-    int                 w4a8;        /* act_fp8: the W4A8 chain (fm_cuda_layer_enqueue_w4a8) runs every bucket */
+    int                 w4a8;        /* act_fp8: the W4A8 chain (layer_run.c, enqueue_w4a8) runs every bucket */
     fm_w4a8_weights     q8;
 } fm_cuda_layer;
 
+/* The run's workspace: the caller's (workspace != NULL) or the layer's own. */
+static inline unsigned char *fm_cuda_layer_ws(const fm_cuda_layer *s, void *workspace)
+{
+    return workspace ? (unsigned char *)workspace : (unsigned char *)s->ws_own;
+}
+
 /* A CUDA error (a cudaError_t as int) as the backend's status, the sticky error cleared. */
 fm_status fm_cuda_layer_fail(int err, const char *what);
-/* The W4A8 chain of one run (layer_run.c): permute, FP8 gather, FC1, activation, FP8, FC2, reduce. */
-fm_status fm_cuda_layer_enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
-                                     const unsigned long long *bl, void *stream);
 /* Enqueue one run on stream (the layer's device current). */
 fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream);
 /* Read and clear the error word (stream already synchronised by the caller); info may be NULL. */

@@ -19,7 +19,7 @@ static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, flo
 {
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
-    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
     *acc = NULL;
     if (p->first != 0 || c->shared_inter <= 0) return FM_OK;
     *acc = p->out_dtype == FM_OUT_BF16 ? (float *)(ws + s->ws.out32) : (float *)a->out;
@@ -31,6 +31,58 @@ static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, flo
     return le ? fm_cuda_layer_fail(le, "shared expert") : FM_OK;
 }
 
+/* W4A8 (act_fp8): the chain on FP8 activations, every bucket (no decode kernel, no plan's
+ * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its pass width chosen per launch):
+ *   permute (as the BF16 chain) -> x[perm[p] / top_k] quantized to E4M3 codes + FP32 scales
+ *   (act_fp8.cu, the oracle's numbers bit for bit; a NaN/Inf element recorded as the gather
+ *   records it) -> FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1
+ *   bias, SwiGLU (or gpt-oss's) in FP32 (fm_w4a8_act_launch; a NaN/Inf output recorded: FC2's
+ *   input overflowed) -> quantized again (FC2's input) -> FC2 on the FP8 MMA, its epilogue
+ *   (acc x global + FC2 bias) x routing weight into scratch[p] -> the slot-order reduce
+ *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero. */
+static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
+                              const unsigned long long *bl, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    const int T = a->T, E = c->n_experts, H = c->hidden, I = c->inter, K = c->top_k, L = p->n_local, R = T * K;
+    const int blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
+    const int bh = fm_act_fp8_nscales(c->act_fp8, H), bi = fm_act_fp8_nscales(c->act_fp8, I);
+    unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
+    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
+    int32_t  *slots = (int32_t *)(ws + s->ws.slots);
+    uint8_t  *xq = ws + s->ws.xq, *hq = ws + s->ws.hq;
+    float    *xsc = (float *)(ws + s->ws.xsc), *y1 = (float *)(ws + s->ws.y1), *hf = (float *)(ws + s->ws.hf);
+    float    *hsc = (float *)(ws + s->ws.hsc);
+    int       le;
+    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
+                                    s->d_err, bl, NULL, stream)) != 0)
+        return fm_cuda_layer_fail(le, "permutation");
+    if ((le = fm_act_fp8_launch(a->x, NULL, perm, K, R, off + L, H, c->act_fp8, xq, H, xsc, bh,
+                                &s->d_err->first_nonfinite_x, stream)) != 0)
+        return fm_cuda_layer_fail(le, "FP8 gather of x");
+    fm_fp8mma_args g1 = {.wq = s->q8.q13, .wexp = s->q8.sc13, .xq = xq, .xs = xsc, .offsets = off, .y = y1, .E = L,
+                         .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt};
+    if ((le = fm_fp8mma_launch(&g1, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC1");
+    if ((le = fm_w4a8_act_launch(y1, off, L, R, I, s->q8.gs13, s->q8.us13, s->d_b13, (int)c->activation,
+                                 c->swiglu_limit, hf, &s->d_err->nonfinite_h, stream)) != 0)
+        return fm_cuda_layer_fail(le, "W4A8 activation");
+    if ((le = fm_act_fp8_launch(NULL, hf, NULL, 1, R, off + L, I, c->act_fp8, hq, I, hsc, bi, NULL, stream)) != 0)
+        return fm_cuda_layer_fail(le, "FP8 of FC2's input");
+    const int bf16 = p->out_dtype == FM_OUT_BF16;
+    float    *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
+    FM_CHECK(shared_expert(s, a, &acc, stream));
+    fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
+                         .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
+                         .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw};
+    if ((le = fm_fp8mma_launch(&g2, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC2");
+    if ((le = fm_finalize_reduce_launch(scratch, slots, T, K, H, R, acc, bf16 ? NULL : (float *)a->out,
+                                        bf16 ? (uint16_t *)a->out : NULL, 0, stream)) != 0)
+        return fm_cuda_layer_fail(le, "reduce");
+    return FM_OK;
+}
+
 /* Enqueue one run on `stream` (the layer's device is current). */
 fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, void *stream)
 {
@@ -38,7 +90,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
     const fm_moe_config   *c = &p->cfg;
     const int T = a->T, E = c->n_experts, H = c->hidden, K = c->top_k, L = p->n_local, R = T * K;
     const int shared = p->first == 0 && c->shared_inter > 0;
-    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
     uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
     float    *logits = (float *)(ws + s->ws.logits), *out32 = (float *)(ws + s->ws.out32);
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
@@ -64,7 +116,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
             return fm_cuda_layer_fail(le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
     }
-    if (s->w4a8) return fm_cuda_layer_enqueue_w4a8(s, a, rid, rwt, bl, stream);
+    if (s->w4a8) return enqueue_w4a8(s, a, rid, rwt, bl, stream);
     if (pl->decode) { /* one launch: routing, FC1, FC2 and the finalize (decode.cu) */
         const int bf16 = p->out_dtype == FM_OUT_BF16;
         float    *acc; /* the shared expert's output, where the sums start */
@@ -104,58 +156,6 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
                                  .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
                                  .expert_list = pl->slots ? active : NULL, .bias = s->d_b2};
     return fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream);
-}
-
-/* W4A8 (act_fp8): the chain on FP8 activations, every bucket (no decode kernel, no plan's
- * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its pass width chosen per launch):
- *   permute (as the BF16 chain) -> x[perm[p] / top_k] quantized to E4M3 codes + FP32 scales
- *   (act_fp8.cu, the oracle's numbers bit for bit; a NaN/Inf element recorded as the gather
- *   records it) -> FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1
- *   bias, SwiGLU (or gpt-oss's) in FP32 (fm_w4a8_act_launch; a NaN/Inf output recorded: FC2's
- *   input overflowed) -> quantized again (FC2's input) -> FC2 on the FP8 MMA, its epilogue
- *   (acc x global + FC2 bias) x routing weight into scratch[p] -> the slot-order reduce
- *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero. */
-fm_status fm_cuda_layer_enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
-                                     const unsigned long long *bl, void *stream)
-{
-    const fm_layer_params *p = &s->p;
-    const fm_moe_config   *c = &p->cfg;
-    const int T = a->T, E = c->n_experts, H = c->hidden, I = c->inter, K = c->top_k, L = p->n_local, R = T * K;
-    const int blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
-    const int bh = blk ? (H + 127) / 128 : 1, bi = blk ? (I + 127) / 128 : 1;
-    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
-    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
-    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
-    int32_t  *slots = (int32_t *)(ws + s->ws.slots);
-    uint8_t  *xq = ws + s->ws.xq, *hq = ws + s->ws.hq;
-    float    *xsc = (float *)(ws + s->ws.xsc), *y1 = (float *)(ws + s->ws.y1), *hf = (float *)(ws + s->ws.hf);
-    float    *hsc = (float *)(ws + s->ws.hsc);
-    int       le;
-    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, NULL, stream)) != 0)
-        return fm_cuda_layer_fail(le, "permutation");
-    if ((le = fm_act_fp8_launch(a->x, NULL, perm, K, R, off + L, H, c->act_fp8, xq, H, xsc, bh,
-                                &s->d_err->first_nonfinite_x, stream)) != 0)
-        return fm_cuda_layer_fail(le, "FP8 gather of x");
-    fm_fp8mma_args g1 = {.wq = s->q8.q13, .wexp = s->q8.sc13, .xq = xq, .xs = xsc, .offsets = off, .y = y1, .E = L,
-                         .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt};
-    if ((le = fm_fp8mma_launch(&g1, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC1");
-    if ((le = fm_w4a8_act_launch(y1, off, L, R, I, s->q8.gs13, s->q8.us13, s->d_b13, (int)c->activation,
-                                 c->swiglu_limit, hf, &s->d_err->nonfinite_h, stream)) != 0)
-        return fm_cuda_layer_fail(le, "W4A8 activation");
-    if ((le = fm_act_fp8_launch(NULL, hf, NULL, 1, R, off + L, I, c->act_fp8, hq, I, hsc, bi, NULL, stream)) != 0)
-        return fm_cuda_layer_fail(le, "FP8 of FC2's input");
-    const int bf16 = p->out_dtype == FM_OUT_BF16;
-    float    *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
-    FM_CHECK(shared_expert(s, a, &acc, stream));
-    fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
-                         .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
-                         .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw};
-    if ((le = fm_fp8mma_launch(&g2, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC2");
-    if ((le = fm_finalize_reduce_launch(scratch, slots, T, K, H, R, acc, bf16 ? NULL : (float *)a->out,
-                                        bf16 ? (uint16_t *)a->out : NULL, 0, stream)) != 0)
-        return fm_cuda_layer_fail(le, "reduce");
-    return FM_OK;
 }
 
 fm_status fm_cuda_layer_run(void *ptr, const fm_layer_run_args *a, fm_run_stats *stats)
@@ -206,7 +206,7 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     if (a->max_rows > 0 && a->max_rows < bound) bound = a->max_rows; /* the caller's bound: a smaller bucket */
     const int max_rows = (int)bound, T_eq = (int)((bound + K - 1) / K);
     const fm_bucket_plan *pl = &s->plan[fm_cuda_layer_bucket(s, T_eq)];
-    unsigned char *ws = a->workspace ? (unsigned char *)a->workspace : (unsigned char *)s->ws_own;
+    unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
     uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
     int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);

@@ -174,6 +174,8 @@ int fm_moe_gather_launch(const uint16_t *x, const int32_t *perm, int rows, int t
  * smallest source row x n + c of a NaN/Inf element is atomicMin'ed there (its q then holds
  * the E4M3 NaN code or a saturated value: the caller reports it, as for the gather). */
 enum { FM_ACT_FP8_MODE_BLOCK128 = 1, FM_ACT_FP8_MODE_TOKEN = 2 }; /* = fm_act_fp8's values */
+/* FP32 scales per row of n columns in mode: one per 128 (the last may be shorter), or one */
+static inline int fm_act_fp8_nscales(int mode, int n) { return mode == FM_ACT_FP8_MODE_BLOCK128 ? (n + 127) / 128 : 1; }
 int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, int top_k, int rows,
                       const int32_t *n_rows, int n, int mode, uint8_t *q, long long ldq, float *scales, int ldsc,
                       unsigned long long *bad, void *stream);
