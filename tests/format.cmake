@@ -5,7 +5,7 @@
 # on PATH.  Missing numpy/ml_dtypes make the test FAIL (not skip).
 add_executable(format_dump ${CMAKE_CURRENT_SOURCE_DIR}/format_dump.c)
 target_compile_options(format_dump PRIVATE ${FM_WARN})
-target_link_libraries(format_dump PRIVATE fp4moe)
+target_link_libraries(format_dump PRIVATE ${FM_DEV_LIB})
 
 if(Python3_EXECUTABLE)
   set(FM_FORMAT_PY "${Python3_EXECUTABLE}")
