@@ -1,6 +1,7 @@
 /* bench_fp8mma.c - the W4A8 grouped GEMM on mma.sync E4M3 (src/cuda/gemm_fp8.cu) alone, each
- * kernel (the first, MXFP4 only; the pipelined ones with 16 and 32 tokens a pass; the automatic
- * pick) interleaved point by point, on two shapes: gpt-oss-120b's FC1 (N = 2 x 2,880, K = 2,880,
+ * kernel (the first, MXFP4 only; the pipelined ones with 16 and 32 tokens a pass; the staged
+ * ones with 16 / 32 / 64; a kernel whose launch fails is reported and left out) interleaved
+ * point by point, on two shapes: gpt-oss-120b's FC1 (N = 2 x 2,880, K = 2,880,
  * MXFP4) over the EP8 shard's 16 experts, and GLM-5's EP8 FC1 (N = 4,096, K = 6,144, NVFP4) over
  * its 32, each expert with m rows, m = 8 .. 256. Counts first: bytes = the experts' FP4 data +
  * block scales + X codes and scales + FP32 Y; FLOPs = 2 x rows x N x K; floor = max(bytes / --bw,
@@ -37,19 +38,22 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
     fm_rng_init(&r, 4242);
     size_t db, sb;
     if (fm_qtensor_bytes(fmt, N, K, &db, &sb) != FM_OK) return 1;
-    const size_t pb = fm_fp8mma_pack_bytes(N, K);
-    uint8_t     *wq = malloc(pb * E), *wexp = malloc(sb * E);
+    const size_t pb = fm_fp8mma_pack_bytes(N, K), psb = fm_fp8mma_scales_bytes(fmt, N, K);
+    uint8_t     *wq = malloc(pb * E), *wexp = malloc(sb * E), *wsp = malloc(psb * E);
     float       *src = malloc(sizeof(float) * (size_t)N * K), *hosc = malloc(sizeof(float) * E);
     fm_qtensor   q = {.fmt = fmt, .rows = N, .cols = K, .data = malloc(db), .scales = malloc(sb)};
     for (int e = 0; e < E; e++) { /* 2 drawn, the others byte copies in their own buffers */
         if (e < 2) {
             fm_rng_fill_normal(&r, src, (size_t)N * K, 0.02f);
-            if (fm_quantize(src, NULL, &q) != FM_OK || fm_fp8mma_pack(&q, wq + pb * e) != FM_OK) return 1;
+            if (fm_quantize(src, NULL, &q) != FM_OK || fm_fp8mma_pack(&q, wq + pb * e) != FM_OK ||
+                fm_fp8mma_pack_scales(&q, wsp + psb * e) != FM_OK)
+                return 1;
             memcpy(wexp + sb * e, q.scales, sb);
             hosc[e] = q.global_scale;
         } else {
             memcpy(wq + pb * e, wq + pb * (e % 2), pb);
             memcpy(wexp + sb * e, wexp + sb * (e % 2), sb);
+            memcpy(wsp + psb * e, wsp + psb * (e % 2), psb);
             hosc[e] = hosc[e % 2];
         }
     }
@@ -61,11 +65,13 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
         xq[i] = (c & 0x7f) == 0x7f ? 0x3f : c; /* no NaN code */
     }
     for (size_t i = 0; i < (size_t)rows_max * ngrp; i++) xs[i] = (float)(0.001 + 0.01 * fm_rng_uniform(&r));
-    uint8_t *dwq, *dwexp, *dxq;
+    uint8_t *dwq, *dwexp, *dxq, *dwsp;
     float   *dxs, *dy, *dosc;
     int32_t *doff;
     CK(cudaMalloc((void **)&dwq, pb * E));
     CK(cudaMalloc((void **)&dwexp, sb * E));
+    CK(cudaMalloc((void **)&dwsp, psb * E));
+    CK(cudaMemcpy(dwsp, wsp, psb * E, cudaMemcpyHostToDevice));
     CK(cudaMalloc((void **)&dxq, (size_t)rows_max * K));
     CK(cudaMalloc((void **)&dxs, sizeof(float) * (size_t)rows_max * ngrp));
     CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)rows_max * N));
@@ -81,11 +87,12 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    static const char *kname[] = {"auto", "first", "pipe16", "pipe32"};
+    static const char *kname[] = {"auto", "first", "pipe16", "pipe32", "staged16", "staged32", "staged64"};
     const int ms[] = {8, 16, 32, 64, 128, 256};
     double   *t = malloc(sizeof(double) * reps);
+    int       failed = 0;
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
-    for (int kern = FM_FP8MMA_FIRST; kern <= FM_FP8MMA_PIPE32; kern++) { /* the kernels interleaved per point */
+    for (int kern = FM_FP8MMA_FIRST; kern < FM_FP8MMA_KERNELS; kern++) { /* the kernels interleaved per point */
         if (kern == FM_FP8MMA_FIRST && fmt != FM_FORMAT_MXFP4) continue; /* MXFP4 only */
         const int m = ms[mi], rows = E * m;
         int32_t   off[257];
@@ -93,18 +100,26 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
         CK(cudaMemcpy(doff, off, sizeof(int32_t) * (size_t)(E + 1), cudaMemcpyHostToDevice));
         fm_fp8mma_args a = {.wq = dwq, .wexp = dwexp, .xq = dxq, .xs = dxs, .offsets = doff, .y = dy, .E = E, .N = N,
                             .K = K, .ldx = K, .ldxs = ngrp, .xs_per_128 = 1, .max_rows = rows, .kernel = kern,
-                            .oscale = dosc, .fmt = fmt};
+                            .oscale = dosc, .fmt = fmt, .wsp = dwsp};
         for (int it = -5; it < reps; it++) {
             CK(cudaEventRecord(ev[0], st));
-            if (fm_fp8mma_launch(&a, st) != 0) {
-                fprintf(stderr, "fm_fp8mma_launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
-                return 1;
+            const int le = fm_fp8mma_launch(&a, st);
+            if (le != 0) { /* this kernel's point is left out; the others go on */
+                fprintf(stderr, "%s %s m=%d: fm_fp8mma_launch failed: %s\n", name, kname[kern], m,
+                        cudaGetErrorString((cudaError_t)le));
+                failed = 1;
+                break;
             }
             CK(cudaEventRecord(ev[1], st));
             CK(cudaEventSynchronize(ev[1]));
             float ms_;
             CK(cudaEventElapsedTime(&ms_, ev[0], ev[1]));
             if (it >= 0) t[it] = ms_ * 1e3;
+        }
+        if (failed) {
+            failed = 0;
+            CK(cudaStreamSynchronize(st));
+            continue;
         }
         qsort(t, (size_t)reps, sizeof *t, cmpd);
         const double us = t[reps / 2];
@@ -117,12 +132,13 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
     }
     CK(cudaFree(dwq));
     CK(cudaFree(dwexp));
+    CK(cudaFree(dwsp));
     CK(cudaFree(dxq));
     CK(cudaFree(dxs));
     CK(cudaFree(dy));
     CK(cudaFree(doff));
     CK(cudaFree(dosc));
-    free(wq), free(wexp), free(src), free(q.data), free(q.scales), free(xq), free(xs), free(t), free(hosc);
+    free(wq), free(wexp), free(wsp), free(src), free(q.data), free(q.scales), free(xq), free(xs), free(t), free(hosc);
     return 0;
 }
 

@@ -16,8 +16,10 @@
 #include <stdint.h>
 
 #include "cuda/gemm_fp8.h"
+#include "cuda/kernel_common.cuh"
 
 namespace {
+using namespace fm_kc;
 
 constexpr int NW = 4, NT = 2, TOK = 8 * NT;
 
@@ -280,18 +282,265 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
     }
 }
 
+/* The staged kernels (fm_fp8mma_args.kernel FM_FP8MMA_STAGED16 / 32 / 64): the W4A16 mma
+ * kernels' shape (gemm_mma.cuh) for E4M3. A CTA of 4 warps takes 2 bands of 16 features a
+ * warp (128 features of one expert) and walks the expert's rows 8 x NT at a time; per 128-K
+ * stage, the rows' E4M3 tile [8 x NT][128 + 16 B] (shared by the CTA's 8 bands), each warp's
+ * two bands' 2 chunks of packed codes (512 B each, a lane's 16 B) and the bands' group
+ * scales (fm_fp8mma_pack_scales) go global -> shared by cp.async, STAGES deep, so that
+ * bytes stay in flight without registers. Each A fragment is decoded once and used by NT
+ * MMAs (16-64 tokens), each B fragment by the warp's 2 bands.
+ * MXFP4: a 128-K group whose 16 rows' codes fold (gemm_fp8.h, FM_FP8MMA_FOLD_MIN; all real
+ * checkpoints we read do) is one MMA chain over its 4 blocks with the exponents in the
+ * E4M3 codes (a per-block table of two integer ops), times 2^(max - 133) once; a group that
+ * does not (the warp votes) takes the pipelined kernels' exact per-block path. NVFP4: that
+ * per-16 path always (E4M3 block scales do not fold exactly). Exact in the weights for every
+ * scale either way; FP32 accumulation order differs from the oracle. */
+template <bool NV, int NT, int STAGES>
+struct staged_cfg {
+    static constexpr int MT = 2, KC = 128, TOK = 8 * NT, ROWB = KC + 16; /* ROWB: conflict-free B reads */
+    static constexpr int X_B = TOK * ROWB, W_OFF = X_B, W_B = NW * MT * 2 * 512;
+    static constexpr int SB = NV ? 128 : 64; /* a band's scales of one group: 16 rows x 8 / 4 codes */
+    static constexpr int S_OFF = W_OFF + W_B, STAGE_B = S_OFF + NW * MT * SB, SMEM = STAGE_B * STAGES;
+};
+
+template <bool NV, int NT, int STAGES>
+__global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel(const fm_fp8mma_args a)
+{
+    using C = staged_cfg<NV, NT, STAGES>;
+    constexpr int MT = C::MT, KC = C::KC, TOK = C::TOK, SEGS = KC / 16, XIT = TOK * SEGS / (NW * 32);
+    static_assert(TOK * SEGS % (NW * 32) == 0, "every thread copies whole row segments");
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int       row0 = a.offsets[e], row1 = a.offsets[e + 1];
+    if (row1 > a.max_rows) row1 = a.max_rows;
+    if (row0 < 0 || row1 <= row0) return; /* the whole CTA, before any barrier */
+    const int m = row1 - row0, nbands = a.N / 16, nch = a.K / 64, ngrp = (a.K + 127) / 128;
+    int       band[MT];
+    bool      bv[MT], wv = false; /* warp-uniform */
+    const uint4   *wsrc[MT];
+    const uint8_t *ssrc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        band[i] = (blockIdx.x * NW + warp) * MT + i;
+        bv[i] = band[i] < nbands;
+        wv |= bv[i];
+        const size_t b = bv[i] ? (size_t)band[i] : 0; /* a band past N reads band 0 with src-size 0 */
+        wsrc[i] = (const uint4 *)(a.wq + ((size_t)e * nbands + b) * (size_t)nch * 512) + lane;
+        ssrc[i] = a.wsp + ((size_t)e * nbands + b) * (size_t)ngrp * C::SB + (lane & 7) * 16;
+    }
+    const float osc = a.oscale ? a.oscale[e] : 1.0f;
+    for (int pass0 = 0; pass0 < m; pass0 += TOK) {
+        const int      rows = min(TOK, m - pass0);
+        const uint8_t *xsrc[XIT];
+        int            xdst[XIT], xcol[XIT];
+        bool           xin[XIT];
+#pragma unroll
+        for (int j = 0; j < XIT; j++) {
+            const int sgi = threadIdx.x + j * NW * 32, r = sgi / SEGS;
+            xcol[j] = (sgi % SEGS) * 16, xin[j] = r < rows, xdst[j] = r * C::ROWB + xcol[j];
+            xsrc[j] = a.xq + (size_t)(row0 + pass0 + (xin[j] ? r : 0)) * a.ldx + xcol[j];
+        }
+        /* one stage = one 128-K group: the row tile (rows past the count and K zero-filled),
+         * each warp's weight chunks (zeros past N and K), its bands' scales */
+        auto load_stage = [&](int ks) {
+            unsigned char *buf = smem + (ks % STAGES) * C::STAGE_B;
+#pragma unroll
+            for (int j = 0; j < XIT; j++) {
+                const bool ok = xin[j] && ks * KC + xcol[j] < a.K;
+                cp_async16(buf + xdst[j], ok ? xsrc[j] + (size_t)ks * KC : a.xq, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int  ch = ks * 2 + c;
+                const bool kin = ch < nch;
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    cp_async16(buf + C::W_OFF + ((warp * MT + i) * 2 + c) * 512 + lane * 16,
+                               wsrc[i] + (size_t)(kin ? ch : 0) * 32, bv[i] && kin ? 16 : 0);
+            }
+            if (lane < C::SB / 16)
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    cp_async16(buf + C::S_OFF + (warp * MT + i) * C::SB + lane * 16, ssrc[i] + (size_t)ks * C::SB,
+                               bv[i] ? 16 : 0);
+        };
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < ngrp) load_stage(s);
+            cp_async_commit();
+        }
+        float acc[MT][NT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
+        for (int ks = 0; ks < ngrp; ks++) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads(); /* stage ks visible to all; stage ks - 1 free */
+            if (ks + STAGES - 1 < ngrp) load_stage(ks + STAGES - 1);
+            cp_async_commit();
+            float xsg[NT][2]; /* the group's activation scales (1 per row: the epilogue's), loaded before the MMAs */
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int r = pass0 + n * 8 + 2 * t + j;
+                    xsg[n][j] = !a.xs_per_128 ? 1.0f : r < rows ? __ldg(a.xs + (size_t)(row0 + r) * a.ldxs + ks) : 0.0f;
+                }
+            if (!wv) continue;
+            const unsigned char *buf = smem + (ks % STAGES) * C::STAGE_B;
+            uint2 sc0[MT], sc1[MT]; /* rows g, g + 8: MXFP4 4 codes (.x), NVFP4 8 codes */
+            bool  fold[MT];
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const unsigned char *sp = buf + C::S_OFF + (warp * MT + i) * C::SB;
+                if (NV) {
+                    sc0[i] = *(const uint2 *)(sp + g * 8), sc1[i] = *(const uint2 *)(sp + (g + 8) * 8);
+                    fold[i] = false;
+                } else {
+                    sc0[i] = make_uint2(*(const uint32_t *)(sp + g * 4), 0u);
+                    sc1[i] = make_uint2(*(const uint32_t *)(sp + (g + 8) * 4), 0u);
+                    fold[i] = __all_sync(0xffffffffu, fm_fp8mma_folds(sc0[i].x) && fm_fp8mma_folds(sc1[i].x));
+                }
+            }
+            float tmp[MT][NT][4]; /* a folded group's MMA chain (MXFP4; the other paths add into acc) */
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) tmp[i][n][q] = 0.0f;
+#pragma unroll
+            for (int kb = 0; kb < 4; kb++) { /* the group's 32-K blocks */
+                uint32_t bx[NT][2];
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const unsigned char *xp = buf + (n * 8 + g) * C::ROWB + kb * 32 + 4 * t;
+                    bx[n][0] = *(const uint32_t *)xp, bx[n][1] = *(const uint32_t *)(xp + 16);
+                }
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    if (!bv[i]) continue;
+                    const uint4    w = *(const uint4 *)(buf + C::W_OFF + ((warp * MT + i) * 2 + (kb >> 1)) * 512 + lane * 16);
+                    const uint32_t wa = kb & 1 ? w.z : w.x, wc = kb & 1 ? w.w : w.y;
+                    if (!NV) {
+                        const uint32_t c0 = sc0[i].x >> (8 * kb) & 0xffu, c1 = sc1[i].x >> (8 * kb) & 0xffu;
+                        if (fold[i]) {
+                            uint32_t lo0, hi0, lo1, hi1;
+                            fm_fp8mma_fold_table((int)c0 - (int)fm_fp8mma_maxb(sc0[i].x) + 6, &lo0, &hi0);
+                            fm_fp8mma_fold_table((int)c1 - (int)fm_fp8mma_maxb(sc1[i].x) + 6, &lo1, &hi1);
+                            const uint32_t af[4] = {decode4c(wa & 0xffffu, lo0, hi0), decode4c(wa >> 16, lo1, hi1),
+                                                    decode4c(wc & 0xffffu, lo0, hi0), decode4c(wc >> 16, lo1, hi1)};
+#pragma unroll
+                            for (int n = 0; n < NT; n++) mma_e4m3(tmp[i][n], af, bx[n][0], bx[n][1]);
+                        } else {
+                            const uint32_t tlo = FM_FP8MMA_TLO, thi = FM_FP8MMA_THI;
+                            const float    sw0 = fm_fp8mma_ue8m0(c0), sw1 = fm_fp8mma_ue8m0(c1);
+                            const uint32_t a0 = decode4c(wa & 0xffffu, tlo, thi), a1 = decode4c(wa >> 16, tlo, thi),
+                                           a2 = decode4c(wc & 0xffffu, tlo, thi), a3 = decode4c(wc >> 16, tlo, thi);
+#pragma unroll
+                            for (int n = 0; n < NT; n++) {
+                                float d[4];
+                                mma_e4m3_z(d, a0, a1, a2, a3, bx[n][0], bx[n][1]);
+                                acc[i][n][0] = fmaf(d[0], sw0 * xsg[n][0], acc[i][n][0]);
+                                acc[i][n][1] = fmaf(d[1], sw0 * xsg[n][1], acc[i][n][1]);
+                                acc[i][n][2] = fmaf(d[2], sw1 * xsg[n][0], acc[i][n][2]);
+                                acc[i][n][3] = fmaf(d[3], sw1 * xsg[n][1], acc[i][n][3]);
+                            }
+                        }
+                    } else { /* blocks 2 kb, 2 kb + 1 of 16: one MMA each, the other half's A zero */
+                        const uint32_t w0 = kb < 2 ? sc0[i].x : sc0[i].y, w1 = kb < 2 ? sc1[i].x : sc1[i].y;
+                        const int      sh = 16 * (kb & 1);
+                        const float    s00 = fm_fp8mma_e4m3(w0 >> sh & 0xffu), s01 = fm_fp8mma_e4m3(w0 >> (sh + 8) & 0xffu);
+                        const float    s10 = fm_fp8mma_e4m3(w1 >> sh & 0xffu), s11 = fm_fp8mma_e4m3(w1 >> (sh + 8) & 0xffu);
+                        const uint32_t tlo = FM_FP8MMA_TLO, thi = FM_FP8MMA_THI;
+                        const uint32_t a0 = decode4c(wa & 0xffffu, tlo, thi), a1 = decode4c(wa >> 16, tlo, thi),
+                                       a2 = decode4c(wc & 0xffffu, tlo, thi), a3 = decode4c(wc >> 16, tlo, thi);
+#pragma unroll
+                        for (int n = 0; n < NT; n++) {
+                            float d[4], h[4];
+                            mma_e4m3_z(d, a0, a1, 0u, 0u, bx[n][0], bx[n][1]);
+                            mma_e4m3_z(h, 0u, 0u, a2, a3, bx[n][0], bx[n][1]);
+                            const float x0 = xsg[n][0], x1 = xsg[n][1];
+                            acc[i][n][0] = fmaf(h[0], s01 * x0, fmaf(d[0], s00 * x0, acc[i][n][0]));
+                            acc[i][n][1] = fmaf(h[1], s01 * x1, fmaf(d[1], s00 * x1, acc[i][n][1]));
+                            acc[i][n][2] = fmaf(h[2], s11 * x0, fmaf(d[2], s10 * x0, acc[i][n][2]));
+                            acc[i][n][3] = fmaf(h[3], s11 * x1, fmaf(d[3], s10 * x1, acc[i][n][3]));
+                        }
+                    }
+                }
+            }
+            /* a folded group's sum times 2^(max - 133) (rows g / g + 8) and the activation scale */
+            if (!NV)
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    if (!fold[i]) continue;
+                    const float f0 = ldexpf(1.0f, (int)fm_fp8mma_maxb(sc0[i].x) - 133);
+                    const float f1 = ldexpf(1.0f, (int)fm_fp8mma_maxb(sc1[i].x) - 133);
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+                            acc[i][n][q] = fmaf(tmp[i][n][q] * (q < 2 ? f0 : f1), xsg[n][q & 1], acc[i][n][q]);
+                }
+        }
+        if (wv)
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                if (!bv[i]) continue;
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int r = pass0 + n * 8 + 2 * t + (q & 1), col = band[i] * 16 + g + 8 * (q >> 1);
+                        if (r >= rows) continue;
+                        const int   row = row0 + r;
+                        const float v = a.xs_per_128 ? acc[i][n][q] : acc[i][n][q] * __ldg(a.xs + (size_t)row * a.ldxs);
+                        a.y[(size_t)row * a.N + col] = epilogue(a, e, row, col, v * osc);
+                    }
+            }
+        cp_async_wait<0>();
+        __syncthreads(); /* the next pass overwrites the stages */
+    }
+}
+
+/* launch one staged kernel: its shared memory as fm_fp8mma_smem_bytes says (the host's
+ * function and the template must agree: cudaErrorAssert otherwise, a defect caught by the
+ * GPU test), opting in past 48 KB */
+template <bool NV, int NT, int STAGES>
+int launch_staged(const fm_fp8mma_args &a, size_t smem, cudaStream_t s)
+{
+    using C = staged_cfg<NV, NT, STAGES>;
+    if ((size_t)C::SMEM != smem) return (int)cudaErrorAssert;
+    if (smem > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(fp8mma_staged_kernel<NV, NT, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return (int)e;
+    }
+    const dim3 grid((unsigned)((a.N / 16 + NW * C::MT - 1) / (NW * C::MT)), (unsigned)a.E);
+    fp8mma_staged_kernel<NV, NT, STAGES><<<grid, NW * 32, smem, s>>>(a);
+    return (int)cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
 {
     if (!a || !a->wq || !a->wexp || !a->xq || !a->xs || !a->offsets || !a->y || a->E < 1 || a->E > 65535 ||
         a->N < 16 || a->N % 16 || a->K < 64 || a->K % 64 || a->ldx < a->K || a->ldx % 4 || a->max_rows < 0 ||
-        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1) || a->kernel < FM_FP8MMA_AUTO || a->kernel > FM_FP8MMA_PIPE32 ||
+        a->ldxs < (a->xs_per_128 ? (a->K + 127) / 128 : 1) || a->kernel < FM_FP8MMA_AUTO || a->kernel >= FM_FP8MMA_KERNELS ||
         (a->fmt != 0 && a->fmt != FM_FORMAT_MXFP4 && a->fmt != FM_FORMAT_NVFP4))
         return (int)cudaErrorInvalidValue;
     if (((uintptr_t)a->wq & 15) || ((uintptr_t)a->xq & 3) || ((uintptr_t)a->xs & 3) || ((uintptr_t)a->y & 3))
         return (int)cudaErrorMisalignedAddress; /* 16-byte weight loads, 4-byte X loads */
     if ((uintptr_t)a->wexp & 3) return (int)cudaErrorMisalignedAddress; /* 2- / 4-byte scale loads */
+    if (a->kernel >= FM_FP8MMA_STAGED16) { /* packed scales; 16-byte copies of the rows and the scales */
+        if (!a->wsp) return (int)cudaErrorInvalidValue;
+        if (((uintptr_t)a->wsp & 15) || ((uintptr_t)a->xq & 15) || a->ldx % 16) return (int)cudaErrorMisalignedAddress;
+    }
     int dev = 0, major = 0, minor = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -300,6 +549,19 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
     const int nv = a->fmt == FM_FORMAT_NVFP4;
     if (nv && a->kernel == FM_FP8MMA_FIRST) return (int)cudaErrorInvalidValue; /* the first kernel: MXFP4 only */
+    if (a->kernel >= FM_FP8MMA_STAGED16) {
+        const size_t smem = fm_fp8mma_smem_bytes(a->kernel, nv ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4);
+        int          optin = 0;
+        if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return (int)e;
+        if (smem > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
+        if (a->max_rows == 0) return 0;
+        cudaStream_t s = (cudaStream_t)stream;
+        switch (a->kernel) {
+        case FM_FP8MMA_STAGED16: return nv ? launch_staged<true, 2, 4>(*a, smem, s) : launch_staged<false, 2, 4>(*a, smem, s);
+        case FM_FP8MMA_STAGED32: return nv ? launch_staged<true, 4, 3>(*a, smem, s) : launch_staged<false, 4, 3>(*a, smem, s);
+        default: return nv ? launch_staged<true, 8, 3>(*a, smem, s) : launch_staged<false, 8, 3>(*a, smem, s);
+        }
+    }
     if (a->max_rows == 0) return 0;
     const dim3 grid((unsigned)((a->N / 16 + NW - 1) / NW), (unsigned)a->E);
     int        k = a->kernel;

@@ -10,8 +10,11 @@
  * products aside). The first kernel (MXFP4 only, kept for the A/B) folds the block exponents
  * into the codes: exact where a row's block exponents within one 128-K group lie within 14
  * binades of its largest. Runs on sm_89+ (FP8 mma); on an older device the launcher returns
- * cudaErrorNotSupported. Not yet wired into the layer: tested against an FP64 oracle
- * (tests/gpu/test_cuda_fp8mma.c). */
+ * cudaErrorNotSupported. Tested against an FP64 oracle (tests/gpu/test_cuda_fp8mma.c).
+ * The staged kernels (FM_FP8MMA_STAGED*, opt-in: compiled for every target, not yet run on a
+ * GPU) decode each weight tile once for 16 / 32 / 64 rows: weights, their packed scales
+ * (fm_fp8mma_pack_scales) and the rows' E4M3 tile go global -> shared by cp.async, several
+ * stages deep, as the W4A16 mma kernels; see gemm_fp8.cu. */
 #ifndef FM_CUDA_GEMM_FP8_H
 #define FM_CUDA_GEMM_FP8_H
 
@@ -67,13 +70,68 @@ static inline FM_FP8MMA_HD float fm_fp8mma_e4m3(uint32_t c)
     return c & 0x80u ? -v : v;
 }
 
+/* The staged kernels' MXFP4 fold: the E4M3 codes of the E2M1 magnitudes times 2^j, j in
+ * [FM_FP8MMA_FOLD_MIN, 6] (6 x 2^6 = 384 <= 448; 0.5 x 2^-5 = 2^-6, E4M3's smallest normal):
+ * the j = 0 table with j added to the exponent field of bytes 1..7 (byte 0, the zero, stays
+ * 0). Exact for every code (test_cuda_fp8pack checks each j and magnitude). A 128-K group
+ * folds when each of its rows' block codes lies within 11 binades of the row's largest
+ * (j = code - max + 6 >= -5) and no code is 255 (NaN): one MMA chain over the group's four
+ * blocks, times 2^(max - 133) once. Else its blocks go one MMA each from zero, times their
+ * scale (exact for every code, as the pipelined kernels). */
+#define FM_FP8MMA_FOLD_MIN (-5)
+static inline FM_FP8MMA_HD void fm_fp8mma_fold_table(int j, uint32_t *lo, uint32_t *hi)
+{
+    const uint32_t d = (uint32_t)(j * 8); /* two's complement: the bytes never borrow (each >= 0x30 - 0x28) */
+    *lo = FM_FP8MMA_TLO + d * 0x01010100u;
+    *hi = FM_FP8MMA_THI + d * 0x01010101u;
+}
+/* The smallest and largest byte of a word (the staged kernels' fold test on 4 UE8M0 codes) */
+static inline FM_FP8MMA_HD uint32_t fm_fp8mma_maxb(uint32_t w)
+{
+    uint32_t a = w & 0xffu, b = w >> 8 & 0xffu, c = w >> 16 & 0xffu, d = w >> 24;
+    a = a > b ? a : b, c = c > d ? c : d;
+    return a > c ? a : c;
+}
+static inline FM_FP8MMA_HD uint32_t fm_fp8mma_minb(uint32_t w)
+{
+    uint32_t a = w & 0xffu, b = w >> 8 & 0xffu, c = w >> 16 & 0xffu, d = w >> 24;
+    a = a < b ? a : b, c = c < d ? c : d;
+    return a < c ? a : c;
+}
+/* Does a row's 128-K group of 4 UE8M0 codes fold (see FM_FP8MMA_FOLD_MIN)? */
+static inline FM_FP8MMA_HD int fm_fp8mma_folds(uint32_t codes)
+{
+    const uint32_t mx = fm_fp8mma_maxb(codes);
+    return mx < 255u && (int)fm_fp8mma_minb(codes) - (int)mx + 6 >= FM_FP8MMA_FOLD_MIN;
+}
+
+/* The staged kernels' scale layout (fm_fp8mma_pack_scales): per expert, per band of 16
+ * rows, per 128-K group, the 16 rows' codes of the group: MXFP4 4 UE8M0 codes a row (64 B),
+ * NVFP4 8 E4M3 codes a row (128 B); row r at r x 4 (8). A last group of 64 K (K % 128 == 64)
+ * pads MXFP4 with the row's first code of the group (the fold test sees the same largest and
+ * smallest code) and NVFP4 with 0 (its weights are zero there). */
+size_t fm_fp8mma_scales_bytes(fm_format fmt, int64_t N, int64_t K);
+/* Host: w's block scales into dst (fm_fp8mma_scales_bytes). FM_OK, FM_ERR_INVALID_ARG (NULL),
+ * FM_ERR_FORMAT (neither MXFP4 nor NVFP4), FM_ERR_BAD_SHAPE (N % 16, K % 64). */
+fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst);
+
 /* fm_fp8mma_args.kernel: which kernel runs (an A/B knob of the benchmark and the test) */
 enum {
-    FM_FP8MMA_AUTO = 0,   /* the pipelined kernel: NVFP4 32 tokens a pass where max_rows >= 24 x E, else 16 */
-    FM_FP8MMA_FIRST = 1,  /* the first kernel: block exponents folded into the codes, no pipeline */
-    FM_FP8MMA_PIPE16 = 2, /* pipelined, 16 tokens a pass */
-    FM_FP8MMA_PIPE32 = 3  /* pipelined, 32 tokens a pass */
+    FM_FP8MMA_AUTO = 0,      /* the pipelined kernel: NVFP4 32 tokens a pass where max_rows >= 24 x E, else 16 */
+    FM_FP8MMA_FIRST = 1,     /* the first kernel: block exponents folded into the codes, no pipeline */
+    FM_FP8MMA_PIPE16 = 2,    /* pipelined, 16 tokens a pass */
+    FM_FP8MMA_PIPE32 = 3,    /* pipelined, 32 tokens a pass */
+    FM_FP8MMA_STAGED16 = 4,  /* staged through shared memory (needs wsp), 16 tokens a pass, 4 stages */
+    FM_FP8MMA_STAGED32 = 5,  /* 32 tokens a pass, 3 stages */
+    FM_FP8MMA_STAGED64 = 6,  /* 64 tokens a pass, 3 stages (> 48 KB: the launcher opts in) */
+    FM_FP8MMA_KERNELS = 7    /* the count */
 };
+
+/* Dynamic shared memory of a staged kernel for fmt (0 for the others): 3-4 stages of the row
+ * tile [tokens][128 + 16 B], 4 warps x 2 bands x 2 chunks x 512 B of weights and 8 bands'
+ * group scales. The launcher refuses (cudaErrorInvalidConfiguration) a device whose opt-in
+ * limit is smaller; every staged kernel fits SM120's 101,376 B (test_cuda_fp8pack). */
+size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt);
 
 typedef struct {
     const uint8_t *wq;      /* [E] experts of fm_fp8mma_pack's layout, back to back */
@@ -90,10 +148,14 @@ typedef struct {
     const float   *bias;       /* [E][N] added after the output scale, or NULL (gpt-oss's FC2 bias) */
     const float   *row_weight; /* [rows] each row's result times it, after the bias, or NULL (the routing
                                   weight: y[r] = w[r] x (acc x oscale + bias), the layer's FC2) */
+    const uint8_t *wsp;        /* [E] experts of fm_fp8mma_pack_scales' layout (16-byte aligned): the staged
+                                  kernels need it (and xq 16-byte aligned, ldx % 16 == 0); the others ignore it */
 } fm_fp8mma_args;
 
 /* Launch on stream. Returns a cudaError_t value (0: launched; cudaErrorInvalidValue for bad
- * arguments, cudaErrorMisalignedAddress for wq not 16-byte or xq / xs / y not 4-byte aligned,
+ * arguments, cudaErrorMisalignedAddress for wq not 16-byte or xq / xs / y not 4-byte aligned (a
+ * staged kernel: wsp and xq 16-byte, ldx % 16), cudaErrorInvalidConfiguration where its shared
+ * memory is past the device's limit,
  * cudaErrorNotSupported before sm_89). */
 int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream);
 

@@ -42,3 +42,42 @@ fm_status fm_fp8mma_pack(const fm_qtensor *w, uint8_t *dst)
             }
     return FM_OK;
 }
+
+size_t fm_fp8mma_scales_bytes(fm_format fmt, int64_t N, int64_t K)
+{
+    return (size_t)(N / 16) * (size_t)((K + 127) / 128) * 16 * (fmt == FM_FORMAT_NVFP4 ? 8 : 4);
+}
+
+fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst)
+{
+    if (!w || !dst || !w->scales) return fm_fail(FM_ERR_INVALID_ARG, "fm_fp8mma_pack_scales: NULL scales or destination");
+    if (w->fmt != FM_FORMAT_MXFP4 && w->fmt != FM_FORMAT_NVFP4)
+        return fm_fail(FM_ERR_FORMAT, "fm_fp8mma_pack_scales: the W4A8 mma GEMM takes MXFP4 or NVFP4 weights (format %d)",
+                       (int)w->fmt);
+    const int64_t N = w->rows, K = w->cols;
+    if (N <= 0 || K <= 0 || N % 16 || K % 64)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_fp8mma_pack_scales: %lld x %lld: N must be a multiple of 16 and K of 64",
+                       (long long)N, (long long)K);
+    const int      nv = w->fmt == FM_FORMAT_NVFP4, per = nv ? 8 : 4; /* codes of a row in a 128-K group */
+    const int64_t  nblk = K / (nv ? 16 : 32), ngrp = (K + 127) / 128;
+    const uint8_t *sc = w->scales;
+    for (int64_t band = 0; band < N / 16; band++)
+        for (int64_t gi = 0; gi < ngrp; gi++)
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *src = sc + (band * 16 + r) * nblk + gi * per;
+                uint8_t       *o = dst + ((band * ngrp + gi) * 16 + r) * per;
+                for (int b = 0; b < per; b++)
+                    o[b] = gi * per + b < nblk ? src[b] : nv ? 0 : src[0]; /* a 64-K last group: see gemm_fp8.h */
+            }
+    return FM_OK;
+}
+
+size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt)
+{
+    /* gemm_fp8.cu's staged layout: per stage the row tile, the weights, the scales */
+    const int    nt = kernel == FM_FP8MMA_STAGED16 ? 2 : kernel == FM_FP8MMA_STAGED32 ? 4 : kernel == FM_FP8MMA_STAGED64 ? 8 : 0;
+    const int    stages = kernel == FM_FP8MMA_STAGED16 ? 4 : 3;
+    if (!nt) return 0;
+    const size_t stage = (size_t)8 * nt * (128 + 16) + 4 * 2 * 2 * 512 + 4 * 2 * (fmt == FM_FORMAT_NVFP4 ? 128 : 64);
+    return stage * (size_t)stages;
+}

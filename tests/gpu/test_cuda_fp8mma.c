@@ -1,6 +1,7 @@
 /* test_cuda_fp8mma.c - the W4A8 mma GEMM (src/cuda/gemm_fp8.cu, MXFP4 and NVFP4 weights, E4M3
  * activations with FP32 scales), each kernel (the first, MXFP4 only; the pipelined ones, 16 and
- * 32 tokens a pass; the automatic pick) against an FP64 oracle of the same operands:
+ * 32 tokens a pass; the automatic pick; the staged ones, 16 / 32 / 64 tokens a pass, with the
+ * packed scales of fm_fp8mma_pack_scales) against an FP64 oracle of the same operands:
  *   y[r][n] = sum_k deq(W_e)[n][k] x dec(q[r][k]) x s[r][k / 128 or 0]
  * (the W4A8 numerics of docs/formats.md with exact weights: the oracle multiplies the MXFP4
  * values, the GPU their E4M3 re-encoding, which is exact for these weights: a row's block
@@ -9,7 +10,10 @@
  * group and of the promoted sums; a wrong fragment, table or scale is off by O(1).
  * Shapes: N 64 / 96 / 48 (a CTA with an idle warp) x K 2880 (gpt-oss) / 256 / 192 (a last
  * group of 64); 3 experts with 0, 5 and 37 rows (a pass of 16 cut at 5 and at 37), both scale
- * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. Output poisoned (NaN)
+ * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. MXFP4: every fifth weight
+ * row has its second block 14 binades down (code - 14, its values x 2^-14 in the oracle), so
+ * that the staged kernels' groups that hold it do not fold (gemm_fp8.h) and take the per-block
+ * path while the others fold: both paths in every run. Output poisoned (NaN)
  * before each run; the rows of no expert must keep it; NaN/Inf checked first. Then the
  * launcher's refusals (bad shapes); the pack's are test_cuda_fp8pack's (host only). Compiled without a GPU;
  * skips (exit 77) where there is none, and where the GPU has no FP8 mma (before sm_89). */
@@ -28,6 +32,14 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
     gpu_experts w;
     gpu_experts_make(&w, r, fmt, E, N, K);
     const int nv = fmt == FM_FORMAT_NVFP4, nsb = nv ? K / 16 : K / 32; /* block scales per row */
+    if (!nv) /* groups that do not fold: see the header */
+        for (int e = 0; e < E; e++)
+            for (int n = 0; n < N; n += 5) {
+                uint8_t *c = (uint8_t *)w.w[e].scales + (size_t)n * nsb + 1;
+                if (*c < 20 || *c == 255) continue;
+                *c -= 14;
+                for (int k = 32; k < 64; k++) w.deq[((size_t)e * N + n) * K + k] *= 0x1p-14f;
+            }
     const int32_t off[E + 1] = {0, 0, 5, 42};
     const int     rows = off[E], extra = 3; /* 3 rows past the experts' rows: never written */
     const int     ngrp = (K + 127) / 128, ldxs = per128 ? ngrp : 1;
@@ -65,10 +77,11 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
                 ref[(size_t)i * N + n] = s, mag[(size_t)i * N + n] = m;
             }
     /* device operands */
-    const size_t pb = fm_fp8mma_pack_bytes(N, K);
-    uint8_t     *wq = malloc(pb * E), *wexp = malloc((size_t)E * N * nsb);
+    const size_t pb = fm_fp8mma_pack_bytes(N, K), psb = fm_fp8mma_scales_bytes(fmt, N, K);
+    uint8_t     *wq = malloc(pb * E), *wexp = malloc((size_t)E * N * nsb), *wsp = malloc(psb * E);
     for (int e = 0; e < E; e++) {
         assert_int_equal(fm_fp8mma_pack(&w.w[e], wq + pb * e), FM_OK);
+        assert_int_equal(fm_fp8mma_pack_scales(&w.w[e], wsp + psb * e), FM_OK);
         memcpy(wexp + (size_t)e * N * nsb, w.w[e].scales, (size_t)N * nsb);
     }
     /* the expert's output scale: a factor of the test's times NVFP4's global scale (the
@@ -79,7 +92,8 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
                         .oscale = dev_upload(dosc, sizeof dosc), .fmt = fmt, .xq = dev_upload(xq, (size_t)(rows + extra) * K),
                         .xs = dev_upload(xs, sizeof(float) * (size_t)(rows + extra) * ldxs),
                         .offsets = dev_upload(off, sizeof off), .E = E, .N = N, .K = K, .ldx = K, .ldxs = ldxs,
-                        .xs_per_128 = per128, .max_rows = rows + extra, .kernel = kernel};
+                        .xs_per_128 = per128, .max_rows = rows + extra, .kernel = kernel,
+                        .wsp = dev_upload(wsp, psb * E)};
     float *dy = NULL, *y = malloc(sizeof(float) * (size_t)(rows + extra) * N);
     CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)(rows + extra) * N));
     a.y = dy;
@@ -116,18 +130,21 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
     b = a, b.K = K + 32, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
     b = a, b.ldx = K - 4, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
     b = a, b.xs = NULL, assert_int_not_equal(fm_fp8mma_launch(&b, st), 0);
-    b = a, b.kernel = FM_FP8MMA_PIPE32 + 1, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.kernel = FM_FP8MMA_KERNELS, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.kernel = FM_FP8MMA_STAGED16, b.wsp = NULL;
+    assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     b = a, b.fmt = FM_FORMAT_BF16 + 7, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     b = a, b.fmt = FM_FORMAT_NVFP4, b.kernel = FM_FP8MMA_FIRST; /* the first kernel takes MXFP4 only */
     assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     CK(cudaFree((void *)a.wq));
     CK(cudaFree((void *)a.wexp));
+    CK(cudaFree((void *)a.wsp));
     CK(cudaFree((void *)a.oscale));
     CK(cudaFree((void *)a.xq));
     CK(cudaFree((void *)a.xs));
     CK(cudaFree((void *)a.offsets));
     CK(cudaFree(dy));
-    free(xf), free(xs), free(xq), free(ref), free(mag), free(wq), free(wexp), free(y);
+    free(xf), free(xs), free(xq), free(ref), free(mag), free(wq), free(wexp), free(wsp), free(y);
     gpu_experts_free(&w);
 }
 
@@ -151,7 +168,7 @@ static void test_fp8mma_vs_oracle(void **state)
     for (int i = 0; i < 3; i++)
         for (int per128 = 1; per128 >= 0; per128--)
             for (int f = FM_FORMAT_NVFP4; f <= FM_FORMAT_MXFP4; f++)
-                for (int k = FM_FP8MMA_AUTO; k <= FM_FP8MMA_PIPE32; k++)
+                for (int k = FM_FP8MMA_AUTO; k < FM_FP8MMA_KERNELS; k++)
                     if (f == FM_FORMAT_MXFP4 || k != FM_FP8MMA_FIRST) check_shape(&r, (fm_format)f, shapes[i][0], shapes[i][1], per128, k, st);
     CK(cudaStreamDestroy(st));
 }

@@ -207,10 +207,109 @@ static void test_fp8_launch_refusals(void **state)
                                        NULL), (int)cudaErrorMisalignedAddress);
 }
 
+/* The staged kernels' host-visible pieces (gemm_fp8.h): (1) the MXFP4 fold tables: for every
+ * j in [FM_FP8MMA_FOLD_MIN, 6] and every 16-bit input, the two-prmt decode with the table of j
+ * gives the E4M3 code of e2m1 x 2^j exactly (and j = FOLD_MIN - 1 does not: the bound is
+ * tight); with 2^(max - 133) that is e2m1 x 2^(code - 127), the weight, for every pair of
+ * codes the fold admits. (2) fm_fp8mma_folds against its definition for every code pair of a
+ * group. (3) fm_fp8mma_pack_scales' layout read back the way the kernel's lanes read it, for
+ * both formats, K % 128 = 0 and 64 (the pad rule). (4) the shared memory of each staged kernel
+ * within SM120's 101,376 B, and 0 for the others. (5) the staged launch's refusals (no packed
+ * scales, misaligned rows or scales), before any CUDA call. */
+static void test_fp8_staged_host(void **state)
+{
+    (void)state;
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int j = FM_FP8MMA_FOLD_MIN - 1; j <= 6; j++) {
+        uint32_t lo, hi;
+        fm_fp8mma_fold_table(j, &lo, &hi);
+        int exact = 1;
+        for (uint32_t v = 0; v < 65536; v++) {
+            const uint32_t got = prmt(lo, hi, v & 0x7777u) | prmt(0x8000u, 0u, (v >> 3) & 0x1111u);
+            for (int i = 0; i < 4; i++) {
+                const unsigned code = (v >> (4 * i)) & 15u;
+                const float    want = (code & 8u ? -1.0f : 1.0f) * mag[code & 7u] * ldexpf(1.0f, j);
+                const float    dec = fm_e4m3_decode((uint8_t)(got >> (8 * i)));
+                if (dec != want || (code & 8u) != ((got >> (8 * i + 4)) & 8u)) exact = 0;
+            }
+        }
+        if (j >= FM_FP8MMA_FOLD_MIN && !exact) fail_msg("fold table j = %d is not exact", j);
+        if (j < FM_FP8MMA_FOLD_MIN && exact) fail_msg("fold table j = %d is exact: FM_FP8MMA_FOLD_MIN could be lower", j);
+    }
+    for (uint32_t mx = 0; mx < 255; mx++) /* the group's factor: e2m1 x 2^j x 2^(max - 133) = e2m1 x 2^(code - 127) */
+        for (int j = FM_FP8MMA_FOLD_MIN; j <= 6; j++) {
+            const int code = (int)mx + j - 6;
+            if (code < 0) continue;
+            assert_true(ldexpf(ldexpf(1.5f, j), (int)mx - 133) == ldexpf(1.5f, code - 127) ||
+                        ldexpf(1.5f, code - 127) < 0x1p-125f); /* FP32 subnormal products aside */
+        }
+    for (uint32_t a = 0; a < 256; a++) /* (2): two codes of a group, the others equal to the first */
+        for (uint32_t b = 0; b < 256; b++) {
+            const uint32_t w = a | b << 8 | a << 16 | a << 24;
+            const uint32_t mx = a > b ? a : b, mn = a < b ? a : b;
+            assert_int_equal(fm_fp8mma_folds(w), mx < 255 && mx - mn <= 11);
+        }
+    fm_rng r; /* (3) */
+    fm_rng_init(&r, fm_test_seed() ^ 0x5ca1e);
+    const int shapes[3][2] = {{32, 2880}, {16, 192}, {48, 256}};
+    for (int f = 0; f < 2; f++)
+        for (int si = 0; si < 3; si++) {
+            const int        N = shapes[si][0], K = shapes[si][1], nv = f == 1, per = nv ? 8 : 4, nblk = K / (nv ? 16 : 32);
+            const int        ngrp = (K + 127) / 128;
+            uint8_t         *sc = malloc((size_t)N * nblk), *out = malloc(fm_fp8mma_scales_bytes(nv ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4, N, K));
+            uint8_t          d[1];
+            for (int i = 0; i < N * nblk; i++) sc[i] = (uint8_t)(fm_rng_uniform(&r) * 255);
+            fm_qtensor q = {.fmt = nv ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4, .rows = N, .cols = K, .data = d, .scales = sc};
+            assert_int_equal(fm_fp8mma_scales_bytes(q.fmt, N, K), (size_t)(N / 16) * ngrp * 16 * per);
+            assert_int_equal(fm_fp8mma_pack_scales(&q, out), FM_OK);
+            for (int band = 0; band < N / 16; band++)
+                for (int gi = 0; gi < ngrp; gi++)
+                    for (int lane = 0; lane < 32; lane++) /* the kernel's lane reads rows g and g + 8 */
+                        for (int h = 0; h < 2; h++) {
+                            const int      row = (lane >> 2) + 8 * h;
+                            const uint8_t *got = out + (((size_t)band * ngrp + gi) * 16 + row) * per;
+                            for (int b = 0; b < per; b++) {
+                                const int blk = gi * per + b;
+                                const int want = blk < nblk ? sc[(size_t)(band * 16 + row) * nblk + blk]
+                                                 : nv        ? 0
+                                                             : sc[(size_t)(band * 16 + row) * nblk + gi * per];
+                                if (got[b] != want)
+                                    fail_msg("%s N %d K %d band %d group %d row %d block %d: 0x%02x, want 0x%02x",
+                                             nv ? "nvfp4" : "mxfp4", N, K, band, gi, row, b, got[b], want);
+                            }
+                        }
+            fm_qtensor b = q;
+            assert_int_equal(fm_fp8mma_pack_scales(NULL, out), FM_ERR_INVALID_ARG);
+            b.scales = NULL, assert_int_equal(fm_fp8mma_pack_scales(&b, out), FM_ERR_INVALID_ARG);
+            b = q, b.fmt = FM_FORMAT_BF16, assert_int_equal(fm_fp8mma_pack_scales(&b, out), FM_ERR_FORMAT);
+            b = q, b.rows = 8, assert_int_equal(fm_fp8mma_pack_scales(&b, out), FM_ERR_BAD_SHAPE);
+            b = q, b.cols = 96, assert_int_equal(fm_fp8mma_pack_scales(&b, out), FM_ERR_BAD_SHAPE);
+            free(sc), free(out);
+        }
+    for (int k = 0; k < FM_FP8MMA_KERNELS; k++) /* (4) */
+        for (int f = 0; f < 2; f++) {
+            const size_t b = fm_fp8mma_smem_bytes(k, f ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4);
+            if (k < FM_FP8MMA_STAGED16) assert_int_equal(b, 0);
+            else assert_true(b > 0 && b <= 101376);
+            if (k >= FM_FP8MMA_STAGED16) printf("  staged kernel %d %s: %zu B of shared memory\n", k, f ? "nvfp4" : "mxfp4", b);
+        }
+    unsigned char *base = (unsigned char *)(uintptr_t)0x10000000u; /* (5): never read */
+    fm_fp8mma_args a = {.wq = base, .wexp = base, .xq = base, .xs = (const float *)base, .wsp = base,
+                        .offsets = (const int32_t *)base, .y = (float *)base, .E = 2, .N = 32, .K = 128, .ldx = 128,
+                        .ldxs = 1, .max_rows = 8, .kernel = FM_FP8MMA_STAGED32};
+    fm_fp8mma_args b = a;
+    b.wsp = NULL, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    b = a, b.wsp = base + 8, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
+    b = a, b.xq = base + 4, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
+    b = a, b.ldx = 136, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
+    b = a, b.kernel = FM_FP8MMA_KERNELS, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_fp8pack_decode), cmocka_unit_test(test_fp8pipe_decode),
                                        cmocka_unit_test(test_fp8pack_refusals),
-                                       cmocka_unit_test(test_fp8_launch_refusals)};
+                                       cmocka_unit_test(test_fp8_launch_refusals),
+                                       cmocka_unit_test(test_fp8_staged_host)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
