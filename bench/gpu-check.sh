@@ -10,7 +10,8 @@
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
-#   w4a8: bench_fp8mma, then bench_layer W4A16 and W4A8 (issue 34; CTEST_ARGS for the tests first)
+#   w4a8: bench_fp8mma, then bench_layer W4A16 and W4A8 on each kernel of W4A8_KERNELS (default
+#         auto staged16 staged32 staged64; issue 34; CTEST_ARGS for the tests first)
 #   decode-delay: test_cuda_decode on decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY),
 #            plain and under memcheck / racecheck (issue 31's flag-protocol test; CTEST=0 skips ctest)
 #   nccl-ep1: build + ctest as usual, then examples/nccl_ep against the carried .ncclep and this
@@ -155,11 +156,14 @@ if [ "$MODE" = w4a8 ]; then
   echo "== bench_fp8mma"
   timeout ${FP8_S:-120} build-gpu/bench/bench_fp8mma ${FP8_ARGS:-} >"$OUT/bench_fp8mma.log" 2>&1 || tail -5 "$OUT/bench_fp8mma.log"
   grep -v "^csv" "$OUT/bench_fp8mma.log"
-  for act in "" "--act-fp8 block128"; do
-    echo "== bench_layer ${W4A8_LAYER_ARGS:---ts 16,256,1024,4096 --reps 16} $act"
-    timeout ${W4A8_LAYER_S:-150} build-gpu/bench/bench_layer ${W4A8_LAYER_ARGS:---ts 16,256,1024,4096 --reps 16} $act \
-      >"$OUT/bench_layer_${act:+w4a8}.log" 2>&1 || tail -5 "$OUT/bench_layer_${act:+w4a8}.log"
-    grep -v "^csv" "$OUT/bench_layer_${act:+w4a8}.log" | grep -v "^#"
+  # the layer: W4A16, then W4A8 on each GEMM kernel named in W4A8_KERNELS (FM_W4A8_KERNEL, read
+  # at create; "auto" = the default pick)
+  for run in w4a16 ${W4A8_KERNELS:-auto staged16 staged32 staged64}; do
+    act=""; [ "$run" = w4a16 ] || act="--act-fp8 block128"
+    echo "== bench_layer ${W4A8_LAYER_ARGS:---ts 16,256,1024,4096 --reps 16} $act (${run})"
+    FM_W4A8_KERNEL=$([ "$run" = w4a16 ] || echo "$run") timeout ${W4A8_LAYER_S:-100} build-gpu/bench/bench_layer \
+      ${W4A8_LAYER_ARGS:---ts 16,256,1024,4096 --reps 16} $act >"$OUT/bench_layer_$run.log" 2>&1 || tail -5 "$OUT/bench_layer_$run.log"
+    grep -v "^csv" "$OUT/bench_layer_$run.log" | grep -v "^#"
   done
   exit 0
 fi

@@ -122,7 +122,7 @@ static void cuda_destroy(void *ptr)
     fm_cuda_weights_destroy(s->w2);
     void *dev[] = {s->d_router, s->d_bias, s->d_b13, s->d_b2, s->d_sw13, s->d_sw2, s->d_err, s->ws_own,
                    s->d_xstage, s->d_ostage, s->d_split, s->d_decode, s->q8.q13, s->q8.sc13, s->q8.q2, s->q8.sc2,
-                   s->q8.gs13, s->q8.us13, s->q8.osc2};
+                   s->q8.sp13, s->q8.sp2, s->q8.gs13, s->q8.us13, s->q8.osc2};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     if (s->ev0) cudaEventDestroy(s->ev0);
     if (s->ev1) cudaEventDestroy(s->ev1);
@@ -141,16 +141,35 @@ static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
     return fm_cuda_weights_create_gate_up(w->w13, L, split ? w->w13_up_global : NULL, &s->w13);
 }
 
+/* $FM_W4A8_KERNEL: which W4A8 GEMM kernel a W4A8 layer runs (an A/B knob for bench_layer, read
+ * at create; unset or empty = automatic). A name the list does not hold refuses the create. */
+static fm_status w4a8_kernel_env(int *kernel)
+{
+    static const char *names[FM_FP8MMA_KERNELS] = {"auto", "first", "pipe16", "pipe32", "staged16", "staged32", "staged64"};
+    const char *v = getenv("FM_W4A8_KERNEL");
+    *kernel = FM_FP8MMA_AUTO;
+    if (!v || !*v) return FM_OK;
+    for (int k = 0; k < FM_FP8MMA_KERNELS; k++)
+        if (!strcmp(v, names[k])) {
+            *kernel = k;
+            return FM_OK;
+        }
+    return fm_fail(FM_ERR_INVALID_ARG, "cuda backend: FM_W4A8_KERNEL='%s' is not a W4A8 GEMM kernel (auto first pipe16 "
+                                       "pipe32 staged16 staged32 staged64)", v);
+}
+
 /* A W4A8 layer's weights (act_fp8): each local expert's FP4 codes packed for the W4A8 GEMM
- * (fm_fp8mma_pack, on the host) and its block scales as the checkpoint stores them, uploaded;
- * the global scales per expert (FC1's gate and up: fm_moe_weights.w13_up_global where the
- * halves differ; 1 for MXFP4). */
+ * (fm_fp8mma_pack, on the host), its block scales as the checkpoint stores them and packed by
+ * 128-K group for the staged kernels (fm_fp8mma_pack_scales), uploaded; the global scales per
+ * expert (FC1's gate and up: fm_moe_weights.w13_up_global where the halves differ; 1 for MXFP4). */
 static fm_status create_w4a8(fm_cuda_layer *s, const fm_moe_weights *w)
 {
     const fm_moe_config *c = &s->p.cfg;
     const int            L = s->p.n_local, H = c->hidden, I = c->inter;
     const size_t p13 = fm_fp8mma_pack_bytes(2 * (int64_t)I, H), p2 = fm_fp8mma_pack_bytes(H, I);
+    const size_t q13 = fm_fp8mma_scales_bytes(c->wfmt, 2 * (int64_t)I, H), q2 = fm_fp8mma_scales_bytes(c->wfmt, H, I);
     size_t       d13, s13, d2, s2;
+    FM_CHECK(w4a8_kernel_env(&s->q8.kernel));
     FM_CHECK(fm_qtensor_bytes(c->wfmt, 2 * (int64_t)I, H, &d13, &s13));
     FM_CHECK(fm_qtensor_bytes(c->wfmt, H, I, &d2, &s2));
     const size_t hb = p13 > p2 ? p13 : p2;
@@ -171,6 +190,8 @@ static fm_status create_w4a8(fm_cuda_layer *s, const fm_moe_weights *w)
     Q8ALLOC(s->q8.sc13, s13 * L);
     Q8ALLOC(s->q8.q2, p2 * L);
     Q8ALLOC(s->q8.sc2, s2 * L);
+    Q8ALLOC(s->q8.sp13, q13 * L);
+    Q8ALLOC(s->q8.sp2, q2 * L);
     Q8ALLOC(s->q8.gs13, sizeof(float) * L);
     Q8ALLOC(s->q8.us13, sizeof(float) * L);
     Q8ALLOC(s->q8.osc2, sizeof(float) * L);
@@ -184,6 +205,10 @@ static fm_status create_w4a8(fm_cuda_layer *s, const fm_moe_weights *w)
         if ((e = cudaMemcpy(s->q8.q2 + p2 * x, hp, p2, cudaMemcpyHostToDevice)) != cudaSuccess ||
             (e = cudaMemcpy(s->q8.sc2 + s2 * x, w->w2[x].scales, s2, cudaMemcpyHostToDevice)) != cudaSuccess)
             break;
+        if ((st = fm_fp8mma_pack_scales(&w->w13[x], hp)) != FM_OK) goto done; /* hb >= the packed scales */
+        if ((e = cudaMemcpy(s->q8.sp13 + q13 * x, hp, q13, cudaMemcpyHostToDevice)) != cudaSuccess) break;
+        if ((st = fm_fp8mma_pack_scales(&w->w2[x], hp)) != FM_OK) goto done;
+        if ((e = cudaMemcpy(s->q8.sp2 + q2 * x, hp, q2, cudaMemcpyHostToDevice)) != cudaSuccess) break;
         g[x] = w->w13[x].global_scale;
         g[L + x] = fm_moe_w13_split(w, x) ? w->w13_up_global[x] : w->w13[x].global_scale;
         g[2 * L + x] = w->w2[x].global_scale;

@@ -37,10 +37,13 @@ typedef struct {
 } fm_ws_layout;
 
 /* A W4A8 layer's weights (act_fp8): the FP4 codes in the W4A8 GEMM's layout
- * (fm_fp8mma_pack) and the checkpoint's block scales, per local expert back to back */
+ * (fm_fp8mma_pack), the checkpoint's block scales and the same packed by 128-K group, per local
+ * expert back to back */
 typedef struct {
     uint8_t *q13, *sc13, *q2, *sc2;
+    uint8_t *sp13, *sp2;         /* the block scales packed for the staged kernels (fm_fp8mma_pack_scales) */
     float   *gs13, *us13, *osc2; /* [n_local]: FC1's gate / up global scales, FC2's (1 for MXFP4) */
+    int      kernel;             /* FM_FP8MMA_*: FM_FP8MMA_AUTO unless $FM_W4A8_KERNEL names one (an A/B knob) */
 } fm_w4a8_weights;
 
 typedef struct {

@@ -63,7 +63,8 @@ static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, cons
                                 &s->d_err->first_nonfinite_x, stream)) != 0)
         return fm_cuda_layer_fail(le, "FP8 gather of x");
     fm_fp8mma_args g1 = {.wq = s->q8.q13, .wexp = s->q8.sc13, .xq = xq, .xs = xsc, .offsets = off, .y = y1, .E = L,
-                         .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt};
+                         .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt,
+                         .wsp = s->q8.sp13, .kernel = s->q8.kernel};
     if ((le = fm_fp8mma_launch(&g1, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC1");
     if ((le = fm_w4a8_act_launch(y1, off, L, R, I, s->q8.gs13, s->q8.us13, s->d_b13, (int)c->activation,
                                  c->swiglu_limit, hf, &s->d_err->nonfinite_h, stream)) != 0)
@@ -75,7 +76,7 @@ static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, cons
     FM_CHECK(shared_expert(s, a, &acc, stream));
     fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
                          .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
-                         .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw};
+                         .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw, .wsp = s->q8.sp2, .kernel = s->q8.kernel};
     if ((le = fm_fp8mma_launch(&g2, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC2");
     if ((le = fm_finalize_reduce_launch(scratch, slots, T, K, H, R, acc, bf16 ? NULL : (float *)a->out,
                                         bf16 ? (uint16_t *)a->out : NULL, 0, stream)) != 0)

@@ -10,7 +10,9 @@
  * finalize; the device router is bit-identical to the CPU's); shards summed vs
  * the whole layer up to FP32 summation order (1e-10). Fresh inputs, poisoned
  * outputs, NaN/Inf first. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -135,15 +137,21 @@ static void test_layer_device_path(void **state)
     assert_non_null(fm_cuda_device_limits(dev));
     const int fmts[2] = {FM_FORMAT_NVFP4, FM_FORMAT_MXFP4};
     /* each format with BF16 activations (W4A16), then FP8 per 128 and per token (W4A8: its own
-     * chain, fm_cuda_layer_enqueue_w4a8), all held to the same contract */
-    for (int v = 0; v < 6; v++) {
+     * chain, fm_cuda_layer_enqueue_w4a8), all held to the same contract; then W4A8 again on the
+     * staged GEMM kernels (FM_W4A8_KERNEL, read at create: 32 tokens a pass per 128, 64 per
+     * token), which are not the default yet */
+    static const char *kern[10] = {NULL, NULL, NULL, NULL, NULL, NULL, "staged32", "staged32", "staged64", "staged64"};
+    for (int v = 0; v < 10; v++) {
         const int fi = v % 2;
         layer_fx  L;
         fx_make(&L, &r, (fm_format)fmts[fi], 16, 4);
-        L.cfg.act_fp8 = (fm_act_fp8)(v / 2); /* FM_ACT_FP8_OFF, _BLOCK128, _TOKEN */
-        printf("  %s, act_fp8 %s\n", fi ? "MXFP4" : "NVFP4", fm_act_fp8_name(L.cfg.act_fp8));
+        L.cfg.act_fp8 = (fm_act_fp8)(v < 6 ? v / 2 : v < 8 ? FM_ACT_FP8_BLOCK128 : FM_ACT_FP8_TOKEN);
+        printf("  %s, act_fp8 %s%s%s\n", fi ? "MXFP4" : "NVFP4", fm_act_fp8_name(L.cfg.act_fp8), kern[v] ? ", kernel " : "",
+               kern[v] ? kern[v] : "");
         const int maxT = 600, H = L.cfg.hidden, K = L.cfg.top_k; /* 600 x 4 slots: 3 placement chunks */
+        if (kern[v]) setenv("FM_W4A8_KERNEL", kern[v], 1);
         fm_layer *gl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
+        unsetenv("FM_W4A8_KERNEL");
         fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, 0, FM_OUT_F32, 0);
         cudaStream_t st;
         CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
