@@ -17,6 +17,7 @@
 
 #include "cuda/gemm_fp8.h"
 #include "cuda/kernel_common.cuh"
+#include "kernels/fm_tile_layout.h"
 
 namespace {
 using namespace fm_kc;
@@ -297,11 +298,12 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
  * per-16 path always (E4M3 block scales do not fold exactly). Exact in the weights for every
  * scale either way; FP32 accumulation order differs from the oracle. */
 template <bool NV, int NT, int STAGES>
-struct staged_cfg {
-    static constexpr int MT = 2, KC = 128, TOK = 8 * NT, ROWB = KC + 16; /* ROWB: conflict-free B reads */
-    static constexpr int X_B = TOK * ROWB, W_OFF = X_B, W_B = NW * MT * 2 * 512;
-    static constexpr int SB = NV ? 128 : 64; /* a band's scales of one group: 16 rows x 8 / 4 codes */
-    static constexpr int S_OFF = W_OFF + W_B, STAGE_B = S_OFF + NW * MT * SB, SMEM = STAGE_B * STAGES;
+struct staged_cfg { /* fm_tile_layout.h's FM_FP8S_* layout */
+    static constexpr int MT = 2, KC = FM_FP8S_KC, TOK = 8 * NT, ROWB = FM_FP8S_ROW_BYTES;
+    static constexpr int W_OFF = FM_FP8S_W_OFF(NT), SB = FM_FP8S_SF_BYTES(NV), S_OFF = FM_FP8S_S_OFF(NW, MT, NT);
+    static constexpr int STAGE_B = FM_FP8S_STAGE_BYTES(NW, MT, NT, NV), SMEM = FM_FP8S_SMEM(NW, MT, NT, STAGES, NV);
+    static_assert(KC == 2 * FM_TILE_CHUNK_K && SB == 16 * (NV ? 8 : 4), "one stage = one 128-K group, 2 chunks");
+    static_assert(W_OFF % 16 == 0 && S_OFF % 16 == 0 && STAGE_B % 16 == 0, "16-byte copies");
 };
 
 template <bool NV, int NT, int STAGES>

@@ -5,6 +5,7 @@
 
 #include "cuda/gemm_fp8.h"
 #include "fm_internal.h"
+#include "kernels/fm_tile_layout.h"
 
 size_t fm_fp8mma_pack_bytes(int64_t N, int64_t K) { return (size_t)(N / 16) * (size_t)(K / 64) * 32 * 16; }
 
@@ -72,12 +73,19 @@ fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst)
     return FM_OK;
 }
 
+/* the staged kernels' (warps 4, bands a warp 2, token groups, stages): gemm_fp8.cu's launcher
+ * instantiates the same; each fits SM120's 101,376 B (NVFP4, the larger), checked here */
+_Static_assert(FM_FP8S_SMEM(4, 2, 2, 4, 1) <= 101376 && FM_FP8S_SMEM(4, 2, 4, 3, 1) <= 101376 &&
+                   FM_FP8S_SMEM(4, 2, 8, 3, 1) <= 101376,
+               "a staged W4A8 kernel past SM120's shared memory");
+
 size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt)
 {
-    /* gemm_fp8.cu's staged layout: per stage the row tile, the weights, the scales */
-    const int    nt = kernel == FM_FP8MMA_STAGED16 ? 2 : kernel == FM_FP8MMA_STAGED32 ? 4 : kernel == FM_FP8MMA_STAGED64 ? 8 : 0;
-    const int    stages = kernel == FM_FP8MMA_STAGED16 ? 4 : 3;
-    if (!nt) return 0;
-    const size_t stage = (size_t)8 * nt * (128 + 16) + 4 * 2 * 2 * 512 + 4 * 2 * (fmt == FM_FORMAT_NVFP4 ? 128 : 64);
-    return stage * (size_t)stages;
+    const int nv = fmt == FM_FORMAT_NVFP4;
+    switch (kernel) {
+    case FM_FP8MMA_STAGED16: return (size_t)FM_FP8S_SMEM(4, 2, 2, 4, nv);
+    case FM_FP8MMA_STAGED32: return (size_t)FM_FP8S_SMEM(4, 2, 4, 3, nv);
+    case FM_FP8MMA_STAGED64: return (size_t)FM_FP8S_SMEM(4, 2, 8, 3, nv);
+    default: return 0;
+    }
 }

@@ -85,6 +85,21 @@
     FM_CLAMP_(FM_MIN_((nt) > 2 ? 1 : FM_MMA_HINT_SMEM_BLOCKS(w, mt, nt, kc, st), FM_MMA_HINT_REG_BLOCKS(w)), \
               1, 8)
 
+/* ---- the W4A8 GEMM's staged kernels (gemm_fp8.cu, FM_FP8MMA_STAGED*) ----
+ * One stage = one 128-K group, offsets from its start:
+ *   [0, W_OFF)          the rows' tile X[8*nt][128] E4M3, each row + 16 B (conflict-free B reads)
+ *   [W_OFF, S_OFF)      the packed codes: w*mt bands x 2 chunks of 512 B
+ *   [S_OFF, STAGE)      the bands' group scales: 16 rows x 4 UE8M0 (64 B) or 8 E4M3 (128 B) codes
+ * nv: NVFP4 (1) or MXFP4 (0). fm_fp8mma_smem_bytes (prepack_fp8.c) and the kernel's constexpr
+ * layout both expand these. */
+#define FM_FP8S_KC 128
+#define FM_FP8S_ROW_BYTES (FM_FP8S_KC + 16)
+#define FM_FP8S_SF_BYTES(nv) ((nv) ? 128 : 64)
+#define FM_FP8S_W_OFF(nt) (8 * (nt) * FM_FP8S_ROW_BYTES)
+#define FM_FP8S_S_OFF(w, mt, nt) (FM_FP8S_W_OFF(nt) + (w) * (mt) * (FM_FP8S_KC / FM_TILE_CHUNK_K) * FM_TILE_CHUNK_BYTES)
+#define FM_FP8S_STAGE_BYTES(w, mt, nt, nv) (FM_FP8S_S_OFF(w, mt, nt) + (w) * (mt) * FM_FP8S_SF_BYTES(nv))
+#define FM_FP8S_SMEM(w, mt, nt, st, nv) ((st) * FM_FP8S_STAGE_BYTES(w, mt, nt, nv))
+
 /* Field ranges each kernel family's template takes (fm_smem_mma / fm_smem_wgmma
  * refuse the rest at run time; fm_tiles.def's rows are checked against them at
  * compile time). */
