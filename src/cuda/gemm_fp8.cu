@@ -372,13 +372,7 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
             if (s < ngrp) load_stage(s);
             cp_async_commit();
         }
-        float acc[MT][NT][4];
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
+        float acc[MT][NT][4] = {};
         for (int ks = 0; ks < ngrp; ks++) {
             cp_async_wait<STAGES - 2>();
             __syncthreads(); /* stage ks visible to all; stage ks - 1 free */
@@ -408,13 +402,7 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                     fold[i] = __all_sync(0xffffffffu, fm_fp8mma_folds(sc0[i].x) && fm_fp8mma_folds(sc1[i].x));
                 }
             }
-            float tmp[MT][NT][4]; /* a folded group's MMA chain (MXFP4; the other paths add into acc) */
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) tmp[i][n][q] = 0.0f;
+            float tmp[MT][NT][4] = {}; /* a folded group's MMA chain (MXFP4; the other paths add into acc) */
 #pragma unroll
             for (int kb = 0; kb < 4; kb++) { /* the group's 32-K blocks */
                 uint32_t bx[NT][2];

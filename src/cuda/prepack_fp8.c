@@ -15,16 +15,22 @@ static unsigned code_at(const uint8_t *d, int64_t K, int64_t n, int64_t k)
     return k & 1 ? b >> 4 : b & 15u; /* low nibble: the even column */
 }
 
+/* what both packs take: MXFP4 or NVFP4, N % 16 == 0, K % 64 == 0 (`what`: the buffer that must be there) */
+static fm_status packable(const fm_qtensor *w, const void *what, const uint8_t *dst, const char *who)
+{
+    if (!w || !dst || !what) return fm_fail(FM_ERR_INVALID_ARG, "%s: NULL weights or destination", who);
+    if (w->fmt != FM_FORMAT_MXFP4 && w->fmt != FM_FORMAT_NVFP4)
+        return fm_fail(FM_ERR_FORMAT, "%s: the W4A8 mma GEMM takes MXFP4 or NVFP4 weights (format %d)", who, (int)w->fmt);
+    if (w->rows <= 0 || w->cols <= 0 || w->rows % 16 || w->cols % 64)
+        return fm_fail(FM_ERR_BAD_SHAPE, "%s: %lld x %lld: N must be a multiple of 16 and K of 64", who,
+                       (long long)w->rows, (long long)w->cols);
+    return FM_OK;
+}
+
 fm_status fm_fp8mma_pack(const fm_qtensor *w, uint8_t *dst)
 {
-    if (!w || !dst || !w->data) return fm_fail(FM_ERR_INVALID_ARG, "fm_fp8mma_pack: NULL weights or destination");
-    if (w->fmt != FM_FORMAT_MXFP4 && w->fmt != FM_FORMAT_NVFP4)
-        return fm_fail(FM_ERR_FORMAT, "fm_fp8mma_pack: the W4A8 mma GEMM takes MXFP4 or NVFP4 weights (format %d)",
-                       (int)w->fmt);
+    FM_CHECK(packable(w, w ? w->data : NULL, dst, "fm_fp8mma_pack"));
     const int64_t N = w->rows, K = w->cols;
-    if (N <= 0 || K <= 0 || N % 16 || K % 64)
-        return fm_fail(FM_ERR_BAD_SHAPE, "fm_fp8mma_pack: %lld x %lld: N must be a multiple of 16 and K of 64",
-                       (long long)N, (long long)K);
     const uint8_t *d = w->data;
     for (int64_t band = 0; band < N / 16; band++)
         for (int64_t c = 0; c < K / 64; c++)
@@ -51,14 +57,8 @@ size_t fm_fp8mma_scales_bytes(fm_format fmt, int64_t N, int64_t K)
 
 fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst)
 {
-    if (!w || !dst || !w->scales) return fm_fail(FM_ERR_INVALID_ARG, "fm_fp8mma_pack_scales: NULL scales or destination");
-    if (w->fmt != FM_FORMAT_MXFP4 && w->fmt != FM_FORMAT_NVFP4)
-        return fm_fail(FM_ERR_FORMAT, "fm_fp8mma_pack_scales: the W4A8 mma GEMM takes MXFP4 or NVFP4 weights (format %d)",
-                       (int)w->fmt);
+    FM_CHECK(packable(w, w ? w->scales : NULL, dst, "fm_fp8mma_pack_scales"));
     const int64_t N = w->rows, K = w->cols;
-    if (N <= 0 || K <= 0 || N % 16 || K % 64)
-        return fm_fail(FM_ERR_BAD_SHAPE, "fm_fp8mma_pack_scales: %lld x %lld: N must be a multiple of 16 and K of 64",
-                       (long long)N, (long long)K);
     const int      nv = w->fmt == FM_FORMAT_NVFP4, per = nv ? 8 : 4; /* codes of a row in a 128-K group */
     const int64_t  nblk = K / (nv ? 16 : 32), ngrp = (K + 127) / 128;
     const uint8_t *sc = w->scales;
