@@ -354,10 +354,15 @@ typedef struct {
  * FM_ERR_BAD_SHAPE (a count outside [0, capacity], offsets not starting at 0 or decreasing,
  * more rows than max_rows or than the layer holds), FM_ERR_MISALIGNED, FM_ERR_NONFINITE (NaN/Inf in a received row or weight,
  * an FP8 row's NaN code, a scale not finite and > 0, an output that overflowed),
- * FM_ERR_UNSUPPORTED (a layer with a shared expert; x_fp8 to a backend without W4A8: the
- * cuda backend), FM_ERR_CUDA, FM_ERR_BUSY. CPU backends: synchronous, every check above
- * made before anything is written; out is untouched on failure.
- * cuda backend: BF16 rows (x) only; asynchronous on a->stream, launches only (no
+ * FM_ERR_UNSUPPORTED (a layer with a shared expert; x_fp8 to a backend without W4A8; on the
+ * cuda backend, a W4A8 layer's rows unless the build enables them), FM_ERR_CUDA,
+ * FM_ERR_BUSY. CPU backends: synchronous, every check above made before anything is
+ * written; out is untouched on failure.
+ * cuda backend: BF16 rows on a W4A16 layer. A W4A8 layer's rows (BF16, quantized as
+ * fm_layer_run quantizes x; or FP8, used as they are, a NaN code or a bad scale reported as
+ * a NaN row element) run the W4A8 chain only in a build with cmake
+ * -DFM_CUDA_W4A8_DISPATCH=ON: built and checked on the host, not yet run on a GPU, so the
+ * default build refuses them (FM_ERR_UNSUPPORTED, naming the option). Asynchronous on a->stream, launches only (no
  * allocation, no host synchronisation: capturable into a CUDA graph), like fm_layer_run.
  * The host checks the arguments (pointers, layout, capacity, alignment, workspace, FP8,
  * shared expert; n_local x capacity < 2^31); counts / offsets are device data and are

@@ -166,6 +166,36 @@ __global__ void __launch_bounds__(128) w4a8_act_kernel(const float *y1, const in
     if (bad) atomicMin(bad_h, (unsigned long long)e);
 }
 
+/* FP8 rows as a dispatch leaves them (fm_fp8_rows_launch): row p = row perm[p] of the source,
+ * its codes (16 bytes a thread) and its scales copied as they are; a NaN code (0x7F / 0xFF) or
+ * a scale that is not finite and > 0 recorded at its element (a scale at its block's first) */
+__global__ void __launch_bounds__(NTHR) fp8_rows_kernel(const uint8_t *xq, const float *xs, const int32_t *perm,
+                                                        int rows, const int32_t *n_rows, int n, uint8_t *q,
+                                                        long long ldq, float *scales, int ldsc,
+                                                        unsigned long long *bad)
+{
+    const int p = blockIdx.x;
+    if (p >= rows || (n_rows && p >= *n_rows)) return;
+    const long long src = perm[p];
+    const int       nb = (n + 127) / 128;
+    for (int c = threadIdx.x * 16; c < n; c += NTHR * 16) {
+        const uint4 w = *(const uint4 *)(xq + src * n + c);
+        *(uint4 *)(q + (long long)p * ldq + c) = w;
+        if (!bad) continue;
+        const uint32_t v[4] = {w.x, w.y, w.z, w.w};
+        for (int i = 0; i < 16; i++)
+            if ((v[i >> 2] >> (8 * (i & 3)) & 0x7fu) == 0x7fu) {
+                atomicMin(bad, (unsigned long long)(src * n + c + i));
+                break;
+            }
+    }
+    for (int b = threadIdx.x; b < nb; b += NTHR) {
+        const float sc = xs[src * nb + b];
+        scales[(long long)p * ldsc + b] = sc;
+        if (bad && !(sc > 0.0f && sc <= FLT_MAX)) atomicMin(bad, (unsigned long long)(src * n + b * 128));
+    }
+}
+
 } // namespace
 
 extern "C" int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs,
@@ -195,5 +225,19 @@ extern "C" int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32
         return (int)cudaErrorMisalignedAddress;
     act_fp8_kernel<<<(unsigned)rows, NTHR, 0, (cudaStream_t)stream>>>(x, xf, perm, top_k, rows, n_rows, n, mode, q,
                                                                      ldq, scales, ldsc, bad);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_fp8_rows_launch(const uint8_t *xq, const float *xs, const int32_t *perm, int rows,
+                                  const int32_t *n_rows, int n, uint8_t *q, long long ldq, float *scales, int ldsc,
+                                  unsigned long long *bad, void *stream)
+{
+    if (rows <= 0) return 0;
+    if (!xq || !xs || !perm || !q || !scales || n < 16 || n % 16 || ldq < n || ldq % 16 || ldsc < (n + 127) / 128)
+        return (int)cudaErrorInvalidValue;
+    if (((uintptr_t)xq & 15) || ((uintptr_t)q & 15) || ((uintptr_t)xs & 3) || ((uintptr_t)scales & 3))
+        return (int)cudaErrorMisalignedAddress; /* 16-byte code copies, 4-byte scales */
+    fp8_rows_kernel<<<(unsigned)rows, NTHR, 0, (cudaStream_t)stream>>>(xq, xs, perm, rows, n_rows, n, q, ldq, scales,
+                                                                      ldsc, bad);
     return (int)cudaGetLastError();
 }

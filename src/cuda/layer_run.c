@@ -12,6 +12,13 @@
 #include "cuda/layer_cuda.h"
 #include "fm_internal.h"
 
+/* A W4A8 layer's dispatched rows (fm_cuda_layer_run_dispatched): compiled always, refused
+ * unless the build enables them (cmake -DFM_CUDA_W4A8_DISPATCH=ON) until a GPU has run
+ * test_cuda_dispatch's W4A8 cases */
+#ifndef FM_CUDA_W4A8_DISPATCH
+#define FM_CUDA_W4A8_DISPATCH 0
+#endif
+
 /* The shared expert (the shard holding expert 0): its sums into out (FP32 out) or out32 (BF16
  * out, where the routed sums then start), cleared first; *acc = where they are, NULL without
  * one. */
@@ -32,36 +39,28 @@ static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, flo
 }
 
 /* W4A8 (act_fp8): the chain on FP8 activations, every bucket (no decode kernel, no plan's
- * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its pass width chosen per launch):
+ * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its kernel chosen per launch):
  *   permute (as the BF16 chain) -> x[perm[p] / top_k] quantized to E4M3 codes + FP32 scales
  *   (act_fp8.cu, the oracle's numbers bit for bit; a NaN/Inf element recorded as the gather
- *   records it) -> FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1
- *   bias, SwiGLU (or gpt-oss's) in FP32 (fm_w4a8_act_launch; a NaN/Inf output recorded: FC2's
- *   input overflowed) -> quantized again (FC2's input) -> FC2 on the FP8 MMA, its epilogue
- *   (acc x global + FC2 bias) x routing weight into scratch[p] -> the slot-order reduce
- *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero. */
-static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
-                              const unsigned long long *bl, void *stream)
+ *   records it) -> the experts (w4a8_experts) -> the slot-order reduce
+ *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero.
+ * The experts, on rows p < off[L] whose FP8 codes and scales are in the workspace's xq / xsc:
+ *   FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1 bias, SwiGLU (or
+ *   gpt-oss's) in FP32 (fm_w4a8_act_launch; a NaN/Inf output recorded: FC2's input
+ *   overflowed) -> quantized again (FC2's input) -> FC2 on the FP8 MMA, its epilogue
+ *   (acc x global + FC2 bias) x routing weight into scratch[p]. */
+static fm_status w4a8_experts(fm_cuda_layer *s, unsigned char *ws, int R, void *stream)
 {
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
-    const int T = a->T, E = c->n_experts, H = c->hidden, I = c->inter, K = c->top_k, L = p->n_local, R = T * K;
-    const int blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
+    const int H = c->hidden, I = c->inter, L = p->n_local, blk = c->act_fp8 == FM_ACT_FP8_BLOCK128;
     const int bh = fm_act_fp8_nscales(c->act_fp8, H), bi = fm_act_fp8_nscales(c->act_fp8, I);
-    unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
-    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
-    int32_t  *slots = (int32_t *)(ws + s->ws.slots);
+    int32_t  *off = (int32_t *)(ws + s->ws.off);
     uint8_t  *xq = ws + s->ws.xq, *hq = ws + s->ws.hq;
     float    *xsc = (float *)(ws + s->ws.xsc), *y1 = (float *)(ws + s->ws.y1), *hf = (float *)(ws + s->ws.hf);
     float    *hsc = (float *)(ws + s->ws.hsc);
     int       le;
-    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
-                                    s->d_err, bl, NULL, stream)) != 0)
-        return fm_cuda_layer_fail(le, "permutation");
-    if ((le = fm_act_fp8_launch(a->x, NULL, perm, K, R, off + L, H, c->act_fp8, xq, H, xsc, bh,
-                                &s->d_err->first_nonfinite_x, stream)) != 0)
-        return fm_cuda_layer_fail(le, "FP8 gather of x");
     fm_fp8mma_args g1 = {.wq = s->q8.q13, .wexp = s->q8.sc13, .xq = xq, .xs = xsc, .offsets = off, .y = y1, .E = L,
                          .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt,
                          .wsp = s->q8.sp13, .kernel = s->q8.kernel};
@@ -71,13 +70,35 @@ static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, cons
         return fm_cuda_layer_fail(le, "W4A8 activation");
     if ((le = fm_act_fp8_launch(NULL, hf, NULL, 1, R, off + L, I, c->act_fp8, hq, I, hsc, bi, NULL, stream)) != 0)
         return fm_cuda_layer_fail(le, "FP8 of FC2's input");
-    const int bf16 = p->out_dtype == FM_OUT_BF16;
-    float    *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
-    FM_CHECK(shared_expert(s, a, &acc, stream));
     fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
                          .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
                          .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw, .wsp = s->q8.sp2, .kernel = s->q8.kernel};
     if ((le = fm_fp8mma_launch(&g2, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC2");
+    return FM_OK;
+}
+
+static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
+                              const unsigned long long *bl, void *stream)
+{
+    const fm_layer_params *p = &s->p;
+    const fm_moe_config   *c = &p->cfg;
+    const int T = a->T, E = c->n_experts, H = c->hidden, K = c->top_k, L = p->n_local, R = T * K;
+    const int bh = fm_act_fp8_nscales(c->act_fp8, H);
+    unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
+    float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
+    int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
+    int32_t  *slots = (int32_t *)(ws + s->ws.slots);
+    int       le;
+    if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
+                                    s->d_err, bl, NULL, stream)) != 0)
+        return fm_cuda_layer_fail(le, "permutation");
+    if ((le = fm_act_fp8_launch(a->x, NULL, perm, K, R, off + L, H, c->act_fp8, ws + s->ws.xq, H,
+                                (float *)(ws + s->ws.xsc), bh, &s->d_err->first_nonfinite_x, stream)) != 0)
+        return fm_cuda_layer_fail(le, "FP8 gather of x");
+    float *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
+    FM_CHECK(shared_expert(s, a, &acc, stream));
+    FM_CHECK(w4a8_experts(s, ws, R, stream));
+    const int bf16 = p->out_dtype == FM_OUT_BF16;
     if ((le = fm_finalize_reduce_launch(scratch, slots, T, K, H, R, acc, bf16 ? NULL : (float *)a->out,
                                         bf16 ? (uint16_t *)a->out : NULL, 0, stream)) != 0)
         return fm_cuda_layer_fail(le, "reduce");
@@ -193,9 +214,11 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
     static const char      who[] = "cuda backend: fm_layer_run_dispatched";
-    if (a->x_fp8 || s->w4a8)
-        return fm_fail(FM_ERR_UNSUPPORTED, "%s: a W4A8 layer (act_fp8) runs fm_layer_run on the cuda backend; its "
-                                           "dispatched rows (BF16 or FP8) are not implemented yet", who);
+    if ((a->x_fp8 || s->w4a8) && !FM_CUDA_W4A8_DISPATCH)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: a W4A8 layer's (act_fp8) dispatched rows (BF16 or FP8) are built but "
+                                           "have not run on a GPU yet, so this build refuses them (cmake "
+                                           "-DFM_CUDA_W4A8_DISPATCH=ON enables them); fm_layer_run runs the W4A8 layer",
+                       who);
     const int     H = c->hidden, K = c->top_k, L = p->n_local;
     int64_t       bound = (int64_t)p->max_tokens * K;
     if (a->layout == FM_DISPATCH_EXPERT_MAJOR) {
@@ -218,10 +241,23 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     fm_status st = FM_OK;
     if ((le = fm_moe_dispatch_layout_launch((int)a->layout, a->counts, a->capacity, a->offsets, a->weights, L,
-                                            max_rows, off, perm, rw, pl->slots ? active : NULL,
+                                            max_rows, off, perm, rw, pl->slots && !s->w4a8 ? active : NULL,
                                             dscratch, s->d_err, stream)) != 0) {
         st = fm_cuda_layer_fail(le, "dispatched rows' layout");
         goto done;
+    }
+    if (s->w4a8) { /* the rows into FP8 (BF16 rows quantized as a run's, FP8 rows as they are), the experts */
+        const int bh = fm_act_fp8_nscales(c->act_fp8, H);
+        le = a->x ? fm_act_fp8_launch(a->x, NULL, perm, 1, max_rows, off + L, H, c->act_fp8, ws + s->ws.xq, H,
+                                      (float *)(ws + s->ws.xsc), bh, &s->d_err->first_nonfinite_x, stream)
+                  : fm_fp8_rows_launch(a->x_fp8, a->x_scales, perm, max_rows, off + L, H, ws + s->ws.xq, H,
+                                       (float *)(ws + s->ws.xsc), bh, &s->d_err->first_nonfinite_x, stream);
+        if (le != 0) {
+            st = fm_cuda_layer_fail(le, a->x ? "FP8 gather of the rows" : "the FP8 rows");
+            goto done;
+        }
+        if ((st = w4a8_experts(s, ws, max_rows, stream)) != FM_OK) goto done;
+        goto store;
     }
     if ((le = fm_moe_gather_launch(a->x, perm, max_rows, 1, H, pl->pk1, xp, off + L, &s->d_err->first_nonfinite_x,
                                    s->pdl_chain, stream)) != 0) {
@@ -239,6 +275,7 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
                                  .split_ws = s->d_split, .split_ws_bytes = s->split_bytes,
                                  .expert_list = pl->slots ? active : NULL, .bias = s->d_b2};
     if ((st = fm_cuda_gemm_launch(s->dev, &pl->g[1], &o2, stream)) != FM_OK) goto done;
+store:;
     const int bf16 = p->out_dtype == FM_OUT_BF16;
     if ((le = fm_moe_dispatch_store_launch(scratch, perm, off + L, max_rows, H, bf16 ? NULL : (float *)a->out,
                                            bf16 ? (uint16_t *)a->out : NULL, stream)) != 0)

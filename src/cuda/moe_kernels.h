@@ -180,6 +180,15 @@ int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, i
                       const int32_t *n_rows, int n, int mode, uint8_t *q, long long ldq, float *scales, int ldsc,
                       unsigned long long *bad, void *stream);
 
+/* FP8 rows a dispatch sent (DeepEP / NCCL EP low latency: E4M3 codes [rows][n], 16-byte
+ * aligned, FP32 scales [rows][ceil(n / 128)]) into the W4A8 chain's buffers as they are: row p
+ * < min(rows, *n_rows) = source row perm[p], its codes into q + p x ldq and its scales into
+ * scales + p x ldsc. bad (or NULL): atomicMin of the smallest source element with a NaN code,
+ * or of a block's first element where its scale is not finite and > 0 (the gather's NaN/Inf
+ * report). n % 16 == 0, ldq % 16 == 0. cudaErrorInvalidValue / cudaErrorMisalignedAddress. */
+int fm_fp8_rows_launch(const uint8_t *xq, const float *xs, const int32_t *perm, int rows, const int32_t *n_rows, int n,
+                       uint8_t *q, long long ldq, float *scales, int ldsc, unsigned long long *bad, void *stream);
+
 /* W4A8's activation between the GEMMs (act_fp8.cu): for rows p < off[L] (a device count) of
  * FC1's FP32 output y1[p][2I] (gate columns [0, I), up [I, 2I)), row p of local expert e
  * (off[e] <= p < off[e+1]): g = y1[p][j] x gs[e] + b13[e][j], u = y1[p][I + j] x us[e] +

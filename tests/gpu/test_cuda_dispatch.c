@@ -24,9 +24,14 @@
  * bad_experts / first_bad_expert, the bad experts' rows untouched, the good experts' rows
  * still right), more rows than the layer holds or than the args' max_rows, NaN in a received
  * row and weight; max_rows choosing the plan of the rows' own bucket; and the
- * host's refusals (FP8 rows on a W4A16 layer; any rows on a W4A8 one: its dispatched path is not
- * built on cuda; a shared expert).
+ * host's refusals (FP8 rows on a W4A16 layer; a W4A8 layer's rows where the build does not
+ * enable them; a shared expert). W4A8 layers (per 128 and per token, BF16 rows; per 128, FP8
+ * rows quantized on the host by the oracle's rule, every unsent slot a NaN code and scale) go
+ * through the same checks where the build enables them (cmake -DFM_CUDA_W4A8_DISPATCH=ON; the
+ * W4A8 run quantizes the same rows to the same codes, so the combined rows still equal the
+ * layer's own run bit for bit); elsewhere they check the refusal and print SKIP.
  * Compiled without a GPU; skips (exit 77) where there is none. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -229,11 +234,14 @@ typedef struct {
     fm_format   fmt;
     int         gptoss;
     const char *name;
+    fm_act_fp8  act;      /* W4A8 (FM_ACT_FP8_BLOCK128 / _TOKEN) or not */
+    int         fp8_rows; /* the rows sent as FP8 (x_fp8 + x_scales), as an FP8 dispatch sends them */
 } variant;
 
 static void layer_make(fx_layer *L, const variant *v, fm_rng *r, float **b13, float **b2)
 {
     fm_moe_config cfg = fx_config(E, K, H, I, v->fmt);
+    cfg.act_fp8 = v->act;
     *b13 = *b2 = NULL;
     if (v->gptoss) cfg.activation = FM_ACT_SWIGLU_GPTOSS, cfg.swiglu_limit = 0.5f;
     fx_build(L, &cfg, r, 1, 0);
@@ -299,6 +307,51 @@ static long long combined_diff(const dispatch *d, const float *got, const float 
     return diff;
 }
 
+/* The dispatch's rows as FP8 (the oracle's rule: per 128 columns s = amax / 448, 1 below
+ * FLT_MIN, codes E4M3(v / s)): codes [slots][H] and scales [slots][H / 128] on the device;
+ * every unfilled slot a NaN code and a NaN scale (a read of one shows) */
+static void fp8_rows_make(const dispatch *d, const int *owner, uint8_t **dq, float **ds)
+{
+    const int nb = H / 128;
+    uint8_t  *q = malloc(d->slots * H);
+    float    *sc = malloc(sizeof(float) * d->slots * nb);
+    assert_true(q && sc);
+    memset(q, 0x7f, d->slots * H);
+    for (size_t i = 0; i < d->slots * nb; i++) sc[i] = NAN;
+    for (size_t row = 0; row < d->slots; row++) {
+        if (owner[row] < 0) continue;
+        for (int b = 0; b < nb; b++) {
+            float amax = 0;
+            for (int c = b * 128; c < b * 128 + 128; c++) amax = fmaxf(amax, fabsf(fm_bf16_decode(d->x[row * H + c])));
+            float s8 = amax / 448.0f;
+            if (!(s8 >= FLT_MIN)) s8 = 1.0f;
+            sc[row * nb + b] = s8;
+            for (int c = b * 128; c < b * 128 + 128; c++) q[row * H + c] = fm_e4m3_encode(fm_bf16_decode(d->x[row * H + c]) / s8);
+        }
+    }
+    *dq = dmalloc(d->slots * H), *ds = dmalloc(sizeof(float) * d->slots * nb);
+    h2d(*dq, q, d->slots * H), h2d(*ds, sc, sizeof(float) * d->slots * nb);
+    free(q), free(sc);
+}
+
+/* A W4A8 layer's dispatched rows on a build that does not enable them (FM_CUDA_W4A8_DISPATCH
+ * off, the default until a GPU has run this test with it on): refused by name, nothing
+ * launched; true when refused (the caller skips its checks) */
+static int w4a8_refused(fm_layer *gl, fm_layer_dispatch_args a, cudaStream_t st, const char *what)
+{
+    a.stream = st;
+    fm_status s = fm_layer_run_dispatched(gl, &a);
+    if (s == FM_OK) {
+        CK(cudaStreamSynchronize(st));
+        assert_int_equal(fm_layer_errors(gl, st, NULL), FM_OK);
+        return 0;
+    }
+    if (s != FM_ERR_UNSUPPORTED || !strstr(fm_last_error(), "FM_CUDA_W4A8_DISPATCH"))
+        fail_msg("%s: %s: %s", what, fm_status_name(s), fm_last_error());
+    printf("  SKIP %s: this build refuses a W4A8 layer's dispatched rows (cmake -DFM_CUDA_W4A8_DISPATCH=ON)\n", what);
+    return 1;
+}
+
 static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
 {
     fx_layer L;
@@ -331,6 +384,15 @@ static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
         const size_t n = d.slots * H, bytes = sizeof(float) * n;
         float *oracle = fx_aligned(bytes), *got = malloc(bytes), *plain = malloc(bytes), *again = malloc(bytes);
         uint16_t *gotb = malloc(sizeof(uint16_t) * n);
+        uint8_t  *hq8 = NULL, *dq8 = NULL; /* the FP8 rows (fp8_rows): host and device */
+        float    *hs8 = NULL, *ds8 = NULL;
+        if (v->fp8_rows) {
+            fp8_rows_make(&d, owner, &dq8, &ds8);
+            hq8 = malloc(d.slots * H), hs8 = malloc(sizeof(float) * d.slots * (H / 128));
+            CK(cudaMemcpy(hq8, dq8, d.slots * H, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(hs8, ds8, sizeof(float) * d.slots * (H / 128), cudaMemcpyDeviceToHost));
+        }
+        int skip = 0;
         for (int weighted = 0; weighted < 2; weighted++) {
             char what[160];
             snprintf(what, sizeof what, "%s, %s layout, weights %s", v->name,
@@ -338,11 +400,17 @@ static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
                      weighted ? "by the layer" : "by the combine");
             /* the oracle: cpu-ref on the host copies */
             fm_layer_dispatch_args ha = args_of(&d, d.x, d.counts, d.offsets, weighted ? d.w : NULL, oracle);
+            if (v->fp8_rows) ha.x = NULL, ha.x_fp8 = hq8, ha.x_scales = hs8;
             memset(oracle, POISON, bytes);
             fm_status s = fm_layer_run_dispatched(cl, &ha);
             if (s != FM_OK) fail_msg("%s: cpu-ref: %s: %s", what, fm_status_name(s), fm_last_error());
 
-            const fm_layer_dispatch_args da = args_of(&d, g.x, g.counts, g.offsets, weighted ? g.w : NULL, g.out);
+            fm_layer_dispatch_args da = args_of(&d, g.x, g.counts, g.offsets, weighted ? g.w : NULL, g.out);
+            if (v->fp8_rows) da.x = NULL, da.x_fp8 = dq8, da.x_scales = ds8;
+            if (v->act != FM_ACT_FP8_OFF && w4a8_refused(gl[0], da, st, what)) {
+                skip = 1;
+                break;
+            }
             for (int cw = 0; cw < 2; cw++) {
                 fm_layer_dispatch_args a = da;
                 a.workspace = cw ? g.ws : NULL;
@@ -406,9 +474,12 @@ static void check_variant(const variant *v, fm_rng *r, cudaStream_t st)
             CK(cudaGraphExecDestroy(ge));
             CK(cudaGraphDestroy(gr));
         }
-        free(oracle), free(got), free(plain), free(again), free(gotb), free(owner);
+        free(oracle), free(got), free(plain), free(again), free(gotb), free(owner), free(hq8), free(hs8);
+        if (dq8) CK(cudaFree(dq8));
+        if (ds8) CK(cudaFree(ds8));
         dev_free(&g);
         dispatch_free(&d);
+        if (skip) break;
     }
     fm_layer_destroy(cl), fm_layer_destroy(gl[0]), fm_layer_destroy(gl[1]), fm_layer_destroy(gb);
     free(run), free(x), free(ids), free(wts), free(b13), free(b2);
@@ -432,7 +503,12 @@ static void test_dispatch_vs_oracle(void **st_)
     g_dev = gpu_setup(&r, 0xd15);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    const variant vs[] = {{FM_FORMAT_NVFP4, 0, "NVFP4"}, {FM_FORMAT_MXFP4, 1, "MXFP4, gpt-oss experts"}};
+    const variant vs[] = {{FM_FORMAT_NVFP4, 0, "NVFP4", FM_ACT_FP8_OFF, 0},
+                          {FM_FORMAT_MXFP4, 1, "MXFP4, gpt-oss experts", FM_ACT_FP8_OFF, 0},
+                          {FM_FORMAT_NVFP4, 0, "NVFP4 W4A8 per 128, BF16 rows", FM_ACT_FP8_BLOCK128, 0},
+                          {FM_FORMAT_MXFP4, 1, "MXFP4 gpt-oss W4A8 per token, BF16 rows", FM_ACT_FP8_TOKEN, 0},
+                          {FM_FORMAT_NVFP4, 0, "NVFP4 W4A8 per 128, FP8 rows", FM_ACT_FP8_BLOCK128, 1},
+                          {FM_FORMAT_MXFP4, 1, "MXFP4 gpt-oss W4A8 per 128, FP8 rows", FM_ACT_FP8_BLOCK128, 1}};
     for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) check_variant(&vs[v], &r, st);
     CK(cudaStreamDestroy(st));
     fm_cuda_device_close(g_dev);
@@ -501,7 +577,7 @@ static void nv_make(nv_fx *f, unsigned seed_off)
 {
     g_dev = gpu_setup(&f->r, seed_off);
     CK(cudaStreamCreateWithFlags(&f->st, cudaStreamNonBlocking));
-    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4"};
+    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4", FM_ACT_FP8_OFF, 0};
     layer_make(&f->L, &v, &f->r, &f->b13, &f->b2);
     f->bound = -1;
     assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &f->L.cfg, &f->bound), FM_OK);
@@ -700,7 +776,7 @@ static void test_dispatch_refusals(void **st_)
     (void)st_;
     fm_rng r;
     g_dev = gpu_setup(&r, 0xf8);
-    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4"};
+    const variant v = {FM_FORMAT_NVFP4, 0, "NVFP4", FM_ACT_FP8_OFF, 0};
     fx_layer      L;
     float        *b13, *b2;
     layer_make(&L, &v, &r, &b13, &b2);
@@ -717,7 +793,8 @@ static void test_dispatch_refusals(void **st_)
     printf("  FP8 rows, W4A16 layer: %s\n", fm_last_error());
     assert_int_equal(s, FM_ERR_INVALID_ARG); /* the cuda backend runs W4A8: this layer is the wrong one */
     assert_non_null(strstr(fm_last_error(), "W4A8"));
-    { /* a W4A8 layer (per 128): its dispatched rows are not implemented on cuda yet: refused by name */
+    { /* a W4A8 layer (per 128): its dispatched rows, refused by name where the build does not
+       * enable them (FM_CUDA_W4A8_DISPATCH); where it does, no rows (counts 0) run and write nothing */
         fx_layer L8;
         float   *c13, *c2;
         fm_rng   r8;
@@ -726,9 +803,13 @@ static void test_dispatch_refusals(void **st_)
         L8.cfg.act_fp8 = FM_ACT_FP8_BLOCK128;
         fm_layer *g8 = make(FM_BACKEND_CUDA, &L8, T, FIRST, NL, FM_OUT_F32, 0);
         s = fm_layer_run_dispatched(g8, &a);
-        printf("  FP8 rows, W4A8 layer: %s\n", fm_last_error());
-        assert_int_equal(s, FM_ERR_UNSUPPORTED);
-        assert_non_null(strstr(fm_last_error(), "W4A8"));
+        printf("  FP8 rows, W4A8 layer: %s\n", s == FM_OK ? "run (enabled in this build)" : fm_last_error());
+        if (s != FM_OK) {
+            assert_int_equal(s, FM_ERR_UNSUPPORTED);
+            assert_non_null(strstr(fm_last_error(), "FM_CUDA_W4A8_DISPATCH"));
+        } else {
+            assert_int_equal(fm_layer_errors(g8, NULL, NULL), FM_OK);
+        }
         fm_layer_destroy(g8);
         fx_free(&L8);
     }

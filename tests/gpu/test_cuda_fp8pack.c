@@ -303,6 +303,27 @@ static void test_fp8_staged_host(void **state)
     b = a, b.xq = base + 4, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
     b = a, b.ldx = 136, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorMisalignedAddress);
     b = a, b.kernel = FM_FP8MMA_KERNELS, assert_int_equal(fm_fp8mma_launch(&b, NULL), (int)cudaErrorInvalidValue);
+    /* the FP8 rows of a dispatch (fm_fp8_rows_launch): 16-byte codes, whole 16-byte pieces; the
+     * refusals come before any CUDA call (nothing here is launched) */
+    const int32_t *perm = (const int32_t *)base;
+    float         *fs = (float *)base;
+    assert_int_equal(fm_fp8_rows_launch(base, fs, perm, 0, NULL, 256, base, 256, fs, 2, NULL, NULL), 0); /* no rows */
+    assert_int_equal(fm_fp8_rows_launch(NULL, fs, perm, 4, NULL, 256, base, 256, fs, 2, NULL, NULL),
+                     (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_fp8_rows_launch(base, fs, NULL, 4, NULL, 256, base, 256, fs, 2, NULL, NULL),
+                     (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_fp8_rows_launch(base, fs, perm, 4, NULL, 200, base, 256, fs, 2, NULL, NULL),
+                     (int)cudaErrorInvalidValue); /* n % 16 */
+    assert_int_equal(fm_fp8_rows_launch(base, fs, perm, 4, NULL, 256, base, 264, fs, 2, NULL, NULL),
+                     (int)cudaErrorInvalidValue); /* ldq % 16 */
+    assert_int_equal(fm_fp8_rows_launch(base, fs, perm, 4, NULL, 256, base, 256, fs, 1, NULL, NULL),
+                     (int)cudaErrorInvalidValue); /* 2 scales a row */
+    assert_int_equal(fm_fp8_rows_launch(base + 4, fs, perm, 4, NULL, 256, base, 256, fs, 2, NULL, NULL),
+                     (int)cudaErrorMisalignedAddress);
+    assert_int_equal(fm_fp8_rows_launch(base, fs, perm, 4, NULL, 256, base + 8, 256, fs, 2, NULL, NULL),
+                     (int)cudaErrorMisalignedAddress);
+    assert_int_equal(fm_fp8_rows_launch(base, (float *)(base + 2), perm, 4, NULL, 256, base, 256, fs, 2, NULL, NULL),
+                     (int)cudaErrorMisalignedAddress);
 }
 
 int main(void)
