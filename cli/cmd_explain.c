@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "flags.h"
+#include "kernels/fm_tile_layout.h" /* the W4A8 staged kernels' layout (FM_FP8S_*) */
 #include "plan/plan_internal.h" /* fm_plan_resolve: the family and schedule it checked */
 
 /* "MxN": two whole numbers in [1, 16] (a cluster has at most 16 CTAs), digits only,
@@ -31,7 +32,7 @@ static int cluster_parse(const char *s, int *m, int *n)
 typedef struct {
     fm_kernel_config cfg;
     const char      *arch, *gpu, *tile;
-    int              json, k, help;
+    int              json, k, help, w4a8;
     int              sched_set; /* a --schedule other than auto was given */
 } explain_opts;
 
@@ -135,6 +136,10 @@ static const fm_flag k_explain_flags[] = {
     {"kernel", "K", FM_FLAG_CHOICE, O(cfg.plain), .choices = k_kernels,
      .help = "grouped (ptr-array, default: what MoE engines run) | plain (one GEMM)"},
     {"k", "K", FM_FLAG_INT, O(k), 1, 1 << 30, .help = "problem K (must be a multiple of the tile's K)"},
+    {"w4a8", NULL, FM_FLAG_SWITCH, O(w4a8),
+     .help = "the W4A8 GEMM's staged kernels (src/cuda/gemm_fp8.cu) instead of a tile: each\n"
+             "one's shared memory, byte by byte, against the arch's opt-in limit\n"
+             "(--format nvfp4 | mxfp4; with --arch or --gpu, --json; no other flag)"},
     {"json", NULL, FM_FLAG_SWITCH, O(json), .help = "machine-readable output"},
     {"help", NULL, FM_FLAG_HELP, O(help), .help = NULL},
 };
@@ -171,6 +176,73 @@ static const char *cutlass_only(const explain_opts *o, const fm_flags_result *r)
     return at ? name : NULL;
 }
 
+/* `explain --w4a8`: the W4A8 GEMM's staged kernels (fm_tile_layout.h FM_FP8S_LIST, the list
+ * the launcher instantiates), each stage's parts and the total the launcher asks for, against
+ * the arch's opt-in limit. The pipelined kernels use no shared memory. Needs FP8 MMA (sm_89+). */
+static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
+{
+    const int nv = w == FM_ELEM_NVFP4;
+    if (w != FM_ELEM_NVFP4 && w != FM_ELEM_MXFP4) {
+        fprintf(stderr, "fp4moe explain --w4a8: the W4A8 GEMM takes nvfp4 or mxfp4 weights, not %s\n", fm_elem_name(w));
+        return FM_EXIT_USAGE;
+    }
+    const size_t limit = arch->smem_block_optin;
+    const int    fp8 = arch->cc >= 89;
+    int          all = fp8;
+    cJSON       *o = json ? cJSON_CreateObject() : NULL, *ks = json ? cJSON_AddArrayToObject(o, "kernels") : NULL;
+    if (json) {
+        cJSON_AddStringToObject(o, "arch", arch->name);
+        cJSON_AddStringToObject(o, "weights", fm_elem_name(w));
+        cJSON_AddBoolToObject(o, "fp8_mma", fp8);
+        cJSON_AddNumberToObject(o, "limit_bytes", (double)limit);
+    } else {
+        printf("%s W4A8 GEMM, %s weights x E4M3 rows: the staged kernels (%d warps x %d bands = %d features a CTA, "
+               "%d of K a stage); the launcher sizes shared memory with the same macros\n",
+               arch->name, fm_elem_name(w), FM_FP8S_WARPS, FM_FP8S_BANDS, FM_FP8S_WARPS * FM_FP8S_BANDS * 16, FM_FP8S_KC);
+        printf("  %-9s %6s %6s %8s %8s %8s %8s %9s %9s  %s\n", "kernel", "tokens", "stages", "rows B", "codes B",
+               "scales B", "stage B", "total B", "limit B", "verdict");
+    }
+#define FM_FP8S_ROW(tok, nt, st)                                                                                      \
+    {                                                                                                                 \
+        const size_t rows = (size_t)FM_FP8S_W_OFF(nt), codes = (size_t)FM_FP8S_S_OFF(FM_FP8S_WARPS, FM_FP8S_BANDS, nt) - rows; \
+        const size_t stage = (size_t)FM_FP8S_STAGE_BYTES(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, nv);                        \
+        const size_t total = (size_t)FM_FP8S_SMEM(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, st, nv);                           \
+        const int    fits = fp8 && total <= limit;                                                                    \
+        all &= fits;                                                                                                  \
+        if (json) {                                                                                                   \
+            cJSON *k = cJSON_CreateObject();                                                                          \
+            cJSON_AddStringToObject(k, "kernel", "staged" #tok);                                                      \
+            cJSON_AddNumberToObject(k, "tokens", tok);                                                                \
+            cJSON_AddNumberToObject(k, "stages", st);                                                                 \
+            cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);                                                   \
+            cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);                                                 \
+            cJSON_AddNumberToObject(k, "scales_bytes", (double)(stage - rows - codes));                               \
+            cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);                                                 \
+            cJSON_AddNumberToObject(k, "total_bytes", (double)total);                                                 \
+            cJSON_AddBoolToObject(k, "fits", fits);                                                                   \
+            cJSON_AddItemToArray(ks, k);                                                                              \
+        } else {                                                                                                      \
+            printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", "staged" #tok, tok, st, rows, codes,         \
+                   stage - rows - codes, stage, total, limit, fits ? "FITS" : "REJECTED");                            \
+        }                                                                                                             \
+    }
+    FM_FP8S_LIST(FM_FP8S_ROW)
+#undef FM_FP8S_ROW
+    const char *why = !fp8 ? "no FP8 MMA before sm_89: the layer runs W4A16 there (the launcher refuses)"
+                      : all ? "every staged kernel fits; the pipelined kernels (pipe16, pipe32, first) use no shared memory"
+                            : "a staged kernel is past the opt-in limit: its launch is refused (cudaErrorInvalidConfiguration)";
+    if (json) {
+        cJSON_AddBoolToObject(o, "fits", all);
+        cJSON_AddStringToObject(o, "reason", why);
+        fm_cli_print_json(o);
+    } else {
+        printf("  rows B = tokens x (128 + 16) E4M3 row tile; codes B = %d bands x 2 chunks x 512; scales B = %d bands x "
+               "16 rows x %d codes\n", FM_FP8S_WARPS * FM_FP8S_BANDS, FM_FP8S_WARPS * FM_FP8S_BANDS, nv ? 8 : 4);
+        printf("verdict: %s\n%s\n", all ? "FITS" : "REJECTED", why);
+    }
+    return all ? FM_EXIT_OK : FM_EXIT_REJECTED;
+}
+
 int fm_cmd_explain(int argc, char **argv)
 {
     explain_opts fl = {0};
@@ -189,6 +261,31 @@ int fm_cmd_explain(int argc, char **argv)
     const char *warps_s = fr.seen[fm_flags_index(&k_explain_cmd, "warps")] ? "--warps" : NULL;
     const char *cutlass_s = cutlass_only(&fl, &fr);
     fm_status   st = FM_OK;
+    if (fl.w4a8) { /* the W4A8 kernels: --arch / --gpu, --format, --json only */
+        for (int i = 0; i < (int)(sizeof k_explain_flags / sizeof k_explain_flags[0]); i++) {
+            const char *n = k_explain_flags[i].name;
+            if (fr.seen[i] && strcmp(n, "w4a8") && strcmp(n, "arch") && strcmp(n, "gpu") && strcmp(n, "format") &&
+                strcmp(n, "json")) {
+                fprintf(stderr, "fp4moe explain: --w4a8 takes --arch or --gpu, --format and --json only, not --%s\n", n);
+                return FM_EXIT_USAGE;
+            }
+        }
+        const fm_arch_info *wa = NULL;
+        const fm_gpu_info  *wg = NULL;
+        if (!arch_s && !gpu_s) {
+            fprintf(stderr, "fp4moe explain --w4a8: --arch (or --gpu) is required\n");
+            return FM_EXIT_USAGE;
+        }
+        if (gpu_s && (st = fm_gpu_find(gpu_s, &wg)) != FM_OK) return fm_cli_usage_status("explain", "--gpu", st);
+        if (arch_s && (st = fm_arch_find(arch_s, &wa)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
+        if (wg && wa && wg->cc != wa->cc) {
+            fprintf(stderr, "fp4moe explain: --arch %s and --gpu %s (sm_%d) name different architectures\n", arch_s,
+                    wg->name, wg->cc);
+            return FM_EXIT_USAGE;
+        }
+        if (!wa && (st = fm_arch_get(wg->cc, &wa)) != FM_OK) return fm_cli_usage_status("explain", "--gpu", st);
+        return explain_w4a8(wa, cfg.a, json);
+    }
     if ((!arch_s && !gpu_s) || !tile_s) {
         fprintf(stderr, "fp4moe explain: --arch (or --gpu) and --tile are required\n");
         fm_flags_usage(&k_explain_cmd, stderr);

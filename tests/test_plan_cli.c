@@ -205,6 +205,29 @@ static void explain_good_flags(void **s)
     }
 }
 
+/* `explain --w4a8`: the W4A8 GEMM's staged kernels, each one's bytes against the arch's limit
+ * (the numbers are FM_FP8S_* of fm_tile_layout.h, which the launcher expands too: 16 tokens,
+ * 4 stages of 16 x 144 + 8 x 2 x 512 + 8 x 64 = 11,008 B, 44,032 B MXFP4; NVFP4's scales
+ * 128 B a band); every staged kernel fits SM120's 101,376 B; sm_80 has no FP8 MMA (exit 5);
+ * the flags it does not take and the formats it does not run are usage errors. */
+static void explain_w4a8(void **s)
+{
+    (void)s;
+    static const cli_case cases[] = {
+        {"explain --w4a8 --arch sm_120 --format mxfp4", 0, {"staged16", "44032", "101376"}, "REJECTED"},
+        {"explain --w4a8 --gpu rtx-pro-6000", 0, {"staged64", "55296", "verdict: FITS"}, NULL}, /* nvfp4 default */
+        {"explain --w4a8 --arch sm_90 --format mxfp4 --json", 0, {"\"total_bytes\":\t53760", "\"fits\":\ttrue", NULL},
+         NULL},
+        {"explain --w4a8 --arch sm_80", 5, {"no FP8 MMA", "verdict: REJECTED", NULL}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
+    USAGE("explain --w4a8 --arch sm_120 --tile 8x64x128", "--w4a8", "--tile");
+    USAGE("explain --w4a8 --arch sm_120 --warps 4", "--w4a8", "--warps");
+    USAGE("explain --w4a8 --arch sm_120 --format bf16", "nvfp4 or mxfp4", "bf16");
+    USAGE("explain --w4a8", "--arch");
+    USAGE("explain --w4a8 --arch sm_90 --gpu rtx-pro-6000", "different architectures");
+}
+
 /* fp4moe-wgmma: listed by `plan` on the H200 (next to fp4moe-mma), never on SM120;
  * `explain` checks it on sm_90 and refuses it elsewhere as a usage error. */
 static void wgmma_family(void **s)
@@ -304,6 +327,7 @@ int main(void)
         cmocka_unit_test(plan_bad_flags),
         cmocka_unit_test(explain_bad_flags),
         cmocka_unit_test(explain_good_flags),
+        cmocka_unit_test(explain_w4a8),
         cmocka_unit_test(family_specific_flags),
         cmocka_unit_test(wgmma_family),
         cmocka_unit_test(launcher_ranking),

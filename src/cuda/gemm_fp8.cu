@@ -299,10 +299,11 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
  * scale either way; FP32 accumulation order differs from the oracle. */
 template <bool NV, int NT, int STAGES>
 struct staged_cfg { /* fm_tile_layout.h's FM_FP8S_* layout */
-    static constexpr int MT = 2, KC = FM_FP8S_KC, TOK = 8 * NT, ROWB = FM_FP8S_ROW_BYTES;
+    static constexpr int MT = FM_FP8S_BANDS, KC = FM_FP8S_KC, TOK = 8 * NT, ROWB = FM_FP8S_ROW_BYTES;
     static constexpr int W_OFF = FM_FP8S_W_OFF(NT), SB = FM_FP8S_SF_BYTES(NV), S_OFF = FM_FP8S_S_OFF(NW, MT, NT);
     static constexpr int STAGE_B = FM_FP8S_STAGE_BYTES(NW, MT, NT, NV), SMEM = FM_FP8S_SMEM(NW, MT, NT, STAGES, NV);
-    static_assert(KC == 2 * FM_TILE_CHUNK_K && SB == 16 * (NV ? 8 : 4), "one stage = one 128-K group, 2 chunks");
+    static_assert(KC == 2 * FM_TILE_CHUNK_K && SB == 16 * (NV ? 8 : 4) && NW == FM_FP8S_WARPS,
+                  "one stage = one 128-K group, 2 chunks; the CTA's warps");
     static_assert(W_OFF % 16 == 0 && S_OFF % 16 == 0 && STAGE_B % 16 == 0, "16-byte copies");
 };
 
@@ -546,10 +547,12 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
         if (smem > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
         if (a->max_rows == 0) return 0;
         cudaStream_t s = (cudaStream_t)stream;
-        switch (a->kernel) {
-        case FM_FP8MMA_STAGED16: return nv ? launch_staged<true, 2, 4>(*a, smem, s) : launch_staged<false, 2, 4>(*a, smem, s);
-        case FM_FP8MMA_STAGED32: return nv ? launch_staged<true, 4, 3>(*a, smem, s) : launch_staged<false, 4, 3>(*a, smem, s);
-        default: return nv ? launch_staged<true, 8, 3>(*a, smem, s) : launch_staged<false, 8, 3>(*a, smem, s);
+        switch (a->kernel) { /* fm_tile_layout.h's list */
+#define FM_FP8S_CASE(tok, nt, st)                                                                                      \
+    case FM_FP8MMA_STAGED##tok: return nv ? launch_staged<true, nt, st>(*a, smem, s) : launch_staged<false, nt, st>(*a, smem, s);
+            FM_FP8S_LIST(FM_FP8S_CASE)
+#undef FM_FP8S_CASE
+        default: return (int)cudaErrorInvalidValue;
         }
     }
     if (a->max_rows == 0) return 0;

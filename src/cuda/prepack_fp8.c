@@ -73,19 +73,20 @@ fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst)
     return FM_OK;
 }
 
-/* the staged kernels' (warps 4, bands a warp 2, token groups, stages): gemm_fp8.cu's launcher
- * instantiates the same; each fits SM120's 101,376 B (NVFP4, the larger), checked here */
-_Static_assert(FM_FP8S_SMEM(4, 2, 2, 4, 1) <= 101376 && FM_FP8S_SMEM(4, 2, 4, 3, 1) <= 101376 &&
-                   FM_FP8S_SMEM(4, 2, 8, 3, 1) <= 101376,
-               "a staged W4A8 kernel past SM120's shared memory");
+/* each staged kernel fits SM120's 101,376 B (NVFP4, the larger), checked here */
+#define FM_FP8S_FITS(tok, nt, st) _Static_assert(FM_FP8S_SMEM(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, st, 1) <= 101376, \
+                                                 "staged W4A8 kernel " #tok " past SM120's shared memory");
+FM_FP8S_LIST(FM_FP8S_FITS)
+#undef FM_FP8S_FITS
 
 size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt)
 {
     const int nv = fmt == FM_FORMAT_NVFP4;
     switch (kernel) {
-    case FM_FP8MMA_STAGED16: return (size_t)FM_FP8S_SMEM(4, 2, 2, 4, nv);
-    case FM_FP8MMA_STAGED32: return (size_t)FM_FP8S_SMEM(4, 2, 4, 3, nv);
-    case FM_FP8MMA_STAGED64: return (size_t)FM_FP8S_SMEM(4, 2, 8, 3, nv);
+#define FM_FP8S_CASE(tok, nt, st)                                                                                      \
+    case FM_FP8MMA_STAGED##tok: return (size_t)FM_FP8S_SMEM(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, st, nv);
+        FM_FP8S_LIST(FM_FP8S_CASE)
+#undef FM_FP8S_CASE
     default: return 0;
     }
 }

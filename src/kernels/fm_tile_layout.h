@@ -99,6 +99,12 @@
 #define FM_FP8S_S_OFF(w, mt, nt) (FM_FP8S_W_OFF(nt) + (w) * (mt) * (FM_FP8S_KC / FM_TILE_CHUNK_K) * FM_TILE_CHUNK_BYTES)
 #define FM_FP8S_STAGE_BYTES(w, mt, nt, nv) (FM_FP8S_S_OFF(w, mt, nt) + (w) * (mt) * FM_FP8S_SF_BYTES(nv))
 #define FM_FP8S_SMEM(w, mt, nt, st, nv) ((st) * FM_FP8S_STAGE_BYTES(w, mt, nt, nv))
+#define FM_FP8S_WARPS 4 /* a CTA: 4 warps x 2 bands of 16 features */
+#define FM_FP8S_BANDS 2
+/* The staged kernels built, X(tokens a pass, nt, stages): FM_FP8MMA_STAGED<tokens> (gemm_fp8.h)
+ * is the one with nt 8-token groups a pass; the launcher, fm_fp8mma_smem_bytes and
+ * `fp4moe explain --w4a8` all expand this list */
+#define FM_FP8S_LIST(X) X(16, 2, 4) X(32, 4, 3) X(64, 8, 3)
 
 /* Field ranges each kernel family's template takes (fm_smem_mma / fm_smem_wgmma
  * refuse the rest at run time; fm_tiles.def's rows are checked against them at
