@@ -11,7 +11,8 @@
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
 #   w4a8: bench_fp8mma, then bench_layer W4A16 and W4A8 on each kernel of W4A8_KERNELS (default
-#         auto staged16 staged32 staged64; issue 34; CTEST_ARGS for the tests first)
+#         auto staged16 staged32 staged64; issue 34; CTEST_ARGS for the tests first, BENCH=0: tests
+#         only; GPU_CMAKE_ARGS=-DFM_CUDA_W4A8_DISPATCH=ON for the W4A8 dispatched rows)
 #   decode-delay: test_cuda_decode on decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY),
 #            plain and under memcheck / racecheck (issue 31's flag-protocol test; CTEST=0 skips ctest)
 #   nccl-ep1: build + ctest as usual, then examples/nccl_ep against the carried .ncclep and this
@@ -150,6 +151,7 @@ if [ "$MODE" = session ]; then
   exit 0
 fi
 if [ "$MODE" = w4a8 ]; then
+  [ "${BENCH:-1}" = 0 ] && { echo "== benchmarks: skipped (BENCH=0)"; exit 0; }
   # issue 34: the W4A8 GEMM alone (bench_fp8mma: every kernel, MXFP4 gpt-oss and NVFP4 GLM-5
   # shapes), then the GLM-5 layer W4A16 and W4A8 (per 128) in the same call, graph replay
   # (run ctest first with CTEST_ARGS="-R fp8|cuda_layer|contract" for the W4A8 layer's tests)
