@@ -169,7 +169,6 @@ static fm_status create_w4a8(fm_cuda_layer *s, const fm_moe_weights *w)
     const size_t p13 = fm_fp8mma_pack_bytes(2 * (int64_t)I, H), p2 = fm_fp8mma_pack_bytes(H, I);
     const size_t q13 = fm_fp8mma_scales_bytes(c->wfmt, 2 * (int64_t)I, H), q2 = fm_fp8mma_scales_bytes(c->wfmt, H, I);
     size_t       d13, s13, d2, s2;
-    FM_CHECK(w4a8_kernel_env(&s->q8.kernel));
     FM_CHECK(fm_qtensor_bytes(c->wfmt, 2 * (int64_t)I, H, &d13, &s13));
     FM_CHECK(fm_qtensor_bytes(c->wfmt, H, I, &d2, &s2));
     const size_t hb = p13 > p2 ? p13 : p2;
@@ -229,6 +228,7 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
     const fm_moe_config   *cfg = &p->cfg;
     const int E = cfg->n_experts, H = cfg->hidden, L = p->n_local, S = p->first == 0 ? cfg->shared_inter : 0;
     cudaError_t e = cudaSuccess;
+    if (s->w4a8) FM_CHECK(w4a8_kernel_env(&s->q8.kernel)); /* before any upload */
     FM_CHECK(create_w13(s, w, L));
     FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
     if (s->w4a8) FM_CHECK(create_w4a8(s, w));

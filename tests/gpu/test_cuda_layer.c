@@ -149,7 +149,16 @@ static void test_layer_device_path(void **state)
         printf("  %s, act_fp8 %s%s%s\n", fi ? "MXFP4" : "NVFP4", fm_act_fp8_name(L.cfg.act_fp8), kern[v] ? ", kernel " : "",
                kern[v] ? kern[v] : "");
         const int maxT = 600, H = L.cfg.hidden, K = L.cfg.top_k; /* 600 x 4 slots: 3 placement chunks */
-        if (kern[v]) setenv("FM_W4A8_KERNEL", kern[v], 1);
+        if (kern[v]) { /* a name the list does not hold refuses the create, by name */
+            setenv("FM_W4A8_KERNEL", "staged128", 1);
+            fm_moe_weights w = L.w;
+            fm_layer_desc  bd = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = 8};
+            fm_layer      *bl = NULL;
+            assert_int_equal(fm_layer_create_desc(&bd, &L.cfg, &w, &bl), FM_ERR_INVALID_ARG);
+            assert_null(bl);
+            assert_non_null(strstr(fm_last_error(), "FM_W4A8_KERNEL='staged128'"));
+            setenv("FM_W4A8_KERNEL", kern[v], 1);
+        }
         fm_layer *gl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
         unsetenv("FM_W4A8_KERNEL");
         fm_layer *cl = make(&L, FM_BACKEND_CPU_REF, NULL, maxT, 0, 0, FM_OUT_F32, 0);
