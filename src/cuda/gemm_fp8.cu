@@ -57,6 +57,22 @@ __device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+/* d = A x B over 16 of K from zero (m16n8k16 E4M3, PTX 8.7+, sm_89+): a0 / a1 rows g / g + 8 at
+ * K 4t..4t+3, b0 K 4t..4t+3 of token g: the first (or, with a2 / a3 and b1, the second) half of
+ * an m16n8k32 fragment, so an NVFP4 16-block is one MMA of its own size */
+__device__ __forceinline__ void mma_e4m3_k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+#else
+    (void)a0, (void)a1, (void)b0;
+    d[0] = d[1] = d[2] = d[3] = 0.0f; /* not launched there */
+#endif
+}
+
 /* Four E2M1 codes (nibble i = element i) -> four E4M3 codes (byte i), constant table: the
  * magnitudes by one prmt, the signs (nibble bit 3 -> byte bit 7) by a second prmt that picks
  * byte 0 (0x00) or byte 1 (0x80) of 0x8000 */
@@ -294,9 +310,10 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
  * MXFP4: a 128-K group whose 16 rows' codes fold (gemm_fp8.h, FM_FP8MMA_FOLD_MIN; all real
  * checkpoints we read do) is one MMA chain over its 4 blocks with the exponents in the
  * E4M3 codes (a per-block table of two integer ops), times 2^(max - 133) once; a group that
- * does not (the warp votes) takes the pipelined kernels' exact per-block path. NVFP4: that
- * per-16 path always (E4M3 block scales do not fold exactly). Exact in the weights for every
- * scale either way; FP32 accumulation order differs from the oracle. */
+ * does not (the warp votes) takes the pipelined kernels' exact per-block path. NVFP4: a
+ * per-16 path always (E4M3 block scales do not fold exactly), one m16n8k16 E4M3 MMA per 16-block
+ * (the pipelined kernels spend a k32 MMA with half its A zero on it). Exact in the weights for
+ * every scale either way; FP32 accumulation order differs from the oracle. */
 template <bool NV, int NT, int STAGES>
 struct staged_cfg { /* fm_tile_layout.h's FM_FP8S_* layout */
     static constexpr int MT = FM_FP8S_BANDS, KC = FM_FP8S_KC, TOK = 8 * NT, ROWB = FM_FP8S_ROW_BYTES;
@@ -442,7 +459,8 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                                 acc[i][n][3] = fmaf(d[3], sw1 * xsg[n][1], acc[i][n][3]);
                             }
                         }
-                    } else { /* blocks 2 kb, 2 kb + 1 of 16: one MMA each, the other half's A zero */
+                    } else { /* blocks 2 kb, 2 kb + 1 of 16: one m16n8k16 MMA each (the pipelined kernels
+                              * run a k32 MMA with the other half's A zero instead) */
                         const uint32_t w0 = kb < 2 ? sc0[i].x : sc0[i].y, w1 = kb < 2 ? sc1[i].x : sc1[i].y;
                         const int      sh = 16 * (kb & 1);
                         const float    s00 = fm_fp8mma_e4m3(w0 >> sh & 0xffu), s01 = fm_fp8mma_e4m3(w0 >> (sh + 8) & 0xffu);
@@ -453,8 +471,8 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
 #pragma unroll
                         for (int n = 0; n < NT; n++) {
                             float d[4], h[4];
-                            mma_e4m3_z(d, a0, a1, 0u, 0u, bx[n][0], bx[n][1]);
-                            mma_e4m3_z(h, 0u, 0u, a2, a3, bx[n][0], bx[n][1]);
+                            mma_e4m3_k16(d, a0, a1, bx[n][0]);
+                            mma_e4m3_k16(h, a2, a3, bx[n][1]);
                             const float x0 = xsg[n][0], x1 = xsg[n][1];
                             acc[i][n][0] = fmaf(h[0], s01 * x0, fmaf(d[0], s00 * x0, acc[i][n][0]));
                             acc[i][n][1] = fmaf(h[1], s01 * x1, fmaf(d[1], s00 * x1, acc[i][n][1]));
