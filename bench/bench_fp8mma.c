@@ -87,7 +87,6 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    static const char *kname[] = {"auto", "first", "pipe16", "pipe32", "staged16", "staged32", "staged64"};
     const int ms[] = {8, 16, 32, 64, 128, 256};
     double   *t = malloc(sizeof(double) * reps);
     int       failed = 0;
@@ -105,7 +104,7 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
             CK(cudaEventRecord(ev[0], st));
             const int le = fm_fp8mma_launch(&a, st);
             if (le != 0) { /* this kernel's point is left out; the others go on */
-                fprintf(stderr, "%s %s m=%d: fm_fp8mma_launch failed: %s\n", name, kname[kern], m,
+                fprintf(stderr, "%s %s m=%d: fm_fp8mma_launch failed: %s\n", name, fm_fp8mma_kernel_name(kern), m,
                         cudaGetErrorString((cudaError_t)le));
                 failed = 1;
                 break;
@@ -126,9 +125,9 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
         const double bytes = (double)E * (double)(db + sb) + (double)rows * K + 4.0 * rows * ngrp + 4.0 * rows * N;
         const double flops = 2.0 * rows * (double)N * K;
         const double fb = bytes / (bw * 1e3), ff = flops / (tflops * 1e6), floor_us = fb > ff ? fb : ff;
-        printf("%-9s %-8s %6d %8d %10.1f %10.1f %9.1f %9.1f %9.2f %7s\n", name, kname[kern], m, rows, floor_us, us, flops / us / 1e6,
+        printf("%-9s %-8s %6d %8d %10.1f %10.1f %9.1f %9.1f %9.2f %7s\n", name, fm_fp8mma_kernel_name(kern), m, rows, floor_us, us, flops / us / 1e6,
                bytes / us / 1e3, us / floor_us, fb > ff ? "bytes" : "flops");
-        printf("csv,fp8mma,%s,%s,%d,%d,%.0f,%.0f,%.2f,%.2f\n", name, kname[kern], m, rows, bytes, flops, floor_us, us);
+        printf("csv,fp8mma,%s,%s,%d,%d,%.0f,%.0f,%.2f,%.2f\n", name, fm_fp8mma_kernel_name(kern), m, rows, bytes, flops, floor_us, us);
     }
     CK(cudaFree(dwq));
     CK(cudaFree(dwexp));

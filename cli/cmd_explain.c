@@ -261,7 +261,7 @@ int fm_cmd_explain(int argc, char **argv)
     const char *warps_s = fr.seen[fm_flags_index(&k_explain_cmd, "warps")] ? "--warps" : NULL;
     const char *cutlass_s = cutlass_only(&fl, &fr);
     fm_status   st = FM_OK;
-    if (fl.w4a8) { /* the W4A8 kernels: --arch / --gpu, --format, --json only */
+    if (fl.w4a8) /* the W4A8 kernels: --arch / --gpu, --format, --json only */
         for (int i = 0; i < (int)(sizeof k_explain_flags / sizeof k_explain_flags[0]); i++) {
             const char *n = k_explain_flags[i].name;
             if (fr.seen[i] && strcmp(n, "w4a8") && strcmp(n, "arch") && strcmp(n, "gpu") && strcmp(n, "format") &&
@@ -270,24 +270,9 @@ int fm_cmd_explain(int argc, char **argv)
                 return FM_EXIT_USAGE;
             }
         }
-        const fm_arch_info *wa = NULL;
-        const fm_gpu_info  *wg = NULL;
-        if (!arch_s && !gpu_s) {
-            fprintf(stderr, "fp4moe explain --w4a8: --arch (or --gpu) is required\n");
-            return FM_EXIT_USAGE;
-        }
-        if (gpu_s && (st = fm_gpu_find(gpu_s, &wg)) != FM_OK) return fm_cli_usage_status("explain", "--gpu", st);
-        if (arch_s && (st = fm_arch_find(arch_s, &wa)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
-        if (wg && wa && wg->cc != wa->cc) {
-            fprintf(stderr, "fp4moe explain: --arch %s and --gpu %s (sm_%d) name different architectures\n", arch_s,
-                    wg->name, wg->cc);
-            return FM_EXIT_USAGE;
-        }
-        if (!wa && (st = fm_arch_get(wg->cc, &wa)) != FM_OK) return fm_cli_usage_status("explain", "--gpu", st);
-        return explain_w4a8(wa, cfg.a, json);
-    }
-    if ((!arch_s && !gpu_s) || !tile_s) {
-        fprintf(stderr, "fp4moe explain: --arch (or --gpu) and --tile are required\n");
+    if ((!arch_s && !gpu_s) || (!tile_s && !fl.w4a8)) {
+        fprintf(stderr, fl.w4a8 ? "fp4moe explain --w4a8: --arch (or --gpu) is required\n"
+                                : "fp4moe explain: --arch (or --gpu) and --tile are required\n");
         fm_flags_usage(&k_explain_cmd, stderr);
         return FM_EXIT_USAGE;
     }
@@ -307,6 +292,7 @@ int fm_cmd_explain(int argc, char **argv)
         cfg.cc = arch->cc;
     }
     if ((st = fm_arch_get(cfg.cc, &arch)) != FM_OK) return fm_cli_usage_status("explain", "--arch", st);
+    if (fl.w4a8) return explain_w4a8(arch, cfg.a, json);
     if ((st = fm_tile_shape_parse(tile_s, &cfg.tile_m, &cfg.tile_n, &cfg.tile_k)) != FM_OK)
         return fm_cli_usage_status("explain", "--tile", st);
     if (cfg.epilogue == FM_EPI_FINALIZE) cfg.d = FM_ELEM_VOID;

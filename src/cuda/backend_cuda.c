@@ -36,7 +36,8 @@
  * enqueue_w4a8 (layer_run.c: FP8 gather, the W4A8 GEMM of gemm_fp8.cu for FC1
  * and FC2, the activation in FP32 between them, the same deterministic reduce); create packs
  * the experts for that GEMM too (create_w4a8: the W4A16 prepack is kept, so the weights are
- * held twice on the device). run_dispatched refuses W4A8 layers (BF16 or FP8 rows).
+ * held twice on the device). run_dispatched runs a W4A8 layer's rows (BF16 or FP8) only in a
+ * build with FM_CUDA_W4A8_DISPATCH (layer_run.c); the default build refuses them.
  * Not done yet: act_nvfp4: create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
@@ -145,15 +146,9 @@ static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
  * at create; unset or empty = automatic). A name the list does not hold refuses the create. */
 static fm_status w4a8_kernel_env(int *kernel)
 {
-    static const char *names[FM_FP8MMA_KERNELS] = {"auto", "first", "pipe16", "pipe32", "staged16", "staged32", "staged64"};
     const char *v = getenv("FM_W4A8_KERNEL");
-    *kernel = FM_FP8MMA_AUTO;
-    if (!v || !*v) return FM_OK;
-    for (int k = 0; k < FM_FP8MMA_KERNELS; k++)
-        if (!strcmp(v, names[k])) {
-            *kernel = k;
-            return FM_OK;
-        }
+    *kernel = v && *v ? fm_fp8mma_kernel_of(v) : FM_FP8MMA_AUTO;
+    if (*kernel >= 0) return FM_OK;
     return fm_fail(FM_ERR_INVALID_ARG, "cuda backend: FM_W4A8_KERNEL='%s' is not a W4A8 GEMM kernel (auto first pipe16 "
                                        "pipe32 staged16 staged32 staged64)", v);
 }

@@ -84,6 +84,15 @@ __device__ __forceinline__ uint32_t decode4c(uint32_t v, uint32_t lo, uint32_t h
     return m | sg;
 }
 
+/* A lane's A fragment of one 32-K block from its two packed words: rows g (table lo0 / hi0) and
+ * g + 8 (lo1 / hi1) at K 4t..4t+3 (a0, a1) and 16+4t..16+4t+3 (a2, a3) */
+__device__ __forceinline__ void decode_frag(uint32_t wa, uint32_t wc, uint32_t lo0, uint32_t hi0, uint32_t lo1,
+                                            uint32_t hi1, uint32_t (&af)[4])
+{
+    af[0] = decode4c(wa & 0xffffu, lo0, hi0), af[1] = decode4c(wa >> 16, lo1, hi1);
+    af[2] = decode4c(wc & 0xffffu, lo0, hi0), af[3] = decode4c(wc >> 16, lo1, hi1);
+}
+
 /* the output of row r, column col of expert e: (v + bias) x row weight, as the layer's FC2 */
 __device__ __forceinline__ float epilogue(const fm_fp8mma_args &a, int e, int r, int col, float v)
 {
@@ -440,19 +449,18 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                             uint32_t lo0, hi0, lo1, hi1;
                             fm_fp8mma_fold_table((int)c0 - (int)fm_fp8mma_maxb(sc0[i].x) + 6, &lo0, &hi0);
                             fm_fp8mma_fold_table((int)c1 - (int)fm_fp8mma_maxb(sc1[i].x) + 6, &lo1, &hi1);
-                            const uint32_t af[4] = {decode4c(wa & 0xffffu, lo0, hi0), decode4c(wa >> 16, lo1, hi1),
-                                                    decode4c(wc & 0xffffu, lo0, hi0), decode4c(wc >> 16, lo1, hi1)};
+                            uint32_t af[4];
+                            decode_frag(wa, wc, lo0, hi0, lo1, hi1, af);
 #pragma unroll
                             for (int n = 0; n < NT; n++) mma_e4m3(tmp[i][n], af, bx[n][0], bx[n][1]);
                         } else {
-                            const uint32_t tlo = FM_FP8MMA_TLO, thi = FM_FP8MMA_THI;
-                            const float    sw0 = fm_fp8mma_ue8m0(c0), sw1 = fm_fp8mma_ue8m0(c1);
-                            const uint32_t a0 = decode4c(wa & 0xffffu, tlo, thi), a1 = decode4c(wa >> 16, tlo, thi),
-                                           a2 = decode4c(wc & 0xffffu, tlo, thi), a3 = decode4c(wc >> 16, tlo, thi);
+                            const float sw0 = fm_fp8mma_ue8m0(c0), sw1 = fm_fp8mma_ue8m0(c1);
+                            uint32_t    af[4];
+                            decode_frag(wa, wc, FM_FP8MMA_TLO, FM_FP8MMA_THI, FM_FP8MMA_TLO, FM_FP8MMA_THI, af);
 #pragma unroll
                             for (int n = 0; n < NT; n++) {
                                 float d[4];
-                                mma_e4m3_z(d, a0, a1, a2, a3, bx[n][0], bx[n][1]);
+                                mma_e4m3_z(d, af[0], af[1], af[2], af[3], bx[n][0], bx[n][1]);
                                 acc[i][n][0] = fmaf(d[0], sw0 * xsg[n][0], acc[i][n][0]);
                                 acc[i][n][1] = fmaf(d[1], sw0 * xsg[n][1], acc[i][n][1]);
                                 acc[i][n][2] = fmaf(d[2], sw1 * xsg[n][0], acc[i][n][2]);
@@ -465,14 +473,13 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                         const int      sh = 16 * (kb & 1);
                         const float    s00 = fm_fp8mma_e4m3(w0 >> sh & 0xffu), s01 = fm_fp8mma_e4m3(w0 >> (sh + 8) & 0xffu);
                         const float    s10 = fm_fp8mma_e4m3(w1 >> sh & 0xffu), s11 = fm_fp8mma_e4m3(w1 >> (sh + 8) & 0xffu);
-                        const uint32_t tlo = FM_FP8MMA_TLO, thi = FM_FP8MMA_THI;
-                        const uint32_t a0 = decode4c(wa & 0xffffu, tlo, thi), a1 = decode4c(wa >> 16, tlo, thi),
-                                       a2 = decode4c(wc & 0xffffu, tlo, thi), a3 = decode4c(wc >> 16, tlo, thi);
+                        uint32_t af[4];
+                        decode_frag(wa, wc, FM_FP8MMA_TLO, FM_FP8MMA_THI, FM_FP8MMA_TLO, FM_FP8MMA_THI, af);
 #pragma unroll
                         for (int n = 0; n < NT; n++) {
                             float d[4], h[4];
-                            mma_e4m3_k16(d, a0, a1, bx[n][0]);
-                            mma_e4m3_k16(h, a2, a3, bx[n][1]);
+                            mma_e4m3_k16(d, af[0], af[1], bx[n][0]);
+                            mma_e4m3_k16(h, af[2], af[3], bx[n][1]);
                             const float x0 = xsg[n][0], x1 = xsg[n][1];
                             acc[i][n][0] = fmaf(h[0], s01 * x0, fmaf(d[0], s00 * x0, acc[i][n][0]));
                             acc[i][n][1] = fmaf(h[1], s01 * x1, fmaf(d[1], s00 * x1, acc[i][n][1]));

@@ -127,6 +127,11 @@ enum {
     FM_FP8MMA_KERNELS = 7    /* the count */
 };
 
+/* A kernel's name ("auto" "first" "pipe16" "pipe32" "staged16" "staged32" "staged64"; NULL
+ * outside [0, FM_FP8MMA_KERNELS)), and the kernel a name names (-1: none) */
+const char *fm_fp8mma_kernel_name(int kernel);
+int         fm_fp8mma_kernel_of(const char *name);
+
 /* Dynamic shared memory of a staged kernel for fmt (0 for the others): 3-4 stages of the row
  * tile [tokens][128 + 16 B], 4 warps x 2 bands x 2 chunks x 512 B of weights and 8 bands'
  * group scales. The launcher refuses (cudaErrorInvalidConfiguration) a device whose opt-in

@@ -41,8 +41,7 @@ static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, flo
 /* W4A8 (act_fp8): the chain on FP8 activations, every bucket (no decode kernel, no plan's
  * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its kernel chosen per launch):
  *   permute (as the BF16 chain) -> x[perm[p] / top_k] quantized to E4M3 codes + FP32 scales
- *   (act_fp8.cu, the oracle's numbers bit for bit; a NaN/Inf element recorded as the gather
- *   records it) -> the experts (w4a8_experts) -> the slot-order reduce
+ *   (w4a8_quantize_x) -> the experts (w4a8_experts) -> the slot-order reduce
  *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero.
  * The experts, on rows p < off[L] whose FP8 codes and scales are in the workspace's xq / xsc:
  *   FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1 bias, SwiGLU (or
@@ -77,13 +76,24 @@ static fm_status w4a8_experts(fm_cuda_layer *s, unsigned char *ws, int R, void *
     return FM_OK;
 }
 
+/* BF16 rows x[perm[p] / top_k] (p < off[L]) quantized to FP8 into the workspace's xq / xsc, the
+ * W4A8 experts' input (act_fp8.cu, the oracle's numbers bit for bit; a NaN/Inf element
+ * recorded as the gather records it) */
+static int w4a8_quantize_x(fm_cuda_layer *s, unsigned char *ws, const uint16_t *x, const int32_t *perm, int top_k,
+                           int rows, void *stream)
+{
+    const fm_moe_config *c = &s->p.cfg;
+    return fm_act_fp8_launch(x, NULL, perm, top_k, rows, (int32_t *)(ws + s->ws.off) + s->p.n_local, c->hidden,
+                             c->act_fp8, ws + s->ws.xq, c->hidden, (float *)(ws + s->ws.xsc),
+                             fm_act_fp8_nscales(c->act_fp8, c->hidden), &s->d_err->first_nonfinite_x, stream);
+}
+
 static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, const int32_t *rid, const float *rwt,
                               const unsigned long long *bl, void *stream)
 {
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
     const int T = a->T, E = c->n_experts, H = c->hidden, K = c->top_k, L = p->n_local, R = T * K;
-    const int bh = fm_act_fp8_nscales(c->act_fp8, H);
     unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
     int32_t  *off = (int32_t *)(ws + s->ws.off), *perm = (int32_t *)(ws + s->ws.perm);
@@ -92,9 +102,7 @@ static fm_status enqueue_w4a8(fm_cuda_layer *s, const fm_layer_run_args *a, cons
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,
                                     s->d_err, bl, NULL, stream)) != 0)
         return fm_cuda_layer_fail(le, "permutation");
-    if ((le = fm_act_fp8_launch(a->x, NULL, perm, K, R, off + L, H, c->act_fp8, ws + s->ws.xq, H,
-                                (float *)(ws + s->ws.xsc), bh, &s->d_err->first_nonfinite_x, stream)) != 0)
-        return fm_cuda_layer_fail(le, "FP8 gather of x");
+    if ((le = w4a8_quantize_x(s, ws, a->x, perm, K, R, stream)) != 0) return fm_cuda_layer_fail(le, "FP8 gather of x");
     float *acc; /* the shared expert's sums, where the reduce starts (NULL: none) */
     FM_CHECK(shared_expert(s, a, &acc, stream));
     FM_CHECK(w4a8_experts(s, ws, R, stream));
@@ -247,11 +255,10 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
         goto done;
     }
     if (s->w4a8) { /* the rows into FP8 (BF16 rows quantized as a run's, FP8 rows as they are), the experts */
-        const int bh = fm_act_fp8_nscales(c->act_fp8, H);
-        le = a->x ? fm_act_fp8_launch(a->x, NULL, perm, 1, max_rows, off + L, H, c->act_fp8, ws + s->ws.xq, H,
-                                      (float *)(ws + s->ws.xsc), bh, &s->d_err->first_nonfinite_x, stream)
+        le = a->x ? w4a8_quantize_x(s, ws, a->x, perm, 1, max_rows, stream)
                   : fm_fp8_rows_launch(a->x_fp8, a->x_scales, perm, max_rows, off + L, H, ws + s->ws.xq, H,
-                                       (float *)(ws + s->ws.xsc), bh, &s->d_err->first_nonfinite_x, stream);
+                                       (float *)(ws + s->ws.xsc), fm_act_fp8_nscales(c->act_fp8, H),
+                                       &s->d_err->first_nonfinite_x, stream);
         if (le != 0) {
             st = fm_cuda_layer_fail(le, a->x ? "FP8 gather of the rows" : "the FP8 rows");
             goto done;

@@ -90,3 +90,18 @@ size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt)
     default: return 0;
     }
 }
+
+static const char *const k_kernel_names[FM_FP8MMA_KERNELS] = {"auto",     "first",    "pipe16",  "pipe32",
+                                                               "staged16", "staged32", "staged64"};
+
+const char *fm_fp8mma_kernel_name(int kernel)
+{
+    return kernel >= 0 && kernel < FM_FP8MMA_KERNELS ? k_kernel_names[kernel] : NULL;
+}
+
+int fm_fp8mma_kernel_of(const char *name)
+{
+    for (int k = 0; name && k < FM_FP8MMA_KERNELS; k++)
+        if (!strcmp(name, k_kernel_names[k])) return k;
+    return -1;
+}
