@@ -152,7 +152,8 @@ static int run_layer(run_state *rs)
     if (rs->sw.w13_up_global) rs->sw.w13_up_global += off;
     rs->desc = (fm_layer_desc){.backend = cl->o.backend, .max_tokens = T, .first_expert = cl->shard.first,
                                .n_local = cl->shard.count, .decode_work_list = cl->work_list,
-                               .row_quantile = (float)cl->row_q, .plans = cl->plans_in, .decode_path = cl->decode};
+                               .row_quantile = (float)cl->row_q, .plans = cl->plans_in, .decode_path = cl->decode,
+                               .act_fp8_path = cl->fp8_path};
     rs->run = (fm_layer_run_args){.x = rs->m.x, .T = T, .out = rs->out};
     if (!rs->out || !rs->ms) {
         fprintf(stderr, "fp4moe run: out of host memory\n");
@@ -242,13 +243,12 @@ static int run_timed(run_state *rs)
     return FM_FLAGS_GO;
 }
 
-/* --check: the CPU reference on the same input (holding the same shard, given the same
- * routing), NMSE and max |err| against nmse_bound; cuda: the graph replay must equal the
- * eager run. FM_EXIT_OK, FM_EXIT_MISMATCH, or a failure's exit code. */
-static int run_check(run_state *rs)
+/* --check: the CPU reference of cfg (the numerics that ran) on the same input (holding the
+ * same shard, given the same routing), NMSE and max |err| against nmse_bound; cuda: the graph
+ * replay must equal the eager run. FM_EXIT_OK, FM_EXIT_MISMATCH, or a failure's exit code. */
+static int run_check(run_state *rs, const fm_moe_config *cfg)
 {
     fm_run_report       *rep = &rs->rep;
-    const fm_moe_config *cfg = &rs->m.cfg;
     const int            T = rs->m.tokens;
     const size_t         n_out = (size_t)T * cfg->hidden;
     fm_status            s;
@@ -310,8 +310,12 @@ int fm_cmd_run(int argc, char **argv)
         rep->m = &rs.m, rep->cfg = &rs.m.cfg, rep->T = rs.m.tokens, rep->iters = rs.cl.o.iters;
         rep->shard_first = rs.cl.shard.first, rep->shard_count = rs.cl.shard.count;
         rep->external = rs.cl.external, rep->tune = rs.cl.tune, rep->check = rs.cl.o.check;
-        rep->nmse = -1, rep->bad = -1, rep->bound = nmse_bound(rep->bk, rep->cfg);
-        rc = rep->check ? run_check(&rs) : FM_EXIT_OK;
+        /* the numerics that ran: a W4A8 layer's bucket that runs W4A16 (--fp8-path faster) is
+         * checked against the layer without act_fp8 */
+        fm_moe_config ran = rs.m.cfg;
+        if (rep->have_plan && !rep->pi.act_fp8) ran.act_fp8 = FM_ACT_FP8_OFF;
+        rep->nmse = -1, rep->bad = -1, rep->bound = nmse_bound(rep->bk, &ran);
+        rc = rep->check ? run_check(&rs, &ran) : FM_EXIT_OK;
         rep->passed = rc == FM_EXIT_OK;
         if (rc == FM_EXIT_OK || rc == FM_EXIT_MISMATCH) (rs.cl.o.json ? fm_run_report_json : fm_run_report_text)(rep);
     }

@@ -125,6 +125,7 @@ static const fm_flag_choice k_work_lists[] = {{"auto", FM_WORK_LIST_AUTO}, {"on"
                                               {"off", FM_WORK_LIST_OFF}, {NULL, 0}};
 static const fm_flag_choice k_decode_paths[] = {{"auto", FM_DECODE_PATH_AUTO}, {"on", FM_DECODE_PATH_ON},
                                                 {"off", FM_DECODE_PATH_OFF}, {NULL, 0}};
+static const fm_flag_choice k_fp8_paths[] = {{"every", FM_FP8_PATH_EVERY}, {"faster", FM_FP8_PATH_FASTER}, {NULL, 0}};
 
 #define O(f) offsetof(fm_run_cli, f)
 static const fm_flag k_run_flags[] = {
@@ -190,6 +191,10 @@ static const fm_flag k_run_flags[] = {
      .help = "cuda: auto | on | off, the one-launch decode kernel in the buckets of\n"
              "at most 128 routed slots (fm_layer_desc.decode_path; auto: the chain\n"
              "until it is measured)                  (default auto)"},
+    {"fp8-path", "P", FM_FLAG_CHOICE, O(fp8_path), .choices = k_fp8_paths,
+     .help = "cuda, with --act-fp8: every | faster, W4A8 in every bucket, or only\n"
+             "where the plan expects it faster than W4A16\n"
+             "(fm_layer_desc.act_fp8_path)           (default every)"},
     {"row-quantile", "Q", FM_FLAG_CUSTOM, O(row_q), .parse = parse_row_quantile,
      .help = "cuda: auto | mean | Q in [0.5, 1): the rows per expert tiles are chosen\n"
              "for (fm_layer_desc.row_quantile; auto: the 0.9-quantile from 32\n"
@@ -296,6 +301,7 @@ int fm_run_options(int argc, char **argv, fm_run_cli *cl)
     cl->format = (int)o->cfg.wfmt, cl->score = (int)o->cfg.score, cl->backend = (int)o->backend;
     cl->routed_scale = o->cfg.routed_scale, cl->seed = (double)o->seed;
     cl->work_list = FM_WORK_LIST_AUTO, cl->row_q = FM_ROW_QUANTILE_AUTO, cl->decode = FM_DECODE_PATH_AUTO;
+    cl->fp8_path = FM_FP8_PATH_EVERY;
     fm_flags_result r;
     int             rc = fm_flags_parse(&k_run_cmd, argc, argv, cl, &r);
     if (rc != FM_FLAGS_GO) return rc;

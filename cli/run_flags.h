@@ -25,6 +25,7 @@ typedef struct {
     fm_run_opts      o;
     int              format, score, backend, external, work_list, tune, global;
     int              decode; /* --decode: fm_layer_desc.decode_path */
+    int              fp8_path; /* --fp8-path: fm_layer_desc.act_fp8_path */
     double           routed_scale, seed, row_q;
     fm_run_shard     shard;     /* --shard F:C (count 0: all experts) */
     fm_run_plan_spec plan;      /* --plan */

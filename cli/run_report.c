@@ -17,6 +17,7 @@ static void json_plan(cJSON *j, const fm_run_report *r)
     cJSON_AddNumberToObject(pj, "active_experts", pi->active_experts);
     cJSON_AddBoolToObject(pj, "work_list", pi->work_list);
     cJSON_AddBoolToObject(pj, "decode", pi->decode);
+    cJSON_AddBoolToObject(pj, "act_fp8", pi->act_fp8);
     if (pi->decode) {
         cJSON_AddNumberToObject(pj, "decode_ctas", pi->decode_ctas);
         cJSON *dk = cJSON_AddArrayToObject(pj, "decode_k_splits");
@@ -105,6 +106,9 @@ static void text_cuda(const fm_run_report *r)
                pi->expected_rows == 1 ? "" : "s", pi->active_experts, pi->work_list ? ", work list" : "", r->tn[0],
                pi->k_splits[0], pi->x_packed[0] ? ", packed X" : "", r->tn[1], pi->k_splits[1],
                pi->x_packed[1] ? ", packed X" : "");
+    if (r->have_plan && pi->act_fp8)
+        printf("  W4A8             the bucket runs the W4A8 chain (FP8 activations); the tiles above are the W4A16\n"
+               "                   chain's, unused here\n");
     if (r->have_plan && pi->decode)
         printf("  decode path      one launch (decode kernel): %d CTAs, K splits %d / %d, replacing the chain above\n",
                pi->decode_ctas, pi->decode_k_splits[0], pi->decode_k_splits[1]);

@@ -41,7 +41,7 @@ static const fm_py_field k_fields[] = {
     S(fm_layer_desc), F(fm_layer_desc, backend), F(fm_layer_desc, device), F(fm_layer_desc, max_tokens),
     F(fm_layer_desc, out_dtype), F(fm_layer_desc, first_expert), F(fm_layer_desc, n_local),
     F(fm_layer_desc, caller_workspace), F(fm_layer_desc, decode_work_list), F(fm_layer_desc, row_quantile),
-    F(fm_layer_desc, plans), F(fm_layer_desc, pdl_chain), F(fm_layer_desc, decode_path),
+    F(fm_layer_desc, plans), F(fm_layer_desc, pdl_chain), F(fm_layer_desc, decode_path), F(fm_layer_desc, act_fp8_path),
 
     S(fm_layer_run_args), F(fm_layer_run_args, x), F(fm_layer_run_args, T), F(fm_layer_run_args, topk_ids),
     F(fm_layer_run_args, topk_weights), F(fm_layer_run_args, out), F(fm_layer_run_args, workspace),
@@ -65,7 +65,7 @@ static const fm_py_field k_fields[] = {
     F(fm_layer_plan_info, active_experts), F(fm_layer_plan_info, work_list), F(fm_layer_plan_info, tile),
     F(fm_layer_plan_info, k_splits), F(fm_layer_plan_info, x_packed), F(fm_layer_plan_info, feature_blocks),
     F(fm_layer_plan_info, decode), F(fm_layer_plan_info, decode_k_splits), F(fm_layer_plan_info, decode_ctas),
-    F(fm_layer_plan_info, decode_note),
+    F(fm_layer_plan_info, decode_note), F(fm_layer_plan_info, act_fp8),
 
     S(fm_layer_tune_info), F(fm_layer_tune_info, plans_tried), F(fm_layer_tune_info, plans_refused),
     F(fm_layer_tune_info, before_us), F(fm_layer_tune_info, after_us), F(fm_layer_tune_info, changed),

@@ -19,6 +19,7 @@ typedef struct {
     float           row_quantile;     /* fm_layer_desc.row_quantile */
     int             pdl_chain;        /* fm_layer_desc.pdl_chain */
     int             decode_path;      /* fm_layer_desc.decode_path */
+    int             act_fp8_path;     /* fm_layer_desc.act_fp8_path */
     fm_cuda_device *device;         /* cuda only */
 } fm_layer_params;
 

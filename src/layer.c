@@ -127,6 +127,9 @@ fm_status fm_layer_check_desc(const fm_layer_desc *d, const fm_moe_config *cfg, 
         return fm_fail(FM_ERR_INVALID_ARG,
                        "fm_layer_create: decode_path=%d (expected FM_DECODE_PATH_OFF -1, _AUTO 0 or _ON 1)",
                        d->decode_path);
+    if (d->act_fp8_path != FM_FP8_PATH_EVERY && d->act_fp8_path != FM_FP8_PATH_FASTER)
+        return fm_fail(FM_ERR_INVALID_ARG,
+                       "fm_layer_create: act_fp8_path=%d (expected FM_FP8_PATH_EVERY 0 or _FASTER 1)", d->act_fp8_path);
     if (d->caller_workspace != 0 && d->caller_workspace != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_create: caller_workspace=%d (expected 0 or 1)",
                        d->caller_workspace);
@@ -186,7 +189,8 @@ fm_status fm_layer_create_desc(const fm_layer_desc *d, const fm_moe_config *cfg,
     l->p = (fm_layer_params){.cfg = *cfg, .max_tokens = d->max_tokens, .first = (int)first, .n_local = (int)nl,
                              .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace, .device = d->device,
                              .decode_work_list = d->decode_work_list, .row_quantile = d->row_quantile,
-                             .pdl_chain = d->pdl_chain, .decode_path = d->decode_path};
+                             .pdl_chain = d->pdl_chain, .decode_path = d->decode_path,
+                             .act_fp8_path = d->act_fp8_path};
     fm_status s = FM_OK;
     if (kind == FM_BACKEND_CUDA && !l->p.device) {
         if ((s = fm_cuda_device_open(0, &l->own_device)) != FM_OK) {

@@ -12,7 +12,9 @@
  *                                                 "x_packed": 0, "feature_blocks": 1},
  *                                         "fc2": {...},
  *                                         "decode": 1, "decode_k_splits": [16, 8]}, ...]}]}]}
- * ("decode" and its splits only in buckets that run the one-launch decode kernel)
+ * ("decode" and its splits only in buckets that run the one-launch decode kernel, "act_fp8": 1
+ * only in a W4A8 layer's buckets that run the W4A8 chain; a W4A8 layer's shape key ends in
+ * " w4a8 <granularity> <every|faster>")
  * One file holds the plans of several GPUs, builds and layer shapes; a section is one
  * device + build. Why every field of the metadata: a plan is a measurement of these
  * kernels on this GPU under this driver; another library version may have other tiles. */
@@ -57,6 +59,11 @@ static void shape_of(const fm_layer_params *p, char *buf, size_t n)
     snprintf(buf, n, "%s e%d k%d h%d i%d shard %d+%d t%d act%d wl%d rq%g", c->wfmt == FM_FORMAT_MXFP4 ? "mxfp4" : "nvfp4",
              c->n_experts, c->top_k, c->hidden, c->inter, p->first, p->n_local, p->max_tokens, (int)c->activation,
              p->decode_work_list, (double)p->row_quantile);
+    if (c->act_fp8 != FM_ACT_FP8_OFF) { /* W4A8 layers only: the W4A16 layers' keys as before */
+        const size_t k = strlen(buf);
+        snprintf(buf + k, n - k, " w4a8 %s %s", fm_act_fp8_name(c->act_fp8),
+                 p->act_fp8_path == FM_FP8_PATH_FASTER ? "faster" : "every");
+    }
 }
 
 /* Every bucket's largest T, ascending (what fm_layer_plan reports as bucket_tokens). */
@@ -182,6 +189,7 @@ fm_status fm_layer_plans_save(fm_layer *l, const fm_layer_params *p, const char 
             cJSON *dk = cJSON_AddArrayToObject(b, "decode_k_splits");
             for (int g = 0; g < 2; g++) cJSON_AddItemToArray(dk, cJSON_CreateNumber(in.decode_k_splits[g]));
         }
+        if (in.act_fp8) cJSON_AddNumberToObject(b, "act_fp8", 1); /* only when chosen, as decode */
         cJSON_AddItemToObject(b, "fc1", gemm_json(&in, 0));
         cJSON_AddItemToObject(b, "fc2", gemm_json(&in, 1));
         cJSON_AddItemToArray(arr, b);
@@ -287,6 +295,8 @@ fm_status fm_layer_plans_load(fm_layer *l, const fm_layer_params *p, const char 
         if (ok && cJSON_GetObjectItemCaseSensitive(it, "decode")) /* optional: the chain without it */
             ok = num(it, "decode", &want[i].decode) && cJSON_IsArray(dk) && cJSON_GetArraySize(dk) == 2 &&
                  num_at(dk, 0, &want[i].decode_k_splits[0]) && num_at(dk, 1, &want[i].decode_k_splits[1]);
+        if (ok && cJSON_GetObjectItemCaseSensitive(it, "act_fp8")) /* optional: W4A16 without it */
+            ok = num(it, "act_fp8", &want[i].act_fp8);
         int known = 0;
         for (int b = 0; ok && b < nb; b++) known |= ts[b] == bt[i];
         if (!ok || !known) {

@@ -48,7 +48,7 @@ fm_status fm_layer_supports(const fm_layer_desc *d, const fm_moe_config *cfg, un
                              .out_dtype = d->out_dtype, .caller_workspace = d->caller_workspace,
                              .device = d->device, .decode_work_list = d->decode_work_list,
                              .row_quantile = d->row_quantile, .pdl_chain = d->pdl_chain,
-                             .decode_path = d->decode_path};
+                             .decode_path = d->decode_path, .act_fp8_path = d->act_fp8_path};
         s = answer(&p, kind, features);
     }
     if (s != FM_OK && why && why_len) snprintf(why, why_len, "%s", fm_last_error());

@@ -82,6 +82,17 @@ static void plans_on_cpu(void **st)
     assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_ERR_INVALID_ARG);
     assert_non_null(strstr(fm_last_error(), "pdl_chain=1"));
     assert_null(l);
+    /* act_fp8_path: EVERY or FASTER (the CPU backends ignore it, also on a W4A8 layer), anything
+     * else refused */
+    d.pdl_chain = FM_PDL_CHAIN_AUTO;
+    d.act_fp8_path = FM_FP8_PATH_FASTER;
+    assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_OK);
+    fm_layer_destroy(l);
+    d.act_fp8_path = -1;
+    l = (fm_layer *)(uintptr_t)1;
+    assert_int_equal(fm_layer_create_desc(&d, &L->cfg, &L->w, &l), FM_ERR_INVALID_ARG);
+    assert_non_null(strstr(fm_last_error(), "act_fp8_path=-1"));
+    assert_null(l);
     free(L);
 }
 

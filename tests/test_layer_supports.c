@@ -48,6 +48,9 @@ static int make_cases(sup_case *cs)
     k = CASE("decode_work_list 2"), k->desc.decode_work_list = 2;
     k = CASE("row_quantile 0.3"), k->desc.row_quantile = 0.3f;
     k = CASE("pdl_chain 1"), k->desc.pdl_chain = 1;
+    k = CASE("act_fp8_path 2"), k->desc.act_fp8_path = 2;
+    k = CASE("act_fp8_path faster"), k->desc.act_fp8_path = FM_FP8_PATH_FASTER;
+    k = CASE("act_fp8_path faster, W4A8"), k->desc.act_fp8_path = FM_FP8_PATH_FASTER, k->cfg.act_fp8 = FM_ACT_FP8_BLOCK128;
     k = CASE("caller_workspace 2"), k->desc.caller_workspace = 2;
     k = CASE("caller_workspace 1"), k->desc.caller_workspace = 1;
     k = CASE("unknown format"), k->cfg.wfmt = (fm_format)99, k->no_weights = 1;

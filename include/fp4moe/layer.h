@@ -143,6 +143,8 @@ enum { FM_WORK_LIST_OFF = -1, FM_WORK_LIST_AUTO = 0, FM_WORK_LIST_ON = 1, FM_WOR
 enum { FM_PDL_CHAIN_OFF = -1, FM_PDL_CHAIN_AUTO = 0 };
 /* fm_layer_desc.decode_path */
 enum { FM_DECODE_PATH_OFF = -1, FM_DECODE_PATH_AUTO = 0, FM_DECODE_PATH_ON = 1 };
+/* fm_layer_desc.act_fp8_path */
+enum { FM_FP8_PATH_EVERY = 0, FM_FP8_PATH_FASTER = 1 };
 /* fm_layer_desc.row_quantile's special values and its AUTO rule */
 #define FM_ROW_QUANTILE_AUTO 0.0f
 #define FM_ROW_QUANTILE_MEAN (-1.0f)
@@ -222,6 +224,19 @@ typedef struct {
      * sigmoid routing; fm_layer_plan_info.decode_note says why not elsewhere);
      * FM_DECODE_PATH_OFF (-1): none. The CPU backends ignore it. */
     int             decode_path;
+    /* cuda, a W4A8 layer (cfg act_fp8 set): whether act_fp8 is required or allowed.
+     * FM_FP8_PATH_EVERY (0, default): required: every bucket runs the W4A8 chain, so every
+     * output has W4A8's numerics (the cpu-ref layer of the same cfg is its oracle).
+     * FM_FP8_PATH_FASTER (1): allowed: each bucket runs W4A8 where the plan expects it to be
+     * faster than the W4A16 chain the layer also holds, and W4A16 elsewhere
+     * (fm_layer_plan_info.act_fp8 says which; a W4A16 bucket's output is that of the same
+     * layer without act_fp8, whose cpu-ref layer is then the oracle). The planner's rule is
+     * the measured one: no bucket has yet measured W4A8 faster on any GPU (bench/RESULTS.md,
+     * issue 34), so the planner picks W4A16 everywhere; fm_layer_tune times both in each
+     * bucket it tunes and keeps the faster, and fm_layer_set_plan may choose either. Without
+     * act_fp8 it changes nothing (W4A16 everywhere). The CPU backends ignore it (they run what
+     * cfg says). */
+    int             act_fp8_path;
 } fm_layer_desc;
 
 /* Create a layer from a description. Statuses as fm_layer_create, plus
@@ -431,6 +446,12 @@ typedef struct {
     int     decode_k_splits[2];
     int     decode_ctas;
     char    decode_note[96];
+    /* 1: T's bucket runs the W4A8 chain (FP8 activations, the W4A8 GEMM: the tile fields above
+     * are then unused); 0: the W4A16 chain. A W4A8 layer (cfg act_fp8) reports 1 in every
+     * bucket under FM_FP8_PATH_EVERY and the planner's or tuner's choice under
+     * FM_FP8_PATH_FASTER; any other layer 0. set_plan: 1 only on a W4A8 layer, 0 on one only
+     * under FM_FP8_PATH_FASTER (else FM_ERR_UNSUPPORTED). */
+    int     act_fp8;
 } fm_layer_plan_info;
 
 /* The plan a run of T tokens uses into *info (written only on FM_OK). Returns FM_OK,

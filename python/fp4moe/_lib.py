@@ -50,7 +50,7 @@ class LayerDesc(C.Structure):
     _fields_ = [("backend", c_int), ("device", c_void_p), ("max_tokens", c_int), ("out_dtype", c_int),
                 ("first_expert", c_int), ("n_local", c_int), ("caller_workspace", c_int),
                 ("decode_work_list", c_int), ("row_quantile", c_float), ("plans", C.c_char_p),
-                ("pdl_chain", c_int), ("decode_path", c_int)]
+                ("pdl_chain", c_int), ("decode_path", c_int), ("act_fp8_path", c_int)]
 
 
 class LayerRunArgs(C.Structure):
@@ -128,7 +128,7 @@ class LayerPlanInfo(C.Structure):
     _fields_ = [("bucket_tokens", c_int), ("expected_rows", c_int), ("active_experts", c_int), ("work_list", c_int),
                 ("tile", Tile * 2), ("k_splits", c_int * 2), ("x_packed", c_int * 2), ("feature_blocks", c_int * 2),
                 ("decode", c_int), ("decode_k_splits", c_int * 2), ("decode_ctas", c_int),
-                ("decode_note", C.c_char * 96)]
+                ("decode_note", C.c_char * 96), ("act_fp8", c_int)]
 
 
 class LayerTuneInfo(C.Structure):

@@ -25,6 +25,7 @@ from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, format_
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
 WORK_LIST = {"off": -1, "auto": 0, "on": 1}  # fm_layer_desc.decode_work_list (FM_WORK_LIST_*)
+ACT_FP8_PATH = {"every": 0, "faster": 1}  # fm_layer_desc.act_fp8_path (FM_FP8_PATH_*)
 ROW_QUANTILE = {"auto": 0.0, "mean": -1.0}  # fm_layer_desc.row_quantile (FM_ROW_QUANTILE_AUTO / _MEAN)
 SCORES = {"softmax": 0, "sigmoid": 1, "softmax-topk": 2}
 SCORE_NAMES = {v: k for k, v in SCORES.items()}
@@ -250,13 +251,15 @@ class Layer:
     "bf16". device: CUDA ordinal for the cuda backend (default 0). work_list
     ("auto", "on", "off") and row_quantile ("auto", "mean", or a quantile in [0.5, 1)): the cuda
     backend's decode_work_list and row_quantile (include/fp4moe/layer.h); the CPU
-    backends check and ignore them.
+    backends check and ignore them. act_fp8_path ("every", "faster"): with cfg.act_fp8 set, W4A8
+    in every bucket (required) or where the plan expects it faster (allowed; fm_layer_desc.act_fp8_path);
+    the CPU backends check and ignore it.
 
     Threads: calls from several threads take turns on the layer's lock; close() waits
     for the call in flight, and calls after it raise fp4moe.ClosedError."""
 
     def __init__(self, cfg, weights, *, backend="cpu", max_tokens=256, out_dtype="f32", first_expert=0,
-                 n_local=0, device=None, work_list="auto", row_quantile="auto", plans=None):
+                 n_local=0, device=None, work_list="auto", row_quantile="auto", plans=None, act_fp8_path="every"):
         from .checkpoint import LoadedLayer
 
         as_choice(backend, "backend", BACKENDS)
@@ -266,6 +269,7 @@ class Layer:
         n_local = as_int(n_local, "n_local", 0)
         device = None if device is None else as_int(device, "device", 0)
         as_choice(work_list, "work_list", WORK_LIST)
+        as_choice(act_fp8_path, "act_fp8_path", ACT_FP8_PATH)
         row_quantile = _row_quantile(row_quantile)
         plans_c = None if plans is None else as_path(plans, "plans")[1]
         if isinstance(weights, LoadedLayer):
@@ -302,6 +306,7 @@ class Layer:
             self._dev = _open_device(self.device)
         desc = _lib.LayerDesc(BACKENDS[backend], self._dev, max_tokens, OUT_DTYPES[out_dtype],
                               first_expert, n_local, 0, WORK_LIST[work_list], row_quantile, plans_c)
+        desc.act_fp8_path = ACT_FP8_PATH[act_fp8_path]
         with source as loaded:
             if loaded is not None:
                 cw = loaded.contents.w
@@ -464,7 +469,8 @@ class Layer:
         """What a run of T tokens launches (cuda layers; fm_layer_plan): a dict with
         bucket_tokens, expected_rows, active_experts, work_list and, for "fc1" / "fc2",
         the tile's name, k_splits, x_packed and feature_blocks; decode (the one-launch decode
-        kernel runs the bucket), decode_k_splits, decode_ctas, decode_note. The CPU backends have no
+        kernel runs the bucket), decode_k_splits, decode_ctas, decode_note; act_fp8 (the bucket runs
+        the W4A8 chain). The CPU backends have no
         tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
         T = as_int(T, "T")
         info = _lib.LayerPlanInfo()
@@ -483,6 +489,7 @@ class Layer:
         res["decode_k_splits"] = [info.decode_k_splits[0], info.decode_k_splits[1]]
         res["decode_ctas"] = info.decode_ctas
         res["decode_note"] = info.decode_note.decode()
+        res["act_fp8"] = bool(info.act_fp8)  # the bucket runs the W4A8 chain
         return res
 
     def set_plan(self, T, plan):
@@ -511,6 +518,7 @@ class Layer:
             ks = plan.get("decode_k_splits", [0, 0])
             for g in range(2):
                 info.decode_k_splits[g] = as_int(ks[g], f"plan['decode_k_splits'][{g}]")
+            info.act_fp8 = 1 if plan.get("act_fp8", False) else 0  # optional: W4A16 without it
         except KeyError as e:
             raise ValueError(f"plan: missing {e.args[0]!r} (the keys Layer.plan returns)") from None
         with self._hd as h:

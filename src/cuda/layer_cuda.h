@@ -25,6 +25,7 @@ typedef struct {
      * grid resolved; note: why the bucket cannot run it ("" if it can) */
     int          decode, dks1, dks2, dgrid;
     char         dnote[96];
+    int          fp8; /* 1: the W4A8 chain (enqueue_w4a8) runs the bucket instead of the above */
 } fm_bucket_plan;
 
 /* Byte offsets of the per-run buffers inside the workspace. */
@@ -71,7 +72,8 @@ typedef struct {
     int                 decode_occ;  /* decode kernel CTAs per SM (0: it cannot run here), -1: not asked yet */
     void               *d_decode;    /* the decode kernel's counters + partials, zero at rest (NULL: no decode bucket) */
     size_t              decode_bytes;
-    int                 w4a8;        /* act_fp8: the W4A8 chain (layer_run.c, enqueue_w4a8) runs every bucket */
+    int                 w4a8;        /* act_fp8: the W4A8 weights are held; the buckets whose plan says fp8 run
+                                        the W4A8 chain (layer_run.c, enqueue_w4a8), the others W4A16 */
     fm_w4a8_weights     q8;
 } fm_cuda_layer;
 

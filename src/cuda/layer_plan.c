@@ -57,7 +57,7 @@ static int decode_occ(fm_cuda_layer *s)
 /* Why the decode kernel cannot run bucket b into why ("" when it can): what decode.cu has no
  * code for (gpt-oss's activation, expert biases, FP8 / FP4 activations; the routing kernels'
  * softmax-topk), its slot limit, the device. */
-static void decode_refusal(fm_cuda_layer *s, int b, char *why, size_t n)
+static void decode_refusal(fm_cuda_layer *s, int b, int fp8, char *why, size_t n)
 {
     const fm_moe_config *c = &s->p.cfg;
     const int            R = fm_layer_bucket_tokens(s->p.max_tokens, b) * c->top_k;
@@ -66,7 +66,7 @@ static void decode_refusal(fm_cuda_layer *s, int b, char *why, size_t n)
     else if (s->expert_bias) snprintf(why, n, "decode kernel: no expert biases");
     else if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID)
         snprintf(why, n, "decode kernel: softmax or sigmoid routing only");
-    else if (c->act_fp8 || c->act_nvfp4) snprintf(why, n, "decode kernel: BF16 activations only");
+    else if (fp8 || c->act_nvfp4) snprintf(why, n, "decode kernel: BF16 activations only");
     else if (R > FM_DECODE_MAX_SLOTS)
         snprintf(why, n, "decode kernel: %d routed slots > %d", R, FM_DECODE_MAX_SLOTS);
     else if (decode_occ(s) < 1) snprintf(why, n, "decode kernel: no code for this device in this build");
@@ -78,7 +78,7 @@ static void decode_refusal(fm_cuda_layer *s, int b, char *why, size_t n)
 static fm_status decode_resolve(fm_cuda_layer *s, fm_bucket_plan *pl, int b, int want, int ks1, int ks2)
 {
     memset(pl->dnote, 0, sizeof pl->dnote); /* whole: fm_layer_plan copies every byte */
-    decode_refusal(s, b, pl->dnote, sizeof pl->dnote);
+    decode_refusal(s, b, pl->fp8, pl->dnote, sizeof pl->dnote);
     pl->decode = 0, pl->dks1 = pl->dks2 = pl->dgrid = 0;
     if (!want) return FM_OK;
     if (pl->dnote[0]) return fm_fail(FM_ERR_UNSUPPORTED, "%s", pl->dnote);
@@ -94,6 +94,20 @@ static fm_status decode_resolve(fm_cuda_layer *s, fm_bucket_plan *pl, int b, int
     if (ks1) pl->dks1 = ks1;
     if (ks2) pl->dks2 = ks2;
     pl->decode = 1;
+    return FM_OK;
+}
+
+/* Whether a bucket may run the chain act_fp8 names (1 W4A8, 0 W4A16): W4A8 only on a W4A8
+ * layer, W4A16 on one only where its desc allows (FM_FP8_PATH_FASTER). */
+static fm_status fp8_allowed(const fm_cuda_layer *s, int act_fp8)
+{
+    if (act_fp8 != 0 && act_fp8 != 1) return fm_fail(FM_ERR_INVALID_ARG, "act_fp8=%d (0 or 1)", act_fp8);
+    if (act_fp8 && !s->w4a8)
+        return fm_fail(FM_ERR_UNSUPPORTED, "act_fp8=1 (the W4A8 chain) needs a layer created with cfg act_fp8");
+    if (!act_fp8 && s->w4a8 && s->p.act_fp8_path != FM_FP8_PATH_FASTER)
+        return fm_fail(FM_ERR_UNSUPPORTED,
+                       "act_fp8=0 (W4A16) on a W4A8 layer whose desc requires W4A8 in every bucket "
+                       "(act_fp8_path = FM_FP8_PATH_EVERY; FM_FP8_PATH_FASTER allows W4A16)");
     return FM_OK;
 }
 
@@ -176,6 +190,8 @@ static fm_status install_on(fm_cuda_layer *s, const fm_layer_plan_info *plans, i
         pl->ks1 = in->k_splits[0], pl->ks2 = in->k_splits[1];
         pl->pk1 = in->x_packed[0], pl->pk2 = in->x_packed[1];
         pl->slots = in->work_list ? in->active_experts : 0; /* 0: no work list */
+        FM_CHECK(fp8_allowed(s, in->act_fp8));
+        pl->fp8 = in->act_fp8;
         FM_CHECK(make_gemm_plan(s, pl, 0));
         FM_CHECK(make_gemm_plan(s, pl, 1));
         /* the policy's decode choice where the kernel can run the bucket; elsewhere the chain,
@@ -217,7 +233,7 @@ fm_status fm_cuda_layer_plan(void *state, int T, fm_layer_plan_info *info)
                                  .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
                                  .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2},
                                  .decode = pl->decode, .decode_k_splits = {pl->dks1, pl->dks2},
-                                 .decode_ctas = pl->dgrid};
+                                 .decode_ctas = pl->dgrid, .act_fp8 = pl->fp8};
     memcpy(info->decode_note, pl->dnote, sizeof info->decode_note);
     return FM_OK;
 }
@@ -240,6 +256,8 @@ static fm_status set_plan_on(void *state, int T, const fm_layer_plan_info *info)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: decode=%d (0 or 1)", info->decode);
     if (info->work_list != 0 && info->work_list != 1)
         return fm_fail(FM_ERR_INVALID_ARG, "fm_layer_set_plan: work_list=%d (0 or 1)", info->work_list);
+    const fm_status fs = fp8_allowed(s, info->act_fp8);
+    if (fs != FM_OK) return fm_fail(fs, "fm_layer_set_plan: %s", fm_last_error());
     if (info->work_list && (info->active_experts < 1 || info->active_experts > s->p.n_local))
         return fm_fail(FM_ERR_INVALID_ARG,
                        "fm_layer_set_plan: the work list's grid is sized for active_experts=%d, outside [1, %d local "
@@ -255,6 +273,7 @@ static fm_status set_plan_on(void *state, int T, const fm_layer_plan_info *info)
     pl->slots = info->work_list ? info->active_experts : 0;
     pl->act = info->active_experts > 0 ? info->active_experts : pl->act;
     pl->rows = info->expected_rows > 0 ? info->expected_rows : pl->rows;
+    pl->fp8 = info->act_fp8;
     for (int g = 0; g < 2; g++) {
         const int width = g ? c->hidden : c->inter; /* K of the GEMM: what packed X needs % 64 */
         if (info->x_packed[g] != 0 && info->x_packed[g] != 1)

@@ -38,7 +38,8 @@ static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, flo
     return le ? fm_cuda_layer_fail(le, "shared expert") : FM_OK;
 }
 
-/* W4A8 (act_fp8): the chain on FP8 activations, every bucket (no decode kernel, no plan's
+/* W4A8 (act_fp8): the chain on FP8 activations, in the buckets whose plan says fp8 (every
+ * bucket unless desc.act_fp8_path allows W4A16; no decode kernel, no plan's
  * tiles: the W4A8 GEMM has one kernel family, gemm_fp8.cu, its kernel chosen per launch):
  *   permute (as the BF16 chain) -> x[perm[p] / top_k] quantized to E4M3 codes + FP32 scales
  *   (w4a8_quantize_x) -> the experts (w4a8_experts) -> the slot-order reduce
@@ -146,7 +147,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
             return fm_cuda_layer_fail(le, "routing");
         rid = ids, rwt = wts, bl = badlogit;
     }
-    if (s->w4a8) return enqueue_w4a8(s, a, rid, rwt, bl, stream);
+    if (s->w4a8 && pl->fp8) return enqueue_w4a8(s, a, rid, rwt, bl, stream);
     if (pl->decode) { /* one launch: routing, FC1, FC2 and the finalize (decode.cu) */
         const int bf16 = p->out_dtype == FM_OUT_BF16;
         float    *acc; /* the shared expert's output, where the sums start */
@@ -222,11 +223,6 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     const fm_layer_params *p = &s->p;
     const fm_moe_config   *c = &p->cfg;
     static const char      who[] = "cuda backend: fm_layer_run_dispatched";
-    if ((a->x_fp8 || s->w4a8) && !FM_CUDA_W4A8_DISPATCH)
-        return fm_fail(FM_ERR_UNSUPPORTED, "%s: a W4A8 layer's (act_fp8) dispatched rows (BF16 or FP8) are built but "
-                                           "have not run on a GPU yet, so this build refuses them (cmake "
-                                           "-DFM_CUDA_W4A8_DISPATCH=ON enables them); fm_layer_run runs the W4A8 layer",
-                       who);
     const int     H = c->hidden, K = c->top_k, L = p->n_local;
     int64_t       bound = (int64_t)p->max_tokens * K;
     if (a->layout == FM_DISPATCH_EXPERT_MAJOR) {
@@ -238,6 +234,14 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     if (a->max_rows > 0 && a->max_rows < bound) bound = a->max_rows; /* the caller's bound: a smaller bucket */
     const int max_rows = (int)bound, T_eq = (int)((bound + K - 1) / K);
     const fm_bucket_plan *pl = &s->plan[fm_cuda_layer_bucket(s, T_eq)];
+    /* the W4A8 chain: FP8 rows always; BF16 rows where the bucket's plan runs W4A8 */
+    const int fp8 = a->x_fp8 || (s->w4a8 && pl->fp8);
+    if (fp8 && !FM_CUDA_W4A8_DISPATCH)
+        return fm_fail(FM_ERR_UNSUPPORTED, "%s: a W4A8 layer's (act_fp8) dispatched rows on the W4A8 chain (FP8 rows, "
+                                           "or BF16 rows in a bucket that runs W4A8) are built but have not run on a "
+                                           "GPU yet, so this build refuses them (cmake -DFM_CUDA_W4A8_DISPATCH=ON "
+                                           "enables them); fm_layer_run runs the W4A8 layer",
+                       who);
     unsigned char *ws = fm_cuda_layer_ws(s, a->workspace);
     uint16_t *xp = (uint16_t *)(ws + s->ws.xp), *h = (uint16_t *)(ws + s->ws.h);
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
@@ -249,12 +253,12 @@ fm_status fm_cuda_layer_run_dispatched(void *ptr, const fm_layer_dispatch_args *
     FM_CHECK(fm_cuda_device_enter(s->dev, &prev));
     fm_status st = FM_OK;
     if ((le = fm_moe_dispatch_layout_launch((int)a->layout, a->counts, a->capacity, a->offsets, a->weights, L,
-                                            max_rows, off, perm, rw, pl->slots && !s->w4a8 ? active : NULL,
+                                            max_rows, off, perm, rw, pl->slots && !fp8 ? active : NULL,
                                             dscratch, s->d_err, stream)) != 0) {
         st = fm_cuda_layer_fail(le, "dispatched rows' layout");
         goto done;
     }
-    if (s->w4a8) { /* the rows into FP8 (BF16 rows quantized as a run's, FP8 rows as they are), the experts */
+    if (fp8) { /* the rows into FP8 (BF16 rows quantized as a run's, FP8 rows as they are), the experts */
         le = a->x ? w4a8_quantize_x(s, ws, a->x, perm, 1, max_rows, stream)
                   : fm_fp8_rows_launch(a->x_fp8, a->x_scales, perm, max_rows, off + L, H, ws + s->ws.xq, H,
                                        (float *)(ws + s->ws.xsc), fm_act_fp8_nscales(c->act_fp8, H),

@@ -15,8 +15,10 @@
  * Search: coordinate descent from the current plan: FC1 over the tiles that fit the
  * bucket's rows x K splits {1, 2, 4, 8, 16} x work list off / on (FC2 as it is), then
  * FC2 over the tiles x K splits {1, 2, 4, 8} (FC1 the best so far), then the one-launch
- * decode kernel on that plan (automatic K splits, then FC1's and FC2's over 1..32). Plans set_plan
- * refuses are counted, not timed. The best is re-timed against the current plan
+ * decode kernel on that plan (automatic K splits, then FC1's and FC2's over 1..32), then, in a W4A8
+ * layer that allows W4A16 (FM_FP8_PATH_FASTER), the W4A8 chain against the best of those (a W4A8
+ * layer under FM_FP8_PATH_EVERY has nothing to search: its GEMM picks its kernel per launch).
+ * Plans set_plan refuses are counted, not timed. The best is re-timed against the current plan
  * interleaved three times and kept only if it is at least TUNE_GAIN faster (the
  * run-to-run spread of a replay is a few percent); otherwise the current plan is set
  * back. */
@@ -61,6 +63,9 @@ typedef struct {
     const fm_backend_ops *ops;
     void                 *state, *bench;
     int                   T;
+    /* a W4A8 layer's buckets: 1 each bucket may run W4A8 or W4A16 (FM_FP8_PATH_FASTER),
+     * 2 W4A8 only (FM_FP8_PATH_EVERY: the chain has no tiles to choose), 0 W4A16 only */
+    int                   fp8;
 } tune_ctx;
 
 /* The current plan's time (us) into *us. */
@@ -112,6 +117,11 @@ static fm_status search(tune_ctx *c, fm_layer_tune_info *ti)
     double cur_us, best_us;
     FM_CHECK(time_current(c, &cur_us));
     best = cur, best_us = cur_us;
+    if (c->fp8 == 2) { /* every bucket W4A8: its GEMM picks its kernel per launch, no plan to search */
+        ti->before_us = ti->after_us = cur_us;
+        return FM_OK;
+    }
+    if (c->fp8 == 1 && best.act_fp8) best.act_fp8 = 0, best_us = 1e300; /* the W4A16 search below starts from its plan */
     fm_tile      all[128], tl[128];
     const size_t nt = candidates(tl, all, c->ops->tune_tiles(c->state, all, 128), cur.expected_rows);
     static const int ks1[] = {1, 2, 4, 8, 16}, ks2[] = {1, 2, 4, 8};
@@ -164,6 +174,14 @@ static fm_status search(tune_ctx *c, fm_layer_tune_info *ti)
         }
         if (dbest_us >= 0 && dbest_us < best_us) best_us = dbest_us, best = dbest;
     }
+    if (c->fp8 == 1) { /* the W4A8 chain (the same plan, its act_fp8 set) against the best W4A16 plan */
+        q = best, q.act_fp8 = 1, q.decode = 0;
+        double us;
+        FM_CHECK(time_plan(c, &q, &us));
+        ti->plans_tried++;
+        if (us < 0) ti->plans_refused++;
+        else if (us < best_us) best_us = us, best = q;
+    }
     /* the best against the current plan, interleaved: keep it only if clearly faster */
     double a = 0, b = 0, us;
     for (int r = 0; r < 3; r++) {
@@ -208,7 +226,8 @@ fm_status fm_layer_tune_bucket(const fm_backend_ops *ops, void *state, const fm_
     fm_layer_tune_info   ti = {0};
     fm_layer_plan_info   keep;
     FM_CHECK(ops->plan(state, T, &keep)); /* set back if anything below fails */
-    tune_ctx  c = {.ops = ops, .state = state, .T = T};
+    tune_ctx  c = {.ops = ops, .state = state, .T = T,
+                   .fp8 = cfg->act_fp8 == FM_ACT_FP8_OFF ? 0 : p->act_fp8_path == FM_FP8_PATH_FASTER ? 1 : 2};
     fm_status st = FM_OK;
     uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)T * cfg->hidden);
     int32_t  *hid = malloc(sizeof(int32_t) * TUNE_NX * slots);

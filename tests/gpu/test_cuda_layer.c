@@ -894,12 +894,184 @@ static void test_layer_tune(void **state)
     fm_cuda_device_close(dev);
 }
 
+/* fm_layer_desc.act_fp8_path on a W4A8 layer: FM_FP8_PATH_EVERY runs W4A8 in every bucket and
+ * refuses a W4A16 plan; FM_FP8_PATH_FASTER takes the planner's choice (W4A16 everywhere, as
+ * measured so far) and set_plan's / the tuner's per bucket, a W4A16 bucket giving the W4A16
+ * layer's output bit for bit (held to the cpu-ref layer without act_fp8) and a W4A8 bucket the
+ * EVERY layer's bit for bit (held to the cpu-ref W4A8 layer); plan files keep the choice. */
+static fm_layer *make_fp8(const layer_fx *L, const fm_moe_config *cfg, fm_cuda_device *dev, int maxT, int path,
+                          int decode, const char *plans)
+{
+    fm_moe_weights w = L->w;
+    fm_layer_desc  d = {.backend = dev ? FM_BACKEND_CUDA : FM_BACKEND_CPU_REF, .device = dev, .max_tokens = maxT,
+                        .pdl_chain = g_pdl_chain, .act_fp8_path = path, .decode_path = decode, .plans = plans};
+    fm_layer *l = NULL;
+    fm_status s = fm_layer_create_desc(&d, cfg, &w, &l);
+    if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
+    return l;
+}
+
+static void test_layer_fp8_path(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    fm_cuda_device *dev = gpu_setup(&r, 10);
+    enum { maxT = 64 };
+    const int Ts[] = {1, 8, 64};
+    for (int fi = 0; fi < 2; fi++) {
+        layer_fx L;
+        fx_make(&L, &r, fi ? FM_FORMAT_MXFP4 : FM_FORMAT_NVFP4, 16, 4);
+        const int     H = L.cfg.hidden;
+        fm_moe_config c16 = L.cfg, c8 = L.cfg;
+        c16.act_fp8 = FM_ACT_FP8_OFF, c8.act_fp8 = FM_ACT_FP8_BLOCK128;
+        printf("  %s\n", fi ? "MXFP4" : "NVFP4");
+        fm_layer *w16 = make_fp8(&L, &c16, dev, maxT, FM_FP8_PATH_EVERY, 0, NULL);
+        fm_layer *every = make_fp8(&L, &c8, dev, maxT, FM_FP8_PATH_EVERY, 0, NULL);
+        fm_layer *fast = make_fp8(&L, &c8, dev, maxT, FM_FP8_PATH_FASTER, 0, NULL);
+        fm_layer *r16 = make_fp8(&L, &c16, NULL, maxT, 0, 0, NULL), *r8 = make_fp8(&L, &c8, NULL, maxT, 0, 0, NULL);
+        cudaStream_t st;
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        uint16_t *dx = dmalloc(sizeof(uint16_t) * maxT * H);
+        float    *dout = dmalloc(sizeof(float) * maxT * H);
+        float    *a16 = malloc(sizeof(float) * maxT * H), *a8 = malloc(sizeof(float) * maxT * H),
+              *got = malloc(sizeof(float) * maxT * H), *ref = malloc(sizeof(float) * maxT * H);
+        uint16_t *x = malloc(sizeof(uint16_t) * maxT * H);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const int    T = Ts[ti];
+            const size_t n = (size_t)T * H;
+            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+            h2d(dx, x, sizeof(uint16_t) * n);
+            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st};
+            fm_layer_plan_info pw, pe, pf;
+            assert_int_equal(fm_layer_plan(w16, T, &pw), FM_OK);
+            assert_int_equal(fm_layer_plan(every, T, &pe), FM_OK);
+            assert_int_equal(fm_layer_plan(fast, T, &pf), FM_OK);
+            assert_int_equal(pw.act_fp8, 0);
+            assert_int_equal(pe.act_fp8, 1);
+            assert_int_equal(pf.act_fp8, 0); /* the planner's rule: no bucket has measured W4A8 faster */
+            /* the references: W4A16 and W4A8 layers on the device, each against its cpu-ref */
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(w16, &a, st, a16, n);
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_forward(r16, x, T, ref, NULL), FM_OK);
+            fm_assert_close(a16, ref, n, cuda_bound(&c16), "W4A16 layer vs cpu-ref");
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(every, &a, st, a8, n);
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_forward(r8, x, T, ref, NULL), FM_OK);
+            fm_assert_close(a8, ref, n, cuda_bound(&c8), "W4A8 layer (every bucket) vs cpu-ref W4A8");
+            /* FASTER, the planner's W4A16 bucket: the W4A16 layer's bits */
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(fast, &a, st, got, n);
+            assert_int_equal(fm_layer_errors(fast, st, NULL), FM_OK);
+            assert_int_equal(fm_first_nonfinite(got, n), -1);
+            assert_memory_equal(got, a16, sizeof(float) * n);
+            /* set to W4A8: the W4A8 layer's bits; and back */
+            fm_layer_plan_info q = pf;
+            q.act_fp8 = 1;
+            assert_int_equal(fm_layer_set_plan(fast, T, &q), FM_OK);
+            assert_int_equal(fm_layer_plan(fast, T, &q), FM_OK);
+            assert_int_equal(q.act_fp8, 1);
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(fast, &a, st, got, n);
+            assert_int_equal(fm_first_nonfinite(got, n), -1);
+            assert_memory_equal(got, a8, sizeof(float) * n);
+            /* refusals, the plans unchanged: W4A16 on EVERY, W4A8 on a W4A16 layer, 2 */
+            q = pe, q.act_fp8 = 0;
+            assert_int_equal(fm_layer_set_plan(every, T, &q), FM_ERR_UNSUPPORTED);
+            assert_non_null(strstr(fm_last_error(), "FM_FP8_PATH_FASTER"));
+            q = pw, q.act_fp8 = 1;
+            assert_int_equal(fm_layer_set_plan(w16, T, &q), FM_ERR_UNSUPPORTED);
+            q.act_fp8 = 2;
+            assert_int_equal(fm_layer_set_plan(fast, T, &q), FM_ERR_INVALID_ARG);
+            assert_int_equal(fm_layer_plan(every, T, &q), FM_OK);
+            assert_int_equal(q.act_fp8, 1);
+            assert_int_equal(fm_layer_plan(w16, T, &q), FM_OK);
+            assert_int_equal(q.act_fp8, 0);
+            if (T != 8) { /* back to W4A16 (T = 8 stays W4A8 for the plan file below) */
+                assert_int_equal(fm_layer_set_plan(fast, T, &pf), FM_OK);
+                CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+                run_dev(fast, &a, st, got, n);
+                assert_memory_equal(got, a16, sizeof(float) * n);
+            }
+        }
+        /* a plan file keeps the choice; the EVERY layer's shape is another entry */
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/fm-plans-fp8-%d.json", (int)getpid());
+        unlink(path);
+        assert_int_equal(fm_layer_save_plans(fast, path), FM_OK);
+        fm_layer *b = make_fp8(&L, &c8, dev, maxT, FM_FP8_PATH_FASTER, 0, path);
+        assert_non_null(strstr(fm_layer_plans_note(b), "loaded"));
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            fm_layer_plan_info q;
+            assert_int_equal(fm_layer_plan(b, Ts[ti], &q), FM_OK);
+            assert_int_equal(q.act_fp8, Ts[ti] == 8);
+        }
+        fm_layer_destroy(b);
+        b = make_fp8(&L, &c8, dev, maxT, FM_FP8_PATH_EVERY, 0, path);
+        assert_non_null(strstr(fm_layer_plans_note(b), "shape"));
+        fm_layer_destroy(b);
+        b = make_fp8(&L, &c16, dev, maxT, FM_FP8_PATH_EVERY, 0, path);
+        assert_non_null(strstr(fm_layer_plans_note(b), "shape"));
+        fm_layer_destroy(b);
+        unlink(path);
+        /* the decode kernel: a W4A16 bucket of a FASTER layer may run it, a W4A8 bucket never */
+        b = make_fp8(&L, &c8, dev, maxT, FM_FP8_PATH_FASTER, FM_DECODE_PATH_ON, NULL);
+        fm_layer *e2 = make_fp8(&L, &c8, dev, maxT, FM_FP8_PATH_EVERY, FM_DECODE_PATH_ON, NULL);
+        fm_layer_plan_info pb, p2;
+        assert_int_equal(fm_layer_plan(b, 1, &pb), FM_OK);
+        assert_int_equal(fm_layer_plan(e2, 1, &p2), FM_OK);
+        printf("    decode at T=1: FASTER %d (%s), EVERY %d (%s)\n", pb.decode, pb.decode_note, p2.decode, p2.decode_note);
+        assert_null(strstr(pb.decode_note, "BF16 activations"));
+        assert_int_equal(p2.decode, 0);
+        if (pb.decode) {
+            pb.act_fp8 = 1;
+            assert_int_equal(fm_layer_set_plan(b, 1, &pb), FM_ERR_UNSUPPORTED);
+            assert_non_null(strstr(fm_last_error(), "BF16 activations"));
+        }
+        fm_layer_destroy(e2);
+        fm_layer_destroy(b);
+        /* the tuner on a FASTER layer: both chains timed, the faster kept, the output its oracle's */
+        {
+            const int          T = 8;
+            const size_t       n = (size_t)T * H;
+            fm_layer_tune_info ti;
+            fm_status          ts = fm_layer_tune(fast, T, st, &ti);
+            if (ts != FM_OK) fail_msg("fm_layer_tune %s: %s", fm_status_name(ts), fm_last_error());
+            fm_layer_plan_info q;
+            assert_int_equal(fm_layer_plan(fast, T, &q), FM_OK);
+            printf("    tune T=8: %d plans (%d refused), %.1f -> %.1f us, act_fp8 %d\n", ti.plans_tried, ti.plans_refused,
+                   ti.before_us, ti.after_us, q.act_fp8);
+            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+            h2d(dx, x, sizeof(uint16_t) * n);
+            fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st};
+            CK(cudaMemsetAsync(dout, 0xFF, sizeof(float) * n, st));
+            run_dev(fast, &a, st, got, n);
+            fm_poison_f32(ref, n);
+            assert_int_equal(fm_layer_forward(q.act_fp8 ? r8 : r16, x, T, ref, NULL), FM_OK);
+            fm_assert_close(got, ref, n, cuda_bound(q.act_fp8 ? &c8 : &c16), "a tuned FASTER layer vs its oracle");
+            /* EVERY: nothing to search, the time of its one chain */
+            assert_int_equal(fm_layer_tune(every, T, st, &ti), FM_OK);
+            assert_true(ti.before_us > 0 && ti.after_us == ti.before_us && !ti.changed);
+        }
+        CK(cudaStreamDestroy(st));
+        CK(cudaFree(dx));
+        CK(cudaFree(dout));
+        free(a16), free(a8), free(got), free(ref), free(x);
+        fm_layer_destroy(w16), fm_layer_destroy(every), fm_layer_destroy(fast);
+        fm_layer_destroy(r16), fm_layer_destroy(r8);
+        fx_free(&L);
+    }
+    fm_cuda_device_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_layer_device_path),
                                        cmocka_unit_test(test_layer_split_shard), cmocka_unit_test(test_layer_plan),
                                        cmocka_unit_test(test_layer_set_plan),
-                                       cmocka_unit_test(test_layer_plans), cmocka_unit_test(test_layer_tune)};
+                                       cmocka_unit_test(test_layer_plans), cmocka_unit_test(test_layer_tune),
+                                       cmocka_unit_test(test_layer_fp8_path)};
     const char *off = getenv("FM_TEST_PDL_CHAIN_OFF"); /* tests/layer_switches.cmake */
     if (off && !strcmp(off, "1")) g_pdl_chain = FM_PDL_CHAIN_OFF;
     const char *only = getenv("FM_TEST_FILTER"); /* e.g. test_layer_split_shard (cmocka's pattern) */
