@@ -41,7 +41,7 @@ cmake --build build-gpu -j16 -- -k >>"$OUT/build.log" 2>&1 || echo "(full build 
 run_ctest() {
   [ "${CTEST:-1}" = 0 ] && { echo "== ctest -L gpu: skipped (CTEST=0)"; return; }
   echo "== ctest -L gpu"
-  (cd build-gpu && timeout ${CTEST_S:-400} ctest -L gpu ${CTEST_ARGS:-} --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
+  (cd build-gpu && timeout ${CTEST_S:-400} ctest -L gpu ${CTEST_J:+-j$CTEST_J} ${CTEST_ARGS:-} --output-on-failure --timeout 300) >"$OUT/ctest.log" 2>&1
   grep -E "tests passed|Test +#|Failed|SKIP" "$OUT/ctest.log" | tail -20
 }
 # CTEST_LAST=1 (layer mode): the benchmarks first, the GPU tests at the end of the call
