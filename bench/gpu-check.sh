@@ -10,6 +10,7 @@
 #      defaults at 1, 4 and 64 tokens)
 #   7. the short table last; logs in $OUT (or ./out when run elsewhere)
 # Usage (repo root):  bench/gpu-check.sh [quick|full|test|perf|results|verify|layer|session]      carry=[".debs"]
+#   TARGETS="a b ...": build only those targets (the full build of every test is skipped)
 #   w4a8: bench_fp8mma, then bench_layer W4A16 and W4A8 on each kernel of W4A8_KERNELS (default
 #         auto staged16 staged32 staged64; issue 34; CTEST_ARGS for the tests first, BENCH=0: tests
 #         only; GPU_CMAKE_ARGS=-DFM_CUDA_W4A8_DISPATCH=ON for the W4A8 dispatched rows)
@@ -33,11 +34,13 @@ MODE=${1:-quick}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== build"
 { cmake -S . -B build-gpu -DFM_CUDA_ARCHS=${ARCHS:-native} -DFM_WERROR=${FM_WERROR:-ON} -DFM_TEST_MUTANTS=${MUTANTS:-ON} -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-I$SYS/usr/include" ${GPU_CMAKE_ARGS:-} &&
-  cmake --build build-gpu -j16 --target fp4moe fp4moe_cli bench_gemm bench_layer test_cuda_gemm test_cuda_prepack \
-    test_cuda_backend test_cuda_layer test_cuda_route test_cuda_pdl; } \
+  cmake --build build-gpu -j16 --target ${TARGETS:-fp4moe fp4moe_cli bench_gemm bench_layer test_cuda_gemm test_cuda_prepack \
+    test_cuda_backend test_cuda_layer test_cuda_route test_cuda_pdl}; } \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
-# other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written)
-cmake --build build-gpu -j16 -- -k >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
+# other GPU tests of the tree, if they build (not fatal: someone else's file may be half-written);
+# TARGETS=... (a short call: only those targets, e.g. the W4A8 tests and benchmarks) skips it
+[ -n "${TARGETS:-}" ] || cmake --build build-gpu -j16 -- -k >>"$OUT/build.log" 2>&1 || echo "(full build failed; see build.log)"
+echo "== built in ${SECONDS} s"
 run_ctest() {
   [ "${CTEST:-1}" = 0 ] && { echo "== ctest -L gpu: skipped (CTEST=0)"; return; }
   echo "== ctest -L gpu"

@@ -49,6 +49,23 @@ __device__ __forceinline__ void load4(const uint16_t *xb, const float *xf, int n
     for (int i = 0; i < 4; i++) v[i] = c + i < n ? (xb ? bf16_to_f32(xb[c + i]) : xf[c + i]) : 0.0f;
 }
 
+__device__ __forceinline__ float amax4(const float (&v)[4])
+{
+    return fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+}
+
+/* The largest of every thread's m in the CTA of NTHR threads, for every thread */
+__device__ __forceinline__ float cta_max(float m)
+{
+    __shared__ float wmax[NTHR / 32];
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+    __syncthreads();
+    float amax = wmax[0];
+    for (int w = 1; w < NTHR / 32; w++) amax = fmaxf(amax, wmax[w]);
+    return amax;
+}
+
 __device__ __forceinline__ float scale_of(float amax)
 {
     float s = __fdiv_rn(amax, 448.0f);
@@ -100,27 +117,21 @@ __global__ void __launch_bounds__(NTHR) act_fp8_kernel(const uint16_t *x, const 
             float     v[4];
             load4(xb, xr, n, c, v);
             check4(v, n, c, src, bad);
-            const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+            const float amax = warp_max(amax4(v));
             const float s = scale_of(amax);
             store4(qr, n, c, v, s);
             if (lane == 0) sr[b] = s;
         }
         return;
     }
-    __shared__ float wmax[NTHR / 32];
-    float            m = 0.0f;
+    float m = 0.0f;
     for (int c = threadIdx.x * 4; c < n; c += NTHR * 4) {
         float v[4];
         load4(xb, xr, n, c, v);
         check4(v, n, c, src, bad);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+        m = fmaxf(m, amax4(v));
     }
-    m = warp_max(m);
-    if (lane == 0) wmax[warp] = m;
-    __syncthreads();
-    float amax = wmax[0];
-    for (int w = 1; w < NTHR / 32; w++) amax = fmaxf(amax, wmax[w]);
-    const float s = scale_of(amax);
+    const float s = scale_of(cta_max(m));
     for (int c = threadIdx.x * 4; c < n; c += NTHR * 4) {
         float v[4];
         load4(xb, xr, n, c, v);
@@ -129,8 +140,44 @@ __global__ void __launch_bounds__(NTHR) act_fp8_kernel(const uint16_t *x, const 
     if (threadIdx.x == 0) sr[0] = s;
 }
 
+/* One element of W4A8's activation from FC1's gate and up outputs g, u of expert e (global
+ * scales sg, su; FC1 biases *bg, *bu, NULL without): FP32 throughout and expf, as
+ * fm_moe_expert_act on the CPU */
+__device__ __forceinline__ float act1(float g, float u, float sg, float su, const float *bg, const float *bu, int act,
+                                      float limit)
+{
+    float gv = g * sg, uv = u * su;
+    if (bg) gv += *bg, uv += *bu;
+    if (act == FM_ACT_SWIGLU_GPTOSS) {
+        gv = gv > limit ? limit : gv; /* comparisons, not fminf: a NaN stays NaN, as torch.clamp */
+        uv = uv > limit ? limit : uv < -limit ? -limit : uv;
+        return (uv + 1.0f) * (gv / (1.0f + expf(-1.702f * gv)));
+    }
+    return gv / (1.0f + expf(-gv)) * uv;
+}
+
+/* Columns c..c+3 of row p's activation into v (c % 4 == 0, I % 4 == 0: all four in the row or
+ * none, and then 0, as load4's); *bad |= a NaN/Inf among them */
+__device__ __forceinline__ void act4(const float *yr, int I, int c, float sg, float su, const float *b13e, int act,
+                                     float limit, float (&v)[4], int *bad)
+{
+    if (c >= I) {
+        v[0] = v[1] = v[2] = v[3] = 0.0f;
+        return;
+    }
+    const float4 g = *(const float4 *)(yr + c), u = *(const float4 *)(yr + I + c);
+    float4       bg = make_float4(0.0f, 0.0f, 0.0f, 0.0f), bu = bg;
+    if (b13e) bg = *(const float4 *)(b13e + c), bu = *(const float4 *)(b13e + I + c);
+    const int b = b13e != nullptr;
+    v[0] = act1(g.x, u.x, sg, su, b ? &bg.x : nullptr, &bu.x, act, limit);
+    v[1] = act1(g.y, u.y, sg, su, b ? &bg.y : nullptr, &bu.y, act, limit);
+    v[2] = act1(g.z, u.z, sg, su, b ? &bg.z : nullptr, &bu.z, act, limit);
+    v[3] = act1(g.w, u.w, sg, su, b ? &bg.w : nullptr, &bu.w, act, limit);
+    *bad |= !isfinite(v[0]) || !isfinite(v[1]) || !isfinite(v[2]) || !isfinite(v[3]);
+}
+
 /* W4A8's activation (fm_w4a8_act_launch): grid (ceil(I / 4 / 128), rows), 128 threads, 4
- * columns a thread; FP32 throughout and expf, as fm_moe_expert_act on the CPU */
+ * columns a thread (act4) */
 __global__ void __launch_bounds__(128) w4a8_act_kernel(const float *y1, const int32_t *off, int L, int I,
                                                          const float *gs, const float *us, const float *b13, int act,
                                                          float limit, float *h, unsigned long long *bad_h)
@@ -143,26 +190,67 @@ __global__ void __launch_bounds__(128) w4a8_act_kernel(const float *y1, const in
         if (off[mid] <= p) lo = mid;
         else hi = mid;
     }
-    const int    e = lo;
-    const float *yr = y1 + (size_t)p * 2 * I;
-    const float4 g4 = *(const float4 *)(yr + j), u4 = *(const float4 *)(yr + I + j);
-    float        g[4] = {g4.x, g4.y, g4.z, g4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w}, o[4];
-    const float  sg = gs[e], su = us[e];
-    int          bad = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float gv = g[i] * sg, uv = u[i] * su;
-        if (b13) gv += b13[(size_t)e * 2 * I + j + i], uv += b13[(size_t)e * 2 * I + I + j + i];
-        if (act == FM_ACT_SWIGLU_GPTOSS) {
-            gv = gv > limit ? limit : gv; /* comparisons, not fminf: a NaN stays NaN, as torch.clamp */
-            uv = uv > limit ? limit : uv < -limit ? -limit : uv;
-            o[i] = (uv + 1.0f) * (gv / (1.0f + expf(-1.702f * gv)));
-        } else {
-            o[i] = gv / (1.0f + expf(-gv)) * uv;
-        }
-        bad |= !isfinite(o[i]);
-    }
+    const int e = lo;
+    float     o[4];
+    int       bad = 0;
+    act4(y1 + (size_t)p * 2 * I, I, j, gs[e], us[e], b13 ? b13 + (size_t)e * 2 * I : nullptr, act, limit, o, &bad);
     *(float4 *)(h + (size_t)p * I + j) = make_float4(o[0], o[1], o[2], o[3]);
+    if (bad) atomicMin(bad_h, (unsigned long long)e);
+}
+
+/* W4A8's activation quantized for FC2 in one pass (fm_w4a8_act_fp8_launch): one CTA of 128
+ * threads per row p < off[L], its expert found by a binary search of off; h computed in FP32
+ * (act1) and quantized as act_fp8_kernel quantizes an FP32 row (block128: a warp per 128
+ * columns, 4 a lane; token: the row's h in shared memory, its max over the CTA, then the
+ * codes), so the codes and scales are those of h written out and quantized apart, without
+ * h's round trip through memory. */
+__global__ void __launch_bounds__(NTHR) w4a8_act_fp8_kernel(const float *y1, const int32_t *off, int L, int rows,
+                                                            int I, const float *gs, const float *us, const float *b13,
+                                                            int act, float limit, int mode, uint8_t *q, float *scales,
+                                                            int ldsc, unsigned long long *bad_h)
+{
+    extern __shared__ float hrow[]; /* token mode: the row's I values */
+    const int p = blockIdx.x;
+    if (p >= rows || p >= off[L]) return;
+    int lo = 0, hi = L; /* the expert of row p: off[lo] <= p < off[lo + 1] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (off[mid] <= p) lo = mid;
+        else hi = mid;
+    }
+    const int    e = lo, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *yr = y1 + (size_t)p * 2 * I, *b13e = b13 ? b13 + (size_t)e * 2 * I : nullptr;
+    const float  sg = gs[e], su = us[e];
+    uint8_t     *qr = q + (size_t)p * I;
+    float       *sr = scales + (size_t)p * ldsc;
+    int          bad = 0;
+    if (mode == FM_ACT_FP8_MODE_BLOCK128) {
+        const int nb = (I + 127) / 128;
+        for (int b = warp; b < nb; b += NTHR / 32) {
+            const int c = b * 128 + lane * 4;
+            float     v[4];
+            act4(yr, I, c, sg, su, b13e, act, limit, v, &bad);
+            const float amax = warp_max(amax4(v));
+            const float s = scale_of(amax);
+            store4(qr, I, c, v, s);
+            if (lane == 0) sr[b] = s;
+        }
+    } else {
+        float m = 0.0f;
+        for (int c = threadIdx.x * 4; c < I; c += NTHR * 4) {
+            float v[4];
+            act4(yr, I, c, sg, su, b13e, act, limit, v, &bad);
+            *(float4 *)(hrow + c) = make_float4(v[0], v[1], v[2], v[3]);
+            m = fmaxf(m, amax4(v));
+        }
+        const float s = scale_of(cta_max(m));
+        for (int c = threadIdx.x * 4; c < I; c += NTHR * 4) { /* the thread's own columns of hrow */
+            const float4 f = *(const float4 *)(hrow + c);
+            const float  v[4] = {f.x, f.y, f.z, f.w};
+            store4(qr, I, c, v, s);
+        }
+        if (threadIdx.x == 0) sr[0] = s;
+    }
     if (bad) atomicMin(bad_h, (unsigned long long)e);
 }
 
@@ -205,9 +293,27 @@ extern "C" int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, in
     if (rows <= 0) return 0;
     if (!y1 || !off || !gs || !us || !h || !bad_h || L < 1 || I < 4 || I % 4 || rows > 65535)
         return (int)cudaErrorInvalidValue;
-    if (((uintptr_t)y1 & 15) || ((uintptr_t)h & 15)) return (int)cudaErrorMisalignedAddress;
+    if (((uintptr_t)y1 & 15) || ((uintptr_t)h & 15) || ((uintptr_t)b13 & 15)) return (int)cudaErrorMisalignedAddress;
     const dim3 grid((unsigned)((I / 4 + 127) / 128), (unsigned)rows);
     w4a8_act_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(y1, off, L, I, gs, us, b13, act, limit, h, bad_h);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fm_w4a8_act_fp8_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs,
+                                      const float *us, const float *b13, int act, float limit, int mode, uint8_t *q,
+                                      float *scales, int ldsc, unsigned long long *bad_h, void *stream)
+{
+    if (rows <= 0) return 0;
+    if (!y1 || !off || !gs || !us || !q || !scales || !bad_h || L < 1 || I < 4 || I % 4 ||
+        (mode != FM_ACT_FP8_MODE_BLOCK128 && mode != FM_ACT_FP8_MODE_TOKEN) || ldsc < fm_act_fp8_nscales(mode, I))
+        return (int)cudaErrorInvalidValue;
+    /* 16-byte loads of y1 and b13, 4-byte code stores */
+    if (((uintptr_t)y1 & 15) || ((uintptr_t)b13 & 15) || ((uintptr_t)q & 3) || ((uintptr_t)scales & 3))
+        return (int)cudaErrorMisalignedAddress;
+    const size_t smem = mode == FM_ACT_FP8_MODE_TOKEN ? sizeof(float) * (size_t)I : 0;
+    if (smem > 48 * 1024) return (int)cudaErrorInvalidValue; /* I <= 12,288 in token mode */
+    w4a8_act_fp8_kernel<<<(unsigned)rows, NTHR, smem, (cudaStream_t)stream>>>(y1, off, L, rows, I, gs, us, b13, act,
+                                                                              limit, mode, q, scales, ldsc, bad_h);
     return (int)cudaGetLastError();
 }
 

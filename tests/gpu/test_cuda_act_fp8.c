@@ -193,9 +193,128 @@ static void test_act_fp8_vs_oracle(void **state)
     CK(cudaStreamDestroy(st));
 }
 
+/* W4A8's activation quantized in one pass (fm_w4a8_act_fp8_launch; not yet the layer's: it
+ * runs fm_w4a8_act_launch + fm_act_fp8_launch until this has passed on a GPU) against the
+ * oracle: h from
+ * FC1's FP32 output by fm_moe_expert_act (the expert's global scales applied first, its bias
+ * when given), then fm_moe_act_fp8_row; both activations, both modes, with and without biases;
+ * I = 2,048 (GLM-5), 2,880 (gpt-oss: a last block of 64) and 132. The device's expf is not the
+ * host's (within 2 ulp), so an h may differ in its last bits and, at an E4M3 rounding midpoint,
+ * its code by one step: scales within 1e-6 relative, every element within one E4M3 step (2^-3
+ * relative, or a subnormal step of the scale), at most 1 % of the codes differing. Rows past
+ * the device count off[L] keep their poison; a NaN h reports its expert (the smallest). */
+static void check_act(fm_rng *r, int I, int mode, int act, int bias, cudaStream_t st)
+{
+    enum { L = 3 };
+    const int rows = 37, live = 33, off[L + 1] = {0, 11, 11, live}; /* expert 1 has no rows */
+    const int nsc = fm_act_fp8_nscales(mode, I);
+    fm_moe_config c;
+    fm_moe_config_default(&c);
+    c.inter = I, c.activation = (fm_activation)act, c.swiglu_limit = 7.0f;
+    float *y1 = malloc(sizeof(float) * rows * 2 * I), *b13 = malloc(sizeof(float) * L * 2 * I);
+    float  gs[L], us[L];
+    for (int e = 0; e < L; e++) gs[e] = 0.5f + fm_rng_uniform(r), us[e] = 0.5f + fm_rng_uniform(r);
+    for (size_t i = 0; i < (size_t)rows * 2 * I; i++) y1[i] = fm_rng_normal(r) * (act ? 6.0f : 2.0f); /* clamps bite */
+    for (size_t i = 0; i < (size_t)L * 2 * I; i++) b13[i] = fm_rng_normal(r) * 0.5f;
+    float   *dy = dmalloc(sizeof(float) * rows * 2 * I), *db = dmalloc(sizeof(float) * L * 2 * I);
+    float   *dgs = dmalloc(sizeof gs), *dus = dmalloc(sizeof us), *ds = dmalloc(sizeof(float) * rows * nsc);
+    int32_t *doff = dmalloc(sizeof off);
+    uint8_t *dq = dmalloc((size_t)rows * I);
+    unsigned long long *dbad = dmalloc(sizeof(unsigned long long));
+    CK(cudaMemcpy(dy, y1, sizeof(float) * rows * 2 * I, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, b13, sizeof(float) * L * 2 * I, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dgs, gs, sizeof gs, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dus, us, sizeof us, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(doff, off, sizeof off, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dq, 0xFF, (size_t)rows * I));
+    CK(cudaMemset(ds, 0xFF, sizeof(float) * rows * nsc));
+    CK(cudaMemset(dbad, 0xFF, sizeof(unsigned long long)));
+    CK(cudaDeviceSynchronize());
+    assert_int_equal(fm_w4a8_act_fp8_launch(dy, doff, L, rows, I, dgs, dus, bias ? db : NULL, act, 7.0f, mode, dq, ds,
+                                            nsc, dbad, st),
+                     0);
+    CK(cudaStreamSynchronize(st));
+    uint8_t *q = malloc((size_t)rows * I);
+    float   *sc = malloc(sizeof(float) * rows * nsc), *g = malloc(sizeof(float) * 2 * I), *h = malloc(sizeof(float) * I);
+    float   *hq = malloc(sizeof(float) * I);
+    unsigned long long bad = 0;
+    CK(cudaMemcpy(q, dq, (size_t)rows * I, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sc, ds, sizeof(float) * rows * nsc, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&bad, dbad, sizeof bad, cudaMemcpyDeviceToHost));
+    assert_true(bad == ~0ull); /* nothing non-finite */
+    long differ = 0;
+    for (int p = 0; p < rows; p++) {
+        if (p >= live) { /* past the device count: the poison kept */
+            for (int j = 0; j < I; j++) assert_int_equal(q[(size_t)p * I + j], 0xFF);
+            continue;
+        }
+        const int e = p < off[1] ? 0 : 2;
+        for (int j = 0; j < I; j++) g[j] = y1[(size_t)p * 2 * I + j] * gs[e], g[I + j] = y1[(size_t)p * 2 * I + I + j] * us[e];
+        fm_moe_expert_act(&c, bias ? b13 + (size_t)e * 2 * I : NULL, g, h);
+        assert_int_equal(fm_moe_act_fp8_row(h, I, (fm_act_fp8)mode, hq), FM_OK);
+        for (int j = 0; j < I; j++) {
+            const float s = sc[(size_t)p * nsc + (mode == FM_ACT_FP8_MODE_BLOCK128 ? j / 128 : 0)];
+            const float v = fm_e4m3_decode(q[(size_t)p * I + j]) * s;
+            /* the oracle's scale of this element's block, from its own h */
+            const int   b0 = mode == FM_ACT_FP8_MODE_BLOCK128 ? j / 128 * 128 : 0;
+            const int   b1 = mode == FM_ACT_FP8_MODE_BLOCK128 ? (b0 + 128 < I ? b0 + 128 : I) : I;
+            const float so = oracle_scale(h, b0, b1);
+            if (!(fabsf(s - so) <= 1e-6f * so)) fail_msg("I=%d mode %d act %d row %d col %d: scale %g, oracle %g", I, mode, act, p, j, s, so);
+            if (v != hq[j]) {
+                differ++;
+                const float tol = fmaxf(0.125f * fabsf(hq[j]), ldexpf(so, -9)) * 1.01f;
+                if (!(fabsf(v - hq[j]) <= tol))
+                    fail_msg("I=%d mode %d act %d bias %d row %d col %d: %g, oracle %g (h %g)", I, mode, act, bias, p,
+                             j, v, hq[j], h[j]);
+            }
+        }
+    }
+    if (differ > (long)live * I / 100) fail_msg("I=%d mode %d act %d: %ld codes differ from the oracle's", I, mode, act, differ);
+    printf("  I=%d %s %s%s: %ld of %d codes one step off the host's (expf)\n", I, mode == 1 ? "block128" : "token",
+           act ? "gpt-oss" : "swiglu", bias ? " + bias" : "", differ, live * I);
+    /* a NaN in expert 2's row: expert 2 reported */
+    const float nan = NAN;
+    CK(cudaMemcpy(dy + (size_t)(live - 1) * 2 * I + 5, &nan, sizeof nan, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    assert_int_equal(fm_w4a8_act_fp8_launch(dy, doff, L, rows, I, dgs, dus, bias ? db : NULL, act, 7.0f, mode, dq, ds,
+                                            nsc, dbad, st),
+                     0);
+    CK(cudaMemcpyAsync(&bad, dbad, sizeof bad, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    assert_true(bad == 2);
+    /* refusals, nothing launched */
+    assert_int_equal(fm_w4a8_act_fp8_launch(dy, doff, L, rows, I, dgs, dus, NULL, act, 7.0f, 3, dq, ds, nsc, dbad, st),
+                     (int)cudaErrorInvalidValue);
+    assert_int_equal(fm_w4a8_act_fp8_launch(dy + 1, doff, L, rows, I, dgs, dus, NULL, act, 7.0f, mode, dq, ds, nsc,
+                                            dbad, st),
+                     (int)cudaErrorMisalignedAddress);
+    assert_int_equal(fm_w4a8_act_fp8_launch(dy, doff, L, rows, I, dgs, dus, NULL, act, 7.0f, mode, dq, ds, nsc - 1,
+                                            dbad, st),
+                     (int)cudaErrorInvalidValue);
+    free(y1), free(b13), free(q), free(sc), free(g), free(h), free(hq);
+    void *dev[] = {dy, db, dgs, dus, ds, doff, dq, dbad};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CK(cudaFree(dev[i]));
+}
+
+static void test_w4a8_act_fp8(void **state)
+{
+    (void)state;
+    fm_test_require_gpu();
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0xac7);
+    CK(cudaSetDevice(0));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const int Is[3] = {2048, 2880, 132};
+    for (int i = 0; i < 3; i++)
+        for (int mode = FM_ACT_FP8_MODE_BLOCK128; mode <= FM_ACT_FP8_MODE_TOKEN; mode++)
+            for (int act = 0; act < 2; act++) check_act(&r, Is[i], mode, act ? FM_ACT_SWIGLU_GPTOSS : FM_ACT_SWIGLU, act, st);
+    CK(cudaStreamDestroy(st));
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_act_fp8_vs_oracle)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_act_fp8_vs_oracle), cmocka_unit_test(test_w4a8_act_fp8)};
     fm_test_require_gpu(); /* exit 77 (skipped) with a message where there is no GPU */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
