@@ -67,15 +67,15 @@ static int prefer_packed(const fm_backend_ops *ops, void *state, int g, fm_gemm_
     return ok && pk < nat;
 }
 
-/* Whether the bucket of T tokens runs the W4A8 chain: every bucket of a W4A8 layer under
+/* Whether a bucket runs the W4A8 chain (the same answer for every bucket until a W4A8 kernel
+ * measures faster somewhere): every bucket of a W4A8 layer under
  * FM_FP8_PATH_EVERY; under FM_FP8_PATH_FASTER where W4A8 is expected faster than W4A16.
  * That expectation is the measured one, and no measurement has found W4A8 faster yet: on
  * the H100 and the H200 (GLM-5 EP8 and all-local, T = 16-4,096; bench/RESULTS.md, issue
  * 34) the W4A8 layer took 3.1-10.5x the W4A16 layer's time, so no bucket. fm_layer_tune
  * times both per bucket, so a device or kernel where W4A8 wins gets it there. */
-static int fp8_bucket(const fm_layer_params *p, int T)
+static int fp8_bucket(const fm_layer_params *p)
 {
-    (void)T;
     if (p->cfg.act_fp8 == FM_ACT_FP8_OFF) return 0;
     return p->act_fp8_path == FM_FP8_PATH_EVERY;
 }
@@ -107,7 +107,7 @@ static fm_status plan_bucket(const fm_backend_ops *ops, void *state, const fm_la
      * the chain, with a note, where it cannot); AUTO stays on the chain until the decode
      * path is measured on a GPU (docs/decode-kernel.md) */
     pl->decode = p->decode_path == FM_DECODE_PATH_ON;
-    pl->act_fp8 = fp8_bucket(p, T);
+    pl->act_fp8 = fp8_bucket(p);
     return ops->gemm_choose(state, 1, &h2, &pl->tile[1], &pl->feature_blocks[1], &pl->k_splits[1], NULL);
 }
 

@@ -252,13 +252,12 @@ static void check_act(fm_rng *r, int I, int mode, int act, int bias, cudaStream_
         for (int j = 0; j < I; j++) g[j] = y1[(size_t)p * 2 * I + j] * gs[e], g[I + j] = y1[(size_t)p * 2 * I + I + j] * us[e];
         fm_moe_expert_act(&c, bias ? b13 + (size_t)e * 2 * I : NULL, g, h);
         assert_int_equal(fm_moe_act_fp8_row(h, I, (fm_act_fp8)mode, hq), FM_OK);
+        float so = 0; /* the oracle's scale of the element's block, from its own h: once a block */
         for (int j = 0; j < I; j++) {
             const float s = sc[(size_t)p * nsc + (mode == FM_ACT_FP8_MODE_BLOCK128 ? j / 128 : 0)];
             const float v = fm_e4m3_decode(q[(size_t)p * I + j]) * s;
-            /* the oracle's scale of this element's block, from its own h */
-            const int   b0 = mode == FM_ACT_FP8_MODE_BLOCK128 ? j / 128 * 128 : 0;
-            const int   b1 = mode == FM_ACT_FP8_MODE_BLOCK128 ? (b0 + 128 < I ? b0 + 128 : I) : I;
-            const float so = oracle_scale(h, b0, b1);
+            if (mode == FM_ACT_FP8_MODE_BLOCK128 ? j % 128 == 0 : j == 0)
+                so = mode == FM_ACT_FP8_MODE_BLOCK128 ? oracle_scale(h, j, j + 128 < I ? j + 128 : I) : oracle_scale(h, 0, I);
             if (!(fabsf(s - so) <= 1e-6f * so)) fail_msg("I=%d mode %d act %d row %d col %d: scale %g, oracle %g", I, mode, act, p, j, s, so);
             if (v != hq[j]) {
                 differ++;
