@@ -92,7 +92,7 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
     int       failed = 0;
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
     for (int kern = FM_FP8MMA_FIRST; kern < FM_FP8MMA_KERNELS; kern++) { /* the kernels interleaved per point */
-        if (kern == FM_FP8MMA_FIRST && fmt != FM_FORMAT_MXFP4) continue; /* MXFP4 only */
+        if ((kern == FM_FP8MMA_FIRST || kern >= FM_FP8MMA_WG32) && fmt != FM_FORMAT_MXFP4) continue; /* MXFP4 only */
         const int m = ms[mi], rows = E * m;
         int32_t   off[257];
         for (int e = 0; e <= E; e++) off[e] = e * m;

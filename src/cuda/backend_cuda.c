@@ -143,14 +143,24 @@ static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
 }
 
 /* $FM_W4A8_KERNEL: which W4A8 GEMM kernel a W4A8 layer runs (an A/B knob for bench_layer, read
- * at create; unset or empty = automatic). A name the list does not hold refuses the create. */
-static fm_status w4a8_kernel_env(int *kernel)
+ * at create; unset or empty = automatic). A name the list does not hold refuses the create
+ * (FM_ERR_INVALID_ARG); so does a kernel that cannot run the layer (FM_ERR_UNSUPPORTED): the first
+ * and the wgmma kernels on NVFP4 weights, the wgmma kernels on a device other than sm_90. */
+static fm_status w4a8_kernel_env(const fm_cuda_layer *s, int *kernel)
 {
     const char *v = getenv("FM_W4A8_KERNEL");
     *kernel = v && *v ? fm_fp8mma_kernel_of(v) : FM_FP8MMA_AUTO;
-    if (*kernel >= 0) return FM_OK;
-    return fm_fail(FM_ERR_INVALID_ARG, "cuda backend: FM_W4A8_KERNEL='%s' is not a W4A8 GEMM kernel (auto first pipe16 "
-                                       "pipe32 staged16 staged32 staged64)", v);
+    if (*kernel < 0)
+        return fm_fail(FM_ERR_INVALID_ARG, "cuda backend: FM_W4A8_KERNEL='%s' is not a W4A8 GEMM kernel (auto first "
+                                           "pipe16 pipe32 staged16 staged32 staged64 wg32 wg64 wg128)", v);
+    const int mx_only = *kernel == FM_FP8MMA_FIRST || *kernel >= FM_FP8MMA_WG32;
+    if (mx_only && s->p.cfg.wfmt != FM_FORMAT_MXFP4)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: FM_W4A8_KERNEL='%s' takes MXFP4 weights only", v);
+    const int cc = fm_cuda_device_limits(s->dev)->cc;
+    if (*kernel >= FM_FP8MMA_WG32 && cc != 90)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: FM_W4A8_KERNEL='%s' runs on sm_90 (wgmma) only; this device is "
+                                           "sm_%d", v, cc);
+    return FM_OK;
 }
 
 /* A W4A8 layer's weights (act_fp8): each local expert's FP4 codes packed for the W4A8 GEMM
@@ -223,7 +233,7 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
     const fm_moe_config   *cfg = &p->cfg;
     const int E = cfg->n_experts, H = cfg->hidden, L = p->n_local, S = p->first == 0 ? cfg->shared_inter : 0;
     cudaError_t e = cudaSuccess;
-    if (s->w4a8) FM_CHECK(w4a8_kernel_env(&s->q8.kernel)); /* before any upload */
+    if (s->w4a8) FM_CHECK(w4a8_kernel_env(s, &s->q8.kernel)); /* before any upload */
     FM_CHECK(create_w13(s, w, L));
     FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
     if (s->w4a8) FM_CHECK(create_w4a8(s, w));

@@ -17,6 +17,7 @@
 
 #include "cuda/gemm_fp8.h"
 #include "cuda/kernel_common.cuh"
+#include "cuda/wgmma_rs_fp8.cuh"
 #include "kernels/fm_tile_layout.h"
 
 namespace {
@@ -541,6 +542,251 @@ int launch_staged(const fm_fp8mma_args &a, size_t smem, cudaStream_t s)
     return (int)cudaGetLastError();
 }
 
+
+/* The wgmma kernels (fm_fp8mma_args.kernel FM_FP8MMA_WG32 / 64 / 128; sm_90a, MXFP4): the
+ * staged kernels' stages (one 128-K group each: the rows' tile, the bands' packed codes and
+ * group scales, global -> shared by cp.async, STAGES deep) with the MMAs on one warpgroup's
+ * wgmma (m64 x TOK x k32, E4M3, FP32): the A operand from registers (each warp's 16 rows of an
+ * m64 tile, decoded from the packed codes, whose lane layout is wgmma's register fragment),
+ * the B operand the rows' tile in shared memory (K-major, 128-byte swizzle: one row's 128 K =
+ * one swizzle line). Per group, when every one of the CTA's rows' block codes fold
+ * (gemm_fp8.h, FM_FP8MMA_FOLD_MIN; the CTA votes), each m64 tile's 4 blocks are one wgmma chain from
+ * zero with the exponents in the E4M3 codes, times 2^(max - 133) and the activation scale
+ * once (the per-128 promotion); else each block is a wgmma from zero times its scale (exact,
+ * slower). One vote a group for all the CTA's tiles: a wgmma under a per-tile branch is
+ * serialized by ptxas (C7520). Exact in the weights for every scale either way; FP32 accumulation order differs
+ * from the oracle's. A build without sm_90a has an empty body: the launcher runs it only
+ * where the device is sm_90 and the kernel came from sm_90a code (fm_fp8mma_launch). */
+template <int TOK, int MT, int STAGES> struct wg_cfg { /* fm_tile_layout.h's FM_FP8W_* layout */
+    static constexpr int KC = FM_FP8S_KC, W_OFF = FM_FP8W_W_OFF(TOK), S_OFF = FM_FP8W_S_OFF(MT, TOK);
+    static constexpr int STAGE_B = FM_FP8W_STAGE_BYTES(MT, TOK), SMEM = FM_FP8W_SMEM(MT, TOK, STAGES);
+    static_assert(KC == 128 && STAGE_B % 1024 == 0 && W_OFF % 1024 == 0 && S_OFF % 16 == 0,
+                  "one stage = one 128-K group = one 128-byte swizzle line a row; 1 KB atoms");
+    static_assert(TOK == 32 || TOK == 64 || TOK == 128, "a wgmma_fp8_rs_t shape");
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FM_FP8WG_BODY 1
+#endif
+
+#ifdef FM_FP8WG_BODY
+/* the compiler keeps these registers in place across the asynchronous MMAs (wgmma_common.cuh's fences) */
+template <int N> __device__ __forceinline__ void wg8_fence(float (&d)[N])
+{
+#pragma unroll
+    for (int j = 0; j < N; j++) asm volatile("" : "+f"(d[j])::"memory");
+}
+__device__ __forceinline__ void wg8_fence_a(uint32_t (&af)[4])
+{
+#pragma unroll
+    for (int q = 0; q < 4; q++) asm volatile("" : "+r"(af[q])::"memory");
+}
+/* the rows' tile at shared address sb, 32-K block kb: +32 B inside the 128-byte swizzle line
+ * (the hardware applies the XOR), 8 rows = one 1 KB atom (SBO) */
+__device__ __forceinline__ uint64_t wg8_desc(uint32_t sb, int kb)
+{
+    const uint32_t a = sb + (uint32_t)kb * 32u;
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+#endif
+
+template <int TOK, int MT, int STAGES>
+__global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args a)
+{
+#ifdef FM_FP8WG_BODY
+    using C = wg_cfg<TOK, MT, STAGES>;
+    constexpr int ND = TOK / 2, XIT = TOK * 8 / 128; /* accumulators a thread; 16-byte row segments a thread */
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int       row0 = a.offsets[e], row1 = a.offsets[e + 1];
+    if (row1 > a.max_rows) row1 = a.max_rows;
+    if (row0 < 0 || row1 <= row0) return; /* the whole CTA, before any barrier */
+    const int      m = row1 - row0, nbands = a.N / 16, nch = a.K / 64, ngrp = (a.K + 127) / 128;
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(wg_smem);
+    int            band[MT];
+    bool           bv[MT];
+    const uint4   *wsrc[MT];
+    const uint8_t *ssrc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        band[i] = (blockIdx.x * MT + i) * 4 + warp; /* warp w holds rows 16w.. of m64 tile i */
+        bv[i] = band[i] < nbands;
+        const size_t b = bv[i] ? (size_t)band[i] : 0; /* a band past N reads band 0 with src-size 0: zeros */
+        wsrc[i] = (const uint4 *)(a.wq + ((size_t)e * nbands + b) * (size_t)nch * 512) + lane;
+        ssrc[i] = a.wsp + ((size_t)e * nbands + b) * (size_t)ngrp * 64 + (lane & 3) * 16;
+    }
+    const float osc = a.oscale ? a.oscale[e] : 1.0f;
+    for (int pass0 = 0; pass0 < m; pass0 += TOK) {
+        const int      rows = min(TOK, m - pass0);
+        const uint8_t *xsrc[XIT];
+        int            xdst[XIT], xcol[XIT];
+        bool           xin[XIT];
+#pragma unroll
+        for (int j = 0; j < XIT; j++) { /* segment c of row r -> 16 x (c ^ (r % 8)) of the row's line */
+            const int sgi = threadIdx.x + j * 128, r = sgi >> 3, c = sgi & 7;
+            xcol[j] = c * 16, xin[j] = r < rows, xdst[j] = r * 128 + ((c ^ (r & 7)) * 16);
+            xsrc[j] = a.xq + (size_t)(row0 + pass0 + (xin[j] ? r : 0)) * a.ldx + xcol[j];
+        }
+        auto load_stage = [&](int ks) { /* rows past the count and K zero-filled; codes past N and K zero */
+            unsigned char *buf = wg_smem + (ks % STAGES) * C::STAGE_B;
+#pragma unroll
+            for (int j = 0; j < XIT; j++) {
+                const bool ok = xin[j] && ks * C::KC + xcol[j] < a.K;
+                cp_async16(buf + xdst[j], ok ? xsrc[j] + (size_t)ks * C::KC : a.xq, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int  ch = ks * 2 + c;
+                const bool kin = ch < nch;
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    cp_async16(buf + C::W_OFF + ((i * 4 + warp) * 2 + c) * 512 + lane * 16,
+                               wsrc[i] + (size_t)(kin ? ch : 0) * 32, bv[i] && kin ? 16 : 0);
+            }
+            if (lane < 4)
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    cp_async16(buf + C::S_OFF + (i * 4 + warp) * 64 + lane * 16, ssrc[i] + (size_t)ks * 64, bv[i] ? 16 : 0);
+        };
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < ngrp) load_stage(s);
+            cp_async_commit();
+        }
+        float acc[MT][ND], tmp[MT][ND];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < ND; j++) acc[i][j] = tmp[i][j] = 0.0f;
+        for (int ks = 0; ks < ngrp; ks++) {
+            float xsg[TOK / 8][2]; /* the group's activation scales of this thread's tokens (1: per row) */
+#pragma unroll
+            for (int n = 0; n < TOK / 8; n++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int r = pass0 + n * 8 + 2 * t + j;
+                    xsg[n][j] = !a.xs_per_128 ? 1.0f : r < m ? __ldg(a.xs + (size_t)(row0 + r) * a.ldxs + ks) : 0.0f;
+                }
+            cp_async_wait<STAGES - 2>();
+            __syncthreads(); /* stage ks visible to all; stage ks - 1 free (every MMA on it waited for) */
+            if (ks + STAGES - 1 < ngrp) load_stage(ks + STAGES - 1);
+            cp_async_commit();
+            const unsigned char *buf = wg_smem + (ks % STAGES) * C::STAGE_B;
+            const uint32_t       xb = sbase + (uint32_t)((ks % STAGES) * C::STAGE_B);
+            uint32_t             c0[MT], c1[MT];
+            uint32_t             af[MT][4][4];
+            int                  ok = 1;
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const unsigned char *sp = buf + C::S_OFF + (i * 4 + warp) * 64;
+                c0[i] = *(const uint32_t *)(sp + g * 4), c1[i] = *(const uint32_t *)(sp + (g + 8) * 4);
+                ok &= fm_fp8mma_folds(c0[i]) && fm_fp8mma_folds(c1[i]);
+            }
+            const int fold = __syncthreads_and(ok); /* every row of the CTA's m64 tiles: one vote */
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int m0 = (int)fm_fp8mma_maxb(c0[i]), m1 = (int)fm_fp8mma_maxb(c1[i]);
+#pragma unroll
+                for (int kb = 0; kb < 4; kb++) {
+                    const uint4    w = *(const uint4 *)(buf + C::W_OFF + ((i * 4 + warp) * 2 + (kb >> 1)) * 512 + lane * 16);
+                    const uint32_t wa = kb & 1 ? w.z : w.x, wc = kb & 1 ? w.w : w.y;
+                    uint32_t       lo0 = FM_FP8MMA_TLO, hi0 = FM_FP8MMA_THI, lo1 = FM_FP8MMA_TLO, hi1 = FM_FP8MMA_THI;
+                    if (fold) {
+                        fm_fp8mma_fold_table((int)(c0[i] >> (8 * kb) & 0xffu) - m0 + 6, &lo0, &hi0);
+                        fm_fp8mma_fold_table((int)(c1[i] >> (8 * kb) & 0xffu) - m1 + 6, &lo1, &hi1);
+                    }
+                    decode_frag(wa, wc, lo0, hi0, lo1, hi1, af[i][kb]);
+                }
+            }
+            if (fold) { /* one chain of 4 MMAs a tile, then the group's promotion */
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    wg8_fence(tmp[i]);
+#pragma unroll
+                    for (int kb = 0; kb < 4; kb++) wg8_fence_a(af[i][kb]);
+                }
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int kb = 0; kb < 4; kb++) wgmma_fp8_rs_t<TOK>::run(tmp[i], af[i][kb], wg8_desc(xb, kb), kb);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    wg8_fence(tmp[i]);
+                    const float f0 = ldexpf(1.0f, (int)fm_fp8mma_maxb(c0[i]) - 133); /* 2^(c - 127 - 6) */
+                    const float f1 = ldexpf(1.0f, (int)fm_fp8mma_maxb(c1[i]) - 133);
+#pragma unroll
+                    for (int j = 0; j < ND; j++)
+                        acc[i][j] = fmaf(tmp[i][j] * ((j & 2) ? f1 : f0), xsg[j >> 2][j & 1], acc[i][j]);
+                }
+            } else { /* a block at a time from zero, times its scale (exact) */
+#pragma unroll
+                for (int kb = 0; kb < 4; kb++) {
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        wg8_fence(tmp[i]);
+                        wg8_fence_a(af[i][kb]);
+                    }
+                    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                    for (int i = 0; i < MT; i++) wgmma_fp8_rs_t<TOK>::run(tmp[i], af[i][kb], wg8_desc(xb, kb), 0);
+                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        wg8_fence(tmp[i]);
+                        const float sw0 = fm_fp8mma_ue8m0(c0[i] >> (8 * kb) & 0xffu), sw1 = fm_fp8mma_ue8m0(c1[i] >> (8 * kb) & 0xffu);
+#pragma unroll
+                        for (int j = 0; j < ND; j++)
+                            acc[i][j] = fmaf(tmp[i][j], ((j & 2) ? sw1 : sw0) * xsg[j >> 2][j & 1], acc[i][j]);
+                    }
+                }
+            }
+        }
+        /* accumulator j of m64 tile i: row (feature) 16 x warp + g + 8 x ((j >> 1) & 1), token 8 x (j >> 2) + 2t + (j & 1) */
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            if (!bv[i]) continue;
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int r = pass0 + (j >> 2) * 8 + 2 * t + (j & 1), col = band[i] * 16 + g + 8 * ((j >> 1) & 1);
+                if (r >= m) continue;
+                const int   row = row0 + r;
+                const float v = a.xs_per_128 ? acc[i][j] : acc[i][j] * __ldg(a.xs + (size_t)row * a.ldxs);
+                a.y[(size_t)row * a.N + col] = epilogue(a, e, row, col, v * osc);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads(); /* the next pass overwrites the stages */
+    }
+#else
+    (void)a; /* not launched: fm_fp8mma_launch checks the device and the kernel's code */
+#endif
+}
+
+/* launch one wgmma kernel: sm_90 with the kernel's sm_90a code (a build whose only code for
+ * this device is PTX of another target has the empty body: refused, never run), shared memory
+ * as fm_fp8mma_smem_bytes says */
+template <int TOK, int MT, int STAGES>
+int launch_wg(const fm_fp8mma_args &a, size_t smem, int cc, cudaStream_t s)
+{
+    using C = wg_cfg<TOK, MT, STAGES>;
+    if ((size_t)C::SMEM != smem) return (int)cudaErrorAssert;
+    if (cc != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
+    cudaFuncAttributes fa;
+    cudaError_t        e = cudaFuncGetAttributes(&fa, fp8mma_wg_kernel<TOK, MT, STAGES>);
+    if (e != cudaSuccess) return (int)e;
+    if (fa.ptxVersion != 90 || fa.binaryVersion != 90) return (int)cudaErrorNotSupported;
+    if ((e = cudaFuncSetAttribute(fp8mma_wg_kernel<TOK, MT, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem)) != cudaSuccess)
+        return (int)e;
+    const dim3 grid((unsigned)((a.N / 16 + 4 * MT - 1) / (4 * MT)), (unsigned)a.E);
+    fp8mma_wg_kernel<TOK, MT, STAGES><<<grid, 128, smem, s>>>(a);
+    return (int)cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
@@ -553,7 +799,7 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (((uintptr_t)a->wq & 15) || ((uintptr_t)a->xq & 3) || ((uintptr_t)a->xs & 3) || ((uintptr_t)a->y & 3))
         return (int)cudaErrorMisalignedAddress; /* 16-byte weight loads, 4-byte X loads */
     if ((uintptr_t)a->wexp & 3) return (int)cudaErrorMisalignedAddress; /* 2- / 4-byte scale loads */
-    if (a->kernel >= FM_FP8MMA_STAGED16) { /* packed scales; 16-byte copies of the rows and the scales */
+    if (a->kernel >= FM_FP8MMA_STAGED16) { /* packed scales; 16-byte copies of the rows and the scales (staged, wg) */
         if (!a->wsp) return (int)cudaErrorInvalidValue;
         if (((uintptr_t)a->wsp & 15) || ((uintptr_t)a->xq & 15) || a->ldx % 16) return (int)cudaErrorMisalignedAddress;
     }
@@ -564,7 +810,24 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (e != cudaSuccess) return (int)e;
     if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
     const int nv = a->fmt == FM_FORMAT_NVFP4;
-    if (nv && a->kernel == FM_FP8MMA_FIRST) return (int)cudaErrorInvalidValue; /* the first kernel: MXFP4 only */
+    if (nv && (a->kernel == FM_FP8MMA_FIRST || a->kernel >= FM_FP8MMA_WG32))
+        return (int)cudaErrorInvalidValue; /* the first and the wgmma kernels: MXFP4 only */
+    if (a->kernel >= FM_FP8MMA_WG32) {
+        const size_t smem = fm_fp8mma_smem_bytes(a->kernel, FM_FORMAT_MXFP4);
+        int          optin = 0;
+        if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return (int)e;
+        if (major * 10 + minor != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
+        if (smem > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
+        if (a->max_rows == 0) return 0;
+        cudaStream_t s = (cudaStream_t)stream;
+        switch (a->kernel) { /* fm_tile_layout.h's list */
+#define FM_FP8W_CASE(tok, mt, st)                                                                                      \
+    case FM_FP8MMA_WG##tok: return launch_wg<tok, mt, st>(*a, smem, major * 10 + minor, s);
+            FM_FP8W_LIST(FM_FP8W_CASE)
+#undef FM_FP8W_CASE
+        default: return (int)cudaErrorInvalidValue;
+        }
+    }
     if (a->kernel >= FM_FP8MMA_STAGED16) {
         const size_t smem = fm_fp8mma_smem_bytes(a->kernel, nv ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4);
         int          optin = 0;

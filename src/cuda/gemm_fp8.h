@@ -14,7 +14,10 @@
  * The staged kernels (FM_FP8MMA_STAGED*, opt-in: compiled for every target, not yet run on a
  * GPU) decode each weight tile once for 16 / 32 / 64 rows: weights, their packed scales
  * (fm_fp8mma_pack_scales) and the rows' E4M3 tile go global -> shared by cp.async, several
- * stages deep, as the W4A16 mma kernels; see gemm_fp8.cu. */
+ * stages deep, as the W4A16 mma kernels; see gemm_fp8.cu. The wgmma kernels (FM_FP8MMA_WG*,
+ * opt-in, MXFP4 only, sm_90a only: cudaErrorNotSupported elsewhere, and where the build has no
+ * sm_90a code; not yet run on a GPU) take the staged kernels' stages to wgmma E4M3 with the
+ * A operand (the decoded weights) in registers, up to 128 tokens a pass. */
 #ifndef FM_CUDA_GEMM_FP8_H
 #define FM_CUDA_GEMM_FP8_H
 
@@ -124,17 +127,22 @@ enum {
     FM_FP8MMA_STAGED16 = 4,  /* staged through shared memory (needs wsp), 16 tokens a pass, 4 stages */
     FM_FP8MMA_STAGED32 = 5,  /* 32 tokens a pass, 3 stages */
     FM_FP8MMA_STAGED64 = 6,  /* 64 tokens a pass, 3 stages (> 48 KB: the launcher opts in) */
-    FM_FP8MMA_KERNELS = 7    /* the count */
+    FM_FP8MMA_WG32 = 7,      /* wgmma (sm_90a, MXFP4; needs wsp), 2 m64 tiles x 32 tokens a pass, 4 stages */
+    FM_FP8MMA_WG64 = 8,      /* 2 m64 tiles x 64 tokens a pass, 4 stages */
+    FM_FP8MMA_WG128 = 9,     /* 1 m64 tile x 128 tokens a pass, 4 stages */
+    FM_FP8MMA_KERNELS = 10   /* the count */
 };
 
-/* A kernel's name ("auto" "first" "pipe16" "pipe32" "staged16" "staged32" "staged64"; NULL
+/* A kernel's name ("auto" "first" "pipe16" "pipe32" "staged16" "staged32" "staged64" "wg32" "wg64"
+ * "wg128"; NULL
  * outside [0, FM_FP8MMA_KERNELS)), and the kernel a name names (-1: none) */
 const char *fm_fp8mma_kernel_name(int kernel);
 int         fm_fp8mma_kernel_of(const char *name);
 
-/* Dynamic shared memory of a staged kernel for fmt (0 for the others): 3-4 stages of the row
- * tile [tokens][128 + 16 B], 4 warps x 2 bands x 2 chunks x 512 B of weights and 8 bands'
- * group scales. The launcher refuses (cudaErrorInvalidConfiguration) a device whose opt-in
+/* Dynamic shared memory of a staged or wgmma kernel for fmt (0 for the others; a wgmma
+ * kernel's MXFP4 size whatever fmt): 3-4 stages of the row tile [tokens][128 + 16 B] (wgmma:
+ * [tokens][128 B] swizzled, stages rounded to 1 KB), 4 warps x 2 bands x 2 chunks x 512 B of
+ * weights and 8 bands' group scales. The launcher refuses (cudaErrorInvalidConfiguration) a device whose opt-in
  * limit is smaller; every staged kernel fits SM120's 101,376 B (test_cuda_fp8pack). */
 size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt);
 

@@ -87,12 +87,16 @@ size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt)
     case FM_FP8MMA_STAGED##tok: return (size_t)FM_FP8S_SMEM(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, st, nv);
         FM_FP8S_LIST(FM_FP8S_CASE)
 #undef FM_FP8S_CASE
+#define FM_FP8W_CASE(tok, mt, st) \
+    case FM_FP8MMA_WG##tok: return (size_t)FM_FP8W_SMEM(mt, tok, st);
+        FM_FP8W_LIST(FM_FP8W_CASE)
+#undef FM_FP8W_CASE
     default: return 0;
     }
 }
 
-static const char *const k_kernel_names[FM_FP8MMA_KERNELS] = {"auto",     "first",    "pipe16",  "pipe32",
-                                                               "staged16", "staged32", "staged64"};
+static const char *const k_kernel_names[FM_FP8MMA_KERNELS] = {"auto",     "first",    "pipe16", "pipe32", "staged16",
+                                                               "staged32", "staged64", "wg32",   "wg64",   "wg128"};
 
 const char *fm_fp8mma_kernel_name(int kernel)
 {

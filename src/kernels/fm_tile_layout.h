@@ -106,6 +106,21 @@
  * `fp4moe explain --w4a8` all expand this list */
 #define FM_FP8S_LIST(X) X(16, 2, 4) X(32, 4, 3) X(64, 8, 3)
 
+/* ---- the W4A8 GEMM's wgmma kernels (gemm_fp8.cu, FM_FP8MMA_WG*: sm_90a, MXFP4) ----
+ * One warpgroup a CTA, mt m64 tiles of features (warp w: band 4 x tile + w), tok tokens a
+ * pass (the wgmma's N). One stage = one 128-K group, offsets from its start (1 KB aligned):
+ *   [0, W_OFF)          the rows' tile X[tok][128] E4M3, 128-byte swizzled (1 KB atoms)
+ *   [W_OFF, S_OFF)      the packed codes: 4 x mt bands x 2 chunks of 512 B
+ *   [S_OFF, ...)        the bands' group scales: 16 rows x 4 UE8M0 codes (64 B) a band
+ * a stage rounded up to 1 KB (the next stage's swizzle atoms). fm_fp8mma_smem_bytes
+ * (prepack_fp8.c), `fp4moe explain --w4a8` and the kernel's constexpr layout expand these. */
+#define FM_FP8W_W_OFF(tok) ((tok) * FM_FP8S_KC)
+#define FM_FP8W_S_OFF(mt, tok) (FM_FP8W_W_OFF(tok) + 4 * (mt) * (FM_FP8S_KC / FM_TILE_CHUNK_K) * FM_TILE_CHUNK_BYTES)
+#define FM_FP8W_STAGE_BYTES(mt, tok) ((FM_FP8W_S_OFF(mt, tok) + 4 * (mt) * FM_FP8S_SF_BYTES(0) + 1023) / 1024 * 1024)
+#define FM_FP8W_SMEM(mt, tok, st) ((st) * FM_FP8W_STAGE_BYTES(mt, tok))
+/* The wgmma kernels built, X(tokens a pass, m64 tiles, stages): FM_FP8MMA_WG<tokens> */
+#define FM_FP8W_LIST(X) X(32, 2, 4) X(64, 2, 4) X(128, 1, 4)
+
 /* Field ranges each kernel family's template takes (fm_smem_mma / fm_smem_wgmma
  * refuse the rest at run time; fm_tiles.def's rows are checked against them at
  * compile time). */

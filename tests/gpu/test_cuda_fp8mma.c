@@ -1,7 +1,9 @@
 /* test_cuda_fp8mma.c - the W4A8 mma GEMM (src/cuda/gemm_fp8.cu, MXFP4 and NVFP4 weights, E4M3
  * activations with FP32 scales), each kernel (the first, MXFP4 only; the pipelined ones, 16 and
  * 32 tokens a pass; the automatic pick; the staged ones, 16 / 32 / 64 tokens a pass, with the
- * packed scales of fm_fp8mma_pack_scales) against an FP64 oracle of the same operands:
+ * packed scales of fm_fp8mma_pack_scales; the wgmma ones, 32 / 64 / 128 tokens a pass, MXFP4 on
+ * sm_90 only: elsewhere their refusal, cudaErrorNotSupported) against an FP64 oracle of the
+ * same operands:
  *   y[r][n] = sum_k deq(W_e)[n][k] x dec(q[r][k]) x s[r][k / 128 or 0]
  * (the W4A8 numerics of docs/formats.md with exact weights: the oracle multiplies the MXFP4
  * values, the GPU their E4M3 re-encoding, which is exact for these weights: a row's block
@@ -12,8 +14,8 @@
  * group of 64); 3 experts with 0, 5 and 37 rows (a pass of 16 cut at 5 and at 37), both scale
  * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. MXFP4: every fifth weight
  * row has its second block 14 binades down (code - 14, its values x 2^-14 in the oracle), so
- * that the staged kernels' groups that hold it do not fold (gemm_fp8.h) and take the per-block
- * path while the others fold: both paths in every run. Output poisoned (NaN)
+ * that the staged and wgmma kernels' groups that hold it do not fold (gemm_fp8.h) and take the
+ * per-block path while the others fold: both paths in every run. Output poisoned (NaN)
  * before each run; the rows of no expert must keep it; NaN/Inf checked first. Then the
  * launcher's refusals (bad shapes); the pack's are test_cuda_fp8pack's (host only). Compiled without a GPU;
  * skips (exit 77) where there is none, and where the GPU has no FP8 mma (before sm_89). */
@@ -136,6 +138,10 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
     b = a, b.fmt = FM_FORMAT_BF16 + 7, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     b = a, b.fmt = FM_FORMAT_NVFP4, b.kernel = FM_FP8MMA_FIRST; /* the first kernel takes MXFP4 only */
     assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.fmt = FM_FORMAT_NVFP4, b.kernel = FM_FP8MMA_WG64; /* so do the wgmma kernels */
+    assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.kernel = FM_FP8MMA_WG64, b.wsp = NULL; /* and they need the packed scales */
+    assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     CK(cudaFree((void *)a.wq));
     CK(cudaFree((void *)a.wexp));
     CK(cudaFree((void *)a.wsp));
@@ -165,11 +171,26 @@ static void test_fp8mma_vs_oracle(void **state)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const int shapes[3][2] = {{64, 2880}, {96, 256}, {48, 192}};
+    const int wg = major * 10 + minor == 90; /* the wgmma kernels run on sm_90 (sm_90a code) only */
+    if (!wg) {
+        int32_t *doff = NULL; /* one buffer for every pointer: the launcher refuses before any read */
+        CK(cudaMalloc((void **)&doff, 64));
+        const uint8_t *p8 = (const uint8_t *)doff;
+        fm_fp8mma_args b = {.wq = p8, .wexp = p8, .xq = p8, .wsp = p8, .xs = (const float *)doff, .offsets = doff,
+                            .y = (float *)doff, .E = 1, .N = 16, .K = 64, .ldx = 64, .ldxs = 1, .xs_per_128 = 1,
+                            .max_rows = 1, .kernel = FM_FP8MMA_WG64, .fmt = FM_FORMAT_MXFP4};
+        assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorNotSupported);
+        printf("  sm_%d%d: the wgmma kernels refused (cudaErrorNotSupported), as they should be; not run\n", major, minor);
+        CK(cudaFree(doff));
+    }
     for (int i = 0; i < 3; i++)
         for (int per128 = 1; per128 >= 0; per128--)
             for (int f = FM_FORMAT_NVFP4; f <= FM_FORMAT_MXFP4; f++)
-                for (int k = FM_FP8MMA_AUTO; k < FM_FP8MMA_KERNELS; k++)
-                    if (f == FM_FORMAT_MXFP4 || k != FM_FP8MMA_FIRST) check_shape(&r, (fm_format)f, shapes[i][0], shapes[i][1], per128, k, st);
+                for (int k = FM_FP8MMA_AUTO; k < FM_FP8MMA_KERNELS; k++) {
+                    const int mx_only = k == FM_FP8MMA_FIRST || k >= FM_FP8MMA_WG32;
+                    if ((f == FM_FORMAT_MXFP4 || !mx_only) && (k < FM_FP8MMA_WG32 || wg))
+                        check_shape(&r, (fm_format)f, shapes[i][0], shapes[i][1], per128, k, st);
+                }
     CK(cudaStreamDestroy(st));
 }
 
