@@ -228,6 +228,37 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
     }
     FM_FP8S_LIST(FM_FP8S_ROW)
 #undef FM_FP8S_ROW
+    /* the wgmma kernels (FM_FP8W_LIST): opt-in, sm_90a and MXFP4 only; elsewhere listed as not
+     * applying, outside the verdict (the staged kernels are what every FP8 target runs) */
+    const int wg_applies = arch->cc == 90 && !nv;
+    const char *wg_na = arch->cc != 90 ? "n/a (sm_90a only)" : "n/a (MXFP4 only)";
+#define FM_FP8W_ROW(tok, mt, st)                                                                                      \
+    {                                                                                                                 \
+        const size_t rows = (size_t)FM_FP8W_W_OFF(tok), codes = (size_t)FM_FP8W_S_OFF(mt, tok) - rows;                \
+        const size_t stage = (size_t)FM_FP8W_STAGE_BYTES(mt, tok), total = (size_t)FM_FP8W_SMEM(mt, tok, st);          \
+        const size_t scales = (size_t)4 * (mt) * FM_FP8S_SF_BYTES(0);                                                 \
+        const int    fits = wg_applies && total <= limit;                                                             \
+        if (wg_applies) all &= fits;                                                                                  \
+        if (json) {                                                                                                   \
+            cJSON *k = cJSON_CreateObject();                                                                          \
+            cJSON_AddStringToObject(k, "kernel", "wg" #tok);                                                          \
+            cJSON_AddNumberToObject(k, "tokens", tok);                                                                \
+            cJSON_AddNumberToObject(k, "stages", st);                                                                 \
+            cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);                                                   \
+            cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);                                                 \
+            cJSON_AddNumberToObject(k, "scales_bytes", (double)scales);                                               \
+            cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);                                                 \
+            cJSON_AddNumberToObject(k, "total_bytes", (double)total);                                                 \
+            cJSON_AddBoolToObject(k, "applies", wg_applies);                                                          \
+            cJSON_AddBoolToObject(k, "fits", fits);                                                                   \
+            cJSON_AddItemToArray(ks, k);                                                                              \
+        } else {                                                                                                      \
+            printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", "wg" #tok, tok, st, rows, codes,            \
+                   scales, stage, total, limit, !wg_applies ? wg_na : fits ? "FITS" : "REJECTED");       \
+        }                                                                                                             \
+    }
+    FM_FP8W_LIST(FM_FP8W_ROW)
+#undef FM_FP8W_ROW
     const char *why = !fp8 ? "no FP8 MMA before sm_89: the layer runs W4A16 there (the launcher refuses)"
                       : all ? "every staged kernel fits; the pipelined kernels (pipe16, pipe32, first) use no shared memory"
                             : "a staged kernel is past the opt-in limit: its launch is refused (cudaErrorInvalidConfiguration)";
@@ -238,6 +269,8 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
     } else {
         printf("  rows B = tokens x (128 + 16) E4M3 row tile; codes B = %d bands x 2 chunks x 512; scales B = %d bands x "
                "16 rows x %d codes\n", FM_FP8S_WARPS * FM_FP8S_BANDS, FM_FP8S_WARPS * FM_FP8S_BANDS, nv ? 8 : 4);
+        printf("  wg*: one warpgroup on wgmma (opt-in, sm_90a, MXFP4): rows B = tokens x 128 swizzled, codes B = 4 x m64 "
+               "tiles x 2 x 512, a stage rounded up to 1 KB\n");
         printf("verdict: %s\n%s\n", all ? "FITS" : "REJECTED", why);
     }
     return all ? FM_EXIT_OK : FM_EXIT_REJECTED;

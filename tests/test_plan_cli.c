@@ -205,7 +205,7 @@ static void explain_good_flags(void **s)
     }
 }
 
-/* `explain --w4a8`: the W4A8 GEMM's staged kernels, each one's bytes against the arch's limit
+/* `explain --w4a8`: the W4A8 GEMM's staged and wgmma kernels, each one's bytes against the arch's limit
  * (the numbers are FM_FP8S_* of fm_tile_layout.h, which the launcher expands too: 16 tokens,
  * 4 stages of 16 x 144 + 8 x 2 x 512 + 8 x 64 = 11,008 B, 44,032 B MXFP4; NVFP4's scales
  * 128 B a band); every staged kernel fits SM120's 101,376 B; sm_80 has no FP8 MMA (exit 5);
@@ -218,6 +218,10 @@ static void explain_w4a8(void **s)
         {"explain --w4a8 --gpu rtx-pro-6000", 0, {"staged64", "55296", "verdict: FITS"}, NULL}, /* nvfp4 default */
         {"explain --w4a8 --arch sm_90 --format mxfp4 --json", 0, {"\"total_bytes\":\t53760", "\"fits\":\ttrue", NULL},
          NULL},
+        /* the wgmma kernels: wg64 = 4 stages of 64 x 128 + 8 x 2 x 512 + 8 x 64 = 16,896 -> 17,408 B (1 KB) */
+        {"explain --w4a8 --arch sm_90 --format mxfp4", 0, {"wg64", "69632", "verdict: FITS"}, "n/a"},
+        {"explain --w4a8 --arch sm_120 --format mxfp4", 0, {"wg128", "n/a (sm_90a only)", "verdict: FITS"}, NULL},
+        {"explain --w4a8 --arch sm_90", 0, {"wg32", "n/a (MXFP4 only)", "verdict: FITS"}, NULL},
         {"explain --w4a8 --arch sm_80", 5, {"no FP8 MMA", "verdict: REJECTED", NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
