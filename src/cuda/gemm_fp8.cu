@@ -668,6 +668,7 @@ __global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args 
                     xsg[n][j] = !a.xs_per_128 ? 1.0f : r < m ? __ldg(a.xs + (size_t)(row0 + r) * a.ldxs + ks) : 0.0f;
                 }
             cp_async_wait<STAGES - 2>();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async data -> the wgmma's reads */
             __syncthreads(); /* stage ks visible to all; stage ks - 1 free (every MMA on it waited for) */
             if (ks + STAGES - 1 < ngrp) load_stage(ks + STAGES - 1);
             cp_async_commit();
