@@ -139,13 +139,22 @@ static void test_layer_device_path(void **state)
     /* each format with BF16 activations (W4A16), then FP8 per 128 and per token (W4A8: its own
      * chain, fm_cuda_layer_enqueue_w4a8), all held to the same contract; then W4A8 again on the
      * staged GEMM kernels (FM_W4A8_KERNEL, read at create: 32 tokens a pass per 128, 64 per
-     * token), which are not the default yet */
-    static const char *kern[10] = {NULL, NULL, NULL, NULL, NULL, NULL, "staged32", "staged32", "staged64", "staged64"};
-    for (int v = 0; v < 10; v++) {
+     * token) and the wgmma ones (64 per 128, 128 per token: MXFP4 on sm_90; NVFP4, or another
+     * device, must refuse the create with FM_ERR_UNSUPPORTED), which are not the default */
+    static const char *kern[14] = {NULL,       NULL,       NULL,   NULL,   NULL,    NULL,   "staged32",
+                                   "staged32", "staged64", "staged64", "wg64", "wg64", "wg128", "wg128"};
+    int cc = 0;
+    {
+        int major = 0, minor = 0;
+        CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+        CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+        cc = major * 10 + minor;
+    }
+    for (int v = 0; v < 14; v++) {
         const int fi = v % 2;
         layer_fx  L;
         fx_make(&L, &r, (fm_format)fmts[fi], 16, 4);
-        L.cfg.act_fp8 = (fm_act_fp8)(v < 6 ? v / 2 : v < 8 ? FM_ACT_FP8_BLOCK128 : FM_ACT_FP8_TOKEN);
+        L.cfg.act_fp8 = (fm_act_fp8)(v < 6 ? v / 2 : (v / 2) % 2 ? FM_ACT_FP8_BLOCK128 : FM_ACT_FP8_TOKEN);
         printf("  %s, act_fp8 %s%s%s\n", fi ? "MXFP4" : "NVFP4", fm_act_fp8_name(L.cfg.act_fp8), kern[v] ? ", kernel " : "",
                kern[v] ? kern[v] : "");
         const int maxT = 600, H = L.cfg.hidden, K = L.cfg.top_k; /* 600 x 4 slots: 3 placement chunks */
@@ -158,6 +167,15 @@ static void test_layer_device_path(void **state)
             assert_null(bl);
             assert_non_null(strstr(fm_last_error(), "FM_W4A8_KERNEL='staged128'"));
             setenv("FM_W4A8_KERNEL", kern[v], 1);
+            if (!strncmp(kern[v], "wg", 2) && (!fi || cc != 90)) { /* a kernel that cannot run this layer here */
+                assert_int_equal(fm_layer_create_desc(&bd, &L.cfg, &w, &bl), FM_ERR_UNSUPPORTED);
+                assert_null(bl);
+                assert_non_null(strstr(fm_last_error(), kern[v]));
+                printf("    refused, as it should be: %s\n", fm_last_error());
+                unsetenv("FM_W4A8_KERNEL");
+                fx_free(&L);
+                continue;
+            }
         }
         fm_layer *gl = make(&L, FM_BACKEND_CUDA, dev, maxT, 0, 0, FM_OUT_F32, 0);
         unsetenv("FM_W4A8_KERNEL");
