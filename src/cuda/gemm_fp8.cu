@@ -334,6 +334,58 @@ struct staged_cfg { /* fm_tile_layout.h's FM_FP8S_* layout */
     static_assert(W_OFF % 16 == 0 && S_OFF % 16 == 0 && STAGE_B % 16 == 0, "16-byte copies");
 };
 
+/* What one thread copies of each 128-K group's stage, for the staged and the wgmma kernels: its
+ * 16-byte segments of the rows' tile (xdst: where each lands, in the kernel's own layout), the
+ * two 64-K code chunks of MT bands (stage slot slot[i]: 2 x 512 B at w_off) and their group
+ * scales (SB bytes a band at s_off, copied by lanes < SB / 16); rows past the pass's count, K
+ * past the end and bands past N are zero-filled (cp.async src-size 0, from a valid address). */
+template <int MT, int XIT, int SB> struct group_copy {
+    const uint8_t *xsrc[XIT];
+    int            xdst[XIT], xcol[XIT];
+    bool           xin[XIT];
+    const uint4   *wsrc[MT];
+    const uint8_t *ssrc[MT];
+    bool           bv[MT];
+    int            slot[MT];
+    /* band i of the CTA is band `band` of expert e, at stage slot `sl` */
+    __device__ __forceinline__ void set_band(const fm_fp8mma_args &a, int i, int band, int sl, int e, int nbands, int nch,
+                                             int ngrp, int lane)
+    {
+        bv[i] = band < nbands, slot[i] = sl;
+        const size_t b = bv[i] ? (size_t)band : 0; /* a band past N reads band 0 with src-size 0 */
+        wsrc[i] = (const uint4 *)(a.wq + ((size_t)e * nbands + b) * (size_t)nch * 512) + lane;
+        ssrc[i] = a.wsp + ((size_t)e * nbands + b) * (size_t)ngrp * SB + (lane & (SB / 16 - 1)) * 16;
+    }
+    /* segment j: row r (< rows: in the pass) of the rows from `first`, columns col.. of each group, at dst */
+    __device__ __forceinline__ void set_seg(const fm_fp8mma_args &a, int j, int r, int col, int dst, int rows, size_t first)
+    {
+        xcol[j] = col, xin[j] = r < rows, xdst[j] = dst;
+        xsrc[j] = a.xq + (first + (size_t)(xin[j] ? r : 0)) * a.ldx + col;
+    }
+    __device__ __forceinline__ void load(unsigned char *buf, int ks, const fm_fp8mma_args &a, int nch, int w_off, int s_off,
+                                         int lane) const
+    {
+#pragma unroll
+        for (int j = 0; j < XIT; j++) {
+            const bool ok = xin[j] && ks * 128 + xcol[j] < a.K;
+            cp_async16(buf + xdst[j], ok ? xsrc[j] + (size_t)ks * 128 : a.xq, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int  ch = ks * 2 + c;
+            const bool kin = ch < nch;
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                cp_async16(buf + w_off + (slot[i] * 2 + c) * 512 + lane * 16, wsrc[i] + (size_t)(kin ? ch : 0) * 32,
+                           bv[i] && kin ? 16 : 0);
+        }
+        if (lane < SB / 16)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                cp_async16(buf + s_off + slot[i] * SB + lane * 16, ssrc[i] + (size_t)ks * SB, bv[i] ? 16 : 0);
+    }
+};
+
 template <bool NV, int NT, int STAGES>
 __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel(const fm_fp8mma_args a)
 {
@@ -348,53 +400,24 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
     const int m = row1 - row0, nbands = a.N / 16, nch = a.K / 64, ngrp = (a.K + 127) / 128;
     int       band[MT];
     bool      bv[MT], wv = false; /* warp-uniform */
-    const uint4   *wsrc[MT];
-    const uint8_t *ssrc[MT];
+    group_copy<MT, XIT, C::SB> cp;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         band[i] = (blockIdx.x * NW + warp) * MT + i;
-        bv[i] = band[i] < nbands;
+        cp.set_band(a, i, band[i], warp * MT + i, e, nbands, nch, ngrp, lane);
+        bv[i] = cp.bv[i];
         wv |= bv[i];
-        const size_t b = bv[i] ? (size_t)band[i] : 0; /* a band past N reads band 0 with src-size 0 */
-        wsrc[i] = (const uint4 *)(a.wq + ((size_t)e * nbands + b) * (size_t)nch * 512) + lane;
-        ssrc[i] = a.wsp + ((size_t)e * nbands + b) * (size_t)ngrp * C::SB + (lane & 7) * 16;
     }
     const float osc = a.oscale ? a.oscale[e] : 1.0f;
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
-        const int      rows = min(TOK, m - pass0);
-        const uint8_t *xsrc[XIT];
-        int            xdst[XIT], xcol[XIT];
-        bool           xin[XIT];
+        const int rows = min(TOK, m - pass0);
 #pragma unroll
         for (int j = 0; j < XIT; j++) {
-            const int sgi = threadIdx.x + j * NW * 32, r = sgi / SEGS;
-            xcol[j] = (sgi % SEGS) * 16, xin[j] = r < rows, xdst[j] = r * C::ROWB + xcol[j];
-            xsrc[j] = a.xq + (size_t)(row0 + pass0 + (xin[j] ? r : 0)) * a.ldx + xcol[j];
+            const int sgi = threadIdx.x + j * NW * 32, r = sgi / SEGS, col = (sgi % SEGS) * 16;
+            cp.set_seg(a, j, r, col, r * C::ROWB + col, rows, (size_t)(row0 + pass0));
         }
-        /* one stage = one 128-K group: the row tile (rows past the count and K zero-filled),
-         * each warp's weight chunks (zeros past N and K), its bands' scales */
-        auto load_stage = [&](int ks) {
-            unsigned char *buf = smem + (ks % STAGES) * C::STAGE_B;
-#pragma unroll
-            for (int j = 0; j < XIT; j++) {
-                const bool ok = xin[j] && ks * KC + xcol[j] < a.K;
-                cp_async16(buf + xdst[j], ok ? xsrc[j] + (size_t)ks * KC : a.xq, ok ? 16 : 0);
-            }
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int  ch = ks * 2 + c;
-                const bool kin = ch < nch;
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-                    cp_async16(buf + C::W_OFF + ((warp * MT + i) * 2 + c) * 512 + lane * 16,
-                               wsrc[i] + (size_t)(kin ? ch : 0) * 32, bv[i] && kin ? 16 : 0);
-            }
-            if (lane < C::SB / 16)
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-                    cp_async16(buf + C::S_OFF + (warp * MT + i) * C::SB + lane * 16, ssrc[i] + (size_t)ks * C::SB,
-                               bv[i] ? 16 : 0);
-        };
+        /* one stage = one 128-K group: the row tile, each warp's weight chunks, its bands' scales */
+        auto load_stage = [&](int ks) { cp.load(smem + (ks % STAGES) * C::STAGE_B, ks, a, nch, C::W_OFF, C::S_OFF, lane); };
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
             if (s < ngrp) load_stage(s);
@@ -605,49 +628,22 @@ __global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args 
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(wg_smem);
     int            band[MT];
     bool           bv[MT];
-    const uint4   *wsrc[MT];
-    const uint8_t *ssrc[MT];
+    group_copy<MT, XIT, 64> cp;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         band[i] = (blockIdx.x * MT + i) * 4 + warp; /* warp w holds rows 16w.. of m64 tile i */
-        bv[i] = band[i] < nbands;
-        const size_t b = bv[i] ? (size_t)band[i] : 0; /* a band past N reads band 0 with src-size 0: zeros */
-        wsrc[i] = (const uint4 *)(a.wq + ((size_t)e * nbands + b) * (size_t)nch * 512) + lane;
-        ssrc[i] = a.wsp + ((size_t)e * nbands + b) * (size_t)ngrp * 64 + (lane & 3) * 16;
+        cp.set_band(a, i, band[i], i * 4 + warp, e, nbands, nch, ngrp, lane);
+        bv[i] = cp.bv[i];
     }
     const float osc = a.oscale ? a.oscale[e] : 1.0f;
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
-        const int      rows = min(TOK, m - pass0);
-        const uint8_t *xsrc[XIT];
-        int            xdst[XIT], xcol[XIT];
-        bool           xin[XIT];
+        const int rows = min(TOK, m - pass0);
 #pragma unroll
         for (int j = 0; j < XIT; j++) { /* segment c of row r -> 16 x (c ^ (r % 8)) of the row's line */
             const int sgi = threadIdx.x + j * 128, r = sgi >> 3, c = sgi & 7;
-            xcol[j] = c * 16, xin[j] = r < rows, xdst[j] = r * 128 + ((c ^ (r & 7)) * 16);
-            xsrc[j] = a.xq + (size_t)(row0 + pass0 + (xin[j] ? r : 0)) * a.ldx + xcol[j];
+            cp.set_seg(a, j, r, c * 16, r * 128 + ((c ^ (r & 7)) * 16), rows, (size_t)(row0 + pass0));
         }
-        auto load_stage = [&](int ks) { /* rows past the count and K zero-filled; codes past N and K zero */
-            unsigned char *buf = wg_smem + (ks % STAGES) * C::STAGE_B;
-#pragma unroll
-            for (int j = 0; j < XIT; j++) {
-                const bool ok = xin[j] && ks * C::KC + xcol[j] < a.K;
-                cp_async16(buf + xdst[j], ok ? xsrc[j] + (size_t)ks * C::KC : a.xq, ok ? 16 : 0);
-            }
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int  ch = ks * 2 + c;
-                const bool kin = ch < nch;
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-                    cp_async16(buf + C::W_OFF + ((i * 4 + warp) * 2 + c) * 512 + lane * 16,
-                               wsrc[i] + (size_t)(kin ? ch : 0) * 32, bv[i] && kin ? 16 : 0);
-            }
-            if (lane < 4)
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-                    cp_async16(buf + C::S_OFF + (i * 4 + warp) * 64 + lane * 16, ssrc[i] + (size_t)ks * 64, bv[i] ? 16 : 0);
-        };
+        auto load_stage = [&](int ks) { cp.load(wg_smem + (ks % STAGES) * C::STAGE_B, ks, a, nch, C::W_OFF, C::S_OFF, lane); };
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
             if (s < ngrp) load_stage(s);
