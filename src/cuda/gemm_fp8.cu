@@ -110,15 +110,20 @@ __device__ __forceinline__ void mma_e4m3_z(float (&c)[4], uint32_t a0, uint32_t 
     mma_e4m3(c, af, b0, b1);
 }
 
-/* A warp's 16-feature band of expert blockIdx.y and the expert's rows [r0, r1) (max_rows
- * applied); false: nothing to do (past N, or no rows) */
+/* Expert e's rows [r0, r1), max_rows applied; false: none (every kernel's first exit, before
+ * any barrier) */
+__device__ __forceinline__ bool expert_rows(const fm_fp8mma_args &a, int e, int &r0, int &r1)
+{
+    r0 = a.offsets[e], r1 = min(a.offsets[e + 1], a.max_rows);
+    return r0 >= 0 && r1 > r0;
+}
+
+/* A warp's 16-feature band of expert blockIdx.y and the expert's rows [r0, r1); false: nothing
+ * to do (past N, or no rows) */
 __device__ __forceinline__ bool warp_work(const fm_fp8mma_args &a, int &band, int &r0, int &r1)
 {
     band = blockIdx.x * NW + (threadIdx.x >> 5);
-    if (band * 16 >= a.N) return false;
-    r0 = a.offsets[blockIdx.y], r1 = a.offsets[blockIdx.y + 1];
-    if (r1 > a.max_rows) r1 = a.max_rows;
-    return r0 >= 0 && r1 > r0;
+    return band * 16 < a.N && expert_rows(a, blockIdx.y, r0, r1);
 }
 
 __global__ void __launch_bounds__(NW * 32) fp8mma_kernel(const fm_fp8mma_args a)
@@ -394,19 +399,17 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
     static_assert(TOK * SEGS % (NW * 32) == 0, "every thread copies whole row segments");
     extern __shared__ __align__(16) unsigned char smem[];
     const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int       row0 = a.offsets[e], row1 = a.offsets[e + 1];
-    if (row1 > a.max_rows) row1 = a.max_rows;
-    if (row0 < 0 || row1 <= row0) return; /* the whole CTA, before any barrier */
+    int       row0, row1;
+    if (!expert_rows(a, e, row0, row1)) return; /* the whole CTA, before any barrier */
     const int m = row1 - row0, nbands = a.N / 16, nch = a.K / 64, ngrp = (a.K + 127) / 128;
     int       band[MT];
-    bool      bv[MT], wv = false; /* warp-uniform */
+    bool      wv = false; /* warp-uniform */
     group_copy<MT, XIT, C::SB> cp;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         band[i] = (blockIdx.x * NW + warp) * MT + i;
         cp.set_band(a, i, band[i], warp * MT + i, e, nbands, nch, ngrp, lane);
-        bv[i] = cp.bv[i];
-        wv |= bv[i];
+        wv |= cp.bv[i];
     }
     const float osc = a.oscale ? a.oscale[e] : 1.0f;
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
@@ -464,7 +467,7 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                 }
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    if (!bv[i]) continue;
+                    if (!cp.bv[i]) continue;
                     const uint4    w = *(const uint4 *)(buf + C::W_OFF + ((warp * MT + i) * 2 + (kb >> 1)) * 512 + lane * 16);
                     const uint32_t wa = kb & 1 ? w.z : w.x, wc = kb & 1 ? w.w : w.y;
                     if (!NV) {
@@ -530,7 +533,7 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
         if (wv)
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                if (!bv[i]) continue;
+                if (!cp.bv[i]) continue;
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -621,19 +624,16 @@ __global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args 
     constexpr int ND = TOK / 2, XIT = TOK * 8 / 128; /* accumulators a thread; 16-byte row segments a thread */
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     const int e = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int       row0 = a.offsets[e], row1 = a.offsets[e + 1];
-    if (row1 > a.max_rows) row1 = a.max_rows;
-    if (row0 < 0 || row1 <= row0) return; /* the whole CTA, before any barrier */
+    int       row0, row1;
+    if (!expert_rows(a, e, row0, row1)) return; /* the whole CTA, before any barrier */
     const int      m = row1 - row0, nbands = a.N / 16, nch = a.K / 64, ngrp = (a.K + 127) / 128;
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(wg_smem);
     int            band[MT];
-    bool           bv[MT];
     group_copy<MT, XIT, 64> cp;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         band[i] = (blockIdx.x * MT + i) * 4 + warp; /* warp w holds rows 16w.. of m64 tile i */
         cp.set_band(a, i, band[i], i * 4 + warp, e, nbands, nch, ngrp, lane);
-        bv[i] = cp.bv[i];
     }
     const float osc = a.oscale ? a.oscale[e] : 1.0f;
     for (int pass0 = 0; pass0 < m; pass0 += TOK) {
@@ -745,7 +745,7 @@ __global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args 
         /* accumulator j of m64 tile i: row (feature) 16 x warp + g + 8 x ((j >> 1) & 1), token 8 x (j >> 2) + 2t + (j & 1) */
 #pragma unroll
         for (int i = 0; i < MT; i++) {
-            if (!bv[i]) continue;
+            if (!cp.bv[i]) continue;
 #pragma unroll
             for (int j = 0; j < ND; j++) {
                 const int r = pass0 + (j >> 2) * 8 + 2 * t + (j & 1), col = band[i] * 16 + g + 8 * ((j >> 1) & 1);
@@ -809,30 +809,20 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     const int nv = a->fmt == FM_FORMAT_NVFP4;
     if (nv && (a->kernel == FM_FP8MMA_FIRST || a->kernel >= FM_FP8MMA_WG32))
         return (int)cudaErrorInvalidValue; /* the first and the wgmma kernels: MXFP4 only */
-    if (a->kernel >= FM_FP8MMA_WG32) {
-        const size_t smem = fm_fp8mma_smem_bytes(a->kernel, FM_FORMAT_MXFP4);
-        int          optin = 0;
-        if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return (int)e;
-        if (major * 10 + minor != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
-        if (smem > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
-        if (a->max_rows == 0) return 0;
-        cudaStream_t s = (cudaStream_t)stream;
-        switch (a->kernel) { /* fm_tile_layout.h's list */
-#define FM_FP8W_CASE(tok, mt, st)                                                                                      \
-    case FM_FP8MMA_WG##tok: return launch_wg<tok, mt, st>(*a, smem, major * 10 + minor, s);
-            FM_FP8W_LIST(FM_FP8W_CASE)
-#undef FM_FP8W_CASE
-        default: return (int)cudaErrorInvalidValue;
-        }
-    }
-    if (a->kernel >= FM_FP8MMA_STAGED16) {
+    if (a->kernel >= FM_FP8MMA_STAGED16) { /* the staged and wgmma kernels: dynamic shared memory, opted in */
+        const int cc = major * 10 + minor;
+        if (a->kernel >= FM_FP8MMA_WG32 && cc != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
         const size_t smem = fm_fp8mma_smem_bytes(a->kernel, nv ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4);
         int          optin = 0;
         if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) return (int)e;
         if (smem > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
         if (a->max_rows == 0) return 0;
         cudaStream_t s = (cudaStream_t)stream;
-        switch (a->kernel) { /* fm_tile_layout.h's list */
+        switch (a->kernel) { /* fm_tile_layout.h's lists */
+#define FM_FP8W_CASE(tok, mt, st)                                                                                      \
+    case FM_FP8MMA_WG##tok: return launch_wg<tok, mt, st>(*a, smem, cc, s);
+            FM_FP8W_LIST(FM_FP8W_CASE)
+#undef FM_FP8W_CASE
 #define FM_FP8S_CASE(tok, nt, st)                                                                                      \
     case FM_FP8MMA_STAGED##tok: return nv ? launch_staged<true, nt, st>(*a, smem, s) : launch_staged<false, nt, st>(*a, smem, s);
             FM_FP8S_LIST(FM_FP8S_CASE)
