@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int r = pass0 + n * 8 + 2 * t + j;
-                    xsg[n][j] = !a.xs_per_128 ? 1.0f : r < rows ? __ldg(a.xs + (size_t)(row0 + r) * a.ldxs + ks) : 0.0f;
+                    xsg[n][j] = !a.xs_per_128 ? 1.0f : r < m ? __ldg(a.xs + (size_t)(row0 + r) * a.ldxs + ks) : 0.0f;
                 }
             if (!wv) continue;
             const unsigned char *buf = smem + (ks % STAGES) * C::STAGE_B;
@@ -539,7 +539,7 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         const int r = pass0 + n * 8 + 2 * t + (q & 1), col = band[i] * 16 + g + 8 * (q >> 1);
-                        if (r >= rows) continue;
+                        if (r >= m) continue;
                         const int   row = row0 + r;
                         const float v = a.xs_per_128 ? acc[i][n][q] : acc[i][n][q] * __ldg(a.xs + (size_t)row * a.ldxs);
                         a.y[(size_t)row * a.N + col] = epilogue(a, e, row, col, v * osc);

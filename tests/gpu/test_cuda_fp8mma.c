@@ -11,7 +11,8 @@
  * |y - ref| <= 2^-10 x sum_k |w x| + 1e-30: FP32 accumulation of the FP8 MMA inside a 128-K
  * group and of the promoted sums; a wrong fragment, table or scale is off by O(1).
  * Shapes: N 64 / 96 / 48 (a CTA with an idle warp) x K 2880 (gpt-oss) / 256 / 192 (a last
- * group of 64); 3 experts with 0, 5 and 37 rows (a pass of 16 cut at 5 and at 37), both scale
+ * group of 64); 4 experts with 0, 5, 37 and 130 rows (passes of 16 / 32 / 64 / 128 cut short:
+ * every kernel runs more than one pass, so a row index taken from the wrong pass shows), both scale
  * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. MXFP4: every fifth weight
  * row has its second block 14 binades down (code - 14, its values x 2^-14 in the oracle), so
  * that the staged and wgmma kernels' groups that hold it do not fold (gemm_fp8.h) and take the
@@ -27,7 +28,7 @@
 #include "cuda/gemm_fp8.h"
 #include "fp4moe/format.h"
 
-enum { E = 3 };
+enum { E = 4 };
 
 static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int kernel, cudaStream_t st)
 {
@@ -42,7 +43,7 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
                 *c -= 14;
                 for (int k = 32; k < 64; k++) w.deq[((size_t)e * N + n) * K + k] *= 0x1p-14f;
             }
-    const int32_t off[E + 1] = {0, 0, 5, 42};
+    const int32_t off[E + 1] = {0, 0, 5, 42, 172};
     const int     rows = off[E], extra = 3; /* 3 rows past the experts' rows: never written */
     const int     ngrp = (K + 127) / 128, ldxs = per128 ? ngrp : 1;
     /* activations: quantized on the host the oracle's way (amax / 448, E4M3 nearest even) */
@@ -88,7 +89,7 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
     }
     /* the expert's output scale: a factor of the test's times NVFP4's global scale (the
      * oracle's deq holds the global scale; the kernel gets it through oscale) */
-    float osc[E] = {1.0f, 0.5f, 2.0f}, dosc[E];
+    float osc[E] = {1.0f, 0.5f, 2.0f, 0.25f}, dosc[E];
     for (int e = 0; e < E; e++) dosc[e] = osc[e] * w.w[e].global_scale;
     fm_fp8mma_args a = {.wq = dev_upload(wq, pb * E), .wexp = dev_upload(wexp, (size_t)E * N * nsb),
                         .oscale = dev_upload(dosc, sizeof dosc), .fmt = fmt, .xq = dev_upload(xq, (size_t)(rows + extra) * K),
