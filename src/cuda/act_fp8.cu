@@ -10,8 +10,8 @@
  * / top_k], the layer's FC1 input, with the gather's NaN/Inf report) or FP32 rows in place
  * (FC1's output, FC2's input). One CTA of 128 threads per row: block128 gives each warp
  * whole 128-column blocks (4 columns a lane, a warp max), token reduces the row's max across
- * the CTA first. The W4A8 GEMMs that read q and s are issue 34's next step; this is their
- * input, tested against the oracle on its own (tests/gpu/test_cuda_act_fp8.c). */
+ * the CTA first. The W4A8 GEMMs (gemm_fp8.cu) read q and s; this is their input, tested
+ * against the oracle on its own (tests/gpu/test_cuda_act_fp8.c). */
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <float.h>
@@ -201,15 +201,15 @@ __global__ void __launch_bounds__(128) w4a8_act_kernel(const float *y1, const in
 /* W4A8's activation quantized for FC2 in one pass (fm_w4a8_act_fp8_launch): one CTA of 128
  * threads per row p < off[L], its expert found by a binary search of off; h computed in FP32
  * (act1) and quantized as act_fp8_kernel quantizes an FP32 row (block128: a warp per 128
- * columns, 4 a lane; token: the row's h in shared memory, its max over the CTA, then the
- * codes), so the codes and scales are those of h written out and quantized apart, without
- * h's round trip through memory. */
+ * columns, 4 a lane; token: the row's max over the CTA, then h computed again from y1's row,
+ * hot in L1 / L2, and its codes: the same bits, and no shared memory, so any I), so the codes
+ * and scales are those of h written out and quantized apart, without h's round trip through
+ * memory. */
 __global__ void __launch_bounds__(NTHR) w4a8_act_fp8_kernel(const float *y1, const int32_t *off, int L, int rows,
                                                             int I, const float *gs, const float *us, const float *b13,
                                                             int act, float limit, int mode, uint8_t *q, float *scales,
                                                             int ldsc, unsigned long long *bad_h)
 {
-    extern __shared__ float hrow[]; /* token mode: the row's I values */
     const int p = blockIdx.x;
     if (p >= rows || p >= off[L]) return;
     int lo = 0, hi = L; /* the expert of row p: off[lo] <= p < off[lo + 1] */
@@ -240,13 +240,12 @@ __global__ void __launch_bounds__(NTHR) w4a8_act_fp8_kernel(const float *y1, con
         for (int c = threadIdx.x * 4; c < I; c += NTHR * 4) {
             float v[4];
             act4(yr, I, c, sg, su, b13e, act, limit, v, &bad);
-            *(float4 *)(hrow + c) = make_float4(v[0], v[1], v[2], v[3]);
             m = fmaxf(m, amax4(v));
         }
         const float s = scale_of(cta_max(m));
-        for (int c = threadIdx.x * 4; c < I; c += NTHR * 4) { /* the thread's own columns of hrow */
-            const float4 f = *(const float4 *)(hrow + c);
-            const float  v[4] = {f.x, f.y, f.z, f.w};
+        for (int c = threadIdx.x * 4; c < I; c += NTHR * 4) { /* the same columns, the same values */
+            float v[4];
+            act4(yr, I, c, sg, su, b13e, act, limit, v, &bad);
             store4(qr, I, c, v, s);
         }
         if (threadIdx.x == 0) sr[0] = s;
@@ -310,9 +309,7 @@ extern "C" int fm_w4a8_act_fp8_launch(const float *y1, const int32_t *off, int L
     /* 16-byte loads of y1 and b13, 4-byte code stores */
     if (((uintptr_t)y1 & 15) || ((uintptr_t)b13 & 15) || ((uintptr_t)q & 3) || ((uintptr_t)scales & 3))
         return (int)cudaErrorMisalignedAddress;
-    const size_t smem = mode == FM_ACT_FP8_MODE_TOKEN ? sizeof(float) * (size_t)I : 0;
-    if (smem > 48 * 1024) return (int)cudaErrorInvalidValue; /* I <= 12,288 in token mode */
-    w4a8_act_fp8_kernel<<<(unsigned)rows, NTHR, smem, (cudaStream_t)stream>>>(y1, off, L, rows, I, gs, us, b13, act,
+    w4a8_act_fp8_kernel<<<(unsigned)rows, NTHR, 0, (cudaStream_t)stream>>>(y1, off, L, rows, I, gs, us, b13, act,
                                                                               limit, mode, q, scales, ldsc, bad_h);
     return (int)cudaGetLastError();
 }

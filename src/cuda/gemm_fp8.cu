@@ -9,8 +9,9 @@
  * 6 x 64 = 384 <= 448; the group's FP32 partial sum is then multiplied by 2^(c - 133) (row)
  * and the token's activation scale, and added to the accumulator (per-128 promotion: the FP8
  * MMA's own accumulation stays within one group). X is read from global memory through L1
- * (the 4 warps of a CTA read the same rows); a correctness-first main loop, no cp.async
- * pipeline yet: the tuned kernel of the mma family's shape is the next step. */
+ * (the 4 warps of a CTA read the same rows) in the first kernel (FM_FP8MMA_FIRST), a
+ * correctness-first main loop; the pipelined, staged (cp.async) and wgmma kernels below are
+ * the tuned ones. */
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>

@@ -198,7 +198,8 @@ static void test_act_fp8_vs_oracle(void **state)
  * oracle: h from
  * FC1's FP32 output by fm_moe_expert_act (the expert's global scales applied first, its bias
  * when given), then fm_moe_act_fp8_row; both activations, both modes, with and without biases;
- * I = 2,048 (GLM-5), 2,880 (gpt-oss: a last block of 64) and 132. The device's expf is not the
+ * I = 2,048 (GLM-5), 2,880 (gpt-oss: a last block of 64), 132 and 14,336 (Mixtral: a row of h
+ * is 56 KB in FP32, more than a CTA's default shared memory; the token mode must not need it). The device's expf is not the
  * host's (within 2 ulp), so an h may differ in its last bits and, at an E4M3 rounding midpoint,
  * its code by one step: scales within 1e-6 relative, every element within one E4M3 step (2^-3
  * relative, or a subnormal step of the scale), at most 1 % of the codes differing. Rows past
@@ -304,10 +305,12 @@ static void test_w4a8_act_fp8(void **state)
     CK(cudaSetDevice(0));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    const int Is[3] = {2048, 2880, 132};
-    for (int i = 0; i < 3; i++)
+    const int Is[4] = {2048, 2880, 132, 14336};
+    for (int i = 0; i < 4; i++)
         for (int mode = FM_ACT_FP8_MODE_BLOCK128; mode <= FM_ACT_FP8_MODE_TOKEN; mode++)
-            for (int act = 0; act < 2; act++) check_act(&r, Is[i], mode, act ? FM_ACT_SWIGLU_GPTOSS : FM_ACT_SWIGLU, act, st);
+            for (int act = 0; act < 2; act++)
+                for (int bias = 0; bias < 2; bias++)
+                    check_act(&r, Is[i], mode, act ? FM_ACT_SWIGLU_GPTOSS : FM_ACT_SWIGLU, bias, st);
     CK(cudaStreamDestroy(st));
 }
 
