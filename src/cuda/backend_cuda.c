@@ -145,7 +145,8 @@ static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
 /* $FM_W4A8_KERNEL: which W4A8 GEMM kernel a W4A8 layer runs (an A/B knob for bench_layer, read
  * at create; unset or empty = automatic). A name the list does not hold refuses the create
  * (FM_ERR_INVALID_ARG); so does a kernel that cannot run the layer (FM_ERR_UNSUPPORTED): the first
- * and the wgmma kernels on NVFP4 weights, the wgmma kernels on a device other than sm_90. */
+ * and the wgmma kernels on NVFP4 weights, the wgmma kernels on a device other than sm_90 or in a
+ * build without their sm_90a code (fm_fp8mma_kernel_here: the launcher's own test). */
 static fm_status w4a8_kernel_env(const fm_cuda_layer *s, int *kernel)
 {
     const char *v = getenv("FM_W4A8_KERNEL");
@@ -160,6 +161,10 @@ static fm_status w4a8_kernel_env(const fm_cuda_layer *s, int *kernel)
     if (*kernel >= FM_FP8MMA_WG32 && cc != 90)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: FM_W4A8_KERNEL='%s' runs on sm_90 (wgmma) only; this device is "
                                            "sm_%d", v, cc);
+    const int here = fm_fp8mma_kernel_here(*kernel); /* e.g. a build without sm_90a code */
+    if (here)
+        return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: FM_W4A8_KERNEL='%s' cannot run on this sm_%d device with this "
+                                           "build's code (%s)", v, cc, cudaGetErrorName((cudaError_t)here));
     return FM_OK;
 }
 

@@ -768,15 +768,23 @@ __global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args 
  * this device is PTX of another target has the empty body: refused, never run), shared memory
  * as fm_fp8mma_smem_bytes says */
 template <int TOK, int MT, int STAGES>
+int wg_here(int cc)
+{
+    if (cc != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
+    cudaFuncAttributes fa;
+    const cudaError_t  e = cudaFuncGetAttributes(&fa, fp8mma_wg_kernel<TOK, MT, STAGES>);
+    if (e != cudaSuccess) return (int)e;
+    /* code other than sm_90a's (PTX of another target, JIT-compiled) has an empty body */
+    return fa.ptxVersion == 90 && fa.binaryVersion == 90 ? 0 : (int)cudaErrorNotSupported;
+}
+
+template <int TOK, int MT, int STAGES>
 int launch_wg(const fm_fp8mma_args &a, size_t smem, int cc, cudaStream_t s)
 {
     using C = wg_cfg<TOK, MT, STAGES>;
     if ((size_t)C::SMEM != smem) return (int)cudaErrorAssert;
-    if (cc != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
-    cudaFuncAttributes fa;
-    cudaError_t        e = cudaFuncGetAttributes(&fa, fp8mma_wg_kernel<TOK, MT, STAGES>);
+    cudaError_t e = (cudaError_t)wg_here<TOK, MT, STAGES>(cc);
     if (e != cudaSuccess) return (int)e;
-    if (fa.ptxVersion != 90 || fa.binaryVersion != 90) return (int)cudaErrorNotSupported;
     if ((e = cudaFuncSetAttribute(fp8mma_wg_kernel<TOK, MT, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem)) != cudaSuccess)
         return (int)e;
@@ -786,6 +794,24 @@ int launch_wg(const fm_fp8mma_args &a, size_t smem, int cc, cudaStream_t s)
 }
 
 } // namespace
+
+extern "C" int fm_fp8mma_kernel_here(int kernel)
+{
+    if (kernel < FM_FP8MMA_AUTO || kernel >= FM_FP8MMA_KERNELS) return (int)cudaErrorInvalidValue;
+    int         dev = 0, major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess) return (int)e;
+    if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
+    switch (kernel) { /* fm_tile_layout.h's list */
+#define FM_FP8W_CASE(tok, mt, st)                                                                                      \
+    case FM_FP8MMA_WG##tok: return wg_here<tok, mt, st>(major * 10 + minor);
+        FM_FP8W_LIST(FM_FP8W_CASE)
+#undef FM_FP8W_CASE
+    default: return 0;
+    }
+}
 
 extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
 {

@@ -139,6 +139,12 @@ enum {
 const char *fm_fp8mma_kernel_name(int kernel);
 int         fm_fp8mma_kernel_of(const char *name);
 
+/* Whether `kernel` can run on the current device with this build's code: 0 if so;
+ * cudaErrorNotSupported before sm_89 (no FP8 mma), and for a wgmma kernel off sm_90 or without
+ * sm_90a code (a build with only another target's PTX); cudaErrorInvalidValue for no kernel;
+ * else the CUDA error of the query. fm_fp8mma_launch refuses the same cases. */
+int fm_fp8mma_kernel_here(int kernel);
+
 /* Dynamic shared memory of a staged or wgmma kernel for fmt (0 for the others; a wgmma
  * kernel's MXFP4 size whatever fmt): 3-4 stages of the row tile [tokens][128 + 16 B] (wgmma:
  * [tokens][128 B] swizzled, stages rounded to 1 KB), 4 warps x 2 bands x 2 chunks x 512 B of

@@ -181,9 +181,15 @@ static void test_fp8mma_vs_oracle(void **state)
                             .y = (float *)doff, .E = 1, .N = 16, .K = 64, .ldx = 64, .ldxs = 1, .xs_per_128 = 1,
                             .max_rows = 1, .kernel = FM_FP8MMA_WG64, .fmt = FM_FORMAT_MXFP4};
         assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorNotSupported);
+        assert_int_equal(fm_fp8mma_kernel_here(FM_FP8MMA_WG64), (int)cudaErrorNotSupported);
         printf("  sm_%d%d: the wgmma kernels refused (cudaErrorNotSupported), as they should be; not run\n", major, minor);
         CK(cudaFree(doff));
     }
+    /* what the layer asks at create: every mma.sync kernel runs here, the wgmma ones on sm_90
+     * (this test's build carries sm_90a code there: FM_CUDA_ARCHS native or all) */
+    assert_int_equal(fm_fp8mma_kernel_here(FM_FP8MMA_KERNELS), (int)cudaErrorInvalidValue);
+    for (int k = FM_FP8MMA_AUTO; k < FM_FP8MMA_KERNELS; k++)
+        assert_int_equal(fm_fp8mma_kernel_here(k), k < FM_FP8MMA_WG32 || wg ? 0 : (int)cudaErrorNotSupported);
     for (int i = 0; i < 3; i++)
         for (int per128 = 1; per128 >= 0; per128--)
             for (int f = FM_FORMAT_NVFP4; f <= FM_FORMAT_MXFP4; f++)
