@@ -275,6 +275,20 @@ static void test_dispatch_refusals(void **st)
         expect_bad(l, &c, ob, FM_ERR_MISALIGNED, "weights + 2 bytes");
         char ws[256];
         c = a, c.workspace = ws, expect_bad(l, &c, ob, FM_ERR_INVALID_ARG, "workspace to a layer that owns one");
+        { /* a layer that takes the caller's workspace: 256-byte aligned, as fm_layer_run asks */
+            fm_moe_weights w = L.w;
+            w.w13 = L.w13 + first, w.w2 = L.w2 + first;
+            fm_layer_desc d = {.backend = k_cpu[b], .max_tokens = T, .first_expert = first, .n_local = nl,
+                               .caller_workspace = 1};
+            fm_layer     *lw = NULL;
+            assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &lw), FM_OK);
+            unsigned char *wsb = aligned_alloc(256, 1024);
+            assert_non_null(wsb);
+            c = a, c.workspace = wsb + 64, expect_bad(lw, &c, ob, FM_ERR_MISALIGNED, "workspace + 64 bytes");
+            assert_non_null(strstr(fm_last_error(), "256-byte aligned"));
+            fm_layer_destroy(lw);
+            free(wsb);
+        }
 
         /* counts and offsets: copies changed one at a time */
         int32_t cnt[4], off[5];

@@ -57,6 +57,8 @@ fm_status fm_layer_check_dispatch_args(const fm_layer_params *p, const fm_backen
     if (misaligned(a->counts, 4) || misaligned(a->offsets, 4) || misaligned(a->weights, 4) ||
         misaligned(a->x_scales, 4))
         return fm_fail(FM_ERR_MISALIGNED, "%s: counts, offsets, weights and x_scales must be 4-byte aligned", who);
+    if (misaligned(a->workspace, 256)) /* as fm_layer_run: the backends' buffers inside it start on 256 B */
+        return fm_fail(FM_ERR_MISALIGNED, "%s: workspace (%p) must be 256-byte aligned", who, a->workspace);
     if (p->cfg.shared_inter > 0 && p->first == 0)
         return fm_fail(FM_ERR_UNSUPPORTED, "%s: the layer has a shared expert, which runs on the original tokens, not "
                                            "on dispatched rows: create the layer without it (shared_inter = 0) and "
