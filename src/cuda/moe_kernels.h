@@ -208,8 +208,9 @@ int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, int rows, int
  * fm_activation, limit) as fm_moe_expert_act computes it, then h's row quantized as
  * fm_act_fp8_launch quantizes an FP32 row in mode (codes q[p * I + j], scales[p * ldsc + b]):
  * the same codes and scales as h written out and quantized apart. The smallest e with a
- * NaN/Inf h is atomicMin'ed into *bad_h. I % 4 == 0 (token mode: I <= 12,288), y1 and b13
- * 16-byte aligned, q and scales 4-byte aligned; cudaErrorInvalidValue / cudaErrorMisalignedAddress, nothing launched. */
+ * NaN/Inf h is atomicMin'ed into *bad_h. I % 4 == 0 (any I: the token mode holds no row in
+ * shared memory), y1 and b13 16-byte aligned, q and scales 4-byte aligned;
+ * cudaErrorInvalidValue / cudaErrorMisalignedAddress, nothing launched. */
 int fm_w4a8_act_fp8_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs,
                            const float *us, const float *b13, int act, float limit, int mode, uint8_t *q,
                            float *scales, int ldsc, unsigned long long *bad_h, void *stream);
