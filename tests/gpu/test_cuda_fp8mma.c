@@ -13,7 +13,8 @@
  * Shapes: N 64 / 96 / 48 (a CTA with an idle warp) x K 2880 (gpt-oss) / 256 / 192 (a last
  * group of 64); 4 experts with 0, 5, 37 and 130 rows (passes of 16 / 32 / 64 / 128 cut short:
  * every kernel runs more than one pass, so a row index taken from the wrong pass shows), both scale
- * modes (per 128, per row), rows N(0,1) x 2^[-8, 8] per 128-block. MXFP4: every fifth weight
+ * modes (per 128, per row; the per-row runs with the FC2 epilogue's bias and row weight),
+ * rows N(0,1) x 2^[-8, 8] per 128-block. MXFP4: every fifth weight
  * row has its second block 14 binades down (code - 14, its values x 2^-14 in the oracle), so
  * that the staged and wgmma kernels' groups that hold it do not fold (gemm_fp8.h) and take the
  * per-block path while the others fold: both paths in every run. Output poisoned (NaN)
@@ -91,7 +92,15 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
      * oracle's deq holds the global scale; the kernel gets it through oscale) */
     float osc[E] = {1.0f, 0.5f, 2.0f, 0.25f}, dosc[E];
     for (int e = 0; e < E; e++) dosc[e] = osc[e] * w.w[e].global_scale;
+    /* the per-row runs add a bias per expert and feature, then weigh each row (the layer's FC2
+     * epilogue for gpt-oss: y = w[r] x (acc x oscale + bias)) */
+    const int epi = !per128;
+    float    *bias = malloc(sizeof(float) * (size_t)E * N), *rw = malloc(sizeof(float) * (size_t)(rows + extra));
+    for (int i = 0; i < E * N; i++) bias[i] = fm_rng_normal(r);
+    for (int i = 0; i < rows + extra; i++) rw[i] = 0.25f + 0.75f * (float)fm_rng_uniform(r);
     fm_fp8mma_args a = {.wq = dev_upload(wq, pb * E), .wexp = dev_upload(wexp, (size_t)E * N * nsb),
+                        .bias = epi ? dev_upload(bias, sizeof(float) * (size_t)E * N) : NULL,
+                        .row_weight = epi ? dev_upload(rw, sizeof(float) * (size_t)(rows + extra)) : NULL,
                         .oscale = dev_upload(dosc, sizeof dosc), .fmt = fmt, .xq = dev_upload(xq, (size_t)(rows + extra) * K),
                         .xs = dev_upload(xs, sizeof(float) * (size_t)(rows + extra) * ldxs),
                         .offsets = dev_upload(off, sizeof off), .E = E, .N = N, .K = K, .ldx = K, .ldxs = ldxs,
@@ -114,11 +123,13 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
         for (int i = off[e]; i < off[e + 1]; i++)
             for (int n = 0; n < N; n++) {
                 const size_t j = (size_t)i * N + n;
-                const double want = ref[j] * osc[e], d = (double)y[j] - want;
+                const double rwi = epi ? rw[i] : 1.0, want = (ref[j] * osc[e] + (epi ? bias[(size_t)e * N + n] : 0)) * rwi;
+                const double d = (double)y[j] - want, m = mag[j] * osc[e] * rwi;
                 num += d * d, den += want * want;
-                const double rel = fabs(d) / (mag[j] * osc[e] + 1e-30);
+                const double rel = fabs(d) / (m + 1e-30);
                 if (rel > worst) worst = rel;
-                if (fabs(d) > ldexp(mag[j] * osc[e], -10) + 1e-30)
+                /* + the bias add's and the weight's FP32 roundings */
+                if (fabs(d) > ldexp(m, -10) + ldexp(fabs(want), -21) + 1e-30)
                     fail_msg("%s kernel %d N=%d K=%d %s: y[%d][%d] = %.9g, the oracle %.9g (|diff| / sum|w x| = %.3g)",
                              nv ? "nvfp4" : "mxfp4", kernel, N, K, per128 ? "per 128" : "per row", i, n, (double)y[j],
                              want, rel);
@@ -147,6 +158,9 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
     CK(cudaFree((void *)a.wexp));
     CK(cudaFree((void *)a.wsp));
     CK(cudaFree((void *)a.oscale));
+    CK(cudaFree((void *)a.bias));
+    CK(cudaFree((void *)a.row_weight));
+    free(bias), free(rw);
     CK(cudaFree((void *)a.xq));
     CK(cudaFree((void *)a.xs));
     CK(cudaFree((void *)a.offsets));
