@@ -176,28 +176,6 @@ __device__ __forceinline__ void act4(const float *yr, int I, int c, float sg, fl
     *bad |= !isfinite(v[0]) || !isfinite(v[1]) || !isfinite(v[2]) || !isfinite(v[3]);
 }
 
-/* W4A8's activation (fm_w4a8_act_launch): grid (ceil(I / 4 / 128), rows), 128 threads, 4
- * columns a thread (act4) */
-__global__ void __launch_bounds__(128) w4a8_act_kernel(const float *y1, const int32_t *off, int L, int I,
-                                                         const float *gs, const float *us, const float *b13, int act,
-                                                         float limit, float *h, unsigned long long *bad_h)
-{
-    const int p = blockIdx.y, j = (blockIdx.x * 128 + threadIdx.x) * 4;
-    if (p >= off[L] || j >= I) return;
-    int lo = 0, hi = L; /* the expert of row p: off[lo] <= p < off[lo + 1] */
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (off[mid] <= p) lo = mid;
-        else hi = mid;
-    }
-    const int e = lo;
-    float     o[4];
-    int       bad = 0;
-    act4(y1 + (size_t)p * 2 * I, I, j, gs[e], us[e], b13 ? b13 + (size_t)e * 2 * I : nullptr, act, limit, o, &bad);
-    *(float4 *)(h + (size_t)p * I + j) = make_float4(o[0], o[1], o[2], o[3]);
-    if (bad) atomicMin(bad_h, (unsigned long long)e);
-}
-
 /* W4A8's activation quantized for FC2 in one pass (fm_w4a8_act_fp8_launch): one CTA of 128
  * threads per row p < off[L], its expert found by a binary search of off; h computed in FP32
  * (act1) and quantized as act_fp8_kernel quantizes an FP32 row (block128: a warp per 128
@@ -284,19 +262,6 @@ __global__ void __launch_bounds__(NTHR) fp8_rows_kernel(const uint8_t *xq, const
 }
 
 } // namespace
-
-extern "C" int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs,
-                                  const float *us, const float *b13, int act, float limit, float *h,
-                                  unsigned long long *bad_h, void *stream)
-{
-    if (rows <= 0) return 0;
-    if (!y1 || !off || !gs || !us || !h || !bad_h || L < 1 || I < 4 || I % 4 || rows > 65535)
-        return (int)cudaErrorInvalidValue;
-    if (((uintptr_t)y1 & 15) || ((uintptr_t)h & 15) || ((uintptr_t)b13 & 15)) return (int)cudaErrorMisalignedAddress;
-    const dim3 grid((unsigned)((I / 4 + 127) / 128), (unsigned)rows);
-    w4a8_act_kernel<<<grid, 128, 0, (cudaStream_t)stream>>>(y1, off, L, I, gs, us, b13, act, limit, h, bad_h);
-    return (int)cudaGetLastError();
-}
 
 extern "C" int fm_w4a8_act_fp8_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs,
                                       const float *us, const float *b13, int act, float limit, int mode, uint8_t *q,

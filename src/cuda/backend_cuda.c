@@ -99,13 +99,12 @@ static fm_ws_layout layout_of(const fm_layer_params *p)
     l.hs = take(&at, sizeof(float) * (T * S + 1));
     l.badlogit = take(&at, sizeof(unsigned long long));
     l.active = take(&at, sizeof(int32_t) * ((size_t)p->n_local + 1));
-    l.xq = l.xsc = l.y1 = l.hf = l.hq = l.hsc = 0;
+    l.xq = l.xsc = l.y1 = l.hq = l.hsc = 0;
     if (c->act_fp8) { /* the W4A8 chain's buffers (per 128 columns: one scale per 128, else one per row) */
         const size_t bh = (size_t)fm_act_fp8_nscales(c->act_fp8, (int)H), bi = (size_t)fm_act_fp8_nscales(c->act_fp8, (int)I);
         l.xq = take(&at, R * H);
         l.xsc = take(&at, sizeof(float) * R * bh);
         l.y1 = take(&at, sizeof(float) * R * 2 * I);
-        l.hf = take(&at, sizeof(float) * R * I);
         l.hq = take(&at, R * I);
         l.hsc = take(&at, sizeof(float) * R * bi);
     }

@@ -32,8 +32,8 @@ typedef struct {
 typedef struct {
     size_t xp, h, logits, out32, scratch, rw, off, perm, slots, ids, wts, rscratch, pscratch, hs, badlogit, active;
     /* W4A8 (act_fp8) only, 0 otherwise: x's E4M3 codes and scales, FC1's FP32 output, the
-     * activation's FP32 output, its E4M3 codes and scales */
-    size_t xq, xsc, y1, hf, hq, hsc;
+     * activation's E4M3 codes and scales (FC2's input; h itself is never stored in FP32) */
+    size_t xq, xsc, y1, hq, hsc;
     size_t total;
 } fm_ws_layout;
 

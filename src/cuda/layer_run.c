@@ -46,8 +46,8 @@ static fm_status shared_expert(fm_cuda_layer *s, const fm_layer_run_args *a, flo
  *   (fm_finalize_reduce_launch, deterministic) over the shared expert's sums or zero.
  * The experts, on rows p < off[L] whose FP8 codes and scales are in the workspace's xq / xsc:
  *   FC1 on the FP8 MMA into FP32 y1[p][2I] -> gate / up global scales, FC1 bias, SwiGLU (or
- *   gpt-oss's) in FP32 (fm_w4a8_act_launch; a NaN/Inf output recorded: FC2's input
- *   overflowed) -> quantized again (FC2's input) -> FC2 on the FP8 MMA, its epilogue
+ *   gpt-oss's) in FP32 and quantized again for FC2 in the same pass (fm_w4a8_act_fp8_launch:
+ *   h never goes through memory in FP32; a NaN/Inf h recorded: FC2's input overflowed) -> FC2 on the FP8 MMA, its epilogue
  *   (acc x global + FC2 bias) x routing weight into scratch[p]. */
 static fm_status w4a8_experts(fm_cuda_layer *s, unsigned char *ws, int R, void *stream)
 {
@@ -58,18 +58,16 @@ static fm_status w4a8_experts(fm_cuda_layer *s, unsigned char *ws, int R, void *
     float    *scratch = (float *)(ws + s->ws.scratch), *rw = (float *)(ws + s->ws.rw);
     int32_t  *off = (int32_t *)(ws + s->ws.off);
     uint8_t  *xq = ws + s->ws.xq, *hq = ws + s->ws.hq;
-    float    *xsc = (float *)(ws + s->ws.xsc), *y1 = (float *)(ws + s->ws.y1), *hf = (float *)(ws + s->ws.hf);
+    float    *xsc = (float *)(ws + s->ws.xsc), *y1 = (float *)(ws + s->ws.y1);
     float    *hsc = (float *)(ws + s->ws.hsc);
     int       le;
     fm_fp8mma_args g1 = {.wq = s->q8.q13, .wexp = s->q8.sc13, .xq = xq, .xs = xsc, .offsets = off, .y = y1, .E = L,
                          .N = 2 * I, .K = H, .ldx = H, .ldxs = bh, .xs_per_128 = blk, .max_rows = R, .fmt = c->wfmt,
                          .wsp = s->q8.sp13, .kernel = s->q8.kernel};
     if ((le = fm_fp8mma_launch(&g1, stream)) != 0) return fm_cuda_layer_fail(le, "W4A8 FC1");
-    if ((le = fm_w4a8_act_launch(y1, off, L, R, I, s->q8.gs13, s->q8.us13, s->d_b13, (int)c->activation,
-                                 c->swiglu_limit, hf, &s->d_err->nonfinite_h, stream)) != 0)
-        return fm_cuda_layer_fail(le, "W4A8 activation");
-    if ((le = fm_act_fp8_launch(NULL, hf, NULL, 1, R, off + L, I, c->act_fp8, hq, I, hsc, bi, NULL, stream)) != 0)
-        return fm_cuda_layer_fail(le, "FP8 of FC2's input");
+    if ((le = fm_w4a8_act_fp8_launch(y1, off, L, R, I, s->q8.gs13, s->q8.us13, s->d_b13, (int)c->activation,
+                                     c->swiglu_limit, c->act_fp8, hq, hsc, bi, &s->d_err->nonfinite_h, stream)) != 0)
+        return fm_cuda_layer_fail(le, "W4A8 activation and FP8 of FC2's input");
     fm_fp8mma_args g2 = {.wq = s->q8.q2, .wexp = s->q8.sc2, .oscale = s->q8.osc2, .xq = hq, .xs = hsc, .offsets = off,
                          .y = scratch, .E = L, .N = H, .K = I, .ldx = I, .ldxs = bi, .xs_per_128 = blk, .max_rows = R,
                          .fmt = c->wfmt, .bias = s->d_b2, .row_weight = rw, .wsp = s->q8.sp2, .kernel = s->q8.kernel};

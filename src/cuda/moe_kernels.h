@@ -189,17 +189,6 @@ int fm_act_fp8_launch(const uint16_t *x, const float *xf, const int32_t *perm, i
 int fm_fp8_rows_launch(const uint8_t *xq, const float *xs, const int32_t *perm, int rows, const int32_t *n_rows, int n,
                        uint8_t *q, long long ldq, float *scales, int ldsc, unsigned long long *bad, void *stream);
 
-/* W4A8's activation between the GEMMs (act_fp8.cu): for rows p < off[L] (a device count) of
- * FC1's FP32 output y1[p][2I] (gate columns [0, I), up [I, 2I)), row p of local expert e
- * (off[e] <= p < off[e+1]): g = y1[p][j] x gs[e] + b13[e][j], u = y1[p][I + j] x us[e] +
- * b13[e][I + j] (gs / us the gate / up global scales, b13 NULL: none), h[p][j] = silu(g) x u or
- * gpt-oss's clamped form (act = fm_activation, limit) as fm_moe_expert_act computes it; the
- * smallest e with a NaN/Inf h is atomicMin'ed into *bad_h. I % 4 == 0, 16-byte aligned. What
- * the layer runs; fm_w4a8_act_fp8_launch below does it and FC2's input quantization in one
- * pass, and replaces the pair once it has run on a GPU. */
-int fm_w4a8_act_launch(const float *y1, const int32_t *off, int L, int rows, int I, const float *gs, const float *us,
-                       const float *b13, int act, float limit, float *h, unsigned long long *bad_h, void *stream);
-
 /* W4A8's activation between the GEMMs, quantized for FC2 in the same pass (act_fp8.cu): for
  * rows p < min(rows, off[L]) (off[L] a device count) of FC1's FP32 output y1[p][2I] (gate
  * columns [0, I), up [I, 2I)), row p of local expert e (off[e] <= p < off[e+1]):

@@ -193,9 +193,8 @@ static void test_act_fp8_vs_oracle(void **state)
     CK(cudaStreamDestroy(st));
 }
 
-/* W4A8's activation quantized in one pass (fm_w4a8_act_fp8_launch; not yet the layer's: it
- * runs fm_w4a8_act_launch + fm_act_fp8_launch until this has passed on a GPU) against the
- * oracle: h from
+/* W4A8's activation quantized in one pass (fm_w4a8_act_fp8_launch, what the W4A8 layer runs
+ * between its GEMMs) against the oracle: h from
  * FC1's FP32 output by fm_moe_expert_act (the expert's global scales applied first, its bias
  * when given), then fm_moe_act_fp8_row; both activations, both modes, with and without biases;
  * I = 2,048 (GLM-5), 2,880 (gpt-oss: a last block of 64), 132 and 14,336 (Mixtral: a row of h
