@@ -383,7 +383,7 @@ static void step_setup(step *s, const opts *o, fm_cuda_device *dev)
     fm_moe_weights wt = make_weights(b, o, first, s->n_local);
     fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = W * T, .out_dtype = FM_OUT_BF16,
                         .first_expert = first, .n_local = s->n_local};
-    FK(fm_layer_create_desc(&d, &cfg, &wt, &s->layer)); /* --fp8: a W4A8 layer (its dispatched rows need a build with -DFM_CUDA_W4A8_DISPATCH=ON) */
+    FK(fm_layer_create_desc(&d, &cfg, &wt, &s->layer)); /* --fp8: a W4A8 layer (its dispatched rows: FM_CUDA_W4A8_DISPATCH, on by default) */
     free_weights(&wt, s->n_local);
     free(b->base13.data), free(b->base13.scales), free(b->base2.data), free(b->base2.scales), free(b);
 

@@ -36,8 +36,8 @@
  * enqueue_w4a8 (layer_run.c: FP8 gather, the W4A8 GEMM of gemm_fp8.cu for FC1
  * and FC2, the activation in FP32 between them, the same deterministic reduce); create packs
  * the experts for that GEMM too (create_w4a8: the W4A16 prepack is kept, so the weights are
- * held twice on the device). run_dispatched runs a W4A8 layer's rows (BF16 or FP8) only in a
- * build with FM_CUDA_W4A8_DISPATCH (layer_run.c); the default build refuses them.
+ * held twice on the device). run_dispatched runs a W4A8 layer's rows (BF16 or FP8) in a build
+ * with FM_CUDA_W4A8_DISPATCH (layer_run.c; the default); a build without it refuses them.
  * Not done yet: act_nvfp4: create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
