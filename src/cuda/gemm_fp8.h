@@ -11,12 +11,12 @@
  * into the codes: exact where a row's block exponents within one 128-K group lie within 14
  * binades of its largest. Runs on sm_89+ (FP8 mma); on an older device the launcher returns
  * cudaErrorNotSupported. Tested against an FP64 oracle (tests/gpu/test_cuda_fp8mma.c).
- * The staged kernels (FM_FP8MMA_STAGED*, opt-in: compiled for every target, not yet run on a
- * GPU) decode each weight tile once for 16 / 32 / 64 rows: weights, their packed scales
+ * The staged kernels (FM_FP8MMA_STAGED*, opt-in: compiled for every target, run on the H100
+ * 2026-12-07) decode each weight tile once for 16 / 32 / 64 rows: weights, their packed scales
  * (fm_fp8mma_pack_scales) and the rows' E4M3 tile go global -> shared by cp.async, several
  * stages deep, as the W4A16 mma kernels; see gemm_fp8.cu. The wgmma kernels (FM_FP8MMA_WG*,
  * opt-in, MXFP4 only, sm_90a only: cudaErrorNotSupported elsewhere, and where the build has no
- * sm_90a code; not yet run on a GPU) take the staged kernels' stages to wgmma E4M3 with the
+ * sm_90a code; run on the H100 2026-12-07) take the staged kernels' stages to wgmma E4M3 with the
  * A operand (the decoded weights) in registers, up to 128 tokens a pass. */
 #ifndef FM_CUDA_GEMM_FP8_H
 #define FM_CUDA_GEMM_FP8_H
