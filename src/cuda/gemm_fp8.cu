@@ -793,20 +793,29 @@ int launch_wg(const fm_fp8mma_args &a, size_t smem, int cc, cudaStream_t s)
     return (int)cudaGetLastError();
 }
 
+/* The current device and its compute capability, major x 10 + minor */
+cudaError_t device_cc(int *dev, int *cc)
+{
+    int         major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, *dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, *dev);
+    *cc = major * 10 + minor;
+    return e;
+}
+
 } // namespace
 
 extern "C" int fm_fp8mma_kernel_here(int kernel)
 {
     if (kernel < FM_FP8MMA_AUTO || kernel >= FM_FP8MMA_KERNELS) return (int)cudaErrorInvalidValue;
-    int         dev = 0, major = 0, minor = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    int               dev = 0, cc = 0;
+    const cudaError_t e = device_cc(&dev, &cc);
     if (e != cudaSuccess) return (int)e;
-    if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
+    if (cc < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
     switch (kernel) { /* fm_tile_layout.h's list */
 #define FM_FP8W_CASE(tok, mt, st)                                                                                      \
-    case FM_FP8MMA_WG##tok: return wg_here<tok, mt, st>(major * 10 + minor);
+    case FM_FP8MMA_WG##tok: return wg_here<tok, mt, st>(cc);
         FM_FP8W_LIST(FM_FP8W_CASE)
 #undef FM_FP8W_CASE
     default: return 0;
@@ -827,17 +836,14 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
         if (!a->wsp) return (int)cudaErrorInvalidValue;
         if (((uintptr_t)a->wsp & 15) || ((uintptr_t)a->xq & 15) || a->ldx % 16) return (int)cudaErrorMisalignedAddress;
     }
-    int dev = 0, major = 0, minor = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    int         dev = 0, cc = 0;
+    cudaError_t e = device_cc(&dev, &cc);
     if (e != cudaSuccess) return (int)e;
-    if (major * 10 + minor < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
+    if (cc < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
     const int nv = a->fmt == FM_FORMAT_NVFP4;
     if (nv && (a->kernel == FM_FP8MMA_FIRST || a->kernel >= FM_FP8MMA_WG32))
         return (int)cudaErrorInvalidValue; /* the first and the wgmma kernels: MXFP4 only */
     if (a->kernel >= FM_FP8MMA_STAGED16) { /* the staged and wgmma kernels: dynamic shared memory, opted in */
-        const int cc = major * 10 + minor;
         if (a->kernel >= FM_FP8MMA_WG32 && cc != 90) return (int)cudaErrorNotSupported; /* wgmma: sm_90a only */
         const size_t smem = fm_fp8mma_smem_bytes(a->kernel, nv ? FM_FORMAT_NVFP4 : FM_FORMAT_MXFP4);
         int          optin = 0;
