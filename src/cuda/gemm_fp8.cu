@@ -764,9 +764,9 @@ __global__ void __launch_bounds__(128, 1) fp8mma_wg_kernel(const fm_fp8mma_args 
 #endif
 }
 
-/* launch one wgmma kernel: sm_90 with the kernel's sm_90a code (a build whose only code for
- * this device is PTX of another target has the empty body: refused, never run), shared memory
- * as fm_fp8mma_smem_bytes says */
+/* 0 where this wgmma kernel can run on a device of capability cc: sm_90 with the kernel's
+ * sm_90a code (a build whose only code for this device is PTX of another target has the empty
+ * body: refused, never run); else cudaErrorNotSupported or the query's error */
 template <int TOK, int MT, int STAGES>
 int wg_here(int cc)
 {
@@ -778,6 +778,7 @@ int wg_here(int cc)
     return fa.ptxVersion == 90 && fa.binaryVersion == 90 ? 0 : (int)cudaErrorNotSupported;
 }
 
+/* launch one wgmma kernel where wg_here allows it, shared memory as fm_fp8mma_smem_bytes says */
 template <int TOK, int MT, int STAGES>
 int launch_wg(const fm_fp8mma_args &a, size_t smem, int cc, cudaStream_t s)
 {
