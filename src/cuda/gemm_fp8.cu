@@ -842,6 +842,17 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (e != cudaSuccess) return (int)e;
     if (cc < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
     const int nv = a->fmt == FM_FORMAT_NVFP4;
+    fm_fp8mma_args ak;
+    /* auto, MXFP4 on sm_90 with sm_90a code, the operands the wgmma kernels need: they beat the
+     * pipelined kernels at every m (bench_fp8mma, H100 2026-12-07, gpt-oss FC1 over 8 experts):
+     * wg32 110 / 113 / 116 us against pipe16 123 / 126 / 237 at 8 / 16 / 32 rows per expert,
+     * wg64 184 / 364 / 706 against 459 / 907 / 1,818 at 64 / 128 / 256 (wg32 221 at 64) */
+    if (a->kernel == FM_FP8MMA_AUTO && !nv && a->wsp && !((uintptr_t)a->wsp & 15) && !((uintptr_t)a->xq & 15) &&
+        a->ldx % 16 == 0 && cc == 90 && fm_fp8mma_kernel_here(FM_FP8MMA_WG32) == 0) {
+        ak = *a;
+        ak.kernel = a->max_rows >= 48 * a->E ? FM_FP8MMA_WG64 : FM_FP8MMA_WG32;
+        a = &ak;
+    }
     if (nv && (a->kernel == FM_FP8MMA_FIRST || a->kernel >= FM_FP8MMA_WG32))
         return (int)cudaErrorInvalidValue; /* the first and the wgmma kernels: MXFP4 only */
     if (a->kernel >= FM_FP8MMA_STAGED16) { /* the staged and wgmma kernels: dynamic shared memory, opted in */

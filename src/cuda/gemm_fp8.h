@@ -120,7 +120,9 @@ fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst);
 
 /* fm_fp8mma_args.kernel: which kernel runs (an A/B knob of the benchmark and the test) */
 enum {
-    FM_FP8MMA_AUTO = 0,      /* the pipelined kernel: NVFP4 32 tokens a pass where max_rows >= 24 x E, else 16 */
+    FM_FP8MMA_AUTO = 0,      /* MXFP4 on sm_90 (sm_90a code, wsp, 16-byte rows): wg64 where max_rows >= 48 x E,
+                                else wg32; otherwise the pipelined kernel: NVFP4 32 tokens a pass where
+                                max_rows >= 24 x E, else 16 */
     FM_FP8MMA_FIRST = 1,     /* the first kernel: block exponents folded into the codes, no pipeline */
     FM_FP8MMA_PIPE16 = 2,    /* pipelined, 16 tokens a pass */
     FM_FP8MMA_PIPE32 = 3,    /* pipelined, 32 tokens a pass */
