@@ -6,8 +6,11 @@
 # nccl/ep/lib/cu12|cu13/libnccl_ep.so) and nvidia-nccl-cu13 (nvidia/nccl/include/nccl.h,
 # nvidia/nccl/lib/libnccl.so.2). FM_NCCL_EP_ROOT is the site-packages folder that holds both.
 file(GLOB _fm_nccl_site "${CMAKE_SOURCE_DIR}/.venv-nccl/lib/python3*/site-packages")
-list(SORT _fm_nccl_site)
-list(GET _fm_nccl_site -1 _fm_nccl_site_default) # "" when the venv is not there
+set(_fm_nccl_site_default "") # "" when the venv is not there (list(GET) of an empty list is an error)
+if(_fm_nccl_site)
+  list(SORT _fm_nccl_site)
+  list(GET _fm_nccl_site -1 _fm_nccl_site_default)
+endif()
 set(FM_NCCL_EP_ROOT "${_fm_nccl_site_default}" CACHE PATH
     "site-packages holding nccl/ep (nccl-extensions) and nvidia/nccl (nvidia-nccl-cu13): scripts/deps.sh --nccl-ep")
 if(NOT IS_DIRECTORY "${FM_NCCL_EP_ROOT}/nccl/ep")
