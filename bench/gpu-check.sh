@@ -200,7 +200,17 @@ if [ "$MODE" = nccl-ep1 ]; then
   # FM_NCCL_EP_ROOT=.ncclep holds both as the example's cmake expects.
   [ -d .ncclep/nccl/ep ] || { echo "nccl-ep1: no .ncclep (run scripts/ncclep-carry.sh, carry .ncclep)"; exit 1; }
   NV=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
-  [ -n "$NV" ] && [ -d "$NV" ] || { echo "nccl-ep1: this machine's python has no nvidia.nccl (torch's NCCL)"; exit 1; }
+  # NCCL 2.30 carried in parts (scripts/ncclep-carry.sh --nccl: torch's NCCL is too old for
+  # libnccl_ep.so): joined here when every part is on the machine and the SHA-256 matches
+  if [ -f .ncclep-nccl-1/SHA256 ] && [ -d .ncclep-nccl/include ]; then
+    mkdir -p .ncclep-nccl/lib && cat $(ls -d .ncclep-nccl-[0-9]* | sort -t- -k3 -n | sed 's|$|/part|') >.ncclep-nccl/lib/libnccl.so.2
+    if [ "$(sha256sum .ncclep-nccl/lib/libnccl.so.2 | cut -d' ' -f1)" = "$(cat .ncclep-nccl-1/SHA256)" ]; then
+      NV=$PWD/.ncclep-nccl; echo "nccl-ep1: the carried NCCL, joined from $(ls -d .ncclep-nccl-[0-9]* | wc -l) parts"
+    else
+      echo "nccl-ep1: the carried NCCL parts do not match their SHA-256 (a part missing?): $(ls -d .ncclep-nccl-[0-9]* | tr '\n' ' ')"
+    fi
+  fi
+  [ -n "$NV" ] && [ -d "$NV" ] || { echo "nccl-ep1: no NCCL: this machine's python has no nvidia.nccl (torch's NCCL) and no parts were carried"; exit 1; }
   mkdir -p .ncclep/nvidia && ln -sfn "$NV" .ncclep/nvidia/nccl
   echo "NCCL of this machine: $NV: $(grep -hE '#define NCCL_(MAJOR|MINOR|PATCH) ' "$NV"/include/nccl.h 2>/dev/null | awk '{print $3}' | tr '\n' '.' ) (nccl-extensions pins 2.30.7)"
   ls "$NV"/lib | head -5
