@@ -15,8 +15,8 @@
 /* A W4A8 layer's dispatched rows (fm_cuda_layer_run_dispatched): compiled always, run where
  * the build enables them (cmake -DFM_CUDA_W4A8_DISPATCH, ON by default since test_cuda_dispatch's
  * W4A8 cases passed on the H100, 2026-12-07), refused in a build with it OFF */
-#ifndef FM_CUDA_W4A8_DISPATCH
-#define FM_CUDA_W4A8_DISPATCH 0
+#ifndef FM_CUDA_W4A8_DISPATCH /* CMakeLists.txt defines it, 0 or 1, from the option */
+#error "FM_CUDA_W4A8_DISPATCH is not defined: build with CMake (option FM_CUDA_W4A8_DISPATCH, ON by default)"
 #endif
 
 /* The shared expert (the shard holding expert 0): its sums into out (FP32 out) or out32 (BF16
