@@ -2,8 +2,8 @@
 // m16n8k16 against E4M3 m16n8k32 (FP32 accumulate), every warp issuing independent MMAs
 // from registers (no memory traffic), so the figure is the pipe's issue rate. Decides
 // whether a W4A8 path on mma.sync can pay on a target (issue 34): on sm_89 / sm_120 the
-// E4M3 MMA is expected at twice the BF16 rate; on sm_90 wgmma is the full-rate path and
-// mma.sync may not be. Also checks the E4M3 fragment layout (A rows g, g+8, K 4t..4t+3 and
+// E4M3 MMA is a native instruction (QMMA); on sm_90 / sm_100 it is not (ptxas emits
+// F2FP + HMMA.F16 + FADD, found in the SASS 2026-12-07), wgmma / tcgen05 being their FP8 paths. Also checks the E4M3 fragment layout (A rows g, g+8, K 4t..4t+3 and
 // 16+4t..; B K 4t..4t+3 and 16+4t.., column g) against a host product.
 // Build: nvcc -O3 -gencode arch=compute_90a,code=sm_90a bench/probe/mma_rate_probe.cu
 #include <cuda_runtime.h>
@@ -31,14 +31,24 @@ template <bool E4M3> __device__ __forceinline__ void mma(float (&c)[4], const ui
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* CHAINS independent accumulators per thread, ITERS MMAs each, from registers */
+/* CHAINS independent accumulators per thread, ITERS MMAs each, from registers. Every MMA has
+ * operands of its own (A's first word is xored with the chain and the iteration): on a target
+ * without an FP8 mma.sync (sm_90, sm_100: ptxas lowers E4M3 mma.sync to F2FP conversions, FP16
+ * HMMAs from zero and FADDs into the accumulator) constant operands let ptxas compute the product
+ * once and time the FADDs alone, which is what the first version of this probe measured (its
+ * "1,837 TFLOP/s E4M3" on the H100, 2026-12-06, is not a tensor rate). The xor costs one integer
+ * op per MMA on both sides. */
 template <bool E4M3> __global__ void rate(float *out, uint32_t seed)
 {
-    const uint32_t a[4] = {seed, seed ^ 1u, seed ^ 2u, seed ^ 3u}, b[2] = {seed * 3u, seed * 5u};
+    const uint32_t b[2] = {seed * 3u, seed * 5u};
+    uint32_t       a[4] = {seed, seed ^ 1u, seed ^ 2u, seed ^ 3u};
     float          c[CHAINS][4] = {};
     for (int it = 0; it < ITERS; it++)
 #pragma unroll
-        for (int ch = 0; ch < CHAINS; ch++) mma<E4M3>(c[ch], a, b);
+        for (int ch = 0; ch < CHAINS; ch++) {
+            a[0] = (a[0] ^ (uint32_t)(it * CHAINS + ch + 1)) & 0x3f3f3f3fu; /* finite codes either type */
+            mma<E4M3>(c[ch], a, b);
+        }
     float s = 0;
     for (int ch = 0; ch < CHAINS; ch++) s += c[ch][0] + c[ch][1] + c[ch][2] + c[ch][3];
     if (s == 12345.0f) out[0] = s;
