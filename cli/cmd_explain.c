@@ -176,6 +176,14 @@ static const char *cutlass_only(const explain_opts *o, const fm_flags_result *r)
     return at ? name : NULL;
 }
 
+/* Whether the arch's mma.sync runs E4M3 natively: sm_89 and sm_120 / sm_121 issue QMMA; sm_90 to
+ * sm_11x have no FP8 mma.sync (ptxas lowers it to F2FP conversions, FP16 HMMAs and FADDs: seen in
+ * the SASS, ctest sass_fp8_mma), their FP8 rate being wgmma's (sm_90) or tcgen05's (sm_100) */
+static const char *fp8_mma_sync(int cc)
+{
+    return cc < 89 ? "none" : (cc == 89 || cc >= 120) ? "native" : "lowered";
+}
+
 /* `explain --w4a8`: the W4A8 GEMM's staged kernels (fm_tile_layout.h FM_FP8S_LIST, the list
  * the launcher instantiates), each stage's parts and the total the launcher asks for, against
  * the arch's opt-in limit. The pipelined kernels use no shared memory. Needs FP8 MMA (sm_89+). */
@@ -194,6 +202,7 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
         cJSON_AddStringToObject(o, "arch", arch->name);
         cJSON_AddStringToObject(o, "weights", fm_elem_name(w));
         cJSON_AddBoolToObject(o, "fp8_mma", fp8);
+        cJSON_AddStringToObject(o, "fp8_mma_sync", fp8_mma_sync(arch->cc));
         cJSON_AddNumberToObject(o, "limit_bytes", (double)limit);
     } else {
         printf("%s W4A8 GEMM, %s weights x E4M3 rows: the staged kernels (%d warps x %d bands = %d features a CTA, "
@@ -269,8 +278,14 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
     } else {
         printf("  rows B = tokens x (128 + 16) E4M3 row tile; codes B = %d bands x 2 chunks x 512; scales B = %d bands x "
                "16 rows x %d codes\n", FM_FP8S_WARPS * FM_FP8S_BANDS, FM_FP8S_WARPS * FM_FP8S_BANDS, nv ? 8 : 4);
-        printf("  wg*: one warpgroup on wgmma (opt-in, sm_90a, MXFP4): rows B = tokens x 128 swizzled, codes B = 4 x m64 "
-               "tiles x 2 x 512, a stage rounded up to 1 KB\n");
+        printf("  wg*: one warpgroup on wgmma (sm_90a, MXFP4; auto's pick there): rows B = tokens x 128 swizzled, "
+               "codes B = 4 x m64 tiles x 2 x 512, a stage rounded up to 1 KB\n");
+        if (fp8)
+            printf("  FP8 mma.sync on %s: %s\n", arch->name,
+                   !strcmp(fp8_mma_sync(arch->cc), "native")
+                       ? "native (QMMA): the staged and pipelined kernels run at the FP8 tensor rate"
+                       : "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at "
+                         "the FP16 rate at best, below W4A16; the FP8 rate is the wg* kernels' (sm_90a)");
         printf("verdict: %s\n%s\n", all ? "FITS" : "REJECTED", why);
     }
     return all ? FM_EXIT_OK : FM_EXIT_REJECTED;

@@ -223,6 +223,10 @@ static void explain_w4a8(void **s)
         {"explain --w4a8 --arch sm_120 --format mxfp4", 0, {"wg128", "n/a (sm_90a only)", "verdict: FITS"}, NULL},
         {"explain --w4a8 --arch sm_90", 0, {"wg32", "n/a (MXFP4 only)", "verdict: FITS"}, NULL},
         {"explain --w4a8 --arch sm_80", 5, {"no FP8 MMA", "verdict: REJECTED", NULL}, NULL},
+        /* whether the staged / pipelined kernels' FP8 mma.sync is native (ctest sass_fp8_mma reads it) */
+        {"explain --w4a8 --arch sm_90 --format mxfp4", 0, {"FP8 mma.sync on sm_90: lowered", "FP16 rate", NULL}, "native (QMMA)"},
+        {"explain --w4a8 --arch sm_120 --format nvfp4", 0, {"FP8 mma.sync on sm_120: native (QMMA)", NULL, NULL}, "lowered"},
+        {"explain --w4a8 --arch sm_90 --format mxfp4 --json", 0, {"\"fp8_mma_sync\":\t\"lowered\"", NULL, NULL}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_case(&cases[i]);
     USAGE("explain --w4a8 --arch sm_120 --tile 8x64x128", "--w4a8", "--tile");
