@@ -284,8 +284,12 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
             printf("  FP8 mma.sync on %s: %s\n", arch->name,
                    !strcmp(fp8_mma_sync(arch->cc), "native")
                        ? "native (QMMA): the staged and pipelined kernels run at the FP8 tensor rate"
+                       : arch->cc == 90
+                       ? "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at "
+                         "the FP16 rate at best, below W4A16; the FP8 rate is the wg* kernels' (wgmma)"
                        : "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at "
-                         "the FP16 rate at best, below W4A16; the FP8 rate is the wg* kernels' (sm_90a)");
+                         "the FP16 rate at best, below W4A16; this arch's FP8 rate is tcgen05's, which fp4moe does "
+                         "not use yet");
         printf("verdict: %s\n%s\n", all ? "FITS" : "REJECTED", why);
     }
     return all ? FM_EXIT_OK : FM_EXIT_REJECTED;
