@@ -26,7 +26,8 @@
  * after that node adds (external, then internal routing; a one-memset graph first as the
  * launch baseline). --sweep: fm_layer_tune on each T's bucket, the tuned plan against
  * the planner's timed here (sweep_plans). --decode: per T, the chain against the one-launch
- * decode kernel (fm_layer_plan_info.decode) on the same layers, graph replay with external and
+ * decode kernel (fm_layer_plan_info.decode; --decode-splits auto,6/4,...: at each of those K
+ * splits, auto = the kernel's own) on the same layers, graph replay with external and
  * internal routing, interleaved, and the outputs compared (decode_vs_chain). --dispatched: per T,
  * the layer on the rows an EP dispatch hands it (expert-major and expert-rows layouts, the latter
  * with and without max_rows) against fm_layer_run of the same tokens (dispatched_vs_run).
@@ -502,52 +503,67 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
     fflush(stdout);
 }
 
-/* --decode: the chain and the one-launch decode kernel (fm_layer_plan_info.decode, automatic
- * K splits) on T's bucket, graph replay with external and internal routing, interleaved 3
- * times (rot_time each); then one eager output of each compared (bit-identical, or the NMSE
- * of decode against the chain) and the error word. The bucket's plan is restored. */
+/* --decode: the chain and the one-launch decode kernel (fm_layer_plan_info.decode) on T's bucket,
+ * for each K-split pair of `splits` (FC1 / FC2; 0 / 0 = the automatic ones; --decode-splits),
+ * graph replay with external and internal routing, interleaved 3 times (rot_time each); then one
+ * eager output of each compared (bit-identical, or the NMSE of decode against the chain) and the
+ * error word. A pair the plan refuses is reported and skipped. The bucket's plan is restored. */
+#define MAX_DSPLITS 8
 static void decode_vs_chain(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T, int H,
-                            cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route)
+                            cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route,
+                            const int (*splits)[2], int nsplits)
 {
-    fm_layer_plan_info keep, chain, dec;
+    fm_layer_plan_info keep, chain, dec[MAX_DSPLITS];
+    int                nd = 0;
     FK(fm_layer_plan(L[0], T, &keep));
     chain = keep, chain.decode = 0;
-    dec = chain, dec.decode = 1, dec.decode_k_splits[0] = dec.decode_k_splits[1] = 0;
-    if (fm_layer_set_plan(L[0], T, &dec) != FM_OK) {
-        printf("decode %-5s T=%-5d refused: %s\n", route, T, fm_last_error());
-        return;
+    for (int j = 0; j < nsplits; j++) {
+        fm_layer_plan_info d = chain;
+        d.decode = 1, d.decode_k_splits[0] = splits[j][0], d.decode_k_splits[1] = splits[j][1];
+        if (fm_layer_set_plan(L[0], T, &d) != FM_OK) {
+            printf("decode %-5s T=%-5d splits %d/%d refused: %s\n", route, T, splits[j][0], splits[j][1], fm_last_error());
+            continue;
+        }
+        FK(fm_layer_plan(L[0], T, &dec[nd])); /* the splits and grid it resolved */
+        nd++;
     }
-    FK(fm_layer_plan(L[0], T, &dec)); /* the splits and grid it resolved */
-    double *t = malloc(sizeof(double) * reps), ce = 0, de = 0, ci = 0, di = 0;
+    FK(fm_layer_set_plan(L[0], T, &keep));
+    if (nd == 0) return;
+    double *t = malloc(sizeof(double) * reps), ce = 0, ci = 0, de[MAX_DSPLITS] = {0}, di[MAX_DSPLITS] = {0};
     for (int r = 0; r < 3; r++) {
         ce += time_plan(L, &chain, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
-        de += time_plan(L, &dec, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
         ci += time_plan(L, &chain, dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
-        di += time_plan(L, &dec, dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
+        for (int j = 0; j < nd; j++) {
+            de[j] += time_plan(L, &dec[j], dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
+            di[j] += time_plan(L, &dec[j], dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
+        }
     }
     const size_t n = (size_t)T * H;
     float       *oc = malloc(sizeof(float) * n), *od = malloc(sizeof(float) * n);
     FK(fm_layer_set_plan(L[0], T, &chain));
     run_once(L[0], dx[0], dids[0], dw[0], dout, T, st, oc, n);
-    FK(fm_layer_set_plan(L[0], T, &dec));
-    run_once(L[0], dx[0], dids[0], dw[0], dout, T, st, od, n);
-    FK(fm_layer_errors(L[0], st, NULL));
-    double num = 0, den = 0;
-    size_t nonfinite = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(od[i])) nonfinite++;
-        num += ((double)od[i] - oc[i]) * ((double)od[i] - oc[i]), den += (double)oc[i] * oc[i];
+    for (int j = 0; j < nd; j++) {
+        FK(fm_layer_set_plan(L[0], T, &dec[j]));
+        run_once(L[0], dx[0], dids[0], dw[0], dout, T, st, od, n);
+        FK(fm_layer_errors(L[0], st, NULL));
+        double num = 0, den = 0;
+        size_t nonfinite = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!isfinite(od[i])) nonfinite++;
+            num += ((double)od[i] - oc[i]) * ((double)od[i] - oc[i]), den += (double)oc[i] * oc[i];
+        }
+        char cmp[96];
+        if (nonfinite) snprintf(cmp, sizeof cmp, "%zu NaN/Inf outputs (unwritten?)", nonfinite);
+        else if (!memcmp(oc, od, sizeof(float) * n)) snprintf(cmp, sizeof cmp, "bit-identical to the chain");
+        else snprintf(cmp, sizeof cmp, "NMSE %.3g vs the chain", den > 0 ? num / den : num);
+        printf("decode %-5s T=%-5d graph ext: chain %8.1f us, decode %8.1f us (%+6.1f %%) | int: chain %8.1f, decode "
+               "%8.1f (%+6.1f %%) | %d CTAs, K splits %d/%d%s | %s\n",
+               route, T, ce, de[j], 100.0 * (de[j] - ce) / ce, ci, di[j], 100.0 * (di[j] - ci) / ci, dec[j].decode_ctas,
+               dec[j].decode_k_splits[0], dec[j].decode_k_splits[1],
+               splits[j][0] == 0 && splits[j][1] == 0 ? " (auto)" : "", cmp);
+        printf("csv,decode,%s,%d,%.2f,%.2f,%.2f,%.2f,%d,%d,%d\n", route, T, ce, de[j], ci, di[j], dec[j].decode_ctas,
+               dec[j].decode_k_splits[0], dec[j].decode_k_splits[1]);
     }
-    char cmp[96];
-    if (nonfinite) snprintf(cmp, sizeof cmp, "%zu NaN/Inf outputs (unwritten?)", nonfinite);
-    else if (!memcmp(oc, od, sizeof(float) * n)) snprintf(cmp, sizeof cmp, "bit-identical to the chain");
-    else snprintf(cmp, sizeof cmp, "NMSE %.3g vs the chain", den > 0 ? num / den : num);
-    printf("decode %-5s T=%-5d graph ext: chain %8.1f us, decode %8.1f us (%+6.1f %%) | int: chain %8.1f, decode "
-           "%8.1f (%+6.1f %%) | %d CTAs, K splits %d/%d | %s\n",
-           route, T, ce, de, 100.0 * (de - ce) / ce, ci, di, 100.0 * (di - ci) / ci, dec.decode_ctas,
-           dec.decode_k_splits[0], dec.decode_k_splits[1], cmp);
-    printf("csv,decode,%s,%d,%.2f,%.2f,%.2f,%.2f,%d,%d,%d\n", route, T, ce, de, ci, di, dec.decode_ctas,
-           dec.decode_k_splits[0], dec.decode_k_splits[1]);
     for (int s = 0; s < NSETS; s++) FK(fm_layer_set_plan(L[s], T, &keep));
     free(t), free(oc), free(od);
     fflush(stdout);
@@ -566,6 +582,7 @@ int main(int argc, char **argv)
     int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
     int    act_fp8 = FM_ACT_FP8_OFF; /* --act-fp8 block128|token: the W4A8 layer (the GEMMs alone not timed) */
     int    decode_ab = 0; /* --decode: the chain against the one-launch decode kernel, per T (decode_vs_chain) */
+    int    dsplits[MAX_DSPLITS][2] = {{0, 0}}, ndsplits = 1; /* --decode-splits auto,6/4,...: its K splits */
     int    dispatched = 0; /* --dispatched: the layer on dispatched rows (both layouts) against the run, per T */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
@@ -595,6 +612,34 @@ int main(int argc, char **argv)
             }
         }
         else if (!strcmp(argv[i], "--decode")) decode_ab = 1;
+        else if (!strcmp(argv[i], "--decode-splits") && i + 1 < argc) { /* auto | A/B, comma-separated */
+            const char *q = argv[++i];
+            ndsplits = 0;
+            while (*q) {
+                int a = 0, b = 0, used = 0;
+                if (!strncmp(q, "auto", 4)) q += 4;
+                else if (sscanf(q, "%d/%d%n", &a, &b, &used) == 2 && a >= 1 && b >= 1) q += used;
+                else {
+                    fprintf(stderr, "bench_layer: --decode-splits %s: a list of auto or FC1/FC2 splits (e.g. auto,6/4)\n", argv[i]);
+                    return 2;
+                }
+                if (ndsplits == MAX_DSPLITS) {
+                    fprintf(stderr, "bench_layer: --decode-splits: at most %d entries\n", MAX_DSPLITS);
+                    return 2;
+                }
+                dsplits[ndsplits][0] = a, dsplits[ndsplits][1] = b, ndsplits++;
+                if (*q == ',') q++;
+                else if (*q) {
+                    fprintf(stderr, "bench_layer: --decode-splits %s: a list of auto or FC1/FC2 splits (e.g. auto,6/4)\n", argv[i]);
+                    return 2;
+                }
+            }
+            if (ndsplits == 0) {
+                fprintf(stderr, "bench_layer: --decode-splits: an empty list\n");
+                return 2;
+            }
+            decode_ab = 1;
+        }
         else if (!strcmp(argv[i], "--dispatched")) dispatched = 1;
         else if (!strcmp(argv[i], "--timeline") && i + 1 < argc) timeline = argv[++i];
         else if (!strcmp(argv[i], "--row-quantile") && i + 1 < argc) {
@@ -612,7 +657,8 @@ int main(int argc, char **argv)
         }
         else {
             fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
-                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--dispatched] [--act-fp8 block128|token] "
+                            "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--decode-splits auto,A/B,...] [--dispatched] "
+                            "[--act-fp8 block128|token] "
                             "[--row-quantile auto|mean|Q] [--timeline FILE]\n");
             return 2;
         }
@@ -795,7 +841,9 @@ int main(int argc, char **argv)
             for (int in = 0; breakdown && in < 2; in++) /* external, then internal routing */
                 graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local", in);
             if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
-            if (decode_ab) decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
+            if (decode_ab)
+                decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? "ep8" : "local",
+                                (const int(*)[2])dsplits, ndsplits);
             if (dispatched)
                 dispatched_vs_run(L, dx, dids, dw, dout, T, H, K, EL, MAXT, st, ev, reps, warm,
                                   mode == 0 ? "ep8" : "local");

@@ -124,7 +124,8 @@ if [ "$MODE" = session ]; then
   # the issue-31/34/35 call of 2026-12-06 (was an ad-hoc script): each part when its variable is set
   #   DISP="1,4,16,64,256"   bench_layer --dispatched (the layer on dispatched rows vs the run)
   #   W4A8=1                 bench_fp8mma (the E4M3 GEMM alone) + bench/probe/mma_rate_probe.cu
-  #   DECODE="1,2,4,8"       bench_layer --decode, then for each of VARIANTS="4x4 6x3"
+  #   DECODE="1,2,4,8"       bench_layer --decode (DECODE_SPLITS="auto,6/4,12/8": the decode kernel at
+  #                          each of those FC1 / FC2 K splits too), then for each of VARIANTS="4x4 6x3"
   #                          (FM_DECODE_STAGES x FM_DECODE_MIN_BLOCKS) decode.cu alone rebuilt
   #                          (-DFM_DECODE_DEFS) and the same run; the defaults restored last
   # run ctest first with CTEST_ARGS="-R dispatch|act_fp8|fp8mma" for a subset
@@ -141,7 +142,8 @@ if [ "$MODE" = session ]; then
   fi
   if [ -n "${DECODE:-}" ]; then
     echo "== bench_layer --decode --ts $DECODE (defaults)"
-    timeout 200 build-gpu/bench/bench_layer --decode --ts "$DECODE" >"$OUT/bench_decode.log" 2>&1 || tail -5 "$OUT/bench_decode.log"
+    timeout ${DECODE_S:-200} build-gpu/bench/bench_layer --decode --ts "$DECODE" ${DECODE_SPLITS:+--decode-splits "$DECODE_SPLITS"} \
+      >"$OUT/bench_decode.log" 2>&1 || tail -5 "$OUT/bench_decode.log"
     grep "^decode" "$OUT/bench_decode.log"
     for v in ${VARIANTS:-}; do
       st=${v%x*}; mb=${v#*x}
