@@ -2,7 +2,11 @@
  * (fm_layer_run: device x/out, the caller's stream), GLM-5 EP8 shapes, or with
  * --model gpt-oss-120b gpt-oss-120b's layer (hidden = inter = 2,880, 128 experts, top-4,
  * MXFP4, router and expert biases, softmax-topk, the clamped SwiGLU of limit 7): "ep8" is
- * then its EP8 shard (16 local experts of 128), "local" all 128 on one GPU.
+ * then its EP8 shard (16 local experts of 128), "local" all 128 on one GPU. --model
+ * deepseek-v3 (hidden 7,168, inter 2,048, 256 experts, top-8, sigmoid, 8 groups keep 4,
+ * routed_scale 2.5; NVFP4) "ep8": 32 of 256, "local": 32; --model qwen3-235b (hidden 4,096,
+ * inter 1,536, 128 experts, top-8, softmax renormalized; NVFP4) "ep4": 32 of 128, "local": 128
+ * (issue 31's tables for those shards; the routed-expert shapes of src/sim/model.c).
  *
  * Two routings: (a) "ep8": the EP8 shard as it really is: 32 local experts of
  * 256 global, top-8 over 256 (about T local rows); (b) "local": all experts
@@ -580,6 +584,7 @@ int main(int argc, char **argv)
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
     int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
+    int    model = 0;  /* --model: 0 glm5, 1 gpt-oss-120b, 2 deepseek-v3, 3 qwen3-235b */
     int    act_fp8 = FM_ACT_FP8_OFF; /* --act-fp8 block128|token: the W4A8 layer (the GEMMs alone not timed) */
     int    decode_ab = 0; /* --decode: the chain against the one-launch decode kernel, per T (decode_vs_chain) */
     int    dsplits[MAX_DSPLITS][2] = {{0, 0}}, ndsplits = 1; /* --decode-splits auto,6/4,...: its K splits */
@@ -588,9 +593,11 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
             const char *m = argv[++i];
-            if (!strcmp(m, "gpt-oss-120b")) gptoss = 1;
+            if (!strcmp(m, "gpt-oss-120b")) gptoss = 1, model = 1;
+            else if (!strcmp(m, "deepseek-v3")) model = 2;
+            else if (!strcmp(m, "qwen3-235b")) model = 3;
             else if (strcmp(m, "glm5")) {
-                fprintf(stderr, "bench_layer: --model %s: glm5 or gpt-oss-120b\n", m);
+                fprintf(stderr, "bench_layer: --model %s: glm5, gpt-oss-120b, deepseek-v3 or qwen3-235b\n", m);
                 return 2;
             }
         }
@@ -656,7 +663,7 @@ int main(int argc, char **argv)
             }
         }
         else {
-            fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
+            fprintf(stderr, "usage: bench_layer [--model glm5|gpt-oss-120b|deepseek-v3|qwen3-235b] [--bw GB/s] [--tflops T] [--reps N] [--quick] [--local] [--ts T1,T2,...] "
                             "[--work-list | --no-work-list] [--breakdown] [--sweep] [--decode] [--decode-splits auto,A/B,...] [--dispatched] "
                             "[--act-fp8 block128|token] "
                             "[--row-quantile auto|mean|Q] [--timeline FILE]\n");
@@ -665,8 +672,16 @@ int main(int argc, char **argv)
     }
     if (reps < 2 * NSETS * NX) reps = 2 * NSETS * NX; /* >= 4 replays of each routing */
     /* the model's shapes: the EP8 shard's local / global experts, and all local */
-    const int H = gptoss ? 2880 : 6144, I = gptoss ? 2880 : 2048, K = gptoss ? 4 : 8, MAXT = 4096;
-    const int EL_EP = gptoss ? 16 : 32, EG_EP = gptoss ? 128 : 256, E_LOCAL = gptoss ? 128 : 32;
+    /* per model: hidden, inter, top-k, the shard's local / global experts, all-local experts */
+    static const struct { const char *name, *shard; int H, I, K, el, eg, elocal; } models[] = {
+        {"GLM-5", "ep8", 6144, 2048, 8, 32, 256, 32},
+        {"gpt-oss-120b (softmax-topk, clamped SwiGLU, biases)", "ep8", 2880, 2880, 4, 16, 128, 128},
+        {"DeepSeek-V3 (sigmoid, 8 groups keep 4, routed_scale 2.5)", "ep8", 7168, 2048, 8, 32, 256, 32},
+        {"Qwen3-235B-A22B (softmax, renormalized)", "ep4", 4096, 1536, 8, 32, 128, 128},
+    };
+    const char *shard = models[model].shard;
+    const int H = models[model].H, I = models[model].I, K = models[model].K, MAXT = 4096;
+    const int EL_EP = models[model].el, EG_EP = models[model].eg, E_LOCAL = models[model].elocal;
     const int ELMAX = EL_EP > E_LOCAL ? EL_EP : E_LOCAL, EGMAX = EG_EP > E_LOCAL ? EG_EP : E_LOCAL;
     const fm_format F = gptoss ? FM_FORMAT_MXFP4 : FM_FORMAT_NVFP4;
     const int Ts_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096}, Ts_quick[] = {1, 4, 64, 1024};
@@ -681,10 +696,9 @@ int main(int argc, char **argv)
     fm_rng_init(&r, 12345);
     fm_cuda_device *dev;
     FK(fm_cuda_device_open(0, &dev));
-    printf("# bench_layer: %s MoE layer, %s, hidden %d inter %d, ep8: %d local experts of %d, local: %d, top-%d; "
+    printf("# bench_layer: %s MoE layer, %s, hidden %d inter %d, %s: %d local experts of %d, local: %d, top-%d; "
            "ceilings %.0f GB/s, %.0f TFLOP/s; device %s%s\n",
-           gptoss ? "gpt-oss-120b (softmax-topk, clamped SwiGLU, biases)" : "GLM-5", gptoss ? "MXFP4" : "NVFP4", H, I,
-           EL_EP, EG_EP, E_LOCAL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
+           models[model].name, gptoss ? "MXFP4" : "NVFP4", H, I, shard, EL_EP, EG_EP, E_LOCAL, K, bw, tflops, fm_cuda_device_limits(dev)->name,
            work_list == FM_WORK_LIST_ON    ? "; decode_work_list ON (the work list and split K in every bucket)"
            : work_list == FM_WORK_LIST_OFF ? "; decode_work_list OFF (grids over every local expert)"
                                            : "; decode_work_list AUTO (the work list where FC1 splits >= 4 ways)");
@@ -759,6 +773,11 @@ int main(int argc, char **argv)
             cfg.score = FM_SCORE_SOFTMAX_TOPK, cfg.renormalize = 0, cfg.routed_scale = 1.0f;
             cfg.activation = FM_ACT_SWIGLU_GPTOSS, cfg.swiglu_limit = 7.0f;
         }
+        else if (model == 2) /* deepseek-ai/DeepSeek-V3's config.json */
+            cfg.score = FM_SCORE_SIGMOID, cfg.n_group = 8, cfg.topk_group = 4, cfg.renormalize = 1,
+            cfg.routed_scale = 2.5f;
+        else if (model == 3) /* Qwen3-235B-A22B's config.json (norm_topk_prob) */
+            cfg.score = FM_SCORE_SOFTMAX, cfg.renormalize = 1, cfg.routed_scale = 1.0f;
         fm_layer *L[NSETS];
         for (int s = 0; s < NSETS; s++) {
             fm_moe_weights w = {.router_w = ws[s].router, .router_bias = ws[s].rbias, .w13 = ws[s].w13,
@@ -839,14 +858,14 @@ int main(int argc, char **argv)
             FK(fm_layer_errors(L[0], st, NULL));
             FK(fm_layer_errors(L[1], st, NULL));
             for (int in = 0; breakdown && in < 2; in++) /* external, then internal routing */
-                graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local", in);
-            if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? "ep8" : "local");
+                graph_breakdown(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? shard : "local", in);
+            if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? shard : "local");
             if (decode_ab)
-                decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? "ep8" : "local",
+                decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? shard : "local",
                                 (const int(*)[2])dsplits, ndsplits);
             if (dispatched)
                 dispatched_vs_run(L, dx, dids, dw, dout, T, H, K, EL, MAXT, st, ev, reps, warm,
-                                  mode == 0 ? "ep8" : "local");
+                                  mode == 0 ? shard : "local");
             /* the two GEMMs alone: the layer's own kernels with the routing's
              * offsets. The layer's FC1/FC2 launches are its last two kernels +
              * the reduce; timed here as a stand-alone pair through fm_cuda_gemm. */
@@ -945,9 +964,9 @@ int main(int argc, char **argv)
             }
             const double g = ge_med, e = rot_time(te, reps, warm), gi_us = gi_med;
             printf("%-6s %5d %7d %9.1f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %9.1f %6.2f | %d/%d\n",
-                   mode == 0 ? "ep8" : "local", T, active, floor_us, g, g / floor_us, e, e / floor_us, gi_us,
+                   mode == 0 ? shard : "local", T, active, floor_us, g, g / floor_us, e, e / floor_us, gi_us,
                    gi_us / (floor_us + router_us), gemm_us, gemm_us / floor_us, gemm_ks[0], gemm_ks[1]);
-            printf("csv,layer,%s,%d,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f\n", mode == 0 ? "ep8" : "local", T, active,
+            printf("csv,layer,%s,%d,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.2f,%.2f\n", mode == 0 ? shard : "local", T, active,
                    bytes, flops, floor_us, g, e, gi_us, gemm_us);
             { /* what the layer launched at this T (fm_layer_plan) */
                 fm_layer_plan_info lp;
