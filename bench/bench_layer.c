@@ -583,8 +583,7 @@ int main(int argc, char **argv)
     const char *timeline = NULL; /* --timeline FILE: per-CTA timeline of the GEMMs (probe build) */
     int    work_list = FM_WORK_LIST_AUTO; /* --work-list / --no-work-list: decode_work_list ON / OFF */
     int    pdl_chain = FM_PDL_CHAIN_AUTO; /* --no-pdl-chain: fm_layer_desc.pdl_chain OFF (an A/B) */
-    int    gptoss = 0; /* --model gpt-oss-120b (default glm5) */
-    int    model = 0;  /* --model: 0 glm5, 1 gpt-oss-120b, 2 deepseek-v3, 3 qwen3-235b */
+    int    model = 0; /* --model: 0 glm5 (default), 1 gpt-oss-120b, 2 deepseek-v3, 3 qwen3-235b */
     int    act_fp8 = FM_ACT_FP8_OFF; /* --act-fp8 block128|token: the W4A8 layer (the GEMMs alone not timed) */
     int    decode_ab = 0; /* --decode: the chain against the one-launch decode kernel, per T (decode_vs_chain) */
     int    dsplits[MAX_DSPLITS][2] = {{0, 0}}, ndsplits = 1; /* --decode-splits auto,6/4,...: its K splits */
@@ -593,7 +592,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
             const char *m = argv[++i];
-            if (!strcmp(m, "gpt-oss-120b")) gptoss = 1, model = 1;
+            if (!strcmp(m, "gpt-oss-120b")) model = 1;
             else if (!strcmp(m, "deepseek-v3")) model = 2;
             else if (!strcmp(m, "qwen3-235b")) model = 3;
             else if (strcmp(m, "glm5")) {
@@ -671,6 +670,7 @@ int main(int argc, char **argv)
         }
     }
     if (reps < 2 * NSETS * NX) reps = 2 * NSETS * NX; /* >= 4 replays of each routing */
+    const int gptoss = model == 1; /* its activation, biases and MXFP4 */
     /* the model's shapes: the EP8 shard's local / global experts, and all local */
     /* per model: hidden, inter, top-k, the shard's local / global experts, all-local experts */
     static const struct { const char *name, *shard; int H, I, K, el, eg, elocal; } models[] = {

@@ -179,10 +179,11 @@ static const char *cutlass_only(const explain_opts *o, const fm_flags_result *r)
 /* Whether the arch's mma.sync runs E4M3 natively: sm_89 and sm_120 / sm_121 issue QMMA; sm_90 to
  * sm_11x have no FP8 mma.sync (ptxas lowers it to F2FP conversions, FP16 HMMAs and FADDs: seen in
  * the SASS, ctest sass_fp8_mma), their FP8 rate being wgmma's (sm_90) or tcgen05's (sm_100) */
-static const char *fp8_mma_sync(int cc)
-{
-    return cc < 89 ? "none" : (cc == 89 || cc >= 120) ? "native" : "lowered";
-}
+static int fp8_mma_native(int cc) { return cc == 89 || cc >= 120; }
+static const char *fp8_mma_sync(int cc) { return cc < 89 ? "none" : fp8_mma_native(cc) ? "native" : "lowered"; }
+#define FM_LOWERED                                                                                                     \
+    "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at the FP16 rate at "      \
+    "best, below W4A16; "
 
 /* `explain --w4a8`: the W4A8 GEMM's staged kernels (fm_tile_layout.h FM_FP8S_LIST, the list
  * the launcher instantiates), each stage's parts and the total the launcher asks for, against
@@ -282,14 +283,9 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
                "codes B = 4 x m64 tiles x 2 x 512, a stage rounded up to 1 KB\n");
         if (fp8)
             printf("  FP8 mma.sync on %s: %s\n", arch->name,
-                   !strcmp(fp8_mma_sync(arch->cc), "native")
-                       ? "native (QMMA): the staged and pipelined kernels run at the FP8 tensor rate"
-                       : arch->cc == 90
-                       ? "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at "
-                         "the FP16 rate at best, below W4A16; the FP8 rate is the wg* kernels' (wgmma)"
-                       : "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at "
-                         "the FP16 rate at best, below W4A16; this arch's FP8 rate is tcgen05's, which fp4moe does "
-                         "not use yet");
+                   fp8_mma_native(arch->cc) ? "native (QMMA): the staged and pipelined kernels run at the FP8 tensor rate"
+                   : arch->cc == 90 ? FM_LOWERED "the FP8 rate is the wg* kernels' (wgmma)"
+                                    : FM_LOWERED "this arch's FP8 rate is tcgen05's, which fp4moe does not use yet");
         printf("verdict: %s\n%s\n", all ? "FITS" : "REJECTED", why);
     }
     return all ? FM_EXIT_OK : FM_EXIT_REJECTED;

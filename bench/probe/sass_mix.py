@@ -136,10 +136,9 @@ def macs_per_warp(text):
 
 def fp8_status(body):
     """native: QMMA / QGMMA; lowered: F2FP from E4M3 / E5M2 feeding HMMAs; none: no FP8 there"""
-    ops = [t for t in body]
-    if any(re.match(r"^(@\S+\s+)?Q(G)?MMA", t) for t in ops):
+    if any(re.match(r"^(@\S+\s+)?Q(G)?MMA", t) for t in body):
         return "native"
-    if any("F2FP" in t and ("E4M3" in t or "E5M2" in t) for t in ops) and any("HMMA" in t for t in ops):
+    if any("F2FP" in t and ("E4M3" in t or "E5M2" in t) for t in body) and any("HMMA" in t for t in body):
         return "lowered"
     return "none"
 

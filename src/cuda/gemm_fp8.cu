@@ -805,6 +805,18 @@ cudaError_t device_cc(int *dev, int *cc)
     return e;
 }
 
+/* fm_fp8mma_kernel_here on a device of capability cc (sm_89+) */
+int kernel_here_cc(int kernel, int cc)
+{
+    switch (kernel) { /* fm_tile_layout.h's list */
+#define FM_FP8W_CASE(tok, mt, st)                                                                                      \
+    case FM_FP8MMA_WG##tok: return wg_here<tok, mt, st>(cc);
+        FM_FP8W_LIST(FM_FP8W_CASE)
+#undef FM_FP8W_CASE
+    default: return 0;
+    }
+}
+
 } // namespace
 
 extern "C" int fm_fp8mma_kernel_here(int kernel)
@@ -814,13 +826,7 @@ extern "C" int fm_fp8mma_kernel_here(int kernel)
     const cudaError_t e = device_cc(&dev, &cc);
     if (e != cudaSuccess) return (int)e;
     if (cc < 89) return (int)cudaErrorNotSupported; /* no FP8 mma before sm_89 */
-    switch (kernel) { /* fm_tile_layout.h's list */
-#define FM_FP8W_CASE(tok, mt, st)                                                                                      \
-    case FM_FP8MMA_WG##tok: return wg_here<tok, mt, st>(cc);
-        FM_FP8W_LIST(FM_FP8W_CASE)
-#undef FM_FP8W_CASE
-    default: return 0;
-    }
+    return kernel_here_cc(kernel, cc);
 }
 
 extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
@@ -848,7 +854,7 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
      * wg32 110 / 113 / 116 us against pipe16 123 / 126 / 237 at 8 / 16 / 32 rows per expert,
      * wg64 184 / 364 / 706 against 459 / 907 / 1,818 at 64 / 128 / 256 (wg32 221 at 64) */
     if (a->kernel == FM_FP8MMA_AUTO && !nv && a->wsp && !((uintptr_t)a->wsp & 15) && !((uintptr_t)a->xq & 15) &&
-        a->ldx % 16 == 0 && cc == 90 && fm_fp8mma_kernel_here(FM_FP8MMA_WG32) == 0) {
+        a->ldx % 16 == 0 && cc == 90 && kernel_here_cc(FM_FP8MMA_WG32, cc) == 0) { /* cc already queried */
         ak = *a;
         ak.kernel = a->max_rows >= 48 * a->E ? FM_FP8MMA_WG64 : FM_FP8MMA_WG32;
         a = &ak;
