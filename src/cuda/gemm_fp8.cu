@@ -75,6 +75,76 @@ __device__ __forceinline__ void mma_e4m3_k16(float (&d)[4], uint32_t a0, uint32_
 #endif
 }
 
+/* NVFP4 on the F16 pipe (sm_90 .. sm_11x). Those targets have no FP8 mma.sync in hardware:
+ * ptxas lowers every E4M3 mma.sync into F2FP.F16.E4M3 conversions of A and B, HMMA F16 (two
+ * HMMA.1688 for m16n8k16, two HMMA.16816 for m16n8k32) from zero and an FADD of C (SASS of
+ * sm_90a / sm_100f / sm_103f / sm_110f; sm_89 and sm_120f / sm_121f have a QMMA). So there an
+ * E4M3 MMA is an F16 MMA plus overhead, and the NVFP4 per-16 path (an MMA from zero per block,
+ * then FMUL + FFMA per accumulator) is instruction-bound. E2M1 x E4M3 is exact in F16 (at most
+ * 6 significant bits, |v| in [2^-10, 2688], multiples of 2^-10), and E4M3 activations are
+ * exact in F16: the block scale is folded into the F16 weights (one mul.rn.f16x2, exact) and a
+ * 16-block is one m16n8k16 F16 MMA accumulating in FP32 across the group, as the BF16 path.
+ * Exact products either way; only the FP32 accumulation order differs from the per-16 path. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+constexpr bool kNvF16 = true;
+#else
+constexpr bool kNvF16 = false;
+#endif
+
+/* bytes 0, 1 of v (E4M3) -> lo (F16x2, byte 0 in the low half), bytes 2, 3 -> hi */
+__device__ __forceinline__ void e4m3x4_f16(uint32_t v, uint32_t &lo, uint32_t &hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(v));
+#else
+    lo = hi = 0u * v; /* not launched there */
+#endif
+}
+
+/* byte i (0..3) of w, an E4M3 code -> F16x2 {code, code}: one prmt (the byte twice), one cvt */
+__device__ __forceinline__ uint32_t e4m3_f16x2(uint32_t w, int i)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t r, p;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(p) : "r"(w), "r"((uint32_t)i * 0x11u));
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t}" : "=r"(r) : "r"(p));
+    return r;
+#else
+    return 0u * w * (uint32_t)i; /* not launched there */
+#endif
+}
+
+/* a x b, F16x2, round to nearest (exact here: the block scale times an E2M1 value) */
+__device__ __forceinline__ uint32_t hmul2_rn(uint32_t a, uint32_t b)
+{
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+/* c += A x B, m16n8k16 F16 -> FP32 */
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The F16 A fragment of one NVFP4 16-block: x0 / x1 the E4M3 codes of rows g / g + 8 at K
+ * 4t..4t+3 (an m16n8k16 E4M3 fragment), times the rows' block scales s0 / s1 (F16x2 {s, s}).
+ * E4M3 K 4t, 4t+1 -> F16 K 2t, 2t+1 (a[0], a[1]) and 4t+2, 4t+3 -> 2t+8, 2t+9 (a[2], a[3]):
+ * e4m3x4_f16 of the B word (K 4t..4t+3 of token g) gives the matching b0 / b1. */
+__device__ __forceinline__ void nv_frag_f16(uint32_t x0, uint32_t x1, uint32_t s0, uint32_t s1, uint32_t (&a)[4])
+{
+    uint32_t l0, h0, l1, h1;
+    e4m3x4_f16(x0, l0, h0);
+    e4m3x4_f16(x1, l1, h1);
+    a[0] = hmul2_rn(l0, s0), a[1] = hmul2_rn(l1, s1), a[2] = hmul2_rn(h0, s0), a[3] = hmul2_rn(h1, s1);
+}
+
 /* Four E2M1 codes (nibble i = element i) -> four E4M3 codes (byte i), constant table: the
  * magnitudes by one prmt, the signs (nibble bit 3 -> byte bit 7) by a second prmt that picks
  * byte 0 (0x00) or byte 1 (0x80) of 0x8000 */
@@ -268,6 +338,18 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
                             gacc[n][2] = fmaf(d[2], sw1, gacc[n][2]);
                             gacc[n][3] = fmaf(d[3], sw1, gacc[n][3]);
                         }
+                    } else if (kNvF16) { /* the F16 pipe (sm_90 .. sm_11x): scales folded into the weights */
+                        uint32_t a0[4], a1[4];
+                        nv_frag_f16(af[0], af[1], e4m3_f16x2(ec.x, 2 * kb), e4m3_f16x2(ec.y, 2 * kb), a0);
+                        nv_frag_f16(af[2], af[3], e4m3_f16x2(ec.x, 2 * kb + 1), e4m3_f16x2(ec.y, 2 * kb + 1), a1);
+#pragma unroll
+                        for (int n = 0; n < NTT; n++) {
+                            uint32_t b0l, b0h, b1l, b1h;
+                            e4m3x4_f16(xb[s][n][2 * kb], b0l, b0h);
+                            e4m3x4_f16(xb[s][n][2 * kb + 1], b1l, b1h);
+                            mma_f16(gacc[n], a0, b0l, b0h);
+                            mma_f16(gacc[n], a1, b1l, b1h);
+                        }
                     } else { /* an E4M3 scale per row and 16 of K: one MMA per half, the other half's A zero */
                         const float s00 = fm_fp8mma_e4m3((ec.x >> (16 * kb)) & 0xffu), s01 = fm_fp8mma_e4m3((ec.x >> (16 * kb + 8)) & 0xffu);
                         const float s10 = fm_fp8mma_e4m3((ec.y >> (16 * kb)) & 0xffu), s11 = fm_fp8mma_e4m3((ec.y >> (16 * kb + 8)) & 0xffu);
@@ -457,14 +539,15 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                     fold[i] = __all_sync(0xffffffffu, fm_fp8mma_folds(sc0[i].x) && fm_fp8mma_folds(sc1[i].x));
                 }
             }
-            float tmp[MT][NT][4] = {}; /* a folded group's MMA chain (MXFP4; the other paths add into acc) */
+            float tmp[MT][NT][4] = {}; /* a folded group's MMA chain (MXFP4; NVFP4 on the F16 pipe; the other paths add into acc) */
 #pragma unroll
             for (int kb = 0; kb < 4; kb++) { /* the group's 32-K blocks */
-                uint32_t bx[NT][2];
+                uint32_t bx[NT][2], bh[NV && kNvF16 ? NT : 1][4]; /* bh: the F16 pipe's B, converted once for the bands */
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
                     const unsigned char *xp = buf + (n * 8 + g) * C::ROWB + kb * 32 + 4 * t;
                     bx[n][0] = *(const uint32_t *)xp, bx[n][1] = *(const uint32_t *)(xp + 16);
+                    if (NV && kNvF16) e4m3x4_f16(bx[n][0], bh[n][0], bh[n][1]), e4m3x4_f16(bx[n][1], bh[n][2], bh[n][3]);
                 }
 #pragma unroll
                 for (int i = 0; i < MT; i++) {
@@ -495,6 +578,19 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                                 acc[i][n][3] = fmaf(d[3], sw1 * xsg[n][1], acc[i][n][3]);
                             }
                         }
+                    } else if (kNvF16) { /* the F16 pipe (sm_90 .. sm_11x): blocks 2 kb, 2 kb + 1 with
+                                          * their scales in the weights, one chain a group (tmp) */
+                        const uint32_t w0 = kb < 2 ? sc0[i].x : sc0[i].y, w1 = kb < 2 ? sc1[i].x : sc1[i].y;
+                        const int      by = 2 * (kb & 1); /* the pair's first code: byte by of w0 / w1 */
+                        uint32_t       af[4], a0[4], a1[4];
+                        decode_frag(wa, wc, FM_FP8MMA_TLO, FM_FP8MMA_THI, FM_FP8MMA_TLO, FM_FP8MMA_THI, af);
+                        nv_frag_f16(af[0], af[1], e4m3_f16x2(w0, by), e4m3_f16x2(w1, by), a0);
+                        nv_frag_f16(af[2], af[3], e4m3_f16x2(w0, by + 1), e4m3_f16x2(w1, by + 1), a1);
+#pragma unroll
+                        for (int n = 0; n < NT; n++) {
+                            mma_f16(tmp[i][n], a0, bh[n][0], bh[n][1]);
+                            mma_f16(tmp[i][n], a1, bh[n][2], bh[n][3]);
+                        }
                     } else { /* blocks 2 kb, 2 kb + 1 of 16: one m16n8k16 MMA each (the pipelined kernels
                               * run a k32 MMA with the other half's A zero instead) */
                         const uint32_t w0 = kb < 2 ? sc0[i].x : sc0[i].y, w1 = kb < 2 ? sc1[i].x : sc1[i].y;
@@ -517,6 +613,13 @@ __global__ void __launch_bounds__(NW * 32, NT >= 8 ? 1 : 2) fp8mma_staged_kernel
                     }
                 }
             }
+            if (NV && kNvF16) /* the F16 pipe's group sum times the activation scale (1: per row) */
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) acc[i][n][q] = fmaf(tmp[i][n][q], xsg[n][q & 1], acc[i][n][q]);
             /* a folded group's sum times 2^(max - 133) (rows g / g + 8) and the activation scale */
             if (!NV)
 #pragma unroll
