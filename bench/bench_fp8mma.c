@@ -1,6 +1,7 @@
 /* bench_fp8mma.c - the W4A8 grouped GEMM on mma.sync E4M3 (src/cuda/gemm_fp8.cu) alone, each
  * kernel (the first, MXFP4 only; the pipelined ones with 16 and 32 tokens a pass; the staged
- * ones with 16 / 32 / 64; the wgmma ones with 32 / 64 / 128, MXFP4 on sm_90 only; a kernel
+ * ones with 16 / 32 / 64; the wgmma ones with 32 / 64 / 128 and the warp-specialized wgmma ones
+ * with 64 / 128 (ws64, ws128), MXFP4 on sm_90 only; a kernel
  * whose launch fails is reported and left out) interleaved
  * point by point, on two shapes: gpt-oss-120b's FC1 (N = 2 x 2,880, K = 2,880,
  * MXFP4) over the EP8 shard's 16 experts, and GLM-5's EP8 FC1 (N = 4,096, K = 6,144, NVFP4) over

@@ -14,7 +14,7 @@
 #   w4a8: bench_fp8mma, then bench_layer W4A16 and W4A8 on each kernel of W4A8_KERNELS (default
 #         auto staged16 staged32 staged64; issue 34; CTEST_ARGS for the tests first, BENCH=0: tests
 #         only; GPU_CMAKE_ARGS=-DFM_CUDA_W4A8_DISPATCH=ON for the W4A8 dispatched rows; the wgmma
-#         kernels wg32 wg64 wg128 take MXFP4 only: W4A8_LAYER_ARGS="--model gpt-oss-120b ...")
+#         kernels wg32 wg64 wg128 ws64 ws128 take MXFP4 only: W4A8_LAYER_ARGS="--model gpt-oss-120b ...")
 #   decode-delay: test_cuda_decode on decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY),
 #            plain and under memcheck / racecheck (issue 31's flag-protocol test; CTEST=0 skips ctest)
 #   nccl-ep1: build + ctest as usual, then examples/nccl_ep against the carried .ncclep and this

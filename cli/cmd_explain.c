@@ -269,6 +269,34 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
     }
     FM_FP8W_LIST(FM_FP8W_ROW)
 #undef FM_FP8W_ROW
+    /* the warp-specialized wgmma kernels (FM_FP8WS_LIST): the same rule as the wg kernels */
+#define FM_FP8WS_ROW(tok, cw, st)                                                                                     \
+    {                                                                                                                 \
+        const size_t rows = (size_t)FM_FP8WS_A_OFF(tok), codes = (size_t)FM_FP8WS_S_OFF(cw, tok) - rows;              \
+        const size_t stage = (size_t)FM_FP8WS_STAGE_BYTES(cw, tok), total = (size_t)FM_FP8WS_SMEM(cw, tok, st);        \
+        const size_t scales = (size_t)FM_FP8WS_F_OFF(cw, tok) + 16 - (size_t)FM_FP8WS_S_OFF(cw, tok);                 \
+        const int    fits = wg_applies && total <= limit;                                                             \
+        if (wg_applies) all &= fits;                                                                                  \
+        if (json) {                                                                                                   \
+            cJSON *k = cJSON_CreateObject();                                                                          \
+            cJSON_AddStringToObject(k, "kernel", "ws" #tok);                                                          \
+            cJSON_AddNumberToObject(k, "tokens", tok);                                                                \
+            cJSON_AddNumberToObject(k, "stages", st);                                                                 \
+            cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);                                                   \
+            cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);                                                 \
+            cJSON_AddNumberToObject(k, "scales_bytes", (double)scales);                                               \
+            cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);                                                 \
+            cJSON_AddNumberToObject(k, "total_bytes", (double)total);                                                 \
+            cJSON_AddBoolToObject(k, "applies", wg_applies);                                                          \
+            cJSON_AddBoolToObject(k, "fits", fits);                                                                   \
+            cJSON_AddItemToArray(ks, k);                                                                              \
+        } else {                                                                                                      \
+            printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", "ws" #tok, tok, st, rows, codes,            \
+                   scales, stage, total, limit, !wg_applies ? wg_na : fits ? "FITS" : "REJECTED");                    \
+        }                                                                                                             \
+    }
+    FM_FP8WS_LIST(FM_FP8WS_ROW)
+#undef FM_FP8WS_ROW
     const char *why = !fp8 ? "no FP8 MMA before sm_89: the layer runs W4A16 there (the launcher refuses)"
                       : all ? "every staged kernel fits; the pipelined kernels (pipe16, pipe32, first) use no shared memory"
                             : "a staged kernel is past the opt-in limit: its launch is refused (cudaErrorInvalidConfiguration)";
@@ -281,6 +309,9 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
                "16 rows x %d codes\n", FM_FP8S_WARPS * FM_FP8S_BANDS, FM_FP8S_WARPS * FM_FP8S_BANDS, nv ? 8 : 4);
         printf("  wg*: one warpgroup on wgmma (sm_90a, MXFP4; auto's pick there): rows B = tokens x 128 swizzled, "
                "codes B = 4 x m64 tiles x 2 x 512, a stage rounded up to 1 KB\n");
+        printf("  ws*: a producer warpgroup decoding into shared memory + 2 consumer warpgroups on SS wgmma (opt-in, "
+               "sm_90a, MXFP4): codes B = decoded 128 x 128 E4M3 + 8 bands x 2 x 512 packed; scales B = group, "
+               "activation scales and flag; + 16 B of mbarriers a stage\n");
         if (fp8)
             printf("  FP8 mma.sync on %s: %s\n", arch->name,
                    fp8_mma_native(arch->cc) ? "native (QMMA): the staged and pipelined kernels run at the FP8 tensor rate"

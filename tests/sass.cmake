@@ -9,6 +9,7 @@ if(FM_HAVE_CUDA AND Python3_EXECUTABLE)
   set(_fm_sass_expect "")
   if("90a" IN_LIST FM_TARGETS)
     list(APPEND _fm_sass_expect --expect sm_90a:fp8mma_wg_kernel:native
+                                --expect sm_90a:fp8mma_ws_kernel:native
                                 --expect sm_90a:fp8mma_pipe_kernel:lowered
                                 --expect sm_90a:fp8mma_staged_kernel:lowered)
   endif()

@@ -144,7 +144,7 @@ static fm_status create_w13(fm_cuda_layer *s, const fm_moe_weights *w, int L)
 /* $FM_W4A8_KERNEL: which W4A8 GEMM kernel a W4A8 layer runs (an A/B knob for bench_layer, read
  * at create; unset or empty = automatic). A name the list does not hold refuses the create
  * (FM_ERR_INVALID_ARG); so does a kernel that cannot run the layer (FM_ERR_UNSUPPORTED): the first
- * and the wgmma kernels on NVFP4 weights, the wgmma kernels on a device other than sm_90 or in a
+ * and the wgmma kernels (wg*, ws*) on NVFP4 weights, the wgmma kernels on a device other than sm_90 or in a
  * build without their sm_90a code (fm_fp8mma_kernel_here: the launcher's own test). */
 static fm_status w4a8_kernel_env(const fm_cuda_layer *s, int *kernel)
 {
@@ -152,7 +152,7 @@ static fm_status w4a8_kernel_env(const fm_cuda_layer *s, int *kernel)
     *kernel = v && *v ? fm_fp8mma_kernel_of(v) : FM_FP8MMA_AUTO;
     if (*kernel < 0)
         return fm_fail(FM_ERR_INVALID_ARG, "cuda backend: FM_W4A8_KERNEL='%s' is not a W4A8 GEMM kernel (auto first "
-                                           "pipe16 pipe32 staged16 staged32 staged64 wg32 wg64 wg128)", v);
+                                           "pipe16 pipe32 staged16 staged32 staged64 wg32 wg64 wg128 ws64 ws128)", v);
     const int mx_only = *kernel == FM_FP8MMA_FIRST || *kernel >= FM_FP8MMA_WG32;
     if (mx_only && s->p.cfg.wfmt != FM_FORMAT_MXFP4)
         return fm_fail(FM_ERR_UNSUPPORTED, "cuda backend: FM_W4A8_KERNEL='%s' takes MXFP4 weights only", v);

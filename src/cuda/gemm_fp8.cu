@@ -19,6 +19,7 @@
 #include "cuda/gemm_fp8.h"
 #include "cuda/kernel_common.cuh"
 #include "cuda/wgmma_rs_fp8.cuh"
+#include "cuda/wgmma_ss_fp8.cuh"
 #include "kernels/fm_tile_layout.h"
 
 namespace {
@@ -897,6 +898,10 @@ int launch_wg(const fm_fp8mma_args &a, size_t smem, int cc, cudaStream_t s)
     return (int)cudaGetLastError();
 }
 
+/* the warp-specialized wgmma kernels (FM_FP8MMA_WS*): a producer warpgroup decodes the codes
+ * into shared memory, consumer warpgroups run SS wgmma */
+#include "cuda/wgmma_ws_fp8.cuh"
+
 /* The current device and its compute capability, major x 10 + minor */
 cudaError_t device_cc(int *dev, int *cc)
 {
@@ -916,6 +921,10 @@ int kernel_here_cc(int kernel, int cc)
     case FM_FP8MMA_WG##tok: return wg_here<tok, mt, st>(cc);
         FM_FP8W_LIST(FM_FP8W_CASE)
 #undef FM_FP8W_CASE
+#define FM_FP8WS_CASE(tok, cw, st)                                                                                     \
+    case FM_FP8MMA_WS##tok: return ws_here<tok, cw, st>(cc);
+        FM_FP8WS_LIST(FM_FP8WS_CASE)
+#undef FM_FP8WS_CASE
     default: return 0;
     }
 }
@@ -977,6 +986,10 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     case FM_FP8MMA_WG##tok: return launch_wg<tok, mt, st>(*a, smem, cc, s);
             FM_FP8W_LIST(FM_FP8W_CASE)
 #undef FM_FP8W_CASE
+#define FM_FP8WS_CASE(tok, cw, st)                                                                                     \
+    case FM_FP8MMA_WS##tok: return launch_ws<tok, cw, st>(*a, smem, cc, s);
+            FM_FP8WS_LIST(FM_FP8WS_CASE)
+#undef FM_FP8WS_CASE
 #define FM_FP8S_CASE(tok, nt, st)                                                                                      \
     case FM_FP8MMA_STAGED##tok: return nv ? launch_staged<true, nt, st>(*a, smem, s) : launch_staged<false, nt, st>(*a, smem, s);
             FM_FP8S_LIST(FM_FP8S_CASE)

@@ -17,7 +17,10 @@
  * stages deep, as the W4A16 mma kernels; see gemm_fp8.cu. The wgmma kernels (FM_FP8MMA_WG*,
  * opt-in, MXFP4 only, sm_90a only: cudaErrorNotSupported elsewhere, and where the build has no
  * sm_90a code; run on the H100 2026-12-07) take the staged kernels' stages to wgmma E4M3 with the
- * A operand (the decoded weights) in registers, up to 128 tokens a pass. */
+ * A operand (the decoded weights) in registers, up to 128 tokens a pass. The warp-specialized
+ * wgmma kernels (FM_FP8MMA_WS*, opt-in only, MXFP4, sm_90a, refused as the wg kernels are; not
+ * yet run on a GPU) decode in a producer warpgroup into shared memory for consumer warpgroups on
+ * SS wgmma (src/cuda/wgmma_ws_fp8.cuh). */
 #ifndef FM_CUDA_GEMM_FP8_H
 #define FM_CUDA_GEMM_FP8_H
 
@@ -132,11 +135,15 @@ enum {
     FM_FP8MMA_WG32 = 7,      /* wgmma (sm_90a, MXFP4; needs wsp), 2 m64 tiles x 32 tokens a pass, 4 stages */
     FM_FP8MMA_WG64 = 8,      /* 2 m64 tiles x 64 tokens a pass, 4 stages */
     FM_FP8MMA_WG128 = 9,     /* 1 m64 tile x 128 tokens a pass, 4 stages */
-    FM_FP8MMA_KERNELS = 10   /* the count */
+    FM_FP8MMA_WS64 = 10,     /* warp-specialized wgmma (sm_90a, MXFP4; needs wsp; opt-in, never auto): a producer
+                                warpgroup decodes to E4M3 in shared memory, 2 consumer warpgroups (SS wgmma) of an
+                                m64 tile each, 64 tokens a pass, 6 stages */
+    FM_FP8MMA_WS128 = 11,    /* the same, 128 tokens a pass, 5 stages */
+    FM_FP8MMA_KERNELS = 12   /* the count */
 };
 
 /* A kernel's name ("auto" "first" "pipe16" "pipe32" "staged16" "staged32" "staged64" "wg32" "wg64"
- * "wg128"; NULL
+ * "wg128" "ws64" "ws128"; NULL
  * outside [0, FM_FP8MMA_KERNELS)), and the kernel a name names (-1: none) */
 const char *fm_fp8mma_kernel_name(int kernel);
 int         fm_fp8mma_kernel_of(const char *name);

@@ -91,12 +91,17 @@ size_t fm_fp8mma_smem_bytes(int kernel, fm_format fmt)
     case FM_FP8MMA_WG##tok: return (size_t)FM_FP8W_SMEM(mt, tok, st);
         FM_FP8W_LIST(FM_FP8W_CASE)
 #undef FM_FP8W_CASE
+#define FM_FP8WS_CASE(tok, cw, st) \
+    case FM_FP8MMA_WS##tok: return (size_t)FM_FP8WS_SMEM(cw, tok, st);
+        FM_FP8WS_LIST(FM_FP8WS_CASE)
+#undef FM_FP8WS_CASE
     default: return 0;
     }
 }
 
-static const char *const k_kernel_names[FM_FP8MMA_KERNELS] = {"auto",     "first",    "pipe16", "pipe32", "staged16",
-                                                               "staged32", "staged64", "wg32",   "wg64",   "wg128"};
+static const char *const k_kernel_names[FM_FP8MMA_KERNELS] = {"auto",     "first",    "pipe16", "pipe32",
+                                                               "staged16", "staged32", "staged64", "wg32",
+                                                               "wg64",     "wg128",    "ws64",     "ws128"};
 
 const char *fm_fp8mma_kernel_name(int kernel)
 {

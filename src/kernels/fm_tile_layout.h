@@ -121,6 +121,30 @@
 /* The wgmma kernels built, X(tokens a pass, m64 tiles, stages): FM_FP8MMA_WG<tokens> */
 #define FM_FP8W_LIST(X) X(32, 2, 4) X(64, 2, 4) X(128, 1, 4)
 
+/* ---- the W4A8 GEMM's warp-specialized wgmma kernels (gemm_fp8.cu, FM_FP8MMA_WS*: sm_90a,
+ * MXFP4, opt-in) ----
+ * One producer warpgroup (copies, and decodes the codes to E4M3 in shared memory) and cw
+ * consumer warpgroups (SS wgmma, one m64 tile of features each), tok tokens a pass. One stage
+ * = one 128-K group, offsets from its start (1 KB aligned):
+ *   [0, A_OFF)          the rows' tile X[tok][128] E4M3, 128-byte swizzled (as the wg kernels)
+ *   [A_OFF, R_OFF)      the decoded weights A[64 cw][128] E4M3, 128-byte swizzled (1 KB atoms)
+ *   [R_OFF, S_OFF)      the packed codes: 4 x cw bands x 2 chunks of 512 B
+ *   [S_OFF, XS_OFF)     the bands' group scales: 16 rows x 4 UE8M0 codes (64 B) a band
+ *   [XS_OFF, F_OFF)     the tokens' activation scales of the group (FP32, tok)
+ *   [F_OFF, F_OFF + 16) the group's fold flag (one word)
+ * a stage rounded up to 1 KB; after the stages, 2 mbarriers (full, empty) of 8 B a stage.
+ * fm_fp8mma_smem_bytes (prepack_fp8.c) and the kernel's constexpr layout expand these. */
+#define FM_FP8WS_A_OFF(tok) ((tok) * FM_FP8S_KC)
+#define FM_FP8WS_R_OFF(cw, tok) (FM_FP8WS_A_OFF(tok) + 64 * (cw) * FM_FP8S_KC)
+#define FM_FP8WS_S_OFF(cw, tok) (FM_FP8WS_R_OFF(cw, tok) + 4 * (cw) * (FM_FP8S_KC / FM_TILE_CHUNK_K) * FM_TILE_CHUNK_BYTES)
+#define FM_FP8WS_XS_OFF(cw, tok) (FM_FP8WS_S_OFF(cw, tok) + 4 * (cw) * FM_FP8S_SF_BYTES(0))
+#define FM_FP8WS_F_OFF(cw, tok) (FM_FP8WS_XS_OFF(cw, tok) + 4 * (tok))
+#define FM_FP8WS_STAGE_BYTES(cw, tok) ((FM_FP8WS_F_OFF(cw, tok) + 16 + 1023) / 1024 * 1024)
+#define FM_FP8WS_SMEM(cw, tok, st) ((st) * (FM_FP8WS_STAGE_BYTES(cw, tok) + 16))
+/* The warp-specialized kernels built, X(tokens a pass, consumer warpgroups, stages):
+ * FM_FP8MMA_WS<tokens> */
+#define FM_FP8WS_LIST(X) X(64, 2, 6) X(128, 2, 5)
+
 /* Field ranges each kernel family's template takes (fm_smem_mma / fm_smem_wgmma
  * refuse the rest at run time; fm_tiles.def's rows are checked against them at
  * compile time). */

@@ -1,8 +1,9 @@
 /* test_cuda_fp8mma.c - the W4A8 mma GEMM (src/cuda/gemm_fp8.cu, MXFP4 and NVFP4 weights, E4M3
  * activations with FP32 scales), each kernel (the first, MXFP4 only; the pipelined ones, 16 and
  * 32 tokens a pass; the automatic pick; the staged ones, 16 / 32 / 64 tokens a pass, with the
- * packed scales of fm_fp8mma_pack_scales; the wgmma ones, 32 / 64 / 128 tokens a pass, MXFP4 on
- * sm_90 only: elsewhere their refusal, cudaErrorNotSupported) against an FP64 oracle of the
+ * packed scales of fm_fp8mma_pack_scales; the wgmma ones, 32 / 64 / 128 tokens a pass, and the
+ * warp-specialized wgmma ones (ws64 / ws128: a producer warpgroup decodes into shared memory), MXFP4
+ * on sm_90 only: elsewhere their refusal, cudaErrorNotSupported) against an FP64 oracle of the
  * same operands:
  *   y[r][n] = sum_k deq(W_e)[n][k] x dec(q[r][k]) x s[r][k / 128 or 0]
  * (the W4A8 numerics of docs/formats.md with exact weights: the oracle multiplies the MXFP4
@@ -154,6 +155,10 @@ static void check_shape(fm_rng *r, fm_format fmt, int N, int K, int per128, int 
     assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     b = a, b.kernel = FM_FP8MMA_WG64, b.wsp = NULL; /* and they need the packed scales */
     assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.fmt = FM_FORMAT_NVFP4, b.kernel = FM_FP8MMA_WS64; /* the warp-specialized ones too */
+    assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
+    b = a, b.kernel = FM_FP8MMA_WS128, b.wsp = NULL;
+    assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorInvalidValue);
     CK(cudaFree((void *)a.wq));
     CK(cudaFree((void *)a.wexp));
     CK(cudaFree((void *)a.wsp));
@@ -196,6 +201,8 @@ static void test_fp8mma_vs_oracle(void **state)
                             .max_rows = 1, .kernel = FM_FP8MMA_WG64, .fmt = FM_FORMAT_MXFP4};
         assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorNotSupported);
         assert_int_equal(fm_fp8mma_kernel_here(FM_FP8MMA_WG64), (int)cudaErrorNotSupported);
+        b.kernel = FM_FP8MMA_WS64, assert_int_equal(fm_fp8mma_launch(&b, st), (int)cudaErrorNotSupported);
+        assert_int_equal(fm_fp8mma_kernel_here(FM_FP8MMA_WS128), (int)cudaErrorNotSupported);
         printf("  sm_%d%d: the wgmma kernels refused (cudaErrorNotSupported), as they should be; not run\n", major, minor);
         CK(cudaFree(doff));
     }
