@@ -1,7 +1,9 @@
 /* bench_route.c - the router-logits kernels alone (GLM-5: 256 experts, hidden 6,144,
  * FP32 router weights, BF16 x), each named (fm_moe_router_logits_launch_kind): one
  * warp per logit with 16 or 48 loads in flight per lane, the 16 x 32 tiled kernel,
- * and the layer's dispatch (auto). Per T: median over --reps of an event pair around
+ * the staged kernel, the oneshot kernels (every load of a CTA at once: one wait, or 4 k
+ * ranges summed as they land; the kind that really ran is printed: 4 = staged, their
+ * fallback) and the layer's dispatch (auto). Per T: median over --reps of an event pair around
  * one launch (launch latency included, as in a graph), NR router copies rotated so
  * the 6.3 MB router is read from DRAM as in a layer whose experts flushed L2. Floor =
  * (router + x bytes) / --bw. All kernels give the same bits (test_cuda_route).
@@ -76,8 +78,9 @@ int main(int argc, char **argv)
     cudaEvent_t ev[2];
     CK(cudaEventCreate(&ev[0]));
     CK(cudaEventCreate(&ev[1]));
-    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_AUTO};
-    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "auto"};
+    const int kinds[] = {FM_ROUTER_WARP16,  FM_ROUTER_WARP48,   FM_ROUTER_TILED, FM_ROUTER_STAGED,
+                         FM_ROUTER_ONESHOT, FM_ROUTER_ONESHOT4, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "oneshot", "oneshot4", "auto"};
     enum { NK = sizeof kinds / sizeof kinds[0] };
     double           *t = malloc(sizeof(double) * reps);
     printf("# bench_route: router logits, %d experts, hidden %d, FP32 router, %d copies rotated; %.0f GB/s\n", E, H,
@@ -108,7 +111,9 @@ int main(int argc, char **argv)
         }
         printf("%6d %9.1f |", T, floor_us);
         for (int ki = 0; ki < NK; ki++) printf(" %5.1f (%5.1f)", med[ki], med[ki] / floor_us);
-        printf("\n");
+        /* the oneshot kernels fall back to staged where their shared memory does not fit */
+        printf(" | ran: oneshot=%d oneshot4=%d\n", fm_moe_router_logits_kind(dx[0], dw[0], T, E, H, FM_ROUTER_ONESHOT),
+               fm_moe_router_logits_kind(dx[0], dw[0], T, E, H, FM_ROUTER_ONESHOT4));
         fflush(stdout);
     }
     for (int i = 0; i < NR; i++) cudaFree(dw[i]);

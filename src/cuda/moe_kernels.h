@@ -39,16 +39,29 @@ int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E
  * dispatch above; WARP16 / WARP48: one warp per logit with 16 / 48 groups of 32 loads in
  * flight per lane; TILED: 16 x 32 tiles; STAGED: 4 tokens x 2 experts a CTA of 64 threads,
  * one chain a thread, slices double-buffered by cp.async (needs H % 8 == 0 and 16-byte
- * aligned x and rw, else WARP16). All bit-identical (test_cuda_route). */
+ * aligned x and rw, else WARP16); ONESHOT: 4 tokens x 2 experts a CTA of 256 threads,
+ * every load of the CTA issued at once into dynamic shared memory (2 router rows + the
+ * tokens' x rows: 148 KB at H = 6,144 and 4 tokens), one wait, then one chain a thread;
+ * ONESHOT4: the same loads in 4 commit groups of k ranges, range g summed while the later
+ * ones land. Both need what STAGED needs (else as STAGED) and the shared memory (else
+ * STAGED); neither is AUTO's pick until measured (bench_route). All bit-identical
+ * (test_cuda_route). */
 enum {
     FM_ROUTER_AUTO = 0,
     FM_ROUTER_WARP16 = 1,
     FM_ROUTER_WARP48 = 2,
     FM_ROUTER_TILED = 3,
-    FM_ROUTER_STAGED = 4
+    FM_ROUTER_STAGED = 4,
+    FM_ROUTER_ONESHOT = 5,
+    FM_ROUTER_ONESHOT4 = 6
 };
 int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
                                      void *stream, int kind);
+
+/* The kernel fm_moe_router_logits_launch_kind runs for `kind` at this shape and these
+ * pointers after its fallbacks (AUTO resolved; tests and bench_route check that a
+ * variant really ran). Reads the current device's opt-in shared memory for ONESHOT*. */
+int fm_moe_router_logits_kind(const uint16_t *x, const float *rw, int T, int E, int H, int kind);
 
 /* Bytes of device scratch fm_moe_route_launch needs for T tokens of `cfg`. */
 size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T);

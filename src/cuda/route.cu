@@ -7,7 +7,9 @@
  *           the 8 partial sums of fm_moe_router_logits (chain c takes k = c,
  *           c+8, c+16, ... in ascending order) are accumulated by shuffles,
  *           then folded in the CPU's tree. __fmul_rn/__fadd_rn forbid FMA
- *           contraction, so every rounding is the CPU's: bit-identical.
+ *           contraction, so every rounding is the CPU's: bit-identical. The
+ *           staged, tiled and oneshot kernels keep the same chains elsewhere
+ *           (one chain a thread), folded by the same shuffles (fold_parts8).
  *   route   one warp per token; per-token scratch in global memory (score,
  *           biased score, keep flags, group scores): any E, no shared-memory
  *           limit. Arg-max = lane scans + a butterfly on (value desc, index
@@ -16,6 +18,7 @@
  *           kept sequential: every lane adds the 32 values of a chunk in order,
  *           broadcast by shuffles.
  */
+#include <atomic>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +31,17 @@ namespace {
 #define FM_FULL 0xffffffffu
 
 /* ---- router logits ---------------------------------------------------------- */
+
+/* The CPU's fold ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) of the 8 chains of a logit held by 8
+ * neighbouring lanes (lane & 7 = chain), the result on the group's chain-0 lane (FP32
+ * addition commutes). Every lane of the warp must call it. */
+__device__ __forceinline__ float fold_parts8(float part)
+{
+    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 1));
+    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 2));
+    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 4));
+    return part;
+}
 
 /* logits[t][e], one warp each. Chain c = lane & 7 is the CPU's part[c]: it adds
  * x[k]*w[k] for k = c, c+8, c+16, ... in ascending k (lanes c, c+8, c+16, c+24
@@ -62,10 +76,7 @@ __global__ void router_logits_kernel(const uint16_t *x, const float *rw, int T, 
                 if (k0 + 32 * u + c + 8 * m < H) part = __fadd_rn(part, q);
             }
     }
-    /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) on lane 0 (FP32 addition commutes) */
-    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 1));
-    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 2));
-    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 4));
+    part = fold_parts8(part); /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) on lane 0 */
     if (lane == 0) logits[(size_t)t * E + e] = part;
 }
 
@@ -140,13 +151,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int i = 0; i < 8; i++) { /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) */
-            float v = acc[a][i];
-            v = __fadd_rn(v, __shfl_xor_sync(FM_FULL, v, 1));
-            v = __fadd_rn(v, __shfl_xor_sync(FM_FULL, v, 2));
-            v = __fadd_rn(v, __shfl_xor_sync(FM_FULL, v, 4));
-            acc[a][i] = v;
-        }
+        for (int i = 0; i < 8; i++) acc[a][i] = fold_parts8(acc[a][i]); /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)) */
     /* lane c of the group writes expert eg*8 + c of both tokens (static register indices) */
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -220,12 +225,187 @@ __global__ void __launch_bounds__(64)
         __syncthreads(); /* buffer b is refilled by the next iteration's issue */
     }
     fm_kc::cp_async_wait<0>(); /* the empty groups: nothing in flight at exit */
-    /* ((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7)): the 8 chains of a logit are 8 neighbouring lanes */
-    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 1));
-    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 2));
-    part = __fadd_rn(part, __shfl_xor_sync(FM_FULL, part, 4));
+    part = fold_parts8(part); /* the 8 chains of a logit are 8 neighbouring lanes */
     const int t = t0 + tl, e = e0 + el;
     if (c == 0 && t < T && e < E) logits[(size_t)t * E + e] = part;
+}
+
+/* logits of OS_T tokens x OS_E experts per CTA of 256 threads with every load of the CTA
+ * issued at once (FM_ROUTER_ONESHOT, for decode: T <= 4 is one CTA row). The staged kernel
+ * waits on H / 1,024 slices in series (6 at GLM-5's 6,144: 17.5 us at T = 1 against a
+ * 1.5 us floor); here the CTA's two router rows (2 x 24 KB at 6,144) go global -> shared by
+ * cp.async (16-byte copies, all threads), its tokens' x rows global -> registers (16-byte
+ * loads, all issued before any is stored) -> shared as FP32, transposed to [chain][j]
+ * (k = 8j + chain), then one wait (NG = 1), or NG commit groups of consecutive k ranges
+ * awaited in order so that range g is summed while the later ones land (NG = 4,
+ * FM_ROUTER_ONESHOT4). Summing: thread (g = tid >> 3 < 8, c = tid & 7) keeps the CPU's
+ * part[c] of token g / OS_E and expert g % OS_E, adding x[k] * w[k] for k = c, c+8, ...
+ * in ascending k (__fmul_rn then __fadd_rn: the CPU's roundings), reading 16 k's ahead of
+ * the add chain (one float4 of x per 4 adds, w as scalars: 2.25 instructions per add
+ * under the 4-cycle FADD latency); then fold_parts8. Bit-identical to the CPU.
+ * Shared memory (dynamic, sized from H and min(T, OS_T) at launch): w rows of
+ * WP = H rounded to 32 + 8 floats (the two experts of a warp in different banks), x
+ * chains of S = H / 8 rounded to 4 (+ 4 if S / 4 is even: the 8 chains of a token in
+ * different banks for the float4 reads) floats: (2 WP + 8 S tokens) x 4 B = 49.2 KB + 24.7 KB
+ * a token at 6,144 (148 KB at 4 tokens). Needs H % 8 == 0, 16-byte aligned x and rw (the
+ * launcher falls back as for the staged kernel) and the device's opt-in shared memory (else
+ * the staged kernel). Not the layer's pick until measured (bench_route). */
+#define OS_T 4
+#define OS_E 2
+#define OS_THREADS 256
+#define OS_B 16 /* j (adds of a chain) per block: the next block is read while one is summed */
+#define OS_XQ 3 /* x chunks (8 BF16) per thread and token per batch: 768 chunks at 6,144 = one batch */
+
+__host__ __device__ __forceinline__ int os_wp(int H) { return (H + 31) / 32 * 32 + 8; }
+__host__ __device__ __forceinline__ int os_s(int H)
+{
+    const int s = (H / 8 + 3) / 4 * 4;
+    return (s / 4) % 2 ? s : s + 4;
+}
+
+__device__ __forceinline__ void cp_async_wait_upto(int n) /* n constant after unrolling */
+{
+    switch (n) {
+    case 0: fm_kc::cp_async_wait<0>(); break;
+    case 1: fm_kc::cp_async_wait<1>(); break;
+    case 2: fm_kc::cp_async_wait<2>(); break;
+    default: fm_kc::cp_async_wait<3>(); break;
+    }
+}
+
+/* one block of a chain, j = j0 .. j0 + OS_B - 1: x[j] (xq = &x[j0], 16-byte aligned) and
+ * w[8j] (wq = &w[8 j0]): 4 float4 and OS_B scalar reads at immediate offsets */
+struct os_raw {
+    float4 x[OS_B / 4];
+    float  w[OS_B];
+};
+__device__ __forceinline__ void os_load(const float *xq, const float *wq, os_raw &r)
+{
+#pragma unroll
+    for (int i = 0; i < OS_B / 4; i++) r.x[i] = *(const float4 *)(xq + 4 * i);
+#pragma unroll
+    for (int i = 0; i < OS_B; i++) r.w[i] = wq[8 * i];
+}
+/* the block's products, each rounded (__fmul_rn: never fused into the add) */
+__device__ __forceinline__ void os_mul(const os_raw &r, float (&pv)[OS_B])
+{
+#pragma unroll
+    for (int i = 0; i < OS_B / 4; i++) {
+        pv[4 * i] = __fmul_rn(r.x[i].x, r.w[4 * i]);
+        pv[4 * i + 1] = __fmul_rn(r.x[i].y, r.w[4 * i + 1]);
+        pv[4 * i + 2] = __fmul_rn(r.x[i].z, r.w[4 * i + 2]);
+        pv[4 * i + 3] = __fmul_rn(r.x[i].w, r.w[4 * i + 3]);
+    }
+}
+__device__ __forceinline__ float os_add(float part, const float (&pv)[OS_B])
+{
+#pragma unroll
+    for (int i = 0; i < OS_B; i++) part = __fadd_rn(part, pv[i]); /* j ascending */
+    return part;
+}
+
+/* part += x[j] * w[8j] for the blocks b0 .. b1 - 1 (b0 < b1) in ascending j: the CPU's
+ * part[c] += x * w, product rounded, then the sum. Three stages in flight so that the add
+ * chain never waits on shared memory: block b added, block b + 1 multiplied (its reads
+ * landed a step ago), block b + 2 read; the product sets ping-pong (no register copies).
+ * Nothing past block b1 - 1 is read (the next range may still be in flight). */
+__device__ __forceinline__ float os_sum_blocks(float part, const float *xq, const float *wq, int b0, int b1)
+{
+    float  pa[OS_B], pb[OS_B];
+    os_raw r;
+    int    n = b1 - b0; /* blocks left, the first one's products in pa, the next one's reads in r */
+    xq += OS_B * b0, wq += 8 * OS_B * b0;
+    os_load(xq, wq, r);
+    os_mul(r, pa);
+    if (n >= 2) os_load(xq + OS_B, wq + 8 * OS_B, r);
+    for (; n >= 4; n -= 2) {
+        xq += 2 * OS_B, wq += 16 * OS_B;
+        os_mul(r, pb);       /* block + 1 */
+        os_load(xq, wq, r);  /* block + 2 */
+        part = os_add(part, pa);
+        os_mul(r, pa);       /* block + 2 */
+        os_load(xq + OS_B, wq + 8 * OS_B, r); /* block + 3 */
+        part = os_add(part, pb);
+    }
+    if (n == 1) return os_add(part, pa);
+    os_mul(r, pb);
+    if (n == 2) return os_add(os_add(part, pa), pb);
+    os_load(xq + 2 * OS_B, wq + 16 * OS_B, r); /* n == 3 */
+    part = os_add(part, pa);
+    os_mul(r, pa);
+    return os_add(os_add(part, pb), pa);
+}
+
+template <int NG>
+__global__ void __launch_bounds__(OS_THREADS, 1) /* one CTA an SM at 4 tokens (148 KB): registers are free */
+    router_logits_oneshot_kernel(const uint16_t *__restrict__ x, const float *__restrict__ rw, int T, int E, int H,
+                                 float *__restrict__ logits)
+{
+    static_assert(NG >= 1 && NG <= 4, "1 to 4 commit groups (cp_async_wait_upto)");
+    extern __shared__ __align__(16) float os_sm[];
+    const int WP = os_wp(H), S = os_s(H), Hj = H / 8, nb = Hj / OS_B;
+    float    *ws = os_sm, *xs = os_sm + OS_E * WP; /* ws[e][k]; xs[t][c][j] = x[t][8j + c] */
+    const int tid = threadIdx.x, t0 = blockIdx.y * OS_T, e0 = blockIdx.x * OS_E;
+    const int nt = T - t0 < OS_T ? T - t0 : OS_T, ne = E - e0 < OS_E ? E - e0 : OS_E;
+
+    /* 1. the router rows, NG commit groups of k ranges (boundaries at whole blocks) */
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        const int kb = 8 * OS_B * (nb * g / NG), ke = g == NG - 1 ? H : 8 * OS_B * (nb * (g + 1) / NG);
+#pragma unroll
+        for (int el = 0; el < OS_E; el++)
+            if (el < ne) {
+                const float *src = rw + (size_t)(e0 + el) * H;
+                float       *dst = ws + el * WP;
+                for (int r = kb / 4 + tid; r < ke / 4; r += OS_THREADS) fm_kc::cp_async16(dst + 4 * r, src + 4 * r, 16);
+            }
+        fm_kc::cp_async_commit();
+    }
+    /* 2. x: chunk q (k = 8q .. 8q+7) of each token, every load of a batch before its stores;
+     * word i holds k = 8q + 2i (low half) and 8q + 2i + 1 (high): BF16 -> FP32 is exact */
+    for (int q0 = tid; q0 < Hj; q0 += OS_THREADS * OS_XQ) {
+        uint4 v[OS_T][OS_XQ];
+#pragma unroll
+        for (int tl = 0; tl < OS_T; tl++)
+#pragma unroll
+            for (int a = 0; a < OS_XQ; a++) {
+                const int q = q0 + OS_THREADS * a;
+                v[tl][a] = tl < nt && q < Hj ? __ldg((const uint4 *)(x + (size_t)(t0 + tl) * H) + q) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int tl = 0; tl < OS_T; tl++)
+#pragma unroll
+            for (int a = 0; a < OS_XQ; a++) {
+                const int q = q0 + OS_THREADS * a;
+                if (tl < nt && q < Hj) {
+                    float         *d = xs + (size_t)tl * 8 * S + q;
+                    const uint32_t w[4] = {v[tl][a].x, v[tl][a].y, v[tl][a].z, v[tl][a].w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        d[(2 * i) * S] = __uint_as_float(w[i] << 16);
+                        d[(2 * i + 1) * S] = __uint_as_float(w[i] & 0xffff0000u);
+                    }
+                }
+            }
+    }
+    /* 3. the sums: chain c of (token tl, expert el) for tid < 8 OS_T OS_E */
+    const int   c = tid & 7, g8 = tid >> 3, el = g8 % OS_E, tl = g8 / OS_E;
+    const bool  chain = tl < nt && el < ne;
+    const float *xp = chain ? xs + (size_t)(tl * 8 + c) * S : xs, *wp = chain ? ws + el * WP + c : ws;
+    float        part = 0.0f; /* the CPU's part[c] = {0} */
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        cp_async_wait_upto(NG - 1 - g); /* this thread's copies of range g have landed */
+        __syncthreads();                /* everyone's (and, at g = 0, the x stores) */
+        if (chain) {
+            const int b0 = nb * g / NG, b1 = nb * (g + 1) / NG;
+            if (b0 < b1) part = os_sum_blocks(part, xp, wp, b0, b1); /* k = c + 8j, j ascending */
+            if (g == NG - 1) /* the last j's (H / 8 not a multiple of OS_B), ascending */
+                for (int j = nb * OS_B; j < Hj; j++) part = __fadd_rn(part, __fmul_rn(xp[j], wp[8 * j]));
+        }
+    }
+    part = fold_parts8(part); /* every thread: the 8 chains of a logit are 8 neighbouring lanes */
+    if (chain && c == 0) logits[(size_t)(t0 + tl) * E + e0 + el] = part;
 }
 
 /* ---- routing ------------------------------------------------------------------ */
@@ -389,19 +569,92 @@ extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, i
     return fm_moe_router_logits_launch_kind(x, rw, T, E, H, logits, stream, FM_ROUTER_AUTO);
 }
 
-extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H,
-                                                float *logits, void *stream, int kind)
+/* The oneshot kernel's dynamic shared memory at H for T tokens (0: H too large to size) */
+static size_t oneshot_smem(int H, int T)
 {
-    const long long warps = (long long)T * E;
-    if (warps <= 0) return 0;
+    if (H <= 0 || H > (1 << 24)) return 0;
+    const size_t tt = (size_t)(T < OS_T ? T : OS_T);
+    return ((size_t)OS_E * (size_t)os_wp(H) + tt * 8 * (size_t)os_s(H)) * sizeof(float);
+}
+
+/* Per device: the opt-in shared memory per block (0: not read yet), and whether the oneshot
+ * kernels' dynamic shared memory limit was raised to it (per NG). The limit is always set to
+ * the device's opt-in maximum, never to one launch's size: host threads that race here make
+ * the same calls with the same values (a per-launch size could leave the attribute at a
+ * smaller size than the flag says, and every larger launch would then fail). Devices beyond
+ * OS_MAX_DEV query and set every time. */
+#define OS_MAX_DEV 64
+static std::atomic<int> os_optin[OS_MAX_DEV];
+static std::atomic<int> os_dyn_set[OS_MAX_DEV][2];
+
+static int oneshot_fits(size_t smem, int *dev_out, int *optin_out)
+{
+    int dev = -1, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < OS_MAX_DEV && (optin = os_optin[dev].load(std::memory_order_relaxed)) != 0) {
+    } else {
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        if (dev >= 0 && dev < OS_MAX_DEV) os_optin[dev].store(optin, std::memory_order_relaxed);
+    }
+    if (dev_out) *dev_out = dev;
+    if (optin_out) *optin_out = optin;
+    return smem > 0 && smem <= (size_t)optin;
+}
+
+extern "C" int fm_moe_router_logits_kind(const uint16_t *x, const float *rw, int T, int E, int H, int kind)
+{
     const int staged_ok = H % 8 == 0 && ((uintptr_t)x | (uintptr_t)rw) % 16 == 0 && (T + RS_T - 1) / RS_T <= 65535;
     if (kind == FM_ROUTER_AUTO)
         kind = T >= FM_ROUTER_TILED_MIN_T ? FM_ROUTER_TILED
                : staged_ok                ? FM_ROUTER_STAGED
                : T <= FM_ROUTER_WARP48_MAX_T ? FM_ROUTER_WARP48
                                              : FM_ROUTER_WARP16;
+    /* the oneshot kernels: the staged kernel's conditions (OS_T = RS_T: the same grid y), then
+     * the shared memory (too large H: the staged kernel, which streams H in slices) */
+    if ((kind == FM_ROUTER_ONESHOT || kind == FM_ROUTER_ONESHOT4) &&
+        (!staged_ok || !oneshot_fits(oneshot_smem(H, T), NULL, NULL)))
+        kind = FM_ROUTER_STAGED;
     if (kind == FM_ROUTER_TILED && (E + RT_E - 1) / RT_E > 65535) kind = FM_ROUTER_WARP16; /* grid y limit */
     if (kind == FM_ROUTER_STAGED && !staged_ok) kind = FM_ROUTER_WARP16;
+    if (kind < FM_ROUTER_WARP16 || kind > FM_ROUTER_ONESHOT4) kind = FM_ROUTER_WARP16;
+    return kind;
+}
+
+extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *rw, int T, int E, int H,
+                                                float *logits, void *stream, int kind)
+{
+    const long long warps = (long long)T * E;
+    if (warps <= 0) return 0;
+    kind = fm_moe_router_logits_kind(x, rw, T, E, H, kind);
+    if (kind == FM_ROUTER_ONESHOT || kind == FM_ROUTER_ONESHOT4) {
+        const size_t smem = oneshot_smem(H, T);
+        int          dev = -1, optin = 0;
+        if (!oneshot_fits(smem, &dev, &optin))
+            return (int)cudaErrorInvalidValue; /* fm_moe_router_logits_kind said it fits */
+        const int         v = kind == FM_ROUTER_ONESHOT4;
+        const void       *fn = v ? (const void *)router_logits_oneshot_kernel<4> : (const void *)router_logits_oneshot_kernel<1>;
+        std::atomic<int> *set = dev >= 0 && dev < OS_MAX_DEV ? &os_dyn_set[dev][v] : NULL;
+        if (!set || !set->load(std::memory_order_acquire)) { /* the opt-in maximum: smem <= optin */
+            cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+            if (err == cudaSuccess)
+                err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           (int)cudaSharedmemCarveoutMaxShared);
+            if (err != cudaSuccess) return (int)err;
+            if (set) set->store(1, std::memory_order_release);
+        }
+        dim3 grid((unsigned)((E + OS_E - 1) / OS_E), (unsigned)((T + OS_T - 1) / OS_T));
+        if (v)
+            router_logits_oneshot_kernel<4><<<grid, OS_THREADS, smem, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        else
+            router_logits_oneshot_kernel<1><<<grid, OS_THREADS, smem, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
+        return (int)cudaGetLastError();
+    }
     if (kind == FM_ROUTER_TILED) { /* tiles: x and w staged once per tile */
         dim3 grid((unsigned)((T + RT_T - 1) / RT_T), (unsigned)((E + RT_E - 1) / RT_E));
         router_logits_tiled_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);

@@ -16,7 +16,8 @@
  * E = 8, 32, 256; top_k 1, 2, 8; groups on/off; softmax/sigmoid; bias on/off;
  * T = 1, 3, 64, 1000; adversarial ties (duplicated router rows + biases, across
  * warp lanes and groups; all-equal logits); NaN/Inf logits flagged at the first
- * index. Fresh random inputs (seed printed, FM_SEED replays), outputs poisoned
+ * index; the logits kernels (the oneshot ones included) at odd shapes and with NaN/Inf
+ * inputs (the CPU's class: NaN, the same infinity, finite bits). Fresh random inputs (seed printed, FM_SEED replays), outputs poisoned
  * before every run. */
 #include <math.h>
 
@@ -58,6 +59,8 @@ static int token_expf_clean(const fm_moe_config *c, const float *lg)
         if (!expf_is_cr(c->score == FM_SCORE_SOFTMAX ? lg[e] - mx : -lg[e])) return 0;
     return 1;
 }
+
+static long g_oneshot_runs; /* check_logits calls where a oneshot kernel really ran */
 
 typedef struct {
     long cases, tokens, tokens_exact, weights_off_by_ulp;
@@ -224,9 +227,16 @@ static float *check_logits(const fm_moe_config *c, const float *router, const ui
     uint16_t *dx = dev_upload(x, sizeof(uint16_t) * (size_t)T * H);
     float    *dw = dev_upload(router, sizeof(float) * (size_t)E * H), *dl;
     CK(cudaMalloc((void **)&dl, sizeof(float) * (size_t)T * E));
-    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED, FM_ROUTER_STAGED, FM_ROUTER_AUTO};
-    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "auto"};
+    const int kinds[] = {FM_ROUTER_WARP16, FM_ROUTER_WARP48, FM_ROUTER_TILED,   FM_ROUTER_STAGED,
+                         FM_ROUTER_ONESHOT, FM_ROUTER_ONESHOT4, FM_ROUTER_AUTO};
+    const char *const names[] = {"warp16", "warp48", "tiled", "staged", "oneshot", "oneshot4", "auto"};
     for (int ki = 0; ki < (int)(sizeof kinds / sizeof kinds[0]); ki++) {
+        if (kinds[ki] == FM_ROUTER_ONESHOT || kinds[ki] == FM_ROUTER_ONESHOT4) {
+            const int ran = fm_moe_router_logits_kind(dx, dw, T, E, H, kinds[ki]);
+            if (ran == kinds[ki]) g_oneshot_runs++;
+            else if (H % 8 == 0 && H <= 6144 && T <= 2) /* 74-99 KB: every device fp4moe runs on has it */
+                fail_msg("%s H=%d: the %s kernel fell back to kind %d", what, H, names[ki], ran);
+        }
         CK(cudaMemset(dl, 0xFF, sizeof(float) * (size_t)T * E)); /* NaN poison */
         if (kinds[ki] == FM_ROUTER_AUTO)
             assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
@@ -234,8 +244,12 @@ static float *check_logits(const fm_moe_config *c, const float *router, const ui
             assert_int_equal(fm_moe_router_logits_launch_kind(dx, dw, T, E, H, dl, NULL, kinds[ki]), 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got, dl, sizeof(float) * (size_t)T * E, cudaMemcpyDeviceToHost));
+        /* NaN: any NaN (payloads differ between x86 and the GPU), except the poison's bits
+         * 0xFFFFFFFF (GPU arithmetic gives 0x7FFFFFFF): a logit left unwritten stays a failure
+         * where the CPU's is NaN */
         for (size_t i = 0; i < (size_t)T * E; i++)
-            if (f32_bits(got[i]) != f32_bits(ref[i]))
+            if (f32_bits(got[i]) != f32_bits(ref[i]) &&
+                !(isnan(got[i]) && isnan(ref[i]) && f32_bits(got[i]) != 0xFFFFFFFFu))
                 fail_msg("%s H=%d, %s kernel: logit [%zu][%zu] gpu %a cpu %a (must be bit-identical)", what, H,
                          names[ki], i / E, i % E, (double)got[i], (double)ref[i]);
     }
@@ -381,16 +395,23 @@ static void test_route_matrix(void **state)
            g_tally.cases, g_tally.tokens, g_tally.tokens_exact, g_tally.weights_off_by_ulp, g_tally.max_ulp);
 }
 
-/* The logits kernels at shapes the matrix does not reach: an odd E (the staged kernel's
- * expert pairs, the tiled kernel's 32-expert tiles cut), a last slice shorter than the
+/* The logits kernels at shapes the matrix does not reach: an odd E (the staged and oneshot
+ * kernels' expert pairs, the tiled kernel's 32-expert tiles cut), a last slice shorter than the
  * staged kernel's 1,024, x and router rows not 16-byte aligned (its fallback), T not a
- * multiple of any tile. */
+ * multiple of any tile; for the oneshot kernels T = 1-4 at GLM-5's 6,144 and around it
+ * (H / 8 not a multiple of their 16-wide blocks: 6,136 = 767 x 8; fewer than one block:
+ * 24, 8), several token rows of CTAs (T = 5, 9, 17), and H too large for shared memory at
+ * 4 tokens (12,288: their fallback, the staged kernel). */
 static void test_logits_shapes(void **state)
 {
     (void)state;
     fm_rng r;
     fm_rng_init(&r, fm_test_seed() + 3);
-    const int shapes[][3] = {{7, 5, 2056}, {1, 1, 8}, {33, 17, 3080}, {256, 2, 6152}, {5, 130, 1028}, {3, 9, 6}};
+    const long runs0 = g_oneshot_runs;
+    const int  shapes[][3] = {{7, 5, 2056},  {1, 1, 8},      {33, 17, 3080}, {256, 2, 6152}, {5, 130, 1028},
+                              {3, 9, 6},     {9, 1, 6144},   {257, 2, 6136}, {3, 3, 1032},   {5, 4, 2056},
+                              {2, 4, 24},    {1, 2, 136},    {256, 1, 6144}, {256, 4, 6144}, {3, 4, 12288},
+                              {3, 1, 12288}, {11, 3, 4104}};
     for (size_t i = 0; i < FM_ARRAY_LEN(shapes); i++) {
         const int     E = shapes[i][0], T = shapes[i][1], H = shapes[i][2];
         fm_moe_config c;
@@ -405,6 +426,42 @@ static void test_logits_shapes(void **state)
         for (size_t j = 0; j < (size_t)T * H; j++) x[j] = fm_bf16_encode(fm_rng_normal(&r));
         char what[64];
         snprintf(what, sizeof what, "E=%d T=%d", E, T);
+        free(check_logits(&c, router, x, T, what));
+        free(router);
+        free(x);
+    }
+    printf("# logits shapes: the oneshot kernels ran in %ld of the checks\n", g_oneshot_runs - runs0);
+    assert_true(g_oneshot_runs > runs0);
+}
+
+/* NaN / Inf in x or the router: every kernel gives the CPU's logit class (NaN where the CPU
+ * has NaN, the same infinity, the same bits where finite); T = 1-4, the oneshot kernels' T. */
+static void test_logits_nonfinite(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 5);
+    const int Ts[] = {1, 2, 3, 4};
+    for (size_t it = 0; it < FM_ARRAY_LEN(Ts); it++) {
+        const int     E = 5, T = Ts[it], H = 1032;
+        fm_moe_config c;
+        fm_moe_config_default(&c);
+        c.n_experts = E;
+        c.top_k = 1;
+        c.hidden = H;
+        c.wfmt = FM_FORMAT_BF16;
+        float    *router = malloc(sizeof(float) * (size_t)E * H);
+        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)T * H);
+        fm_rng_fill_normal(&r, router, (size_t)E * H, 0.05f);
+        for (size_t j = 0; j < (size_t)T * H; j++) x[j] = fm_bf16_encode(fm_rng_normal(&r));
+        router[(size_t)1 * H + 100] = NAN;       /* expert 1: NaN for every token */
+        router[(size_t)2 * H + 7] = INFINITY;    /* expert 2: +-Inf (x[7] != 0), or NaN (0 x Inf) */
+        router[(size_t)3 * H + 1031] = 3.0e38f; /* expert 3: an overflowing product where x is large */
+        x[7] = 0;                                /* token 0: 0 x Inf = NaN on expert 2 */
+        x[(size_t)(T - 1) * H + 1031] = 0x7F00;  /* the last token: 2^127 x 3e38 = +Inf on expert 3 */
+        if (T > 1) x[(size_t)1 * H + 500] = 0xFF80; /* token 1: -Inf x w */
+        char what[64];
+        snprintf(what, sizeof what, "nonfinite E=%d T=%d", E, T);
         free(check_logits(&c, router, x, T, what));
         free(router);
         free(x);
@@ -536,6 +593,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_matrix),
         cmocka_unit_test(test_logits_shapes),
+        cmocka_unit_test(test_logits_nonfinite),
         cmocka_unit_test(test_route_ties),
         cmocka_unit_test(test_permute_edges),
         cmocka_unit_test(test_route_nonfinite),
