@@ -410,9 +410,11 @@ __global__ void __launch_bounds__(NW * 32, NTT > 2 ? 2 : NV ? 3 : 4) fp8mma_pipe
  * checkpoints we read do) is one MMA chain over its 4 blocks with the exponents in the
  * E4M3 codes (a per-block table of two integer ops), times 2^(max - 133) once; a group that
  * does not (the warp votes) takes the pipelined kernels' exact per-block path. NVFP4: a
- * per-16 path always (E4M3 block scales do not fold exactly), one m16n8k16 E4M3 MMA per 16-block
- * (the pipelined kernels spend a k32 MMA with half its A zero on it). Exact in the weights for
- * every scale either way; FP32 accumulation order differs from the oracle. */
+ * per-16 path always (E4M3 block scales do not fold exactly): on sm_89 / sm_120f one m16n8k16
+ * E4M3 MMA per 16-block (the pipelined kernels spend a k32 MMA with half its A zero on it); on
+ * sm_90 .. sm_11x (kNvF16 above: no FP8 mma.sync there) the block scale folded into F16 weights
+ * and one m16n8k16 F16 MMA per 16-block. Exact in the weights for every scale either way; FP32
+ * accumulation order differs from the oracle. */
 template <bool NV, int NT, int STAGES>
 struct staged_cfg { /* fm_tile_layout.h's FM_FP8S_* layout */
     static constexpr int MT = FM_FP8S_BANDS, KC = FM_FP8S_KC, TOK = 8 * NT, ROWB = FM_FP8S_ROW_BYTES;

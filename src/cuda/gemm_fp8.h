@@ -5,7 +5,9 @@
  * The pipelined kernels (the default) decode the E2M1 codes to the E4M3 codes of their exact
  * values (one constant table), run one MMA per 32 of K (MXFP4) or one per 16 (NVFP4: the other
  * half's A operand zero, half the FP8 rate) from zero, and add its FP32 result times the block
- * scale to the 128-K group's sum, which the activation's scale then promotes (per 128) or the
+ * scale to the 128-K group's sum (NVFP4 on sm_90 .. sm_11x, which have no FP8 mma.sync: the
+ * block scale folded into F16 weights, exact, and one F16 m16n8k16 MMA per 16-block into the
+ * group's FP32 sum; gemm_fp8.cu kNvF16), which the activation's scale then promotes (per 128) or the
  * epilogue scales (per row): exact in the weights for every scale of both formats (the FP32
  * products aside). The first kernel (MXFP4 only, kept for the A/B) folds the block exponents
  * into the codes: exact where a row's block exponents within one 128-K group lie within 14
