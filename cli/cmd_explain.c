@@ -185,6 +185,43 @@ static const char *fp8_mma_sync(int cc) { return cc < 89 ? "none" : fp8_mma_nati
     "lowered by ptxas to FP16 HMMAs with conversions: the staged and pipelined kernels run at the FP16 rate at "      \
     "best, below W4A16; "
 
+/* explain --w4a8: the rows' common output (text or JSON) and the verdict */
+typedef struct {
+    int    json;
+    cJSON *ks;    /* the JSON "kernels" array */
+    size_t limit; /* the device's opt-in shared memory per block */
+    int   *all;   /* every applying kernel fits */
+} w4a8_rows;
+
+/* One kernel's row: `applies` 0 = the kernel does not run on this target / format (outside the
+ * verdict; `na` says why, and JSON carries "applies"); na NULL = a kernel every FP8 target runs
+ * (no "applies" field; where there is no FP8 MMA, applies = 0 and it reads REJECTED). */
+static void w4a8_row(const w4a8_rows *t, const char *family, int tok, int st, size_t rows, size_t codes,
+                     size_t scales, size_t stage, size_t total, int applies, const char *na)
+{
+    char name[24];
+    snprintf(name, sizeof name, "%s%d", family, tok);
+    const int fits = applies && total <= t->limit;
+    if (applies || !na) *t->all &= fits;
+    if (t->json) {
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "kernel", name);
+        cJSON_AddNumberToObject(k, "tokens", tok);
+        cJSON_AddNumberToObject(k, "stages", st);
+        cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);
+        cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);
+        cJSON_AddNumberToObject(k, "scales_bytes", (double)scales);
+        cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);
+        cJSON_AddNumberToObject(k, "total_bytes", (double)total);
+        if (na) cJSON_AddBoolToObject(k, "applies", applies);
+        cJSON_AddBoolToObject(k, "fits", fits);
+        cJSON_AddItemToArray(t->ks, k);
+    } else {
+        printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", name, tok, st, rows, codes, scales, stage, total,
+               t->limit, !applies && na ? na : fits ? "FITS" : "REJECTED");
+    }
+}
+
 /* `explain --w4a8`: the W4A8 GEMM's staged kernels (fm_tile_layout.h FM_FP8S_LIST, the list
  * the launcher instantiates), each stage's parts and the total the launcher asks for, against
  * the arch's opt-in limit. The pipelined kernels use no shared memory. Needs FP8 MMA (sm_89+). */
@@ -212,29 +249,13 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
         printf("  %-9s %6s %6s %8s %8s %8s %8s %9s %9s  %s\n", "kernel", "tokens", "stages", "rows B", "codes B",
                "scales B", "stage B", "total B", "limit B", "verdict");
     }
+    const w4a8_rows t = {json, ks, limit, &all};
 #define FM_FP8S_ROW(tok, nt, st)                                                                                      \
     {                                                                                                                 \
         const size_t rows = (size_t)FM_FP8S_W_OFF(nt), codes = (size_t)FM_FP8S_S_OFF(FM_FP8S_WARPS, FM_FP8S_BANDS, nt) - rows; \
         const size_t stage = (size_t)FM_FP8S_STAGE_BYTES(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, nv);                        \
-        const size_t total = (size_t)FM_FP8S_SMEM(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, st, nv);                           \
-        const int    fits = fp8 && total <= limit;                                                                    \
-        all &= fits;                                                                                                  \
-        if (json) {                                                                                                   \
-            cJSON *k = cJSON_CreateObject();                                                                          \
-            cJSON_AddStringToObject(k, "kernel", "staged" #tok);                                                      \
-            cJSON_AddNumberToObject(k, "tokens", tok);                                                                \
-            cJSON_AddNumberToObject(k, "stages", st);                                                                 \
-            cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);                                                   \
-            cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);                                                 \
-            cJSON_AddNumberToObject(k, "scales_bytes", (double)(stage - rows - codes));                               \
-            cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);                                                 \
-            cJSON_AddNumberToObject(k, "total_bytes", (double)total);                                                 \
-            cJSON_AddBoolToObject(k, "fits", fits);                                                                   \
-            cJSON_AddItemToArray(ks, k);                                                                              \
-        } else {                                                                                                      \
-            printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", "staged" #tok, tok, st, rows, codes,         \
-                   stage - rows - codes, stage, total, limit, fits ? "FITS" : "REJECTED");                            \
-        }                                                                                                             \
+        w4a8_row(&t, "staged", tok, st, rows, codes, stage - rows - codes, stage,                                     \
+                 (size_t)FM_FP8S_SMEM(FM_FP8S_WARPS, FM_FP8S_BANDS, nt, st, nv), fp8, NULL);                           \
     }
     FM_FP8S_LIST(FM_FP8S_ROW)
 #undef FM_FP8S_ROW
@@ -245,27 +266,8 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
 #define FM_FP8W_ROW(tok, mt, st)                                                                                      \
     {                                                                                                                 \
         const size_t rows = (size_t)FM_FP8W_W_OFF(tok), codes = (size_t)FM_FP8W_S_OFF(mt, tok) - rows;                \
-        const size_t stage = (size_t)FM_FP8W_STAGE_BYTES(mt, tok), total = (size_t)FM_FP8W_SMEM(mt, tok, st);          \
-        const size_t scales = (size_t)4 * (mt) * FM_FP8S_SF_BYTES(0);                                                 \
-        const int    fits = wg_applies && total <= limit;                                                             \
-        if (wg_applies) all &= fits;                                                                                  \
-        if (json) {                                                                                                   \
-            cJSON *k = cJSON_CreateObject();                                                                          \
-            cJSON_AddStringToObject(k, "kernel", "wg" #tok);                                                          \
-            cJSON_AddNumberToObject(k, "tokens", tok);                                                                \
-            cJSON_AddNumberToObject(k, "stages", st);                                                                 \
-            cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);                                                   \
-            cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);                                                 \
-            cJSON_AddNumberToObject(k, "scales_bytes", (double)scales);                                               \
-            cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);                                                 \
-            cJSON_AddNumberToObject(k, "total_bytes", (double)total);                                                 \
-            cJSON_AddBoolToObject(k, "applies", wg_applies);                                                          \
-            cJSON_AddBoolToObject(k, "fits", fits);                                                                   \
-            cJSON_AddItemToArray(ks, k);                                                                              \
-        } else {                                                                                                      \
-            printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", "wg" #tok, tok, st, rows, codes,            \
-                   scales, stage, total, limit, !wg_applies ? wg_na : fits ? "FITS" : "REJECTED");       \
-        }                                                                                                             \
+        w4a8_row(&t, "wg", tok, st, rows, codes, (size_t)4 * (mt) * FM_FP8S_SF_BYTES(0),                              \
+                 (size_t)FM_FP8W_STAGE_BYTES(mt, tok), (size_t)FM_FP8W_SMEM(mt, tok, st), wg_applies, wg_na);         \
     }
     FM_FP8W_LIST(FM_FP8W_ROW)
 #undef FM_FP8W_ROW
@@ -273,27 +275,8 @@ static int explain_w4a8(const fm_arch_info *arch, fm_elem w, int json)
 #define FM_FP8WS_ROW(tok, cw, st)                                                                                     \
     {                                                                                                                 \
         const size_t rows = (size_t)FM_FP8WS_A_OFF(tok), codes = (size_t)FM_FP8WS_S_OFF(cw, tok) - rows;              \
-        const size_t stage = (size_t)FM_FP8WS_STAGE_BYTES(cw, tok), total = (size_t)FM_FP8WS_SMEM(cw, tok, st);        \
-        const size_t scales = (size_t)FM_FP8WS_F_OFF(cw, tok) + 16 - (size_t)FM_FP8WS_S_OFF(cw, tok);                 \
-        const int    fits = wg_applies && total <= limit;                                                             \
-        if (wg_applies) all &= fits;                                                                                  \
-        if (json) {                                                                                                   \
-            cJSON *k = cJSON_CreateObject();                                                                          \
-            cJSON_AddStringToObject(k, "kernel", "ws" #tok);                                                          \
-            cJSON_AddNumberToObject(k, "tokens", tok);                                                                \
-            cJSON_AddNumberToObject(k, "stages", st);                                                                 \
-            cJSON_AddNumberToObject(k, "rows_bytes", (double)rows);                                                   \
-            cJSON_AddNumberToObject(k, "codes_bytes", (double)codes);                                                 \
-            cJSON_AddNumberToObject(k, "scales_bytes", (double)scales);                                               \
-            cJSON_AddNumberToObject(k, "stage_bytes", (double)stage);                                                 \
-            cJSON_AddNumberToObject(k, "total_bytes", (double)total);                                                 \
-            cJSON_AddBoolToObject(k, "applies", wg_applies);                                                          \
-            cJSON_AddBoolToObject(k, "fits", fits);                                                                   \
-            cJSON_AddItemToArray(ks, k);                                                                              \
-        } else {                                                                                                      \
-            printf("  %-9s %6d %6d %8zu %8zu %8zu %8zu %9zu %9zu  %s\n", "ws" #tok, tok, st, rows, codes,            \
-                   scales, stage, total, limit, !wg_applies ? wg_na : fits ? "FITS" : "REJECTED");                    \
-        }                                                                                                             \
+        w4a8_row(&t, "ws", tok, st, rows, codes, (size_t)FM_FP8WS_F_OFF(cw, tok) + 16 - (size_t)FM_FP8WS_S_OFF(cw, tok), \
+                 (size_t)FM_FP8WS_STAGE_BYTES(cw, tok), (size_t)FM_FP8WS_SMEM(cw, tok, st), wg_applies, wg_na);       \
     }
     FM_FP8WS_LIST(FM_FP8WS_ROW)
 #undef FM_FP8WS_ROW
