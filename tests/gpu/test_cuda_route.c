@@ -395,6 +395,23 @@ static void test_route_matrix(void **state)
            g_tally.cases, g_tally.tokens, g_tally.tokens_exact, g_tally.weights_off_by_ulp, g_tally.max_ulp);
 }
 
+/* A logits-only config (E experts, top-1, hidden H, BF16 weights: no block constraint on H) and
+ * random router rows and token rows (the caller frees both) */
+static void logits_inputs(fm_rng *r, int E, int T, int H, fm_moe_config *c, float **router, uint16_t **x)
+{
+    fm_moe_config_default(c);
+    c->n_experts = E;
+    c->top_k = 1;
+    c->hidden = H;
+    c->wfmt = FM_FORMAT_BF16;
+    *router = malloc(sizeof(float) * (size_t)E * H);
+    *x = malloc(sizeof(uint16_t) * (size_t)T * H);
+    assert_non_null(*router);
+    assert_non_null(*x);
+    fm_rng_fill_normal(r, *router, (size_t)E * H, 0.05f);
+    for (size_t j = 0; j < (size_t)T * H; j++) (*x)[j] = fm_bf16_encode(fm_rng_normal(r));
+}
+
 /* The logits kernels at shapes the matrix does not reach: an odd E (the staged and oneshot
  * kernels' expert pairs, the tiled kernel's 32-expert tiles cut), a last slice shorter than the
  * staged kernel's 1,024, x and router rows not 16-byte aligned (its fallback), T not a
@@ -415,15 +432,9 @@ static void test_logits_shapes(void **state)
     for (size_t i = 0; i < FM_ARRAY_LEN(shapes); i++) {
         const int     E = shapes[i][0], T = shapes[i][1], H = shapes[i][2];
         fm_moe_config c;
-        fm_moe_config_default(&c);
-        c.n_experts = E;
-        c.top_k = 1;
-        c.hidden = H;
-        c.wfmt = FM_FORMAT_BF16;
-        float    *router = malloc(sizeof(float) * (size_t)E * H);
-        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)T * H);
-        fm_rng_fill_normal(&r, router, (size_t)E * H, 0.05f);
-        for (size_t j = 0; j < (size_t)T * H; j++) x[j] = fm_bf16_encode(fm_rng_normal(&r));
+        float        *router;
+        uint16_t     *x;
+        logits_inputs(&r, E, T, H, &c, &router, &x);
         char what[64];
         snprintf(what, sizeof what, "E=%d T=%d", E, T);
         free(check_logits(&c, router, x, T, what));
@@ -445,15 +456,9 @@ static void test_logits_nonfinite(void **state)
     for (size_t it = 0; it < FM_ARRAY_LEN(Ts); it++) {
         const int     E = 5, T = Ts[it], H = 1032;
         fm_moe_config c;
-        fm_moe_config_default(&c);
-        c.n_experts = E;
-        c.top_k = 1;
-        c.hidden = H;
-        c.wfmt = FM_FORMAT_BF16;
-        float    *router = malloc(sizeof(float) * (size_t)E * H);
-        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)T * H);
-        fm_rng_fill_normal(&r, router, (size_t)E * H, 0.05f);
-        for (size_t j = 0; j < (size_t)T * H; j++) x[j] = fm_bf16_encode(fm_rng_normal(&r));
+        float        *router;
+        uint16_t     *x;
+        logits_inputs(&r, E, T, H, &c, &router, &x);
         router[(size_t)1 * H + 100] = NAN;       /* expert 1: NaN for every token */
         router[(size_t)2 * H + 7] = INFINITY;    /* expert 2: +-Inf (x[7] != 0), or NaN (0 x Inf) */
         router[(size_t)3 * H + 1031] = 3.0e38f; /* expert 3: an overflowing product where x is large */
