@@ -24,9 +24,9 @@ for m in glm5 gpt-oss-120b; do
   timeout 60 build-gpu/bench/bench_layer --model $m --decode --ts 1,2,4,8,16 >"$OUT/dec_$m.log" 2>&1
   grep "^decode" "$OUT/dec_$m.log" | cut -c1-170
 done
-# 4. where internal routing's time goes now (one replay's kernels, GLM-5 ep8 T = 1)
+# 4. the routing kernels' own times under ncu (router logits, route_kernel; GLM-5, T = 1)
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-timeout 90 "$NCU" --clock-control none --launch-count 24 --metrics gpu__time_duration.sum,launch__grid_size \
+timeout 90 "$NCU" --clock-control none -k regex:route --launch-count 12 --metrics gpu__time_duration.sum,launch__grid_size \
   build-gpu/bench/bench_layer --ts 1 --reps 3 >"$OUT/ncu_int.log" 2>&1
 awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum/ {printf "%-40s %s %s\n", substr(k,1,40), $(NF-1), $NF}' "$OUT/ncu_int.log" | head -30
 # 5. W4A8 on gpt-oss: the automatic pick (ws128 from 96 rows per expert) against wg64 and W4A16
