@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# wip/next-call.sh - the next session's first device call (wip/README.md): the four patches of
+# wip/next-call.sh - the next session's first device call (wip/README.md): the five patches of
 # wip/ applied to the device's copy in order, their tests, then their timings, in one call:
 #   run: bash wip/next-call.sh      carry [".debs"], timeout 600 (about 420 s on an H100)
 # Every log lands in $OUT (packed into one logs-<pid>.tgz at exit by bench/device_env.sh).
 set -uo pipefail
 T0=$SECONDS
 . bench/device_env.sh
-for p in decode-gptoss router-oneshot-auto w4a8-auto-ws128 route-smem; do
+for p in decode-gptoss router-oneshot-auto w4a8-auto-ws128 route-smem route-fused; do
   patch -p1 --forward -s < wip/$p.patch || { echo "PATCH $p FAILED"; exit 1; }
 done
-echo "== patched: decode-gptoss router-oneshot-auto w4a8-auto-ws128 route-smem"
+echo "== patched: decode-gptoss router-oneshot-auto w4a8-auto-ws128 route-smem route-fused"
 # 1. the tests the patches touch (decode: the gpt-oss twin; route: oneshot as the pick, the
 #    routing kernel's shared-memory working set; layer: internal routing through both, W4A8 auto)
 MUTANTS=OFF CTEST_J=4 CTEST_S=200 BENCH=0 \
@@ -18,7 +18,7 @@ MUTANTS=OFF CTEST_J=4 CTEST_S=200 BENCH=0 \
 grep -E "Failed|FAIL" "$OUT/ctest.log" | head
 # 2. router logits by kind (oneshot now auto at T <= 4)
 echo "== bench_route"; timeout 40 build-gpu/bench/bench_route --ts 1,2,4,8,16 --reps 30 2>&1 | tail -6
-# 3. decode and internal routing (the "int" columns: oneshot logits + route_kernel in shared memory)
+# 3. decode and internal routing (the "int" columns: at T <= 4 the fused logits + routing launch)
 for m in glm5 gpt-oss-120b; do
   echo "== $m --decode"
   timeout 60 build-gpu/bench/bench_layer --model $m --decode --ts 1,2,4,8,16 >"$OUT/dec_$m.log" 2>&1
