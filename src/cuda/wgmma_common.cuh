@@ -1,5 +1,5 @@
 /* wgmma_common.cuh - what the two wgmma kernels of gemm_wgmma.cu share: the
- * shared-memory matrix descriptor, mbarrier helpers, the
+ * shared-memory matrix descriptor, the mbarrier helpers (mbarrier.cuh), the
  * device-side tile lookup, the consumer side (decode, MMA issue) and the staged
  * BF16 epilogue (wg_staged, wg_epilogue_staged: kernel_common.cuh's
  * epilogue_staged with the wgmma band mapping). Included inside gemm_wgmma.cu's
@@ -18,25 +18,7 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr, uint32_t lbo, uint
 #endif
 
 #ifdef FM_WGMMA_BODY
-__device__ __forceinline__ void mbar_init(uint32_t a, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t a)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
-}
-/* one arrival when all of this thread's earlier cp.async have landed */
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t a)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}" ::"r"(a),
-                 "r"(parity)
-                 : "memory");
-}
+#include "cuda/mbarrier.cuh" /* mbar_init, mbar_arrive, mbar_arrive_cp_async, mbar_wait */
 #endif
 
 /* Which tile `slot` is: tiles are enumerated expert by expert, nfb feature

@@ -52,20 +52,7 @@ template <int TOK, int CW, int STAGES> struct ws_cfg { /* fm_tile_layout.h's FM_
 };
 
 #ifdef FM_FP8WG_BODY
-__device__ __forceinline__ void ws8_mbar_init(uint32_t a, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void ws8_mbar_arrive(uint32_t a)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void ws8_mbar_wait(uint32_t a, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred p;\nWS8_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WS8_WAIT;\n}" ::"r"(a),
-                 "r"(parity)
-                 : "memory");
-}
+#include "cuda/mbarrier.cuh" /* mbar_init, mbar_arrive, mbar_wait */
 /* barrier 1 among the producer warpgroup's 128 threads, returning the AND of v over them
  * (and ordering every producer thread's earlier shared writes, and its landed copies,
  * before the others' later reads) */
@@ -97,8 +84,8 @@ __global__ void __launch_bounds__(128 * (1 + CW), 1) fp8mma_ws_kernel(const fm_f
     const uint32_t bar_full = sbase + C::BAR_OFF, bar_empty = bar_full + 8 * STAGES;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            ws8_mbar_init(bar_full + 8 * s, 128);       /* every producer thread, after its copies and decode */
-            ws8_mbar_init(bar_empty + 8 * s, 128 * CW); /* every consumer thread, after its MMAs and reads */
+            mbar_init(bar_full + 8 * s, 128);       /* every producer thread, after its copies and decode */
+            mbar_init(bar_empty + 8 * s, 128 * CW); /* every consumer thread, after its MMAs and reads */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -124,7 +111,7 @@ __global__ void __launch_bounds__(128 * (1 + CW), 1) fp8mma_ws_kernel(const fm_f
          * consumers have given the slot's last use back */
         auto issue = [&](int q, int pass0, int ks) {
             const int s = q % STAGES;
-            ws8_mbar_wait(bar_empty + 8 * s, ((q / STAGES) + 1) & 1);
+            mbar_wait(bar_empty + 8 * s, ((q / STAGES) + 1) & 1);
             unsigned char *buf = ws_smem + s * C::STAGE_B;
             const int      rows = min(TOK, m - pass0);
 #pragma unroll
@@ -185,7 +172,7 @@ __global__ void __launch_bounds__(128 * (1 + CW), 1) fp8mma_ws_kernel(const fm_f
             }
             if (pt == 0) *(volatile uint32_t *)(buf + C::F_OFF) = (uint32_t)fold;
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the decode's writes and the copies -> wgmma */
-            ws8_mbar_arrive(bar_full + 8 * s);
+            mbar_arrive(bar_full + 8 * s);
         };
         int ipass0 = 0, iks = 0; /* the next load's pass and group */
         for (int q = 0; q < nq + C::LA; q++) {
@@ -215,7 +202,7 @@ __global__ void __launch_bounds__(128 * (1 + CW), 1) fp8mma_ws_kernel(const fm_f
         for (int j = 0; j < ND; j++) acc[j] = tmp[j] = 0.0f;
         for (int ks = 0; ks < ngrp; ks++, q++) {
             const int s = q % STAGES;
-            ws8_mbar_wait(bar_full + 8 * s, (q / STAGES) & 1);
+            mbar_wait(bar_full + 8 * s, (q / STAGES) & 1);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             const unsigned char *buf = ws_smem + s * C::STAGE_B;
             const uint32_t       xb = sbase + (uint32_t)(s * C::STAGE_B), ab = xb + (uint32_t)(C::A_OFF + wgi * 64 * 128);
@@ -264,7 +251,7 @@ __global__ void __launch_bounds__(128 * (1 + CW), 1) fp8mma_ws_kernel(const fm_f
                     }
                 }
             }
-            ws8_mbar_arrive(bar_empty + 8 * s); /* this thread's MMAs (waited for) and reads of the stage are done */
+            mbar_arrive(bar_empty + 8 * s); /* this thread's MMAs (waited for) and reads of the stage are done */
         }
         /* accumulator j: row (feature) 16 x warp-in-warpgroup + g + 8 x ((j >> 1) & 1) of tile wgi,
          * token 8 x (j >> 2) + 2t + (j & 1); epilogue()'s operations, its loads once a token / column */
