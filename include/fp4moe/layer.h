@@ -220,8 +220,8 @@ typedef struct {
      * launches. FM_DECODE_PATH_AUTO (0, default): none yet (the chain everywhere, until the
      * decode path is measured against it; fm_layer_set_plan / fm_layer_tune may still choose
      * it per bucket); FM_DECODE_PATH_ON (1): every bucket of at most 128 routed slots
-     * (T x top_k) where the layer can run it (plain SwiGLU without expert biases, softmax or
-     * sigmoid routing; fm_layer_plan_info.decode_note says why not elsewhere);
+     * (T x top_k) where the layer can run it (BF16 activations: plain SwiGLU or gpt-oss's
+     * with its expert biases; fm_layer_plan_info.decode_note says why not elsewhere);
      * FM_DECODE_PATH_OFF (-1): none. The CPU backends ignore it. */
     int             decode_path;
     /* cuda, a W4A8 layer (cfg act_fp8 set): whether act_fp8 is required or allowed.
@@ -439,9 +439,8 @@ typedef struct {
      * 0: the chain. decode_k_splits: its FC1 / FC2 K splits (set_plan: 0 = automatic, about
      * one wave of units over the active experts; 1..32 and at most the GEMM's K stages of
      * 128); decode_ctas: its grid, every CTA resident (occupancy x SMs; reported, ignored by
-     * set_plan); decode_note: "" when the bucket can run it, else why not (the activation,
-     * expert biases, the routing's score, more than 128 routed slots, no code for the
-     * device), NUL-terminated. */
+     * set_plan); decode_note: "" when the bucket can run it, else why not (FP8 / FP4
+     * activations, more than 128 routed slots, no code for the device), NUL-terminated. */
     int     decode;
     int     decode_k_splits[2];
     int     decode_ctas;

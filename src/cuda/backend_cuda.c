@@ -335,7 +335,6 @@ static fm_status cuda_create(const fm_layer_params *p, const fm_moe_weights *w, 
     s->p = *p;
     s->dev = p->device;
     s->bad_bias = -1;
-    s->expert_bias = (fm_weights_features(w) & FM_FEATURE_EXPERT_BIAS) != 0;
     s->decode_occ = -1;
     s->w4a8 = p->cfg.act_fp8 != FM_ACT_FP8_OFF;
     /* fm_layer_desc.pdl_chain: on where the device has PDL (layer.h says what it gains) */

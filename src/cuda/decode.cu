@@ -2,6 +2,11 @@
  * in one persistent launch, on mma.sync (sm_80, sm_90a, sm_100f, sm_120f alike; nothing
  * here is arch-specific). docs/decode-kernel.md has the why; what the code relies on:
  *
+ * gpt-oss (issue 32): a twin kernel, decode_oss_kernel (fm_decode_oss), adds FC1's expert bias
+ * and gpt-oss's clamped SwiGLU to phase 2's epilogue and FC2's expert bias, before the row
+ * weight, to phase 3's: the chain's OSS epilogues operation for operation (decode_parts.cuh
+ * oss_h, oss_fc2), after the split sum as the plain epilogues; the plain kernel is unchanged.
+ *
  * Phases of every CTA (grid = CTAs that can all be resident, a cooperative launch):
  *  1. routing: the R = T x top_k ids into shared memory, sorted stably by local expert
  *     (rank = slots of smaller experts + earlier slots of the same expert: the order of
@@ -70,7 +75,10 @@ __device__ __forceinline__ void delay_cta(unsigned site, unsigned unit)
 #define FM_DELAY(site, unit) ((void)0)
 #endif
 
-__global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(const fm_decode_params p)
+/* The kernel's body; OSS: the gpt-oss twin's epilogues (oss_h, oss_fc2: decode_parts.cuh), a
+ * template flag as the chain's (kernel_common.cuh), so that the plain kernel's code is what it
+ * was. */
+template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_params &p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ route_tab rt;
@@ -111,7 +119,9 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
                     if (tok >= rows) continue;
                     const float gv = acc[0][q] * osc, uv = acc[1][q] * oscu;
                     p.h[(size_t)(row0 + pass0 + tok) * p.k2 + gb * 16 + g + 8 * (q >> 1)] =
-                        __bfloat16_as_ushort(__float2bfloat16(silu(gv) * uv));
+                        __bfloat16_as_ushort(__float2bfloat16(
+                            OSS ? oss_h(p, e, gb * 16 + g + 8 * (q >> 1), acc[0][q], osc, acc[1][q], oscu)
+                                : silu(gv) * uv));
                 }
             __threadfence(); /* every thread's h stores, then one release */
             __syncthreads();
@@ -149,7 +159,10 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
                 const float w = rt.rw[r] * osc;
 #pragma unroll
                 for (int i = 0; i < MT; i++)
-                    if (valid[i]) p.scratch[(size_t)r * p.n2 + band[i] * 16 + g + 8 * (q >> 1)] = acc[i][q] * w;
+                    if (valid[i])
+                        p.scratch[(size_t)r * p.n2 + band[i] * 16 + g + 8 * (q >> 1)] =
+                            OSS ? oss_fc2(p, e, band[i] * 16 + g + 8 * (q >> 1), acc[i][q], osc, rt.rw[r], w)
+                                : acc[i][q] * w;
             }
             __threadfence();
             __syncthreads();
@@ -195,6 +208,17 @@ __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(cons
     }
 }
 
+__global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(const fm_decode_params p)
+{
+    decode_body<false>(p);
+}
+
+/* the gpt-oss twin (fm_decode_oss): FC1 / FC2 biases, the clamped SwiGLU */
+__global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_oss_kernel(const fm_decode_params p)
+{
+    decode_body<true>(p);
+}
+
 } // namespace
 
 extern "C" size_t fm_decode_buffer_bytes(int slots, int n_local, int n1, int n2, int ks1, int ks2)
@@ -204,9 +228,9 @@ extern "C" size_t fm_decode_buffer_bytes(int slots, int n_local, int n1, int n2,
 
 extern "C" size_t fm_decode_smem_bytes(void) { return (size_t)SMEM; }
 
-extern "C" int fm_decode_occupancy(int *blocks_per_sm, int *regs)
+extern "C" int fm_decode_occupancy(int oss, int *blocks_per_sm, int *regs)
 {
-    const void *fn = (const void *)decode_kernel;
+    const void *fn = oss ? (const void *)decode_oss_kernel : (const void *)decode_kernel;
     cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
@@ -219,8 +243,10 @@ extern "C" int fm_decode_occupancy(int *blocks_per_sm, int *regs)
 
 extern "C" int fm_decode_launch(const fm_decode_params *p, int grid, void *stream)
 {
-    if (grid < 1 || p->T * p->top_k > FM_DECODE_MAX_SLOTS || p->ks1 < 1 || p->ks2 < 1)
+    if (grid < 1 || p->T * p->top_k > FM_DECODE_MAX_SLOTS || p->ks1 < 1 || p->ks2 < 1 ||
+        (p->act != FM_ACT_SWIGLU && p->act != FM_ACT_SWIGLU_GPTOSS))
         return (int)cudaErrorInvalidValue;
+    const void *fn = fm_decode_oss(p->act, p->b1, p->b2) ? (const void *)decode_oss_kernel : (const void *)decode_kernel;
     /* cooperative: the runtime launches it only if every CTA can be resident at once (the
      * flag waits' guarantee), else fails with cudaErrorCooperativeLaunchTooLarge */
     cudaLaunchAttribute attr[1];
@@ -234,7 +260,7 @@ extern "C" int fm_decode_launch(const fm_decode_params *p, int grid, void *strea
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     void *args[] = {(void *)p};
-    return (int)cudaLaunchKernelExC(&cfg, (const void *)decode_kernel, args);
+    return (int)cudaLaunchKernelExC(&cfg, fn, args);
 }
 
 extern "C" void fm_decode_auto_splits(int grid, int active, int n1, int k1, int n2, int k2, int *ks1, int *ks2)

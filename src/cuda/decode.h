@@ -56,6 +56,15 @@ typedef struct {
      * zero): counters, then FC1 and FC2 split partials */
     void  *buf;
     size_t buf_bytes;
+    /* gpt-oss (the chain's fm_gemm_oss, cuda_internal.h): FC1's activation act (FM_ACT_SWIGLU or
+     * FM_ACT_SWIGLU_GPTOSS with its clamp act_limit) and the local experts' FP32 biases, each
+     * NULL when the layer has none: b1 [n_local][n1] (gate rows, then up rows) added to FC1's
+     * output before the activation, b2 [n_local][n2] added to FC2's before the row weight (so the
+     * bias is weighted as the model weighs it). Any of them (fm_decode_oss): the gpt-oss twin
+     * kernel, whose epilogues are the chain's OSS epilogues operation for operation. */
+    const float *b1, *b2;
+    int          act;
+    float        act_limit;
 } fm_decode_params;
 
 /* Bytes of the decode buffer for runs of at most `slots` routed slots with K splits ks1 /
@@ -63,13 +72,22 @@ typedef struct {
 size_t fm_decode_buffer_bytes(int slots, int n_local, int n1, int n2, int ks1, int ks2);
 /* Dynamic shared memory of the kernel. */
 size_t fm_decode_smem_bytes(void);
-/* CTAs per SM the kernel can keep resident (occupancy query with its launch attributes),
- * and its registers per thread; a cudaError_t (cudaErrorInvalidDeviceFunction / NoKernelImage:
- * no code for the current device in this build). */
-int fm_decode_occupancy(int *blocks_per_sm, int *regs);
-/* Launch on stream with `grid` CTAs (1 <= grid <= blocks_per_sm x SMs: a cooperative launch,
- * which the runtime refuses when its CTAs cannot all be resident, cudaErrorCooperativeLaunchTooLarge).
- * Returns a cudaError_t as int. */
+/* Whether a launch runs the gpt-oss twin (fm_decode_params act / b1 / b2): FC1's activation is
+ * not plain SwiGLU, or an expert bias is set. The plain kernel is then never launched, so that
+ * its machine code stays what it was without gpt-oss (as the chain's *_oss_* twins). */
+static inline int fm_decode_oss(int act, const void *b1, const void *b2)
+{
+    return act != FM_ACT_SWIGLU || b1 != NULL || b2 != NULL;
+}
+/* CTAs per SM the kernel (oss: the gpt-oss twin, fm_decode_oss) can keep resident (occupancy
+ * query with its launch attributes), and its registers per thread; a cudaError_t
+ * (cudaErrorInvalidDeviceFunction / NoKernelImage: no code for the current device in this
+ * build). */
+int fm_decode_occupancy(int oss, int *blocks_per_sm, int *regs);
+/* Launch on stream with `grid` CTAs (1 <= grid <= blocks_per_sm x SMs of the kernel that
+ * fm_decode_oss picks for p: a cooperative launch, which the runtime refuses when its CTAs
+ * cannot all be resident, cudaErrorCooperativeLaunchTooLarge). cudaErrorInvalidValue for an
+ * act other than FM_ACT_SWIGLU / FM_ACT_SWIGLU_GPTOSS. Returns a cudaError_t as int. */
 int fm_decode_launch(const fm_decode_params *p, int grid, void *stream);
 /* K splits that give about `grid` units per GEMM for `active` experts with rows (powers of
  * two, at most each GEMM's K stages and FM_DECODE_MAX_K_SPLITS). */

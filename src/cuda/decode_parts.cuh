@@ -334,5 +334,42 @@ __device__ void prefetch_fc2(const fm_decode_params &p, const route_tab &rt, int
     }
 }
 
+/* gpt-oss's h of one gate/up pair (the twin kernel's FC1 epilogue): kernel_common.cuh's
+ * swiglu_out as the chain computes it in mma_w4m2n1k128s4's register epilogue, every rounding
+ * spelled out (__fmul_rn, __fadd_rn, __fdiv_rn: never contracted, whatever the code around
+ * them), each the instruction the chain's machine code has (its PTX and SASS for sm_80, sm_90a,
+ * sm_100f and sm_120f, nvcc 13.0): gate = acc_g x osc, up = acc_u x oscu (FMUL); the bias added
+ * after (FADD: the chain's product is outside the bias branch, so never fused into an FFMA);
+ * then plain silu(g) x u (the same expression as epilogue()'s), or the clamps as comparisons (a
+ * NaN stays NaN) and (u' + 1) x (g' / (1 + __expf(-1.702 g'))): __expf is ex2.approx of x x
+ * log2(e), the division IEEE (div.rn). e: the local expert (its bias row: gate columns, the
+ * up ones n1 / 2 further), col: the gate column, ag / au: the gate / up accumulators. */
+__device__ __forceinline__ float oss_h(const fm_decode_params &p, int e, int col, float ag, float osc, float au,
+                                       float oscu)
+{
+    const float *b13 = p.b1 ? p.b1 + (size_t)e * p.n1 : nullptr;
+    float        gv = __fmul_rn(ag, osc), uv = __fmul_rn(au, oscu);
+    if (b13) {
+        gv = __fadd_rn(gv, __ldg(b13 + col));
+        uv = __fadd_rn(uv, __ldg(b13 + p.n1 / 2 + col));
+    }
+    if (p.act != FM_ACT_SWIGLU_GPTOSS) return __fmul_rn(silu(gv), uv);
+    const float L = p.act_limit;
+    gv = gv > L ? L : gv;
+    uv = uv > L ? L : uv < -L ? -L : uv;
+    return __fmul_rn(__fadd_rn(uv, 1.0f), __fdiv_rn(gv, __fadd_rn(1.0f, __expf(__fmul_rn(-1.702f, gv)))));
+}
+
+/* FINALIZE_DET's weighted row element (the twin kernel's FC2 epilogue): kernel_common.cuh's
+ * finalize_out as the chain's machine code has it: with expert e's FC2 bias (acc x osc +
+ * b2[col]) x w, one FFMA (fma.rn in its PTX) then the FMUL by the row's routing weight w;
+ * without one acc x rw, rw = w x osc (the plain kernel's product, the caller's). */
+__device__ __forceinline__ float oss_fc2(const fm_decode_params &p, int e, int col, float acc, float osc, float w,
+                                         float rw)
+{
+    if (!p.b2) return acc * rw;
+    return __fmul_rn(__fmaf_rn(acc, osc, __ldg(p.b2 + (size_t)e * p.n2 + col)), w);
+}
+
 } // namespace
 #endif

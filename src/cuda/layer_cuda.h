@@ -68,7 +68,6 @@ typedef struct {
     int                 n_buckets;
     fm_bucket_plan      plan[FM_LAYER_BUCKETS];
     int                 pdl_chain; /* cc 9.0+ unless desc.pdl_chain is OFF: gather and reduce launched with PDL too */
-    int                 expert_bias; /* the weights carry expert biases (the decode kernel has none) */
     int                 decode_occ;  /* decode kernel CTAs per SM (0: it cannot run here), -1: not asked yet */
     void               *d_decode;    /* the decode kernel's counters + partials, zero at rest (NULL: no decode bucket) */
     size_t              decode_bytes;

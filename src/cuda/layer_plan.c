@@ -40,12 +40,14 @@ static size_t split_need(const fm_cuda_layer *s, const fm_bucket_plan *plans)
 }
 
 /* The decode kernel's CTAs per SM on the layer's device (current), asked once: 0 when the
- * build has no code for it (or it does not fit). */
+ * build has no code for it (or it does not fit). The kernel the layer's runs launch: the
+ * gpt-oss twin where the layer has gpt-oss's activation or an expert bias (fm_decode_oss on
+ * what layer_run.c passes), else the plain one. */
 static int decode_occ(fm_cuda_layer *s)
 {
     if (s->decode_occ < 0) {
         int occ = 0, regs = 0;
-        if (fm_decode_occupancy(&occ, &regs) != 0) {
+        if (fm_decode_occupancy(fm_decode_oss(s->p.cfg.activation, s->d_b13, s->d_b2), &occ, &regs) != 0) {
             (void)cudaGetLastError();
             occ = 0;
         }
@@ -55,17 +57,20 @@ static int decode_occ(fm_cuda_layer *s)
 }
 
 /* Why the decode kernel cannot run bucket b into why ("" when it can): what decode.cu has no
- * code for (gpt-oss's activation, expert biases, FP8 / FP4 activations; the routing kernels'
- * softmax-topk), its slot limit, the device. */
+ * code for (FP8 / FP4 activations; an activation other than SwiGLU or gpt-oss's), its slot
+ * limit, the device. gpt-oss runs (issue 32): its clamped SwiGLU and both expert biases in the
+ * twin kernel (decode.cu), and its softmax-topk routing, which the kernel never computes: it
+ * takes ids / weights, the caller's or those of the routing kernels every path shares
+ * (layer_run.c: router logits -> fm_moe_route_launch, softmax-topk included -> decode). */
 static void decode_refusal(fm_cuda_layer *s, int b, int fp8, char *why, size_t n)
 {
     const fm_moe_config *c = &s->p.cfg;
     const int            R = fm_layer_bucket_tokens(s->p.max_tokens, b) * c->top_k;
     why[0] = 0;
-    if (c->activation != FM_ACT_SWIGLU) snprintf(why, n, "decode kernel: plain SwiGLU only, not gpt-oss's");
-    else if (s->expert_bias) snprintf(why, n, "decode kernel: no expert biases");
-    else if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID)
-        snprintf(why, n, "decode kernel: softmax or sigmoid routing only");
+    if (c->activation != FM_ACT_SWIGLU && c->activation != FM_ACT_SWIGLU_GPTOSS)
+        snprintf(why, n, "decode kernel: SwiGLU or gpt-oss's SwiGLU only");
+    else if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID && c->score != FM_SCORE_SOFTMAX_TOPK)
+        snprintf(why, n, "decode kernel: softmax, sigmoid or softmax-topk routing only");
     else if (fp8 || c->act_nvfp4) snprintf(why, n, "decode kernel: BF16 activations only");
     else if (R > FM_DECODE_MAX_SLOTS)
         snprintf(why, n, "decode kernel: %d routed slots > %d", R, FM_DECODE_MAX_SLOTS);

@@ -158,7 +158,9 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
             .top_k = K, .n_local = L, .first = p->first, .n_global = E, .ks1 = pl->dks1, .ks2 = pl->dks2, .h = h,
             .scratch = scratch, .init = acc, .out = bf16 ? NULL : (float *)a->out,
             .out_bf16 = bf16 ? (uint16_t *)a->out : NULL, .err = s->d_err, .bad_logit = bl, .buf = s->d_decode,
-            .buf_bytes = s->decode_bytes};
+            .buf_bytes = s->decode_bytes,
+            /* gpt-oss: what the chain's FC1 / FC2 take (o1 / o2 below): the twin kernel when set */
+            .b1 = s->d_b13, .b2 = s->d_b2, .act = c->activation, .act_limit = c->swiglu_limit};
         if ((le = fm_decode_launch(&dp, pl->dgrid, stream)) != 0) return fm_cuda_layer_fail(le, "decode kernel");
         return FM_OK;
     }

@@ -10,9 +10,11 @@
  *  - BF16 output = BF16(FP32 output);
  *  - internal routing: the same bits as the chain's internal routing;
  * at T = 1, 2, 3, 4, 8, 16 and 32 (top-4: 128 routed slots, the kernel's limit), NVFP4 and
- * MXFP4, fresh inputs, outputs poisoned before every run. Then the plan's report (decode,
- * CTAs, note; refusals of set_plan) and the grid guard (a cooperative launch of more CTAs
- * than can be resident is refused by the runtime). FM_TEST_FILTER selects tests. */
+ * MXFP4, fresh inputs, outputs poisoned before every run. Then gpt-oss layers (issue 32: the
+ * twin kernel, decode_oss_kernel: the clamped SwiGLU, FC1 / FC2 expert biases, softmax-topk
+ * routing) against the same oracles, the plan's report (decode, CTAs, note; refusals of
+ * set_plan) and the grid guard of both kernels (a cooperative launch of more CTAs than can be
+ * resident is refused by the runtime). FM_TEST_FILTER selects tests. */
 #include <math.h>
 #include <string.h>
 
@@ -113,15 +115,15 @@ static void chain_like_decode(fm_layer *chain, fm_layer *dec, int T)
     if (s != FM_OK) fail_msg("T=%d: the chain with the decode kernel's splits: %s: %s", T, fm_status_name(s), fm_last_error());
 }
 
-/* Fresh external routing of T tokens over E experts: distinct ids, weights in [0.1, 0.4);
+/* Fresh external routing of T tokens over n_experts: distinct ids, weights in [0.1, 0.4);
  * token 0's first slot on expert 3 (shard 0 has rows) */
-static void routing(fm_rng *r, int T, int32_t *ids, float *wts)
+static void routing_over(fm_rng *r, int T, int n_experts, int32_t *ids, float *wts)
 {
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K; j++) {
             int e, dup = 1;
             while (dup) {
-                e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(r) * E);
+                e = t == 0 && j == 0 ? 3 : (int)(fm_rng_uniform(r) * n_experts) % n_experts;
                 dup = 0;
                 for (int u = 0; u < j; u++) dup |= ids[t * K + u] == e;
             }
@@ -129,6 +131,8 @@ static void routing(fm_rng *r, int T, int32_t *ids, float *wts)
             wts[t * K + j] = (float)(0.1 + 0.3 * fm_rng_uniform(r));
         }
 }
+
+static void routing(fm_rng *r, int T, int32_t *ids, float *wts) { routing_over(r, T, E, ids, wts); }
 
 /* the error words of two layers agree (field by field: the struct has padding) */
 static void errors_equal(const fm_layer_error_info *a, const fm_layer_error_info *b)
@@ -298,6 +302,251 @@ static void test_decode_layer(void **state)
     fm_cuda_device_close(dev);
 }
 
+/* ---- gpt-oss (issue 32): the twin kernel, decode_oss_kernel ----
+ * 16 experts, top-4, hidden 320 and inter 192 (both 64 past a multiple of 128, as gpt-oss's
+ * 2,880: K stages of 128 that end half empty), MXFP4, softmax-topk routing with the router's
+ * logit bias, the clamped SwiGLU, random FC1 / FC2 expert biases; shards of 4 experts. */
+enum { GE = 16, GH = 320, GI = 192, GNL = 4 };
+
+typedef struct {
+    fm_moe_config  cfg;
+    gpu_experts    w13, w2;
+    float         *router, *rbias, *b13, *b2;
+    fm_moe_weights w;
+} ofx;
+
+/* The fraction of the FC1 outputs v[ns][2I] (float64, bias added) that limit lim clamps:
+ * gate > lim, |up| > lim. */
+static double oss_clamped(const double *v, int ns, double lim)
+{
+    long c = 0;
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < GI; i++) {
+            c += v[(size_t)s * 2 * GI + i] > lim;
+            c += fabs(v[(size_t)s * 2 * GI + GI + i]) > lim;
+        }
+    return (double)c / ((double)ns * 2 * GI);
+}
+
+/* test_cuda_gptoss.c's layer at these shapes: the limit bisected on FC1's outputs (+ bias, in
+ * float64) of random (token, expert) pairs so that ~11 % of them clamp, both clamps biting as in
+ * the model. */
+static void ofx_make(ofx *L, fm_rng *r)
+{
+    memset(L, 0, sizeof *L);
+    fm_moe_config_default(&L->cfg);
+    fm_moe_config *c = &L->cfg;
+    c->n_experts = GE, c->top_k = K, c->hidden = GH, c->inter = GI, c->wfmt = FM_FORMAT_MXFP4;
+    c->score = FM_SCORE_SOFTMAX_TOPK, c->renormalize = 0, c->routed_scale = 1.0f, c->n_group = c->topk_group = 0;
+    c->shared_inter = 0, c->activation = FM_ACT_SWIGLU_GPTOSS;
+    gpu_experts_make(&L->w13, r, FM_FORMAT_MXFP4, GE, 2 * GI, GH);
+    gpu_experts_make(&L->w2, r, FM_FORMAT_MXFP4, GE, GH, GI);
+    L->router = malloc(sizeof(float) * GE * GH);
+    L->rbias = malloc(sizeof(float) * GE);
+    L->b13 = malloc(sizeof(float) * GE * 2 * GI);
+    L->b2 = malloc(sizeof(float) * GE * GH);
+    assert_true(L->router && L->rbias && L->b13 && L->b2);
+    fm_rng_fill_normal(r, L->router, (size_t)GE * GH, 0.05f);
+    fm_rng_fill_normal(r, L->rbias, (size_t)GE, 0.5f);
+    fm_rng_fill_normal(r, L->b13, (size_t)GE * 2 * GI, 0.5f);
+    fm_rng_fill_normal(r, L->b2, (size_t)GE * GH, 0.5f);
+    L->w = (fm_moe_weights){.router_w = L->router, .router_bias = L->rbias, .w13 = L->w13.w, .w2 = L->w2.w,
+                            .w13_bias = L->b13, .w2_bias = L->b2};
+    enum { NS = 192 };
+    double *v = malloc(sizeof(double) * NS * 2 * GI), lo = 0, hi = 0;
+    float   x[GH];
+    assert_non_null(v);
+    for (int s = 0; s < NS; s++) {
+        for (int k = 0; k < GH; k++) x[k] = fm_bf16_decode(fm_bf16_encode(fm_rng_normal(r)));
+        const int e = (int)(fm_rng_uniform(r) * GE) % GE;
+        for (int o = 0; o < 2 * GI; o++) {
+            const float *wr = L->w13.deq + ((size_t)e * 2 * GI + o) * GH;
+            double       acc = L->b13[(size_t)e * 2 * GI + o];
+            for (int k = 0; k < GH; k++) acc += (double)wr[k] * x[k];
+            v[(size_t)s * 2 * GI + o] = acc;
+            hi = fmax(hi, fabs(acc));
+        }
+    }
+    for (int it = 0; it < 60; it++) {
+        const double mid = 0.5 * (lo + hi);
+        if (oss_clamped(v, NS, mid) > 0.11) lo = mid;
+        else hi = mid;
+    }
+    c->swiglu_limit = (float)hi;
+    const double clamped = oss_clamped(v, NS, c->swiglu_limit);
+    free(v);
+    printf("  gpt-oss layer E=%d top-%d H=%d I=%d: swiglu_limit %.4g clamps %.1f %% of FC1's outputs\n", GE, K, GH,
+           GI, (double)c->swiglu_limit, 100 * clamped);
+    assert_true(clamped >= 0.08 && clamped <= 0.15);
+    assert_int_equal(fm_moe_config_check(c), FM_OK);
+}
+
+static void ofx_free(ofx *L)
+{
+    gpu_experts_free(&L->w13);
+    gpu_experts_free(&L->w2);
+    free(L->router), free(L->rbias), free(L->b13), free(L->b2);
+}
+
+/* The shard [first, first + n) (n = 0: every expert): its experts' weights and biases. */
+static fm_layer *omake(const ofx *L, fm_backend_kind b, fm_cuda_device *dev, int first, int n, fm_out_dtype od,
+                       int decode)
+{
+    fm_moe_weights w = L->w;
+    w.w13 += first, w.w2 += first;
+    w.w13_bias += (size_t)first * 2 * GI;
+    w.w2_bias += (size_t)first * GH;
+    fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = MAXT,
+                       .out_dtype = od, .first_expert = first, .n_local = n,
+                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_AUTO};
+    fm_layer *l = NULL;
+    fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
+    if (s != FM_OK) fail_msg("create (gpt-oss): %s: %s", fm_status_name(s), fm_last_error());
+    return l;
+}
+
+/* decode (its splits as planned) = the chain with its tiles and splits, bit for bit, external
+ * and internal routing, each with graph = eager; the decode output of external routing in got */
+static void oss_vs_chain(fm_layer *dec, fm_layer *chain, const fm_layer_run_args *a, const fm_layer_run_args *ai,
+                         cudaStream_t st, float *got, float *again, size_t n, int T, const char *what)
+{
+    chain_like_decode(chain, dec, T);
+    float *gi = malloc(sizeof(float) * n);
+    assert_non_null(gi);
+    run_dev(dec, ai, st, gi, n); /* internal routing first: got keeps the external run's */
+    assert_int_equal(fm_layer_errors(dec, st, NULL), FM_OK);
+    assert_int_equal(fm_first_nonfinite(gi, n), -1);
+    run_dev(chain, ai, st, again, n);
+    assert_int_equal(fm_layer_errors(chain, st, NULL), FM_OK);
+    if (memcmp(gi, again, sizeof(float) * n))
+        fail_msg("gpt-oss T=%d %s: internal softmax-topk routing: decode differs from the chain", T, what);
+    graph_equals_eager(dec, ai, st, gi, again, n);
+    free(gi);
+    run_dev(dec, a, st, got, n);
+    assert_int_equal(fm_layer_errors(dec, st, NULL), FM_OK);
+    assert_int_equal(fm_first_nonfinite(got, n), -1);
+    run_dev(chain, a, st, again, n);
+    assert_int_equal(fm_layer_errors(chain, st, NULL), FM_OK);
+    if (memcmp(got, again, sizeof(float) * n)) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) num += (got[i] - again[i]) * (double)(got[i] - again[i]), den += (double)again[i] * again[i];
+        fail_msg("gpt-oss T=%d %s: decode differs from the chain with its tiles and splits: NMSE %.3g", T, what, num / den);
+    }
+    graph_equals_eager(dec, a, st, got, again, n);
+}
+
+/* gpt-oss on the twin kernel: shard 0 of 4 at T = 1, 2, 3, 4, 8, 16, 32 (128 routed slots):
+ * the plan runs it (decode = 1, no note); decode = the chain with the decode kernel's tiles and
+ * K splits bit for bit (external and internal softmax-topk routing; the automatic splits, and
+ * at T = 1, 8, 32 FC1 split 3 ways, one K stage each with the last half empty, FC2 unsplit);
+ * vs cpu-ref within the cuda bound; graph = eager; the 4 shards summed = the whole layer; BF16
+ * out = BF16(FP32 out). Fresh inputs for every T, outputs poisoned before every run. */
+static void test_decode_gptoss(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    fm_cuda_device *dev = setup(&r, 14);
+    ofx             L;
+    ofx_make(&L, &r);
+    double bound = -1;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
+    fm_layer *dec = omake(&L, FM_BACKEND_CUDA, dev, 0, GNL, FM_OUT_F32, 1);
+    fm_layer *chain = omake(&L, FM_BACKEND_CUDA, dev, 0, GNL, FM_OUT_F32, 0);
+    fm_layer *cref = omake(&L, FM_BACKEND_CPU_REF, NULL, 0, GNL, FM_OUT_F32, 0);
+    fm_layer *whole = omake(&L, FM_BACKEND_CUDA, dev, 0, 0, FM_OUT_F32, 1);
+    fm_layer *dbf = omake(&L, FM_BACKEND_CUDA, dev, 0, GNL, FM_OUT_BF16, 1);
+    fm_layer *shards[GE / GNL];
+    for (int q = 0; q < GE / GNL; q++) shards[q] = omake(&L, FM_BACKEND_CUDA, dev, q * GNL, GNL, FM_OUT_F32, 1);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    uint16_t *dx = dmalloc(sizeof(uint16_t) * MAXT * GH);
+    float    *dout = dmalloc(sizeof(float) * MAXT * GH), *dw = dmalloc(sizeof(float) * MAXT * K);
+    int32_t  *dids = dmalloc(sizeof(int32_t) * MAXT * K);
+    float    *got = malloc(sizeof(float) * MAXT * GH), *ref = malloc(sizeof(float) * MAXT * GH),
+          *again = malloc(sizeof(float) * MAXT * GH);
+    double   *sum = malloc(sizeof(double) * MAXT * GH);
+    uint16_t *x = malloc(sizeof(uint16_t) * MAXT * GH);
+    int32_t  *ids = malloc(sizeof(int32_t) * MAXT * K);
+    float    *wts = malloc(sizeof(float) * MAXT * K);
+    const int Ts[] = {1, 2, 3, 4, 8, 16, 32};
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int    T = Ts[ti];
+        const size_t n = (size_t)T * GH;
+        for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+        routing_over(&r, T, GE, ids, wts);
+        h2d(dx, x, sizeof(uint16_t) * n);
+        h2d(dids, ids, sizeof(int32_t) * T * K);
+        h2d(dw, wts, sizeof(float) * T * K);
+        fm_layer_plan_info d0;
+        assert_int_equal(fm_layer_plan(dec, T, &d0), FM_OK);
+        if (d0.decode != 1 || d0.decode_note[0]) fail_msg("gpt-oss T=%d: decode %d, note \"%s\"", T, d0.decode, d0.decode_note);
+        fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+        fm_layer_run_args ai = {.x = dx, .T = T, .out = dout, .stream = st};
+
+        /* the automatic splits: = the chain, vs cpu-ref */
+        char what[64];
+        snprintf(what, sizeof what, "splits %d/%d", d0.decode_k_splits[0], d0.decode_k_splits[1]);
+        oss_vs_chain(dec, chain, &a, &ai, st, got, again, n, T, what);
+        fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
+        fm_poison_f32(ref, n);
+        assert_int_equal(fm_layer_run(cref, &ah), FM_OK);
+        fm_assert_close(got, ref, n, bound, "gpt-oss: decode kernel vs cpu-ref (external routing)");
+
+        /* BF16 out = BF16(FP32 out) */
+        uint16_t *dob = dmalloc(sizeof(uint16_t) * n), *ob = malloc(sizeof(uint16_t) * n);
+        fm_layer_run_args ab = a;
+        ab.out = dob;
+        CK(cudaMemsetAsync(dob, 0xFF, sizeof(uint16_t) * n, st));
+        assert_int_equal(fm_layer_run(dbf, &ab), FM_OK);
+        CK(cudaMemcpyAsync(ob, dob, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        for (size_t i = 0; i < n; i++)
+            if (ob[i] != fm_bf16_encode(got[i]))
+                fail_msg("gpt-oss T=%d: BF16 out[%zu] = %04x, expected %04x", T, i, ob[i], fm_bf16_encode(got[i]));
+        CK(cudaFree(dob));
+        free(ob);
+
+        /* shards summed = the whole layer, every layer with shard 0's decode splits */
+        assert_int_equal(fm_layer_set_plan(whole, T, &d0), FM_OK);
+        memset(sum, 0, sizeof(double) * n);
+        for (int q = 0; q < GE / GNL; q++) {
+            assert_int_equal(fm_layer_set_plan(shards[q], T, &d0), FM_OK);
+            run_dev(shards[q], &a, st, again, n);
+            assert_int_equal(fm_layer_errors(shards[q], st, NULL), FM_OK);
+            assert_int_equal(fm_first_nonfinite(again, n), -1);
+            for (size_t i = 0; i < n; i++) sum[i] += again[i];
+        }
+        run_dev(whole, &a, st, again, n);
+        const double es = fm_nmse64(again, sum, n);
+        if (!(es <= 1e-8)) fail_msg("gpt-oss T=%d: shards summed differ from the layer: NMSE %.3g", T, es);
+
+        /* FC1 split 3 ways (each split one K stage of 128, the last with 64 of K), FC2 unsplit */
+        if (T == 1 || T == 8 || T == 32) {
+            fm_layer_plan_info p3 = d0;
+            p3.decode_k_splits[0] = 3, p3.decode_k_splits[1] = 1;
+            fm_status s = fm_layer_set_plan(dec, T, &p3);
+            if (s != FM_OK) fail_msg("gpt-oss T=%d: decode splits 3/1: %s: %s", T, fm_status_name(s), fm_last_error());
+            oss_vs_chain(dec, chain, &a, &ai, st, got, again, n, T, "splits 3/1");
+            fm_assert_close(got, ref, n, bound, "gpt-oss: decode kernel, splits 3/1, vs cpu-ref (external routing)");
+            assert_int_equal(fm_layer_set_plan(dec, T, &d0), FM_OK); /* the bucket's automatic plan back */
+        }
+        printf("  gpt-oss T=%2d: decode (splits %d/%d%s) = chain bit for bit, vs cpu-ref within %.0e, graph = eager, "
+               "shards = layer\n",
+               T, d0.decode_k_splits[0], d0.decode_k_splits[1], T == 1 || T == 8 || T == 32 ? ", 3/1" : "", bound);
+    }
+    for (int q = 0; q < GE / GNL; q++) fm_layer_destroy(shards[q]);
+    fm_layer_destroy(dec), fm_layer_destroy(chain), fm_layer_destroy(cref), fm_layer_destroy(whole);
+    fm_layer_destroy(dbf);
+    ofx_free(&L);
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dw));
+    CK(cudaFree(dids));
+    free(got), free(ref), free(again), free(sum), free(x), free(ids), free(wts);
+    fm_cuda_device_close(dev);
+}
+
 /* fm_layer_plan reports the choice: decode_path ON gives decode = 1, a grid and splits in
  * every bucket of <= 128 slots and the chain with a note above; AUTO the chain; set_plan's
  * refusals (a bucket over the limit, splits out of range, decode = 2), plans unchanged. */
@@ -365,35 +614,44 @@ static void test_decode_plan_report(void **state)
     fm_cuda_device_close(dev);
 }
 
-/* The grid guard: a cooperative launch of occupancy x SMs CTAs runs (T = 0: the kernel
- * returns at once), one CTA more is refused by the runtime before anything runs. */
+/* The grid guard of both kernels (the plain one and the gpt-oss twin, fm_decode_oss): a
+ * cooperative launch of occupancy x SMs CTAs runs (T = 0: the kernel returns at once), one CTA
+ * more is refused by the runtime before anything runs; an activation the kernel does not know
+ * is refused by the launcher. */
 static void test_decode_grid_guard(void **state)
 {
     (void)state;
     fm_rng          r;
     fm_cuda_device *dev = setup(&r, 13);
-    int             occ = 0, regs = 0;
-    assert_int_equal(fm_decode_occupancy(&occ, &regs), 0);
-    const int sms = fm_cuda_device_limits(dev)->sms;
-    printf("  decode kernel: %d CTAs per SM x %d SMs, %d registers, %zu B dynamic shared memory\n", occ, sms, regs,
-           fm_decode_smem_bytes());
-    assert_true(occ >= 1);
-    fm_decode_params p;
-    memset(&p, 0, sizeof p);
-    p.T = 0, p.top_k = 1, p.ks1 = p.ks2 = 1;
-    assert_int_equal(fm_decode_launch(&p, occ * sms, NULL), 0);
-    CK(cudaDeviceSynchronize());
-    const int e = fm_decode_launch(&p, occ * sms + 1, NULL);
-    printf("  %d CTAs: %s\n", occ * sms + 1, cudaGetErrorString((cudaError_t)e));
-    assert_int_equal(e, (int)cudaErrorCooperativeLaunchTooLarge);
-    (void)cudaGetLastError();
-    CK(cudaDeviceSynchronize());
+    const int       sms = fm_cuda_device_limits(dev)->sms;
+    for (int oss = 0; oss < 2; oss++) {
+        int occ = 0, regs = 0;
+        assert_int_equal(fm_decode_occupancy(oss, &occ, &regs), 0);
+        printf("  decode kernel%s: %d CTAs per SM x %d SMs, %d registers, %zu B dynamic shared memory\n",
+               oss ? " (gpt-oss twin)" : "", occ, sms, regs, fm_decode_smem_bytes());
+        assert_true(occ >= 1);
+        fm_decode_params p;
+        memset(&p, 0, sizeof p);
+        p.T = 0, p.top_k = 1, p.ks1 = p.ks2 = 1;
+        p.act = oss ? FM_ACT_SWIGLU_GPTOSS : FM_ACT_SWIGLU, p.act_limit = 7.0f;
+        assert_int_equal(fm_decode_oss(p.act, p.b1, p.b2), oss);
+        assert_int_equal(fm_decode_launch(&p, occ * sms, NULL), 0);
+        CK(cudaDeviceSynchronize());
+        const int e = fm_decode_launch(&p, occ * sms + 1, NULL);
+        printf("  %d CTAs: %s\n", occ * sms + 1, cudaGetErrorString((cudaError_t)e));
+        assert_int_equal(e, (int)cudaErrorCooperativeLaunchTooLarge);
+        (void)cudaGetLastError();
+        CK(cudaDeviceSynchronize());
+        p.act = 7;
+        assert_int_equal(fm_decode_launch(&p, 1, NULL), (int)cudaErrorInvalidValue);
+    }
     fm_cuda_device_close(dev);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_layer), cmocka_unit_test(test_decode_plan_report),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_layer), cmocka_unit_test(test_decode_gptoss),
+                                       cmocka_unit_test(test_decode_plan_report),
                                        cmocka_unit_test(test_decode_grid_guard)};
     const char *only = getenv("FM_TEST_FILTER");
     if (only && *only) cmocka_set_test_filter(only);
