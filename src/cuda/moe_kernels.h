@@ -30,7 +30,11 @@ extern "C" {
  * few CTAs at small T; the crossover, ~170 tokens, interpolated); where the staged kernel
  * cannot run (H % 8 != 0, unaligned rows), one warp per logit with 48 loads in flight per
  * lane up to FM_ROUTER_WARP48_MAX_T tokens (23.3 us at T = 1 against 32.8 with 16), 16
- * above (48 is slower from 16 tokens). */
+ * above (48 is slower from 16 tokens). Up to FM_ROUTER_ONESHOT_MAX_T tokens the ONESHOT
+ * kernel below where it fits (H100, bench_route 2026-12-07, GLM-5's router: 11.3 / 11.5 /
+ * 12.3 us at T = 1 / 2 / 4 against the staged kernel's 16.7 / 16.2 / 17.1; even at 8, slower
+ * at 16). */
+#define FM_ROUTER_ONESHOT_MAX_T 4
 #define FM_ROUTER_WARP48_MAX_T 8
 #define FM_ROUTER_TILED_MIN_T 160
 int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits, void *stream);
@@ -44,7 +48,8 @@ int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E
  * tokens' x rows: 148 KB at H = 6,144 and 4 tokens), one wait, then one chain a thread;
  * ONESHOT4: the same loads in 4 commit groups of k ranges, range g summed while the later
  * ones land. Both need what STAGED needs (else as STAGED) and the shared memory (else
- * STAGED); neither is AUTO's pick until measured (bench_route). All bit-identical
+ * STAGED); ONESHOT is AUTO's pick up to FM_ROUTER_ONESHOT_MAX_T tokens (ONESHOT4 measured
+ * slower: 12.5 us at T = 1). All bit-identical
  * (test_cuda_route). */
 enum {
     FM_ROUTER_AUTO = 0,

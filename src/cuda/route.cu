@@ -613,6 +613,7 @@ extern "C" int fm_moe_router_logits_kind(const uint16_t *x, const float *rw, int
     const int staged_ok = H % 8 == 0 && ((uintptr_t)x | (uintptr_t)rw) % 16 == 0 && (T + RS_T - 1) / RS_T <= 65535;
     if (kind == FM_ROUTER_AUTO)
         kind = T >= FM_ROUTER_TILED_MIN_T ? FM_ROUTER_TILED
+               : staged_ok && T <= FM_ROUTER_ONESHOT_MAX_T ? FM_ROUTER_ONESHOT
                : staged_ok                ? FM_ROUTER_STAGED
                : T <= FM_ROUTER_WARP48_MAX_T ? FM_ROUTER_WARP48
                                              : FM_ROUTER_WARP16;
