@@ -970,7 +970,11 @@ extern "C" int fm_fp8mma_launch(const fm_fp8mma_args *a, void *stream)
     if (a->kernel == FM_FP8MMA_AUTO && !nv && a->wsp && !((uintptr_t)a->wsp & 15) && !((uintptr_t)a->xq & 15) &&
         a->ldx % 16 == 0 && cc == 90 && kernel_here_cc(FM_FP8MMA_WG32, cc) == 0) { /* cc already queried */
         ak = *a;
-        ak.kernel = a->max_rows >= 48 * a->E ? FM_FP8MMA_WG64 : FM_FP8MMA_WG32;
+        /* ws128 from 96 rows per expert (bench_fp8mma, H100 2026-12-07 12:05: 298 / 558 us against
+         * wg64's 365 / 710 at 128 / 256 rows; 287 against 191 at 64, where wg64 needs one pass) */
+        ak.kernel = a->max_rows >= 96 * a->E && kernel_here_cc(FM_FP8MMA_WS128, cc) == 0 ? FM_FP8MMA_WS128
+                    : a->max_rows >= 48 * a->E                                           ? FM_FP8MMA_WG64
+                                                                                         : FM_FP8MMA_WG32;
         a = &ak;
     }
     if (nv && (a->kernel == FM_FP8MMA_FIRST || a->kernel >= FM_FP8MMA_WG32))

@@ -125,8 +125,8 @@ fm_status fm_fp8mma_pack_scales(const fm_qtensor *w, uint8_t *dst);
 
 /* fm_fp8mma_args.kernel: which kernel runs (an A/B knob of the benchmark and the test) */
 enum {
-    FM_FP8MMA_AUTO = 0,      /* MXFP4 on sm_90 (sm_90a code, wsp, 16-byte rows): wg64 where max_rows >= 48 x E,
-                                else wg32; otherwise the pipelined kernel: NVFP4 32 tokens a pass where
+    FM_FP8MMA_AUTO = 0,      /* MXFP4 on sm_90 (sm_90a code, wsp, 16-byte rows): ws128 where max_rows >= 96 x E,
+                                wg64 where >= 48 x E, else wg32; otherwise the pipelined kernel: NVFP4 32 tokens a pass where
                                 max_rows >= 24 x E, else 16 */
     FM_FP8MMA_FIRST = 1,     /* the first kernel: block exponents folded into the codes, no pipeline */
     FM_FP8MMA_PIPE16 = 2,    /* pipelined, 16 tokens a pass */
@@ -137,7 +137,7 @@ enum {
     FM_FP8MMA_WG32 = 7,      /* wgmma (sm_90a, MXFP4; needs wsp), 2 m64 tiles x 32 tokens a pass, 4 stages */
     FM_FP8MMA_WG64 = 8,      /* 2 m64 tiles x 64 tokens a pass, 4 stages */
     FM_FP8MMA_WG128 = 9,     /* 1 m64 tile x 128 tokens a pass, 4 stages */
-    FM_FP8MMA_WS64 = 10,     /* warp-specialized wgmma (sm_90a, MXFP4; needs wsp; opt-in, never auto): a producer
+    FM_FP8MMA_WS64 = 10,     /* warp-specialized wgmma (sm_90a, MXFP4; needs wsp; opt-in): a producer
                                 warpgroup decodes to E4M3 in shared memory, 2 consumer warpgroups (SS wgmma) of an
                                 m64 tile each, 64 tokens a pass, 6 stages */
     FM_FP8MMA_WS128 = 11,    /* the same, 128 tokens a pass, 5 stages */
