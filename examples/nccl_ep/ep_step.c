@@ -399,13 +399,14 @@ static void step_setup(step *s, const opts *o, fm_cuda_device *dev)
     gc.num_qp_per_rank = NCCL_EP_AUTO;
     gc.num_channels = NCCL_EP_AUTO;
     gc.max_num_sms = NCCL_EP_AUTO;
-    /* LL: the handle's num_topk (K) is checked against it; HT passes -1 to the handle and
-     * needs it only in eager mode (not used here), so it stays unset */
-    gc.num_topk = o->ll ? (unsigned)K : 0;
+    /* the handle's num_topk (K) is checked against it. nccl_ep.h says HT may pass -1 to the
+     * handle, but NCCL EP 2.30.7 with the expert-major layout refuses that ("HT mode requires
+     * num_topk > 0", H100, 2026-12-07), so both modes pass K to both */
+    gc.num_topk = (unsigned)K;
     NK(ncclEpCreateGroup(&s->group, g_comm, &gc));
     ncclEpHandleConfig_t hc = NCCL_EP_HANDLE_CONFIG_INIT;
     hc.dispatch_output_per_expert_alignment = 1; /* HT: no padding between experts' rows */
-    NK(ncclEpInitHandle(&s->handle, s->group, NCCL_EP_LAYOUT_EXPERT_MAJOR, &hc, o->ll ? K : -1, NULL));
+    NK(ncclEpInitHandle(&s->handle, s->group, NCCL_EP_LAYOUT_EXPERT_MAJOR, &hc, K, NULL));
 
     /* buffers, all caller-owned (NCCL EP writes into tensors it is given) */
     s->x = dalloc(sizeof(uint16_t) * T * Hs);
