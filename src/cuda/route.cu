@@ -448,17 +448,40 @@ __device__ __forceinline__ int warp_argmax(float v, int i)
     return i;
 }
 
-/* One warp per token; lane owns experts lane, lane+32, ... (and groups alike).
- * fs: per token [score E][biased E][gscore G] floats; bs: [keep E][chosen G]. */
-__global__ void route_kernel(route_cfg c, const float *bias, const float *logits, int T, int32_t *ids, float *wts,
-                             float *fs, uint8_t *bs, unsigned long long *bad)
+/* A warp's working set in shared memory (route_kernel's in_smem): [score E][biased E][gscore G]
+ * floats, then [keep E][chosen G] bytes, rounded up to 16 bytes */
+__host__ __device__ __forceinline__ size_t route_warp_smem(int E, int G)
 {
+    return (((size_t)(2 * E + G) * sizeof(float) + (size_t)(E + G)) + 15) & ~(size_t)15;
+}
+
+/* One warp per token; lane owns experts lane, lane+32, ... (and groups alike).
+ * The working set (score, biased, gscore, keep, chosen) is the warp's slice of dynamic shared
+ * memory where in_smem (route_warp_smem per warp: the launcher's choice where it fits), else
+ * fs: per token [score E][biased E][gscore G] floats and bs: [keep E][chosen G] in global
+ * scratch. The arithmetic and its order are the same either way: only where the lanes' values
+ * wait between the steps differs (global scratch: every step's reads a round trip to L2,
+ * sequential in the top-k loop). */
+__global__ void route_kernel(route_cfg c, const float *bias, const float *logits, int T, int32_t *ids, float *wts,
+                             float *fs, uint8_t *bs, unsigned long long *bad, int in_smem)
+{
+    extern __shared__ __align__(16) unsigned char route_sm[];
     const int warp = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (warp >= T) return;
     const int    t = warp, E = c.E, K = c.K, G = c.G;
     const float *lg = logits + (size_t)t * E;
-    float       *score = fs + (size_t)t * (2 * E + G), *biased = score + E, *gscore = biased + E;
-    uint8_t     *keep = bs + (size_t)t * (E + G), *chosen = keep + E;
+    float       *score;
+    uint8_t     *keep;
+    if (in_smem) {
+        unsigned char *w = route_sm + (size_t)(threadIdx.x >> 5) * route_warp_smem(E, G);
+        score = (float *)w;
+        keep = w + (size_t)(2 * E + G) * sizeof(float);
+    } else {
+        score = fs + (size_t)t * (2 * E + G);
+        keep = bs + (size_t)t * (E + G);
+    }
+    float   *biased = score + E, *gscore = biased + E;
+    uint8_t *chosen = keep + E;
 
     for (int e = lane; e < E; e += 32)
         if (!isfinite(lg[e])) atomicMin(bad, (unsigned long long)t * E + e);
@@ -695,8 +718,12 @@ extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, 
     float   *fs = (float *)scratch;
     uint8_t *bs = (uint8_t *)(fs + (size_t)T * (2 * (size_t)c.E + c.G));
     const int warps_per_block = 4;
-    route_kernel<<<(unsigned)((T + warps_per_block - 1) / warps_per_block), 32 * warps_per_block, 0, st>>>(
-        c, bias, logits, T, ids, weights, fs, bs, bad);
+    /* the warps' working sets in shared memory where 4 fit in the default 48 KB (E <= ~1,300
+     * experts at G = 0), else global scratch */
+    const size_t smem = (size_t)warps_per_block * route_warp_smem(c.E, c.G);
+    const int    in_smem = smem <= 48 * 1024;
+    route_kernel<<<(unsigned)((T + warps_per_block - 1) / warps_per_block), 32 * warps_per_block,
+                   in_smem ? smem : 0, st>>>(c, bias, logits, T, ids, weights, fs, bs, bad, in_smem);
     return (int)cudaGetLastError();
 }
 

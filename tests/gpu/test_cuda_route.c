@@ -412,6 +412,25 @@ static void logits_inputs(fm_rng *r, int E, int T, int H, fm_moe_config *c, floa
     for (size_t j = 0; j < (size_t)T * H; j++) (*x)[j] = fm_bf16_encode(fm_rng_normal(r));
 }
 
+/* Many experts: route_kernel keeps a warp's working set in shared memory where 4 warps' fit in
+ * 48 KB (E <= ~1,300) and in global scratch above; the matrix reaches only the first. E = 2,048
+ * (74 KB for 4 warps: the global path) and 1,024 (37 KB: shared), plain and grouped, softmax
+ * and sigmoid, T past one CTA of 4 warps. */
+static void test_route_many_experts(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() ^ 0x5eedu);
+    memset(&g_tally, 0, sizeof g_tally);
+    const int Es[] = {1024, 2048};
+    for (size_t ie = 0; ie < FM_ARRAY_LEN(Es); ie++)
+        for (int grouped = 0; grouped < 2; grouped++)
+            for (int sc = 0; sc < 2; sc++)
+                run_case(&r, Es[ie], 8, grouped, sc ? FM_SCORE_SIGMOID : FM_SCORE_SOFTMAX, 1, 5, 64);
+    printf("# route, many experts: %ld cases, %ld tokens, %ld with bit-exact weights\n", g_tally.cases,
+           g_tally.tokens, g_tally.tokens_exact);
+}
+
 /* The logits kernels at shapes the matrix does not reach: an odd E (the staged and oneshot
  * kernels' expert pairs, the tiled kernel's 32-expert tiles cut), a last slice shorter than the
  * staged kernel's 1,024, x and router rows not 16-byte aligned (its fallback), T not a
@@ -597,6 +616,7 @@ int main(void)
     fm_test_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_matrix),
+        cmocka_unit_test(test_route_many_experts),
         cmocka_unit_test(test_logits_shapes),
         cmocka_unit_test(test_logits_nonfinite),
         cmocka_unit_test(test_route_ties),
