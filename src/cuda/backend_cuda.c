@@ -120,7 +120,7 @@ static void cuda_destroy(void *ptr)
     if (fm_cuda_device_enter(s->dev, &prev) != FM_OK) prev = -1;
     fm_cuda_weights_destroy(s->w13);
     fm_cuda_weights_destroy(s->w2);
-    void *dev[] = {s->d_router, s->d_bias, s->d_b13, s->d_b2, s->d_sw13, s->d_sw2, s->d_err, s->ws_own,
+    void *dev[] = {s->d_router, s->d_bias, s->d_b13, s->d_b2, s->d_sw13, s->d_sw2, s->d_err, s->d_ticket, s->ws_own,
                    s->d_xstage, s->d_ostage, s->d_split, s->d_decode, s->q8.q13, s->q8.sc13, s->q8.q2, s->q8.sc2,
                    s->q8.sp13, s->q8.sp2, s->q8.gs13, s->q8.us13, s->q8.osc2};
     for (size_t i = 0; i < FM_ARRAY_LEN(dev); i++) cudaFree(dev[i]);
@@ -273,6 +273,7 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
         UPLOAD(s->d_sw2, w->shared_w2, sizeof(uint16_t) * (size_t)S * H);
     }
     DALLOC(s->d_err, sizeof(fm_moe_dev_errors));
+    DALLOC(s->d_ticket, sizeof(unsigned));
     s->ws = layout_of(p);
     if (!p->caller_workspace) DALLOC(s->ws_own, s->ws.total);
     DALLOC(s->d_xstage, sizeof(uint16_t) * (size_t)p->max_tokens * H);
@@ -283,6 +284,7 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
         (e = cudaEventCreate(&s->ev0)) != cudaSuccess || (e = cudaEventCreate(&s->ev1)) != cudaSuccess)
         return fm_cuda_layer_fail(e, "stream/event create");
     int le = fm_moe_dev_errors_reset_launch(s->d_err, s->own_stream);
+    if (!le) le = (int)cudaMemsetAsync(s->d_ticket, 0, sizeof(unsigned), s->own_stream); /* its rest state */
     if (le || (e = cudaStreamSynchronize(s->own_stream)) != cudaSuccess)
         return fm_cuda_layer_fail(le ? (cudaError_t)le : e, "clear the error word");
     /* the uploads (cudaMemcpy from pageable memory may return before its DMA lands) ran on

@@ -57,6 +57,7 @@ typedef struct {
     float              *d_b13, *d_b2;      /* the local experts' FC1 / FC2 biases (gpt-oss), NULL without */
     uint16_t           *d_sw13, *d_sw2;    /* shared expert, BF16 */
     fm_moe_dev_errors  *d_err;
+    unsigned           *d_ticket;          /* internal routing's fused launch (fm_moe_route_fused_launch): 0 at rest */
     fm_ws_layout        ws;
     void               *ws_own;            /* the layer's workspace (NULL with caller workspace) */
     void               *d_split;           /* split-K counters + partials of both GEMMs (NULL: no bucket splits) */

@@ -138,11 +138,16 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
         if (s->bad_bias >= 0) /* what fm_moe_route says for it, before any work */
             return fm_fail(FM_ERR_NONFINITE, "cuda backend: router_bias[%d] = %g is not finite", s->bad_bias,
                            (double)s->bad_bias_value);
-        if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
-            return fm_cuda_layer_fail(le, "router logits");
         if (a->routed_ids) ids = a->routed_ids, wts = a->routed_weights; /* the caller keeps the routing */
-        if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
-            return fm_cuda_layer_fail(le, "routing");
+        /* T <= 4: logits and routing in one launch where it applies (-1: it does not) */
+        le = fm_moe_route_fused_launch(c, s->d_bias, a->x, s->d_router, T, logits, ids, wts, badlogit, s->d_ticket, stream);
+        if (le > 0) return fm_cuda_layer_fail(le, "router logits and routing");
+        if (le < 0) {
+            if ((le = fm_moe_router_logits_launch(a->x, s->d_router, T, E, H, logits, stream)) != 0)
+                return fm_cuda_layer_fail(le, "router logits");
+            if ((le = fm_moe_route_launch(c, s->d_bias, logits, T, ids, wts, ws + s->ws.rscratch, badlogit, stream)) != 0)
+                return fm_cuda_layer_fail(le, "routing");
+        }
         rid = ids, rwt = wts, bl = badlogit;
     }
     if (s->w4a8 && pl->fp8) return enqueue_w4a8(s, a, rid, rwt, bl, stream);

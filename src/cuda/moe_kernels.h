@@ -82,6 +82,17 @@ size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T);
 int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, const float *logits, int T, int32_t *ids,
                         float *weights, void *scratch, unsigned long long *bad, void *stream);
 
+/* fm_moe_router_logits_launch then fm_moe_route_launch in one launch, for T <= 4 tokens where
+ * the ONESHOT logits kernel runs (fm_moe_router_logits_kind; x [T][hidden] BF16, rw [E][hidden]
+ * FP32): the same logits (bit for bit), ids, weights and *bad. ticket: one unsigned int of
+ * device memory, 0 before the first launch; every launch leaves it 0 (its CTAs take tickets,
+ * the last one routes and resets it), so launches sharing a ticket must not overlap on the
+ * device. Returns 0 or a CUDA error, or -1 without launching anything where the fused kernel
+ * does not apply (T, H, alignment, shared memory): launch the two kernels then. */
+int fm_moe_route_fused_launch(const fm_moe_config *cfg, const float *bias, const uint16_t *x, const float *rw, int T,
+                              float *logits, int32_t *ids, float *weights, unsigned long long *bad, unsigned *ticket,
+                              void *stream);
+
 /* What the device records for fm_layer_errors; every field accumulates over
  * launches until the host clears it (set all bytes to 0xFF except the counts,
  * see fm_moe_dev_errors_reset_launch). */

@@ -337,13 +337,12 @@ __device__ __forceinline__ float os_sum_blocks(float part, const float *xq, cons
     return os_add(os_add(part, pb), pa);
 }
 
+/* The oneshot kernels' body (os_sm: the dynamic shared memory, oneshot_smem bytes) */
 template <int NG>
-__global__ void __launch_bounds__(OS_THREADS, 1) /* one CTA an SM at 4 tokens (148 KB): registers are free */
-    router_logits_oneshot_kernel(const uint16_t *__restrict__ x, const float *__restrict__ rw, int T, int E, int H,
-                                 float *__restrict__ logits)
+__device__ __forceinline__ void oneshot_logits(const uint16_t *__restrict__ x, const float *__restrict__ rw, int T,
+                                               int E, int H, float *__restrict__ logits, float *os_sm)
 {
     static_assert(NG >= 1 && NG <= 4, "1 to 4 commit groups (cp_async_wait_upto)");
-    extern __shared__ __align__(16) float os_sm[];
     const int WP = os_wp(H), S = os_s(H), Hj = H / 8, nb = Hj / OS_B;
     float    *ws = os_sm, *xs = os_sm + OS_E * WP; /* ws[e][k]; xs[t][c][j] = x[t][8j + c] */
     const int tid = threadIdx.x, t0 = blockIdx.y * OS_T, e0 = blockIdx.x * OS_E;
@@ -409,6 +408,15 @@ __global__ void __launch_bounds__(OS_THREADS, 1) /* one CTA an SM at 4 tokens (1
     if (chain && c == 0) logits[(size_t)(t0 + tl) * E + e0 + el] = part;
 }
 
+template <int NG>
+__global__ void __launch_bounds__(OS_THREADS, 1) /* one CTA an SM at 4 tokens (148 KB): registers are free */
+    router_logits_oneshot_kernel(const uint16_t *__restrict__ x, const float *__restrict__ rw, int T, int E, int H,
+                                 float *__restrict__ logits)
+{
+    extern __shared__ __align__(16) float os_sm[];
+    oneshot_logits<NG>(x, rw, T, E, H, logits, os_sm);
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 
 typedef struct {
@@ -455,31 +463,14 @@ __host__ __device__ __forceinline__ size_t route_warp_smem(int E, int G)
     return (((size_t)(2 * E + G) * sizeof(float) + (size_t)(E + G)) + 15) & ~(size_t)15;
 }
 
-/* One warp per token; lane owns experts lane, lane+32, ... (and groups alike).
- * The working set (score, biased, gscore, keep, chosen) is the warp's slice of dynamic shared
- * memory where in_smem (route_warp_smem per warp: the launcher's choice where it fits), else
- * fs: per token [score E][biased E][gscore G] floats and bs: [keep E][chosen G] in global
- * scratch. The arithmetic and its order are the same either way: only where the lanes' values
- * wait between the steps differs (global scratch: every step's reads a round trip to L2,
- * sequential in the top-k loop). */
-__global__ void route_kernel(route_cfg c, const float *bias, const float *logits, int T, int32_t *ids, float *wts,
-                             float *fs, uint8_t *bs, unsigned long long *bad, int in_smem)
+/* One token's routing by one warp (route.c's steps and order): lg its E logits, score / keep
+ * the warp's working set (route_warp_smem's layout: [score E][biased E][gscore G] floats, then
+ * [keep E][chosen G] bytes, in shared or global memory), ids / wts the token's top-k */
+__device__ __forceinline__ void route_token(const route_cfg &c, const float *bias, const float *lg, int t,
+                                            int32_t *ids, float *wts, float *score, uint8_t *keep,
+                                            unsigned long long *bad, int lane)
 {
-    extern __shared__ __align__(16) unsigned char route_sm[];
-    const int warp = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
-    if (warp >= T) return;
-    const int    t = warp, E = c.E, K = c.K, G = c.G;
-    const float *lg = logits + (size_t)t * E;
-    float       *score;
-    uint8_t     *keep;
-    if (in_smem) {
-        unsigned char *w = route_sm + (size_t)(threadIdx.x >> 5) * route_warp_smem(E, G);
-        score = (float *)w;
-        keep = w + (size_t)(2 * E + G) * sizeof(float);
-    } else {
-        score = fs + (size_t)t * (2 * E + G);
-        keep = bs + (size_t)t * (E + G);
-    }
+    const int E = c.E, K = c.K, G = c.G;
     float   *biased = score + E, *gscore = biased + E;
     uint8_t *chosen = keep + E;
 
@@ -585,6 +576,68 @@ __global__ void route_kernel(route_cfg c, const float *bias, const float *logits
     }
 }
 
+/* One warp per token; lane owns experts lane, lane+32, ... (and groups alike).
+ * The working set (score, biased, gscore, keep, chosen) is the warp's slice of dynamic shared
+ * memory where in_smem (route_warp_smem per warp: the launcher's choice where it fits), else
+ * fs: per token [score E][biased E][gscore G] floats and bs: [keep E][chosen G] in global
+ * scratch. The arithmetic and its order are the same either way: only where the lanes' values
+ * wait between the steps differs (global scratch: every step's reads a round trip to L2,
+ * sequential in the top-k loop). */
+__global__ void route_kernel(route_cfg c, const float *bias, const float *logits, int T, int32_t *ids, float *wts,
+                             float *fs, uint8_t *bs, unsigned long long *bad, int in_smem)
+{
+    extern __shared__ __align__(16) unsigned char route_sm[];
+    const int warp = (int)(((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (warp >= T) return;
+    const int t = warp, E = c.E, G = c.G;
+    float    *score;
+    uint8_t  *keep;
+    if (in_smem) {
+        unsigned char *w = route_sm + (size_t)(threadIdx.x >> 5) * route_warp_smem(E, G);
+        score = (float *)w;
+        keep = w + (size_t)(2 * E + G) * sizeof(float);
+    } else {
+        score = fs + (size_t)t * (2 * E + G);
+        keep = bs + (size_t)t * (E + G);
+    }
+    route_token(c, bias, logits + (size_t)t * E, t, ids, wts, score, keep, bad, lane);
+}
+
+/* Router logits and routing in one launch for T <= OS_T tokens (fm_moe_route_fused_launch): the
+ * oneshot kernel's CTAs (the logits, bit for bit as router_logits_oneshot_kernel<1>), then a
+ * ticket: each CTA, its logits stored, fences and takes one; the CTA with the last ticket (all
+ * logits stored and visible: every CTA fenced before its ticket) resets the ticket and *bad,
+ * reads the logits back through L2 (__ldcg) into shared memory and routes the T tokens, warp w
+ * token w, as route_kernel (route_token: the same code). ticket: the layer's word, 0 at rest
+ * (every launch leaves it 0), so a layer's fused launches must not overlap on the device, as
+ * its decode kernel's buffer. Dynamic shared memory: fused_smem. */
+__global__ void __launch_bounds__(OS_THREADS, 1)
+    route_fused_kernel(route_cfg c, const float *bias, const uint16_t *__restrict__ x, const float *__restrict__ rw,
+                       int T, int H, float *logits, int32_t *ids, float *wts, unsigned long long *bad,
+                       unsigned *ticket)
+{
+    extern __shared__ __align__(16) float os_sm[]; /* no static shared memory: the launcher opts in to the maximum */
+    oneshot_logits<1>(x, rw, T, c.E, H, logits, os_sm);
+    __threadfence(); /* this CTA's logits before its ticket */
+    __syncthreads();
+    const int last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(ticket, 1u) == gridDim.x * gridDim.y - 1);
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) {
+        *ticket = 0;
+        *bad = ~0ull; /* fm_moe_route_launch's memset: no bad logit */
+    }
+    __syncthreads(); /* the reset before any atomicMin; the logit sums' shared memory free */
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, E = c.E, G = c.G;
+    if (w >= T) return;
+    unsigned char *base = (unsigned char *)os_sm + (size_t)w * ((size_t)E * sizeof(float) + route_warp_smem(E, G));
+    float         *lgs = (float *)base;
+    unsigned char *ws = base + (size_t)E * sizeof(float);
+    for (int e = lane; e < E; e += 32) lgs[e] = __ldcg(logits + (size_t)w * E + e);
+    __syncwarp();
+    route_token(c, bias, lgs, w, ids, wts, (float *)ws, ws + (size_t)(2 * E + G) * sizeof(float), bad, lane);
+}
+
 } // namespace
 
 extern "C" int fm_moe_router_logits_launch(const uint16_t *x, const float *rw, int T, int E, int H, float *logits,
@@ -609,7 +662,7 @@ static size_t oneshot_smem(int H, int T)
  * OS_MAX_DEV query and set every time. */
 #define OS_MAX_DEV 64
 static std::atomic<int> os_optin[OS_MAX_DEV];
-static std::atomic<int> os_dyn_set[OS_MAX_DEV][2];
+static std::atomic<int> os_dyn_set[OS_MAX_DEV][3]; /* oneshot<1>, oneshot<4>, route_fused_kernel */
 
 static int oneshot_fits(size_t smem, int *dev_out, int *optin_out)
 {
@@ -724,6 +777,46 @@ extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, 
     const int    in_smem = smem <= 48 * 1024;
     route_kernel<<<(unsigned)((T + warps_per_block - 1) / warps_per_block), 32 * warps_per_block,
                    in_smem ? smem : 0, st>>>(c, bias, logits, T, ids, weights, fs, bs, bad, in_smem);
+    return (int)cudaGetLastError();
+}
+
+/* route_fused_kernel's dynamic shared memory: the oneshot logits', or T warps' logits and
+ * working sets after them, whichever is larger */
+static size_t fused_smem(int E, int G, int H, int T)
+{
+    const size_t os = oneshot_smem(H, T), rt = (size_t)T * ((size_t)E * sizeof(float) + route_warp_smem(E, G));
+    return os == 0 ? 0 : os > rt ? os : rt;
+}
+
+extern "C" int fm_moe_route_fused_launch(const fm_moe_config *cfg, const float *bias, const uint16_t *x, const float *rw,
+                                         int T, float *logits, int32_t *ids, float *weights, unsigned long long *bad,
+                                         unsigned *ticket, void *stream)
+{
+    const int E = cfg->n_experts, H = cfg->hidden, G = route_groups(cfg);
+    if (T < 1 || T > OS_T || !ticket || fm_moe_router_logits_kind(x, rw, T, E, H, FM_ROUTER_ONESHOT) != FM_ROUTER_ONESHOT)
+        return -1; /* not this kernel's case: the caller launches the two kernels */
+    const size_t smem = fused_smem(E, G, H, T);
+    int          dev = -1, optin = 0;
+    if (!oneshot_fits(smem, &dev, &optin)) return -1;
+    std::atomic<int> *set = dev >= 0 && dev < OS_MAX_DEV ? &os_dyn_set[dev][2] : NULL;
+    if (!set || !set->load(std::memory_order_acquire)) { /* the opt-in maximum, as the oneshot kernels */
+        cudaError_t err = cudaFuncSetAttribute((const void *)route_fused_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        if (err == cudaSuccess)
+            err = cudaFuncSetAttribute((const void *)route_fused_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       (int)cudaSharedmemCarveoutMaxShared);
+        if (err != cudaSuccess) { /* e.g. a device whose opt-in limit the attribute refuses: the two kernels */
+            (void)cudaGetLastError();
+            return -1;
+        }
+        if (set) set->store(1, std::memory_order_release);
+    }
+    const route_cfg c = {cfg->n_experts, cfg->top_k,         G, cfg->topk_group,
+                         cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale,
+                         cfg->score == FM_SCORE_SOFTMAX_TOPK};
+    dim3 grid((unsigned)((E + OS_E - 1) / OS_E), 1u);
+    route_fused_kernel<<<grid, OS_THREADS, smem, (cudaStream_t)stream>>>(c, bias, x, rw, T, H, logits, ids, weights, bad,
+                                                                          ticket);
     return (int)cudaGetLastError();
 }
 

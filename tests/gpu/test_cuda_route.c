@@ -68,6 +68,7 @@ typedef struct {
 } route_tally;
 
 static route_tally g_tally;
+static long        g_fused_runs; /* fm_moe_route_fused_launch checks that ran (run_case) */
 
 /* Device routing of `logits` vs fm_moe_route; returns nothing, asserts. */
 static void check_route(const fm_moe_config *c, const float *bias, const float *logits, int T, const char *what)
@@ -345,6 +346,51 @@ static void run_case(fm_rng *r, int E, int K, int grouped, fm_score_func score, 
     for (int p = 0; p < R; p++)
         if (gperm[p] != perm[p]) fail_msg("%s chain: perm[%d] gpu %d cpu %d", what, p, gperm[p], perm[p]);
 
+    /* the fused launch (T <= 4, where the oneshot logits kernel applies): the same logits, ids,
+     * weights and bad word as the two launches above, bit for bit, twice (its ticket must be
+     * back at 0 after each), from poisoned outputs and a bad word that says "index 0" */
+    if (T <= 4) {
+        int32_t *gids = malloc(sizeof(int32_t) * R), *fids = malloc(sizeof(int32_t) * R);
+        float   *gwts = malloc(sizeof(float) * R), *fwts = malloc(sizeof(float) * R);
+        float   *fl = malloc(sizeof(float) * (size_t)T * E);
+        unsigned *dtk, tk = 1;
+        CK(cudaMemcpy(gids, dids, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gwts, dwts, sizeof(float) * R, cudaMemcpyDeviceToHost));
+        CK(cudaMalloc((void **)&dtk, sizeof *dtk));
+        CK(cudaMemset(dtk, 0, sizeof *dtk));
+        for (int rep = 0; rep < 2; rep++) {
+            unsigned long long gbad = 0;
+            CK(cudaMemset(dl, 0xFF, sizeof(float) * (size_t)T * E));
+            CK(cudaMemset(dids, 0xFF, sizeof(int32_t) * R));
+            CK(cudaMemset(dwts, 0xFF, sizeof(float) * R));
+            CK(cudaMemset(dbad, 0, sizeof *dbad));
+            const int rc = fm_moe_route_fused_launch(&c, dbias, dx, dw, T, dl, dids, dwts, dbad, dtk, NULL);
+            if (rc == -1) break; /* not its case (H % 8, shared memory): the two launches are the path */
+            assert_int_equal(rc, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(fl, dl, sizeof(float) * (size_t)T * E, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(fids, dids, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(fwts, dwts, sizeof(float) * R, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(&gbad, dbad, sizeof gbad, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(&tk, dtk, sizeof tk, cudaMemcpyDeviceToHost));
+            if (tk != 0) fail_msg("%s fused: ticket %u after the launch (expected 0)", what, tk);
+            if (gbad != ~0ull) fail_msg("%s fused: bad word %llu (finite logits: expected none)", what, gbad);
+            if (memcmp(fl, logits, sizeof(float) * (size_t)T * E))
+                fail_msg("%s fused: logits differ from the CPU's", what);
+            for (int i = 0; i < R; i++)
+                if (fids[i] != gids[i] || memcmp(&fwts[i], &gwts[i], sizeof(float)))
+                    fail_msg("%s fused: slot %d id %d weight %a, the two launches %d %a", what, i, fids[i],
+                             (double)fwts[i], gids[i], (double)gwts[i]);
+            g_fused_runs++;
+        }
+        cudaFree(dtk);
+        free(gids);
+        free(fids);
+        free(gwts);
+        free(fwts);
+        free(fl);
+    }
+
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dbias);
@@ -393,6 +439,8 @@ static void test_route_matrix(void **state)
     printf("# route: %ld cases, %ld tokens, %ld with bit-exact weights; %ld weights off (max %u ulp, tokens where "
            "libm expf is not correctly rounded)\n",
            g_tally.cases, g_tally.tokens, g_tally.tokens_exact, g_tally.weights_off_by_ulp, g_tally.max_ulp);
+    printf("# route: the fused launch (logits + routing, T <= 4) ran in %ld of the checks\n", g_fused_runs);
+    assert_true(g_fused_runs > 0);
 }
 
 /* A logits-only config (E experts, top-1, hidden H, BF16 weights: no block constraint on H) and
@@ -611,6 +659,83 @@ static void test_route_nonfinite(void **state)
     cudaFree(dbad);
 }
 
+/* The fused launch with a non-finite logit: expert 5's router row holds +Inf at k = 3 and
+ * token 1's x[3] is 0 (0 x Inf = NaN there, +-Inf elsewhere): the bad word (reset by the
+ * fused kernel itself before its routing's atomicMin) is the two launches' smallest t*E + e,
+ * and ids / weights are theirs bit for bit; T = 2-4 (token 1 exists). */
+static void test_fused_nonfinite(void **state)
+{
+    (void)state;
+    fm_rng r;
+    fm_rng_init(&r, fm_test_seed() + 11);
+    long ran = 0;
+    for (int T = 2; T <= 4; T++) {
+        const int H = 1024;
+        fm_moe_config c;
+        float        *router;
+        uint16_t     *x;
+        logits_inputs(&r, 32, T, H, &c, &router, &x);
+        c.top_k = 4;
+        router[(size_t)5 * H + 3] = INFINITY;
+        x[(size_t)1 * H + 3] = 0;
+        const int E = c.n_experts, R = T * c.top_k;
+        uint16_t *dx = dev_upload(x, sizeof(uint16_t) * (size_t)T * H);
+        float    *dw = dev_upload(router, sizeof(float) * (size_t)E * H), *dl, *dwts;
+        int32_t  *dids;
+        void     *dscr;
+        unsigned *dtk;
+        unsigned long long *dbad, bad2 = 0, badf = 0;
+        CK(cudaMalloc((void **)&dl, sizeof(float) * (size_t)T * E));
+        CK(cudaMalloc((void **)&dwts, sizeof(float) * R));
+        CK(cudaMalloc((void **)&dids, sizeof(int32_t) * R));
+        CK(cudaMalloc(&dscr, fm_moe_route_scratch_bytes(&c, T)));
+        CK(cudaMalloc((void **)&dbad, sizeof bad2));
+        CK(cudaMalloc((void **)&dtk, sizeof *dtk));
+        CK(cudaMemset(dtk, 0, sizeof *dtk));
+        int32_t *ids2 = malloc(sizeof(int32_t) * R), *idsf = malloc(sizeof(int32_t) * R);
+        float   *w2 = malloc(sizeof(float) * R), *wf = malloc(sizeof(float) * R);
+        assert_int_equal(fm_moe_router_logits_launch(dx, dw, T, E, H, dl, NULL), 0);
+        assert_int_equal(fm_moe_route_launch(&c, NULL, dl, T, dids, dwts, dscr, dbad, NULL), 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(&bad2, dbad, sizeof bad2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ids2, dids, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(w2, dwts, sizeof(float) * R, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(dids, 0xFF, sizeof(int32_t) * R));
+        CK(cudaMemset(dwts, 0xFF, sizeof(float) * R));
+        CK(cudaMemset(dbad, 0, sizeof badf));
+        const int rc = fm_moe_route_fused_launch(&c, NULL, dx, dw, T, dl, dids, dwts, dbad, dtk, NULL);
+        if (rc != -1) {
+            assert_int_equal(rc, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(&badf, dbad, sizeof badf, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(idsf, dids, sizeof(int32_t) * R, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(wf, dwts, sizeof(float) * R, cudaMemcpyDeviceToHost));
+            assert_true(bad2 != ~0ull); /* the Inf row makes some logit non-finite */
+            if (badf != bad2) fail_msg("T=%d fused: bad word %llu, the two launches %llu", T, badf, bad2);
+            for (int i = 0; i < R; i++)
+                if (idsf[i] != ids2[i] || memcmp(&wf[i], &w2[i], sizeof(float)))
+                    fail_msg("T=%d fused: slot %d id %d weight %a, the two launches %d %a", T, i, idsf[i],
+                             (double)wf[i], ids2[i], (double)w2[i]);
+            ran++;
+        }
+        cudaFree(dx);
+        cudaFree(dw);
+        cudaFree(dl);
+        cudaFree(dwts);
+        cudaFree(dids);
+        cudaFree(dscr);
+        cudaFree(dbad);
+        cudaFree(dtk);
+        free(ids2);
+        free(idsf);
+        free(w2);
+        free(wf);
+        free(router);
+        free(x);
+    }
+    assert_true(ran > 0); /* H = 1,024, aligned buffers: the fused kernel's case */
+}
+
 int main(void)
 {
     fm_test_require_gpu();
@@ -622,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_route_ties),
         cmocka_unit_test(test_permute_edges),
         cmocka_unit_test(test_route_nonfinite),
+        cmocka_unit_test(test_fused_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
