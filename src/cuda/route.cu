@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(64)
  * a token at 6,144 (148 KB at 4 tokens). Needs H % 8 == 0, 16-byte aligned x and rw (the
  * launcher falls back as for the staged kernel) and the device's opt-in shared memory (else
  * the staged kernel). Measured (bench_route, H100 2026-12-07): 11.3 / 11.5 / 12.3 us at T = 1 / 2
- * / 4 against the staged kernel's 16.7 / 16.2 / 17.1; not yet AUTO's pick (wip/). */
+ * / 4 against the staged kernel's 16.7 / 16.2 / 17.1; AUTO's pick up to FM_ROUTER_ONESHOT_MAX_T
+ * tokens (13.1 against 17.8 us at T = 1 in one call, 2026-12-07 15:05 UTC). */
 #define OS_T 4
 #define OS_E 2
 #define OS_THREADS 256
