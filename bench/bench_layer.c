@@ -977,6 +977,44 @@ int main(int argc, char **argv)
                        fm_tile_name(&lp.tile[0], n1, sizeof n1), lp.k_splits[0], lp.x_packed[0] ? " packed" : "",
                        fm_tile_name(&lp.tile[1], n2, sizeof n2), lp.k_splits[1], lp.x_packed[1] ? " packed" : "");
             }
+            { /* what the int_graph column's routing gave this shard: each weight set's router on each
+               * input picks its own experts (the external routings above are drawn uniformly), so the
+               * local experts it streams may differ from the external runs' (issue 31: the ~39 us
+               * internal routing costs over external ids at GLM-5 EP8 T = 1) */
+                int32_t *rid, *hid = malloc(sizeof(int32_t) * T * K);
+                float   *rwt;
+                CK(cudaMalloc((void **)&rid, sizeof(int32_t) * T * K));
+                CK(cudaMalloc((void **)&rwt, sizeof(float) * T * K));
+                char   list[NSETS * NX * 24] = "";
+                size_t at = 0;
+                double sum = 0;
+                for (int s = 0; s < NSETS; s++)
+                    for (int x = 0; x < NX; x++) {
+                        fm_layer_run_args a = {.x = dx[x], .T = T, .out = dout, .stream = st, .routed_ids = rid,
+                                               .routed_weights = rwt};
+                        FK(fm_layer_run(L[s], &a));
+                        CK(cudaMemcpyAsync(hid, rid, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost, st));
+                        CK(cudaStreamSynchronize(st));
+                        unsigned char hit[256] = {0}; /* local experts: at most 128 */
+                        int           n = 0, slots = 0;
+                        for (int i = 0; i < T * K; i++)
+                            if (hid[i] >= 0 && hid[i] < EL) {
+                                slots++;
+                                if (!hit[hid[i]]) hit[hid[i]] = 1, n++;
+                            }
+                        sum += n;
+                        if (at < sizeof list)
+                            at += (size_t)snprintf(list + at, sizeof list - at, "%s%d/%d", s || x ? " " : "", n, slots);
+                    }
+                printf("#   internal routing: local experts / slots per (weight set, input): %s; mean %.2f experts "
+                       "(external: %.2f)\n",
+                       list, sum / (NSETS * NX), actv);
+                FK(fm_layer_errors(L[0], st, NULL));
+                FK(fm_layer_errors(L[1], st, NULL));
+                CK(cudaFree(rid));
+                CK(cudaFree(rwt));
+                free(hid);
+            }
             fflush(stdout);
             for (int s = 0; s < NSETS; s++)
                 for (int x = 0; x < NX; x++) cudaGraphExecDestroy(ge[s][x]), cudaGraphExecDestroy(gi[s][x]);
