@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(64)
  * launcher falls back as for the staged kernel) and the device's opt-in shared memory (else
  * the staged kernel). Measured (bench_route, H100 2026-12-07): 11.3 / 11.5 / 12.3 us at T = 1 / 2
  * / 4 against the staged kernel's 16.7 / 16.2 / 17.1; AUTO's pick up to FM_ROUTER_ONESHOT_MAX_T
- * tokens (13.1 against 17.8 us at T = 1 in one call, 2026-12-07 15:05 UTC). */
+ * tokens (13.1 against 17.8 us at T = 1 in one call, 2026-12-07 15:04 UTC). */
 #define OS_T 4
 #define OS_E 2
 #define OS_THREADS 256
