@@ -3,8 +3,15 @@
 (src/kernels/cost_fp4moe.c) to the per-tile timings of a full GPU run, and write
 its parameters as C (src/kernels/fp4moe_cost_h200.inc).
 
-    python3 bench/fit_tile_model.py [--csv bench/h200_fp4moe_tiles.csv]
+    python3 bench/fit_tile_model.py [--csv bench/h200_fp4moe_tiles.csv [--csv MORE.csv ...]]
                                     [--out src/kernels/fp4moe_cost_h200.inc] [--cv]
+
+Several --csv: one fit over all their timings (e.g. GLM-5's NVFP4 shapes on the H200 and
+gpt-oss-120b's MXFP4 shapes, `bench_gemm --model gpt-oss-120b`, on an H100). Each timing is
+modelled as the C model prices its GPU and format: the bandwidth scaled by the GPU's memory
+rate over the H200's (cost_fp4moe.c FM_H200_GBS; the gpu column: h200, h100), the scale
+bytes 1/16 of the FP4 bytes for NVFP4 and 1/32 for MXFP4 (the OSS shapes). The regret is
+reported per CSV too, so that a fit which helps one model's shapes at another's cost shows.
 
 The model (the C file says the same, and must compute the same): for a tile of
 `warps` W, bands per warp MT, 8*NT tokens a pass, KC of K per stage, at rows m
@@ -81,8 +88,9 @@ def occupancy(fam, t, flag):     # cost_fp4moe.c fm_fp4moe_occupancy (wgmma flag
     else:
         o = min(o, 1)
     return max(1, o)
-def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
+def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False, bwr=1.0):
     W,MT,NT,KC,S = t
+    bw = P['bw']*bwr   # the GPU's memory rate over the H200's (cost_fp4moe.c)
     TOK = 8*NT; passes = -(-m//TOK); F = 16*W*MT
     B = -(-N//F); nks = -(-K//KC)
     wst = F*KC*(0.5 + sf); xst = (m/passes)*KC*2   # X bytes a stage: the pass's valid rows (the rest is not read)
@@ -96,10 +104,10 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
         iss = W*(MT*(KC//64)*(4*P['dec'] + 4*P['wgi']) + P['stg'])
         if not packed: iss += TOK*KC*2/16/32 * P['natx'] * 4
         tc = F*TOK*KC*2 / P['rwg']
-    ps = max((wst+xst)*O*SMS/P['bw'], iss*O/(CLK_ISSUE*P['u']), tc*O)
+    ps = max((wst+xst)*O*SMS/bw, iss*O/(CLK_ISSUE*P['u']), tc*O)
     if fam != 'mma' and not packed:  # natural X through registers, one stage ahead: latency per 16-byte load a thread
         ps = max(ps, P['xlat'] * xst / (W*32*16))
-    out = P['epi']*TOK*F*2*O*SMS/P['bw']
+    out = P['epi']*TOK*F*2*O*SMS/bw
     if fam == 'mma':
         t_cta = (P['l0mb'] if nb > 1 else P['l0']) + passes*P['fill'] + \
                 nb*passes*(1 + (P['mbp'] if nb > 1 and passes > 1 else 0))*(nks*ps + out)
@@ -116,10 +124,18 @@ def model(fam, t, nb, packed, E, N, K, m, P, sf=1/16, persist=False):
 def key(fam, t, nb, packed, persist=False):
     return (fam, t, 2 if persist else (nb > 1 if fam == 'mma' else packed))
 
+# memory GB/s of the GPUs a CSV may come from: src/arch/gpu_table.c (the C model scales the H200's
+# fitted bandwidth by mem_gbs / FM_H200_GBS; both have 132 SMs and the same BF16 rate)
+GPU_GBS = {'h200': 4800.0, 'h100': 3350.0}
+# gpt-oss-120b's shapes (bench/tiles_to_csv.py SHAPES) are MXFP4: a UE8M0 scale byte per 32 weights
+def scale_frac(shape): return 1/32 if shape.startswith('OSS') else 1/16
+
 def load(path):
     rows = [r for r in csv.reader(l for l in open(path) if not l.startswith('#'))]
     D = [dict(zip(rows[0], r)) for r in rows[1:]]
     for d in D:
+        if d['gpu'] not in GPU_GBS: sys.exit('%s: gpu %r: not in GPU_GBS %s' % (path, d['gpu'], sorted(GPU_GBS)))
+        d['bwr'] = GPU_GBS[d['gpu']] / GPU_GBS['h200']; d['sf'] = scale_frac(d['shape']); d['src'] = path
         for k in ('experts','n','k','rows_per_expert','warps','mt','nt','kc','stages'): d[k] = int(d[k])
         d['us'] = float(d['us'])
         d['fam'] = d['family']; d['t'] = (d['warps'],d['mt'],d['nt'],d['kc'],d['stages'])
@@ -138,7 +154,7 @@ P0 = dict(bw=4.3e12, dec=13, mma=1.0, stg=65, u=0.6, rmma=4.6e12, l0=7e-7, l0mb=
 FIXED = ('u',)   # issue efficiency: collinear with dec/stg, kept
 
 def pred(d, P): return model(d['fam'], d['t'], d['nb'], d['packed'], d['experts'], d['n'], d['k'], d['rows_per_expert'], P,
-                             persist=d['persist'])
+                             sf=d['sf'], persist=d['persist'], bwr=d['bwr'])
 
 def candidate_sets(D):
     """The launcher's choices per point: natural X (mma with and without multi-block,
@@ -202,24 +218,29 @@ def summary(r):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--csv', default='bench/h200_fp4moe_tiles.csv')
+    ap.add_argument('--csv', action='append', help='tile timings (bench/tiles_to_csv.py); repeat for several '
+                    '(default: bench/h200_fp4moe_tiles.csv)')
     ap.add_argument('--out', default='src/kernels/fp4moe_cost_h200.inc')
     ap.add_argument('--cv', action='store_true')
     a = ap.parse_args()
     REGTAB.update(load_regs())
-    D = load(a.csv)
+    csvs = a.csv or ['bench/h200_fp4moe_tiles.csv']
+    D = [d for c in csvs for d in load(c)]
     P, eff, l = fit(D)
     lines = ['mean |log(model / measured)| over %d timings: %.3f' % (len(D), l)]
     for w, r in regret(D, P, eff).items(): lines.append('regret of the pick, %s X, %d points: %s' % (w, len(r), summary(r)))
+    if len(csvs) > 1:
+        for c in csvs:
+            for w, r in regret([d for d in D if d['src'] == c], P, eff).items():
+                if r: lines.append('%s: regret of the pick, %s X, %d points: %s' % (c, w, len(r), summary(r)))
     if a.cv:
         for sh in sorted({d['shape'] for d in D}):
             P2, e2, _ = fit([d for d in D if d['shape'] != sh])
             for w, r in regret([d for d in D if d['shape'] == sh], P2, e2).items():
                 lines.append('fitted without %s, regret there, %s X: %s' % (sh, w, summary(r)))
     for s in lines: print(s)
-    src = open(a.csv).read().splitlines()
-    meta = [s[2:] for s in src if s.startswith('# ') and 'generated' not in s]
-    o = ['/* fp4moe_cost_h200.inc - generated by bench/fit_tile_model.py from %s; do not edit by hand.' % a.csv]
+    meta = [s[2:] for c in csvs for s in open(c).read().splitlines() if s.startswith('# ') and 'generated' not in s]
+    o = ['/* fp4moe_cost_h200.inc - generated by bench/fit_tile_model.py from %s; do not edit by hand.' % ', '.join(csvs)]
     o += [' * %s' % s for s in meta]
     o += [' * %s' % s for s in lines]
     o += [' * Included by src/kernels/cost_fp4moe.c: the model there, its parameters here. */']

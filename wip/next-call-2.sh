@@ -6,9 +6,13 @@
 # wgmma tile's packed-X estimate undercuts the mma tiles at 8-32 rows per expert; fm_layer_tune
 # found mma_w4m2n2k128s4 10.6-11 % faster in the whole layer at local T = 256, twice).
 #   run: bash wip/next-call-2.sh      carry [".debs"], timeout 600
-# Afterwards, here: python3 bench/tiles_to_csv.py <gemm_oss.log> --gpu h100 ... -o
-# bench/h100_fp4moe_tiles_gptoss.csv, then bench/fit_tile_model.py on both CSVs (--cv), and keep
-# the refit only if GLM-5's regret does not grow (test_plan_rank).
+# Afterwards, here (the log from files_at):
+#   python3 bench/tiles_to_csv.py gemm_oss.log --gpu h100 --date ... --command "bash wip/next-call-2.sh" \
+#     -o bench/h100_fp4moe_tiles_gptoss.csv
+#   python3 bench/fit_tile_model.py --csv bench/h200_fp4moe_tiles.csv --csv bench/h100_fp4moe_tiles_gptoss.csv --cv
+# (fit_tile_model.py prices each timing at its GPU's memory rate and format's scale bytes, and
+# prints the regret per CSV); keep the refit only if GLM-5's regret does not grow (ctest
+# test_plan_rank), and say so in bench/RESULTS.md.
 set -uo pipefail
 T0=$SECONDS
 . bench/device_env.sh
