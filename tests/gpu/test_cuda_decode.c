@@ -165,6 +165,46 @@ static void graph_equals_eager(fm_layer *l, const fm_layer_run_args *a, cudaStre
     CK(cudaGraphDestroy(g));
 }
 
+/* BF16 out = BF16(FP32 out): layer dbf (BF16 out) on a's inputs, from a poisoned output, against
+ * the FP32 output `got` of the same run rounded to nearest even */
+static void bf16_out_equals(fm_layer *dbf, const fm_layer_run_args *a, cudaStream_t st, const float *got, size_t n,
+                            const char *what, int T)
+{
+    uint16_t         *dob = dmalloc(sizeof(uint16_t) * n), *ob = malloc(sizeof(uint16_t) * n);
+    fm_layer_run_args ab = *a;
+    ab.out = dob;
+    CK(cudaMemsetAsync(dob, 0xFF, sizeof(uint16_t) * n, st));
+    assert_int_equal(fm_layer_run(dbf, &ab), FM_OK);
+    CK(cudaMemcpyAsync(ob, dob, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < n; i++)
+        if (ob[i] != fm_bf16_encode(got[i]))
+            fail_msg("%sT=%d: BF16 out[%zu] = %04x, expected %04x", what, T, i, ob[i], fm_bf16_encode(got[i]));
+    CK(cudaFree(dob));
+    free(ob);
+}
+
+/* Shards summed = the whole layer: every layer set to plan d0 (shard 0's decode splits), the
+ * nshards runs summed in float64 against the whole layer's run (NMSE <= 1e-8). again, sum:
+ * n-element scratch. */
+static void shards_sum_to_whole(fm_layer *whole, fm_layer **shards, int nshards, const fm_layer_plan_info *d0,
+                                const fm_layer_run_args *a, cudaStream_t st, float *again, double *sum, size_t n,
+                                const char *what, int T)
+{
+    assert_int_equal(fm_layer_set_plan(whole, T, d0), FM_OK);
+    memset(sum, 0, sizeof(double) * n);
+    for (int q = 0; q < nshards; q++) {
+        assert_int_equal(fm_layer_set_plan(shards[q], T, d0), FM_OK);
+        run_dev(shards[q], a, st, again, n);
+        assert_int_equal(fm_layer_errors(shards[q], st, NULL), FM_OK);
+        assert_int_equal(fm_first_nonfinite(again, n), -1);
+        for (size_t i = 0; i < n; i++) sum[i] += again[i];
+    }
+    run_dev(whole, a, st, again, n);
+    const double es = fm_nmse64(again, sum, n);
+    if (!(es <= 1e-8)) fail_msg("%sT=%d: shards summed differ from the layer: NMSE %.3g", what, T, es);
+}
+
 static void test_decode_layer(void **state)
 {
     (void)state;
@@ -224,31 +264,10 @@ static void test_decode_layer(void **state)
             /* shards summed = the whole layer, every layer with shard 0's decode splits */
             fm_layer_plan_info d0;
             assert_int_equal(fm_layer_plan(dec, T, &d0), FM_OK);
-            assert_int_equal(fm_layer_set_plan(whole, T, &d0), FM_OK);
-            memset(sum, 0, sizeof(double) * n);
-            for (int q = 0; q < E / NL; q++) {
-                assert_int_equal(fm_layer_set_plan(shards[q], T, &d0), FM_OK);
-                run_dev(shards[q], &a, st, again, n);
-                assert_int_equal(fm_layer_errors(shards[q], st, NULL), FM_OK);
-                assert_int_equal(fm_first_nonfinite(again, n), -1);
-                for (size_t i = 0; i < n; i++) sum[i] += again[i];
-            }
-            run_dev(whole, &a, st, again, n);
-            const double es = fm_nmse64(again, sum, n);
-            if (!(es <= 1e-8)) fail_msg("T=%d: shards summed differ from the layer: NMSE %.3g", T, es);
+            shards_sum_to_whole(whole, shards, E / NL, &d0, &a, st, again, sum, n, "", T);
 
             /* BF16 out = BF16(FP32 out) */
-            uint16_t *dob = dmalloc(sizeof(uint16_t) * n), *ob = malloc(sizeof(uint16_t) * n);
-            fm_layer_run_args ab = a;
-            ab.out = dob;
-            CK(cudaMemsetAsync(dob, 0xFF, sizeof(uint16_t) * n, st));
-            assert_int_equal(fm_layer_run(dbf, &ab), FM_OK);
-            CK(cudaMemcpyAsync(ob, dob, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost, st));
-            CK(cudaStreamSynchronize(st));
-            for (size_t i = 0; i < n; i++)
-                if (ob[i] != fm_bf16_encode(got[i])) fail_msg("T=%d: BF16 out[%zu] = %04x, expected %04x", T, i, ob[i], fm_bf16_encode(got[i]));
-            CK(cudaFree(dob));
-            free(ob);
+            bf16_out_equals(dbf, &a, st, got, n, "", T);
 
             /* internal routing: the chain's bits (the same routing kernels, the same sums) */
             fm_layer_run_args ai = {.x = dx, .T = T, .out = dout, .stream = st};
@@ -493,32 +512,10 @@ static void test_decode_gptoss(void **state)
         fm_assert_close(got, ref, n, bound, "gpt-oss: decode kernel vs cpu-ref (external routing)");
 
         /* BF16 out = BF16(FP32 out) */
-        uint16_t *dob = dmalloc(sizeof(uint16_t) * n), *ob = malloc(sizeof(uint16_t) * n);
-        fm_layer_run_args ab = a;
-        ab.out = dob;
-        CK(cudaMemsetAsync(dob, 0xFF, sizeof(uint16_t) * n, st));
-        assert_int_equal(fm_layer_run(dbf, &ab), FM_OK);
-        CK(cudaMemcpyAsync(ob, dob, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost, st));
-        CK(cudaStreamSynchronize(st));
-        for (size_t i = 0; i < n; i++)
-            if (ob[i] != fm_bf16_encode(got[i]))
-                fail_msg("gpt-oss T=%d: BF16 out[%zu] = %04x, expected %04x", T, i, ob[i], fm_bf16_encode(got[i]));
-        CK(cudaFree(dob));
-        free(ob);
+        bf16_out_equals(dbf, &a, st, got, n, "gpt-oss ", T);
 
         /* shards summed = the whole layer, every layer with shard 0's decode splits */
-        assert_int_equal(fm_layer_set_plan(whole, T, &d0), FM_OK);
-        memset(sum, 0, sizeof(double) * n);
-        for (int q = 0; q < GE / GNL; q++) {
-            assert_int_equal(fm_layer_set_plan(shards[q], T, &d0), FM_OK);
-            run_dev(shards[q], &a, st, again, n);
-            assert_int_equal(fm_layer_errors(shards[q], st, NULL), FM_OK);
-            assert_int_equal(fm_first_nonfinite(again, n), -1);
-            for (size_t i = 0; i < n; i++) sum[i] += again[i];
-        }
-        run_dev(whole, &a, st, again, n);
-        const double es = fm_nmse64(again, sum, n);
-        if (!(es <= 1e-8)) fail_msg("gpt-oss T=%d: shards summed differ from the layer: NMSE %.3g", T, es);
+        shards_sum_to_whole(whole, shards, GE / GNL, &d0, &a, st, again, sum, n, "gpt-oss ", T);
 
         /* FC1 split 3 ways (each split one K stage of 128, the last with 64 of K), FC2 unsplit */
         if (T == 1 || T == 8 || T == 32) {
