@@ -972,10 +972,12 @@ int main(int argc, char **argv)
                 fm_layer_plan_info lp;
                 char               n1[48], n2[48];
                 FK(fm_layer_plan(L[0], T, &lp));
-                printf("#   plan: bucket %d, tiles for %d rows x %d experts%s; FC1 %s split %d%s, FC2 %s split %d%s\n",
+                printf("#   plan: bucket %d, tiles for %d rows x %d experts%s; FC1 %s split %d%s, FC2 %s split %d%s%s\n",
                        lp.bucket_tokens, lp.expected_rows, lp.active_experts, lp.work_list ? ", work list" : "",
                        fm_tile_name(&lp.tile[0], n1, sizeof n1), lp.k_splits[0], lp.x_packed[0] ? " packed" : "",
-                       fm_tile_name(&lp.tile[1], n2, sizeof n2), lp.k_splits[1], lp.x_packed[1] ? " packed" : "");
+                       fm_tile_name(&lp.tile[1], n2, sizeof n2), lp.k_splits[1], lp.x_packed[1] ? " packed" : "",
+                       /* graph_us / eager_us / int_graph ran the decode kernel, not these tiles */
+                       lp.decode ? "; the decode kernel runs this bucket (the tiles are the chain's)" : "");
             }
             { /* what the int_graph column's routing gave this shard: each weight set's router on each
                * input picks its own experts (the external routings above are drawn uniformly), so the
@@ -983,6 +985,10 @@ int main(int argc, char **argv)
                * internal routing costs over external ids at GLM-5 EP8 T = 1) */
                 int32_t *rid, *hid = malloc(sizeof(int32_t) * T * K);
                 float   *rwt;
+                if (!hid) {
+                    fprintf(stderr, "bench_layer: out of host memory\n");
+                    exit(1);
+                }
                 CK(cudaMalloc((void **)&rid, sizeof(int32_t) * T * K));
                 CK(cudaMalloc((void **)&rwt, sizeof(float) * T * K));
                 char   list[NSETS * NX * 24] = "";
