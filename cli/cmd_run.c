@@ -37,6 +37,9 @@ static fm_status apply_plan(fm_layer *layer, int T, const fm_run_plan_spec *ps)
     }
     if (ps->list >= 0) pi.work_list = ps->list;
     if (ps->list_n) pi.active_experts = ps->list_n;
+    /* the spec names the chain's kernels: the chain runs the bucket (a bucket on the decode
+     * kernel, --decode on, would keep them for the chain and never run them) */
+    pi.decode = 0;
     return fm_layer_set_plan(layer, T, &pi);
 }
 

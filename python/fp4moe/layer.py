@@ -497,7 +497,9 @@ class Layer:
         (an engine's tuned configuration, e.g. kept as JSON). Checked as each GEMM's launch
         would check it, so a plan the device cannot run is refused here (fp4moe.Error:
         FM_ERR_UNSUPPORTED, FM_ERR_INVALID_ARG, ...), never at a run; call it between runs
-        and re-capture graphs of the layer made before it. CPU backends: FM_ERR_UNSUPPORTED."""
+        and re-capture graphs of the layer made before it. With "decode" true the one-launch
+        decode kernel runs the bucket and "fc1" / "fc2" are only kept for the chain: set it
+        false to run those tiles. CPU backends: FM_ERR_UNSUPPORTED."""
         T = as_int(T, "T")
         if not isinstance(plan, dict):
             raise TypeError(f"plan: expected a dict as Layer.plan returns, got {type(plan).__name__}")
