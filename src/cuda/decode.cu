@@ -30,7 +30,10 @@
  *     the ready counters.
  * No deadlock: FC1 units never wait (the split's last CTA sums, the others leave), every
  * CTA runs all its FC1 units before any FC2 unit, and every CTA is resident, so every
- * counter an FC2 unit waits for is raised by a CTA that is running or done.
+ * counter an FC2 unit waits for is raised by a CTA that is running or done. With
+ * FM_DECODE_DYNAMIC (a build-time knob, off by default) the units come from a counter, FC1's
+ * before FC2's, so an FC2 unit's FC1 units were all taken by CTAs that are running: no
+ * residency needed (the launch stays cooperative all the same).
  * Rest state: every counter is back at 0 when the launch ends (split counters by their
  * last CTA, output-block counters by their last, ready counters by the last block), so a
  * graph replay finds what an eager run finds; no launch resets anything.
@@ -93,10 +96,31 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
     const int n1u = nact * nb1 * p.ks1, n2u = nact * nb2 * p.ks2;
     if ((int)blockIdx.x < n2u) prefetch_fc2(p, rt, blockIdx.x, nb2);
     FM_DELAY(1, 0);
+#if FM_DECODE_DYNAMIC
+    /* units from the counter (decode_parts.cuh FM_DECODE_DYNAMIC): thread 0 takes the CTA's
+     * next unit when it starts one (the atomic's latency under the unit's work; indices only
+     * grow within a CTA, so a CTA waiting in an FC2 unit holds no FC1 unit), and hands it over
+     * at the unit's end */
+    __shared__ int s_unit;
+    int *work = cnt + L.work, next = 0;
+    if (tid == 0) s_unit = atomicAdd(work, 1);
+    __syncthreads();
+    int u = s_unit;
+#define FM_UNIT_TAKE()                                                                                            \
+    do {                                                                                                          \
+        if (tid == 0) next = atomicAdd(work, 1);                                                                  \
+    } while (0)
+#define FM_UNIT_NEXT() (__syncthreads(), tid == 0 ? (void)(s_unit = next) : (void)0, __syncthreads(), s_unit)
+#endif
 
     /* FC1 + SwiGLU -> h, then the block's ready counter */
     const int nks1 = (p.kp1 + KC - 1) / KC;
+#if FM_DECODE_DYNAMIC
+    for (; u < n1u; u = FM_UNIT_NEXT()) {
+        FM_UNIT_TAKE();
+#else
     for (int u = blockIdx.x; u < n1u; u += gridDim.x) {
+#endif
         const int a = u / (nb1 * p.ks1), rem = u % (nb1 * p.ks1), fb = rem / p.ks1, split = rem % p.ks1;
         const int e = rt.act_e[a], row0 = rt.act_off[a], m = rt.act_cnt[a];
         const int kbeg = split * nks1 / p.ks1, nks = (split + 1) * nks1 / p.ks1 - kbeg;
@@ -132,8 +156,14 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
 
     /* FC2 -> weighted rows in scratch -> the output block's finalize */
     const int nks2 = (p.kp2 + KC - 1) / KC;
-    for (int u = blockIdx.x; u < n2u; u += gridDim.x) {
-        const int a = u / (nb2 * p.ks2), rem = u % (nb2 * p.ks2), ob = rem / p.ks2, split = rem % p.ks2;
+#if FM_DECODE_DYNAMIC
+    for (; u < n1u + n2u; u = FM_UNIT_NEXT()) {
+        FM_UNIT_TAKE();
+        const int u2 = u - n1u; /* the FC2 unit */
+#else
+    for (int u2 = blockIdx.x; u2 < n2u; u2 += gridDim.x) {
+#endif
+        const int a = u2 / (nb2 * p.ks2), rem = u2 % (nb2 * p.ks2), ob = rem / p.ks2, split = rem % p.ks2;
         const int e = rt.act_e[a], row0 = rt.act_off[a], m = rt.act_cnt[a];
         const int kbeg = split * nks2 / p.ks2, nks = (split + 1) * nks2 / p.ks2 - kbeg;
         const int b0 = (ob * NW + warp) * MT;
@@ -144,7 +174,7 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
         for (int pass0 = 0; pass0 < m; pass0 += TOK) {
             const int rows = min(TOK, m - pass0);
             float     acc[MT][4];
-            FM_DELAY(3, (unsigned)u);
+            FM_DELAY(3, (unsigned)u2);
             gemm_pass<true>(p, rt, smem, e, band, valid, row0 + pass0, rows, kbeg, nks,
                             cnt + L.ready + (size_t)a * nb1, need, nb1, acc);
             if (p.ks2 > 1 &&
@@ -166,7 +196,7 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
             }
             __threadfence();
             __syncthreads();
-            FM_DELAY(4, (unsigned)u);
+            FM_DELAY(4, (unsigned)u2);
             int last = 0;
             if (tid == 0) last = atomicAdd(cnt + L.fin + ob, 1) == rt.npass - 1;
             if (!__syncthreads_or(last)) continue;
@@ -181,6 +211,12 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
             }
         }
     }
+#if FM_DECODE_DYNAMIC
+#undef FM_UNIT_TAKE
+#undef FM_UNIT_NEXT
+    /* rest state: the last CTA past its units (no take follows in this launch) zeroes the counter */
+    if (tid == 0 && atomicAdd(work + 1, 1) == (int)gridDim.x - 1) work[0] = 0, work[1] = 0;
+#endif
     if (nact == 0) /* no local rows: out = init or 0, block by block */
         for (int ob = blockIdx.x; ob < nb2; ob += gridDim.x) reduce_block(p, rt, ob);
 
