@@ -181,7 +181,8 @@ if [ "$MODE" = decode-delay ]; then
   # FM_DECODE_DELAY_NS), test_cuda_decode (decode = chain bit for bit) plain, then under
   # memcheck and racecheck; the defaults restored last
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  cmake -S . -B build-gpu -DFM_DECODE_DEFS="FM_DECODE_DELAY=1${DELAY_NS:+;FM_DECODE_DELAY_NS=$DELAY_NS}" >"$OUT/build-delay.log" 2>&1 &&
+  # DELAY_EXTRA: more definitions for the same build (e.g. FM_DECODE_DYNAMIC=1: the units from a counter)
+  cmake -S . -B build-gpu -DFM_DECODE_DEFS="FM_DECODE_DELAY=1${DELAY_NS:+;FM_DECODE_DELAY_NS=$DELAY_NS}${DELAY_EXTRA:+;$DELAY_EXTRA}" >"$OUT/build-delay.log" 2>&1 &&
     cmake --build build-gpu -j16 --target test_cuda_decode >>"$OUT/build-delay.log" 2>&1 || { tail -20 "$OUT/build-delay.log"; exit 1; }
   for rep in 1 2; do
     timeout ${DELAY_S:-300} build-gpu/tests/test_cuda_decode >"$OUT/decode_delay_$rep.log" 2>&1
