@@ -21,7 +21,7 @@ build() { # $1: name, $2: FM_DECODE_DEFS
   mkdir -p "$B/$1" && cp build-gpu/bench/bench_layer build-gpu/tests/test_cuda_decode build-gpu/libfp4moe_dev.so "$B/$1/"
   echo "== built $1 at $((SECONDS - T0)) s: $(LD_PRELOAD="$B/$1/libfp4moe_dev.so" ldd "$B/$1/bench_layer" | grep fp4moe_dev)"
 }
-run() { local v=$1; shift; LD_PRELOAD="$B/$v/libfp4moe_dev.so" timeout 120 "$B/$v/$@"; }
+run() { local v=$1; shift; timeout 120 env LD_PRELOAD="$B/$v/libfp4moe_dev.so" "$B/$v/$@"; }
 build A ""
 build B "FM_DECODE_DYNAMIC=1"
 run B test_cuda_decode >"$OUT/test_decode_B.log" 2>&1
