@@ -7,7 +7,8 @@
  * weight, to phase 3's: the chain's OSS epilogues operation for operation (decode_parts.cuh
  * oss_h, oss_fc2), after the split sum as the plain epilogues; the plain kernel is unchanged.
  *
- * Phases of every CTA (grid = CTAs that can all be resident, a cooperative launch):
+ * Phases of every CTA (grid = CTAs that can all be resident, a cooperative launch; units
+ * u = blockIdx.x, + gridDim.x, ... below, or from a counter with FM_DECODE_DYNAMIC):
  *  1. routing: the R = T x top_k ids into shared memory, sorted stably by local expert
  *     (rank = slots of smaller experts + earlier slots of the same expert: the order of
  *     permute.cu, no atomics deciding it), the experts with rows in ascending order; CTA 0
@@ -97,20 +98,26 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
     if ((int)blockIdx.x < n2u) prefetch_fc2(p, rt, blockIdx.x, nb2);
     FM_DELAY(1, 0);
 #if FM_DECODE_DYNAMIC
-    /* units from the counter (decode_parts.cuh FM_DECODE_DYNAMIC): thread 0 takes the CTA's
+    /* units from the counter (decode_parts.cuh FM_DECODE_DYNAMIC). 1: thread 0 takes the CTA's
      * next unit when it starts one (the atomic's latency under the unit's work; indices only
-     * grow within a CTA, so a CTA waiting in an FC2 unit holds no FC1 unit), and hands it over
-     * at the unit's end */
+     * grow within a CTA, so a CTA waiting in an FC2 unit holds no FC1 unit) and hands it over
+     * at the unit's end; the next unit then goes to the CTAs that start first. 2: taken at the
+     * unit's end (the CTAs that finish first get it; the atomic's latency is exposed). */
     __shared__ int s_unit;
     int *work = cnt + L.work, next = 0;
     if (tid == 0) s_unit = atomicAdd(work, 1);
     __syncthreads();
     int u = s_unit;
+#if FM_DECODE_DYNAMIC == 1
 #define FM_UNIT_TAKE()                                                                                            \
     do {                                                                                                          \
         if (tid == 0) next = atomicAdd(work, 1);                                                                  \
     } while (0)
 #define FM_UNIT_NEXT() (__syncthreads(), tid == 0 ? (void)(s_unit = next) : (void)0, __syncthreads(), s_unit)
+#else
+#define FM_UNIT_TAKE() ((void)next)
+#define FM_UNIT_NEXT() (__syncthreads(), tid == 0 ? (void)(s_unit = atomicAdd(work, 1)) : (void)0, __syncthreads(), s_unit)
+#endif
 #endif
 
     /* FC1 + SwiGLU -> h, then the block's ready counter */
@@ -214,8 +221,16 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
 #if FM_DECODE_DYNAMIC
 #undef FM_UNIT_TAKE
 #undef FM_UNIT_NEXT
-    /* rest state: the last CTA past its units (no take follows in this launch) zeroes the counter */
-    if (tid == 0 && atomicAdd(work + 1, 1) == (int)gridDim.x - 1) work[0] = 0, work[1] = 0;
+    /* rest state: the last CTA past its units (no take follows in this launch) zeroes the counter;
+     * fenced as the other counters' resets (this CTA's takes before its count, every count
+     * before the reset) */
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(work + 1, 1) == (int)gridDim.x - 1) {
+            __threadfence();
+            work[0] = 0, work[1] = 0;
+        }
+    }
 #endif
     if (nact == 0) /* no local rows: out = init or 0, block by block */
         for (int ob = blockIdx.x; ob < nb2; ob += gridDim.x) reduce_block(p, rt, ob);

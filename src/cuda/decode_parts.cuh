@@ -26,7 +26,8 @@ using namespace fm_kc;
 #ifndef FM_DECODE_MIN_BLOCKS
 #define FM_DECODE_MIN_BLOCKS 3
 #endif
-/* FM_DECODE_DYNAMIC (0: off, the default): CTAs take their units from a counter in the decode
+/* FM_DECODE_DYNAMIC (0: off, the default; 1: the next unit taken as one starts, 2: as one ends:
+ * decode.cu): CTAs take their units from a counter in the decode
  * buffer (FC1 units first, then FC2's, one index space) instead of u = blockIdx.x + k x
  * gridDim.x: the units go to the CTAs that are free (FC1's 1.3 waves at T = 16 of GLM-5 EP8,
  * 256 FC1 units on 396 CTAs at T = 1-8), and the flag waits need no CTA residency (every FC1
