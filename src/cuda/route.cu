@@ -665,6 +665,19 @@ static size_t oneshot_smem(int H, int T)
 static std::atomic<int> os_optin[OS_MAX_DEV];
 static std::atomic<int> os_dyn_set[OS_MAX_DEV][3]; /* oneshot<1>, oneshot<4>, route_fused_kernel */
 
+/* fn's dynamic shared memory limit raised to the device's opt-in maximum, once per device
+ * (slot: os_dyn_set's column of fn) */
+static cudaError_t oneshot_opt_in(const void *fn, int dev, int optin, int slot)
+{
+    std::atomic<int> *set = dev >= 0 && dev < OS_MAX_DEV ? &os_dyn_set[dev][slot] : NULL;
+    if (set && set->load(std::memory_order_acquire)) return cudaSuccess;
+    cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    if (err == cudaSuccess && set) set->store(1, std::memory_order_release);
+    return err;
+}
+
 static int oneshot_fits(size_t smem, int *dev_out, int *optin_out)
 {
     int dev = -1, optin = 0;
@@ -718,15 +731,8 @@ extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *
             return (int)cudaErrorInvalidValue; /* fm_moe_router_logits_kind said it fits */
         const int         v = kind == FM_ROUTER_ONESHOT4;
         const void       *fn = v ? (const void *)router_logits_oneshot_kernel<4> : (const void *)router_logits_oneshot_kernel<1>;
-        std::atomic<int> *set = dev >= 0 && dev < OS_MAX_DEV ? &os_dyn_set[dev][v] : NULL;
-        if (!set || !set->load(std::memory_order_acquire)) { /* the opt-in maximum: smem <= optin */
-            cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-            if (err == cudaSuccess)
-                err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           (int)cudaSharedmemCarveoutMaxShared);
-            if (err != cudaSuccess) return (int)err;
-            if (set) set->store(1, std::memory_order_release);
-        }
+        const cudaError_t err = oneshot_opt_in(fn, dev, optin, v); /* the opt-in maximum: smem <= optin */
+        if (err != cudaSuccess) return (int)err;
         dim3 grid((unsigned)((E + OS_E - 1) / OS_E), (unsigned)((T + OS_T - 1) / OS_T));
         if (v)
             router_logits_oneshot_kernel<4><<<grid, OS_THREADS, smem, (cudaStream_t)stream>>>(x, rw, T, E, H, logits);
@@ -754,6 +760,13 @@ extern "C" int fm_moe_router_logits_launch_kind(const uint16_t *x, const float *
 
 static int route_groups(const fm_moe_config *cfg) { return cfg->n_group > 1 ? cfg->n_group : 0; }
 
+static route_cfg route_cfg_of(const fm_moe_config *cfg)
+{
+    return route_cfg{cfg->n_experts, cfg->top_k,         route_groups(cfg), cfg->topk_group,
+                     cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale,
+                     cfg->score == FM_SCORE_SOFTMAX_TOPK};
+}
+
 extern "C" size_t fm_moe_route_scratch_bytes(const fm_moe_config *cfg, int T)
 {
     const size_t E = (size_t)cfg->n_experts, G = (size_t)route_groups(cfg), t = T > 0 ? (size_t)T : 0;
@@ -766,9 +779,7 @@ extern "C" int fm_moe_route_launch(const fm_moe_config *cfg, const float *bias, 
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t  err = cudaMemsetAsync(bad, 0xFF, sizeof *bad, st); /* UINT64_MAX: no bad logit */
     if (err != cudaSuccess || T <= 0) return (int)err;
-    const route_cfg c = {cfg->n_experts, cfg->top_k,         route_groups(cfg), cfg->topk_group,
-                         cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale,
-                         cfg->score == FM_SCORE_SOFTMAX_TOPK};
+    const route_cfg c = route_cfg_of(cfg);
     float   *fs = (float *)scratch;
     uint8_t *bs = (uint8_t *)(fs + (size_t)T * (2 * (size_t)c.E + c.G));
     const int warps_per_block = 4;
@@ -799,22 +810,11 @@ extern "C" int fm_moe_route_fused_launch(const fm_moe_config *cfg, const float *
     const size_t smem = fused_smem(E, G, H, T);
     int          dev = -1, optin = 0;
     if (!oneshot_fits(smem, &dev, &optin)) return -1;
-    std::atomic<int> *set = dev >= 0 && dev < OS_MAX_DEV ? &os_dyn_set[dev][2] : NULL;
-    if (!set || !set->load(std::memory_order_acquire)) { /* the opt-in maximum, as the oneshot kernels */
-        cudaError_t err = cudaFuncSetAttribute((const void *)route_fused_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-        if (err == cudaSuccess)
-            err = cudaFuncSetAttribute((const void *)route_fused_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       (int)cudaSharedmemCarveoutMaxShared);
-        if (err != cudaSuccess) { /* e.g. a device whose opt-in limit the attribute refuses: the two kernels */
-            (void)cudaGetLastError();
-            return -1;
-        }
-        if (set) set->store(1, std::memory_order_release);
+    if (oneshot_opt_in((const void *)route_fused_kernel, dev, optin, 2) != cudaSuccess) {
+        (void)cudaGetLastError(); /* e.g. a device whose opt-in limit the attribute refuses: the two kernels */
+        return -1;
     }
-    const route_cfg c = {cfg->n_experts, cfg->top_k,         G, cfg->topk_group,
-                         cfg->score == FM_SCORE_SOFTMAX, cfg->renormalize, cfg->routed_scale,
-                         cfg->score == FM_SCORE_SOFTMAX_TOPK};
+    const route_cfg c = route_cfg_of(cfg);
     dim3 grid((unsigned)((E + OS_E - 1) / OS_E), 1u);
     route_fused_kernel<<<grid, OS_THREADS, smem, (cudaStream_t)stream>>>(c, bias, x, rw, T, H, logits, ids, weights, bad,
                                                                           ticket);

@@ -263,6 +263,16 @@ static float *check_logits(const fm_moe_config *c, const float *router, const ui
 
 /* One configuration: random inputs with duplicated router rows (exact logit
  * ties across lanes and groups), every step checked, then the chain. */
+/* The fused launch's ids / weights (fids, fw) = the two launches' (ids, w), slot by slot, bit for bit */
+static void fused_route_equals(const char *what, int R, const int32_t *fids, const float *fw, const int32_t *ids,
+                               const float *w)
+{
+    for (int i = 0; i < R; i++)
+        if (fids[i] != ids[i] || memcmp(&fw[i], &w[i], sizeof(float)))
+            fail_msg("%s fused: slot %d id %d weight %a, the two launches %d %a", what, i, fids[i], (double)fw[i], ids[i],
+                     (double)w[i]);
+}
+
 static void run_case(fm_rng *r, int E, int K, int grouped, fm_score_func score, int with_bias, int T, int H)
 {
     fm_moe_config c;
@@ -377,10 +387,7 @@ static void run_case(fm_rng *r, int E, int K, int grouped, fm_score_func score, 
             if (gbad != ~0ull) fail_msg("%s fused: bad word %llu (finite logits: expected none)", what, gbad);
             if (memcmp(fl, logits, sizeof(float) * (size_t)T * E))
                 fail_msg("%s fused: logits differ from the CPU's", what);
-            for (int i = 0; i < R; i++)
-                if (fids[i] != gids[i] || memcmp(&fwts[i], &gwts[i], sizeof(float)))
-                    fail_msg("%s fused: slot %d id %d weight %a, the two launches %d %a", what, i, fids[i],
-                             (double)fwts[i], gids[i], (double)gwts[i]);
+            fused_route_equals(what, R, fids, fwts, gids, gwts);
             g_fused_runs++;
         }
         cudaFree(dtk);
@@ -712,10 +719,9 @@ static void test_fused_nonfinite(void **state)
             CK(cudaMemcpy(wf, dwts, sizeof(float) * R, cudaMemcpyDeviceToHost));
             assert_true(bad2 != ~0ull); /* the Inf row makes some logit non-finite */
             if (badf != bad2) fail_msg("T=%d fused: bad word %llu, the two launches %llu", T, badf, bad2);
-            for (int i = 0; i < R; i++)
-                if (idsf[i] != ids2[i] || memcmp(&wf[i], &w2[i], sizeof(float)))
-                    fail_msg("T=%d fused: slot %d id %d weight %a, the two launches %d %a", T, i, idsf[i],
-                             (double)wf[i], ids2[i], (double)w2[i]);
+            char tn[16];
+            snprintf(tn, sizeof tn, "T=%d", T);
+            fused_route_equals(tn, R, idsf, wf, ids2, w2);
             ran++;
         }
         cudaFree(dx);
