@@ -189,8 +189,8 @@ static const fm_flag k_run_flags[] = {
              "buckets (fm_layer_desc.decode_work_list) (default auto)"},
     {"decode", "D", FM_FLAG_CHOICE, O(decode), .choices = k_decode_paths,
      .help = "cuda: auto | on | off, the one-launch decode kernel in the buckets of\n"
-             "at most 128 routed slots (fm_layer_desc.decode_path; auto: the chain\n"
-             "until it is measured)                  (default auto)"},
+             "at most 128 routed slots (fm_layer_desc.decode_path; auto: where it\n"
+             "measured faster: <= 1 local routed slot, sm_90)  (default auto)"},
     {"fp8-path", "P", FM_FLAG_CHOICE, O(fp8_path), .choices = k_fp8_paths,
      .help = "cuda, with --act-fp8: every | faster, W4A8 in every bucket, or only\n"
              "where the plan expects it faster than W4A16\n"

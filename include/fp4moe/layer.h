@@ -217,9 +217,17 @@ typedef struct {
     int             pdl_chain;
     /* cuda: which buckets run the one-launch decode kernel (docs/decode-kernel.md: routing,
      * FC1, FC2 and the finalize in one persistent launch, no gather) instead of the chain of
-     * launches. FM_DECODE_PATH_AUTO (0, default): none yet (the chain everywhere, until the
-     * decode path is measured against it; fm_layer_set_plan / fm_layer_tune may still choose
-     * it per bucket); FM_DECODE_PATH_ON (1): every bucket of at most 128 routed slots
+     * launches. FM_DECODE_PATH_AUTO (0, default): the buckets where it measured faster than
+     * the chain, i.e. those expecting at most one routed slot on the layer's experts
+     * (T x top_k x n_local / n_experts <= 1: an EP shard at T = 1 or 2) with at most 8
+     * routed slots, in layers without the shared expert, on compute capability 9.x only
+     * (where it has run); the chain elsewhere. fm_layer_plan_info.decode
+     * says which; fm_layer_set_plan / fm_layer_tune may choose either per bucket.
+     * The kernel is a cooperative launch of every SM (grid from the occupancy query at
+     * install): where fewer SMs are available to the process than the device reports (MPS
+     * with an SM limit) the launch fails with "too many blocks in cooperative launch";
+     * such deployments set FM_DECODE_PATH_OFF.
+     * FM_DECODE_PATH_ON (1): every bucket of at most 128 routed slots
      * (T x top_k) where the layer can run it (BF16 activations: plain SwiGLU or gpt-oss's
      * with its expert biases; fm_layer_plan_info.decode_note says why not elsewhere);
      * FM_DECODE_PATH_OFF (-1): none. The CPU backends ignore it. */

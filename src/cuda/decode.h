@@ -19,6 +19,12 @@ extern "C" {
  * O(slots) work a thread, and the tile's 8-token passes suit a few rows per expert. 128
  * covers GLM-5 / DeepSeek-V3 (top-8) up to T = 16, the issue's decode range. */
 #define FM_DECODE_MAX_SLOTS 128
+/* decode_path AUTO takes the decode kernel in the buckets that expect at most
+ * FM_DECODE_AUTO_LOCAL_SLOTS routed slots on the layer's experts (T x top_k x n_local /
+ * n_experts) and route at most FM_DECODE_AUTO_MAX_SLOTS slots in all (T x top_k), on sm_90
+ * only: where it measured faster than the chain (layer_plan.c decode_auto has the figures) */
+#define FM_DECODE_AUTO_LOCAL_SLOTS 1.0
+#define FM_DECODE_AUTO_MAX_SLOTS 8
 /* The kernel's one tile: 4 warps, 2 bands a warp (FC1: a gate band and its up band), 8
  * tokens a pass, K stages of 128, 4 stages in flight: FC1 feature blocks of 64 h columns,
  * FC2 output blocks of 128 columns (the catalogue's mma_w4m2n1k128s4 geometry, so its

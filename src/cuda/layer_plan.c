@@ -102,6 +102,30 @@ static fm_status decode_resolve(fm_cuda_layer *s, fm_bucket_plan *pl, int b, int
     return FM_OK;
 }
 
+/* decode_path AUTO: whether bucket b takes the decode kernel, i.e. whether the bucket expects
+ * at most FM_DECODE_AUTO_LOCAL_SLOTS routed slots on this layer's experts (T x top_k x n_local
+ * / n_experts, uniform routing) and routes at most FM_DECODE_AUTO_MAX_SLOTS slots in all (the
+ * most it was timed at: 8), on a device of compute capability 9.x, in a layer without the
+ * shared expert (launched before the kernel: not timed, and no GPU test runs the two
+ * together). That is where it
+ * measured faster than the chain in every session that timed both (graph replay, H100,
+ * bench/RESULTS.md 2026-12-05 .. 12-07): GLM-5 EP8 T = 1 (1 expected slot) 17.4-17.6 us against
+ * 21.8-21.9, gpt-oss-120b EP8 T = 1 / 2 (0.5 / 1) 10.6 / 26.7 against 13.8 / 28.4; and where
+ * it was slower: from 2 expected slots (GLM-5 EP8 T = 2 +4.4 %, gpt-oss-120b EP8 T = 4 +8.9 %,
+ * Qwen3-235B EP4 T = 1 even, every all-local layer but gpt-oss at T = 1 / 2). The kernel
+ * is compiled for sm_80 / sm_100f / sm_120f but has run on sm_90 only, so elsewhere AUTO keeps
+ * the chain (decode_path ON still takes it). A bucket the kernel cannot run keeps the chain
+ * with the note (decode_resolve). */
+static int decode_auto(const fm_cuda_layer *s, int b)
+{
+    const fm_moe_config *c = &s->p.cfg;
+    const int            R = fm_layer_bucket_tokens(s->p.max_tokens, b) * c->top_k;
+    const double         local = (double)R * s->p.n_local / c->n_experts;
+    const int            shared = s->p.first == 0 && c->shared_inter > 0;
+    return s->p.decode_path == FM_DECODE_PATH_AUTO && fm_cuda_device_limits(s->dev)->cc / 10 == 9 && !shared &&
+           R <= FM_DECODE_AUTO_MAX_SLOTS && local <= FM_DECODE_AUTO_LOCAL_SLOTS;
+}
+
 /* Whether a bucket may run the chain act_fp8 names (1 W4A8, 0 W4A16): W4A8 only on a W4A8
  * layer, W4A16 on one only where its desc allows (FM_FP8_PATH_FASTER). */
 static fm_status fp8_allowed(const fm_cuda_layer *s, int act_fp8)
@@ -199,9 +223,10 @@ static fm_status install_on(fm_cuda_layer *s, const fm_layer_plan_info *plans, i
         pl->fp8 = in->act_fp8;
         FM_CHECK(make_gemm_plan(s, pl, 0));
         FM_CHECK(make_gemm_plan(s, pl, 1));
-        /* the policy's decode choice where the kernel can run the bucket; elsewhere the chain,
-         * and the note says why */
-        if (decode_resolve(s, pl, b, in->decode, in->decode_k_splits[0], in->decode_k_splits[1]) != FM_OK)
+        /* the policy's decode choice (decode_path ON) or AUTO's (decode_auto) where the kernel
+         * can run the bucket; elsewhere the chain, and the note says why */
+        if (decode_resolve(s, pl, b, in->decode || decode_auto(s, b), in->decode_k_splits[0], in->decode_k_splits[1]) !=
+            FM_OK)
             fm_clear_error();
         s->n_buckets = b + 1;
     }

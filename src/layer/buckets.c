@@ -104,8 +104,8 @@ static fm_status plan_bucket(const fm_backend_ops *ops, void *state, const fm_la
     }
     pl->work_list = wl;
     /* decode_path ON: the one-launch kernel wherever the backend can run it (install keeps
-     * the chain, with a note, where it cannot); AUTO stays on the chain until the decode
-     * path is measured on a GPU (docs/decode-kernel.md) */
+     * the chain, with a note, where it cannot); AUTO: the backend's measured rule at install
+     * (cuda: layer_plan.c decode_auto, <= 1 expected local routed slot on sm_90) */
     pl->decode = p->decode_path == FM_DECODE_PATH_ON;
     pl->act_fp8 = fp8_bucket(p);
     return ops->gemm_choose(state, 1, &h2, &pl->tile[1], &pl->feature_blocks[1], &pl->k_splits[1], NULL);

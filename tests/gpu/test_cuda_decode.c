@@ -58,7 +58,7 @@ static fm_layer *make(const dfx *L, fm_backend_kind b, fm_cuda_device *dev, int 
     w.w13 += first, w.w2 += first;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = MAXT,
                        .out_dtype = od, .first_expert = first, .n_local = n,
-                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_AUTO};
+                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_OFF}; /* OFF: the chain */
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
@@ -417,7 +417,7 @@ static fm_layer *omake(const ofx *L, fm_backend_kind b, fm_cuda_device *dev, int
     w.w2_bias += (size_t)first * GH;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = MAXT,
                        .out_dtype = od, .first_expert = first, .n_local = n,
-                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_AUTO};
+                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_OFF}; /* OFF: the chain */
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create (gpt-oss): %s: %s", fm_status_name(s), fm_last_error());
@@ -545,7 +545,9 @@ static void test_decode_gptoss(void **state)
 }
 
 /* fm_layer_plan reports the choice: decode_path ON gives decode = 1, a grid and splits in
- * every bucket of <= 128 slots and the chain with a note above; AUTO the chain; set_plan's
+ * every bucket of <= 128 slots and the chain with a note above; AUTO the decode kernel where
+ * the bucket expects <= 1 local routed slot on an sm_90 device (T x K x NL / E: T = 1, 2
+ * here), the chain elsewhere; set_plan's
  * refusals (a bucket over the limit, splits out of range, decode = 2), plans unchanged. */
 static void test_decode_plan_report(void **state)
 {
@@ -568,7 +570,11 @@ static void test_decode_plan_report(void **state)
         assert_int_equal(fm_layer_plan(au, Ts[i], &q), FM_OK);
         printf("  T=%2d: ON decode %d (%d CTAs, splits %d/%d) note \"%s\"; AUTO decode %d\n", Ts[i], p.decode,
                p.decode_ctas, p.decode_k_splits[0], p.decode_k_splits[1], p.decode_note, q.decode);
-        assert_int_equal(q.decode, 0);
+        const int auto_decode = (double)Ts[i] * K * NL / E <= 1.0 && Ts[i] * K <= 8 && fm_cuda_device_limits(dev)->cc / 10 == 9;
+        assert_int_equal(q.decode, auto_decode);
+        if (auto_decode) /* AUTO's splits and grid are ON's */
+            assert_true(q.decode_ctas == p.decode_ctas && q.decode_k_splits[0] == p.decode_k_splits[0] &&
+                        q.decode_k_splits[1] == p.decode_k_splits[1]);
         if (Ts[i] * K <= FM_DECODE_MAX_SLOTS) {
             assert_int_equal(p.decode, 1);
             assert_true(p.decode_ctas > 0 && p.decode_k_splits[0] >= 1 && p.decode_k_splits[1] >= 1);
@@ -594,8 +600,12 @@ static void test_decode_plan_report(void **state)
     assert_int_equal(fm_layer_set_plan(on, 1, &bad), FM_ERR_INVALID_ARG);
     assert_int_equal(fm_layer_plan(on, 1, &q), FM_OK);
     assert_memory_equal(&p, &q, sizeof p);
-    /* AUTO's layer switched to decode by set_plan, and back */
+    /* AUTO's layer switched to the chain and to decode with other splits by set_plan, and back */
     assert_int_equal(fm_layer_plan(au, 1, &q), FM_OK);
+    bad = q, bad.decode = 0;
+    assert_int_equal(fm_layer_set_plan(au, 1, &bad), FM_OK);
+    assert_int_equal(fm_layer_plan(au, 1, &p), FM_OK);
+    assert_int_equal(p.decode, 0);
     bad = q, bad.decode = 1, bad.decode_k_splits[0] = 2, bad.decode_k_splits[1] = 4;
     assert_int_equal(fm_layer_set_plan(au, 1, &bad), FM_OK);
     assert_int_equal(fm_layer_plan(au, 1, &p), FM_OK);
@@ -604,7 +614,41 @@ static void test_decode_plan_report(void **state)
     assert_int_equal(p.decode_k_splits[1], 4);
     assert_int_equal(fm_layer_set_plan(au, 1, &q), FM_OK);
     assert_int_equal(fm_layer_plan(au, 1, &p), FM_OK);
-    assert_int_equal(p.decode, 0);
+    assert_int_equal(p.decode, q.decode);
+    /* where AUTO takes the kernel, its layer runs what ON's runs: the same bits, vs cpu-ref */
+    if (q.decode) {
+        enum { T1 = 1 };
+        const size_t n = (size_t)T1 * H;
+        cudaStream_t st;
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        uint16_t *x = malloc(sizeof(uint16_t) * n), *dx = dmalloc(sizeof(uint16_t) * n);
+        int32_t   ids[T1 * K], *dids = dmalloc(sizeof ids);
+        float     wts[T1 * K], *dw = dmalloc(sizeof wts), *dout = dmalloc(sizeof(float) * n);
+        float    *got = malloc(sizeof(float) * n), *again = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
+        routing(&r, T1, ids, wts);
+        h2d(dx, x, sizeof(uint16_t) * n), h2d(dids, ids, sizeof ids), h2d(dw, wts, sizeof wts);
+        fm_layer_run_args a = {.x = dx, .T = T1, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+        run_dev(au, &a, st, got, n);
+        assert_int_equal(fm_layer_errors(au, st, NULL), FM_OK);
+        assert_int_equal(fm_first_nonfinite(got, n), -1);
+        run_dev(on, &a, st, again, n);
+        assert_memory_equal(got, again, sizeof(float) * n);
+        fm_layer *cref = make(&L, FM_BACKEND_CPU_REF, NULL, 0, NL, FM_OUT_F32, 0);
+        double    bound = -1;
+        assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
+        fm_layer_run_args ah = {.x = x, .T = T1, .out = ref, .topk_ids = ids, .topk_weights = wts};
+        fm_poison_f32(ref, n);
+        assert_int_equal(fm_layer_run(cref, &ah), FM_OK);
+        fm_assert_close(got, ref, n, bound, "decode_path AUTO at T = 1 vs cpu-ref");
+        fm_layer_destroy(cref);
+        CK(cudaFree(dx));
+        CK(cudaFree(dids));
+        CK(cudaFree(dw));
+        CK(cudaFree(dout));
+        free(x), free(got), free(again), free(ref);
+        CK(cudaStreamDestroy(st));
+    }
     fm_layer_destroy(on);
     fm_layer_destroy(au);
     dfx_free(&L);

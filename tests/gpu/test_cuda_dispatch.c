@@ -72,7 +72,10 @@ static fm_layer *make(fm_backend_kind b, const fx_layer *L, int max_tokens, int 
     if (w.w2_bias) w.w2_bias += (size_t)first * L->cfg.hidden;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? g_dev : NULL, .max_tokens = max_tokens,
                        .out_dtype = od, .first_expert = first, .n_local = nl,
-                       .caller_workspace = b == FM_BACKEND_CUDA && cw};
+                       .caller_workspace = b == FM_BACKEND_CUDA && cw,
+                       /* the chain: the dispatched rows run it, and the token-order run they are
+                        * compared with bit for bit must too */
+                       .decode_path = FM_DECODE_PATH_OFF};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create %s: %s: %s", fm_backend_name(b), fm_status_name(s), fm_last_error());

@@ -60,7 +60,7 @@ static fm_layer *make(const fm_moe_config *c, const fm_moe_weights *w0, fm_backe
     if (w.w13_up_global) w.w13_up_global += first;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = MAXT,
                        .out_dtype = FM_OUT_F32, .first_expert = first, .n_local = n,
-                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_AUTO};
+                       .decode_path = decode ? FM_DECODE_PATH_ON : FM_DECODE_PATH_OFF};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, c, &w, &l);
     if (s != FM_OK) fail_msg("create (%s): %s: %s", fm_backend_name(b), fm_status_name(s), fm_last_error());

@@ -133,7 +133,10 @@ static fm_layer *make(const oss_fx *L, fm_backend_kind b, fm_cuda_device *dev, i
     w.w2_bias += (size_t)first * L->cfg.hidden;
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
                        .first_expert = first, .n_local = n, .caller_workspace = caller_ws,
-                       .decode_work_list = g_work_list, .row_quantile = g_row_quantile};
+                       .decode_work_list = g_work_list, .row_quantile = g_row_quantile,
+                       /* the chain: shards and forced split-K plans compared with each other;
+                        * the decode kernel's gpt-oss twin is test_cuda_decode's */
+                       .decode_path = FM_DECODE_PATH_OFF};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create (%s): %s: %s", fm_backend_name(b), fm_status_name(s), fm_last_error());

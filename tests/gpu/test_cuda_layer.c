@@ -68,7 +68,11 @@ static fm_layer *make(const layer_fx *L, fm_backend_kind b, fm_cuda_device *dev,
     fm_layer_desc d = {.backend = b, .device = b == FM_BACKEND_CUDA ? dev : NULL, .max_tokens = max_tokens,
                        .out_dtype = od, .first_expert = first, .n_local = n, .caller_workspace = caller_ws,
                        .decode_work_list = g_work_list, .row_quantile = g_row_quantile,
-                       .plans = b == FM_BACKEND_CUDA ? g_plans : NULL, .pdl_chain = g_pdl_chain};
+                       .plans = b == FM_BACKEND_CUDA ? g_plans : NULL, .pdl_chain = g_pdl_chain,
+                       /* the chain in every bucket: these tests compare layers of other shards and
+                        * plans bit for bit or at 1e-10, and set the chain's tiles; decode_path AUTO
+                        * would run the decode kernel at T = 1-2 of a shard (test_cuda_decode) */
+                       .decode_path = FM_DECODE_PATH_OFF};
     fm_layer *l = NULL;
     fm_status s = fm_layer_create_desc(&d, &L->cfg, &w, &l);
     if (s != FM_OK) fail_msg("create: %s: %s", fm_status_name(s), fm_last_error());
