@@ -5,6 +5,7 @@ its parameters as C (src/kernels/fp4moe_cost_h200.inc).
 
     python3 bench/fit_tile_model.py [--csv bench/h200_fp4moe_tiles.csv [--csv MORE.csv ...]]
                                     [--out src/kernels/fp4moe_cost_h200.inc] [--cv]
+    python3 bench/fit_tile_model.py --eval src/kernels/fp4moe_cost_h200.inc [--csv ...] [--miss 0.03]
 
 Several --csv: one fit over all their timings (e.g. GLM-5's NVFP4 shapes on the H200 and
 gpt-oss-120b's MXFP4 shapes, `bench_gemm --model gpt-oss-120b`, on an H100). Each timing is
@@ -37,6 +38,12 @@ random search on the mean |log(model / measured)| plus the mean regret of the
 model's pick over the launcher's candidate sets (the ranking is what the
 launcher uses), alternating with the per-tile factors. --cv also fits on three shapes and reports the regret of the
 model's pick on the fourth (how it generalises to a shape it has not seen).
+--eval INC fits nothing: it reads the parameters and per-tile factors of INC (a .inc as
+this script writes it), prints the same report over the --csv timings (the mean
+|log(model / measured)| and the regret per candidate set, per CSV) and one line per point
+whose regret is over --miss (3 %): the model's pick and the fastest tile, with their times.
+A timed tile with no factor in INC is priced with factor 1.0, as cost_fp4moe.c's
+efficiency() does for a kernel not in its table.
 Regret = time of the tile the model ranks first / time of the fastest measured
 tile at that point - 1, over the candidates the launcher chooses among:
 natural X (mma tiles, with and without multi-block, and the natural-X wgmma
@@ -195,7 +202,9 @@ def fit(D, iters=1500, rounds=5, seed=1):
             if l < best: best, P = l, Q
     return P, eff, best
 
-def regret(D, P, eff):
+def picks(D, P, eff):
+    """Per candidate set ('natural', 'packed') and point (gpu, shape, rows per expert): the
+    model's pick and the fastest measured candidate, as {which: [(point, pick, fastest)]}."""
     pts = collections.defaultdict(list)
     for d in D: pts[(d['gpu'], d['shape'], d['rows_per_expert'])].append(d)
     res = {}
@@ -206,11 +215,58 @@ def regret(D, P, eff):
                 c = [d for d in l if (d['fam'] == 'mma' and d['variant'] in ('auto', 'feature_blocks_1')) or d['variant'] == 'natural_x']
             else: c = [d for d in l if d['packed']]
             if not c: continue
-            best = min(x['us'] for x in c)
+            fastest = min(c, key=lambda x: x['us'])
             pk = min(c, key=lambda x: pred(x, P)*eff.get(x['key'], 1.0))
-            out.append((pk['us']/best - 1, k))
+            out.append((k, pk, fastest))
         res[which] = out
     return res
+
+def regret(D, P, eff):
+    return {w: [(pk['us']/f['us'] - 1, k) for k, pk, f in l] for w, l in picks(D, P, eff).items()}
+
+def log_err(D, P, eff):   # mean |log(model / measured)|
+    return sum(abs(math.log(pred(d, P)*eff.get(d['key'], 1.0)/d['us'])) for d in D)/len(D)
+
+def tile_name(d):   # e.g. mma_w4m2n2k128s4 auto, mma_w4m1n1k128s4 auto nb=8, wgmma_w8m2n8k64s8 persistent
+    return '%s_w%dm%dn%dk%ds%d %s%s' % (d['fam'], *d['t'], d['variant'], ' nb=%d' % d['nb'] if d['nb'] > 1 and d['variant'] == 'auto' else '')
+
+def load_inc(path):
+    """The global parameters and per-tile efficiency factors of a .inc as main() writes it."""
+    P, eff = {}, {}
+    for line in open(path):
+        m = re.match(r'\s*\.(\w+)\s*=\s*([-+0-9.eE]+),', line)
+        if m: P[m.group(1)] = float(m.group(2)); continue
+        m = re.match(r'\s*\{FM_FAMILY_FP4MOE_(MMA|WGMMA), (\d+), (\d+), (\d+), (\d+), (\d+), (FM_VARIANT_\w+), ([-+0-9.eE]+)\},', line)
+        if m:
+            if m.group(7) not in FLAG: sys.exit('%s: unknown variant %s' % (path, m.group(7)))
+            eff[('mma' if m.group(1) == 'MMA' else 'wgmma', tuple(int(m.group(i)) for i in range(2, 7)), FLAG[m.group(7)])] = float(m.group(8))
+    miss = [k for k in P0 if k not in P]
+    if miss or not eff: sys.exit('%s: not a .inc as this script writes it (parameters missing: %s; %d factors)' % (path, miss, len(eff)))
+    return P, eff
+
+def evaluate(D, csvs, P, eff, inc, thr):
+    """--eval: the fit's report for the parameters and factors of a .inc, and the misses."""
+    sets = candidate_sets(D)
+    reg = sum(D[min(c, key=lambda i: pred(D[i], P)*eff.get(D[i]['key'], 1.0))]['us']/min(D[i]['us'] for i in c) - 1 for c in sets)/len(sets)
+    print('%s (no fit): mean |log(model / measured)| over %d timings: %.3f (+ mean regret %.3f: %.3f, the objective a fit prints)'
+          % (inc, len(D), log_err(D, P, eff), reg, log_err(D, P, eff) + RANK_W*reg))
+    for w, r in regret(D, P, eff).items(): print('regret of the pick, %s X, %d points: %s' % (w, len(r), summary(r)))
+    if len(csvs) > 1:
+        for c in csvs:
+            Dc = [d for d in D if d['src'] == c]
+            print('%s: mean |log(model / measured)| over %d timings: %.3f' % (c, len(Dc), log_err(Dc, P, eff)))
+            for w, r in regret(Dc, P, eff).items():
+                if r: print('%s: regret of the pick, %s X, %d points: %s' % (c, w, len(r), summary(r)))
+    nof = collections.Counter('%s_w%dm%dn%dk%ds%d %s' % (d['fam'], *d['t'], VARIANT[(d['fam'], int(d['key'][2]))]) for d in D if d['key'] not in eff)
+    for n, cnt in sorted(nof.items()):
+        print('no factor in %s (priced with 1.0, as cost_fp4moe.c efficiency() does): %s, %d timings' % (inc, n, cnt))
+    print('points with regret > %.1f %% (gpu shape rows-per-expert set: the pick, measured us (model us); the fastest):' % (100*thr))
+    for w, l in picks(D, P, eff).items():
+        for k, pk, f in l:
+            if pk['us']/f['us'] - 1 > thr:
+                print('  %s %s %d %s X: pick %s %.1f us (%.1f); fastest %s %.1f us (%.1f); regret %.1f %%'
+                      % (*k, w, tile_name(pk), pk['us'], pred(pk, P)*eff.get(pk['key'], 1.0),
+                         tile_name(f), f['us'], pred(f, P)*eff.get(f['key'], 1.0), 100*(pk['us']/f['us'] - 1)))
 
 def summary(r):
     v = sorted(x[0] for x in r)
@@ -223,10 +279,17 @@ def main():
                     '(default: bench/h200_fp4moe_tiles.csv)')
     ap.add_argument('--out', default='src/kernels/fp4moe_cost_h200.inc')
     ap.add_argument('--cv', action='store_true')
+    ap.add_argument('--eval', metavar='INC', help='fit nothing: report the parameters and factors of INC '
+                    '(e.g. src/kernels/fp4moe_cost_h200.inc) over the --csv timings')
+    ap.add_argument('--miss', type=float, default=0.03, help='--eval: list the points whose regret is over this (0.03)')
     a = ap.parse_args()
     REGTAB.update(load_regs())
     csvs = a.csv or ['bench/h200_fp4moe_tiles.csv']
     D = [d for c in csvs for d in load(c)]
+    if a.eval:
+        P, eff = load_inc(a.eval)
+        evaluate(D, csvs, P, eff, a.eval, a.miss)
+        return
     P, eff, l = fit(D)
     lines = ['mean |log(model / measured)| over %d timings: %.3f' % (len(D), l)]
     for w, r in regret(D, P, eff).items(): lines.append('regret of the pick, %s X, %d points: %s' % (w, len(r), summary(r)))
