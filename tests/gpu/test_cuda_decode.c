@@ -88,6 +88,34 @@ static void h2d(void *dst, const void *src, size_t bytes)
     CK(cudaDeviceSynchronize()); /* pageable copies may land late; the stream is non-blocking */
 }
 
+/* A test's run buffers for up to MAXT tokens of width w (hidden) and top-K routing: device
+ * x / out / ids / weights, their host sides, three host outputs and a float64 sum. */
+typedef struct {
+    uint16_t *dx, *x;
+    float    *dout, *dw, *wts, *o[3];
+    int32_t  *dids, *ids;
+    double   *sum;
+} iob;
+
+static void iob_make(iob *b, int w)
+{
+    b->dx = dmalloc(sizeof(uint16_t) * MAXT * w), b->dout = dmalloc(sizeof(float) * MAXT * w);
+    b->dw = dmalloc(sizeof(float) * MAXT * K), b->dids = dmalloc(sizeof(int32_t) * MAXT * K);
+    b->x = malloc(sizeof(uint16_t) * MAXT * w), b->wts = malloc(sizeof(float) * MAXT * K);
+    b->ids = malloc(sizeof(int32_t) * MAXT * K), b->sum = malloc(sizeof(double) * MAXT * w);
+    for (int i = 0; i < 3; i++) b->o[i] = malloc(sizeof(float) * MAXT * w);
+}
+
+static void iob_free(iob *b)
+{
+    CK(cudaFree(b->dx));
+    CK(cudaFree(b->dout));
+    CK(cudaFree(b->dw));
+    CK(cudaFree(b->dids));
+    free(b->x), free(b->wts), free(b->ids), free(b->sum);
+    for (int i = 0; i < 3; i++) free(b->o[i]);
+}
+
 /* One run over a poisoned out, copied back (n floats). */
 static void run_dev(fm_layer *l, const fm_layer_run_args *a, cudaStream_t st, float *host, size_t n)
 {
@@ -133,6 +161,16 @@ static void routing_over(fm_rng *r, int T, int n_experts, int32_t *ids, float *w
 }
 
 static void routing(fm_rng *r, int T, int32_t *ids, float *wts) { routing_over(r, T, E, ids, wts); }
+
+/* Fresh inputs of T tokens into b (width w, routing over n_experts), uploaded */
+static void iob_fresh(iob *b, fm_rng *r, int T, int w, int n_experts)
+{
+    for (size_t i = 0; i < (size_t)T * w; i++) b->x[i] = fm_bf16_encode(fm_rng_normal(r));
+    routing_over(r, T, n_experts, b->ids, b->wts);
+    h2d(b->dx, b->x, sizeof(uint16_t) * T * w);
+    h2d(b->dids, b->ids, sizeof(int32_t) * T * K);
+    h2d(b->dw, b->wts, sizeof(float) * T * K);
+}
 
 /* the error words of two layers agree (field by field: the struct has padding) */
 static void errors_equal(const fm_layer_error_info *a, const fm_layer_error_info *b)
@@ -214,15 +252,12 @@ static void test_decode_layer(void **state)
     const int       Ts[] = {1, 2, 3, 4, 8, 16, 32};
     cudaStream_t    st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    uint16_t *dx = dmalloc(sizeof(uint16_t) * MAXT * H);
-    float    *dout = dmalloc(sizeof(float) * MAXT * H), *dw = dmalloc(sizeof(float) * MAXT * K);
-    int32_t  *dids = dmalloc(sizeof(int32_t) * MAXT * K);
-    float    *got = malloc(sizeof(float) * MAXT * H), *ref = malloc(sizeof(float) * MAXT * H),
-          *again = malloc(sizeof(float) * MAXT * H);
-    double   *sum = malloc(sizeof(double) * MAXT * H);
-    uint16_t *x = malloc(sizeof(uint16_t) * MAXT * H);
-    int32_t  *ids = malloc(sizeof(int32_t) * MAXT * K);
-    float    *wts = malloc(sizeof(float) * MAXT * K);
+    iob B;
+    iob_make(&B, H);
+    uint16_t *dx = B.dx, *x = B.x;
+    float    *dout = B.dout, *dw = B.dw, *wts = B.wts, *got = B.o[0], *ref = B.o[1], *again = B.o[2];
+    int32_t  *dids = B.dids, *ids = B.ids;
+    double   *sum = B.sum;
     for (int fi = 0; fi < 2; fi++) {
         dfx L;
         dfx_make(&L, &r, (fm_format)fmts[fi]);
@@ -238,11 +273,7 @@ static void test_decode_layer(void **state)
         for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
             const int    T = Ts[ti];
             const size_t n = (size_t)T * H;
-            for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
-            routing(&r, T, ids, wts);
-            h2d(dx, x, sizeof(uint16_t) * n);
-            h2d(dids, ids, sizeof(int32_t) * T * K);
-            h2d(dw, wts, sizeof(float) * T * K);
+            iob_fresh(&B, &r, T, H, E);
             chain_like_decode(chain, dec, T);
             fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
             /* vs cpu-ref (NaN/Inf first), vs the chain bit for bit, graph = eager */
@@ -313,11 +344,7 @@ static void test_decode_layer(void **state)
         dfx_free(&L);
     }
     CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx));
-    CK(cudaFree(dout));
-    CK(cudaFree(dw));
-    CK(cudaFree(dids));
-    free(got), free(ref), free(again), free(sum), free(x), free(ids), free(wts);
+    iob_free(&B);
     fm_cuda_device_close(dev);
 }
 
@@ -478,24 +505,17 @@ static void test_decode_gptoss(void **state)
     for (int q = 0; q < GE / GNL; q++) shards[q] = omake(&L, FM_BACKEND_CUDA, dev, q * GNL, GNL, FM_OUT_F32, 1);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    uint16_t *dx = dmalloc(sizeof(uint16_t) * MAXT * GH);
-    float    *dout = dmalloc(sizeof(float) * MAXT * GH), *dw = dmalloc(sizeof(float) * MAXT * K);
-    int32_t  *dids = dmalloc(sizeof(int32_t) * MAXT * K);
-    float    *got = malloc(sizeof(float) * MAXT * GH), *ref = malloc(sizeof(float) * MAXT * GH),
-          *again = malloc(sizeof(float) * MAXT * GH);
-    double   *sum = malloc(sizeof(double) * MAXT * GH);
-    uint16_t *x = malloc(sizeof(uint16_t) * MAXT * GH);
-    int32_t  *ids = malloc(sizeof(int32_t) * MAXT * K);
-    float    *wts = malloc(sizeof(float) * MAXT * K);
+    iob B;
+    iob_make(&B, GH);
+    uint16_t *dx = B.dx, *x = B.x;
+    float    *dout = B.dout, *dw = B.dw, *wts = B.wts, *got = B.o[0], *ref = B.o[1], *again = B.o[2];
+    int32_t  *dids = B.dids, *ids = B.ids;
+    double   *sum = B.sum;
     const int Ts[] = {1, 2, 3, 4, 8, 16, 32};
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
         const int    T = Ts[ti];
         const size_t n = (size_t)T * GH;
-        for (size_t i = 0; i < n; i++) x[i] = fm_bf16_encode(fm_rng_normal(&r));
-        routing_over(&r, T, GE, ids, wts);
-        h2d(dx, x, sizeof(uint16_t) * n);
-        h2d(dids, ids, sizeof(int32_t) * T * K);
-        h2d(dw, wts, sizeof(float) * T * K);
+        iob_fresh(&B, &r, T, GH, GE);
         fm_layer_plan_info d0;
         assert_int_equal(fm_layer_plan(dec, T, &d0), FM_OK);
         if (d0.decode != 1 || d0.decode_note[0]) fail_msg("gpt-oss T=%d: decode %d, note \"%s\"", T, d0.decode, d0.decode_note);
@@ -536,11 +556,7 @@ static void test_decode_gptoss(void **state)
     fm_layer_destroy(dbf);
     ofx_free(&L);
     CK(cudaStreamDestroy(st));
-    CK(cudaFree(dx));
-    CK(cudaFree(dout));
-    CK(cudaFree(dw));
-    CK(cudaFree(dids));
-    free(got), free(ref), free(again), free(sum), free(x), free(ids), free(wts);
+    iob_free(&B);
     fm_cuda_device_close(dev);
 }
 
