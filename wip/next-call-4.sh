@@ -17,12 +17,14 @@ LIMIT=${LIMIT:-470}
 . bench/device_env.sh
 # the change (wip/decode-units.patch) applied to the device's copy, and taken back when the call
 # ends with its files touched, so that a warm machine's next build recompiles them (wip/README.md)
-PATCH=wip/decode-units.patch
-FILES=$(grep -E '^\+\+\+ b/' $PATCH | sed 's|^+++ b/||')
-patch -p1 --forward -s <$PATCH || { echo "PATCH FAILED"; exit 1; }
-unpatch() { patch -p1 -R -s <$PATCH; touch $FILES; }
+# wip/decode-shared.patch (on top: test_cuda_decode's shared-expert case, AUTO with it) too
+PATCHES=${PATCHES:-wip/decode-units.patch wip/decode-shared.patch}
+FILES=$(cat $PATCHES | grep -E '^\+\+\+ b/' | sed 's|^+++ b/||' | sort -u)
+applied=""
+unpatch() { for q in $applied; do patch -p1 -R -s <$q; done; touch $FILES; }
 trap 'unpatch; type fm_pack_out >/dev/null 2>&1 && fm_pack_out' EXIT
-echo "== patched: decode-units ($(echo $FILES | wc -w) files)"
+for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; applied="$q $applied"; done
+echo "== patched: $PATCHES ($(echo $FILES | wc -w) files)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 cmake -S . -B build-gpu -DFM_CUDA_ARCHS=native -DFM_WERROR=ON -DFM_TEST_MUTANTS=OFF -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_FLAGS="-I$SYS/usr/include" -DFM_DECODE_DEFS= >"$OUT/cfg.log" 2>&1 &&
@@ -31,7 +33,7 @@ cmake -S . -B build-gpu -DFM_CUDA_ARCHS=native -DFM_WERROR=ON -DFM_TEST_MUTANTS=
 echo "== built at $((SECONDS - T0)) s"
 timeout 150 build-gpu/tests/test_cuda_decode >"$OUT/test_decode.log" 2>&1
 echo "test_cuda_decode: rc=$?  $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test_decode.log" | tr '\n' ' ')"
-grep -E "counter = strides|FAILED|ERROR|LINE" "$OUT/test_decode.log" | head -12
+grep -E "counter = strides|shared expert T=( 1| 4|32)|FAILED|ERROR|LINE" "$OUT/test_decode.log" | head -16
 echo "== tests done at $((SECONDS - T0)) s"
 bl() { # $1 model, $2 units
   FM_DECODE_UNITS=$2 timeout 60 build-gpu/bench/bench_layer --model $1 --decode --ts ${TS:-1,2,4,8,16} >"$OUT/dec_$1_$2_$3.log" 2>&1
@@ -39,6 +41,7 @@ bl() { # $1 model, $2 units
   grep "^decode" "$OUT/dec_$1_$2_$3.log" | grep -v local | sed 's/ graph ext: chain/ ext/; s/| [0-9]* CTAs.*//' | cut -c1-130
 }
 bl glm5 static 1; bl glm5 auto 1
+TS=1,2 bl deepseek-v3 auto 1
 [ $((LIMIT - (SECONDS - T0))) -gt 40 ] && { bl gpt-oss-120b static 1; bl gpt-oss-120b auto 1; }
 # the second GLM-5 round (auto, static) where 80 s are left
 [ $((LIMIT - (SECONDS - T0))) -gt 80 ] && { bl glm5 auto 2; bl glm5 static 2; }
