@@ -14,5 +14,5 @@ trap unpatch EXIT
 for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; applied="$q $applied"; done
 echo "== patched: ${PATCHES:-none}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-timeout $((${LIMIT:-280} - 10)) bash bench/probe/probe.sh decode ${TS:-1 4}
+RUN_ARGS=${RUN_ARGS-"--global-experts 256 --shard 32:32"} timeout $((${LIMIT:-280} - 10)) bash bench/probe/probe.sh decode ${TS:-1 4}
 echo "== done in $((SECONDS - T0)) s"

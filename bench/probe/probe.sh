@@ -26,7 +26,8 @@
 #   probe.sh decode [TOKENS...]
 #       ncu of the one-launch decode kernel in one `fp4moe run --decode on` forward (GLM-5 EP8
 #       defaults; T = 1 4 8): time, DRAM bytes and throughput, occupancy, warp stall reasons,
-#       and the chain's kernels of the same forward (`--decode off`) beside it.
+#       and the chain's kernels of the same forward (`--decode off`) beside it. RUN_ARGS: more
+#       `fp4moe run` flags, e.g. "--global-experts 256 --shard 32:32" (GLM-5's EP8 shard).
 #   probe.sh sass [mma|wgmma|all]
 #       cuobjdump -sass of src/cuda/gemm_<family>.cu (sm_90a and sm_80, the library's
 #       flags) into $OUT/<family>.sass, with the instruction count per kernel; no GPU needed.
@@ -152,11 +153,11 @@ decode)
   for tk in "${@:-1 4 8}"; do
     echo "== tokens $tk: the chain's kernels (--decode off), then the decode kernel"
     "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 0 --launch-count 40 \
-      build-gpu/fp4moe run --tokens "$tk" --iters 1 --decode off 2>/dev/null |
+      build-gpu/fp4moe run --tokens "$tk" --iters 1 --decode off ${RUN_ARGS:-} 2>/dev/null |
       awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum|dram__bytes_read.sum/ {printf "%-40s %-24s %10s %s\n", substr(k,1,40), $1, $(NF), $(NF-1)}' |
       head -40
     "$NCU" -k regex:decode_kernel -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-      --section WarpStateStats --section LaunchStats build-gpu/fp4moe run --tokens "$tk" --iters 1 --decode on \
+      --section WarpStateStats --section LaunchStats build-gpu/fp4moe run --tokens "$tk" --iters 1 --decode on ${RUN_ARGS:-} \
       >"$OUT/ncu_decode_T$tk.txt" 2>&1
     grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Stall|Warp Cycles Per Issued|L2 Hit|Compute \(SM\) Throughput|Block Limit" \
       "$OUT/ncu_decode_T$tk.txt" | head -30
