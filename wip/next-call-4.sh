@@ -10,7 +10,8 @@
 #      (the same binary and library: the knob is read at create)
 #   3. time allowing: decode.cu rebuilt with random CTA delays (FM_DECODE_DELAY), the delayed
 #      test_cuda_decode once (both unit forms run in it)
-#   run: bash wip/next-call-4.sh      carry [".debs"], timeout <= 480
+#   then (decode-tl.patch) the phase timeline of a FM_DECODE_TL probe build at T = 1, 2, 4
+#   run: bash wip/next-call-4.sh      carry [".debs"], timeout <= 560
 set -uo pipefail
 T0=$SECONDS
 LIMIT=${LIMIT:-470}
@@ -18,10 +19,14 @@ LIMIT=${LIMIT:-470}
 # the change (wip/decode-units.patch) applied to the device's copy, and taken back when the call
 # ends with its files touched, so that a warm machine's next build recompiles them (wip/README.md)
 # wip/decode-shared.patch (on top: test_cuda_decode's shared-expert case, AUTO with it) too
-PATCHES=${PATCHES:-wip/decode-units.patch wip/decode-shared.patch}
+PATCHES=${PATCHES:-wip/decode-units.patch wip/decode-shared.patch wip/decode-tl.patch}
 FILES=$(cat $PATCHES | grep -E '^\+\+\+ b/' | sed 's|^+++ b/||' | sort -u)
 applied=""
-unpatch() { for q in $applied; do patch -p1 -R -s <$q; done; touch $FILES; }
+unpatch() {
+  for q in $applied; do patch -p1 -R -s <$q; done
+  touch $FILES
+  cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 # a warm machine's next build: the default decode.cu
+}
 trap 'unpatch; type fm_pack_out >/dev/null 2>&1 && fm_pack_out' EXIT
 for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; applied="$q $applied"; done
 echo "== patched: $PATCHES ($(echo $FILES | wc -w) files)"
@@ -43,8 +48,20 @@ bl() { # $1 model, $2 units
 bl glm5 static 1; bl glm5 auto 1
 TS=1,2 bl deepseek-v3 auto 1
 [ $((LIMIT - (SECONDS - T0))) -gt 40 ] && { bl gpt-oss-120b static 1; bl gpt-oss-120b auto 1; }
-# the second GLM-5 round (auto, static) where 80 s are left
-[ $((LIMIT - (SECONDS - T0))) -gt 80 ] && { bl glm5 auto 2; bl glm5 static 2; }
+# the decode kernel's phase timeline (decode-tl.patch: a FM_DECODE_TL probe build of decode.cu)
+left=$((LIMIT - (SECONDS - T0)))
+echo "== phase timeline at $((SECONDS - T0)) s ($left s left)"
+if [ $left -gt 130 ]; then
+  cmake -S . -B build-gpu -DFM_DECODE_DEFS="FM_DECODE_TL=1" >"$OUT/cfg-tl.log" 2>&1 &&
+    timeout $((left - 50)) cmake --build build-gpu -j16 --target bench_layer >"$OUT/build-tl.log" 2>&1 &&
+    { echo "== TL build at $((SECONDS - T0)) s"
+      timeout 60 build-gpu/bench/bench_layer --model glm5 --decode --ts ${TL_TS:-1,2,4} --reps 10 >"$OUT/tl.log" 2>&1
+      echo "bench_layer (TL): rc=$?"; grep -E "^decode" "$OUT/tl.log" | grep -v local | cut -c1-420; }
+  cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1
+fi
+# the second GLM-5 round (auto, static) where 80 s are left (the default decode.cu rebuilt)
+[ $((LIMIT - (SECONDS - T0))) -gt 120 ] && cmake --build build-gpu -j16 --target bench_layer >"$OUT/build-2.log" 2>&1 &&
+  { bl glm5 auto 2; bl glm5 static 2; }
 left=$((LIMIT - (SECONDS - T0)))
 echo "== delayed CTAs at $((SECONDS - T0)) s ($left s left)"
 if [ $left -gt 200 ]; then
