@@ -21,14 +21,17 @@ LIMIT=${LIMIT:-470}
 # wip/decode-shared.patch (on top: test_cuda_decode's shared-expert case, AUTO with it) too
 PATCHES=${PATCHES:-wip/decode-units.patch wip/decode-shared.patch wip/decode-tl.patch}
 FILES=$(cat $PATCHES | grep -E '^\+\+\+ b/' | sed 's|^+++ b/||' | sort -u)
-applied=""
+# the files as they were, restored at the end (patch -R of a two-commit patch that touches one
+# file twice fails), files the patches create removed
+NEWF=$(for f in $FILES; do [ -e "$f" ] || echo "$f"; done)
+tar -cf /tmp/prepatch.tar $(for f in $FILES; do [ -e "$f" ] && echo "$f"; done)
 unpatch() {
-  for q in $applied; do patch -p1 -R -s <$q; done
-  touch $FILES
+  tar -xf /tmp/prepatch.tar; [ -n "$NEWF" ] && rm -f $NEWF
+  touch -c $FILES
   cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 # a warm machine's next build: the default decode.cu
 }
 trap 'unpatch; type fm_pack_out >/dev/null 2>&1 && fm_pack_out' EXIT
-for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; applied="$q $applied"; done
+for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; done
 echo "== patched: $PATCHES ($(echo $FILES | wc -w) files)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 cmake -S . -B build-gpu -DFM_CUDA_ARCHS=native -DFM_WERROR=ON -DFM_TEST_MUTANTS=OFF -DCMAKE_BUILD_TYPE=Release \

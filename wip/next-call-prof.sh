@@ -14,16 +14,17 @@ LIMIT=${LIMIT:-400}
 . bench/device_env.sh
 PATCHES=${PATCHES-wip/decode-units.patch wip/decode-shared.patch wip/decode-tl.patch}
 FILES=$(cat /dev/null $PATCHES | grep -E '^\+\+\+ b/' | sed 's|^+++ b/||' | sort -u)
-applied=""
+NEWF=$(for f in $FILES; do [ -e "$f" ] || echo "$f"; done)
+tar -cf /tmp/prepatch.tar $(for f in $FILES; do [ -e "$f" ] && echo "$f"; done) /dev/null 2>/dev/null
 unpatch() {
-  for q in $applied; do patch -p1 -R -s <$q; done
-  [ -n "$FILES" ] && touch $FILES
+  tar -xf /tmp/prepatch.tar 2>/dev/null; [ -n "$NEWF" ] && rm -f $NEWF
+  [ -n "$FILES" ] && touch -c $FILES
   cmake -S . -B build-gpu -DFM_DECODE_DEFS= >/dev/null 2>&1 # a warm machine's next build: the default decode.cu
   type fm_pack_out >/dev/null 2>&1 && fm_pack_out
   return 0
 }
 trap unpatch EXIT
-for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; applied="$q $applied"; done
+for q in $PATCHES; do patch -p1 --forward -s <$q || { echo "PATCH $q FAILED"; exit 1; }; done
 echo "== patched: ${PATCHES:-none}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 cmake -S . -B build-gpu -DFM_CUDA_ARCHS=native -DFM_WERROR=ON -DFM_TEST_MUTANTS=OFF -DCMAKE_BUILD_TYPE=Release \
