@@ -3,6 +3,7 @@
 # (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target):
 #   safetensors  the safetensors reader (header parser; pread of a file cut short while open)
 #   config       the config.json parser (src/io/config.c)
+#   npy          the .npy reader and writer (src/io/npy.c: routing and activation files)
 #   sim_csv      the simulator's CSV inputs (simulate --measured / --validate: src/sim and what it calls)
 #
 #   fuzz/run.sh OUT_DIR [SECONDS] [TARGET...]
@@ -25,6 +26,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 TARGETS=(
   "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file*.c src/status.c src/format/codec.c"
   "config      src/io/config.c src/fm_file*.c src/status.c"
+  "npy         src/io/npy.c src/io/dtype.c src/io/safetensors.c src/format/codec.c src/fm_file*.c src/status.c"
   "sim_csv     src/sim/*.c src/plan/*.c src/cutlass/*.c src/kernels/build.c src/kernels/tile.c src/kernels/fm_kernels_smem.c src/kernels/cost_fp4moe.c src/arch/*.c src/format/*.c src/fm_file*.c src/status.c src/rng.c @table"
 )
 
@@ -54,6 +56,25 @@ seeds_config() {
   printf '%s' '{"model_type": "qwen3_moe", "num_experts_per_tok": 8, "norm_topk_prob": true}' >"$1/qwen3"
   printf '%s' '{"model_type": "deepseek_v3", "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}' >"$1/dsv3"
   printf '%s' '{"text_config": {"model_type": "gpt_oss"}, "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {"g": {"format": "nvfp4-pack-quantized"}}}}' >"$1/ct"
+}
+
+# npy_seed DIR FILE DICT DATA_BYTES: a version 1.0 .npy with header DICT (padded with spaces and a
+# newline to a multiple of 64 bytes with the 10-byte preamble) and DATA_BYTES of data.
+npy_seed() {
+  local h=$3 total
+  total=$(((10 + ${#h} + 1 + 63) / 64 * 64))
+  while [ $((10 + ${#h} + 1)) -lt "$total" ]; do h="$h "; done
+  local n=$((${#h} + 1))
+  printf "\x93NUMPY\x01\x00$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8 & 255)))" >"$1/$2"
+  printf '%s\n' "$h" >>"$1/$2"
+  head -c "$4" /dev/urandom >>"$1/$2"
+}
+seeds_npy() {
+  npy_seed "$1" f32 "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" 24
+  npy_seed "$1" bf16 "{'descr': '<u2', 'fortran_order': False, 'shape': (4,), }" 8
+  npy_seed "$1" v2 "{'descr': '|V2', 'fortran_order': False, 'shape': (1, 2, 2), }" 8
+  npy_seed "$1" scalar "{'descr': '<f4', 'fortran_order': False, 'shape': (), }" 4
+  npy_seed "$1" empty "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 5), }" 0
 }
 
 # ---- toolchain ------------------------------------------------------------------------
