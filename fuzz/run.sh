@@ -3,6 +3,8 @@
 # (ctest: io_fuzz_safetensors_header, labels cpu;fuzz, runs every target):
 #   safetensors  the safetensors reader (header parser; pread of a file cut short while open)
 #   config       the config.json parser (src/io/config.c)
+#   layer        the layer API on the CPU backends (src/layer.c and all it calls: create, run;
+#                out untouched on failure, written and finite on success)
 #   npy          the .npy reader and writer (src/io/npy.c: routing and activation files)
 #   sim_csv      the simulator's CSV inputs (simulate --measured / --validate: src/sim and what it calls)
 #
@@ -26,6 +28,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 TARGETS=(
   "safetensors src/io/safetensors.c src/io/dtype.c src/fm_file*.c src/status.c src/format/codec.c"
   "config      src/io/config.c src/fm_file*.c src/status.c"
+  "layer       src/*.c src/layer/*.c src/format/*.c src/arch/*.c src/kernels/build.c src/kernels/tile.c src/kernels/fm_kernels_smem.c src/kernels/cost_fp4moe.c src/moe/*.c src/cpu/*.c src/io/*.c src/plan/*.c src/cutlass/*.c src/sim/*.c @table @omp"
   "npy         src/io/npy.c src/io/dtype.c src/io/safetensors.c src/format/codec.c src/fm_file*.c src/status.c"
   "sim_csv     src/sim/*.c src/plan/*.c src/cutlass/*.c src/kernels/build.c src/kernels/tile.c src/kernels/fm_kernels_smem.c src/kernels/cost_fp4moe.c src/arch/*.c src/format/*.c src/fm_file*.c src/status.c src/rng.c @table"
 )
@@ -113,7 +116,12 @@ for name in "${names[@]}"; do
   mkdir -p "$dir/corpus" "$dir/seeds"
   read -r -a globs <<<"${sources[$name]}"
   files=()
+  extra=()
   for g in "${globs[@]}"; do
+    if [ "$g" = @omp ]; then # the CPU backends' OpenMP (clang's: libomp-dev, scripts/deps.sh)
+      extra+=(-fopenmp)
+      continue
+    fi
     if [ "$g" = @table ]; then # the build table the planner reads (src/kernels/fm_units_gen.c), of an `all` build
       "$CC" -std=c11 -I"$SRC/src" "$SRC/src/kernels/fm_units_gen.c" -o "$dir/fm_units_gen" &&
         "$dir/fm_units_gen" "$dir" "80;90a;100f;120f" cpu || exit 1
@@ -123,9 +131,9 @@ for name in "${names[@]}"; do
     for f in "$SRC"/$g; do files+=("$f"); done
   done
   # A failure here is a build error in the target's sources (shown above).
-  if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  if ! "$CC" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DFM_VERSION='"fuzz"' \
        -I"$SRC/include" -I"$SRC/src" $(pkg-config --cflags libcjson) \
-       "$SRC/fuzz/fuzz_$name.c" "${files[@]}" $(pkg-config --libs libcjson) -lm -o "$bin"; then
+       "${extra[@]}" "$SRC/fuzz/fuzz_$name.c" "${files[@]}" $(pkg-config --libs libcjson) -lm -o "$bin"; then
     echo "fuzz: FAILED: the fuzz target '$name' does not build (compiler errors above)." >&2
     exit 1
   fi

@@ -7,7 +7,7 @@
 # checked where the build needs one). Tested: cmake 3.25.1, gcc 12.2.0,
 # libcjson-dev 1.7.15, libcmocka-dev 1.1.5, clang/libclang-rt 14.0.6, gnuplot 5.4.4.
 #   cmake (>= 3.22), pkg-config, gcc, make, libcjson-dev, libcmocka-dev,
-#   gnuplot-nox (simulate --plot), clang + libclang-rt-dev (libFuzzer, fuzz/run.sh),
+#   gnuplot-nox (simulate --plot), clang + libclang-rt-dev + libomp-dev (libFuzzer, fuzz/run.sh),
 #   python3-venv (when python3 is Debian's and cannot create a venv)
 # nvcc is used when present (the CUDA backend is optional; tested with CUDA 13.0).
 #
@@ -57,6 +57,7 @@ command -v make >/dev/null || need_apt+=(make)
 command -v gnuplot >/dev/null || need_apt+=(gnuplot-nox)
 command -v clang >/dev/null || need_apt+=(clang)
 [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
+[ -n "$(ls /usr/lib/llvm-*/lib/libomp.so 2>/dev/null)" ] || need_apt+=(libomp-dev) # clang's OpenMP (fuzz/run.sh layer)
 pkg-config --exists libcjson 2>/dev/null || need_apt+=(libcjson-dev)
 pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
 if ! command -v "$PY" >/dev/null; then
@@ -169,7 +170,7 @@ fi
 
 # ---- what we got ------------------------------------------------------------------------
 deb=()
-for p in cmake pkg-config gcc make libcjson-dev libcmocka-dev gnuplot-nox clang libclang-rt-dev python3-venv; do
+for p in cmake pkg-config gcc make libcjson-dev libcmocka-dev gnuplot-nox clang libclang-rt-dev libomp-dev python3-venv; do
   v=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true)
   deb+=("$p ${v:--}")
 done

@@ -8,7 +8,7 @@
 #   io_cli_hostile_paths     inspect / run / simulate --measured on a FIFO and a
 #                            directory: exit 1 with FM_ERR_IO at once, no hang
 # and a TIMEOUT on every test_io_* program: a blocked open() fails, not stalls.
-#   io_fuzz_safetensors_header  libFuzzer over every fuzz/run.sh target (safetensors, config,
+#   io_fuzz_safetensors_header  libFuzzer over every fuzz/run.sh target (safetensors, config, layer,
 #                            npy, sim_csv), 30 s each (labels cpu;fuzz);
 #                            FAILS with a message when clang/libFuzzer is missing
 set(FM_IO_SAMPLE ${CMAKE_CURRENT_BINARY_DIR}/io_sample)
@@ -63,7 +63,7 @@ endforeach()
 
 add_test(NAME io_fuzz_safetensors_header
          COMMAND bash ${PROJECT_SOURCE_DIR}/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz 30)
-set_tests_properties(io_fuzz_safetensors_header PROPERTIES LABELS "cpu;fuzz" TIMEOUT 420)
+set_tests_properties(io_fuzz_safetensors_header PROPERTIES LABELS "cpu;fuzz" TIMEOUT 600)
 
 # Issue 19/15: routing from the model, compressed-tensors, --input/--output, up-front size checks.
 #   io_cli_run_io          run --weights --input x.npy --output y.npy on cpu-ref: y must be, bit for
