@@ -8,6 +8,9 @@
  *  - create returns a status; on failure the layer pointer stays NULL;
  *  - every run returns a status; on failure out, routed_ids and routed_weights are byte for
  *    byte what the caller put there (layer.h: "CPU backends ... leave out untouched");
+ *  - the same for a run of dispatched rows (fm_layer_run_dispatched: expert-major with counts
+ *    and capacity, or expert rows with offsets, hostile at times), whose received rows are
+ *    written and finite on success;
  *  - on success out holds no poison (every element written) and no NaN / Inf (the CPU
  *    backends report an overflowed output as FM_ERR_NONFINITE);
  *  - nothing leaks, reads or writes out of bounds or hits undefined behaviour (ASan, UBSan,
@@ -101,8 +104,12 @@ static uint16_t *bf16s(fm_rng *g, size_t n, float sigma)
 
 /* FM_FUZZ_STATS=1: at exit, how many inputs created a layer and how many runs passed (the
  * target's reach: a fuzzer whose layers are all refused tests only the refusals) */
-static unsigned long n_in, n_created, n_runs, n_ok;
-static void stats(void) { fprintf(stderr, "fuzz_layer: %lu inputs, %lu layers, %lu runs, %lu FM_OK\n", n_in, n_created, n_runs, n_ok); }
+static unsigned long n_in, n_created, n_runs, n_ok, n_disp, n_disp_ok;
+static void stats(void)
+{
+    fprintf(stderr, "fuzz_layer: %lu inputs, %lu layers, %lu runs (%lu FM_OK), %lu dispatched runs (%lu FM_OK)\n", n_in,
+            n_created, n_runs, n_ok, n_disp, n_disp_ok);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -148,7 +155,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         d.n_local = (int)pick(&r, (unsigned)c.n_experts + 2);
         if (rare(&r, 16)) d.first_expert = -1;
     }
-    const int nl = d.n_local > 0 ? d.n_local : c.n_experts; /* the experts the weights hold */
+    /* the experts the weights hold: n_local, or (0) those from first_expert on (layer.h) */
+    const int nl = d.n_local ? d.n_local : c.n_experts - d.first_expert;
 
     /* the weights (a NULL tensor at times) */
     const int H = c.hidden, I = c.inter, E = c.n_experts, S = c.shared_inter;
@@ -157,8 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fm_qtensor *w2 = fmt_ok && !rare(&r, 32) ? experts(&g, c.wfmt, nl, H, I) : NULL;
     float      *router = H > 0 && !rare(&r, 32) ? floats(&g, (size_t)E * H, 0.1f, &r) : NULL;
     float      *rbias = H > 0 && rare(&r, 2) ? floats(&g, (size_t)E, 0.3f, &r) : NULL;
-    float      *b13 = I > 0 && rare(&r, 4) ? floats(&g, (size_t)nl * 2 * I, 0.1f, &r) : NULL;
-    float      *b2 = H > 0 && rare(&r, 4) ? floats(&g, (size_t)nl * H, 0.1f, &r) : NULL;
+    float      *b13 = I > 0 && nl > 0 && rare(&r, 4) ? floats(&g, (size_t)nl * 2 * I, 0.1f, &r) : NULL;
+    float      *b2 = H > 0 && nl > 0 && rare(&r, 4) ? floats(&g, (size_t)nl * H, 0.1f, &r) : NULL;
     uint16_t   *sw13 = S > 0 && H > 0 && !rare(&r, 16) ? bf16s(&g, (size_t)2 * S * H, 0.05f) : NULL;
     uint16_t   *sw2 = S > 0 && H > 0 && !rare(&r, 16) ? bf16s(&g, (size_t)S * H, 0.05f) : NULL;
     if (sw13 && rare(&r, 16)) sw13[take(&r) % ((size_t)2 * S * H)] = 0x7fc0; /* NaN */
@@ -169,9 +177,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fm_status s = fm_layer_create_desc(&d, &c, &w, &l);
     if ((s == FM_OK) != (l != NULL)) abort();
     n_created += l != NULL;
+    const int disp = rare(&r, 2); /* then a run of dispatched rows after the runs */
 
     /* runs */
-    for (int run = 0; l && run < 3 && r.i < r.n; run++) {
+    for (int run = 0; l && run < (disp ? 1 : 3) && r.i < r.n; run++) {
         const int T = !rare(&r, 16) ? 1 + (int)pick(&r, (unsigned)d.max_tokens) : (int)pick(&r, (unsigned)d.max_tokens + 3) - 1;
         const int K = c.top_k, Tn = T > 0 ? T : 1;
         const size_t ob = (size_t)Tn * H * (d.out_dtype == FM_OUT_BF16 ? 2 : 4);
@@ -215,6 +224,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if ((o[i] & 0x7f80u) == 0x7f80u || o[i] == 0xA5A5u) abort();
         }
         free(x), free(out), free(ids), free(wts), free(rids), free(rw);
+    }
+
+    /* dispatched rows (expert parallelism): counts / offsets / capacity / max_rows hostile at
+     * times; CPU backends check all before writing: out untouched on failure */
+    if (l && disp) {
+        const int     major = !rare(&r, 2), cap = !rare(&r, 8) ? 1 + (int)pick(&r, 4) : (int)pick(&r, 3) - 1;
+        const int     nrows = major ? nl * (cap > 0 ? cap : 1) : (int)pick(&r, 12);
+        const size_t  ob = (size_t)(nrows > 0 ? nrows : 1) * (H > 0 ? H : 1) * (d.out_dtype == FM_OUT_BF16 ? 2 : 4);
+        uint16_t     *x = bf16s(&g, (size_t)(nrows > 0 ? nrows : 1) * (H > 0 ? H : 1), 1.0f);
+        int32_t      *cnt = malloc(sizeof(int32_t) * (size_t)nl), *off = malloc(sizeof(int32_t) * (size_t)(nl + 1));
+        float        *dw = rare(&r, 2) ? floats(&g, (size_t)(nrows > 0 ? nrows : 1), 0.2f, &r) : NULL;
+        void         *out = malloc(ob);
+        if (!x || !cnt || !off || !out) abort();
+        for (int e = 0; e < nl; e++) cnt[e] = !rare(&r, 16) ? (int)pick(&r, (unsigned)(cap > 0 ? cap + 1 : 1)) : (int)pick(&r, 8) - 3;
+        off[0] = rare(&r, 16) ? 1 : 0;
+        /* non-decreasing up to nrows (x's rows: offsets[n_local] is the rows x holds, which the
+         * layer cannot check), or decreasing at times */
+        for (int e = 0; e < nl; e++) {
+            const int room = nrows - off[e];
+            off[e + 1] = off[e] + (room > 0 ? (int)pick(&r, (unsigned)room + 1) : 0);
+            if (rare(&r, 16)) off[e + 1] = off[e] - 1;
+        }
+        memset(out, POISON, ob);
+        fm_layer_dispatch_args da = {.layout = rare(&r, 32) ? (fm_dispatch_layout)7
+                                               : major ? FM_DISPATCH_EXPERT_MAJOR : FM_DISPATCH_EXPERT_ROWS,
+                                     .x = x, .counts = major ? cnt : NULL, .capacity = cap,
+                                     .offsets = major ? NULL : off, .weights = dw, .out = out,
+                                     .max_rows = rare(&r, 8) ? (int)pick(&r, 6) - 1 : 0};
+        s = fm_layer_run_dispatched(l, &da);
+        n_disp++, n_disp_ok += s == FM_OK;
+        if (s != FM_OK && !all_poison(out, ob)) abort(); /* out untouched on failure */
+        if (s == FM_OK && d.out_dtype == FM_OUT_F32) { /* every received row written and finite */
+            const float *o = out;
+            for (int e = 0; e < nl; e++) {
+                const int b0 = major ? e * cap : off[e], n = major ? cnt[e] : off[e + 1] - off[e];
+                for (size_t i = (size_t)b0 * H; i < (size_t)(b0 + n) * H; i++)
+                    if (!isfinite(o[i]) || ((const uint32_t *)out)[i] == 0xA5A5A5A5u) abort();
+            }
+        }
+        free(x), free(cnt), free(off), free(dw), free(out);
     }
     fm_layer_destroy(l);
     experts_free(w13, nl), experts_free(w2, nl);
