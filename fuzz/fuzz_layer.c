@@ -47,6 +47,19 @@ static int all_poison(const void *p, size_t n)
     return 1;
 }
 
+/* elements [i0, i0 + n) of out (dtype dt) written and finite: none left as the poison, no NaN / Inf */
+static int written(const void *out, size_t i0, size_t n, fm_out_dtype dt)
+{
+    for (size_t i = i0; i < i0 + n; i++) {
+        if (dt == FM_OUT_BF16) {
+            const uint16_t v = ((const uint16_t *)out)[i];
+            if ((v & 0x7f80u) == 0x7f80u || v == 0xA5A5u) return 0;
+        } else if (!isfinite(((const float *)out)[i]) || ((const uint32_t *)out)[i] == 0xA5A5A5A5u)
+            return 0;
+    }
+    return 1;
+}
+
 /* one float of a small menu: ordinary values and the ones a layer must refuse */
 static float odd_float(rd *r, float usual)
 {
@@ -213,16 +226,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!all_poison(out, ob)) abort(); /* out untouched on failure */
             if (rids && (!all_poison(rids, sizeof(int32_t) * Tn * K) || !all_poison(rw, sizeof(float) * Tn * K)))
                 abort();
-        } else if (d.out_dtype == FM_OUT_F32) { /* finite, and no element left as the poison */
-            const float    *o = out;
-            const uint32_t *u = out;
-            for (size_t i = 0; i < (size_t)T * H; i++)
-                if (!isfinite(o[i]) || u[i] == 0xA5A5A5A5u) abort();
-        } else {
-            const uint16_t *o = out;
-            for (size_t i = 0; i < (size_t)T * H; i++)
-                if ((o[i] & 0x7f80u) == 0x7f80u || o[i] == 0xA5A5u) abort();
-        }
+        } else if (!written(out, 0, (size_t)T * H, d.out_dtype))
+            abort();
         free(x), free(out), free(ids), free(wts), free(rids), free(rw);
     }
 
@@ -231,10 +236,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (l && disp) {
         const int     major = !rare(&r, 2), cap = !rare(&r, 8) ? 1 + (int)pick(&r, 4) : (int)pick(&r, 3) - 1;
         const int     nrows = major ? nl * (cap > 0 ? cap : 1) : (int)pick(&r, 12);
-        const size_t  ob = (size_t)(nrows > 0 ? nrows : 1) * (H > 0 ? H : 1) * (d.out_dtype == FM_OUT_BF16 ? 2 : 4);
-        uint16_t     *x = bf16s(&g, (size_t)(nrows > 0 ? nrows : 1) * (H > 0 ? H : 1), 1.0f);
+        const size_t  nr1 = (size_t)(nrows > 0 ? nrows : 1), elems = nr1 * (size_t)(H > 0 ? H : 1); /* buffers' */
+        const size_t  ob = elems * (d.out_dtype == FM_OUT_BF16 ? 2 : 4);
+        uint16_t     *x = bf16s(&g, elems, 1.0f);
         int32_t      *cnt = malloc(sizeof(int32_t) * (size_t)nl), *off = malloc(sizeof(int32_t) * (size_t)(nl + 1));
-        float        *dw = rare(&r, 2) ? floats(&g, (size_t)(nrows > 0 ? nrows : 1), 0.2f, &r) : NULL;
+        float        *dw = rare(&r, 2) ? floats(&g, nr1, 0.2f, &r) : NULL;
         void         *out = malloc(ob);
         if (!x || !cnt || !off || !out) abort();
         for (int e = 0; e < nl; e++) cnt[e] = !rare(&r, 16) ? (int)pick(&r, (unsigned)(cap > 0 ? cap + 1 : 1)) : (int)pick(&r, 8) - 3;
@@ -255,14 +261,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         s = fm_layer_run_dispatched(l, &da);
         n_disp++, n_disp_ok += s == FM_OK;
         if (s != FM_OK && !all_poison(out, ob)) abort(); /* out untouched on failure */
-        if (s == FM_OK && d.out_dtype == FM_OUT_F32) { /* every received row written and finite */
-            const float *o = out;
+        if (s == FM_OK && d.out_dtype == FM_OUT_F32) /* every received row written and finite */
             for (int e = 0; e < nl; e++) {
                 const int b0 = major ? e * cap : off[e], n = major ? cnt[e] : off[e + 1] - off[e];
-                for (size_t i = (size_t)b0 * H; i < (size_t)(b0 + n) * H; i++)
-                    if (!isfinite(o[i]) || ((const uint32_t *)out)[i] == 0xA5A5A5A5u) abort();
+                if (!written(out, (size_t)b0 * H, (size_t)n * H, FM_OUT_F32)) abort();
             }
-        }
         free(x), free(cnt), free(off), free(dw), free(out);
     }
     fm_layer_destroy(l);
