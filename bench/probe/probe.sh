@@ -26,7 +26,8 @@
 #   probe.sh decode [TOKENS...]
 #       ncu of the one-launch decode kernel in one `fp4moe run --decode on` forward (GLM-5 EP8
 #       defaults; T = 1 4 8): time, DRAM bytes and throughput, occupancy, warp stall reasons,
-#       and the chain's kernels of the same forward (`--decode off`) beside it. RUN_ARGS: more
+#       and the chain's kernels of the same forward (`--decode off`) beside it; then the
+#       routing kernels' (internal routing) time, throughput and stall reasons. RUN_ARGS: more
 #       `fp4moe run` flags, e.g. "--global-experts 256 --shard 32:32" (GLM-5's EP8 shard).
 #   probe.sh sass [mma|wgmma|all]
 #       cuobjdump -sass of src/cuda/gemm_<family>.cu (sm_90a and sm_80, the library's
@@ -161,6 +162,12 @@ decode)
       >"$OUT/ncu_decode_T$tk.txt" 2>&1
     grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Stall|Warp Cycles Per Issued|L2 Hit|Compute \(SM\) Throughput|Block Limit" \
       "$OUT/ncu_decode_T$tk.txt" | head -30
+    # the router (internal routing's premium, issue 31): logits + top-k in one launch at T <= 4
+    "$NCU" -k regex:"route_fused|router_logits|route_kernel" -c 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section LaunchStats build-gpu/fp4moe run --tokens "$tk" --iters 1 --decode on ${RUN_ARGS:-} \
+      >"$OUT/ncu_route_T$tk.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Stall|Warp Cycles Per Issued|L2 Hit|Grid Size" \
+      "$OUT/ncu_route_T$tk.txt" | head -24
   done
   ;;
 sass)
