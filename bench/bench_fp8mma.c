@@ -12,6 +12,7 @@
  * runs two MMAs per 32 of K, so its own ceiling is half that). Every expert in its own buffer
  * (133 / 427 MB of weights, past L2), X codes random finite E4M3 (never zeros), per-128 scales;
  * 5 warm-up launches, then --reps launches timed each with CUDA events: the median.
+ * --shape / --m / --kernel run only the points named (probe.sh fp8: one launch under ncu).
  * The BF16 peer (the library's W4A16 GEMM at the same rows) is bench_gemm's; this program links
  * only the W4A8 kernel so that it can be carried to a device prebuilt. */
 #include <cuda_runtime.h>
@@ -33,8 +34,13 @@ static int cmpd(const void *a, const void *b)
 }
 
 /* one shape: E experts of [N][K] in fmt, m = 8 .. 256 rows each, every kernel interleaved per point */
+/* the points to run: every one, or the --shape / --m / --kernel given (a profiler's single launch) */
+static const char *g_shape, *g_kernel;
+static int         g_m;
+
 static int run_shape(const char *name, fm_format fmt, int E, int N, int K, double bw, double tflops, int reps)
 {
+    if (g_shape && strcmp(g_shape, name)) return 0;
     enum { MMAX = 256 };
     fm_rng r;
     fm_rng_init(&r, 4242);
@@ -95,6 +101,7 @@ static int run_shape(const char *name, fm_format fmt, int E, int N, int K, doubl
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
     for (int kern = FM_FP8MMA_FIRST; kern < FM_FP8MMA_KERNELS; kern++) { /* the kernels interleaved per point */
         if ((kern == FM_FP8MMA_FIRST || kern >= FM_FP8MMA_WG32) && fmt != FM_FORMAT_MXFP4) continue; /* MXFP4 only */
+        if ((g_m && ms[mi] != g_m) || (g_kernel && strcmp(g_kernel, fm_fp8mma_kernel_name(kern)))) continue;
         const int m = ms[mi], rows = E * m;
         int32_t   off[257];
         for (int e = 0; e <= E; e++) off[e] = e * m;
@@ -151,8 +158,12 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tflops") && i + 1 < argc) tflops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) g_shape = argv[++i];
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc) g_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) g_kernel = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_fp8mma [--bw GB/s] [--tflops T] [--reps N]\n");
+            fprintf(stderr, "usage: bench_fp8mma [--bw GB/s] [--tflops T] [--reps N] [--shape OSS8-FC1|EP8-FC1] "
+                            "[--m 8|16|32|64|128|256] [--kernel NAME]\n");
             return 2;
         }
     }

@@ -11,6 +11,10 @@
 #       KERNEL_REGEX defaults from the tile's name (mma | wgmma), LAUNCH_SKIP 3.
 #       METRICS="a,b,..." replaces the metric list; SECTIONS="SpeedOfLight Occupancy ..."
 #       uses ncu sections instead.
+#   probe.sh fp8 SHAPE M KERNEL
+#       the same metrics for one W4A8 launch of bench_fp8mma (SHAPE OSS8-FC1 | EP8-FC1, M rows
+#       per expert 8 .. 256, KERNEL pipe16 .. ws128): how busy the issue slots, the tensor pipe
+#       and the ALU / FMA pipes are while FP4 is decoded to E4M3 in the loop (issue 34).
 #   probe.sh timeline SHAPE M TILE [queued|chain|pdl]
 #       every CTA's SM, start and end over 4 launches (an mma tile; a probe build of
 #       bench_gemm, -DFM_PROBE_TIMELINE=ON, in build-probe, or the carried
@@ -74,11 +78,18 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)} # needs nvdisasm beside it or on PATH
 
 case "$MODE" in
-ncu)
-  [ $# -ge 3 ] || { sed -n '/^#   probe.sh ncu/,/^#   probe.sh timeline/p' "$0" | head -6; exit 2; }
+ncu | fp8)
+  [ $# -ge 3 ] || { sed -n '/^#   probe.sh ncu/,/^#   probe.sh timeline/p' "$0" | head -10; exit 2; }
   deps
   shape=$1 m=$2 tile=$3 regex=${4:-"(^|::)${3%%_*}_"} skip=${5:-3}
-  B=$(bench_gemm)
+  if [ "$MODE" = fp8 ]; then # bench_fp8mma's one point: 5 warm-up launches, then --reps
+    [ -x build-gpu/bench/bench_fp8mma ] || build build-gpu bench_fp8mma
+    regex="fp8mma_"
+    run=(build-gpu/bench/bench_fp8mma --shape "$shape" --m "$m" --kernel "$tile" --reps 5)
+  else
+    B=$(bench_gemm)
+    run=("$B" --shape "$shape" --m "$m" --tile "$tile" --reps 2)
+  fi
   def="gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second,sm__cycles_active.avg.pct_of_peak_sustained_elapsed"
   def+=",dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sectors.avg.pct_of_peak_sustained_elapsed"
   def+=",sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
@@ -96,7 +107,7 @@ ncu)
   fi
   echo "== ncu $shape m=$m $tile"
   timeout 200 "$NCU" --clock-control none "${what[@]}" -k "regex:$regex" --launch-skip "$skip" --launch-count 1 \
-    "$B" --shape "$shape" --m "$m" --tile "$tile" --reps 2 >"$log" 2>&1
+    "${run[@]}" >"$log" 2>&1
   if [ -n "${SECTIONS:-}" ]; then grep -E "^    [A-Z]" "$log" | head -60
   else
     grep -E "ratio|pct|sum|per_second|launch__" "$log" | awk '{ if ($NF+0 >= 0.1 || $0 !~ /ratio/) print }' |
