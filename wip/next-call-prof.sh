@@ -41,4 +41,10 @@ left=$((LIMIT - (SECONDS - T0)))
 echo "== ncu at $((SECONDS - T0)) s ($left s left)"
 [ $left -gt 60 ] && RUN_ARGS=${RUN_ARGS-"--global-experts 256 --shard 32:32"} timeout $((left - 15)) \
   bash bench/probe/probe.sh decode ${TS:-1 4}
+# issue 34's evidence: one W4A8 launch at 256 rows per expert under ncu (issue slots, pipes)
+left=$((LIMIT - (SECONDS - T0)))
+echo "== W4A8 ncu at $((SECONDS - T0)) s ($left s left)"
+[ $left -gt 100 ] && timeout $((left - 10)) bash bench/probe/probe.sh fp8 EP8-FC1 256 staged64
+left=$((LIMIT - (SECONDS - T0)))
+[ $left -gt 40 ] && timeout $((left - 5)) bash bench/probe/probe.sh fp8 OSS8-FC1 256 ws128
 echo "== done in $((SECONDS - T0)) s"
