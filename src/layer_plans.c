@@ -19,6 +19,7 @@
  * device + build. Why every field of the metadata: a plan is a measurement of these
  * kernels on this GPU under this driver; another library version may have other tiles. */
 #define _POSIX_C_SOURCE 200809L /* stat */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,21 +213,17 @@ done:
     return st;
 }
 
-static int num(const cJSON *o, const char *k, int *v)
+/* a JSON number that is an int: range first (converting 1e300 or inf to int is undefined) */
+static int int_of(const cJSON *x, int *v)
 {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble) return 0;
-    *v = (int)x->valuedouble;
+    if (!cJSON_IsNumber(x)) return 0;
+    const double d = x->valuedouble;
+    if (!(d >= (double)INT_MIN && d <= (double)INT_MAX) || d != (double)(int)d) return 0;
+    *v = (int)d;
     return 1;
 }
-
-static int num_at(const cJSON *a, int i, int *v)
-{
-    const cJSON *x = cJSON_GetArrayItem(a, i);
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble) return 0;
-    *v = (int)x->valuedouble;
-    return 1;
-}
+static int num(const cJSON *o, const char *k, int *v) { return int_of(cJSON_GetObjectItemCaseSensitive(o, k), v); }
+static int num_at(const cJSON *a, int i, int *v) { return int_of(cJSON_GetArrayItem(a, i), v); }
 
 static int gemm_from(const cJSON *o, fm_layer_plan_info *in, int g)
 {

@@ -36,12 +36,14 @@ echo "== patched: $PATCHES ($(echo $FILES | wc -w) files)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 cmake -S . -B build-gpu -DFM_CUDA_ARCHS=native -DFM_WERROR=ON -DFM_TEST_MUTANTS=OFF -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_FLAGS="-I$SYS/usr/include" -DFM_DECODE_DEFS= >"$OUT/cfg.log" 2>&1 &&
-  cmake --build build-gpu -j16 --target bench_layer test_cuda_decode >"$OUT/build.log" 2>&1 ||
+  cmake --build build-gpu -j16 --target bench_layer test_cuda_decode test_cuda_layer >"$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "== built at $((SECONDS - T0)) s"
 timeout 150 build-gpu/tests/test_cuda_decode >"$OUT/test_decode.log" 2>&1
 echo "test_cuda_decode: rc=$?  $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test_decode.log" | tr '\n' ' ')"
 grep -E "counter = strides|shared expert T=( 1| 4|32)|FAILED|ERROR|LINE" "$OUT/test_decode.log" | head -16
+FM_TEST_FILTER=test_layer_plans timeout 90 build-gpu/tests/test_cuda_layer >"$OUT/test_plans.log" 2>&1
+echo "test_cuda_layer (test_layer_plans: the plan file, 1e300 refused): rc=$?  $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test_plans.log" | tr '\n' ' ')"
 echo "== tests done at $((SECONDS - T0)) s"
 bl() { # $1 model, $2 units
   FM_DECODE_UNITS=$2 timeout 60 build-gpu/bench/bench_layer --model $1 --decode --ts ${TS:-1,2,4,8,16} >"$OUT/dec_$1_$2_$3.log" 2>&1

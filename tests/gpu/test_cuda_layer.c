@@ -859,6 +859,19 @@ static void test_layer_plans(void **state)
     fputs(bad, f);
     fclose(f);
     assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &b), FM_ERR_FORMAT);
+    /* a count past int's range (1e300: no undefined conversion, a malformed bucket) */
+    const char *ks = strstr(text, "\"k_splits\":");
+    assert_non_null(ks);
+    const char *v = ks + strlen("\"k_splits\":");
+    while (*v == ' ' || *v == '\t') v++;
+    const char *ve = v;
+    while (*ve >= '0' && *ve <= '9') ve++;
+    assert_true(ve > v);
+    f = fopen(path, "wb");
+    fprintf(f, "%.*s1e300%s", (int)(v - text), text, ve);
+    fclose(f);
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &b), FM_ERR_FORMAT);
+    assert_non_null(strstr(fm_last_error(), "malformed"));
     /* saving over something that is not a plan file: refused, left alone */
     f = fopen(path, "wb");
     fputs("not json", f);
