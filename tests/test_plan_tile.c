@@ -66,7 +66,13 @@ static void test_parse_errors(void **state)
                          "mma_w4m1n1k256s4x",
                          "wgmma_w8m1n32k64s4pp",
                          "wgmma_w0m1n32k64s4",
-                         "wgmma_w-8m1n32k64s4"};
+                         "wgmma_w-8m1n32k64s4",
+                         "mma_w4294967300m1n1k256s4", /* past int's range: no undefined conversion */
+                         "mma_w4m1n1k99999999999999999999s4",
+                         "mma_w4m1n1k256s",
+                         "mma_w4m1n1ks4",
+                         "mma_w 4m1n1k256s4",
+                         "mma_"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fm_tile out;
         memset(&out, 0x5A, sizeof out);

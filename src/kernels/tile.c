@@ -4,6 +4,7 @@
  * text or compared: the planner, the launcher, the bench and the tests call these.
  * The GEMM operand element names live here too, because the runtime's ranking
  * (cost_fp4moe.c) names the weights' element in its messages. */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,9 +38,19 @@ fm_status fm_tile_parse(const char *s, fm_tile *out)
     else if (!strncmp(p, "swapab_", 7)) t.family = FM_FAMILY_FP4MOE_MMA, p += 7, legacy = 1;
     else if (!strncmp(p, "wgmma_", 6)) t.family = FM_FAMILY_FP4MOE_WGMMA, p += 6;
     else goto bad;
-    int used = 0;
-    if (sscanf(p, "w%dm%dn%dk%ds%d%n", &t.warps, &t.mt, &t.nt, &t.kc, &t.stages, &used) != 5 || used <= 0) goto bad;
-    p += used;
+    /* w<warps>m<mt>n<nt>k<kc>s<stages>: digits read here, not by sscanf's %d (a field past
+     * int's range is undefined behaviour there); 1 .. 99,999 each, the canonical check below */
+    static const char keys[5] = {'w', 'm', 'n', 'k', 's'};
+    int *const        field[5] = {&t.warps, &t.mt, &t.nt, &t.kc, &t.stages};
+    for (int i = 0; i < 5; i++) {
+        if (*p++ != keys[i] || !isdigit((unsigned char)*p)) goto bad;
+        int v = 0, nd = 0;
+        for (; isdigit((unsigned char)*p); p++) {
+            if (++nd > 5) goto bad;
+            v = 10 * v + (*p - '0');
+        }
+        *field[i] = v;
+    }
     if (*p == 'p' && t.family == FM_FAMILY_FP4MOE_WGMMA) t.persist = 1, p++;
     if (*p || t.warps < 1 || t.mt < 1 || t.nt < 1 || t.kc < 1 || t.stages < 1) goto bad;
     char back[64]; /* exactly the canonical spelling: no signs, spaces or leading zeros */
