@@ -36,7 +36,7 @@ echo "== patched: $PATCHES ($(echo $FILES | wc -w) files)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 cmake -S . -B build-gpu -DFM_CUDA_ARCHS=native -DFM_WERROR=ON -DFM_TEST_MUTANTS=OFF -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_FLAGS="-I$SYS/usr/include" -DFM_DECODE_DEFS= >"$OUT/cfg.log" 2>&1 &&
-  cmake --build build-gpu -j16 --target bench_layer test_cuda_decode test_cuda_layer >"$OUT/build.log" 2>&1 ||
+  cmake --build build-gpu -j16 --target bench_layer test_cuda_decode test_cuda_layer fp4moe_cli >"$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "== built at $((SECONDS - T0)) s"
 timeout 150 build-gpu/tests/test_cuda_decode >"$OUT/test_decode.log" 2>&1
@@ -53,6 +53,12 @@ bl() { # $1 model, $2 units
 bl glm5 static 1; bl glm5 auto 1
 TS=1,2 bl deepseek-v3 auto 1
 [ $((LIMIT - (SECONDS - T0))) -gt 40 ] && { bl gpt-oss-120b static 1; bl gpt-oss-120b auto 1; }
+# ncu of the decode kernel, the chain's kernels and the routing kernels at the EP8 shard, T = 1 and 4
+# (probe.sh decode; the default build's fp4moe, built above, so probe.sh builds nothing)
+left=$((LIMIT - (SECONDS - T0)))
+echo "== ncu at $((SECONDS - T0)) s ($left s left)"
+[ "${NCU_STEP:-1}" = 1 ] && [ $left -gt 200 ] && RUN_ARGS="--global-experts 256 --shard 32:32" \
+  timeout $((left > 260 ? 120 : left - 140)) bash bench/probe/probe.sh decode ${NCU_TS:-1 4}
 # the decode kernel's phase timeline (decode-tl.patch: a FM_DECODE_TL probe build of decode.cu)
 left=$((LIMIT - (SECONDS - T0)))
 echo "== phase timeline at $((SECONDS - T0)) s ($left s left)"
