@@ -86,6 +86,7 @@ static double median(double *v, int n)
  * EP8 shard a third of the draws give the shard none), so one median over the mixture jumped
  * between the modes from run to run (T = 1: 17.9 and 31.9 us with the same kernels, H200,
  * 2026-12-03). */
+static double g_rx[NX]; /* the last rot_time's per-input medians (0: none), for --decode's per-input line */
 static double rot_time(const double *t, int reps, int warm)
 {
     double sum = 0, *v = malloc(sizeof(double) * (size_t)reps);
@@ -94,7 +95,8 @@ static double rot_time(const double *t, int reps, int warm)
         int n = 0;
         for (int it = 0; it < reps; it++)
             if (((it + warm) / NSETS) % NX == x) v[n++] = t[it];
-        if (n) sum += median(v, n), nx++;
+        g_rx[x] = n ? median(v, n) : 0;
+        if (n) sum += g_rx[x], nx++;
     }
     free(v);
     return nx ? sum / nx : 0;
@@ -515,7 +517,7 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
 #define MAX_DSPLITS 8
 static void decode_vs_chain(fm_layer **L, uint16_t **dx, int32_t **dids, float **dw, float *dout, int T, int H,
                             cudaStream_t st, cudaEvent_t *ev, int reps, int warm, const char *route,
-                            const int (*splits)[2], int nsplits)
+                            const int (*splits)[2], int nsplits, const int *nloc)
 {
     fm_layer_plan_info keep, chain, dec[MAX_DSPLITS];
     int                nd = 0;
@@ -534,14 +536,23 @@ static void decode_vs_chain(fm_layer **L, uint16_t **dx, int32_t **dids, float *
     FK(fm_layer_set_plan(L[0], T, &keep));
     if (nd == 0) return;
     double *t = malloc(sizeof(double) * reps), ce = 0, ci = 0, de[MAX_DSPLITS] = {0}, di[MAX_DSPLITS] = {0};
+    /* per input (routing) x, the same means of its medians: at T = 1 on an EP8 shard some inputs
+     * give the shard no expert and some one, so the averaged column mixes two very different runs */
+    double cex[NX] = {0}, cix[NX] = {0}, dex[MAX_DSPLITS][NX] = {{0}}, dix[MAX_DSPLITS][NX] = {{0}};
+#define FM_ACC_X(dst) for (int x = 0; x < NX; x++) (dst)[x] += g_rx[x] / 3
     for (int r = 0; r < 3; r++) {
         ce += time_plan(L, &chain, dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
+        FM_ACC_X(cex);
         ci += time_plan(L, &chain, dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
+        FM_ACC_X(cix);
         for (int j = 0; j < nd; j++) {
             de[j] += time_plan(L, &dec[j], dx, dids, dw, dout, T, st, ev, reps, warm, t, 0) / 3;
+            FM_ACC_X(dex[j]);
             di[j] += time_plan(L, &dec[j], dx, dids, dw, dout, T, st, ev, reps, warm, t, 1) / 3;
+            FM_ACC_X(dix[j]);
         }
     }
+#undef FM_ACC_X
     const size_t n = (size_t)T * H;
     float       *oc = malloc(sizeof(float) * n), *od = malloc(sizeof(float) * n);
     FK(fm_layer_set_plan(L[0], T, &chain));
@@ -567,6 +578,12 @@ static void decode_vs_chain(fm_layer **L, uint16_t **dx, int32_t **dids, float *
                splits[j][0] == 0 && splits[j][1] == 0 ? " (auto)" : "", cmp);
         printf("csv,decode,%s,%d,%.2f,%.2f,%.2f,%.2f,%d,%d,%d\n", route, T, ce, de[j], ci, di[j], dec[j].decode_ctas,
                dec[j].decode_k_splits[0], dec[j].decode_k_splits[1]);
+        char   line[NX * 64];
+        size_t at = 0;
+        for (int x = 0; x < NX && at < sizeof line; x++)
+            at += (size_t)snprintf(line + at, sizeof line - at, " | x%d (%d local experts ext): chain %.1f decode %.1f, "
+                                   "int chain %.1f decode %.1f", x, nloc[x], cex[x], dex[j][x], cix[x], dix[j][x]);
+        printf("decode-x %-5s T=%-5d per input, us%s\n", route, T, line);
     }
     for (int s = 0; s < NSETS; s++) FK(fm_layer_set_plan(L[s], T, &keep));
     free(t), free(oc), free(od);
@@ -816,8 +833,9 @@ int main(int argc, char **argv)
                 write_timeline(timeline, L[0], dx[0], dids[0], dw[0], dout, T, st);
             /* the floor of each of the NX routings the timings rotate over, averaged */
             double act_sum = 0;
+            int    nloc[NX] = {0}; /* each input's local experts (external routing) */
             for (int x = 0; x < NX; x++)
-                for (int e = 0; e < EL; e++) act_sum += used[x][e];
+                for (int e = 0; e < EL; e++) act_sum += used[x][e], nloc[x] += used[x][e];
             const double actv = act_sum / NX, local_rows = rows_sum / NX;
             const int    active = (int)lround(actv);
             const double bytes = actv * expert_bytes + (double)T * H * (2 + 4);
@@ -862,7 +880,7 @@ int main(int argc, char **argv)
             if (sweep) sweep_plans(L, dx, dids, dw, dout, T, st, ev, reps, warm, mode == 0 ? shard : "local");
             if (decode_ab)
                 decode_vs_chain(L, dx, dids, dw, dout, T, H, st, ev, reps, warm, mode == 0 ? shard : "local",
-                                (const int(*)[2])dsplits, ndsplits);
+                                (const int(*)[2])dsplits, ndsplits, nloc);
             if (dispatched)
                 dispatched_vs_run(L, dx, dids, dw, dout, T, H, K, EL, MAXT, st, ev, reps, warm,
                                   mode == 0 ? shard : "local");
