@@ -262,6 +262,44 @@ static void test_dequantize_errors(void **state)
     assert_int_equal(fm_dequantize(NULL, y), FM_ERR_INVALID_ARG);
 }
 
+/* A shape whose bytes fit size_t but whose element count rows x cols does not fit
+ * int64 (FP4 stores half a byte an element): FM_ERR_BAD_SHAPE from the size helper,
+ * fm_quantize and fm_dequantize, nothing written. fm_quantize used to compute
+ * rows * cols in int64 first (signed overflow, undefined behaviour: UBSan stopped the
+ * run; without it the negative count skipped the input check and the quantizer wrote
+ * through the caller's small buffers). */
+static void test_element_count_overflow(void **state)
+{
+    (void)state;
+    const struct { fm_format f; int64_t rows, cols; } shapes[] = {
+        {FM_FORMAT_NVFP4, ((int64_t)1 << 32) - 1, (int64_t)1 << 32},
+        {FM_FORMAT_MXFP4, ((int64_t)1 << 32) - 1, (int64_t)1 << 32},
+        {FM_FORMAT_NVFP4, INT64_MAX / 16, 32},
+    };
+    float x[64] = {0}, y[64], p[64];
+    fm_poison_f32(p, 64);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t d = 77, sb = 77;
+        assert_int_equal(fm_qtensor_bytes(shapes[i].f, shapes[i].rows, shapes[i].cols, &d, &sb), FM_ERR_BAD_SHAPE);
+        assert_non_null(strstr(fm_last_error(), "elements overflow int64"));
+        assert_int_equal(d, 77);
+        assert_int_equal(sb, 77);
+        snap s;
+        snap_init(&s, shapes[i].f, shapes[i].rows, shapes[i].cols);
+        assert_int_equal(fm_quantize(x, NULL, &s.t), FM_ERR_BAD_SHAPE);
+        assert_untouched(&s);
+        assert_non_null(strstr(fm_last_error(), "fm_quantize: "));
+        assert_non_null(strstr(fm_last_error(), "elements overflow int64"));
+        memcpy(y, p, sizeof y);
+        assert_int_equal(fm_dequantize(&s.t, y), FM_ERR_BAD_SHAPE);
+        assert_memory_equal(y, p, sizeof y);
+    }
+    /* the largest element count that fits is still a size */
+    size_t d = 0;
+    assert_int_equal(fm_qtensor_bytes(FM_FORMAT_NVFP4, INT64_MAX / 32, 32, &d, NULL), FM_OK);
+    assert_true(d == (size_t)(INT64_MAX / 32) * 16u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_qtensor_bytes),
         cmocka_unit_test(test_quantize_errors),
         cmocka_unit_test(test_dequantize_errors),
+        cmocka_unit_test(test_element_count_overflow),
         cmocka_unit_test(test_scale_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -102,7 +102,8 @@ typedef struct {
  * (scale bytes 0 for BF16). Either output pointer may be NULL; outputs are
  * written only on FM_OK.
  * Returns FM_OK, FM_ERR_FORMAT, FM_ERR_BAD_SHAPE (rows/cols <= 0, cols not a
- * multiple of block, or a size that overflows size_t). */
+ * multiple of block, a size that overflows size_t, or rows x cols elements beyond
+ * int64; fm_quantize and fm_dequantize refuse the same shapes). */
 fm_status fm_qtensor_bytes(fm_format f, int64_t rows, int64_t cols, size_t *data_bytes, size_t *scale_bytes);
 
 /* Quantize src[rows][cols] (FP32) into dst, whose fmt/rows/cols/data/scales the

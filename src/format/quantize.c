@@ -30,8 +30,9 @@ static fm_status check_view(const char *who, const fm_qtensor *t, const fm_forma
     size_t db, sb;
     fm_status st = fm_qtensor_bytes(t->fmt, t->rows, t->cols, &db, &sb);
     if (st != FM_OK)
-        return fm_fail(st, "%s: rows=%lld cols=%lld invalid for %s (cols must be a positive multiple of %d)", who,
-                       (long long)t->rows, (long long)t->cols, (*tr)->name, (*tr)->block > 0 ? (*tr)->block : 1);
+        return fm_fail(st, "%s: rows=%lld cols=%lld invalid for %s (cols must be a positive multiple of %d): %s",
+                       who, (long long)t->rows, (long long)t->cols, (*tr)->name, (*tr)->block > 0 ? (*tr)->block : 1,
+                       fm_last_error());
     if (!t->data) return fm_fail(FM_ERR_INVALID_ARG, "%s: NULL data buffer", who);
     if ((*tr)->block > 0 && !t->scales) return fm_fail(FM_ERR_INVALID_ARG, "%s: NULL scales buffer", who);
     return FM_OK;

@@ -84,6 +84,11 @@ fm_status fm_qtensor_bytes(fm_format f, int64_t rows, int64_t cols, size_t *data
     if (!cols_ok(t, cols))
         return fm_fail(FM_ERR_BAD_SHAPE, "fm_qtensor_bytes: cols=%lld is not a multiple of the %s block (%d)",
                        (long long)cols, t->name, t->block);
+    /* The element count rows x cols is int64 arithmetic in every consumer (fm_quantize,
+     * fm_dequantize): FP4's half byte per element lets it overflow where the bytes do not. */
+    if (rows > INT64_MAX / cols)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_qtensor_bytes: %lld x %lld elements overflow int64", (long long)rows,
+                       (long long)cols);
     /* Guard the products against size_t overflow (rows, cols up to 2^62). */
     size_t rb = fm_format_row_bytes(f, cols), sb = fm_format_row_scale_bytes(f, cols);
     if ((size_t)rows > SIZE_MAX / rb)
