@@ -168,12 +168,49 @@ static void family_from_cc(void **s)
     }
 }
 
+/* Cluster sides whose product overflows int (65536 x 65536, 2^30 x 4): FM_ERR_BAD_SHAPE
+ * from the CUTLASS families' check and from fp4moe's own (1x1 only). Both multiplied the
+ * sides first (signed overflow, undefined behaviour; 65536 x 65536 wrapped to 0 and the
+ * CUTLASS check read it as <= 16). */
+static void cluster_overflow(void **s)
+{
+    (void)s;
+    static const int sides[][2] = {{1 << 16, 1 << 16}, {1 << 30, 4}, {4, 1 << 30}, {32, 1}, {1, 1 << 30}};
+    fm_kernel_config cfg;
+    fm_smem_breakdown b, ref;
+    fm_poison_bytes(&b, sizeof b);
+    memcpy(&ref, &b, sizeof b);
+    for (size_t i = 0; i < FM_ARRAY_LEN(sides); i++) {
+        for (int own = 0; own < 2; own++) {
+            fm_kernel_config_init(&cfg);
+            cfg.cc = own ? 120 : 90, cfg.a = cfg.b = own ? FM_ELEM_NVFP4 : FM_ELEM_BF16;
+            cfg.tile_m = 128, cfg.tile_n = 128, cfg.tile_k = 64;
+            if (own) {
+                const fm_tile *t = &fm_mma_tiles(NULL)[0];
+                cfg.family = FM_FAMILY_FP4MOE_MMA, cfg.warps = t->warps;
+                cfg.tile_m = 8 * t->nt, cfg.tile_n = t->warps * t->mt * 16, cfg.tile_k = t->kc;
+            }
+            assert_int_equal(fm_smem_model(&cfg, &b), FM_OK); /* the same config at 1x1 is valid */
+            memcpy(&b, &ref, sizeof b);
+            cfg.cluster_m = sides[i][0], cfg.cluster_n = sides[i][1];
+            fm_status st = fm_smem_model(&cfg, &b);
+            if (st != FM_ERR_BAD_SHAPE) {
+                print_error("cluster %dx%d (%s): %s (%s)\n", cfg.cluster_m, cfg.cluster_n, own ? "fp4moe" : "cutlass",
+                            fm_status_name(st), fm_last_error());
+                fail();
+            }
+            assert_non_null(strstr(fm_last_error(), "cluster"));
+            assert_memory_equal(&b, &ref, sizeof b);
+        }
+    }
+}
+
 int main(void)
 {
     fm_rng_init(&g_rng, fm_test_seed());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(k_fits_no_tile),   cmocka_unit_test(huge_problems),  cmocka_unit_test(non_operand_formats),
-        cmocka_unit_test(cutlass_versions), cmocka_unit_test(family_from_cc),
+        cmocka_unit_test(cutlass_versions), cmocka_unit_test(family_from_cc),   cmocka_unit_test(cluster_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

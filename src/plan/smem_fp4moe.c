@@ -106,7 +106,7 @@ fm_status fm_resolve_fp4moe(fm_kernel_config *c)
     if (c->b != c->a && c->b != FM_ELEM_BF16)
         return fm_fail(FM_ERR_ARCH_MISMATCH, "%s stages BF16 activations: --b must be %s or bf16, not %s", nm,
                        fm_elem_name(c->a), fm_elem_name(c->b));
-    if (c->cluster_m * c->cluster_n != 1)
+    if (c->cluster_m != 1 || c->cluster_n != 1) /* not their product: 65536 x 65536 overflows int */
         return fm_fail(FM_ERR_BAD_SHAPE, "%s runs without clusters (1x1), not %dx%d", nm, c->cluster_m, c->cluster_n);
     if (c->warps < 0 || c->warps > 31 || (c->warps && !(F->warps_mask & (1u << c->warps))))
         return fm_fail(FM_ERR_BAD_SHAPE, "%s: warps=%d, the family takes %s", nm, c->warps, F->warps_text);

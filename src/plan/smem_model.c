@@ -206,8 +206,9 @@ static fm_status resolve(const fm_kernel_config *in, fm_kernel_config *c)
     if (c->stages < 0 || c->stages == 1 || c->stages > 32)
         return fm_fail(FM_ERR_BAD_SHAPE, "stages=%d: use 0 (auto) or 2..32 (the collectives need at least 2)",
                        c->stages);
-    if (c->cluster_m < 1 || c->cluster_n < 1 || !pow2(c->cluster_m) || !pow2(c->cluster_n) ||
-        c->cluster_m * c->cluster_n > 16)
+    /* each at most 16 before the product: 65536 x 65536 overflows int */
+    if (c->cluster_m < 1 || c->cluster_n < 1 || c->cluster_m > 16 || c->cluster_n > 16 || !pow2(c->cluster_m) ||
+        !pow2(c->cluster_n) || c->cluster_m * c->cluster_n > 16)
         return fm_fail(FM_ERR_BAD_SHAPE, "cluster %dx%d: powers of two, at most 16 CTAs", c->cluster_m, c->cluster_n);
 
     const family_row *F = family_of(c->family);
