@@ -338,6 +338,17 @@ static void test_errors(void **state)
         }
         bad.x_packed = 1; /* packed X: wgmma, which has no multi-block kernel */
         EXPECT(FM_ERR_UNSUPPORTED, fm_plan_fp4moe(h, &bad, 1, 6144, 256, 256, c, 2, &cnt, &total));
+        /* any block count is the caller's: 2^20 blocks x 2^17 passes (2^20 rows) used to be
+         * multiplied as int in the cost model (signed overflow, undefined behaviour) */
+        bad = q, bad.feature_blocks = 1 << 20;
+        n = 0;
+        assert_int_equal(fm_plan_fp4moe(h, &bad, 1 << 20, 4096, 4096, 8, all, 64, &n, NULL), FM_OK);
+        assert_true(n >= 1);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(all[i].feature_blocks, 1 << 20);
+            assert_true(isfinite(all[i].est_us) && all[i].est_us > 0);
+        }
+        assert_int_equal(fm_plan_fp4moe(h, &bad, INT32_MAX, 4096, 4096, INT32_MAX, all, 64, &n, NULL), FM_OK);
     }
 #undef EXPECT
 }

@@ -198,7 +198,7 @@ static double cost_us(const fm_gpu_info *g, const fm_arch_info *arch, fm_kernel_
     double out = P->epi * TOK * F * 2.0 * o * sms / bw, t_cta;
     if (mma)
         t_cta = (nb > 1 ? P->l0mb : P->l0) + (ks > 1 ? passes * P->l0 : 0) + passes * P->fill +
-                nb * passes * (1 + (nb > 1 && passes > 1 ? P->mbp : 0)) * (nks * ps + out);
+                (double)nb * passes * (1 + (nb > 1 && passes > 1 ? P->mbp : 0)) * (nks * ps + out); /* nb: any int */
     else t_cta = (packed ? P->l0p : P->l0w) + P->ltok * TOK * MT + P->lmt * (MT - 1) + nks * ps + out;
     double waves = ctas / (sms * o);
     *occ = o;
