@@ -62,6 +62,10 @@ static void test_ref_bad_args(void **state)
     assert_int_equal(fm_moe_forward_ref(&c, &b->L.w, b->x, T, NULL), FM_ERR_INVALID_ARG);
     EXPECT(b, fm_moe_forward_ref(&c, &b->L.w, b->x, 0, b->out), FM_ERR_BAD_SHAPE);
     EXPECT(b, fm_moe_forward_ref(&c, &b->L.w, b->x, -5, b->out), FM_ERR_BAD_SHAPE);
+    /* T x top_k past int32 (2^30 x 2): refused before x is read. It used to run, and the
+     * finalize's slot index t * top_k + j overflowed int (undefined behaviour) */
+    EXPECT(b, fm_moe_forward_ref(&c, &b->L.w, b->x, 1 << 30, b->out), FM_ERR_BAD_SHAPE);
+    assert_non_null(strstr(fm_last_error(), "routed rows exceed"));
 
     fm_moe_config bad = c;
     bad.top_k = 5; /* > 4 experts */

@@ -151,8 +151,8 @@ fm_status fm_moe_permute(const int32_t *ids, int T, int top_k, int n_experts, in
  * `out` is written only when the whole pass succeeded. The shared expert sees
  * BF16 x unquantized even with act_nvfp4 / act_fp8 (only routed experts are W4A4 / W4A8).
  * Returns FM_OK, FM_ERR_INVALID_ARG (NULL pointer, bad cfg settings),
- * FM_ERR_BAD_SHAPE (T < 1, bad cfg sizes, a weight tensor whose rows/cols
- * disagree with cfg), FM_ERR_FORMAT (a tensor's fmt differs from cfg->wfmt),
+ * FM_ERR_BAD_SHAPE (T < 1, T*top_k beyond int32, bad cfg sizes, a weight tensor whose
+ * rows/cols disagree with cfg), FM_ERR_FORMAT (a tensor's fmt differs from cfg->wfmt),
  * FM_ERR_NONFINITE (NaN/Inf in x: policy is to reject; a NaN block-scale code;
  * a non-positive or non-finite global/activation scale; router logits or the
  * output overflowing because x is too large), FM_ERR_OOM. */

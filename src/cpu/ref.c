@@ -196,6 +196,11 @@ fm_status fm_moe_forward_ref(const fm_moe_config *cfg, const fm_moe_weights *w, 
     if (!cfg || !w || !x || !out) return fm_fail(FM_ERR_INVALID_ARG, "fm_moe_forward_ref: NULL cfg, w, x or out");
     FM_CHECK(fm_moe_config_check(cfg));
     if (T < 1) return fm_fail(FM_ERR_BAD_SHAPE, "fm_moe_forward_ref: T=%d < 1", T);
+    /* routed slots t * top_k + j are int (as fm_moe_permute's; fm_layer_create bounds
+     * max_tokens x top_k the same way) */
+    if ((int64_t)T * cfg->top_k > INT32_MAX)
+        return fm_fail(FM_ERR_BAD_SHAPE, "fm_moe_forward_ref: T=%d x top_k=%d = %lld routed rows exceed 2^31-1", T,
+                       cfg->top_k, (long long)T * cfg->top_k);
     FM_CHECK(fm_moe_weights_check(cfg, w));
     FM_CHECK(fm_moe_weights_check_scales(cfg, w));
     return fm_moe_forward_ref_run(cfg, w, x, T, NULL, NULL, 0, cfg->n_experts, out, NULL, NULL);
