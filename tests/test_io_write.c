@@ -311,6 +311,29 @@ static int teardown(void **state)
     return rmdir(g_dir); /* every test removes what it made: a leftover fails here */
 }
 
+/* The index is text JSON: no NUL byte (the first weight_map entry used to be preceded by
+ * one, a 6-byte put of the 5-character "\n    ", which Python's json and HF tooling refuse;
+ * cJSON skips it as whitespace, so our own reader never noticed). */
+static void test_index_text(void **state)
+{
+    (void)state;
+    char p[400];
+    path_of(p, sizeof p, "model.safetensors.index.json");
+    const char *names[2] = {"a.weight", "b.weight"}, *files[2] = {"m-1.safetensors", "m-2.safetensors"};
+    assert_int_equal(fm_safetensors_write_index(p, names, files, 2, 42), FM_OK);
+    int fd = open(p, O_RDONLY);
+    assert_true(fd >= 0);
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    assert_true(n > 0 && n < (ssize_t)sizeof buf);
+    assert_null(memchr(buf, 0, (size_t)n));
+    buf[n] = 0;
+    assert_string_equal(buf, "{\n  \"metadata\": {\"total_size\": 42},\n  \"weight_map\": {\n    \"a.weight\": "
+                             "\"m-1.safetensors\",\n    \"b.weight\": \"m-2.safetensors\"\n  }\n}\n");
+    assert_int_equal(unlink(p), 0);
+}
+
 int main(void)
 {
     alarm(60); /* a blocked open() of the FIFO is a failure, not a hang */
@@ -318,7 +341,7 @@ int main(void)
         cmocka_unit_test(test_absent_and_regular), cmocka_unit_test(test_symlinks),
         cmocka_unit_test(test_fifo_directory),     cmocka_unit_test(test_device),
         cmocka_unit_test(test_read_only),          cmocka_unit_test(test_missing_folder),
-        cmocka_unit_test(test_write_error),
+        cmocka_unit_test(test_write_error),        cmocka_unit_test(test_index_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

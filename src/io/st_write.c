@@ -181,7 +181,8 @@ fm_status fm_safetensors_write_index(const char *path, const char *const *names,
     strbuf b = {0};
     sb_printf(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total_size);
     for (size_t i = 0; i < n; i++) {
-        sb_put(&b, i ? ",\n    " : "\n    ", 6);
+        const char *sep = i ? ",\n    " : "\n    ";
+        sb_put(&b, sep, strlen(sep)); /* not a fixed 6: the first separator is 5 bytes */
         sb_json_str(&b, names[i]);
         sb_put(&b, ": ", 2);
         sb_json_str(&b, files[i]);
