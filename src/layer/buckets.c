@@ -43,7 +43,7 @@ void fm_layer_bucket_rows(const fm_layer_params *p, int T, int *avg, int *act)
     const double R = (double)T * p->cfg.top_k, local = R * p->n_local / p->cfg.n_experts;
     int          rows = (int)ceil(local), a = rows < p->n_local ? (rows > 0 ? rows : 1) : p->n_local;
     *act = a;
-    *avg = (rows + a - 1) / a;
+    *avg = (int)(((int64_t)rows + a - 1) / a); /* rows may be near INT32_MAX (max_tokens x top_k) */
     if (*avg < 1) *avg = 1;
     const float q = p->row_quantile == FM_ROW_QUANTILE_AUTO
                         ? (T >= FM_ROW_QUANTILE_AUTO_MIN_T ? FM_ROW_QUANTILE_AUTO_Q : 0.0f)
