@@ -66,7 +66,7 @@ class QTensor:
                 raise TypeError(f"{arg}.data: BF16 expects uint16 bits or bfloat16, got dtype {d.dtype}")
             if self.scales is not None:
                 raise ValueError(f"{arg}.scales: BF16 has no block scales, expected None")
-            return fmt, np.ascontiguousarray(d), None, g
+            return fmt, np.ascontiguousarray(_native(d)), None, g
         if d.dtype.name != "uint8":
             raise TypeError(f"{arg}.data: {fmt} expects uint8 (two E2M1 codes a byte), got dtype {d.dtype}")
         rows, cols = d.shape[0], d.shape[1] * 2
@@ -89,6 +89,12 @@ class QTensor:
         rows, cols = d.shape[0], d.shape[1] * (1 if fmt == "bf16" else 2)
         ct = _lib.QTensor(FORMATS[fmt], rows, cols, d.ctypes.data, None if s is None else s.ctypes.data, g)
         return ct, (d, s)
+
+
+def _native(a):
+    """a in this host's byte order (a native copy of a non-native one): C reads the bytes, and
+    dtype.name ("uint16", "float32") does not tell a big-endian array from a native one."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _as_f32_2d(x, arg):
@@ -158,7 +164,7 @@ def qtensor(fmt, data, scales=None, global_scale=1.0, cols=None):
     if name == "bf16":
         if d.dtype.itemsize != 2 or d.dtype.name not in ("uint16", "bfloat16"):
             raise TypeError(f"data: BF16 expects uint16 bits or bfloat16, got dtype {d.dtype}")
-        return QTensor(name, np.ascontiguousarray(d).view(np.uint16), None, 1.0)
+        return QTensor(name, np.ascontiguousarray(_native(d)).view(np.uint16), None, 1.0)
     d = _u8_2d(d, "data", d.shape)
     rows, kc = d.shape[0], d.shape[1] * 2
     if kc % BLOCK[name]:

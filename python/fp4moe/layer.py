@@ -20,7 +20,7 @@ import numpy as np
 from . import _lib
 from ._args import UINTPTR_MAX, as_choice, as_cstr, as_float, as_int, as_path
 from ._lib import ClosedError, check, lib
-from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, format_code, quantize
+from .format import BLOCK, FORMAT_NAMES, FORMATS, SCALE_DTYPES, QTensor, _native, format_code, quantize
 
 BACKENDS = {"auto": 0, "cpu-ref": 1, "cpu": 2, "cuda": 3}
 OUT_DTYPES = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1}
@@ -87,7 +87,8 @@ class MoEConfig:
 
 
 def _arr(a, arg, dtype, shape, allow_none=False):
-    """A C-contiguous array of exactly dtype and shape, or a TypeError/ValueError naming arg."""
+    """A C-contiguous native-endian array of exactly dtype and shape, or a TypeError/ValueError
+    naming arg."""
     if a is None:
         if allow_none:
             return None
@@ -98,7 +99,7 @@ def _arr(a, arg, dtype, shape, allow_none=False):
         raise TypeError(f"{arg}: expected dtype {' or '.join(names)}, got {a.dtype}")
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{arg}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
-    return np.ascontiguousarray(a)
+    return np.ascontiguousarray(_native(a))
 
 
 def _globals13(g, up, E):
@@ -223,7 +224,7 @@ def to_bf16_bits(x, arg="x"):
     rounded to nearest even by ml_dtypes (the codec oracle the C tests use)."""
     a = np.asarray(x)
     if a.dtype.name == "uint16":
-        return np.ascontiguousarray(a)
+        return np.ascontiguousarray(_native(a))
     if a.dtype.name == "bfloat16":
         return np.ascontiguousarray(a).view(np.uint16)
     if np.issubdtype(a.dtype, np.floating):
@@ -385,6 +386,8 @@ class Layer:
                                  f"got {out.dtype} {out.shape}{'' if out.flags.c_contiguous else ' (strided)'}")
             if not out.flags.writeable:
                 raise ValueError("out: read-only array")
+            if not out.dtype.isnative:  # written in place by C, in this host's byte order
+                raise ValueError(f"out: expected this host's byte order, got {out.dtype.str}")
             res = out
         rid = np.empty((T, k), np.int32) if return_routing else None
         rwt = np.empty((T, k), np.float32) if return_routing else None

@@ -227,3 +227,37 @@ def test_bad_library_path(monkeypatch):
     with pytest.raises(ImportError, match="FP4MOE_LIBRARY"):
         _lib._library_path()
     assert importlib.import_module("fp4moe") is fp4moe
+
+
+def test_big_endian_arrays_are_read_by_value(layer, rng):
+    """A non-native (big-endian) array has the dtype name of a native one ("uint16",
+    "float32"): its values are what C must read, not its bytes; an out array C would
+    write in the wrong byte order is refused, untouched."""
+    H, k = layer.cfg.hidden, layer.cfg.top_k
+    bits, _ = make_x(rng, 2, H)
+    ids = np.array([[0, 1], [3, 2]], np.int32)
+    w = np.array([[0.75, 0.25], [0.5, 0.125]], np.float32)
+    want = layer.run(bits, ids, w)
+    be = lambda a: a.astype(a.dtype.newbyteorder(">"))  # noqa: E731
+    assert np.array_equal(layer.run(be(bits), be(ids), be(w)), want)
+    assert np.array_equal(layer.run(be(bits)), layer.run(bits))
+    out = np.full((2, H), 7.0, be(np.zeros(1, np.float32)).dtype)
+    with pytest.raises(ValueError, match="out: expected this host's byte order"):
+        layer.run(bits, ids, w, out=out)
+    assert np.all(out == 7.0)
+    logits = rng.standard_normal((3, layer.cfg.n_experts)).astype(np.float32)
+    cfg = layer.cfg
+    got, want_r = fp4moe.route(cfg, be(logits)), fp4moe.route(cfg, logits)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want_r))
+    # the weights: router, bias and scales read by value too
+    cfg2, W, _ = make_layer(rng, "nvfp4", E=4, k=2, bias=True)
+    W2 = fp4moe.MoEWeights(be(W.router_w), W.w13_data, W.w13_scales, be(W.w13_global), W.w2_data, W.w2_scales,
+                           be(W.w2_global), router_bias=be(W.router_bias), w13_up_global=be(W.w13_global))
+    with fp4moe.Layer(cfg2, W, max_tokens=2) as a, fp4moe.Layer(cfg2, W2, max_tokens=2) as b:
+        assert np.array_equal(a.run(bits), b.run(bits))
+    # BF16 QTensor data
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    q = fp4moe.quantize(x, "bf16")
+    ref = fp4moe.dequantize(q)
+    assert np.array_equal(fp4moe.dequantize(fp4moe.QTensor("bf16", be(q.data), None, 1.0)), ref)
+    assert np.array_equal(fp4moe.dequantize(fp4moe.qtensor("bf16", be(q.data))), ref)
