@@ -284,6 +284,11 @@ class Layer:
                 elif (first_expert, n_local) != (weights.first_expert, weights.n_local):
                     raise ValueError(f"first_expert, n_local: ({first_expert}, {n_local}) is not the loaded shard "
                                      f"({weights.first_expert}, {weights.n_local})")
+            elif (first_expert, n_local) not in ((0, 0), (0, weights.n_local)):
+                # the library would take the first n_local of the loaded experts as the shard's
+                raise ValueError(f"first_expert, n_local: ({first_expert}, {n_local}): the loaded layer holds all "
+                                 f"its {weights.n_local} experts, not a shard: load the shard's (Checkpoint.load_layer "
+                                 "with first_expert, n_experts and global_router=True)")
             ccfg = cfg._c()
             source = weights._hd  # create reads its fm_ckpt_layer: held against a close in another thread
         elif isinstance(weights, MoEWeights):

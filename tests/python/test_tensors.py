@@ -197,3 +197,26 @@ def test_from_tensors_reads_the_arrays_at_load(rng):
         loaded.close()
     with pytest.raises(fp4moe.ClosedError, match="Checkpoint is closed"):
         ck.names()
+
+
+def test_whole_loaded_layer_is_not_a_shard(rng):
+    """A loaded layer holding all its experts, given a shard's first_expert / n_local, is
+    refused: the library would run the first n_local loaded experts as the shard's."""
+    cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
+    with fp4moe.Checkpoint.from_tensors(typed(modelopt_dict(cfg, W))) as ck:
+        whole = ck.load_layer(0, routing=cfg)
+        shard = ck.load_layer(0, 1, 2, routing=cfg, global_router=True)
+    try:
+        for fe, nl in ((1, 2), (2, 0), (0, 2), (0, 5)):
+            with pytest.raises(ValueError, match=rf"first_expert, n_local: \({fe}, {nl}\): the loaded layer holds "
+                                                 "all its 4 experts"):
+                fp4moe.Layer(None, whole, first_expert=fe, n_local=nl)
+        bits, _ = make_x(rng, 2, cfg.hidden)
+        ids, w = np.array([[1, 2], [2, 1]], np.int32), np.full((2, 2), 0.5, np.float32)
+        with fp4moe.Layer(None, whole, first_expert=0, n_local=4) as a, fp4moe.Layer(None, whole) as b, \
+                fp4moe.Layer(None, shard) as s:
+            assert np.array_equal(a.run(bits, ids, w), b.run(bits, ids, w))
+            assert np.array_equal(s.run(bits, ids, w), b.run(bits, ids, w))  # experts 1, 2: all in the shard
+    finally:
+        whole.close()
+        shard.close()
