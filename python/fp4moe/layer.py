@@ -13,7 +13,7 @@ import contextlib
 import ctypes as C
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -301,9 +301,13 @@ class Layer:
         else:
             raise TypeError(f"weights: expected fp4moe.MoEWeights or a loaded checkpoint layer, "
                             f"got {type(weights).__name__}")
-        self.cfg, self.max_tokens = cfg, max_tokens
+        # a copy, as the caller's cfg may change later (its fields are mutable)
+        self.cfg, self.max_tokens = replace(cfg), max_tokens
         self.out_dtype = "bf16" if OUT_DTYPES[out_dtype] else "f32"
         self.first_expert, self.n_local = first_expert, n_local or cfg.n_experts
+        # the C layer's shapes and out dtype, which run / run_dispatched check the arrays against:
+        # never the public attributes, whose change would let C read and write past the arrays
+        self._shapes = (cfg.hidden, cfg.top_k, self.n_local, self.out_dtype)
         self.device = None
         self._dev = None
         h = C.c_void_p()
@@ -366,7 +370,8 @@ class Layer:
         give the same output bit for bit."""
         if self.backend == "cuda":
             raise ValueError("run: a cuda layer takes device tensors: use fp4moe.torch_ops (torch.ops.fp4moe.moe)")
-        H = self.cfg.hidden
+        H, k, _, odt_name = self._shapes
+        f32 = odt_name == "f32"
         xb = to_bf16_bits(x)
         if xb.ndim != 2 or xb.shape[1] != H:
             raise ValueError(f"x: expected shape [T][{H}], got {xb.shape}")
@@ -377,12 +382,11 @@ class Layer:
             raise ValueError("topk_ids, topk_weights: give both (external routing) or neither (internal)")
         if return_routing and topk_ids is not None:
             raise ValueError("return_routing: only with internal routing (topk_ids given: the routing is yours)")
-        k = self.cfg.top_k
         ids = _arr(topk_ids, "topk_ids", "int32", (T, k), True)
         tw = _arr(topk_weights, "topk_weights", "float32", (T, k), True)
-        odt = ("float32",) if self.out_dtype == "f32" else ("uint16", "bfloat16")
+        odt = ("float32",) if f32 else ("uint16", "bfloat16")
         if out is None:
-            res = np.empty((T, H), np.float32 if self.out_dtype == "f32" else np.uint16)
+            res = np.empty((T, H), np.float32 if f32 else np.uint16)
         else:
             if not isinstance(out, np.ndarray):
                 raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
@@ -425,7 +429,7 @@ class Layer:
                              "use fp4moe.torch_ops (MoE.dispatched, torch.ops.fp4moe.moe_dispatched) with CUDA tensors")
         if (counts is None) == (offsets is None):
             raise ValueError("counts, offsets: give counts (expert-major layout) or offsets (expert rows), one of them")
-        H, nl = self.cfg.hidden, self.n_local
+        H, _, nl, odt_name = self._shapes
         fp8 = x_scales is not None
         if fp8:
             xa = np.asarray(x)
@@ -449,7 +453,7 @@ class Layer:
         nb = (H + 127) // 128
         sc = _arr(x_scales, "x_scales", "float32", (*lead, nb)) if fp8 else None
         wt = _arr(weights, "weights", "float32", lead, True)
-        odt = np.float32 if self.out_dtype == "f32" else np.uint16
+        odt = np.float32 if odt_name == "f32" else np.uint16
         if out is None:
             res = np.zeros((*lead, H), odt)
         else:

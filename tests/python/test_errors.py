@@ -261,3 +261,27 @@ def test_big_endian_arrays_are_read_by_value(layer, rng):
     ref = fp4moe.dequantize(q)
     assert np.array_equal(fp4moe.dequantize(fp4moe.QTensor("bf16", be(q.data), None, 1.0)), ref)
     assert np.array_equal(fp4moe.dequantize(fp4moe.qtensor("bf16", be(q.data))), ref)
+
+
+def test_config_changed_after_create(rng):
+    """The layer keeps its own copy of cfg: a caller changing its MoEConfig afterwards (to
+    build another layer) does not change what run checks x, ids and out against (the C
+    layer's shapes; else C read and wrote past the caller's arrays)."""
+    cfg, W, _ = make_layer(rng, "nvfp4", E=8, k=4, H=64)
+    with fp4moe.Layer(cfg, W, max_tokens=16) as L:
+        bits, _ = make_x(rng, 16, 64)
+        want = L.run(bits)
+        cfg.hidden, cfg.top_k = 16, 1
+        assert L.cfg.hidden == 64 and L.cfg.top_k == 4 and cfg.hidden == 16
+        out = np.full((16, 16), 7.0, np.float32)
+        with pytest.raises(ValueError, match=r"x: expected shape \[T\]\[64\]"):
+            L.run(bits[:, :16], out=out)
+        assert np.all(out == 7.0)
+        y, ids, w = L.run(bits, return_routing=True)
+        assert ids.shape == (16, 4) and np.array_equal(y, want)
+        assert np.array_equal(L.run(bits, ids, w), want)
+        # nor does a change of the layer's own attributes (out dtype, shard size)
+        L.cfg.hidden, L.out_dtype, L.n_local = 16, "bf16", 2
+        assert L.run(bits).dtype == np.float32
+        with pytest.raises(ValueError, match=r"x: expected shape \[8\]\[capacity\]\[64\]"):
+            L.run_dispatched(np.zeros((2, 3, 64), np.uint16), counts=np.ones(2, np.int32))
