@@ -220,7 +220,7 @@ class LoadedLayer:
             return self._weights(p.contents)
 
     def _weights(self, c):
-        cfg = self.cfg
+        cfg = c.cfg  # the shapes the arrays have: not self.cfg, which the caller may change
         E, H, S = c.n_local, cfg.hidden, cfg.shared_inter  # experts held (a global router: fewer than its rows)
         R = cfg.n_experts
 

@@ -243,6 +243,19 @@ def _row_quantile(q):
     return as_float(q, "row_quantile")
 
 
+def _same_shapes(c, lc):
+    """A cfg given with a loaded layer (or its own, changed since) must say the shapes it was
+    loaded with: the library reads the loaded arrays by the cfg's (more experts or larger
+    matrices: past their ends)."""
+    for f in ("n_experts", "hidden", "inter", "shared_inter", "wfmt"):
+        have, want = getattr(c, f), getattr(lc, f)
+        if have != want:
+            if f == "wfmt":
+                have, want = FORMAT_NAMES[have], FORMAT_NAMES[want]
+            raise ValueError(f"cfg.{f}: {have!r}, but the loaded layer's is {want!r} (a cfg given with a loaded "
+                             "layer may change its routing, not its shapes)")
+
+
 class Layer:
     """One fm_layer. backend: "cpu" (fast), "cpu-ref" (the oracle), "cuda", "auto".
 
@@ -319,6 +332,7 @@ class Layer:
         desc.act_fp8_path = ACT_FP8_PATH[act_fp8_path]
         with source as loaded:
             if loaded is not None:
+                _same_shapes(ccfg, loaded.contents.cfg)
                 cw = loaded.contents.w
             check(lib.fm_layer_create_desc(C.byref(desc), C.byref(ccfg), C.byref(cw), C.byref(h)), "Layer")
         self.backend = lib.fm_backend_name(lib.fm_layer_backend(h)).decode()

@@ -220,3 +220,27 @@ def test_whole_loaded_layer_is_not_a_shard(rng):
     finally:
         whole.close()
         shard.close()
+
+
+def test_loaded_layer_shapes_are_its_own(rng):
+    """A cfg given with a loaded layer, or the loaded layer's own cfg changed since, cannot
+    change the shapes it was loaded with: the library read the loaded arrays by the cfg's
+    (w13[4] of 4 experts, router rows past the loaded ones) or used a subset of them."""
+    cfg, W, _ = make_layer(rng, "nvfp4", E=4, k=2)
+    with fp4moe.Checkpoint.from_tensors(typed(modelopt_dict(cfg, W))) as ck:
+        loaded = ck.load_layer(0, routing=cfg)
+    try:
+        for kw, msg in ((dict(n_experts=64), "cfg.n_experts: 64, but the loaded layer's is 4"),
+                        (dict(n_experts=2, top_k=1), "cfg.n_experts: 2, but the loaded layer's is 4"),
+                        (dict(inter=64), "cfg.inter: 64"), (dict(hidden=128), "cfg.hidden: 128"),
+                        (dict(shared_inter=16), "cfg.shared_inter: 16"), (dict(wfmt="mxfp4"), "cfg.wfmt: 'mxfp4'")):
+            with pytest.raises(ValueError, match=msg):
+                fp4moe.Layer(dataclasses.replace(cfg, **kw), loaded)
+        with fp4moe.Layer(dataclasses.replace(cfg, top_k=3, score="sigmoid"), loaded) as L:  # routing: allowed
+            assert L.cfg.top_k == 3
+        loaded.cfg.n_experts = 4096
+        with pytest.raises(ValueError, match="cfg.n_experts: 4096, but the loaded layer's is 4"):
+            fp4moe.Layer(None, loaded)
+        assert loaded.weights().router_w.shape == (4, cfg.hidden)
+    finally:
+        loaded.close()
