@@ -8,7 +8,7 @@ library's reason instead of failing at load time."""
 import ctypes as C
 
 from . import _lib
-from ._args import as_int
+from ._args import as_choice, as_int
 from ._lib import lib
 from .layer import BACKENDS, OUT_DTYPES, MoEConfig, _open_device
 
@@ -45,8 +45,7 @@ def supports(cfg, device="cpu", *, max_tokens=256, first_expert=0, n_local=0, ou
     if not isinstance(cfg, MoEConfig):
         raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
     backend, ordinal = _backend_and_ordinal(device)
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"out_dtype: expected one of {', '.join(map(repr, OUT_DTYPES))}, got {out_dtype!r}")
+    as_choice(out_dtype, "out_dtype", OUT_DTYPES)  # a str, one of them (a list: not a TypeError "unhashable")
     max_tokens = as_int(max_tokens, "max_tokens", 1)  # Layer's own argument checks, the same bounds
     first_expert = as_int(first_expert, "first_expert", 0)
     n_local = as_int(n_local, "n_local", 0)

@@ -599,6 +599,8 @@ def _open_device(ordinal):
 def route(cfg, logits, router_bias=None):
     """The library's routing (fm_moe_route) of logits [T][n_experts] float32:
     (ids int32 [T][top_k], weights float32 [T][top_k])."""
+    if not isinstance(cfg, MoEConfig):
+        raise TypeError(f"cfg: expected fp4moe.MoEConfig, got {type(cfg).__name__}")
     c = cfg._c()
     lg = np.asarray(logits)
     if lg.ndim != 2:

@@ -285,3 +285,15 @@ def test_config_changed_after_create(rng):
         assert L.run(bits).dtype == np.float32
         with pytest.raises(ValueError, match=r"x: expected shape \[8\]\[capacity\]\[64\]"):
             L.run_dispatched(np.zeros((2, 3, 64), np.uint16), counts=np.ones(2, np.int32))
+
+
+def test_route_and_supports_name_a_bad_argument():
+    """A wrong kind of cfg / out_dtype: an exception naming the argument (was AttributeError
+    "'str' object has no attribute '_c'" and TypeError "unhashable type: 'list'")."""
+    with pytest.raises(TypeError, match="cfg: expected fp4moe.MoEConfig, got str"):
+        fp4moe.route("cfg", np.zeros((2, 4), np.float32))
+    cfg = fp4moe.MoEConfig(n_experts=4, top_k=2, hidden=64, inter=32)
+    for bad in ([], "f16", None):
+        with pytest.raises(ValueError, match="out_dtype: expected one of 'f32'"):
+            fp4moe.supports(cfg, "cpu", out_dtype=bad)
+    assert fp4moe.supports(cfg, "cpu", out_dtype="bf16") == (True, "")
