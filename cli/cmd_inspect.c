@@ -157,6 +157,10 @@ int fm_cmd_inspect(int argc, char **argv)
         return FM_EXIT_USAGE;
     }
     const char          *path = fr.args[0];
+    if (!*path) { /* a script's empty variable: said as such, not the library's "empty path" (exit 1) */
+        fprintf(stderr, "fp4moe inspect: PATH is empty: give a .safetensors file, a folder or an index\n");
+        return FM_EXIT_USAGE;
+    }
     const int            json = opt.json, tensors = opt.tensors;
     const long           only = opt.layer;
     const fm_ckpt_layout layout = (fm_ckpt_layout)opt.layout;

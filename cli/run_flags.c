@@ -162,16 +162,16 @@ static const fm_flag k_run_flags[] = {
     {"seed", "S", FM_FLAG_DOUBLE, O(seed), 0, 1.8e19, .help = "random seed                          (default 1)"},
     {"check", NULL, FM_FLAG_SWITCH, O(o.check),
      .help = "compare with the CPU reference (exit 4 when outside the bound)"},
-    {"weights", "PATH", FM_FLAG_STRING, O(o.weights_path),
+    {"weights", "PATH", FM_FLAG_FILE, O(o.weights_path),
      .help = "run a real layer from a safetensors checkpoint (with --layer);\n"
              "routing comes from its config.json; --topk --score --groups --topk-group\n"
              "--renormalize --routed-scale override it (said on stderr), --act-nvfp4\n"
              "runs it W4A4; shape flags are rejected"},
     {"layer", "L", FM_FLAG_INT, O(o.layer), 0, 100000, .help = "layer index in the checkpoint"},
-    {"input", "X.npy", FM_FLAG_STRING, O(o.input_path),
+    {"input", "X.npy", FM_FLAG_FILE, O(o.input_path),
      .help = "the input: [T][hidden] BF16 ('<u2' bits or ml_dtypes '<V2') or float32\n"
              "('<f4', rounded to BF16 RNE); T replaces --tokens"},
-    {"output", "Y.npy", FM_FLAG_STRING, O(o.output_path), .help = "write the layer's output: float32 [T][hidden]"},
+    {"output", "Y.npy", FM_FLAG_FILE, O(o.output_path), .help = "write the layer's output: float32 [T][hidden]"},
     {"shard", "F:C", FM_FLAG_CUSTOM, O(shard), .parse = parse_shard,
      .help = "hold experts [F, F+C) of the layer's experts only (an expert-parallel\n"
              "rank): routing stays over all of them, the output is the shard's partial\n"

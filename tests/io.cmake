@@ -37,7 +37,7 @@ fm_io_cli_check(io_cli_inspect_bad
 fm_io_cli_check(io_cli_inspect_missing
   "err=$(\"$0\" inspect \"$1/nonexistent\" 2>&1 >/dev/null); rc=$?; [ $rc -eq 1 ] && echo \"$err\" | grep -q 'FM_ERR_IO.*nonexistent'")
 fm_io_cli_check(io_cli_inspect_usage
-  "\"$0\" inspect --help | grep -q 'usage: fp4moe inspect' && { \"$0\" inspect >/dev/null 2>&1; [ $? -eq 2 ]; } && { \"$0\" inspect --layout nope \"$1\" >/dev/null 2>&1; [ $? -eq 2 ]; }")
+  "\"$0\" inspect --help | grep -q 'usage: fp4moe inspect' && { \"$0\" inspect >/dev/null 2>&1; [ $? -eq 2 ]; } && { \"$0\" inspect --layout nope \"$1\" >/dev/null 2>&1; [ $? -eq 2 ]; } && err=$(\"$0\" inspect \"\" 2>&1 >/dev/null); [ $? -eq 2 ] && echo \"$err\" | grep -q 'PATH is empty'")
 # a real layer runs, ModelOpt and gpt-oss (its clamped SwiGLU and expert biases modelled: no
 # warning, which a layer with something left unloaded would get on stderr)
 fm_io_cli_check(io_cli_run_weights

@@ -30,6 +30,11 @@ expect 2 "takes from the checkpoint" -- run --weights /nonexistent --experts 4
 expect 2 "needs --weights" -- run --layer 3
 expect 2 "exceeds 2^31-1" -- run --tokens 1048576 --topk 4096 --experts 4096
 expect 1 "FM_ERR_IO" -- run --weights /nonexistent/ckpt
+# an empty path (a script's unset variable) is a usage error naming the flag, not an internal
+# function's "empty path" with exit 1 (and --input '' no longer waits for the weights to be made)
+expect 2 "--weights expects a file name" -- run --weights ""
+expect 2 "--input expects a file name" -- run --input ""
+expect 2 "--output expects a file name" -- run "${small[@]}" --output ""
 expect 0 "usage: fp4moe run" -- run --help
 # --backend cuda on a machine without a GPU (or a build without CUDA): exit 3, said at once
 if ! "$FM" devices >/dev/null 2>&1; then expect 3 "FM_ERR_NO_" -- run --backend cuda; fi

@@ -129,6 +129,8 @@ static void test_bad_settings_exit_2(void **state)
         {"--frobnicate", "unknown flag"},
         {"--csv --json", "exclusive"},
         {"--hidden 6150", "block"},
+        {"--measured ''", "--measured expects a file name"}, /* not FM_ERR_IO "': cannot open", exit 1 */
+        {"--validate ''", "--validate expects a file name"},
     };
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
         char *out;
