@@ -148,7 +148,7 @@ static const fm_flag k_run_flags[] = {
      .help = "groups kept with --groups            (default 1)"},
     {"renormalize", "B", FM_FLAG_INT, O(o.cfg.renormalize), 0, 1,
      .help = "1: top-k weights renormalised to sum 1, 0: not (default 1)"},
-    {"routed-scale", "X", FM_FLAG_DOUBLE, O(routed_scale), 1e-30, 1e30,
+    {"routed-scale", "X", FM_FLAG_DOUBLE, O(routed_scale), 1e-30, 1e29, /* the layer takes < 1e30 */
      .help = "routed scaling factor                (default 2.5)"},
     {"shared-inter", "N", FM_FLAG_INT, O(o.cfg.shared_inter), 0, 1 << 20,
      .help = "BF16 shared expert size, 0 = none    (default 0)"},

@@ -24,6 +24,10 @@ expect 2 "unknown or incomplete flag" -- run --bogus
 expect 2 "expects an integer" -- run --tokens -3
 expect 2 "expects an integer" -- run --experts ""
 expect 2 "expects nvfp4, mxfp4 or bf16" -- run --format int3
+# --routed-scale's stated range is all accepted: 1e30 was in it, then refused by the layer as
+# "must be finite and > 0" (the layer takes < 1e30)
+expect 2 "--routed-scale expects a number in \[1e-30, 1e+29\], got '1e30'" -- run --routed-scale 1e30
+expect 0 "passed" -- run "${small[@]}" --check --backend cpu --routed-scale 1e29
 expect 2 "top_k=9 must be in" -- run --experts 8 --topk 9
 expect 2 "multiples of the nvfp4 block" -- run --hidden 100 --experts 8
 expect 2 "takes from the checkpoint" -- run --weights /nonexistent --experts 4
