@@ -67,7 +67,7 @@ fm_status fm_moe_config_check(const fm_moe_config *c)
     if (c->score != FM_SCORE_SOFTMAX && c->score != FM_SCORE_SIGMOID && c->score != FM_SCORE_SOFTMAX_TOPK)
         return fm_fail(FM_ERR_INVALID_ARG, "config: unknown score function %d", (int)c->score);
     if (!(c->routed_scale > 0.0f && c->routed_scale < 1e30f))
-        return fm_fail(FM_ERR_INVALID_ARG, "config: routed_scale=%g must be finite and > 0", (double)c->routed_scale);
+        return fm_fail(FM_ERR_INVALID_ARG, "config: routed_scale=%g must be in (0, 1e30)", (double)c->routed_scale);
     if (c->shared_inter < 0) return fm_fail(FM_ERR_BAD_SHAPE, "config: shared_inter=%d < 0", c->shared_inter);
     if (c->n_group > 1) {
         if (c->n_experts % c->n_group)
