@@ -324,6 +324,13 @@ static void test_errors(void **state)
     bad = q, bad.smem_limit = 1000;
     EXPECT(FM_ERR_SMEM_EXCEEDED, fm_plan_fp4moe(h, &bad, 1, 4096, 6144, 32, c, 2, &cnt, &total));
     assert_non_null(strstr(fm_last_error(), "shared-memory limit"));
+    /* the same where the build lacks one tile's code (mma row 0): the limit dropped every tile
+     * with code, so the limit is the reason (it was "unsupported": `fp4moe plan --launcher
+     * --gpu rtx-5090 --smem-limit 1` exited 2 in a build without sm_120 code, 5 with it) */
+    bad.mma_rows = ~1ull;
+    EXPECT(FM_ERR_SMEM_EXCEEDED, fm_plan_fp4moe(h, &bad, 1, 4096, 6144, 32, c, 2, &cnt, &total));
+    assert_non_null(strstr(fm_last_error(), "1 without code"));
+    bad.mma_rows = ~0ull;
     bad.swiglu = 1; /* over the limit and, for the odd-mt tiles, no gate/up pairs: not only the limit */
     EXPECT(FM_ERR_UNSUPPORTED, fm_plan_fp4moe(h, &bad, 1, 4096, 6144, 32, c, 2, &cnt, &total));
     bad = q, bad.feature_blocks = 4;

@@ -330,7 +330,9 @@ fm_status fm_plan_fp4moe(const fm_gpu_info *gpu, const fm_fp4moe_query *q, int64
         }
     }
     if (!got)
-        return fm_fail(over && !odd && !no_mb && !absent ? FM_ERR_SMEM_EXCEEDED
+        /* the limit when it dropped every tile this build has code for (tiles without code
+         * are the build's, not the caller's: on their own, FM_ERR_NO_KERNEL) */
+        return fm_fail(over && !odd && !no_mb ? FM_ERR_SMEM_EXCEEDED
                        : absent && !over && !odd && !no_mb ? FM_ERR_NO_KERNEL
                                                            : FM_ERR_UNSUPPORTED,
                        "fm_plan_fp4moe: no compiled fp4moe tile qualifies on %s (sm_%d)%s: %zu over the %zu B "
