@@ -181,7 +181,8 @@ if [ "$MODE" = decode-delay ]; then
   # FM_DECODE_DELAY_NS), test_cuda_decode (decode = chain bit for bit) plain, then under
   # memcheck and racecheck; the defaults restored last
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  # DELAY_EXTRA: more definitions for the same build (e.g. FM_DECODE_DYNAMIC=1: the units from a counter)
+  # DELAY_EXTRA: more definitions for the same build (e.g. FM_DECODE_STAGES=6); both unit forms
+  # (strides at T = 1, the counter from T = 2, fm_decode_params.dynamic) run in test_cuda_decode
   cmake -S . -B build-gpu -DFM_DECODE_DEFS="FM_DECODE_DELAY=1${DELAY_NS:+;FM_DECODE_DELAY_NS=$DELAY_NS}${DELAY_EXTRA:+;$DELAY_EXTRA}" >"$OUT/build-delay.log" 2>&1 &&
     cmake --build build-gpu -j16 --target test_cuda_decode >>"$OUT/build-delay.log" 2>&1 || { tail -20 "$OUT/build-delay.log"; exit 1; }
   for rep in 1 2; do

@@ -20,6 +20,7 @@ static void json_plan(cJSON *j, const fm_run_report *r)
     cJSON_AddBoolToObject(pj, "act_fp8", pi->act_fp8);
     if (pi->decode) {
         cJSON_AddNumberToObject(pj, "decode_ctas", pi->decode_ctas);
+        cJSON_AddStringToObject(pj, "decode_units", pi->decode_counter ? "counter" : "strides");
         cJSON *dk = cJSON_AddArrayToObject(pj, "decode_k_splits");
         for (int g = 0; g < 2; g++) cJSON_AddItemToArray(dk, cJSON_CreateNumber(pi->decode_k_splits[g]));
     }
@@ -110,8 +111,10 @@ static void text_cuda(const fm_run_report *r)
         printf("  W4A8             the bucket runs the W4A8 chain (FP8 activations); the tiles above are the W4A16\n"
                "                   chain's, unused here\n");
     if (r->have_plan && pi->decode)
-        printf("  decode path      one launch (decode kernel): %d CTAs, K splits %d / %d, replacing the chain above\n",
-               pi->decode_ctas, pi->decode_k_splits[0], pi->decode_k_splits[1]);
+        printf("  decode path      one launch (decode kernel): %d CTAs, K splits %d / %d, units %s, replacing the\n"
+               "                   chain above\n",
+               pi->decode_ctas, pi->decode_k_splits[0], pi->decode_k_splits[1],
+               pi->decode_counter ? "from a counter" : "by strides");
     else if (r->have_plan)
         printf("  decode path      the chain (%s)\n",
                pi->decode_note[0] ? pi->decode_note : "--decode on would run the one-launch decode kernel");

@@ -65,7 +65,7 @@ static const fm_py_field k_fields[] = {
     F(fm_layer_plan_info, active_experts), F(fm_layer_plan_info, work_list), F(fm_layer_plan_info, tile),
     F(fm_layer_plan_info, k_splits), F(fm_layer_plan_info, x_packed), F(fm_layer_plan_info, feature_blocks),
     F(fm_layer_plan_info, decode), F(fm_layer_plan_info, decode_k_splits), F(fm_layer_plan_info, decode_ctas),
-    F(fm_layer_plan_info, decode_note), F(fm_layer_plan_info, act_fp8),
+    F(fm_layer_plan_info, decode_note), F(fm_layer_plan_info, act_fp8), F(fm_layer_plan_info, decode_counter),
 
     S(fm_layer_tune_info), F(fm_layer_tune_info, plans_tried), F(fm_layer_tune_info, plans_refused),
     F(fm_layer_tune_info, before_us), F(fm_layer_tune_info, after_us), F(fm_layer_tune_info, changed),

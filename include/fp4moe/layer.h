@@ -223,10 +223,12 @@ typedef struct {
      * routed slots, in layers without the shared expert, on compute capability 9.x only
      * (where it has run); the chain elsewhere. fm_layer_plan_info.decode
      * says which; fm_layer_set_plan / fm_layer_tune may choose either per bucket.
-     * The kernel is a cooperative launch of every SM (grid from the occupancy query at
-     * install): where fewer SMs are available to the process than the device reports (MPS
-     * with an SM limit) the launch fails with "too many blocks in cooperative launch";
-     * such deployments set FM_DECODE_PATH_OFF.
+     * At 1 token the kernel is a cooperative launch of every SM (grid from the occupancy
+     * query at install; its CTAs take their units by strides, which needs them all
+     * resident); from 2 tokens, and wherever that cooperative launch is refused (fewer SMs
+     * available to the process than the device reports: MPS with an SM limit), a plain
+     * launch whose CTAs take their units from a counter (no residency needed, the same
+     * bits; fm_layer_plan_info.decode_counter).
      * FM_DECODE_PATH_ON (1): every bucket of at most 128 routed slots
      * (T x top_k) where the layer can run it (BF16 activations: plain SwiGLU or gpt-oss's
      * with its expert biases; fm_layer_plan_info.decode_note says why not elsewhere);
@@ -459,6 +461,11 @@ typedef struct {
      * FM_FP8_PATH_FASTER; any other layer 0. set_plan: 1 only on a W4A8 layer, 0 on one only
      * under FM_FP8_PATH_FASTER (else FM_ERR_UNSUPPORTED). */
     int     act_fp8;
+    /* where decode = 1: how the decode kernel's CTAs find their units, 1 from a counter (the
+     * free CTAs take the next: from 2 tokens, where it measured faster), 0 by strides of the
+     * grid (T = 1); $FM_DECODE_UNITS = static / counter / auto, read at create, overrides it
+     * (an A/B knob). The sums do not depend on it. Reported, ignored by set_plan. */
+    int     decode_counter;
 } fm_layer_plan_info;
 
 /* The plan a run of T tokens uses into *info (written only on FM_OK). Returns FM_OK,

@@ -128,7 +128,7 @@ class LayerPlanInfo(C.Structure):
     _fields_ = [("bucket_tokens", c_int), ("expected_rows", c_int), ("active_experts", c_int), ("work_list", c_int),
                 ("tile", Tile * 2), ("k_splits", c_int * 2), ("x_packed", c_int * 2), ("feature_blocks", c_int * 2),
                 ("decode", c_int), ("decode_k_splits", c_int * 2), ("decode_ctas", c_int),
-                ("decode_note", C.c_char * 96), ("act_fp8", c_int)]
+                ("decode_note", C.c_char * 96), ("act_fp8", c_int), ("decode_counter", c_int)]
 
 
 class LayerTuneInfo(C.Structure):

@@ -495,7 +495,8 @@ class Layer:
         """What a run of T tokens launches (cuda layers; fm_layer_plan): a dict with
         bucket_tokens, expected_rows, active_experts, work_list and, for "fc1" / "fc2",
         the tile's name, k_splits, x_packed and feature_blocks; decode (the one-launch decode
-        kernel runs the bucket), decode_k_splits, decode_ctas, decode_note; act_fp8 (the bucket runs
+        kernel runs the bucket), decode_k_splits, decode_ctas, decode_note, decode_counter (its CTAs
+        take their units from a counter, else by strides); act_fp8 (the bucket runs
         the W4A8 chain). The CPU backends have no
         tile plan: fp4moe.Error FM_ERR_UNSUPPORTED."""
         T = as_int(T, "T")
@@ -515,6 +516,7 @@ class Layer:
         res["decode_k_splits"] = [info.decode_k_splits[0], info.decode_k_splits[1]]
         res["decode_ctas"] = info.decode_ctas
         res["decode_note"] = info.decode_note.decode()
+        res["decode_counter"] = bool(info.decode_counter)
         res["act_fp8"] = bool(info.act_fp8)  # the bucket runs the W4A8 chain
         return res
 

@@ -41,12 +41,14 @@
  * Not done yet: act_nvfp4: create returns FM_ERR_UNSUPPORTED.
  */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/decode.h"
 #include "cuda/gemm_fp8.h"
 #include "cuda/gemm_plan.h"
 #include "cuda/layer_cuda.h"
@@ -167,6 +169,22 @@ static fm_status w4a8_kernel_env(const fm_cuda_layer *s, int *kernel)
     return FM_OK;
 }
 
+/* $FM_DECODE_UNITS: how the decode kernel's CTAs find their units (an A/B knob for bench_layer,
+ * read at create): unset, empty or "auto": from its counter at FM_DECODE_COUNTER_MIN_T tokens
+ * and more, by strides of the grid below; "static": by strides always; "counter": from the
+ * counter always. Anything else refuses the create (FM_ERR_INVALID_ARG). The sums do not
+ * depend on it (decode.cu). */
+static fm_status decode_units_env(int *min_t)
+{
+    const char *v = getenv("FM_DECODE_UNITS");
+    if (!v || !*v || !strcmp(v, "auto")) *min_t = FM_DECODE_COUNTER_MIN_T;
+    else if (!strcmp(v, "static")) *min_t = INT_MAX;
+    else if (!strcmp(v, "counter")) *min_t = 0;
+    else
+        return fm_fail(FM_ERR_INVALID_ARG, "cuda backend: FM_DECODE_UNITS='%s' is not auto, static or counter", v);
+    return FM_OK;
+}
+
 /* A W4A8 layer's weights (act_fp8): each local expert's FP4 codes packed for the W4A8 GEMM
  * (fm_fp8mma_pack, on the host), its block scales as the checkpoint stores them and packed by
  * 128-K group for the staged kernels (fm_fp8mma_pack_scales), uploaded; the global scales per
@@ -238,6 +256,7 @@ static fm_status create_on_device(fm_cuda_layer *s, const fm_moe_weights *w)
     const int E = cfg->n_experts, H = cfg->hidden, L = p->n_local, S = p->first == 0 ? cfg->shared_inter : 0;
     cudaError_t e = cudaSuccess;
     if (s->w4a8) FM_CHECK(w4a8_kernel_env(s, &s->q8.kernel)); /* before any upload */
+    FM_CHECK(decode_units_env(&s->decode_counter_min_t));
     FM_CHECK(create_w13(s, w, L));
     FM_CHECK(fm_cuda_weights_create(w->w2, L, &s->w2));
     if (s->w4a8) FM_CHECK(create_w4a8(s, w));

@@ -8,14 +8,14 @@
  * oss_h, oss_fc2), after the split sum as the plain epilogues; the plain kernel is unchanged.
  *
  * Phases of every CTA (grid = CTAs that can all be resident, a cooperative launch; units
- * u = blockIdx.x, + gridDim.x, ... below, or from a counter with FM_DECODE_DYNAMIC):
+ * u = blockIdx.x, + gridDim.x, ... below, or from a counter: fm_decode_params.dynamic):
  *  1. routing: the R = T x top_k ids into shared memory, sorted stably by local expert
  *     (rank = slots of smaller experts + earlier slots of the same expert: the order of
  *     permute.cu, no atomics deciding it), the experts with rows in ascending order; CTA 0
  *     alone records bad ids / NaN weights / the router's bad logit (as permute.cu does);
  *     then an L2 prefetch of the weights of the CTA's first FC2 unit, so that FC2's bytes
  *     stream while FC1 runs;
- *  2. FC1 units u = blockIdx.x, + gridDim.x, ...: (expert with rows a, feature block of 64
+ *  2. FC1 units (u = blockIdx.x, + gridDim.x, ..., or from the counter): (expert with rows a, feature block of 64
  *     h columns, K split); X rows read straight from x[token] (no gather); with K split,
  *     FP32 partials and the last CTA of the (row pass, block) sums them in split order (the
  *     split_fixup of gemm_mma.cuh); SwiGLU into h (BF16), then the block's ready counter is
@@ -32,11 +32,15 @@
  * No deadlock: FC1 units never wait (the split's last CTA sums, the others leave), every
  * CTA runs all its FC1 units before any FC2 unit, and every CTA is resident, so every
  * counter an FC2 unit waits for is raised by a CTA that is running or done. With
- * FM_DECODE_DYNAMIC (a build-time knob, off by default) the units come from a counter, FC1's
- * before FC2's, so an FC2 unit's FC1 units were all taken by CTAs that are running: no
- * residency needed (the launch stays cooperative all the same).
+ * fm_decode_params.dynamic the units come from a counter, FC1's before FC2's, so an FC2
+ * unit's FC1 units were all taken by CTAs that are running: no residency needed, so that form
+ * is a plain launch (the strided form a cooperative one). The host takes the counter from
+ * FM_DECODE_COUNTER_MIN_T tokens (decode.h: where it measured faster), and where the strided
+ * form's cooperative launch is refused (fewer SMs than the device reports: MPS with an SM
+ * limit) the layer runs the counter form instead (layer_run.c).
  * Rest state: every counter is back at 0 when the launch ends (split counters by their
- * last CTA, output-block counters by their last, ready counters by the last block), so a
+ * last CTA, output-block counters by their last, ready counters by the last block, the unit
+ * counter by the last CTA past its units), so a
  * graph replay finds what an eager run finds; no launch resets anything.
  * Determinism: every sum has a fixed order (K in ascending stages, splits in split order,
  * slots in slot order), whichever CTA is last: replay = eager bit for bit, and the chain
@@ -79,6 +83,16 @@ __device__ __forceinline__ void delay_cta(unsigned site, unsigned unit)
 #define FM_DELAY(site, unit) ((void)0)
 #endif
 
+/* p.dynamic's next unit: thread 0 takes it from the counter, the CTA reads it after a barrier
+ * (the barrier before: every thread is past the previous unit's read of s_unit). */
+__device__ __forceinline__ int take_unit(int *work, int *s_unit)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) *s_unit = atomicAdd(work, 1);
+    __syncthreads();
+    return *s_unit;
+}
+
 /* The kernel's body; OSS: the gpt-oss twin's epilogues (oss_h, oss_fc2: decode_parts.cuh), a
  * template flag as the chain's (kernel_common.cuh), so that the plain kernel's code is what it
  * was. */
@@ -97,37 +111,22 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
     const int n1u = nact * nb1 * p.ks1, n2u = nact * nb2 * p.ks2;
     if ((int)blockIdx.x < n2u) prefetch_fc2(p, rt, blockIdx.x, nb2);
     FM_DELAY(1, 0);
-#if FM_DECODE_DYNAMIC
-    /* units from the counter (decode_parts.cuh FM_DECODE_DYNAMIC). 1: thread 0 takes the CTA's
-     * next unit when it starts one (the atomic's latency under the unit's work; indices only
-     * grow within a CTA, so a CTA waiting in an FC2 unit holds no FC1 unit) and hands it over
-     * at the unit's end; the next unit then goes to the CTAs that start first. 2: taken at the
-     * unit's end (the CTAs that finish first get it; the atomic's latency is exposed). */
+    /* The units (FC1's, then FC2's, one index space u < n1u + n2u): p.dynamic = 0, by strides
+     * of the grid (u = blockIdx.x, + gridDim.x, ...; FC2's from n1u + blockIdx.x); 1, from the
+     * counter work[0] in the decode buffer: thread 0 takes the CTA's first unit, then its next
+     * one as a unit ends, so the units go to the CTAs that are free (GLM-5 EP8's FC1 units
+     * leave 140 of 396 CTAs idle at T = 1-8 and take 1.3 waves at T = 16), and every FC1 unit
+     * an FC2 unit waits for was taken before it by a CTA that is running (FC1 units never wait):
+     * deadlock-free without residency. p.dynamic is the same in every CTA (a kernel argument),
+     * so the barriers of take_unit are reached by all of the CTA's threads. */
     __shared__ int s_unit;
-    int *work = cnt + L.work, next = 0;
-    if (tid == 0) s_unit = atomicAdd(work, 1);
-    __syncthreads();
-    int u = s_unit;
-#if FM_DECODE_DYNAMIC == 1
-#define FM_UNIT_TAKE()                                                                                            \
-    do {                                                                                                          \
-        if (tid == 0) next = atomicAdd(work, 1);                                                                  \
-    } while (0)
-#define FM_UNIT_NEXT() (__syncthreads(), tid == 0 ? (void)(s_unit = next) : (void)0, __syncthreads(), s_unit)
-#else
-#define FM_UNIT_TAKE() ((void)next)
-#define FM_UNIT_NEXT() (__syncthreads(), tid == 0 ? (void)(s_unit = atomicAdd(work, 1)) : (void)0, __syncthreads(), s_unit)
-#endif
-#endif
+    int *const work = cnt + L.work;
+    const bool dyn = p.dynamic != 0;
+    int        u = dyn ? take_unit(work, &s_unit) : (int)blockIdx.x;
 
     /* FC1 + SwiGLU -> h, then the block's ready counter */
     const int nks1 = (p.kp1 + KC - 1) / KC;
-#if FM_DECODE_DYNAMIC
-    for (; u < n1u; u = FM_UNIT_NEXT()) {
-        FM_UNIT_TAKE();
-#else
-    for (int u = blockIdx.x; u < n1u; u += gridDim.x) {
-#endif
+    for (; u < n1u; u = dyn ? take_unit(work, &s_unit) : u + (int)gridDim.x) {
         const int a = u / (nb1 * p.ks1), rem = u % (nb1 * p.ks1), fb = rem / p.ks1, split = rem % p.ks1;
         const int e = rt.act_e[a], row0 = rt.act_off[a], m = rt.act_cnt[a];
         const int kbeg = split * nks1 / p.ks1, nks = (split + 1) * nks1 / p.ks1 - kbeg;
@@ -163,13 +162,9 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
 
     /* FC2 -> weighted rows in scratch -> the output block's finalize */
     const int nks2 = (p.kp2 + KC - 1) / KC;
-#if FM_DECODE_DYNAMIC
-    for (; u < n1u + n2u; u = FM_UNIT_NEXT()) {
-        FM_UNIT_TAKE();
+    if (!dyn) u = n1u + (int)blockIdx.x;
+    for (; u < n1u + n2u; u = dyn ? take_unit(work, &s_unit) : u + (int)gridDim.x) {
         const int u2 = u - n1u; /* the FC2 unit */
-#else
-    for (int u2 = blockIdx.x; u2 < n2u; u2 += gridDim.x) {
-#endif
         const int a = u2 / (nb2 * p.ks2), rem = u2 % (nb2 * p.ks2), ob = rem / p.ks2, split = rem % p.ks2;
         const int e = rt.act_e[a], row0 = rt.act_off[a], m = rt.act_cnt[a];
         const int kbeg = split * nks2 / p.ks2, nks = (split + 1) * nks2 / p.ks2 - kbeg;
@@ -218,20 +213,16 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
             }
         }
     }
-#if FM_DECODE_DYNAMIC
-#undef FM_UNIT_TAKE
-#undef FM_UNIT_NEXT
-    /* rest state: the last CTA past its units (no take follows in this launch) zeroes the counter;
-     * fenced as the other counters' resets (this CTA's takes before its count, every count
-     * before the reset) */
-    if (tid == 0) {
+    /* rest state (p.dynamic): the last CTA past its units (no take follows in this launch)
+     * zeroes the counter; fenced as the other counters' resets (this CTA's takes before its
+     * count, every count before the reset) */
+    if (dyn && tid == 0) {
         __threadfence();
         if (atomicAdd(work + 1, 1) == (int)gridDim.x - 1) {
             __threadfence();
             work[0] = 0, work[1] = 0;
         }
     }
-#endif
     if (nact == 0) /* no local rows: out = init or 0, block by block */
         for (int ob = blockIdx.x; ob < nb2; ob += gridDim.x) reduce_block(p, rt, ob);
 
@@ -298,11 +289,12 @@ extern "C" int fm_decode_launch(const fm_decode_params *p, int grid, void *strea
         (p->act != FM_ACT_SWIGLU && p->act != FM_ACT_SWIGLU_GPTOSS))
         return (int)cudaErrorInvalidValue;
     const void *fn = fm_decode_oss(p->act, p->b1, p->b2) ? (const void *)decode_oss_kernel : (const void *)decode_kernel;
-    /* cooperative: the runtime launches it only if every CTA can be resident at once (the
-     * flag waits' guarantee), else fails with cudaErrorCooperativeLaunchTooLarge */
+    /* the strided form, cooperative: the runtime launches it only if every CTA can be resident
+     * at once (the flag waits' guarantee), else fails with cudaErrorCooperativeLaunchTooLarge;
+     * the counter form (p->dynamic) needs no residency (decode.cu's header): a plain launch */
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
+    attr[0].val.cooperative = p->dynamic ? 0 : 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)grid);
     cfg.blockDim = dim3(NTHR);

@@ -25,6 +25,13 @@ extern "C" {
  * only: where it measured faster than the chain (layer_plan.c decode_auto has the figures) */
 #define FM_DECODE_AUTO_LOCAL_SLOTS 1.0
 #define FM_DECODE_AUTO_MAX_SLOTS 8
+/* fm_decode_params.dynamic in the decode buckets whose runs have at least this many tokens
+ * (layer_plan.c; $FM_DECODE_UNITS = static / counter overrides it, an A/B knob): measured
+ * 2026-12-07 as a build-time knob (H100, graph replay, bench/RESULTS.md), the counter was
+ * 1.1-1.3 us slower at T = 1 (GLM-5 EP8 17.7 -> 18.8, gpt-oss-120b EP8 10.8 -> 12.1; presumably
+ * its atomics on one address, not profiled) and faster from T = 2 (GLM-5 EP8 T = 2 / 4 / 8 /
+ * 16: 40.0 / 65.7 / 116.4 / 181.0 -> 36.4 / 63.3 / 110.8 / 149.1). */
+#define FM_DECODE_COUNTER_MIN_T 2
 /* The kernel's one tile: 4 warps, 2 bands a warp (FC1: a gate band and its up band), 8
  * tokens a pass, K stages of 128, 4 stages in flight: FC1 feature blocks of 64 h columns,
  * FC2 output blocks of 128 columns (the catalogue's mma_w4m2n1k128s4 geometry, so its
@@ -71,6 +78,9 @@ typedef struct {
     const float *b1, *b2;
     int          act;
     float        act_limit;
+    /* how CTAs find their units (decode.cu): 0 by strides of the grid, 1 from a counter in buf
+     * (the free CTAs take the next; reset by the launch's last CTA) */
+    int dynamic;
 } fm_decode_params;
 
 /* Bytes of the decode buffer for runs of at most `slots` routed slots with K splits ks1 /

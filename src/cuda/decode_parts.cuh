@@ -26,16 +26,6 @@ using namespace fm_kc;
 #ifndef FM_DECODE_MIN_BLOCKS
 #define FM_DECODE_MIN_BLOCKS 3
 #endif
-/* FM_DECODE_DYNAMIC (0: off, the default; 1: the next unit taken as one starts, 2: as one ends:
- * decode.cu): CTAs take their units from a counter in the decode
- * buffer (FC1 units first, then FC2's, one index space) instead of u = blockIdx.x + k x
- * gridDim.x: the units go to the CTAs that are free (FC1's 1.3 waves at T = 16 of GLM-5 EP8,
- * 256 FC1 units on 396 CTAs at T = 1-8), and the flag waits need no CTA residency (every FC1
- * unit an FC2 unit waits for was taken before it, by a CTA that is running: FC1 units never
- * wait). A build-time knob until measured (-DFM_DECODE_DEFS="FM_DECODE_DYNAMIC=1"). */
-#ifndef FM_DECODE_DYNAMIC
-#define FM_DECODE_DYNAMIC 0
-#endif
 constexpr int NW = 4, MT = 2, KC = FM_DECODE_KC, ST = FM_DECODE_STAGES, TOK = 8, CPS = KC / 64, NTHR = NW * 32;
 static_assert(ST >= 2 && ST <= 8, "FM_DECODE_STAGES: 2 to 8");
 constexpr int ROWB = 2 * KC + 16;                  /* staged X row: 16 B of padding (bank conflicts) */
@@ -71,9 +61,7 @@ struct route_tab {
  * offsets of this run's R and splits; the host sizes the buffer for its largest bucket. */
 struct buf_layout {
     size_t c1, c2, ready, fin, fin_all, part1, part2, bytes;
-#if FM_DECODE_DYNAMIC
-    size_t work; /* [0] the next unit to take, [1] the CTAs past their last unit (FM_DECODE_DYNAMIC) */
-#endif
+    size_t work; /* [0] the next unit to take, [1] the CTAs past their last unit (fm_decode_params.dynamic) */
     int    nb1, nb2;
 };
 __host__ __device__ inline buf_layout layout_of(int R, int n_local, int n1, int n2, int ks1, int ks2)
@@ -90,9 +78,7 @@ __host__ __device__ inline buf_layout layout_of(int R, int n_local, int n1, int 
     l.ready = at, at += (size_t)A * l.nb1;
     l.fin = at, at += l.nb2;
     l.fin_all = at, at += 1;
-#if FM_DECODE_DYNAMIC
     l.work = at, at += 2;
-#endif
     size_t b = (at * 4 + 255) / 256 * 256;
     l.part1 = b, b += ks1 > 1 ? (size_t)ks1 * R * n1 * 4 : 0;
     b = (b + 255) / 256 * 256;

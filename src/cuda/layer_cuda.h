@@ -22,8 +22,9 @@ typedef struct {
     int          rows, act; /* rows per expert and active experts the tiles were chosen for */
     fm_gemm_plan g[2];      /* FC1, FC2 resolved for launch (make_gemm_plan) */
     /* the one-launch decode kernel (decode.cu) instead of the chain above: its K splits and
-     * grid resolved; note: why the bucket cannot run it ("" if it can) */
-    int          decode, dks1, dks2, dgrid;
+     * grid resolved, dcounter its fm_decode_params.dynamic; note: why the bucket cannot run it
+     * ("" if it can) */
+    int          decode, dks1, dks2, dgrid, dcounter;
     char         dnote[96];
     int          fp8; /* 1: the W4A8 chain (enqueue_w4a8) runs the bucket instead of the above */
 } fm_bucket_plan;
@@ -72,6 +73,9 @@ typedef struct {
     int                 decode_occ;  /* decode kernel CTAs per SM (0: it cannot run here), -1: not asked yet */
     void               *d_decode;    /* the decode kernel's counters + partials, zero at rest (NULL: no decode bucket) */
     size_t              decode_bytes;
+    int                 decode_counter_min_t; /* the decode buckets whose runs have at least this many tokens take
+                                                 the kernel's units from its counter (dcounter):
+                                                 FM_DECODE_COUNTER_MIN_T unless $FM_DECODE_UNITS says otherwise */
     int                 w4a8;        /* act_fp8: the W4A8 weights are held; the buckets whose plan says fp8 run
                                         the W4A8 chain (layer_run.c, enqueue_w4a8), the others W4A16 */
     fm_w4a8_weights     q8;

@@ -84,7 +84,7 @@ static fm_status decode_resolve(fm_cuda_layer *s, fm_bucket_plan *pl, int b, int
 {
     memset(pl->dnote, 0, sizeof pl->dnote); /* whole: fm_layer_plan copies every byte */
     decode_refusal(s, b, pl->fp8, pl->dnote, sizeof pl->dnote);
-    pl->decode = 0, pl->dks1 = pl->dks2 = pl->dgrid = 0;
+    pl->decode = 0, pl->dks1 = pl->dks2 = pl->dgrid = pl->dcounter = 0;
     if (!want) return FM_OK;
     if (pl->dnote[0]) return fm_fail(FM_ERR_UNSUPPORTED, "%s", pl->dnote);
     const int nks[2] = {(s->w13->kp + FM_DECODE_KC - 1) / FM_DECODE_KC, (s->w2->kp + FM_DECODE_KC - 1) / FM_DECODE_KC};
@@ -98,6 +98,9 @@ static fm_status decode_resolve(fm_cuda_layer *s, fm_bucket_plan *pl, int b, int
     fm_decode_auto_splits(pl->dgrid, pl->act, s->w13->n, s->w13->k, s->w2->n, s->w2->k, &pl->dks1, &pl->dks2);
     if (ks1) pl->dks1 = ks1;
     if (ks2) pl->dks2 = ks2;
+    /* the units from the counter where every run of the bucket has decode_counter_min_t tokens
+     * (bucket b holds T = 2^(b-1) + 1 .. 2^b; bucket 0 T = 1) */
+    pl->dcounter = (b == 0 ? 1 : (1 << (b - 1)) + 1) >= s->decode_counter_min_t;
     pl->decode = 1;
     return FM_OK;
 }
@@ -263,7 +266,7 @@ fm_status fm_cuda_layer_plan(void *state, int T, fm_layer_plan_info *info)
                                  .tile = {pl->t1, pl->t2}, .k_splits = {pl->ks1, pl->ks2},
                                  .x_packed = {pl->pk1, pl->pk2}, .feature_blocks = {pl->nb1, pl->nb2},
                                  .decode = pl->decode, .decode_k_splits = {pl->dks1, pl->dks2},
-                                 .decode_ctas = pl->dgrid, .act_fp8 = pl->fp8};
+                                 .decode_ctas = pl->dgrid, .act_fp8 = pl->fp8, .decode_counter = pl->dcounter};
     memcpy(info->decode_note, pl->dnote, sizeof info->decode_note);
     return FM_OK;
 }

@@ -155,7 +155,7 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
         const int bf16 = p->out_dtype == FM_OUT_BF16;
         float    *acc; /* the shared expert's output, where the sums start */
         FM_CHECK(shared_expert(s, a, &acc, stream));
-        const fm_decode_params dp = {
+        fm_decode_params dp = {
             .w1data = s->w13->d_data, .w1scale = s->w13->d_scale, .w1osc = s->w13->d_oscale,
             .w2data = s->w2->d_data, .w2scale = s->w2->d_scale, .w2osc = s->w2->d_oscale,
             .n1 = s->w13->n, .k1 = s->w13->k, .kp1 = s->w13->kp, .n2 = s->w2->n, .k2 = s->w2->k, .kp2 = s->w2->kp,
@@ -165,8 +165,17 @@ fm_status fm_cuda_layer_enqueue(fm_cuda_layer *s, const fm_layer_run_args *a, vo
             .out_bf16 = bf16 ? (uint16_t *)a->out : NULL, .err = s->d_err, .bad_logit = bl, .buf = s->d_decode,
             .buf_bytes = s->decode_bytes,
             /* gpt-oss: what the chain's FC1 / FC2 take (o1 / o2 below): the twin kernel when set */
-            .b1 = s->d_b13, .b2 = s->d_b2, .act = c->activation, .act_limit = c->swiglu_limit};
-        if ((le = fm_decode_launch(&dp, pl->dgrid, stream)) != 0) return fm_cuda_layer_fail(le, "decode kernel");
+            .b1 = s->d_b13, .b2 = s->d_b2, .act = c->activation, .act_limit = c->swiglu_limit,
+            .dynamic = pl->dcounter};
+        le = fm_decode_launch(&dp, pl->dgrid, stream);
+        if (le == (int)cudaErrorCooperativeLaunchTooLarge && !dp.dynamic) {
+            /* fewer SMs than the plan's grid assumed (MPS with an SM limit): the counter form
+             * needs no residency and gives the same bits (decode.cu) */
+            (void)cudaGetLastError();
+            dp.dynamic = 1;
+            le = fm_decode_launch(&dp, pl->dgrid, stream);
+        }
+        if (le != 0) return fm_cuda_layer_fail(le, "decode kernel");
         return FM_OK;
     }
     if ((le = fm_moe_permute_launch(rid, rwt, T, K, L, p->first, E, off, perm, slots, rw, NULL, ws + s->ws.pscratch,

@@ -14,7 +14,10 @@
  * twin kernel, decode_oss_kernel: the clamped SwiGLU, FC1 / FC2 expert biases, softmax-topk
  * routing) against the same oracles, the plan's report (decode, CTAs, note; refusals of
  * set_plan) and the grid guard of both kernels (a cooperative launch of more CTAs than can be
- * resident is refused by the runtime). FM_TEST_FILTER selects tests. */
+ * resident is refused by the runtime). test_decode_units: the two ways CTAs find their units
+ * ($FM_DECODE_UNITS: strides of the grid, the counter) give the same bits. FM_TEST_FILTER
+ * selects tests. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <math.h>
 #include <string.h>
 
@@ -89,10 +92,10 @@ static void h2d(void *dst, const void *src, size_t bytes)
 }
 
 /* A test's run buffers for up to MAXT tokens of width w (hidden) and top-K routing: device
- * x / out / ids / weights, their host sides, three host outputs and a float64 sum. */
+ * x / out / ids / weights, their host sides, four host outputs and a float64 sum. */
 typedef struct {
     uint16_t *dx, *x;
-    float    *dout, *dw, *wts, *o[3];
+    float    *dout, *dw, *wts, *o[4];
     int32_t  *dids, *ids;
     double   *sum;
 } iob;
@@ -103,7 +106,7 @@ static void iob_make(iob *b, int w)
     b->dw = dmalloc(sizeof(float) * MAXT * K), b->dids = dmalloc(sizeof(int32_t) * MAXT * K);
     b->x = malloc(sizeof(uint16_t) * MAXT * w), b->wts = malloc(sizeof(float) * MAXT * K);
     b->ids = malloc(sizeof(int32_t) * MAXT * K), b->sum = malloc(sizeof(double) * MAXT * w);
-    for (int i = 0; i < 3; i++) b->o[i] = malloc(sizeof(float) * MAXT * w);
+    for (int i = 0; i < 4; i++) b->o[i] = malloc(sizeof(float) * MAXT * w);
 }
 
 static void iob_free(iob *b)
@@ -113,7 +116,7 @@ static void iob_free(iob *b)
     CK(cudaFree(b->dw));
     CK(cudaFree(b->dids));
     free(b->x), free(b->wts), free(b->ids), free(b->sum);
-    for (int i = 0; i < 3; i++) free(b->o[i]);
+    for (int i = 0; i < 4; i++) free(b->o[i]);
 }
 
 /* One run over a poisoned out, copied back (n floats). */
@@ -594,6 +597,7 @@ static void test_decode_plan_report(void **state)
         if (Ts[i] * K <= FM_DECODE_MAX_SLOTS) {
             assert_int_equal(p.decode, 1);
             assert_true(p.decode_ctas > 0 && p.decode_k_splits[0] >= 1 && p.decode_k_splits[1] >= 1);
+            assert_int_equal(p.decode_counter, Ts[i] >= FM_DECODE_COUNTER_MIN_T);
             assert_string_equal(p.decode_note, "");
         } else {
             assert_int_equal(p.decode, 0);
@@ -673,8 +677,9 @@ static void test_decode_plan_report(void **state)
 
 /* The grid guard of both kernels (the plain one and the gpt-oss twin, fm_decode_oss): a
  * cooperative launch of occupancy x SMs CTAs runs (T = 0: the kernel returns at once), one CTA
- * more is refused by the runtime before anything runs; an activation the kernel does not know
- * is refused by the launcher. */
+ * more is refused by the runtime before anything runs (the strided form); the counter form
+ * (fm_decode_params.dynamic, no residency needed) is a plain launch that runs that grid; an
+ * activation the kernel does not know is refused by the launcher. */
 static void test_decode_grid_guard(void **state)
 {
     (void)state;
@@ -699,9 +704,101 @@ static void test_decode_grid_guard(void **state)
         assert_int_equal(e, (int)cudaErrorCooperativeLaunchTooLarge);
         (void)cudaGetLastError();
         CK(cudaDeviceSynchronize());
+        /* the counter form needs no residency: a plain launch, the same grid runs */
+        p.dynamic = 1;
+        assert_int_equal(fm_decode_launch(&p, occ * sms + 1, NULL), 0);
+        CK(cudaDeviceSynchronize());
+        p.dynamic = 0;
         p.act = 7;
         assert_int_equal(fm_decode_launch(&p, 1, NULL), (int)cudaErrorInvalidValue);
     }
+    fm_cuda_device_close(dev);
+}
+
+/* The two ways the kernel's CTAs find their units ($FM_DECODE_UNITS, read at create: static =
+ * strides of the grid, counter = the counter in the decode buffer; the plan reports which,
+ * decode_counter) give the same bits at every T (the sums' order does not depend on which CTA
+ * runs a unit), each against cpu-ref (NaN/Inf first); the counter's rest state holds (the
+ * counter layer run twice, a graph of it replayed 3 times = eager); the default layer (AUTO:
+ * strides at T = 1, the counter from T = 2) alternates the forms on one decode buffer
+ * (T = 2, 1, 5, 1, 16, 32) with the same bits; a value the knob does not know refuses the
+ * create with a message naming it, nothing made. */
+static fm_layer *make_units(const dfx *L, fm_cuda_device *dev, const char *units)
+{
+    assert_int_equal(setenv("FM_DECODE_UNITS", units, 1), 0);
+    fm_layer *l = make(L, FM_BACKEND_CUDA, dev, 0, NL, FM_OUT_F32, 1);
+    assert_int_equal(unsetenv("FM_DECODE_UNITS"), 0);
+    return l;
+}
+
+static void test_decode_units(void **state)
+{
+    (void)state;
+    fm_rng          r;
+    fm_cuda_device *dev = setup(&r, 15);
+    const int       Ts[] = {2, 1, 5, 1, 16, 32};
+    cudaStream_t    st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    iob B;
+    iob_make(&B, H);
+    uint16_t *dx = B.dx, *x = B.x;
+    float    *dout = B.dout, *dw = B.dw, *wts = B.wts, *st_out = B.o[0], *ct_out = B.o[1], *again = B.o[2];
+    float    *ref = B.o[3];
+    int32_t  *dids = B.dids, *ids = B.ids;
+    dfx       L;
+    dfx_make(&L, &r, FM_FORMAT_NVFP4);
+    double bound = -1;
+    assert_int_equal(fm_layer_accuracy(FM_BACKEND_CUDA, &L.cfg, &bound), FM_OK);
+    fm_layer *sl = make_units(&L, dev, "static"), *cl = make_units(&L, dev, "counter");
+    fm_layer *al = make(&L, FM_BACKEND_CUDA, dev, 0, NL, FM_OUT_F32, 1); /* the default: auto */
+    fm_layer *cref = make(&L, FM_BACKEND_CPU_REF, NULL, 0, NL, FM_OUT_F32, 0);
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int    T = Ts[ti];
+        const size_t n = (size_t)T * H;
+        iob_fresh(&B, &r, T, H, E);
+        fm_layer_plan_info ps, pc, pa;
+        assert_int_equal(fm_layer_plan(sl, T, &ps), FM_OK);
+        assert_int_equal(fm_layer_plan(cl, T, &pc), FM_OK);
+        assert_int_equal(fm_layer_plan(al, T, &pa), FM_OK);
+        assert_true(ps.decode == 1 && pc.decode == 1 && pa.decode == 1);
+        assert_true(ps.decode_counter == 0 && pc.decode_counter == 1 && pa.decode_counter == (T >= FM_DECODE_COUNTER_MIN_T));
+        assert_true(ps.decode_ctas == pc.decode_ctas && ps.decode_k_splits[0] == pc.decode_k_splits[0] &&
+                    ps.decode_k_splits[1] == pc.decode_k_splits[1]);
+        fm_layer_run_args a = {.x = dx, .T = T, .out = dout, .stream = st, .topk_ids = dids, .topk_weights = dw};
+        run_dev(cl, &a, st, ct_out, n);
+        run_dev(sl, &a, st, st_out, n);
+        run_dev(cl, &a, st, again, n); /* the counter at rest after a counter run */
+        assert_int_equal(fm_first_nonfinite(ct_out, n), -1);
+        assert_int_equal(fm_first_nonfinite(st_out, n), -1);
+        fm_layer_run_args ah = {.x = x, .T = T, .out = ref, .topk_ids = ids, .topk_weights = wts};
+        fm_poison_f32(ref, n);
+        assert_int_equal(fm_layer_run(cref, &ah), FM_OK);
+        fm_assert_close(ct_out, ref, n, bound, "decode kernel, units from the counter, vs cpu-ref");
+        fm_assert_close(st_out, ref, n, bound, "decode kernel, units by strides, vs cpu-ref");
+        if (memcmp(ct_out, st_out, sizeof(float) * n)) fail_msg("T=%d: counter units differ from strided units", T);
+        if (memcmp(ct_out, again, sizeof(float) * n)) fail_msg("T=%d: the counter's second run differs", T);
+        graph_equals_eager(cl, &a, st, ct_out, again, n);
+        run_dev(al, &a, st, again, n); /* the default layer: this T's form after the last T's */
+        if (memcmp(st_out, again, sizeof(float) * n)) fail_msg("T=%d: the default layer (after T's other form) differs", T);
+        assert_int_equal(fm_layer_errors(cl, st, NULL), FM_OK);
+        printf("  T=%2d: counter = strides bit for bit (splits %d/%d), vs cpu-ref within %.0e, graph = eager; default "
+               "layer (%s) the same\n", T, pc.decode_k_splits[0], pc.decode_k_splits[1], bound,
+               pa.decode_counter ? "counter" : "strides");
+    }
+    /* a value the knob does not know */
+    assert_int_equal(setenv("FM_DECODE_UNITS", "dynamic", 1), 0);
+    fm_moe_weights w = L.w;
+    fm_layer_desc  d = {.backend = FM_BACKEND_CUDA, .device = dev, .max_tokens = MAXT, .n_local = NL,
+                        .decode_path = FM_DECODE_PATH_ON};
+    fm_layer *bad = (fm_layer *)&d; /* must come back NULL */
+    assert_int_equal(fm_layer_create_desc(&d, &L.cfg, &w, &bad), FM_ERR_INVALID_ARG);
+    assert_null(bad);
+    assert_non_null(strstr(fm_last_error(), "FM_DECODE_UNITS='dynamic'"));
+    assert_int_equal(unsetenv("FM_DECODE_UNITS"), 0);
+    fm_layer_destroy(sl), fm_layer_destroy(cl), fm_layer_destroy(al), fm_layer_destroy(cref);
+    dfx_free(&L);
+    CK(cudaStreamDestroy(st));
+    iob_free(&B);
     fm_cuda_device_close(dev);
 }
 
@@ -709,7 +806,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_decode_layer), cmocka_unit_test(test_decode_gptoss),
                                        cmocka_unit_test(test_decode_plan_report),
-                                       cmocka_unit_test(test_decode_grid_guard)};
+                                       cmocka_unit_test(test_decode_units), cmocka_unit_test(test_decode_grid_guard)};
     const char *only = getenv("FM_TEST_FILTER");
     if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
