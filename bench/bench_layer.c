@@ -40,6 +40,9 @@
  * --no-pdl-chain: fm_layer_desc.pdl_chain OFF. --work-list /
  * --no-work-list, --row-quantile auto|mean|Q:
  * fm_layer_desc's decode_work_list ON / OFF and row_quantile (default AUTO and AUTO).
+ * In a probe build of the decode kernel (cmake -DFM_DECODE_DEFS="FM_DECODE_TL=1") --decode
+ * also prints each decode run's phase timeline ("decode-tl": entry, routed, FC1 done, FC2 done,
+ * exit, FC2's flag waits; median / max over the CTAs, us from the first CTA's entry).
  * --timeline FILE (a probe build, -DFM_PROBE_TIMELINE=ON; bench/probe/probe.sh
  * layer-timeline): at the first T of the ep8 routing, two eager forwards with every
  * mma CTA's SM, start (before its PDL wait) and end to FILE (launches 0-3: FC1, FC2,
@@ -52,6 +55,7 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h" /* fm_mma_probe_timeline (--timeline, probe builds) */
+#include "cuda/decode.h"        /* fm_decode_timeline (--decode in a FM_DECODE_TL probe build) */
 #include "fm_rng.h"
 #include "probe_tl.h"
 #include "fp4moe.h"
@@ -509,6 +513,58 @@ static void dispatched_vs_run(fm_layer **L, uint16_t **dx, int32_t **dids, float
     fflush(stdout);
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The decode kernel's phase timeline of its last launch (a FM_DECODE_TL probe build, decode.h
+ * fm_decode_timeline), over the CTAs that did the phase: us from the first CTA's entry,
+ * median / max; printed as "decode-tl" lines. */
+static void decode_timeline(const char *route, int T, int grid)
+{
+    const int cap = fm_decode_timeline(NULL, 0);
+    if (cap <= 0) return; /* not a probe build */
+    const int           n = grid < cap ? grid : cap;
+    unsigned long long *rec = malloc(sizeof(unsigned long long) * 8 * (size_t)n);
+    double             *v = malloc(sizeof(double) * (size_t)n);
+    if (!rec || !v || fm_decode_timeline(rec, n) != n) {
+        printf("decode-tl %-5s T=%-5d: the record could not be read\n", route, T);
+        free(rec), free(v);
+        return;
+    }
+    unsigned long long t0 = ~0ull, tend = 0;
+    for (int c = 0; c < n; c++) {
+        if (rec[c * 8] && rec[c * 8] < t0) t0 = rec[c * 8];
+        if (rec[c * 8 + 4] > tend) tend = rec[c * 8 + 4];
+    }
+    printf("decode-tl %-5s T=%-5d %d CTAs, span %.2f us (first entry to last exit); us from the first entry, "
+           "median / max over the CTAs in the phase:",
+           route, T, n, (double)(tend - t0) * 1e-3);
+    /* entry, routed, FC1 done (CTAs with FC1 units), FC2 done (with FC2 units), exit; the
+     * FC2 flag waits' sum (CTAs with FC2 units) */
+    const char *name[6] = {"entry", "routed", "fc1-done", "fc2-done", "exit", "fc2-wait"};
+    const int   slot[6] = {0, 1, 2, 3, 4, 5};
+    for (int k = 0; k < 6; k++) {
+        int m = 0;
+        for (int c = 0; c < n; c++) {
+            const unsigned long long *q = rec + (size_t)c * 8;
+            const unsigned            u1 = (unsigned)(q[7] & 0xFFFF), u2 = (unsigned)(q[7] >> 16);
+            if ((k == 2 && !u1) || ((k == 3 || k == 5) && !u2) || !q[0]) continue;
+            v[m++] = k == 5 ? (double)q[5] * 1e-3 : (double)(q[slot[k]] - t0) * 1e-3;
+        }
+        if (!m) {
+            printf(" %s -", name[k]);
+            continue;
+        }
+        qsort(v, (size_t)m, sizeof(double), cmp_dbl);
+        printf(" %s %.2f / %.2f (%d)", name[k], v[m / 2], v[m - 1], m);
+    }
+    printf("\n");
+    free(rec), free(v);
+}
+
 /* --decode: the chain and the one-launch decode kernel (fm_layer_plan_info.decode) on T's bucket,
  * for each K-split pair of `splits` (FC1 / FC2; 0 / 0 = the automatic ones; --decode-splits),
  * graph replay with external and internal routing, interleaved 3 times (rot_time each); then one
@@ -584,6 +640,7 @@ static void decode_vs_chain(fm_layer **L, uint16_t **dx, int32_t **dids, float *
             at += (size_t)snprintf(line + at, sizeof line - at, " | x%d (%d local experts ext): chain %.1f decode %.1f, "
                                    "int chain %.1f decode %.1f", x, nloc[x], cex[x], dex[j][x], cix[x], dix[j][x]);
         printf("decode-x %-5s T=%-5d per input, us%s\n", route, T, line);
+        decode_timeline(route, T, dec[j].decode_ctas); /* of run_once's launch above (probe builds) */
     }
     for (int s = 0; s < NSETS; s++) FK(fm_layer_set_plan(L[s], T, &keep));
     free(t), free(oc), free(od);

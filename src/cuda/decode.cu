@@ -83,6 +83,7 @@ __device__ __forceinline__ void delay_cta(unsigned site, unsigned unit)
 #define FM_DELAY(site, unit) ((void)0)
 #endif
 
+
 /* p.dynamic's next unit: thread 0 takes it from the counter, the CTA reads it after a barrier
  * (the barrier before: every thread is past the previous unit's read of s_unit). */
 __device__ __forceinline__ int take_unit(int *work, int *s_unit)
@@ -101,9 +102,18 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ route_tab rt;
     if (p.T < 1) return;
+    FM_TL_NOW(0);
     const int R = p.T * p.top_k, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2,
               t = lane & 3;
     route(p, rt);
+    FM_TL_NOW(1);
+#ifdef FM_DECODE_TL
+    unsigned long long tl_wait = 0; /* thread 0's ns in FC2's flag waits (gemm_pass) */
+    unsigned           tl_units = 0;
+#define FM_TL_WAIT &tl_wait
+#else
+#define FM_TL_WAIT NULL
+#endif
     const buf_layout L = layout_of(R, p.n_local, p.n1, p.n2, p.ks1, p.ks2);
     int   *cnt = (int *)p.buf;
     float *part1 = (float *)((unsigned char *)p.buf + L.part1), *part2 = (float *)((unsigned char *)p.buf + L.part2);
@@ -127,6 +137,9 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
     /* FC1 + SwiGLU -> h, then the block's ready counter */
     const int nks1 = (p.kp1 + KC - 1) / KC;
     for (; u < n1u; u = dyn ? take_unit(work, &s_unit) : u + (int)gridDim.x) {
+#ifdef FM_DECODE_TL
+        tl_units += 1;
+#endif
         const int a = u / (nb1 * p.ks1), rem = u % (nb1 * p.ks1), fb = rem / p.ks1, split = rem % p.ks1;
         const int e = rt.act_e[a], row0 = rt.act_off[a], m = rt.act_cnt[a];
         const int kbeg = split * nks1 / p.ks1, nks = (split + 1) * nks1 / p.ks1 - kbeg;
@@ -160,10 +173,14 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
         }
     }
 
+    FM_TL_NOW(2);
     /* FC2 -> weighted rows in scratch -> the output block's finalize */
     const int nks2 = (p.kp2 + KC - 1) / KC;
     if (!dyn) u = n1u + (int)blockIdx.x;
     for (; u < n1u + n2u; u = dyn ? take_unit(work, &s_unit) : u + (int)gridDim.x) {
+#ifdef FM_DECODE_TL
+        tl_units += 1u << 16;
+#endif
         const int u2 = u - n1u; /* the FC2 unit */
         const int a = u2 / (nb2 * p.ks2), rem = u2 % (nb2 * p.ks2), ob = rem / p.ks2, split = rem % p.ks2;
         const int e = rt.act_e[a], row0 = rt.act_off[a], m = rt.act_cnt[a];
@@ -178,7 +195,7 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
             float     acc[MT][4];
             FM_DELAY(3, (unsigned)u2);
             gemm_pass<true>(p, rt, smem, e, band, valid, row0 + pass0, rows, kbeg, nks,
-                            cnt + L.ready + (size_t)a * nb1, need, nb1, acc);
+                            cnt + L.ready + (size_t)a * nb1, need, nb1, acc, FM_TL_WAIT);
             if (p.ks2 > 1 &&
                 !split_sum(part2, cnt + L.c2 + (size_t)(row0 / TOK + a + pass0 / TOK) * nb2 + ob, p.ks2, p.n2, R,
                            acc, band, valid, row0 + pass0, rows, split))
@@ -213,6 +230,7 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
             }
         }
     }
+    FM_TL_NOW(3);
     /* rest state (p.dynamic): the last CTA past its units (no take follows in this launch)
      * zeroes the counter; fenced as the other counters' resets (this CTA's takes before its
      * count, every count before the reset) */
@@ -248,6 +266,15 @@ template <bool OSS> __device__ __forceinline__ void decode_body(const fm_decode_
                     }
         }
     }
+#ifdef FM_DECODE_TL
+    FM_TL_NOW(4);
+    FM_TL(5, tl_wait);
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    FM_TL(6, smid);
+    FM_TL(7, tl_units);
+#endif
+#undef FM_TL_WAIT
 }
 
 __global__ void __launch_bounds__(NTHR, FM_DECODE_MIN_BLOCKS) decode_kernel(const fm_decode_params p)
@@ -321,3 +348,16 @@ extern "C" void fm_decode_auto_splits(int grid, int active, int n1, int k1, int 
 }
 
 extern "C" const void *fm_decode_generic_kernel(void) { return (const void *)decode_kernel; }
+
+extern "C" int fm_decode_timeline(unsigned long long *rec, int cap)
+{
+#ifdef FM_DECODE_TL
+    if (cap > FM_DECODE_TL_CAP) cap = FM_DECODE_TL_CAP;
+    if (!rec || cap < 1) return FM_DECODE_TL_CAP;
+    const cudaError_t e = cudaMemcpyFromSymbol(rec, fm_decode_tl, sizeof(unsigned long long) * 8 * (size_t)cap);
+    return e == cudaSuccess ? cap : -(int)e;
+#else
+    (void)rec, (void)cap;
+    return 0;
+#endif
+}

@@ -110,6 +110,13 @@ int fm_decode_launch(const fm_decode_params *p, int grid, void *stream);
 void fm_decode_auto_splits(int grid, int active, int n1, int k1, int n2, int k2, int *ks1, int *ks2);
 /* The kernel's handle (the device's code probe). */
 const void *fm_decode_generic_kernel(void);
+/* A probe build's phase timeline of the last launch (-DFM_DECODE_DEFS="FM_DECODE_TL=1"): per
+ * CTA < cap, 8 values: %globaltimer ns at entry, after the routing, after its FC1 units, after
+ * its FC2 units, at exit; ns in FC2's flag waits; SM; FC1 units | FC2 units << 16. Copies
+ * min(cap, the record's capacity) rows into rec (synchronous) and returns that count (rows at
+ * or past the last launch's grid are stale: pass its grid); rec NULL: returns the record's
+ * capacity; 0: not a probe build; < 0: -cudaError_t. */
+int fm_decode_timeline(unsigned long long *rec, int cap);
 
 #ifdef __cplusplus
 }

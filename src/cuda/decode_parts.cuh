@@ -40,6 +40,30 @@ static_assert(TOK * KC / 8 == NTHR, "one 16-byte X segment a thread a stage");
 static_assert(MAXR <= NTHR, "one routed slot a thread");
 static_assert(STAGE_B % 16 == 0, "16-byte cp.async destinations");
 
+#ifdef FM_DECODE_TL
+/* A probe build's phase timeline (-DFM_DECODE_DEFS="FM_DECODE_TL=1"; bench_layer --decode
+ * prints it, fm_decode_timeline reads it): thread 0 of each CTA writes %globaltimer (ns) at
+ * its entry, after the routing, after its FC1 units, after its FC2 units (finalize included),
+ * at its exit, the ns it spent in FC2's flag waits, its SM, and its unit counts (FC1 | FC2 <<
+ * 16); every launch overwrites the record. Never in a shipped build. */
+#define FM_DECODE_TL_CAP 2048
+__device__ unsigned long long fm_decode_tl[FM_DECODE_TL_CAP][8];
+__device__ __forceinline__ unsigned long long tl_now()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define FM_TL(slot, v)                                                                                            \
+    do {                                                                                                          \
+        if (threadIdx.x == 0 && blockIdx.x < FM_DECODE_TL_CAP) fm_decode_tl[blockIdx.x][slot] = (v);              \
+    } while (0)
+#define FM_TL_NOW(slot) FM_TL(slot, tl_now())
+#else
+#define FM_TL(slot, v) ((void)0)
+#define FM_TL_NOW(slot) ((void)0)
+#endif
+
 /* The routing of the run, the same in every CTA. Rows are indexed by their place in the
  * expert-sorted order (short: R <= 128). */
 struct route_tab {
@@ -160,8 +184,9 @@ template <bool FC2>
 __device__ __forceinline__ void gemm_pass(const fm_decode_params &p, const route_tab &rt, unsigned char *smem, int e,
                                           const int (&band)[MT], const bool (&valid)[MT], int rbase, int rows,
                                           int kbeg, int nks, const int *ready, int need, int nb1,
-                                          float (&acc)[MT][4])
+                                          float (&acc)[MT][4], unsigned long long *tl_wait = nullptr)
 {
+    (void)tl_wait; /* the probe build's FC2 wait time (FM_DECODE_TL) */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nbands = FC2 ? p.n2 / 16 : p.n1 / 16, K = FC2 ? p.k2 : p.k1, KB = (FC2 ? p.kp2 : p.kp1) / 64;
     const uint4         *wd = (const uint4 *)(FC2 ? p.w2data : p.w1data);
@@ -199,10 +224,16 @@ __device__ __forceinline__ void gemm_pass(const fm_decode_params &p, const route
         }
         if (FC2) { /* the h columns of this stage: FC1 blocks [ks*KC/64, (ks+1)*KC/64) of this expert */
             if (tid == 0) {
+#ifdef FM_DECODE_TL
+                const unsigned long long w0 = tl_now();
+#endif
                 const int f0 = ks * KC / FM_DECODE_FC1_COLS, f1 = min((ks + 1) * KC / FM_DECODE_FC1_COLS, nb1);
                 for (int f = f0; f < f1; f++)
                     while (ld_acquire(ready + f) < need) {
                     }
+#ifdef FM_DECODE_TL
+                if (tl_wait) *tl_wait += tl_now() - w0;
+#endif
             }
             __syncthreads();
         }
