@@ -19,7 +19,7 @@ LIMIT=${LIMIT:-470}
 # the change (wip/decode-units.patch) applied to the device's copy, and taken back when the call
 # ends with its files touched, so that a warm machine's next build recompiles them (wip/README.md)
 # wip/decode-shared.patch (on top: test_cuda_decode's shared-expert case, AUTO with it) too
-PATCHES=${PATCHES:-wip/decode-units.patch wip/decode-shared.patch wip/decode-tl.patch}
+PATCHES=${PATCHES:-wip/decode-shared.patch}
 FILES=$(cat $PATCHES | grep -E '^\+\+\+ b/' | sed 's|^+++ b/||' | sort -u)
 # the files as they were, restored at the end (patch -R of a two-commit patch that touches one
 # file twice fails), files the patches create removed

@@ -12,7 +12,7 @@ set -uo pipefail
 T0=$SECONDS
 LIMIT=${LIMIT:-400}
 . bench/device_env.sh
-PATCHES=${PATCHES-wip/decode-units.patch wip/decode-shared.patch wip/decode-tl.patch}
+PATCHES=${PATCHES-wip/decode-shared.patch}
 FILES=$(cat /dev/null $PATCHES | grep -E '^\+\+\+ b/' | sed 's|^+++ b/||' | sort -u)
 NEWF=$(for f in $FILES; do [ -e "$f" ] || echo "$f"; done)
 tar -cf /tmp/prepatch.tar $(for f in $FILES; do [ -e "$f" ] && echo "$f"; done) /dev/null 2>/dev/null
